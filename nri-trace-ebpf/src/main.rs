@@ -1,0 +1,711 @@
+//! nri-trace kernel programs: capture what a tracked process reads and writes
+//! on its tracked unix-socket fds, plus the lifecycle of those fds.
+//!
+//! Design (measured in docs/benchmarks.md): classic per-syscall tracepoints,
+//! **exit only**. A `sys_exit_*` tracepoint gives the return value; the
+//! syscall's arguments are read from the task's saved user registers
+//! (`bpf_task_pt_regs`), which the kernel leaves intact until return to user
+//! space on x86_64 (arch/x86/entry/common.c: only `ax` is overwritten). One
+//! program per probed syscall instead of an enter/exit pair halves the cost
+//! that every *other* process pays on a probed syscall, and the payload is
+//! copied after the kernel has touched the pages (reading it at sys_enter can
+//! fail with -EFAULT on non-resident pages).
+//!
+//! Every program first checks the caller's tgid against a direct-mapped array
+//! (`TGID_FILTER`), whose lookup the JIT inlines: untracked processes pay a
+//! few instructions on top of the tracepoint itself.
+#![no_std]
+#![no_main]
+
+use core::ffi::c_void;
+
+use aya_ebpf::{
+    bindings::{BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
+        bpf_probe_read_user_str_bytes,
+        generated::{
+            bpf_get_current_task_btf, bpf_loop, bpf_probe_read_user as raw_probe_read_user,
+            bpf_ringbuf_output, bpf_ringbuf_query, bpf_task_pt_regs,
+        },
+    },
+    macros::{map, raw_tracepoint, tracepoint},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    programs::{RawTracePointContext, TracePointContext},
+};
+use nri_trace_common::{
+    counter, Config, FdKey, FdState, RecordHeader, RecordKind, SunPath, Syscall,
+    DEFAULT_RING_BYTES, DEFAULT_SNAP, FD_CONN, FD_LISTEN, FLAG_LAST, FLAG_READ_FAULT,
+    FLAG_TRUNCATED, MAX_CHUNK, MAX_IOV, MAX_SNAP, RECORD_HEADER_LEN, SUN_PATH_LEN, TGID_SLOTS,
+    TGID_SLOT_SHARED,
+};
+
+// ---------------------------------------------------------------- maps
+
+/// Direct-mapped tgid filter: slot `tgid & (TGID_SLOTS-1)` holds that tgid,
+/// 0 (empty) or TGID_SLOT_SHARED (ask TRACKED_TGIDS).
+#[map]
+static TGID_FILTER: Array<u32> = Array::with_max_entries(TGID_SLOTS, 0);
+
+/// Authoritative set of tracked tgids (value unused).
+#[map]
+static TRACKED_TGIDS: HashMap<u32, u32> = HashMap::with_max_entries(1024, 0);
+
+/// Tracked fds of tracked processes: FD_LISTEN and/or FD_CONN.
+#[map]
+static FDS: HashMap<FdKey, FdState> = HashMap::with_max_entries(65536, 0);
+
+/// Unix socket paths whose connect() by a tracked process starts tracking.
+#[map]
+static CONNECT_PATHS: HashMap<SunPath, u32> = HashMap::with_max_entries(64, 0);
+
+#[map]
+static CONFIG: Array<Config> = Array::with_max_entries(1, 0);
+
+/// Per-CPU counters, see `nri_trace_common::counter`.
+#[map]
+static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+
+#[map]
+static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
+
+/// A record under construction: header then payload, contiguous so that one
+/// bpf_ringbuf_output copies both.
+#[repr(C)]
+pub struct Scratch {
+    hdr: RecordHeader,
+    data: [u8; MAX_CHUNK],
+}
+
+#[map]
+static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
+
+// ---------------------------------------------------------------- helpers
+
+#[inline(always)]
+fn tgid_tracked(tgid: u32) -> bool {
+    match TGID_FILTER.get(tgid & (TGID_SLOTS - 1)) {
+        Some(&v) if v == tgid => true,
+        Some(&v) if v == TGID_SLOT_SHARED => unsafe { TRACKED_TGIDS.get(tgid).is_some() },
+        _ => false,
+    }
+}
+
+#[inline(always)]
+fn bump(idx: u32, by: u64) {
+    if let Some(p) = COUNTERS.get_ptr_mut(idx) {
+        unsafe { *p += by };
+    }
+}
+
+#[inline(always)]
+fn config() -> Config {
+    match CONFIG.get(0) {
+        Some(c) => *c,
+        None => Config {
+            snap_len: DEFAULT_SNAP,
+            wakeup_bytes: 0,
+        },
+    }
+}
+
+/// The current task's syscall arguments 0..=3 (x86_64 ABI: di, si, dx, r10),
+/// read from its saved user registers.
+#[inline(always)]
+fn syscall_args() -> Option<[u64; 4]> {
+    // struct pt_regs offsets on x86_64 (arch/x86/include/asm/ptrace.h).
+    const R10: usize = 7 * 8;
+    const DX: usize = 12 * 8;
+    const SI: usize = 13 * 8;
+    const DI: usize = 14 * 8;
+    // One read of r10..=di (8 words) instead of four helper calls.
+    let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as usize;
+    if regs == 0 {
+        return None;
+    }
+    let words: [u64; 8] = unsafe { bpf_probe_read_kernel((regs + R10) as *const [u64; 8]) }.ok()?;
+    Some([
+        words[(DI - R10) / 8],
+        words[(SI - R10) / 8],
+        words[(DX - R10) / 8],
+        words[0],
+    ])
+}
+
+/// Wake the reader only when enough data waits; otherwise the reader's
+/// timed drain collects it (a wakeup per record costs ~2 us per syscall).
+#[inline(always)]
+fn wake_flags(wakeup_bytes: u32) -> u64 {
+    let avail = unsafe { bpf_ringbuf_query(&EVENTS as *const RingBuf as *mut c_void, 0) };
+    if avail >= wakeup_bytes as u64 {
+        BPF_RB_FORCE_WAKEUP as u64
+    } else {
+        BPF_RB_NO_WAKEUP as u64
+    }
+}
+
+#[inline(always)]
+fn emit_header(hdr: &RecordHeader, wakeup_bytes: u32) {
+    if EVENTS
+        .output::<RecordHeader>(hdr, wake_flags(wakeup_bytes))
+        .is_err()
+    {
+        bump(counter::LOST_RECORDS, 1);
+    }
+}
+
+#[inline(always)]
+fn header(
+    kind: RecordKind,
+    sc: Syscall,
+    pid_tgid: u64,
+    fd: i32,
+    aux: i32,
+    ret: i64,
+) -> RecordHeader {
+    RecordHeader {
+        kind: kind as u16,
+        syscall: sc as u16,
+        flags: 0,
+        ts_ns: unsafe { bpf_ktime_get_ns() },
+        tgid: (pid_tgid >> 32) as u32,
+        tid: pid_tgid as u32,
+        fd,
+        aux,
+        ret,
+        offset: 0,
+        len: 0,
+    }
+}
+
+/// Copy `len` (<= MAX_CHUNK) user bytes at `src` into one Data record.
+#[inline(always)]
+fn emit_chunk(hdr: &RecordHeader, src: u64, len: u32, offset: u32, flags: u32, wakeup: u32) {
+    let Some(s) = SCRATCH.get_ptr_mut(0) else {
+        return;
+    };
+    let s = unsafe { &mut *s };
+    s.hdr = *hdr;
+    s.hdr.offset = offset;
+    s.hdr.flags = flags;
+    // Bound for the verifier: 1..=MAX_CHUNK.
+    let n = (len as usize).min(MAX_CHUNK);
+    let ok = unsafe {
+        raw_probe_read_user(
+            s.data.as_mut_ptr() as *mut c_void,
+            n as u32,
+            src as *const c_void,
+        )
+    } == 0;
+    let n = if ok {
+        n
+    } else {
+        s.hdr.flags |= FLAG_READ_FAULT;
+        bump(counter::READ_FAULTS, 1);
+        0
+    };
+    s.hdr.len = n as u32;
+    let size = RECORD_HEADER_LEN + n;
+    if size > core::mem::size_of::<Scratch>() {
+        return;
+    }
+    let r = unsafe {
+        bpf_ringbuf_output(
+            &EVENTS as *const RingBuf as *mut c_void,
+            s as *mut Scratch as *mut c_void,
+            size as u64,
+            wake_flags(wakeup),
+        )
+    };
+    if r != 0 {
+        bump(counter::LOST_RECORDS, 1);
+        bump(counter::LOST_BYTES, n as u64);
+    }
+}
+
+/// The syscall's arguments and the fd's sequence number for this direction,
+/// if the caller is tracked and the fd is a tracked connection.
+#[inline(always)]
+fn tracked_conn(pid_tgid: u64, inbound: bool) -> Option<([u64; 4], u32)> {
+    let tgid = (pid_tgid >> 32) as u32;
+    if !tgid_tracked(tgid) {
+        return None;
+    }
+    let args = syscall_args()?;
+    let key = FdKey {
+        tgid,
+        fd: args[0] as u32,
+    };
+    let st = FDS.get_ptr_mut(&key)?;
+    if unsafe { (*st).flags } & FD_CONN == 0 {
+        return None;
+    }
+    let seq = unsafe {
+        let p = if inbound {
+            &raw mut (*st).seq_in
+        } else {
+            &raw mut (*st).seq_out
+        };
+        let v = *p;
+        *p = v.wrapping_add(1);
+        v
+    };
+    Some((args, seq))
+}
+
+#[inline(always)]
+fn ret_of(ctx: &TracePointContext) -> i64 {
+    // sys_exit_* format: `long ret` at offset 16 (events/syscalls/*/format).
+    unsafe { ctx.read_at::<i64>(16) }.unwrap_or(-1)
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Iovec {
+    base: u64,
+    len: u64,
+}
+
+/// State of one syscall's payload copy, advanced by `copy_step` under
+/// bpf_loop. A contiguous buffer is a single pre-fetched segment.
+#[repr(C)]
+struct CopyState {
+    hdr: RecordHeader,
+    /// Current segment: next user address and bytes left in it.
+    base: u64,
+    left: u64,
+    /// iovec array still to fetch (0 entries for contiguous buffers).
+    iov_ptr: u64,
+    iov_cnt: u64,
+    idx: u64,
+    /// Bytes to capture in total (min(ret, snap)) and captured so far.
+    total: u32,
+    off: u32,
+    flags: u32,
+    wakeup: u32,
+}
+
+/// One bpf_loop step: fetch the next iovec, or copy one chunk. Running the
+/// copy as a bpf_loop callback lets the verifier check the body once;
+/// an unrolled loop over 256 chunks exceeds its 1M-instruction budget.
+#[inline(never)]
+extern "C" fn copy_step(_index: u64, ctx: *mut c_void) -> i64 {
+    let st = unsafe { &mut *(ctx as *mut CopyState) };
+    if st.off >= st.total {
+        return 1;
+    }
+    if st.left == 0 {
+        if st.idx >= st.iov_cnt || st.idx >= MAX_IOV as u64 {
+            return 1;
+        }
+        let Ok(v) = (unsafe { bpf_probe_read_user((st.iov_ptr + st.idx * 16) as *const Iovec) })
+        else {
+            return 1;
+        };
+        st.idx += 1;
+        st.base = v.base;
+        st.left = v.len;
+        return 0;
+    }
+    let n = ((st.total - st.off) as u64)
+        .min(st.left)
+        .min(MAX_CHUNK as u64) as u32;
+    let last = if st.off + n >= st.total { FLAG_LAST } else { 0 };
+    emit_chunk(&st.hdr, st.base, n, st.off, st.flags | last, st.wakeup);
+    st.off += n;
+    st.base += n as u64;
+    st.left -= n as u64;
+    0
+}
+
+/// Capture the payload of a data syscall that returned `ret` bytes.
+#[inline(always)]
+fn capture_payload(
+    sc: Syscall,
+    pid_tgid: u64,
+    fd: u32,
+    seq: u32,
+    ret: i64,
+    seg: Iovec,
+    iov: Iovec,
+) {
+    let cfg = config();
+    let snap = cfg.snap_len.min(MAX_SNAP);
+    let total = (ret as u64).min(snap as u64) as u32;
+    let mut st = CopyState {
+        hdr: header(RecordKind::Data, sc, pid_tgid, fd as i32, seq as i32, ret),
+        base: seg.base,
+        left: seg.len,
+        iov_ptr: iov.base,
+        iov_cnt: iov.len,
+        idx: 0,
+        total,
+        off: 0,
+        flags: if (ret as u64) > total as u64 {
+            FLAG_TRUNCATED
+        } else {
+            0
+        },
+        wakeup: cfg.wakeup_bytes,
+    };
+    const STEPS: u32 = MAX_SNAP / MAX_CHUNK as u32 + MAX_IOV;
+    unsafe {
+        bpf_loop(
+            STEPS,
+            copy_step as *mut c_void,
+            &mut st as *mut CopyState as *mut c_void,
+            0,
+        )
+    };
+    if st.off < st.total {
+        // Ran out of iovecs we may copy (or could not read one): close the
+        // syscall with an empty record so userspace knows bytes are missing.
+        let mut end = st.hdr;
+        end.offset = st.off;
+        end.flags = st.flags | FLAG_TRUNCATED | FLAG_LAST;
+        emit_header(&end, st.wakeup);
+    }
+}
+
+/// read/write/recvfrom/sendto: one contiguous buffer in arg 1.
+#[inline(always)]
+fn data_contiguous(ctx: &TracePointContext, sc: Syscall) -> u32 {
+    let ret = ret_of(ctx);
+    if ret <= 0 {
+        return 0;
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let Some((args, seq)) = tracked_conn(pid_tgid, sc.is_inbound()) else {
+        return 0;
+    };
+    let seg = Iovec {
+        base: args[1],
+        len: ret as u64,
+    };
+    capture_payload(
+        sc,
+        pid_tgid,
+        args[0] as u32,
+        seq,
+        ret,
+        seg,
+        Iovec { base: 0, len: 0 },
+    );
+    0
+}
+
+/// readv/writev (iovec array, count) and recvmsg/sendmsg (struct msghdr).
+#[inline(always)]
+fn data_vectored(ctx: &TracePointContext, sc: Syscall, msghdr: bool) -> u32 {
+    let ret = ret_of(ctx);
+    if ret <= 0 {
+        return 0;
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let Some((args, seq)) = tracked_conn(pid_tgid, sc.is_inbound()) else {
+        return 0;
+    };
+    let iov = if msghdr {
+        // struct user_msghdr (include/linux/socket.h): msg_iov at 16,
+        // msg_iovlen at 24.
+        let Ok(m) = (unsafe { bpf_probe_read_user((args[1] + 16) as *const [u64; 2]) }) else {
+            return 0;
+        };
+        Iovec {
+            base: m[0],
+            len: m[1],
+        }
+    } else {
+        Iovec {
+            base: args[1],
+            len: args[2],
+        }
+    };
+    capture_payload(
+        sc,
+        pid_tgid,
+        args[0] as u32,
+        seq,
+        ret,
+        Iovec { base: 0, len: 0 },
+        iov,
+    );
+    0
+}
+
+/// Start tracking `fd` of `tgid` and tell userspace.
+#[inline(always)]
+fn track_fd(sc: Syscall, pid_tgid: u64, fd: i32, aux: i32) {
+    let key = FdKey {
+        tgid: (pid_tgid >> 32) as u32,
+        fd: fd as u32,
+    };
+    if FDS.insert(&key, &FdState::new(FD_CONN), 0).is_err() {
+        bump(counter::FD_MAP_FULL, 1);
+        return;
+    }
+    let hdr = header(RecordKind::Open, sc, pid_tgid, fd, aux, fd as i64);
+    emit_header(&hdr, config().wakeup_bytes);
+}
+
+// ---------------------------------------------------------------- programs
+
+macro_rules! contiguous {
+    ($name:ident, $sc:expr) => {
+        #[tracepoint]
+        pub fn $name(ctx: TracePointContext) -> u32 {
+            data_contiguous(&ctx, $sc)
+        }
+    };
+}
+macro_rules! vectored {
+    ($name:ident, $sc:expr, $msg:expr) => {
+        #[tracepoint]
+        pub fn $name(ctx: TracePointContext) -> u32 {
+            data_vectored(&ctx, $sc, $msg)
+        }
+    };
+}
+
+contiguous!(exit_read, Syscall::Read);
+contiguous!(exit_recvfrom, Syscall::Recvfrom);
+contiguous!(exit_write, Syscall::Write);
+contiguous!(exit_sendto, Syscall::Sendto);
+vectored!(exit_readv, Syscall::Readv, false);
+vectored!(exit_writev, Syscall::Writev, false);
+vectored!(exit_recvmsg, Syscall::Recvmsg, true);
+vectored!(exit_sendmsg, Syscall::Sendmsg, true);
+
+#[tracepoint]
+pub fn exit_close(ctx: TracePointContext) -> u32 {
+    if ret_of(&ctx) != 0 {
+        return 0;
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if !tgid_tracked(tgid) {
+        return 0;
+    }
+    let Some(args) = syscall_args() else { return 0 };
+    let key = FdKey {
+        tgid,
+        fd: args[0] as u32,
+    };
+    if FDS.remove(&key).is_ok() {
+        let hdr = header(
+            RecordKind::Close,
+            Syscall::Close,
+            pid_tgid,
+            args[0] as i32,
+            0,
+            0,
+        );
+        emit_header(&hdr, config().wakeup_bytes);
+    }
+    0
+}
+
+#[inline(always)]
+fn accept_exit(ctx: &TracePointContext, sc: Syscall) -> u32 {
+    let ret = ret_of(ctx);
+    if ret < 0 {
+        return 0;
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if !tgid_tracked(tgid) {
+        return 0;
+    }
+    let Some(args) = syscall_args() else { return 0 };
+    let listen = FdKey {
+        tgid,
+        fd: args[0] as u32,
+    };
+    match unsafe { FDS.get(&listen) } {
+        Some(f) if f.flags & FD_LISTEN != 0 => track_fd(sc, pid_tgid, ret as i32, args[0] as i32),
+        _ => {}
+    }
+    0
+}
+
+#[tracepoint]
+pub fn exit_accept(ctx: TracePointContext) -> u32 {
+    accept_exit(&ctx, Syscall::Accept)
+}
+
+#[tracepoint]
+pub fn exit_accept4(ctx: TracePointContext) -> u32 {
+    accept_exit(&ctx, Syscall::Accept4)
+}
+
+#[tracepoint]
+pub fn exit_connect(ctx: TracePointContext) -> u32 {
+    // A non-blocking unix connect completes at once or fails with EAGAIN;
+    // EINPROGRESS does not happen for AF_UNIX (net/unix/af_unix.c).
+    if ret_of(&ctx) != 0 {
+        return 0;
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if !tgid_tracked((pid_tgid >> 32) as u32) {
+        return 0;
+    }
+    let Some(args) = syscall_args() else { return 0 };
+    // struct sockaddr_un: sa_family (u16) then sun_path[108].
+    let Ok(family) = (unsafe { bpf_probe_read_user(args[1] as *const u16) }) else {
+        return 0;
+    };
+    if family != 1 {
+        return 0; // not AF_UNIX
+    }
+    let mut key = SunPath {
+        bytes: [0u8; SUN_PATH_LEN],
+    };
+    if unsafe { bpf_probe_read_user_str_bytes((args[1] + 2) as *const u8, &mut key.bytes) }.is_err()
+    {
+        return 0;
+    }
+    if unsafe { CONNECT_PATHS.get(&key) }.is_some() {
+        track_fd(Syscall::Connect, pid_tgid, args[0] as i32, 0);
+    }
+    0
+}
+
+#[tracepoint]
+pub fn exit_socketpair(ctx: TracePointContext) -> u32 {
+    if ret_of(&ctx) != 0 {
+        return 0;
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if !tgid_tracked((pid_tgid >> 32) as u32) {
+        return 0;
+    }
+    let Some(args) = syscall_args() else { return 0 };
+    if args[0] != 1 {
+        return 0; // AF_UNIX only
+    }
+    // int sv[2] is argument 3.
+    let Ok(sv) = (unsafe { bpf_probe_read_user(args[3] as *const [i32; 2]) }) else {
+        return 0;
+    };
+    track_fd(Syscall::Socketpair, pid_tgid, sv[0], sv[1]);
+    track_fd(Syscall::Socketpair, pid_tgid, sv[1], sv[0]);
+    0
+}
+
+/// dup/dup2/dup3 of a tracked fd: the new fd is the same connection.
+#[inline(always)]
+fn dup_exit(ctx: &TracePointContext, sc: Syscall) -> u32 {
+    let ret = ret_of(ctx);
+    if ret < 0 {
+        return 0;
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if !tgid_tracked(tgid) {
+        return 0;
+    }
+    let Some(args) = syscall_args() else { return 0 };
+    if args[0] as i64 == ret {
+        return 0; // dup2(fd, fd)
+    }
+    let old = FdKey {
+        tgid,
+        fd: args[0] as u32,
+    };
+    if let Some(f) = unsafe { FDS.get(&old) } {
+        if f.flags & FD_CONN != 0 {
+            // dup2/dup3 onto a tracked fd closes it first.
+            let newk = FdKey {
+                tgid,
+                fd: ret as u32,
+            };
+            if FDS.remove(&newk).is_ok() {
+                let hdr = header(RecordKind::Close, sc, pid_tgid, ret as i32, 0, 0);
+                emit_header(&hdr, config().wakeup_bytes);
+            }
+            track_fd(sc, pid_tgid, ret as i32, args[0] as i32);
+        }
+    }
+    0
+}
+
+#[tracepoint]
+pub fn exit_dup(ctx: TracePointContext) -> u32 {
+    dup_exit(&ctx, Syscall::Dup)
+}
+
+#[tracepoint]
+pub fn exit_dup2(ctx: TracePointContext) -> u32 {
+    dup_exit(&ctx, Syscall::Dup2)
+}
+
+#[tracepoint]
+pub fn exit_dup3(ctx: TracePointContext) -> u32 {
+    dup_exit(&ctx, Syscall::Dup3)
+}
+
+#[tracepoint]
+pub fn sched_fork(ctx: TracePointContext) -> u32 {
+    // sched/sched_process_fork runs in the parent; child_pid at offset 20.
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if !tgid_tracked((pid_tgid >> 32) as u32) {
+        return 0;
+    }
+    let child: i32 = unsafe { ctx.read_at(20) }.unwrap_or(0);
+    let hdr = header(RecordKind::Fork, Syscall::Sched, pid_tgid, -1, child, 0);
+    emit_header(&hdr, config().wakeup_bytes);
+    0
+}
+
+#[tracepoint]
+pub fn sched_exit(ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if !tgid_tracked(tgid) {
+        return 0;
+    }
+    // sched/sched_process_exit: `bool group_dead` at offset 32: the last
+    // thread of the process is exiting.
+    let group_dead: u8 = unsafe { ctx.read_at(32) }.unwrap_or(0);
+    if group_dead != 0 {
+        let hdr = header(RecordKind::ProcessExit, Syscall::Sched, pid_tgid, -1, 0, 0);
+        emit_header(&hdr, config().wakeup_bytes);
+    }
+    0
+}
+
+// ------------------------------------------- floor programs (benchmarks only)
+
+/// Does nothing: attached to the same tracepoints as the real programs, it
+/// measures the design's floor (tracepoint + dispatch cost) in benchmarks.
+#[tracepoint]
+pub fn floor_empty(_ctx: TracePointContext) -> u32 {
+    0
+}
+
+/// The raw-tracepoint design's floor: runs on every syscall of every process.
+#[raw_tracepoint(tracepoint = "sys_exit")]
+pub fn floor_raw_empty(_ctx: RawTracePointContext) -> i32 {
+    0
+}
+
+/// The raw-tracepoint design with the same tgid filter the real programs
+/// use: what "raw sys_exit + filter" costs every process.
+#[raw_tracepoint(tracepoint = "sys_exit")]
+pub fn floor_raw_filtered(_ctx: RawTracePointContext) -> i32 {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if tgid_tracked(tgid) {
+        bump(counter::READ_FAULTS, 0);
+    }
+    0
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

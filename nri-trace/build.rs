@@ -1,0 +1,29 @@
+//! Embeds the eBPF object built by `cargo xtask build` (Debian's rustc-web,
+//! bpfel-unknown-none) into the nri-trace binary.
+//!
+//! The object comes from `NRI_TRACE_EBPF_OBJ`, else from the default xtask
+//! output path. When neither exists (e.g. `cargo check` or unit tests on a
+//! machine without the eBPF toolchain) an empty object is embedded and
+//! loading fails at run time with a message that names the fix.
+use std::{env, fs, path::PathBuf};
+
+fn main() {
+    println!("cargo:rerun-if-env-changed=NRI_TRACE_EBPF_OBJ");
+    let out = PathBuf::from(env::var("OUT_DIR").unwrap()).join("nri-trace-ebpf.o");
+    let default = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap())
+        .join("../target/bpf/bpfel-unknown-none/release/nri-trace-ebpf");
+    let src = env::var_os("NRI_TRACE_EBPF_OBJ")
+        .map(PathBuf::from)
+        .unwrap_or(default);
+    println!("cargo:rerun-if-changed={}", src.display());
+    match fs::read(&src) {
+        Ok(bytes) => fs::write(&out, bytes).unwrap(),
+        Err(_) => {
+            println!(
+                "cargo:warning=eBPF object {} not found: embedding none (run `cargo xtask build`)",
+                src.display()
+            );
+            fs::write(&out, []).unwrap();
+        }
+    }
+}

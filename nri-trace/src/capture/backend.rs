@@ -1,0 +1,51 @@
+//! The interface between the capture session and whatever produces raw
+//! records. Today: eBPF syscall tracepoints ([`super::ebpf::EbpfBackend`]).
+//! A uprobe backend on the runtime binary (no cost for other processes)
+//! would implement the same trait.
+
+use std::{os::fd::RawFd, path::Path};
+
+use thiserror::Error;
+
+use super::Loss;
+
+#[derive(Debug, Error)]
+pub enum BackendError {
+    #[error(
+        "the nri-trace binary embeds no eBPF object: build it with `cargo xtask build` \
+         (see docs/building.md)"
+    )]
+    NoObject,
+    #[error(
+        "loading the eBPF programs failed: {0}. Run `nri-trace doctor` to see what is missing"
+    )]
+    Load(String),
+    #[error("attaching {program} to {tracepoint} failed: {error}. Is tracefs mounted at /sys/kernel/tracing? Run `nri-trace doctor`")]
+    Attach {
+        program: String,
+        tracepoint: String,
+        error: String,
+    },
+    #[error("eBPF map {map}: {error}")]
+    Map { map: &'static str, error: String },
+    #[error("unix socket path {0} is longer than sun_path (107 bytes)")]
+    PathTooLong(String),
+}
+
+/// A source of raw capture records (layout: `nri_trace_common::RecordHeader`).
+pub trait CaptureBackend: Send {
+    /// Capture syscalls of this process (tgid).
+    fn track_process(&mut self, tgid: u32) -> Result<(), BackendError>;
+    /// Stop capturing this process.
+    fn untrack_process(&mut self, tgid: u32) -> Result<(), BackendError>;
+    /// Track one fd of a tracked process (`FD_LISTEN` / `FD_CONN` bits).
+    fn track_fd(&mut self, tgid: u32, fd: u32, flags: u32) -> Result<(), BackendError>;
+    /// Start tracking connections a tracked process makes to this path.
+    fn track_connect_path(&mut self, path: &Path) -> Result<(), BackendError>;
+    /// Cumulative loss counters over all CPUs.
+    fn loss(&self) -> Result<Loss, BackendError>;
+    /// Hand every record now available to `f`; returns how many.
+    fn drain(&mut self, f: &mut dyn FnMut(&[u8])) -> usize;
+    /// A descriptor that becomes readable when records wait (for epoll).
+    fn poll_fd(&self) -> RawFd;
+}

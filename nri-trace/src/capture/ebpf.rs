@@ -1,0 +1,319 @@
+//! The eBPF capture backend: loads the embedded object, attaches the
+//! exit-only syscall tracepoints, and manages the tracking maps.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    os::fd::{AsRawFd, RawFd},
+    path::Path,
+};
+
+use aya::{
+    maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
+    programs::{RawTracePoint, TracePoint},
+    Ebpf, EbpfLoader,
+};
+use nri_trace_common::{
+    counter, Config, FdKey, FdState, SunPath, DEFAULT_RING_BYTES, DEFAULT_SNAP, MAX_SNAP,
+    SUN_PATH_LEN, TGID_SLOTS, TGID_SLOT_SHARED,
+};
+
+use super::{
+    backend::{BackendError, CaptureBackend},
+    Loss,
+};
+
+/// The eBPF object built by `cargo xtask build`, embedded at compile time.
+/// Aligned: the ELF parser reads it in place.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/nri-trace-ebpf.o"));
+
+/// (program, tracepoint category, tracepoint) of the capture design.
+pub const CAPTURE_PROGRAMS: &[(&str, &str, &str)] = &[
+    ("exit_read", "syscalls", "sys_exit_read"),
+    ("exit_readv", "syscalls", "sys_exit_readv"),
+    ("exit_recvfrom", "syscalls", "sys_exit_recvfrom"),
+    ("exit_recvmsg", "syscalls", "sys_exit_recvmsg"),
+    ("exit_write", "syscalls", "sys_exit_write"),
+    ("exit_writev", "syscalls", "sys_exit_writev"),
+    ("exit_sendto", "syscalls", "sys_exit_sendto"),
+    ("exit_sendmsg", "syscalls", "sys_exit_sendmsg"),
+    ("exit_close", "syscalls", "sys_exit_close"),
+    ("exit_accept", "syscalls", "sys_exit_accept"),
+    ("exit_accept4", "syscalls", "sys_exit_accept4"),
+    ("exit_connect", "syscalls", "sys_exit_connect"),
+    ("exit_socketpair", "syscalls", "sys_exit_socketpair"),
+    ("exit_dup", "syscalls", "sys_exit_dup"),
+    ("exit_dup2", "syscalls", "sys_exit_dup2"),
+    ("exit_dup3", "syscalls", "sys_exit_dup3"),
+    ("sched_fork", "sched", "sched_process_fork"),
+    ("sched_exit", "sched", "sched_process_exit"),
+];
+
+/// Which programs to attach. Only `Capture` captures anything; the others
+/// exist to measure design floors in benchmarks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProgramSet {
+    /// The real capture programs.
+    Capture,
+    /// An empty program on every tracepoint the capture uses (its floor).
+    FloorClassic,
+    /// An empty raw tracepoint on sys_exit: the raw design's floor.
+    FloorRaw,
+    /// A raw sys_exit program with the same tgid filter as the capture.
+    FloorRawFiltered,
+}
+
+#[derive(Clone, Debug)]
+pub struct EbpfOptions {
+    /// Ring buffer bytes (power of two, >= page size).
+    pub ring_bytes: u32,
+    /// Bytes captured per syscall at most.
+    pub snap_len: u32,
+    /// Wake the reader once this many bytes wait; 0 wakes it per record.
+    pub wakeup_bytes: u32,
+    pub programs: ProgramSet,
+}
+
+impl Default for EbpfOptions {
+    fn default() -> Self {
+        Self {
+            ring_bytes: DEFAULT_RING_BYTES,
+            snap_len: DEFAULT_SNAP,
+            wakeup_bytes: DEFAULT_RING_BYTES / 4,
+            programs: ProgramSet::Capture,
+        }
+    }
+}
+
+pub struct EbpfBackend {
+    ring: RingBuf<MapData>,
+    fds: HashMap<MapData, FdKey, FdState>,
+    tgids: HashMap<MapData, u32, u32>,
+    filter: Array<MapData, u32>,
+    connect_paths: HashMap<MapData, SunPath, u32>,
+    counters: PerCpuArray<MapData, u64>,
+    /// Userspace copy of which tracked tgids share each filter slot.
+    slots: BTreeMap<u32, BTreeSet<u32>>,
+    // Keeps programs and links alive; dropped last.
+    _ebpf: Ebpf,
+}
+
+fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> BackendError {
+    move |e| BackendError::Map {
+        map,
+        error: e.to_string(),
+    }
+}
+
+/// Mount tracefs at /sys/kernel/tracing if it is not there: aya finds
+/// tracepoint ids under it. Fresh Debian VMs boot without it mounted.
+pub fn ensure_tracefs() -> std::io::Result<bool> {
+    let events = Path::new("/sys/kernel/tracing/events");
+    if events.exists() || Path::new("/sys/kernel/debug/tracing/events").exists() {
+        return Ok(false);
+    }
+    let r = unsafe {
+        libc::mount(
+            c"tracefs".as_ptr(),
+            c"/sys/kernel/tracing".as_ptr(),
+            c"tracefs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(true)
+}
+
+impl EbpfBackend {
+    /// The embedded eBPF object (empty when built without `cargo xtask build`).
+    pub fn object() -> &'static [u8] {
+        OBJECT
+    }
+
+    pub fn load(opts: &EbpfOptions) -> Result<Self, BackendError> {
+        if OBJECT.is_empty() {
+            return Err(BackendError::NoObject);
+        }
+        match ensure_tracefs() {
+            Ok(true) => log::info!("mounted tracefs at /sys/kernel/tracing"),
+            Ok(false) => {}
+            Err(e) => log::warn!("tracefs is not mounted and mounting it failed: {e}"),
+        }
+        // Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK.
+        let rl = libc::rlimit {
+            rlim_cur: libc::RLIM_INFINITY,
+            rlim_max: libc::RLIM_INFINITY,
+        };
+        unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rl) };
+
+        let ring = opts.ring_bytes.max(4096).next_power_of_two();
+        let mut ebpf = EbpfLoader::new()
+            .map_max_entries("EVENTS", ring)
+            .load(OBJECT)
+            .map_err(|e| BackendError::Load(format!("{e:#}")))?;
+        match opts.programs {
+            ProgramSet::Capture => {
+                for (name, cat, tp) in CAPTURE_PROGRAMS {
+                    attach_tp(&mut ebpf, name, &[(cat, tp)])?;
+                }
+            }
+            ProgramSet::FloorClassic => {
+                let tps: Vec<(&str, &str)> =
+                    CAPTURE_PROGRAMS.iter().map(|(_, c, t)| (*c, *t)).collect();
+                attach_tp(&mut ebpf, "floor_empty", &tps)?;
+            }
+            ProgramSet::FloorRaw => attach_raw(&mut ebpf, "floor_raw_empty")?,
+            ProgramSet::FloorRawFiltered => attach_raw(&mut ebpf, "floor_raw_filtered")?,
+        }
+        let take = |ebpf: &mut Ebpf, name: &'static str| {
+            ebpf.take_map(name).ok_or(BackendError::Map {
+                map: name,
+                error: "missing".into(),
+            })
+        };
+        let mut config: Array<MapData, Config> =
+            Array::try_from(take(&mut ebpf, "CONFIG")?).map_err(map_err("CONFIG"))?;
+        config
+            .set(
+                0,
+                Config {
+                    snap_len: opts.snap_len.clamp(1, MAX_SNAP),
+                    wakeup_bytes: opts.wakeup_bytes,
+                },
+                0,
+            )
+            .map_err(map_err("CONFIG"))?;
+        Ok(Self {
+            ring: RingBuf::try_from(take(&mut ebpf, "EVENTS")?).map_err(map_err("EVENTS"))?,
+            fds: HashMap::try_from(take(&mut ebpf, "FDS")?).map_err(map_err("FDS"))?,
+            tgids: HashMap::try_from(take(&mut ebpf, "TRACKED_TGIDS")?)
+                .map_err(map_err("TRACKED_TGIDS"))?,
+            filter: Array::try_from(take(&mut ebpf, "TGID_FILTER")?)
+                .map_err(map_err("TGID_FILTER"))?,
+            connect_paths: HashMap::try_from(take(&mut ebpf, "CONNECT_PATHS")?)
+                .map_err(map_err("CONNECT_PATHS"))?,
+            counters: PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?)
+                .map_err(map_err("COUNTERS"))?,
+            slots: BTreeMap::new(),
+            _ebpf: ebpf,
+        })
+    }
+
+    fn write_slot(&mut self, slot: u32) -> Result<(), BackendError> {
+        let v = match self.slots.get(&slot) {
+            None => 0,
+            Some(s) if s.len() == 1 => *s.iter().next().expect("one"),
+            Some(s) if s.is_empty() => 0,
+            Some(_) => TGID_SLOT_SHARED,
+        };
+        self.filter.set(slot, v, 0).map_err(map_err("TGID_FILTER"))
+    }
+}
+
+fn attach_tp(ebpf: &mut Ebpf, name: &str, tps: &[(&str, &str)]) -> Result<(), BackendError> {
+    let prog: &mut TracePoint = ebpf
+        .program_mut(name)
+        .ok_or_else(|| BackendError::Load(format!("program {name} missing from the object")))?
+        .try_into()
+        .map_err(|e| BackendError::Load(format!("{name}: {e}")))?;
+    prog.load()
+        .map_err(|e| BackendError::Load(format!("{name}: {e:#}")))?;
+    for (cat, tp) in tps {
+        prog.attach(cat, tp).map_err(|e| BackendError::Attach {
+            program: name.into(),
+            tracepoint: format!("{cat}/{tp}"),
+            error: e.to_string(),
+        })?;
+    }
+    Ok(())
+}
+
+fn attach_raw(ebpf: &mut Ebpf, name: &str) -> Result<(), BackendError> {
+    let prog: &mut RawTracePoint = ebpf
+        .program_mut(name)
+        .ok_or_else(|| BackendError::Load(format!("program {name} missing from the object")))?
+        .try_into()
+        .map_err(|e| BackendError::Load(format!("{name}: {e}")))?;
+    prog.load()
+        .map_err(|e| BackendError::Load(format!("{name}: {e:#}")))?;
+    prog.attach("sys_exit").map_err(|e| BackendError::Attach {
+        program: name.into(),
+        tracepoint: "raw sys_exit".into(),
+        error: e.to_string(),
+    })?;
+    Ok(())
+}
+
+impl CaptureBackend for EbpfBackend {
+    fn track_process(&mut self, tgid: u32) -> Result<(), BackendError> {
+        self.tgids
+            .insert(tgid, 1, 0)
+            .map_err(map_err("TRACKED_TGIDS"))?;
+        let slot = tgid & (TGID_SLOTS - 1);
+        self.slots.entry(slot).or_default().insert(tgid);
+        self.write_slot(slot)
+    }
+
+    fn untrack_process(&mut self, tgid: u32) -> Result<(), BackendError> {
+        let slot = tgid & (TGID_SLOTS - 1);
+        if let Some(s) = self.slots.get_mut(&slot) {
+            s.remove(&tgid);
+        }
+        self.write_slot(slot)?;
+        let _ = self.tgids.remove(&tgid);
+        Ok(())
+    }
+
+    fn track_fd(&mut self, tgid: u32, fd: u32, flags: u32) -> Result<(), BackendError> {
+        self.fds
+            .insert(FdKey { tgid, fd }, FdState::new(flags), 0)
+            .map_err(map_err("FDS"))
+    }
+
+    fn track_connect_path(&mut self, path: &Path) -> Result<(), BackendError> {
+        let bytes = path.as_os_str().as_encoded_bytes();
+        if bytes.len() >= SUN_PATH_LEN {
+            return Err(BackendError::PathTooLong(path.display().to_string()));
+        }
+        let mut key = SunPath {
+            bytes: [0; SUN_PATH_LEN],
+        };
+        key.bytes[..bytes.len()].copy_from_slice(bytes);
+        self.connect_paths
+            .insert(key, 1, 0)
+            .map_err(map_err("CONNECT_PATHS"))
+    }
+
+    fn loss(&self) -> Result<Loss, BackendError> {
+        let sum = |i: u32| -> Result<u64, BackendError> {
+            Ok(self
+                .counters
+                .get(&i, 0)
+                .map_err(map_err("COUNTERS"))?
+                .iter()
+                .sum())
+        };
+        Ok(Loss {
+            lost_records: sum(counter::LOST_RECORDS)?,
+            lost_bytes: sum(counter::LOST_BYTES)?,
+            read_faults: sum(counter::READ_FAULTS)?,
+            fd_map_full: sum(counter::FD_MAP_FULL)?,
+            malformed: 0,
+        })
+    }
+
+    fn drain(&mut self, f: &mut dyn FnMut(&[u8])) -> usize {
+        let mut n = 0;
+        while let Some(item) = self.ring.next() {
+            f(&item);
+            n += 1;
+        }
+        n
+    }
+
+    fn poll_fd(&self) -> RawFd {
+        self.ring.as_raw_fd()
+    }
+}

@@ -1,0 +1,202 @@
+//! Capture: the first stage of nri-trace. It turns what the probes saw into
+//! ordered per-connection byte streams.
+//!
+//! ```text
+//! probe (eBPF ring records) -> record::parse -> tracker::ConnTracker -> CaptureEvent stream
+//! ```
+//!
+//! The output, [`CaptureEvent`], is all later stages know about capture:
+//! connections opening and closing, [`Chunk`]s of bytes with their direction,
+//! process events, and loss reports. The kernel side sits behind
+//! [`backend::CaptureBackend`] so that another backend (uprobes on the
+//! runtime binary, or a recording) can produce the same events.
+
+pub mod backend;
+pub mod discovery;
+pub mod ebpf;
+pub mod record;
+pub mod session;
+pub mod tracker;
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+pub use nri_trace_common::Syscall;
+
+/// Stable id of one traced connection for the lifetime of a capture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct ConnId(pub u64);
+
+impl std::fmt::Display for ConnId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "c{}", self.0)
+    }
+}
+
+/// Direction of bytes relative to the traced process (the runtime).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// The traced process read these bytes (peer -> traced process).
+    In,
+    /// The traced process wrote these bytes (traced process -> peer).
+    Out,
+}
+
+/// When something happened: the kernel's CLOCK_MONOTONIC at syscall exit,
+/// and the matching wall-clock time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Timestamp {
+    pub mono_ns: u64,
+    /// Nanoseconds since the Unix epoch (derived from mono_ns with the
+    /// REALTIME-MONOTONIC offset taken when the capture started).
+    pub wall_ns: u64,
+}
+
+/// How the traced process came to hold a connection.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Origin {
+    /// Already open when the capture started (found in /proc).
+    Existing,
+    /// Accepted on a tracked listening socket.
+    Accept { listen_fd: i32 },
+    /// Connected by the traced process to a tracked socket path.
+    Connect,
+    /// One end of a socketpair the traced process created.
+    Socketpair { other_fd: i32 },
+    /// A duplicate of a tracked fd (dup/dup2/dup3): same connection.
+    Dup { old_fd: i32 },
+}
+
+/// A peer process, as far as /proc can tell.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Peer {
+    pub pid: u32,
+    pub uid: u32,
+    pub comm: Option<String>,
+    pub cmdline: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ConnOpen {
+    pub conn: ConnId,
+    pub ts: Timestamp,
+    pub tgid: u32,
+    pub fd: i32,
+    pub origin: Origin,
+    /// The socket path the connection belongs to (listener or connect
+    /// target), when known.
+    pub socket_path: Option<PathBuf>,
+    /// The process at the other end (SO_PEERCRED), when it can be found.
+    pub peer: Option<Peer>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ConnClose {
+    pub conn: ConnId,
+    pub ts: Timestamp,
+    /// Why the capture considers it closed.
+    pub reason: CloseReason,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CloseReason {
+    /// The last fd referring to it was closed.
+    Closed,
+    /// The traced process exited.
+    ProcessExit,
+    /// The capture stopped tracking it.
+    Untracked,
+}
+
+/// Bytes one syscall moved on a connection.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Chunk {
+    pub conn: ConnId,
+    pub direction: Direction,
+    pub ts: Timestamp,
+    pub tid: u32,
+    #[serde(serialize_with = "ser_syscall")]
+    pub syscall: Syscall,
+    #[serde(serialize_with = "ser_hex")]
+    pub bytes: Vec<u8>,
+    /// The syscall moved more bytes than `bytes` holds (snap length, iovec
+    /// limit, unreadable memory, or lost records): the stream has a hole
+    /// after these bytes and decoders must resynchronize.
+    pub truncated: bool,
+    /// Syscalls on this connection and direction were lost before this one
+    /// (ring buffer overflow): the stream has a hole before these bytes.
+    pub gap_before: bool,
+    /// Bytes the syscall really moved (its return value).
+    pub syscall_len: u64,
+}
+
+fn ser_syscall<S: serde::Serializer>(s: &Syscall, ser: S) -> Result<S::Ok, S::Error> {
+    ser.serialize_str(s.name())
+}
+
+fn ser_hex<S: serde::Serializer>(b: &[u8], ser: S) -> Result<S::Ok, S::Error> {
+    ser.serialize_str(&hex(b))
+}
+
+/// Lowercase hex of `b`.
+pub fn hex(b: &[u8]) -> String {
+    const D: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(b.len() * 2);
+    for &x in b {
+        s.push(D[(x >> 4) as usize] as char);
+        s.push(D[(x & 15) as usize] as char);
+    }
+    s
+}
+
+/// Process lifecycle of a traced process.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ProcessEvent {
+    Fork {
+        ts: Timestamp,
+        parent: u32,
+        child: u32,
+    },
+    Exit {
+        ts: Timestamp,
+        tgid: u32,
+    },
+}
+
+/// Cumulative loss counters (all CPUs), reported when they change.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Loss {
+    /// Records dropped because the ring buffer was full.
+    pub lost_records: u64,
+    /// Payload bytes in those records.
+    pub lost_bytes: u64,
+    /// Chunks whose user memory could not be read.
+    pub read_faults: u64,
+    /// Connections not tracked because the fd map was full.
+    pub fd_map_full: u64,
+    /// Records userspace could not parse (should stay 0).
+    pub malformed: u64,
+}
+
+impl Loss {
+    pub fn any(&self) -> bool {
+        *self != Loss::default()
+    }
+}
+
+/// What the capture stage emits, in kernel order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum CaptureEvent {
+    Open(ConnOpen),
+    Chunk(Chunk),
+    Close(ConnClose),
+    Process(ProcessEvent),
+    Loss(Loss),
+}

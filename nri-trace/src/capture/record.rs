@@ -1,0 +1,190 @@
+//! Parsing of raw ring-buffer records (layout in `nri_trace_common`).
+//!
+//! Records come from our own kernel programs, but a version mismatch between
+//! the embedded object and this parser, or a bug, must never crash the
+//! collector: every length is checked before use.
+
+use nri_trace_common::{
+    RecordHeader, RecordKind, Syscall, FLAG_LAST, FLAG_READ_FAULT, FLAG_TRUNCATED, MAX_CHUNK,
+    RECORD_HEADER_LEN,
+};
+use thiserror::Error;
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum RecordError {
+    #[error("record of {0} bytes is shorter than its {RECORD_HEADER_LEN}-byte header")]
+    Short(usize),
+    #[error("unknown record kind {0}")]
+    Kind(u16),
+    #[error("unknown syscall id {0}")]
+    Syscall(u16),
+    #[error("record claims {claimed} payload bytes but carries {present}")]
+    Length { claimed: u32, present: usize },
+}
+
+/// One parsed record, borrowing its payload from the ring buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawRecord<'a> {
+    pub kind: RecordKind,
+    pub syscall: Syscall,
+    pub flags: u32,
+    pub ts_ns: u64,
+    pub tgid: u32,
+    pub tid: u32,
+    pub fd: i32,
+    pub aux: i32,
+    pub ret: i64,
+    pub offset: u32,
+    pub payload: &'a [u8],
+}
+
+impl RawRecord<'_> {
+    pub fn truncated(&self) -> bool {
+        self.flags & (FLAG_TRUNCATED | FLAG_READ_FAULT) != 0
+    }
+    pub fn last(&self) -> bool {
+        self.flags & FLAG_LAST != 0
+    }
+}
+
+fn u16_at(b: &[u8], o: usize) -> u16 {
+    u16::from_ne_bytes([b[o], b[o + 1]])
+}
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_ne_bytes(b[o..o + 4].try_into().expect("4 bytes"))
+}
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_ne_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+}
+
+/// Parse one record. Field offsets follow `RecordHeader`'s repr(C) layout
+/// (asserted against `offset_of!` in the tests).
+pub fn parse(b: &[u8]) -> Result<RawRecord<'_>, RecordError> {
+    if b.len() < RECORD_HEADER_LEN {
+        return Err(RecordError::Short(b.len()));
+    }
+    let kind_raw = u16_at(b, 0);
+    let sc_raw = u16_at(b, 2);
+    let kind = RecordKind::from_u16(kind_raw).ok_or(RecordError::Kind(kind_raw))?;
+    let syscall = Syscall::from_u16(sc_raw).ok_or(RecordError::Syscall(sc_raw))?;
+    let len = u32_at(b, 44);
+    let present = b.len() - RECORD_HEADER_LEN;
+    if len as usize > present || len as usize > MAX_CHUNK {
+        return Err(RecordError::Length {
+            claimed: len,
+            present,
+        });
+    }
+    Ok(RawRecord {
+        kind,
+        syscall,
+        flags: u32_at(b, 4),
+        ts_ns: u64_at(b, 8),
+        tgid: u32_at(b, 16),
+        tid: u32_at(b, 20),
+        fd: u32_at(b, 24) as i32,
+        aux: u32_at(b, 28) as i32,
+        ret: u64_at(b, 32) as i64,
+        offset: u32_at(b, 40),
+        payload: &b[RECORD_HEADER_LEN..RECORD_HEADER_LEN + len as usize],
+    })
+}
+
+/// Serialize a header and payload the way the kernel programs do; used by
+/// tests and by replay of raw captures.
+pub fn encode(h: &RecordHeader, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(RECORD_HEADER_LEN + payload.len());
+    v.extend_from_slice(&h.kind.to_ne_bytes());
+    v.extend_from_slice(&h.syscall.to_ne_bytes());
+    v.extend_from_slice(&h.flags.to_ne_bytes());
+    v.extend_from_slice(&h.ts_ns.to_ne_bytes());
+    v.extend_from_slice(&h.tgid.to_ne_bytes());
+    v.extend_from_slice(&h.tid.to_ne_bytes());
+    v.extend_from_slice(&h.fd.to_ne_bytes());
+    v.extend_from_slice(&h.aux.to_ne_bytes());
+    v.extend_from_slice(&h.ret.to_ne_bytes());
+    v.extend_from_slice(&h.offset.to_ne_bytes());
+    v.extend_from_slice(&h.len.to_ne_bytes());
+    v.extend_from_slice(payload);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::offset_of;
+
+    #[test]
+    fn offsets_match_repr_c() {
+        assert_eq!(offset_of!(RecordHeader, kind), 0);
+        assert_eq!(offset_of!(RecordHeader, syscall), 2);
+        assert_eq!(offset_of!(RecordHeader, flags), 4);
+        assert_eq!(offset_of!(RecordHeader, ts_ns), 8);
+        assert_eq!(offset_of!(RecordHeader, tgid), 16);
+        assert_eq!(offset_of!(RecordHeader, tid), 20);
+        assert_eq!(offset_of!(RecordHeader, fd), 24);
+        assert_eq!(offset_of!(RecordHeader, aux), 28);
+        assert_eq!(offset_of!(RecordHeader, ret), 32);
+        assert_eq!(offset_of!(RecordHeader, offset), 40);
+        assert_eq!(offset_of!(RecordHeader, len), 44);
+    }
+
+    fn hdr(len: u32) -> RecordHeader {
+        RecordHeader {
+            kind: RecordKind::Data as u16,
+            syscall: Syscall::Writev as u16,
+            flags: FLAG_LAST,
+            ts_ns: 7,
+            tgid: 10,
+            tid: 11,
+            fd: 5,
+            aux: 3,
+            ret: 4,
+            offset: 0,
+            len,
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let b = encode(&hdr(4), b"abcd");
+        let r = parse(&b).unwrap();
+        assert_eq!(r.kind, RecordKind::Data);
+        assert_eq!(r.syscall, Syscall::Writev);
+        assert_eq!((r.tgid, r.tid, r.fd, r.aux, r.ret), (10, 11, 5, 3, 4));
+        assert_eq!(r.payload, b"abcd");
+        assert!(r.last() && !r.truncated());
+    }
+
+    #[test]
+    fn rejects_bad_records() {
+        assert_eq!(parse(&[0u8; 10]), Err(RecordError::Short(10)));
+        let b = encode(&hdr(100), b"abcd");
+        assert!(matches!(
+            parse(&b),
+            Err(RecordError::Length { claimed: 100, .. })
+        ));
+        let mut h = hdr(0);
+        h.kind = 99;
+        assert_eq!(parse(&encode(&h, b"")), Err(RecordError::Kind(99)));
+        let mut h = hdr(0);
+        h.syscall = 0;
+        assert_eq!(parse(&encode(&h, b"")), Err(RecordError::Syscall(0)));
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic() {
+        // Deterministic pseudo-random inputs of every length up to 200.
+        let mut x: u64 = 0x9e3779b97f4a7c15;
+        for len in 0..200 {
+            let mut b = vec![0u8; len];
+            for v in b.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *v = x as u8;
+            }
+            let _ = parse(&b);
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! `nri-trace doctor`: what works on this node, and what to fix.
+//!
+//! Every check is independent and reports one line; the last check really
+//! loads and attaches the capture programs, which is the only proof that
+//! matters (a kernel can have BTF and tracefs and still refuse a program).
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::capture::{
+    discovery,
+    ebpf::{EbpfBackend, EbpfOptions, CAPTURE_PROGRAMS},
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    Warn,
+    Fail,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Check {
+    pub name: String,
+    pub status: Status,
+    pub detail: String,
+    /// What to do about it (empty when ok).
+    pub fix: String,
+}
+
+fn check(name: &str, status: Status, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+    Check {
+        name: name.into(),
+        status,
+        detail: detail.into(),
+        fix: fix.into(),
+    }
+}
+
+/// Default runtime sockets (containerd, CRI-O, NRI).
+pub const DEFAULT_SOCKETS: &[(&str, &str)] = &[
+    ("containerd CRI", "/run/containerd/containerd.sock"),
+    ("CRI-O CRI", "/var/run/crio/crio.sock"),
+    ("NRI", "/var/run/nri/nri.sock"),
+];
+
+/// Effective capabilities of this process, from /proc/self/status CapEff.
+fn cap_eff() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("CapEff:"))?;
+    u64::from_str_radix(line.split_whitespace().nth(1)?, 16).ok()
+}
+
+pub fn privileges() -> Check {
+    // CAP_SYS_ADMIN 21, CAP_PERFMON 38, CAP_BPF 39, CAP_SYS_PTRACE 19.
+    let caps = cap_eff().unwrap_or(0);
+    let has = |b: u32| caps & (1u64 << b) != 0;
+    let euid = unsafe { libc::geteuid() };
+    if euid == 0 && has(21) {
+        check("privileges", Status::Ok, "root with CAP_SYS_ADMIN", "")
+    } else if has(39) && has(38) && has(19) {
+        check(
+            "privileges",
+            Status::Ok,
+            "CAP_BPF + CAP_PERFMON + CAP_SYS_PTRACE",
+            "",
+        )
+    } else {
+        check(
+            "privileges",
+            Status::Fail,
+            format!("euid {euid}, CapEff {caps:#x}"),
+            "run as root (sudo nri-trace ...), or grant CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE",
+        )
+    }
+}
+
+pub fn btf() -> Check {
+    if Path::new("/sys/kernel/btf/vmlinux").exists() {
+        check("kernel BTF", Status::Ok, "/sys/kernel/btf/vmlinux", "")
+    } else {
+        check(
+            "kernel BTF",
+            Status::Fail,
+            "/sys/kernel/btf/vmlinux missing",
+            "use a kernel built with CONFIG_DEBUG_INFO_BTF=y (bpf_get_current_task_btf needs it)",
+        )
+    }
+}
+
+pub fn kernel_version() -> Check {
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    unsafe { libc::uname(&mut u) };
+    let rel = unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) }
+        .to_string_lossy()
+        .into_owned();
+    let mut it = rel
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|s| s.parse::<u32>().ok());
+    let (maj, min) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
+    // bpf_task_pt_regs: 5.15; ring buffer: 5.8.
+    if (maj, min) >= (5, 15) {
+        check("kernel version", Status::Ok, rel, "")
+    } else {
+        check(
+            "kernel version",
+            Status::Fail,
+            rel,
+            "nri-trace needs Linux >= 5.15 (bpf_task_pt_regs)",
+        )
+    }
+}
+
+pub fn tracefs() -> Check {
+    let tp = Path::new("/sys/kernel/tracing/events");
+    if tp.exists() {
+        return check("tracefs", Status::Ok, "/sys/kernel/tracing", "");
+    }
+    if Path::new("/sys/kernel/debug/tracing/events").exists() {
+        return check("tracefs", Status::Ok, "/sys/kernel/debug/tracing", "");
+    }
+    check(
+        "tracefs",
+        Status::Warn,
+        "not mounted",
+        "nri-trace mounts it when it starts; or: mount -t tracefs tracefs /sys/kernel/tracing",
+    )
+}
+
+pub fn tracepoints() -> Check {
+    let base = [
+        "/sys/kernel/tracing/events",
+        "/sys/kernel/debug/tracing/events",
+    ]
+    .into_iter()
+    .map(Path::new)
+    .find(|p| p.exists());
+    let Some(base) = base else {
+        return check(
+            "tracepoints",
+            Status::Warn,
+            "tracefs not mounted: cannot list",
+            "see tracefs",
+        );
+    };
+    let missing: Vec<String> = CAPTURE_PROGRAMS
+        .iter()
+        .filter(|(_, c, t)| !base.join(c).join(t).join("id").exists())
+        .map(|(_, c, t)| format!("{c}/{t}"))
+        .collect();
+    if missing.is_empty() {
+        check(
+            "tracepoints",
+            Status::Ok,
+            format!("{} present", CAPTURE_PROGRAMS.len()),
+            "",
+        )
+    } else {
+        check(
+            "tracepoints",
+            Status::Fail,
+            format!("missing: {}", missing.join(", ")),
+            "use a kernel with CONFIG_FTRACE_SYSCALLS=y",
+        )
+    }
+}
+
+pub fn socket(label: &str, path: &str) -> Check {
+    let name = format!("socket {label}");
+    if !Path::new(path).exists() {
+        return check(
+            &name,
+            Status::Warn,
+            format!("{path}: not present"),
+            "pass --socket PATH if the runtime uses another path",
+        );
+    }
+    match discovery::find_listeners(Path::new(path)) {
+        Ok(ls) => {
+            let who: Vec<String> = ls
+                .iter()
+                .map(|l| {
+                    let comm = discovery::process_info(l.pid)
+                        .map(|i| i.comm)
+                        .unwrap_or_default();
+                    format!(
+                        "{comm}[{}] fd {} ({} connections)",
+                        l.pid,
+                        l.listen_fd,
+                        l.connections.len()
+                    )
+                })
+                .collect();
+            check(&name, Status::Ok, format!("{path}: {}", who.join(", ")), "")
+        }
+        Err(e) => check(
+            &name,
+            Status::Warn,
+            format!("{path}: {e}"),
+            "see docs/runtimes.md",
+        ),
+    }
+}
+
+pub fn load() -> Check {
+    if EbpfBackend::object().is_empty() {
+        return check(
+            "eBPF programs",
+            Status::Fail,
+            "this binary embeds no eBPF object",
+            "build with `cargo xtask build`",
+        );
+    }
+    let t = std::time::Instant::now();
+    match EbpfBackend::load(&EbpfOptions {
+        ring_bytes: 1 << 16,
+        ..Default::default()
+    }) {
+        Ok(_) => check(
+            "eBPF programs",
+            Status::Ok,
+            format!(
+                "{} programs loaded, verified and attached in {} ms",
+                CAPTURE_PROGRAMS.len(),
+                t.elapsed().as_millis()
+            ),
+            "",
+        ),
+        Err(e) => check(
+            "eBPF programs",
+            Status::Fail,
+            e.to_string(),
+            "see the checks above",
+        ),
+    }
+}
+
+/// Run every check, in order.
+pub fn run() -> Vec<Check> {
+    let mut v = vec![privileges(), kernel_version(), btf(), tracefs()];
+    let loaded = load(); // mounts tracefs if needed
+    v.push(tracepoints());
+    v.push(loaded);
+    for (label, path) in DEFAULT_SOCKETS {
+        v.push(socket(label, path));
+    }
+    v
+}

@@ -1,0 +1,17 @@
+//! nri-trace: see, live and without touching the runtime, what a container
+//! runtime and its NRI plugins do to each pod.
+//!
+//! Data flows one way; each stage is a module that knows nothing of the
+//! stages after it (docs/architecture.md):
+//!
+//! ```text
+//! probe (nri-trace-ebpf) -> capture -> decode -> model -> engine -> sinks
+//! ```
+//!
+//! - [`capture`]: eBPF syscall tracepoints on the runtime's unix sockets,
+//!   turned into ordered per-connection byte streams ([`capture::CaptureEvent`]).
+//! - [`doctor`]: checks that this node can run the probes.
+
+pub mod capture;
+pub mod doctor;
+pub mod output;

@@ -1,0 +1,252 @@
+//! The `nri-trace` command line (anyhow at this edge; library errors are
+//! typed and name their fix).
+
+use std::{io::Write, path::PathBuf, time::Duration};
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use nri_trace::{
+    capture::{
+        ebpf::{EbpfBackend, EbpfOptions, ProgramSet},
+        session::{self, SessionConfig},
+        CaptureEvent,
+    },
+    doctor, output,
+};
+use nri_trace_common::{DEFAULT_RING_BYTES, DEFAULT_SNAP};
+
+#[derive(Parser)]
+#[command(
+    name = "nri-trace",
+    version,
+    about = "Trace what a container runtime and its NRI plugins do to each pod, live, with eBPF"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Text,
+    Ndjson,
+}
+
+#[derive(clap::Args, Clone)]
+struct ProbeArgs {
+    /// Bytes captured per syscall at most.
+    #[arg(long, default_value_t = DEFAULT_SNAP)]
+    snap_len: u32,
+    /// Ring buffer size in bytes (rounded up to a power of two).
+    #[arg(long, default_value_t = DEFAULT_RING_BYTES)]
+    ring_bytes: u32,
+    /// Wake the reader once this many bytes wait (default: a quarter of the ring).
+    #[arg(long)]
+    wakeup_bytes: Option<u32>,
+    /// Drain the ring buffer at least this often, in milliseconds.
+    #[arg(long, default_value_t = 2)]
+    drain_ms: u64,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Print the raw byte streams of a process's unix-socket connections
+    /// (the capture stage alone, for debugging).
+    Capture {
+        /// A listening unix socket: capture the server side of its connections.
+        #[arg(long = "socket", value_name = "PATH")]
+        sockets: Vec<PathBuf>,
+        /// Also track this process (its socketpairs; its connects to --connect-path).
+        #[arg(long = "pid")]
+        pids: Vec<u32>,
+        /// Capture connect() calls of tracked processes to this path.
+        #[arg(long = "connect-path", value_name = "PATH")]
+        connect_paths: Vec<PathBuf>,
+        #[arg(long, value_enum, default_value = "text")]
+        format: Format,
+        /// Text format: dump at most this many bytes per syscall.
+        #[arg(long, default_value_t = 256)]
+        dump_bytes: usize,
+        /// Stop after this many seconds (default: until Ctrl-C or SIGTERM).
+        #[arg(long)]
+        duration: Option<f64>,
+        #[command(flatten)]
+        probe: ProbeArgs,
+    },
+    /// Check that this node can run nri-trace, and say what to fix.
+    Doctor {
+        #[arg(long, value_enum, default_value = "text")]
+        format: Format,
+    },
+    /// Attach a program set and hold it (benchmarks: design floors).
+    #[command(hide = true)]
+    Hold {
+        #[arg(long, value_enum)]
+        programs: ProgramSet,
+        /// Track this pid (the filter then has one entry, as in real use).
+        #[arg(long)]
+        pid: Option<u32>,
+        #[arg(long)]
+        duration: f64,
+    },
+}
+
+fn main() -> Result<()> {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        match cli.cmd {
+            Cmd::Capture {
+                sockets,
+                pids,
+                connect_paths,
+                format,
+                dump_bytes,
+                duration,
+                probe,
+            } => {
+                capture(
+                    sockets,
+                    pids,
+                    connect_paths,
+                    format,
+                    dump_bytes,
+                    duration,
+                    probe,
+                )
+                .await
+            }
+            Cmd::Doctor { format } => doctor_cmd(format),
+            Cmd::Hold {
+                programs,
+                pid,
+                duration,
+            } => hold(programs, pid, duration).await,
+        }
+    })
+}
+
+fn options(p: &ProbeArgs, programs: ProgramSet) -> EbpfOptions {
+    EbpfOptions {
+        ring_bytes: p.ring_bytes,
+        snap_len: p.snap_len,
+        wakeup_bytes: p.wakeup_bytes.unwrap_or(p.ring_bytes / 4),
+        programs,
+    }
+}
+
+async fn until_signal(duration: Option<f64>) {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    let sleep = async {
+        match duration {
+            Some(s) => tokio::time::sleep(Duration::from_secs_f64(s)).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+        _ = sleep => {}
+    }
+}
+
+async fn capture(
+    sockets: Vec<PathBuf>,
+    pids: Vec<u32>,
+    connect_paths: Vec<PathBuf>,
+    format: Format,
+    dump_bytes: usize,
+    duration: Option<f64>,
+    probe: ProbeArgs,
+) -> Result<()> {
+    let backend = EbpfBackend::load(&options(&probe, ProgramSet::Capture))?;
+    let cfg = SessionConfig {
+        sockets,
+        pids,
+        connect_paths,
+        drain_interval: Duration::from_millis(probe.drain_ms.max(1)),
+        ..Default::default()
+    };
+    let mut s = session::start(cfg, Box::new(backend)).await?;
+    for l in &s.info.listeners {
+        eprintln!(
+            "nri-trace: capturing {} (pid {}, listening fd {}, {} open connections)",
+            l.path.display(),
+            l.pid,
+            l.listen_fd,
+            l.connections.len()
+        );
+    }
+    let stdout = std::io::stdout();
+    let mut w = std::io::BufWriter::new(stdout.lock());
+    let stop = until_signal(duration);
+    tokio::pin!(stop);
+    let mut stopping = false;
+    loop {
+        let ev = tokio::select! {
+            _ = &mut stop, if !stopping => { s.stop_signal(); stopping = true; continue; }
+            ev = s.events.recv() => ev,
+        };
+        let Some(ev) = ev else { break };
+        match format {
+            Format::Text => output::text(&mut w, &ev, dump_bytes)?,
+            Format::Ndjson => output::ndjson(&mut w, &ev)?,
+        }
+        if !matches!(ev, CaptureEvent::Chunk(_)) || s.events.is_empty() {
+            w.flush()?;
+        }
+    }
+    w.flush()?;
+    s.stop().await;
+    Ok(())
+}
+
+fn doctor_cmd(format: Format) -> Result<()> {
+    let checks = doctor::run();
+    let failed = checks.iter().any(|c| c.status == doctor::Status::Fail);
+    match format {
+        Format::Ndjson => {
+            for c in &checks {
+                println!("{}", serde_json::to_string(c)?);
+            }
+        }
+        Format::Text => {
+            for c in &checks {
+                let tag = match c.status {
+                    doctor::Status::Ok => "ok  ",
+                    doctor::Status::Warn => "warn",
+                    doctor::Status::Fail => "FAIL",
+                };
+                println!("[{tag}] {:<24} {}", c.name, c.detail);
+                if !c.fix.is_empty() && c.status != doctor::Status::Ok {
+                    println!("       {:<24} fix: {}", "", c.fix);
+                }
+            }
+        }
+    }
+    if failed {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+async fn hold(programs: ProgramSet, pid: Option<u32>, duration: f64) -> Result<()> {
+    use nri_trace::capture::backend::CaptureBackend;
+    let mut b = EbpfBackend::load(&EbpfOptions {
+        programs,
+        ..Default::default()
+    })
+    .context("loading programs")?;
+    if let Some(p) = pid {
+        b.track_process(p)?;
+    }
+    println!("ready");
+    std::io::stdout().flush()?;
+    until_signal(Some(duration)).await;
+    Ok(())
+}

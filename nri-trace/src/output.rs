@@ -1,0 +1,130 @@
+//! Printing capture events: human text (with a hex/ASCII dump) or NDJSON.
+
+use std::io::{self, Write};
+
+use crate::capture::{CaptureEvent, Direction, Origin, ProcessEvent, Timestamp};
+
+/// Version of the NDJSON records written by `capture` (docs/capture.md).
+pub const CAPTURE_SCHEMA_VERSION: u32 = 1;
+
+/// Replace control characters so that untrusted text (process names, bytes
+/// shown as ASCII) cannot drive the terminal.
+pub fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { '\u{FFFD}' } else { c })
+        .collect()
+}
+
+fn clock(ts: &Timestamp) -> String {
+    let secs = ts.wall_ns / 1_000_000_000;
+    let micros = (ts.wall_ns % 1_000_000_000) / 1000;
+    let day = secs % 86_400;
+    format!(
+        "{:02}:{:02}:{:02}.{:06}",
+        day / 3600,
+        day / 60 % 60,
+        day % 60,
+        micros
+    )
+}
+
+/// `xxd`-style dump of at most `max` bytes.
+pub fn hexdump(w: &mut impl Write, bytes: &[u8], max: usize) -> io::Result<()> {
+    for (i, line) in bytes[..bytes.len().min(max)].chunks(16).enumerate() {
+        let hex: Vec<String> = line.iter().map(|b| format!("{b:02x}")).collect();
+        let ascii: String = line
+            .iter()
+            .map(|&b| {
+                if (0x20..0x7f).contains(&b) {
+                    b as char
+                } else {
+                    '.'
+                }
+            })
+            .collect();
+        writeln!(w, "    {:06x}  {:<47}  {}", i * 16, hex.join(" "), ascii)?;
+    }
+    if bytes.len() > max {
+        writeln!(w, "    ... {} more bytes", bytes.len() - max)?;
+    }
+    Ok(())
+}
+
+pub fn text(w: &mut impl Write, ev: &CaptureEvent, dump_max: usize) -> io::Result<()> {
+    match ev {
+        CaptureEvent::Open(o) => {
+            let origin = match &o.origin {
+                Origin::Existing => "existing".to_string(),
+                Origin::Accept { listen_fd } => format!("accept on fd {listen_fd}"),
+                Origin::Connect => "connect".to_string(),
+                Origin::Socketpair { other_fd } => format!("socketpair with fd {other_fd}"),
+                Origin::Dup { old_fd } => format!("dup of fd {old_fd}"),
+            };
+            let peer = o
+                .peer
+                .as_ref()
+                .map(|p| format!(" peer {}[{}]", sanitize(p.comm.as_deref().unwrap_or("?")), p.pid))
+                .unwrap_or_default();
+            let path = o
+                .socket_path
+                .as_ref()
+                .map(|p| format!(" {}", sanitize(&p.display().to_string())))
+                .unwrap_or_default();
+            writeln!(w, "{} {} open  pid {} fd {} ({origin}){path}{peer}", clock(&o.ts), o.conn, o.tgid, o.fd)
+        }
+        CaptureEvent::Close(c) => writeln!(w, "{} {} close ({:?})", clock(&c.ts), c.conn, c.reason),
+        CaptureEvent::Chunk(c) => {
+            let arrow = match c.direction {
+                Direction::In => "<-",
+                Direction::Out => "->",
+            };
+            let mut notes = String::new();
+            if c.gap_before {
+                notes.push_str(" [records lost before]");
+            }
+            if c.truncated {
+                notes.push_str(&format!(" [truncated: {} of {} bytes]", c.bytes.len(), c.syscall_len));
+            }
+            writeln!(w, "{} {} {arrow} {} {} bytes tid {}{notes}", clock(&c.ts), c.conn, c.syscall.name(), c.bytes.len(), c.tid)?;
+            hexdump(w, &c.bytes, dump_max)
+        }
+        CaptureEvent::Process(ProcessEvent::Fork { ts, parent, child }) => {
+            writeln!(w, "{} process {parent} forked {child}", clock(ts))
+        }
+        CaptureEvent::Process(ProcessEvent::Exit { ts, tgid }) => writeln!(w, "{} process {tgid} exited", clock(ts)),
+        CaptureEvent::Loss(l) => writeln!(
+            w,
+            "!! LOST: {} records ({} bytes) dropped by a full ring buffer, {} unreadable chunks, {} fds not tracked (map full), {} malformed",
+            l.lost_records, l.lost_bytes, l.read_faults, l.fd_map_full, l.malformed
+        ),
+    }
+}
+
+pub fn ndjson(w: &mut impl Write, ev: &CaptureEvent) -> io::Result<()> {
+    let mut v = serde_json::to_value(ev).map_err(io::Error::other)?;
+    if let Some(o) = v.as_object_mut() {
+        o.insert("v".into(), CAPTURE_SCHEMA_VERSION.into());
+    }
+    serde_json::to_writer(&mut *w, &v).map_err(io::Error::other)?;
+    w.write_all(b"\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sanitize_removes_escapes() {
+        assert_eq!(sanitize("a\x1b[31mb\n"), "a\u{FFFD}[31mb\u{FFFD}");
+    }
+
+    #[test]
+    fn hexdump_format() {
+        let mut v = Vec::new();
+        hexdump(&mut v, b"hello\x00world, this is long", 20).unwrap();
+        let s = String::from_utf8(v).unwrap();
+        assert!(s.starts_with("    000000  68 65 6c 6c 6f 00 77"), "{s}");
+        assert!(s.contains("hello.world, th"), "{s}");
+        assert!(s.contains("... 5 more bytes"), "{s}");
+    }
+}

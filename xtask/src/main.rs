@@ -1,0 +1,175 @@
+//! Developer tasks for nri-trace: `cargo xtask <setup|build|test|bench|lab>`.
+//!
+//! The eBPF crate cannot be built by the rustup toolchain on these machines
+//! (no rust-src, so no `-Z build-std`): it is built by Debian's rustc-web,
+//! which ships a prebuilt `core` for bpfel-unknown-none, and linked by
+//! bpf-linker against Debian's LLVM 22. See docs/building.md.
+
+mod bench;
+mod setup;
+
+use std::{
+    env,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "xtask", about = "nri-trace developer tasks")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install the build prerequisites (Debian packages, bpf-linker); idempotent.
+    Setup,
+    /// Build the eBPF object and the nri-trace binary that embeds it.
+    Build {
+        /// Build the userspace binary in debug mode.
+        #[arg(long)]
+        debug: bool,
+    },
+    /// Run every test: setup, build, unit tests, and the root/eBPF tests.
+    Test {
+        /// Extra arguments passed to `cargo test` (after `--`).
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// Run the benchmarks and print the tables for docs/benchmarks.md.
+    Bench(bench::BenchArgs),
+    /// Run `nri-trace` (built by `cargo xtask build`) with these arguments.
+    Run {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Setup => setup::run(),
+        Cmd::Build { debug } => build(!debug).map(|_| ()),
+        Cmd::Test { args } => test(&args),
+        Cmd::Bench(a) => bench::run(a),
+        Cmd::Run { args } => {
+            let bin = build(true)?;
+            let status = Command::new(bin).args(args).status()?;
+            std::process::exit(status.code().unwrap_or(1));
+        }
+    }
+}
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+/// Where `build_ebpf` leaves the object.
+pub fn ebpf_object() -> PathBuf {
+    workspace_root().join("target/bpf/bpfel-unknown-none/release/nri-trace-ebpf")
+}
+
+/// Build the eBPF programs with Debian's toolchain.
+pub fn build_ebpf() -> Result<PathBuf> {
+    setup::check_toolchain()?;
+    let root = workspace_root();
+    let cargo_home = env::var("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(env::var("HOME").unwrap_or_default()).join(".cargo"));
+    // /usr/bin first so that Debian's cargo/rustc win over rustup's proxies;
+    // bpf-linker lives in CARGO_HOME/bin.
+    let path = format!(
+        "/usr/bin:/bin:/usr/sbin:/sbin:{}",
+        cargo_home.join("bin").display()
+    );
+    let mut cmd = Command::new("/usr/bin/cargo");
+    cmd.current_dir(root.join("nri-trace-ebpf"))
+        .args(["build", "--release", "--target", "bpfel-unknown-none"])
+        .arg("--target-dir")
+        .arg(root.join("target/bpf"))
+        .env("PATH", path)
+        .env("RUSTC", "/usr/bin/rustc")
+        // aya-ebpf needs #![feature(asm_experimental_arch)]: unlock exactly
+        // that crate on the stable rustc-web.
+        .env("RUSTC_BOOTSTRAP", "aya_ebpf")
+        .env(
+            "CARGO_ENCODED_RUSTFLAGS",
+            ["-C", "debuginfo=2", "-C", "link-arg=--btf"].join("\x1f"),
+        );
+    for var in [
+        "RUSTUP_TOOLCHAIN",
+        "RUSTC_WRAPPER",
+        "RUSTFLAGS",
+        "CARGO_BUILD_TARGET",
+        "CARGO_TARGET_DIR",
+        "CARGO",
+        "RUSTDOC",
+    ] {
+        cmd.env_remove(var);
+    }
+    run(&mut cmd).context("building the eBPF programs (nri-trace-ebpf)")?;
+    let obj = ebpf_object();
+    if !obj.exists() {
+        bail!("the eBPF build succeeded but {} is missing", obj.display());
+    }
+    Ok(obj)
+}
+
+/// Build the eBPF object, then the userspace binary embedding it.
+pub fn build(release: bool) -> Result<PathBuf> {
+    let obj = build_ebpf()?;
+    let mut cmd = cargo();
+    cmd.args(["build", "-p", "nri-trace", "--bins"]);
+    if release {
+        cmd.arg("--release");
+    }
+    cmd.env("NRI_TRACE_EBPF_OBJ", &obj);
+    run(&mut cmd).context("building nri-trace")?;
+    let profile = if release { "release" } else { "debug" };
+    Ok(workspace_root()
+        .join("target")
+        .join(profile)
+        .join("nri-trace"))
+}
+
+fn test(extra: &[String]) -> Result<()> {
+    let ci = env::var("CI")
+        .map(|v| v == "true" || v == "1")
+        .unwrap_or(false);
+    if ci || !setup::toolchain_ready() {
+        setup::run()?;
+    }
+    let obj = build_ebpf()?;
+    let mut cmd = cargo();
+    cmd.args(["test", "--workspace", "--all-targets"])
+        .env("NRI_TRACE_EBPF_OBJ", &obj);
+    if !extra.is_empty() {
+        cmd.arg("--").args(extra);
+    }
+    run(&mut cmd).context("cargo test")?;
+    Ok(())
+}
+
+/// The user's cargo (rustup), for host crates.
+pub fn cargo() -> Command {
+    let mut c = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(workspace_root());
+    c
+}
+
+pub fn run(cmd: &mut Command) -> Result<()> {
+    let status = cmd
+        .status()
+        .with_context(|| format!("running {:?}", cmd.get_program()))?;
+    if !status.success() {
+        bail!("{:?} failed: {status}", cmd.get_program());
+    }
+    Ok(())
+}
