@@ -30,6 +30,8 @@ struct Cli {
 enum Format {
     Text,
     Ndjson,
+    /// Only a summary at the end (connections, chunks, bytes, losses).
+    Count,
 }
 
 #[derive(clap::Args, Clone)]
@@ -187,6 +189,7 @@ async fn capture(
     let stop = until_signal(duration);
     tokio::pin!(stop);
     let mut stopping = false;
+    let mut counts = output::Counts::default();
     loop {
         let ev = tokio::select! {
             _ = &mut stop, if !stopping => { s.stop_signal(); stopping = true; continue; }
@@ -196,10 +199,17 @@ async fn capture(
         match format {
             Format::Text => output::text(&mut w, &ev, dump_bytes)?,
             Format::Ndjson => output::ndjson(&mut w, &ev)?,
+            Format::Count => {
+                counts.add(&ev);
+                continue;
+            }
         }
         if !matches!(ev, CaptureEvent::Chunk(_)) || s.events.is_empty() {
             w.flush()?;
         }
+    }
+    if let Format::Count = format {
+        writeln!(w, "{}", serde_json::to_string(&counts)?)?;
     }
     w.flush()?;
     s.stop().await;
@@ -215,7 +225,7 @@ fn doctor_cmd(format: Format) -> Result<()> {
                 println!("{}", serde_json::to_string(c)?);
             }
         }
-        Format::Text => {
+        Format::Text | Format::Count => {
             for c in &checks {
                 let tag = match c.status {
                     doctor::Status::Ok => "ok  ",

@@ -100,6 +100,35 @@ pub fn text(w: &mut impl Write, ev: &CaptureEvent, dump_max: usize) -> io::Resul
     }
 }
 
+/// Totals for `--format count`.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct Counts {
+    pub connections_opened: u64,
+    pub connections_closed: u64,
+    pub chunks: u64,
+    pub bytes: u64,
+    pub truncated_chunks: u64,
+    pub chunks_after_gap: u64,
+    pub loss: crate::capture::Loss,
+}
+
+impl Counts {
+    pub fn add(&mut self, ev: &CaptureEvent) {
+        match ev {
+            CaptureEvent::Open(_) => self.connections_opened += 1,
+            CaptureEvent::Close(_) => self.connections_closed += 1,
+            CaptureEvent::Chunk(c) => {
+                self.chunks += 1;
+                self.bytes += c.bytes.len() as u64;
+                self.truncated_chunks += c.truncated as u64;
+                self.chunks_after_gap += c.gap_before as u64;
+            }
+            CaptureEvent::Loss(l) => self.loss = *l,
+            CaptureEvent::Process(_) => {}
+        }
+    }
+}
+
 pub fn ndjson(w: &mut impl Write, ev: &CaptureEvent) -> io::Result<()> {
     let mut v = serde_json::to_value(ev).map_err(io::Error::other)?;
     if let Some(o) = v.as_object_mut() {

@@ -152,7 +152,7 @@ impl EbpfBackend {
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("EVENTS", ring)
             .load(OBJECT)
-            .map_err(|e| BackendError::Load(format!("{e:#}")))?;
+            .map_err(|e| BackendError::Load(short_error(&e)))?;
         match opts.programs {
             ProgramSet::Capture => {
                 for (name, cat, tp) in CAPTURE_PROGRAMS {
@@ -210,6 +210,27 @@ impl EbpfBackend {
         };
         self.filter.set(slot, v, 0).map_err(map_err("TGID_FILTER"))
     }
+}
+
+/// A verifier log can be thousands of lines: keep its head and the lines
+/// that say why the program was rejected (at the end).
+fn short_error(e: &dyn std::fmt::Display) -> String {
+    let full = format!("{e:#}");
+    let lines: Vec<&str> = full.lines().collect();
+    if lines.len() <= 12 {
+        return full;
+    }
+    format!(
+        "{}\n  ... {} verifier lines omitted (run with RUST_LOG=debug for all) ...\n{}",
+        lines[0],
+        lines.len() - 9,
+        lines[lines.len() - 8..].join("\n")
+    )
+}
+
+fn load_prog(name: &str, e: &dyn std::fmt::Display) -> BackendError {
+    log::debug!("loading {name}: {e:#}");
+    BackendError::Load(format!("{name}: {}", short_error(e)))
 }
 
 fn attach_tp(ebpf: &mut Ebpf, name: &str, tps: &[(&str, &str)]) -> Result<(), BackendError> {
