@@ -85,7 +85,7 @@ pub enum Syscall {
     Dup = 14,
     Dup2 = 15,
     Dup3 = 16,
-    /// Not a syscall: sched_process_fork / sched_process_exit tracepoints.
+    /// Not a syscall: task_newtask / sched_process_exit tracepoints.
     Sched = 17,
 }
 

@@ -644,14 +644,21 @@ pub fn exit_dup3(ctx: TracePointContext) -> u32 {
     dup_exit(&ctx, Syscall::Dup3)
 }
 
+/// task/task_newtask runs in the parent for every new task; only a new
+/// process (not a thread: CLONE_THREAD) is a fork worth reporting.
 #[tracepoint]
-pub fn sched_fork(ctx: TracePointContext) -> u32 {
-    // sched/sched_process_fork runs in the parent; child_pid at offset 20.
+pub fn task_newtask(ctx: TracePointContext) -> u32 {
+    const CLONE_THREAD: u64 = 0x0001_0000; // include/uapi/linux/sched.h
     let pid_tgid = bpf_get_current_pid_tgid();
     if !tgid_tracked((pid_tgid >> 32) as u32) {
         return 0;
     }
-    let child: i32 = unsafe { ctx.read_at(20) }.unwrap_or(0);
+    // Format (events/task/task_newtask/format): pid at 8, clone_flags at 32.
+    let flags: u64 = unsafe { ctx.read_at(32) }.unwrap_or(CLONE_THREAD);
+    if flags & CLONE_THREAD != 0 {
+        return 0;
+    }
+    let child: i32 = unsafe { ctx.read_at(8) }.unwrap_or(0);
     let hdr = header(RecordKind::Fork, Syscall::Sched, pid_tgid, -1, child, 0);
     emit_header(&hdr, config().wakeup_bytes);
     0

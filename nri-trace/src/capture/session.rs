@@ -252,12 +252,13 @@ async fn drain_until_stopped(
             _ = tick.tick() => {}
         }
         backend.drain(&mut |bytes| match record::parse(bytes) {
-            Ok(r) => tracker.on_record(&r, &mut out, &mut peer_of),
+            Ok(r) => tracker.on_record(&r, &mut out),
             Err(e) => {
                 malformed += 1;
                 log::debug!("malformed record: {e}");
             }
         });
+        tracker.resolve_peers(&mut out, &mut peer_of);
         let now = monotonic_ns();
         // Syscalls whose last record never came (lost) are flushed after 1 s.
         tracker.flush_stale(now, 1_000_000_000, &mut out);

@@ -64,6 +64,9 @@ pub struct ConnTracker {
     /// connection, not a new one.
     existing_since: HashMap<(u32, i32), u64>,
     tracked_tgids: HashSet<u32>,
+    /// Connections opened in the current batch whose peer is not looked up
+    /// yet (see `resolve_peers`).
+    unresolved: Vec<(ConnId, u32, i32)>,
 }
 
 impl ConnTracker {
@@ -78,6 +81,7 @@ impl ConnTracker {
             connect_paths: Vec::new(),
             existing_since: HashMap::new(),
             tracked_tgids: HashSet::new(),
+            unresolved: Vec::new(),
         }
     }
 
@@ -144,17 +148,12 @@ impl ConnTracker {
         }))
     }
 
-    /// Handle one record; `peer_of(tgid, fd)` looks up the peer of a new
-    /// connection (SO_PEERCRED) while its fd is still open.
-    pub fn on_record(
-        &mut self,
-        r: &RawRecord<'_>,
-        out: &mut Vec<CaptureEvent>,
-        peer_of: &mut dyn FnMut(u32, i32) -> Option<Peer>,
-    ) {
+    /// Handle one record. New connections get their peer from
+    /// `resolve_peers`, called once the batch is drained.
+    pub fn on_record(&mut self, r: &RawRecord<'_>, out: &mut Vec<CaptureEvent>) {
         match r.kind {
             RecordKind::Data => self.on_data(r, out),
-            RecordKind::Open => self.on_open(r, out, peer_of),
+            RecordKind::Open => self.on_open(r, out),
             RecordKind::Close => self.on_close(r.tgid, r.fd, r.ts_ns, out),
             RecordKind::Fork => out.push(CaptureEvent::Process(ProcessEvent::Fork {
                 ts: self.ts(r.ts_ns),
@@ -165,12 +164,7 @@ impl ConnTracker {
         }
     }
 
-    fn on_open(
-        &mut self,
-        r: &RawRecord<'_>,
-        out: &mut Vec<CaptureEvent>,
-        peer_of: &mut dyn FnMut(u32, i32) -> Option<Peer>,
-    ) {
+    fn on_open(&mut self, r: &RawRecord<'_>, out: &mut Vec<CaptureEvent>) {
         let key = (r.tgid, r.fd);
         if let Some(scan) = self.existing_since.get(&key) {
             if r.ts_ns <= *scan {
@@ -206,7 +200,7 @@ impl ConnTracker {
             _ => (Origin::Existing, None),
         };
         let conn = self.new_conn(r.tgid, r.fd);
-        let peer = peer_of(r.tgid, r.fd);
+        self.unresolved.push((conn, r.tgid, r.fd));
         out.push(CaptureEvent::Open(ConnOpen {
             conn,
             ts: self.ts(r.ts_ns),
@@ -214,8 +208,36 @@ impl ConnTracker {
             fd: r.fd,
             origin,
             socket_path,
-            peer,
+            peer: None,
         }));
+    }
+
+    /// Fill in the peer (`peer_of(tgid, fd)`, i.e. SO_PEERCRED on the fd
+    /// now) of the connections opened in this batch of events. The lookup is
+    /// only trustworthy while the fd still is that connection: one closed
+    /// within the batch may have had its fd number reused by a newer
+    /// connection, whose peer it would get. Those keep `peer: None`.
+    pub fn resolve_peers(
+        &mut self,
+        out: &mut [CaptureEvent],
+        peer_of: &mut dyn FnMut(u32, i32) -> Option<Peer>,
+    ) {
+        for (conn, tgid, fd) in std::mem::take(&mut self.unresolved) {
+            if self.conn_of(tgid, fd) != Some(conn) {
+                continue;
+            }
+            let Some(peer) = peer_of(tgid, fd) else {
+                continue;
+            };
+            for ev in out.iter_mut() {
+                if let CaptureEvent::Open(o) = ev {
+                    if o.conn == conn {
+                        o.peer = Some(peer);
+                        break;
+                    }
+                }
+            }
+        }
     }
 
     fn release_fd(
@@ -473,7 +495,7 @@ mod tests {
             payload: &r.payload,
         };
         let mut out = vec![];
-        t.on_record(&raw, &mut out, &mut |_, _| None);
+        t.on_record(&raw, &mut out);
         out
     }
 
@@ -699,6 +721,49 @@ mod tests {
             CaptureEvent::Process(ProcessEvent::Exit { tgid: 1, .. })
         ));
         assert_eq!(t.open_connections(), 1);
+    }
+
+    #[test]
+    fn peer_not_taken_from_a_reused_fd() {
+        let mut t = ConnTracker::new(0);
+        let peer = |pid| Peer {
+            pid,
+            uid: 0,
+            comm: None,
+            cmdline: vec![],
+        };
+        // One batch: conn 1 on fd 7 opens and closes, conn 2 reuses fd 7.
+        let mut out = feed(
+            &mut t,
+            &Rec {
+                aux: 3,
+                ..rec(RecordKind::Open, Syscall::Accept4, 7)
+            },
+        );
+        out.extend(feed(&mut t, &rec(RecordKind::Close, Syscall::Close, 7)));
+        out.extend(feed(
+            &mut t,
+            &Rec {
+                ts: 101,
+                aux: 3,
+                ..rec(RecordKind::Open, Syscall::Accept4, 7)
+            },
+        ));
+        // /proc now shows fd 7 = conn 2, whose peer is pid 42.
+        t.resolve_peers(&mut out, &mut |_, _| Some(peer(42)));
+        let opens: Vec<&ConnOpen> = out
+            .iter()
+            .filter_map(|e| {
+                if let CaptureEvent::Open(o) = e {
+                    Some(o)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        assert_eq!(opens[0].conn, ConnId(1));
+        assert_eq!(opens[0].peer, None, "conn 1 must not get conn 2's peer");
+        assert_eq!(opens[1].peer, Some(peer(42)));
     }
 
     #[test]

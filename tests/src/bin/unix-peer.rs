@@ -1,0 +1,436 @@
+//! unix-peer: the process the nri-trace integration tests TRACE.
+//!
+//! It moves bytes on unix sockets with exactly the syscalls a test asks for,
+//! so that the test can check what the eBPF capture saw against what really
+//! happened. std + libc only; every data syscall is a direct libc call.
+//!
+//! Modes:
+//!
+//! ```text
+//! unix-peer serve PATH SCRIPT [--count N] [--threads]
+//! unix-peer socketpair [MSG_LEN [REPLY_LEN]]
+//! ```
+//!
+//! `serve` binds and listens on PATH, prints `ready`, accepts N connections
+//! (default 1; one at a time, or each in its own thread with `--threads`)
+//! and runs SCRIPT on each, then closes it with close(2). After the last
+//! connection it prints `done` and exits 0 (non-zero on any error).
+//!
+//! SCRIPT is a comma list of steps:
+//! - `read:N`, `readv:N`, `recvfrom:N`, `recvmsg:N`: receive exactly N bytes,
+//!   looping with that same syscall until they arrived (readv/recvmsg use 3
+//!   iovecs of uneven sizes, the first one empty for tiny reads);
+//! - `write:N`, `writev:N`, `sendto:N`, `sendmsg:N`: send N bytes with that
+//!   syscall, looping until all were sent (writev/sendmsg: 3 iovecs);
+//! - `OP:N*R`: the step repeated R times;
+//! - `wait`: print `waiting`, then block until a line arrives on stdin.
+//!
+//! The bytes sent are deterministic: byte j of the connection's outgoing
+//! stream is `pattern_byte(key, j)`, where `key` is the FNV-1a hash of every
+//! byte received on the connection before the step started. The tests carry
+//! the same two functions (tests/common/mod.rs) and recompute the stream.
+//!
+//! `socketpair` waits for the line `go` on stdin (so the capture is attached
+//! first), creates an AF_UNIX stream socketpair, prints `socketpair A B`
+//! (the two fds) and forks. The child writes MSG_LEN bytes (`pattern_byte(1,
+//! j)`, default 100 KiB) to B with write(2), reads REPLY_LEN bytes
+//! (`pattern_byte(2, j)`, default 30000) with read(2), checks them, closes B
+//! and exits. The parent closes B, reads the child's message from A with
+//! read(2), checks it, writes the reply with write(2), closes A, waits for
+//! the child, prints `child PID` and `done`.
+
+use std::{
+    io::{BufRead, Write},
+    os::{fd::IntoRawFd, unix::net::UnixListener},
+    process::exit,
+};
+
+// ------------------------------------------------ shared with the tests
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+fn fnv1a(mut h: u64, data: &[u8]) -> u64 {
+    for &b in data {
+        h ^= b as u64;
+        h = h.wrapping_mul(FNV_PRIME);
+    }
+    h
+}
+
+fn mix64(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^= x >> 33;
+    x
+}
+
+/// Byte `j` of a deterministic stream named by `key`.
+fn pattern_byte(key: u64, j: u64) -> u8 {
+    (mix64(key ^ j.wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 29) as u8
+}
+
+// ------------------------------------------------ script
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    Read,
+    Readv,
+    Recvfrom,
+    Recvmsg,
+    Write,
+    Writev,
+    Sendto,
+    Sendmsg,
+}
+
+impl Op {
+    fn parse(s: &str) -> Option<Op> {
+        Some(match s {
+            "read" => Op::Read,
+            "readv" => Op::Readv,
+            "recvfrom" => Op::Recvfrom,
+            "recvmsg" => Op::Recvmsg,
+            "write" => Op::Write,
+            "writev" => Op::Writev,
+            "sendto" => Op::Sendto,
+            "sendmsg" => Op::Sendmsg,
+            _ => return None,
+        })
+    }
+
+    fn inbound(self) -> bool {
+        matches!(self, Op::Read | Op::Readv | Op::Recvfrom | Op::Recvmsg)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    Io(Op, usize),
+    Wait,
+}
+
+fn parse_script(s: &str) -> Result<Vec<Step>, String> {
+    let mut steps = Vec::new();
+    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        if item == "wait" {
+            steps.push(Step::Wait);
+            continue;
+        }
+        let (op, n) = item
+            .split_once(':')
+            .ok_or_else(|| format!("bad step {item:?}: want OP:N"))?;
+        let op = Op::parse(op).ok_or_else(|| format!("unknown syscall {op:?} in {item:?}"))?;
+        let (n, repeat) = match n.split_once('*') {
+            Some((n, r)) => (n, r.parse::<usize>().map_err(|e| format!("{item:?}: {e}"))?),
+            None => (n, 1),
+        };
+        let n = n.parse::<usize>().map_err(|e| format!("{item:?}: {e}"))?;
+        if n == 0 {
+            return Err(format!("{item:?}: zero-byte steps are not supported"));
+        }
+        steps.extend(std::iter::repeat_n(Step::Io(op, n), repeat));
+    }
+    Ok(steps)
+}
+
+// ------------------------------------------------ syscalls
+
+fn errno() -> std::io::Error {
+    std::io::Error::last_os_error()
+}
+
+/// Three uneven iovecs covering `len` bytes at `base`: len/7, len/3, rest
+/// (the first ones are empty for tiny lengths, which the capture must skip).
+fn iovecs(base: *mut u8, len: usize) -> [libc::iovec; 3] {
+    let a = len / 7;
+    let b = len / 3;
+    let c = len - a - b;
+    unsafe {
+        [
+            libc::iovec {
+                iov_base: base as *mut libc::c_void,
+                iov_len: a,
+            },
+            libc::iovec {
+                iov_base: base.add(a) as *mut libc::c_void,
+                iov_len: b,
+            },
+            libc::iovec {
+                iov_base: base.add(a + b) as *mut libc::c_void,
+                iov_len: c,
+            },
+        ]
+    }
+}
+
+fn msghdr(iov: &mut [libc::iovec; 3]) -> libc::msghdr {
+    let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
+    m.msg_iov = iov.as_mut_ptr();
+    m.msg_iovlen = iov.len() as _;
+    m
+}
+
+/// Receive exactly `buf.len()` bytes with `op`, looping with the same syscall.
+fn recv_exact(fd: i32, op: Op, buf: &mut [u8]) -> Result<(), String> {
+    let mut got = 0;
+    while got < buf.len() {
+        let want = buf.len() - got;
+        let p = unsafe { buf.as_mut_ptr().add(got) };
+        let r = unsafe {
+            match op {
+                Op::Read => libc::read(fd, p as *mut libc::c_void, want),
+                Op::Recvfrom => libc::recvfrom(
+                    fd,
+                    p as *mut libc::c_void,
+                    want,
+                    0,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                ),
+                Op::Readv => {
+                    let iov = iovecs(p, want);
+                    libc::readv(fd, iov.as_ptr(), iov.len() as i32)
+                }
+                Op::Recvmsg => {
+                    let mut iov = iovecs(p, want);
+                    let mut m = msghdr(&mut iov);
+                    libc::recvmsg(fd, &mut m, 0)
+                }
+                _ => unreachable!("{op:?} is not a receive"),
+            }
+        };
+        if r < 0 {
+            let e = errno();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(format!("{op:?} on fd {fd}: {e}"));
+        }
+        if r == 0 {
+            return Err(format!(
+                "{op:?} on fd {fd}: end of stream after {got} of {} bytes",
+                buf.len()
+            ));
+        }
+        got += r as usize;
+    }
+    Ok(())
+}
+
+/// Send all of `buf` with `op`, looping with the same syscall.
+fn send_all(fd: i32, op: Op, buf: &[u8]) -> Result<(), String> {
+    let mut sent = 0;
+    while sent < buf.len() {
+        let left = buf.len() - sent;
+        let p = unsafe { buf.as_ptr().add(sent) };
+        let r = unsafe {
+            match op {
+                Op::Write => libc::write(fd, p as *const libc::c_void, left),
+                Op::Sendto => libc::sendto(
+                    fd,
+                    p as *const libc::c_void,
+                    left,
+                    libc::MSG_NOSIGNAL,
+                    std::ptr::null(),
+                    0,
+                ),
+                Op::Writev => {
+                    let iov = iovecs(p as *mut u8, left);
+                    libc::writev(fd, iov.as_ptr(), iov.len() as i32)
+                }
+                Op::Sendmsg => {
+                    let mut iov = iovecs(p as *mut u8, left);
+                    let m = msghdr(&mut iov);
+                    libc::sendmsg(fd, &m, libc::MSG_NOSIGNAL)
+                }
+                _ => unreachable!("{op:?} is not a send"),
+            }
+        };
+        if r < 0 {
+            let e = errno();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(format!("{op:?} on fd {fd}: {e}"));
+        }
+        sent += r as usize;
+    }
+    Ok(())
+}
+
+fn close(fd: i32) -> Result<(), String> {
+    if unsafe { libc::close(fd) } != 0 {
+        return Err(format!("close({fd}): {}", errno()));
+    }
+    Ok(())
+}
+
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+fn read_stdin_line() -> Result<String, String> {
+    let mut line = String::new();
+    match std::io::stdin().lock().read_line(&mut line) {
+        Ok(0) => Err("stdin closed while waiting for a line".into()),
+        Ok(_) => Ok(line.trim_end().to_string()),
+        Err(e) => Err(format!("stdin: {e}")),
+    }
+}
+
+// ------------------------------------------------ modes
+
+fn run_script(fd: i32, steps: &[Step]) -> Result<(), String> {
+    let mut received = FNV_OFFSET;
+    let mut out_off = 0u64;
+    let mut buf = Vec::new();
+    for step in steps {
+        match *step {
+            Step::Wait => {
+                say("waiting");
+                read_stdin_line()?;
+            }
+            Step::Io(op, n) if op.inbound() => {
+                buf.clear();
+                buf.resize(n, 0);
+                recv_exact(fd, op, &mut buf)?;
+                received = fnv1a(received, &buf);
+            }
+            Step::Io(op, n) => {
+                buf.clear();
+                buf.extend((0..n as u64).map(|j| pattern_byte(received, out_off + j)));
+                send_all(fd, op, &buf)?;
+                out_off += n as u64;
+            }
+        }
+    }
+    close(fd)
+}
+
+fn serve(args: &[String]) -> Result<(), String> {
+    let [path, script, rest @ ..] = args else {
+        return Err("usage: unix-peer serve PATH SCRIPT [--count N] [--threads]".into());
+    };
+    let steps = parse_script(script)?;
+    let mut count = 1usize;
+    let mut threads = false;
+    let mut it = rest.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--count" => {
+                count = it
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .ok_or("--count wants a number")?
+            }
+            "--threads" => threads = true,
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    let listener = UnixListener::bind(path).map_err(|e| format!("bind {path}: {e}"))?;
+    say("ready");
+    let mut handles = Vec::new();
+    for _ in 0..count {
+        let (stream, _) = listener.accept().map_err(|e| format!("accept: {e}"))?;
+        let fd = stream.into_raw_fd();
+        if threads {
+            let steps = steps.clone();
+            handles.push(std::thread::spawn(move || run_script(fd, &steps)));
+        } else {
+            run_script(fd, &steps)?;
+        }
+    }
+    for h in handles {
+        h.join().map_err(|_| "connection thread panicked")??;
+    }
+    drop(listener);
+    say("done");
+    Ok(())
+}
+
+fn socketpair(args: &[String]) -> Result<(), String> {
+    let msg_len: usize = args
+        .first()
+        .map_or(Ok(100 * 1024), |a| a.parse())
+        .map_err(|e| format!("MSG_LEN: {e}"))?;
+    let reply_len: usize = args
+        .get(1)
+        .map_or(Ok(30_000), |a| a.parse())
+        .map_err(|e| format!("REPLY_LEN: {e}"))?;
+    let msg: Vec<u8> = (0..msg_len as u64).map(|j| pattern_byte(1, j)).collect();
+    let reply: Vec<u8> = (0..reply_len as u64).map(|j| pattern_byte(2, j)).collect();
+    let mut buf = vec![0u8; msg_len.max(reply_len)];
+
+    let go = read_stdin_line()?;
+    if go != "go" {
+        return Err(format!("expected \"go\" on stdin, got {go:?}"));
+    }
+    let mut sv = [0i32; 2];
+    if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, sv.as_mut_ptr()) } != 0 {
+        return Err(format!("socketpair: {}", errno()));
+    }
+    let [a, b] = sv;
+    say(&format!("socketpair {a} {b}"));
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!("fork: {}", errno()));
+    }
+    if pid == 0 {
+        // Child: single-threaded copy of us; buffers were prepared before fork.
+        let r = (|| {
+            close(a)?;
+            send_all(b, Op::Write, &msg)?;
+            recv_exact(b, Op::Read, &mut buf[..reply_len])?;
+            if buf[..reply_len] != reply[..] {
+                return Err("child: the reply differs from the expected pattern".to_string());
+            }
+            close(b)
+        })();
+        let code = match r {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("unix-peer child: {e}");
+                1
+            }
+        };
+        unsafe { libc::_exit(code) };
+    }
+    close(b)?;
+    recv_exact(a, Op::Read, &mut buf[..msg_len])?;
+    if buf[..msg_len] != msg[..] {
+        return Err("parent: the child's message differs from the expected pattern".into());
+    }
+    send_all(a, Op::Write, &reply)?;
+    close(a)?;
+    let mut status = 0;
+    if unsafe { libc::waitpid(pid, &mut status, 0) } != pid {
+        return Err(format!("waitpid: {}", errno()));
+    }
+    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        return Err(format!("child {pid} failed (wait status {status:#x})"));
+    }
+    say(&format!("child {pid}"));
+    say("done");
+    Ok(())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let r = match args.first().map(String::as_str) {
+        Some("serve") => serve(&args[1..]),
+        Some("socketpair") => socketpair(&args[1..]),
+        _ => Err(
+            "usage: unix-peer serve PATH SCRIPT [--count N] [--threads] | socketpair [MSG_LEN [REPLY_LEN]]"
+                .into(),
+        ),
+    };
+    if let Err(e) = r {
+        eprintln!("unix-peer: {e}");
+        exit(1);
+    }
+}

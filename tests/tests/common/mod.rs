@@ -1,0 +1,599 @@
+//! Shared helpers of the root/eBPF integration tests: the skip-or-fail guard,
+//! the traced helper process (`unix-peer`), event collection, and per
+//! (connection, direction) stream reassembly.
+#![allow(dead_code)]
+
+use std::{
+    io::{BufRead, BufReader, Write},
+    path::{Path, PathBuf},
+    process::{Child, ChildStdin, Command, ExitStatus, Stdio},
+    sync::{mpsc as std_mpsc, Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use nri_trace::capture::{
+    ebpf::{EbpfBackend, EbpfOptions, ProgramSet},
+    session::{self, Session, SessionConfig},
+    CaptureEvent, Chunk, ConnClose, ConnId, ConnOpen, Direction, Syscall,
+};
+use tokio::task::JoinHandle;
+
+/// The helper binary of this package.
+pub const PEER_BIN: &str = env!("CARGO_BIN_EXE_unix-peer");
+
+/// Generous bound for anything a test waits on.
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+
+// ------------------------------------------------ guard
+
+/// Why these tests cannot run here, if they cannot.
+pub fn skip_reason() -> Option<String> {
+    if unsafe { libc::geteuid() } != 0 {
+        return Some(format!(
+            "not running as root (euid {}): loading eBPF programs and reading other \
+             processes' /proc entries needs root",
+            unsafe { libc::geteuid() }
+        ));
+    }
+    if EbpfBackend::object().is_empty() {
+        return Some(
+            "no eBPF object is embedded in nri-trace: run `cargo xtask build` \
+             (or set NRI_TRACE_EBPF_OBJ) and rebuild"
+                .into(),
+        );
+    }
+    None
+}
+
+/// True when the test may run. Otherwise it prints why and returns false,
+/// except in CI (CI=true or CI=1), where these tests must run: it panics.
+pub fn guard(test: &str) -> bool {
+    let Some(reason) = skip_reason() else {
+        return true;
+    };
+    // "1" too, as `cargo xtask test` treats it.
+    if matches!(std::env::var("CI").as_deref(), Ok("true") | Ok("1")) {
+        panic!("{test}: cannot run the root/eBPF tests in CI: {reason}");
+    }
+    eprintln!("skipping {test}: {reason}");
+    false
+}
+
+// ------------------------------------------------ deterministic bytes
+// The same functions as in src/bin/unix-peer.rs (the helper is std-only).
+
+pub const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+pub fn fnv1a(mut h: u64, data: &[u8]) -> u64 {
+    for &b in data {
+        h ^= b as u64;
+        h = h.wrapping_mul(FNV_PRIME);
+    }
+    h
+}
+
+fn mix64(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^= x >> 33;
+    x
+}
+
+pub fn pattern_byte(key: u64, j: u64) -> u8 {
+    (mix64(key ^ j.wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 29) as u8
+}
+
+/// `len` bytes of the deterministic stream `key`.
+pub fn pattern(key: u64, len: usize) -> Vec<u8> {
+    (0..len as u64).map(|j| pattern_byte(key, j)).collect()
+}
+
+// ------------------------------------------------ scripts
+
+/// One data step of a unix-peer script, located in its direction's stream.
+#[derive(Clone, Debug)]
+pub struct StepRange {
+    pub index: usize,
+    pub syscall: Syscall,
+    pub direction: Direction,
+    /// Byte range of the step in the traced process's stream of `direction`.
+    pub start: usize,
+    pub end: usize,
+}
+
+fn syscall_of(name: &str) -> Syscall {
+    match name {
+        "read" => Syscall::Read,
+        "readv" => Syscall::Readv,
+        "recvfrom" => Syscall::Recvfrom,
+        "recvmsg" => Syscall::Recvmsg,
+        "write" => Syscall::Write,
+        "writev" => Syscall::Writev,
+        "sendto" => Syscall::Sendto,
+        "sendmsg" => Syscall::Sendmsg,
+        _ => panic!("unknown script syscall {name:?}"),
+    }
+}
+
+/// What a unix-peer connection running `script` does.
+#[derive(Clone, Debug)]
+pub struct Expected {
+    pub steps: Vec<StepRange>,
+    /// Bytes the server reads (the client must send exactly these).
+    pub in_len: usize,
+    /// Bytes the server writes, given what the client sent.
+    pub out: Vec<u8>,
+}
+
+/// The data steps of a unix-peer script (`wait`s skipped, repeats expanded).
+pub fn parse_script(script: &str) -> Vec<(Syscall, usize)> {
+    let mut steps = Vec::new();
+    for item in script.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        if item == "wait" {
+            continue;
+        }
+        let (op, n) = item.split_once(':').expect("OP:N");
+        let (n, repeat) = match n.split_once('*') {
+            Some((n, r)) => (n, r.parse::<usize>().expect("repeat count")),
+            None => (n, 1),
+        };
+        let n: usize = n.parse().expect("byte count");
+        steps.extend(std::iter::repeat_n((syscall_of(op), n), repeat));
+    }
+    steps
+}
+
+/// Bytes a connection running `script` reads from its client.
+pub fn script_in_len(script: &str) -> usize {
+    parse_script(script)
+        .iter()
+        .filter(|(s, _)| s.is_inbound())
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// Replays `script` as the server will, given the bytes the client sends
+/// (`client_sends`, exactly as long as the script reads).
+pub fn expect_script(script: &str, client_sends: &[u8]) -> Expected {
+    let mut steps = Vec::new();
+    let (mut in_off, mut out) = (0usize, Vec::new());
+    let mut key = FNV_OFFSET;
+    for (index, (syscall, n)) in parse_script(script).into_iter().enumerate() {
+        if syscall.is_inbound() {
+            key = fnv1a(key, &client_sends[in_off..in_off + n]);
+            steps.push(StepRange {
+                index,
+                syscall,
+                direction: Direction::In,
+                start: in_off,
+                end: in_off + n,
+            });
+            in_off += n;
+        } else {
+            let base = out.len() as u64;
+            out.extend((0..n as u64).map(|j| pattern_byte(key, base + j)));
+            steps.push(StepRange {
+                index,
+                syscall,
+                direction: Direction::Out,
+                start: base as usize,
+                end: out.len(),
+            });
+        }
+    }
+    assert_eq!(
+        in_off,
+        client_sends.len(),
+        "the client must send exactly what the script reads"
+    );
+    Expected {
+        steps,
+        in_len: in_off,
+        out,
+    }
+}
+
+/// Check that every chunk of (conn, dir) lies inside one script step and
+/// carries that step's syscall; returns the chunks per step index.
+#[track_caller]
+pub fn assert_chunks_follow_steps(
+    what: &str,
+    evs: &[CaptureEvent],
+    conn: ConnId,
+    dir: Direction,
+    steps: &[StepRange],
+) -> std::collections::BTreeMap<usize, usize> {
+    let mut per_step = std::collections::BTreeMap::new();
+    let mut pos = 0usize;
+    for c in chunks(evs, conn, dir) {
+        let end = pos + c.bytes.len();
+        let step = steps
+            .iter()
+            .filter(|s| s.direction == dir)
+            .find(|s| s.start <= pos && end <= s.end)
+            .unwrap_or_else(|| {
+                panic!(
+                    "{what}: {dir:?} chunk at bytes {pos}..{end} ({}) spans script steps",
+                    c.syscall.name()
+                )
+            });
+        assert_eq!(
+            c.syscall,
+            step.syscall,
+            "{what}: {dir:?} bytes {pos}..{end} came from step {} ({}), captured as {}",
+            step.index,
+            step.syscall.name(),
+            c.syscall.name()
+        );
+        *per_step.entry(step.index).or_insert(0) += 1;
+        pos = end;
+    }
+    per_step
+}
+
+// ------------------------------------------------ the traced peer
+
+/// A running unix-peer. Killed and reaped on drop.
+pub struct Peer {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: std_mpsc::Receiver<String>,
+    pub name: String,
+}
+
+impl Peer {
+    pub fn spawn(name: &str, args: &[&str]) -> Peer {
+        let mut child = Command::new(PEER_BIN)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{name}: cannot start {PEER_BIN}: {e}"));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = std_mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Peer {
+            stdin: child.stdin.take(),
+            child,
+            lines: rx,
+            name: name.to_string(),
+        }
+    }
+
+    /// A serving peer: started, and listening on `path` (`ready` seen).
+    pub fn serve(name: &str, path: &Path, script: &str, extra: &[&str]) -> Peer {
+        let _ = std::fs::remove_file(path);
+        let mut args = vec!["serve", path.to_str().expect("utf-8 path"), script];
+        args.extend_from_slice(extra);
+        let peer = Peer::spawn(name, &args);
+        peer.expect_line("ready");
+        peer
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The next stdout line, which must start with `prefix`.
+    pub fn expect_line(&self, prefix: &str) -> String {
+        let r = tokio::task::block_in_place(|| self.lines.recv_timeout(TIMEOUT));
+        match r {
+            Ok(l) if l.starts_with(prefix) => l,
+            Ok(l) => panic!("{}: unix-peer said {l:?}, expected {prefix:?}", self.name),
+            Err(e) => panic!(
+                "{}: no {prefix:?} line from unix-peer ({e}); it may have failed, see stderr",
+                self.name
+            ),
+        }
+    }
+
+    pub fn send_line(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{line}")
+            .and_then(|_| stdin.flush())
+            .expect("write to unix-peer stdin");
+    }
+
+    /// Wait for the peer to exit (it must succeed).
+    pub async fn wait_success(&mut self) {
+        let deadline = Instant::now() + TIMEOUT;
+        let status: ExitStatus = loop {
+            if let Some(s) = self.child.try_wait().expect("try_wait") {
+                break s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: unix-peer (pid {}) did not exit within {TIMEOUT:?}",
+                self.name,
+                self.pid()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        assert!(
+            status.success(),
+            "{}: unix-peer failed: {status}",
+            self.name
+        );
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A per-test socket path under the temp dir (unique per test and process).
+pub fn socket_path(test: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("nri-trace-it-{test}-{}.sock", std::process::id()))
+}
+
+/// Removes the socket file when the test ends, however it ends.
+pub struct RmOnDrop(pub PathBuf);
+impl Drop for RmOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+// ------------------------------------------------ capture
+
+pub fn ebpf_options() -> EbpfOptions {
+    EbpfOptions {
+        programs: ProgramSet::Capture,
+        ..EbpfOptions::default()
+    }
+}
+
+pub fn session_config() -> SessionConfig {
+    SessionConfig {
+        sockets: vec![],
+        pids: vec![],
+        connect_paths: vec![],
+        drain_interval: Duration::from_millis(2),
+        channel: 65536,
+    }
+}
+
+/// A capture session whose events are collected in the background.
+pub struct Capture {
+    session: Session,
+    events: Arc<Mutex<Vec<CaptureEvent>>>,
+    task: Option<JoinHandle<()>>,
+    name: String,
+}
+
+impl Capture {
+    pub async fn start(name: &str, cfg: SessionConfig, opts: EbpfOptions) -> Capture {
+        let backend = EbpfBackend::load(&opts)
+            .unwrap_or_else(|e| panic!("{name}: loading the eBPF backend: {e}"));
+        let mut session = session::start(cfg, Box::new(backend))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: starting the session: {e}"));
+        let mut rx = std::mem::replace(&mut session.events, tokio::sync::mpsc::channel(1).1);
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink = events.clone();
+        let task = tokio::spawn(async move {
+            while let Some(ev) = rx.recv().await {
+                sink.lock().unwrap().push(ev);
+            }
+        });
+        Capture {
+            session,
+            events,
+            task: Some(task),
+            name: name.to_string(),
+        }
+    }
+
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    pub fn snapshot(&self) -> Vec<CaptureEvent> {
+        self.events.lock().unwrap().clone()
+    }
+
+    /// A handle for blocking client threads to look at the events so far.
+    pub fn shared(&self) -> Arc<Mutex<Vec<CaptureEvent>>> {
+        self.events.clone()
+    }
+
+    /// Wait until `pred` holds for the events so far; fail after `timeout`.
+    pub async fn wait_for(
+        &self,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(&[CaptureEvent]) -> bool,
+    ) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if pred(&self.events.lock().unwrap()) {
+                return;
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "{}: timed out after {timeout:?} waiting for {what}; events so far:\n{}",
+                    self.name,
+                    describe(&self.snapshot())
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Stop the session (it flushes and closes the stream) and return every
+    /// event it produced.
+    pub async fn finish(mut self) -> Vec<CaptureEvent> {
+        tokio::time::timeout(TIMEOUT, self.session.stop())
+            .await
+            .unwrap_or_else(|_| panic!("{}: the session did not stop", self.name));
+        let task = self.task.take().expect("collector");
+        tokio::time::timeout(TIMEOUT, task)
+            .await
+            .unwrap_or_else(|_| panic!("{}: the event stream did not end", self.name))
+            .expect("collector task");
+        let evs = self.events.lock().unwrap().clone();
+        if std::env::var_os("NRI_TRACE_TEST_EVENTS").is_some() {
+            eprintln!("{}: events:\n{}", self.name, describe(&evs));
+        }
+        evs
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        self.session.stop_signal();
+    }
+}
+
+/// Run blocking client code off the async workers, with a deadline.
+pub async fn blocking<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::time::timeout(TIMEOUT, tokio::task::spawn_blocking(f)).await {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => panic!("{what}: client did not finish within {TIMEOUT:?}"),
+    }
+}
+
+// ------------------------------------------------ event views
+
+pub fn opens(evs: &[CaptureEvent]) -> Vec<&ConnOpen> {
+    evs.iter()
+        .filter_map(|e| match e {
+            CaptureEvent::Open(o) => Some(o),
+            _ => None,
+        })
+        .collect()
+}
+
+pub fn closes(evs: &[CaptureEvent]) -> Vec<&ConnClose> {
+    evs.iter()
+        .filter_map(|e| match e {
+            CaptureEvent::Close(c) => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+pub fn all_chunks(evs: &[CaptureEvent]) -> Vec<&Chunk> {
+    evs.iter()
+        .filter_map(|e| match e {
+            CaptureEvent::Chunk(c) => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Chunks of one connection and direction, in capture order.
+pub fn chunks(evs: &[CaptureEvent], conn: ConnId, dir: Direction) -> Vec<&Chunk> {
+    all_chunks(evs)
+        .into_iter()
+        .filter(|c| c.conn == conn && c.direction == dir)
+        .collect()
+}
+
+/// The byte stream of one connection and direction (its chunks concatenated).
+pub fn stream(evs: &[CaptureEvent], conn: ConnId, dir: Direction) -> Vec<u8> {
+    chunks(evs, conn, dir)
+        .iter()
+        .flat_map(|c| c.bytes.iter().copied())
+        .collect()
+}
+
+/// One line per event, payloads summarized, for failure messages.
+pub fn describe(evs: &[CaptureEvent]) -> String {
+    let mut s = String::new();
+    for e in evs {
+        let line = match e {
+            CaptureEvent::Chunk(c) => format!(
+                "chunk {} {:?} {} tid={} len={} syscall_len={} truncated={} gap_before={} head={}",
+                c.conn,
+                c.direction,
+                c.syscall.name(),
+                c.tid,
+                c.bytes.len(),
+                c.syscall_len,
+                c.truncated,
+                c.gap_before,
+                nri_trace::capture::hex(&c.bytes[..c.bytes.len().min(8)])
+            ),
+            other => format!("{other:?}"),
+        };
+        s.push_str("  ");
+        s.push_str(&line);
+        s.push('\n');
+    }
+    s
+}
+
+/// Index of the first differing byte (or the shorter length), for messages.
+pub fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
+    if a == b {
+        return None;
+    }
+    Some(
+        a.iter()
+            .zip(b)
+            .position(|(x, y)| x != y)
+            .unwrap_or(a.len().min(b.len())),
+    )
+}
+
+/// Assert two byte streams are equal, with a readable message.
+#[track_caller]
+pub fn assert_bytes_eq(what: &str, got: &[u8], want: &[u8]) {
+    if let Some(i) = first_difference(got, want) {
+        panic!(
+            "{what}: captured {} bytes, expected {}; first difference at byte {i}",
+            got.len(),
+            want.len()
+        );
+    }
+}
+
+// ------------------------------------------------ client side
+
+/// Connect to `path` as the (untraced) client, with I/O timeouts.
+pub fn connect(path: &Path) -> std::os::unix::net::UnixStream {
+    let s = std::os::unix::net::UnixStream::connect(path)
+        .unwrap_or_else(|e| panic!("connect {}: {e}", path.display()));
+    s.set_read_timeout(Some(TIMEOUT)).unwrap();
+    s.set_write_timeout(Some(TIMEOUT)).unwrap();
+    s
+}
+
+/// Send `send` (from a second thread) while reading exactly `recv_len`
+/// bytes; returns what was read. Concurrent, so that neither side can
+/// block the other whatever the script's order.
+pub fn exchange(s: &std::os::unix::net::UnixStream, send: Vec<u8>, recv_len: usize) -> Vec<u8> {
+    use std::io::Read;
+    let mut w = s.try_clone().expect("clone client stream");
+    let writer = std::thread::spawn(move || w.write_all(&send));
+    let mut got = vec![0u8; recv_len];
+    (&*s).read_exact(&mut got).expect("client read");
+    writer.join().expect("writer thread").expect("client write");
+    got
+}
+
+/// The server closed the connection: the next read returns end of stream.
+pub fn expect_eof(s: &std::os::unix::net::UnixStream) {
+    use std::io::Read;
+    let mut b = [0u8; 1];
+    let n = (&*s).read(&mut b).expect("client read at end");
+    assert_eq!(n, 0, "the server sent more bytes than its script says");
+}
