@@ -2,7 +2,7 @@
 //! on its tracked unix-socket fds, plus the lifecycle of those fds.
 //!
 //! Design (measured in docs/benchmarks.md): classic per-syscall tracepoints,
-//! **exit only**. A `sys_exit_*` tracepoint gives the return value; the
+//! **exit only** (except close, see `enter_close`). A `sys_exit_*` tracepoint gives the return value; the
 //! syscall's arguments are read from the task's saved user registers
 //! (`bpf_task_pt_regs`), which the kernel leaves intact until return to user
 //! space on x86_64 (arch/x86/entry/common.c: only `ax` is overwritten). One
@@ -476,30 +476,28 @@ vectored!(exit_writev, Syscall::Writev, false);
 vectored!(exit_recvmsg, Syscall::Recvmsg, true);
 vectored!(exit_sendmsg, Syscall::Sendmsg, true);
 
+/// close is the one syscall probed at *enter*: once close returns, the fd
+/// number is free and another thread's accept/socketpair may already have
+/// reused it (and its exit program may already have run), so untracking at
+/// exit would untrack the new connection. On Linux, close of a valid fd
+/// always releases it, even when it returns an error (fs/open.c).
 #[tracepoint]
-pub fn exit_close(ctx: TracePointContext) -> u32 {
-    if ret_of(&ctx) != 0 {
-        return 0;
-    }
+pub fn enter_close(ctx: TracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     if !tgid_tracked(tgid) {
         return 0;
     }
-    let Some(args) = syscall_args() else { return 0 };
+    // sys_enter_close format: `unsigned int fd` at offset 16.
+    let Ok(fd) = (unsafe { ctx.read_at::<u64>(16) }) else {
+        return 0;
+    };
     let key = FdKey {
         tgid,
-        fd: args[0] as u32,
+        fd: fd as u32,
     };
     if FDS.remove(&key).is_ok() {
-        let hdr = header(
-            RecordKind::Close,
-            Syscall::Close,
-            pid_tgid,
-            args[0] as i32,
-            0,
-            0,
-        );
+        let hdr = header(RecordKind::Close, Syscall::Close, pid_tgid, fd as i32, 0, 0);
         emit_header(&hdr, config().wakeup_bytes);
     }
     0

@@ -36,7 +36,7 @@ pub const CAPTURE_PROGRAMS: &[(&str, &str, &str)] = &[
     ("exit_writev", "syscalls", "sys_exit_writev"),
     ("exit_sendto", "syscalls", "sys_exit_sendto"),
     ("exit_sendmsg", "syscalls", "sys_exit_sendmsg"),
-    ("exit_close", "syscalls", "sys_exit_close"),
+    ("enter_close", "syscalls", "sys_enter_close"),
     ("exit_accept", "syscalls", "sys_exit_accept"),
     ("exit_accept4", "syscalls", "sys_exit_accept4"),
     ("exit_connect", "syscalls", "sys_exit_connect"),
@@ -44,7 +44,7 @@ pub const CAPTURE_PROGRAMS: &[(&str, &str, &str)] = &[
     ("exit_dup", "syscalls", "sys_exit_dup"),
     ("exit_dup2", "syscalls", "sys_exit_dup2"),
     ("exit_dup3", "syscalls", "sys_exit_dup3"),
-    ("sched_fork", "sched", "sched_process_fork"),
+    ("task_newtask", "task", "task_newtask"),
     ("sched_exit", "sched", "sched_process_exit"),
 ];
 
@@ -228,42 +228,60 @@ fn short_error(e: &dyn std::fmt::Display) -> String {
     )
 }
 
-fn load_prog(name: &str, e: &dyn std::fmt::Display) -> BackendError {
-    log::debug!("loading {name}: {e:#}");
-    BackendError::Load(format!("{name}: {}", short_error(e)))
-}
-
-fn attach_tp(ebpf: &mut Ebpf, name: &str, tps: &[(&str, &str)]) -> Result<(), BackendError> {
-    let prog: &mut TracePoint = ebpf
+/// Find program `name`, check its type and load (verify) it.
+fn load_program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, BackendError>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+    T: LoadProgram + 'a,
+{
+    let prog: &mut T = ebpf
         .program_mut(name)
         .ok_or_else(|| BackendError::Load(format!("program {name} missing from the object")))?
         .try_into()
         .map_err(|e| BackendError::Load(format!("{name}: {e}")))?;
-    prog.load()
-        .map_err(|e| BackendError::Load(format!("{name}: {e:#}")))?;
+    prog.load_program().map_err(|e| {
+        log::debug!("loading {name}: {e:#}");
+        BackendError::Load(format!("{name}: {}", short_error(&e)))
+    })?;
+    Ok(prog)
+}
+
+/// The `load()` every aya program type has, as a trait.
+trait LoadProgram {
+    fn load_program(&mut self) -> Result<(), aya::programs::ProgramError>;
+}
+impl LoadProgram for TracePoint {
+    fn load_program(&mut self) -> Result<(), aya::programs::ProgramError> {
+        self.load()
+    }
+}
+impl LoadProgram for RawTracePoint {
+    fn load_program(&mut self) -> Result<(), aya::programs::ProgramError> {
+        self.load()
+    }
+}
+
+fn attach_error(program: &str, tracepoint: String, e: aya::programs::ProgramError) -> BackendError {
+    BackendError::Attach {
+        program: program.into(),
+        tracepoint,
+        error: e.to_string(),
+    }
+}
+
+fn attach_tp(ebpf: &mut Ebpf, name: &str, tps: &[(&str, &str)]) -> Result<(), BackendError> {
+    let prog: &mut TracePoint = load_program(ebpf, name)?;
     for (cat, tp) in tps {
-        prog.attach(cat, tp).map_err(|e| BackendError::Attach {
-            program: name.into(),
-            tracepoint: format!("{cat}/{tp}"),
-            error: e.to_string(),
-        })?;
+        prog.attach(cat, tp)
+            .map_err(|e| attach_error(name, format!("{cat}/{tp}"), e))?;
     }
     Ok(())
 }
 
 fn attach_raw(ebpf: &mut Ebpf, name: &str) -> Result<(), BackendError> {
-    let prog: &mut RawTracePoint = ebpf
-        .program_mut(name)
-        .ok_or_else(|| BackendError::Load(format!("program {name} missing from the object")))?
-        .try_into()
-        .map_err(|e| BackendError::Load(format!("{name}: {e}")))?;
-    prog.load()
-        .map_err(|e| BackendError::Load(format!("{name}: {e:#}")))?;
-    prog.attach("sys_exit").map_err(|e| BackendError::Attach {
-        program: name.into(),
-        tracepoint: "raw sys_exit".into(),
-        error: e.to_string(),
-    })?;
+    let prog: &mut RawTracePoint = load_program(ebpf, name)?;
+    prog.attach("sys_exit")
+        .map_err(|e| attach_error(name, "raw sys_exit".into(), e))?;
     Ok(())
 }
 
