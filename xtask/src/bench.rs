@@ -1,7 +1,1494 @@
-//! `cargo xtask bench` (filled in below).
-use anyhow::Result;
+//! `cargo xtask bench`: what nri-trace's probes cost, measured around real
+//! attachments, printed as markdown tables for docs/benchmarks.md.
+//!
+//! Four parts (see docs/benchmarks.md for how to read them):
+//! - probe: syscalls of a process nri-trace does NOT track, with nothing,
+//!   the real capture, the design floors or a bpftrace pair attached.
+//! - traced: write(2) of the process nri-trace captures, without and with
+//!   the capture.
+//! - throughput: how fast a captured writer can go before records are lost.
+//! - mix: the system-wide syscall mix, and what each design would cost over
+//!   it (with the break-even share of probed syscalls, from the probe part).
+//!
+//! Every measurement runs the criterion benchmark `nri-trace/benches/
+//! syscall_cost.rs` (built once) pinned to one CPU; everything attached runs
+//! on the other CPU so that its own work does not land in the measurement.
+//! States are interleaved over rounds and medians over rounds are reported,
+//! so slow drift of the VM spreads over all states instead of biasing one.
+
+use std::{
+    env, fs,
+    io::{BufRead, BufReader, Read},
+    os::unix::process::CommandExt,
+    path::{Path, PathBuf},
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::mpsc::{self, RecvTimeoutError},
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context, Result};
+
 #[derive(clap::Args)]
-pub struct BenchArgs {}
-pub fn run(_a: BenchArgs) -> Result<()> {
-    anyhow::bail!("benchmarks are not wired yet")
+pub struct BenchArgs {
+    /// Rounds over all states (interleaved); medians over rounds are reported.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Seconds of system-wide syscall counting for the mix.
+    #[arg(long, default_value_t = 10)]
+    mix_seconds: u64,
+    /// Shell command to run while the syscall mix is counted (a workload).
+    #[arg(long, value_name = "CMD")]
+    mix_while: Option<String>,
+    /// Seconds each throughput writer runs.
+    #[arg(long, default_value_t = 3.0)]
+    throughput_seconds: f64,
+    /// Bisection steps when searching the highest rate without loss.
+    #[arg(long, default_value_t = 6)]
+    loss_steps: usize,
+    /// Parts to run (comma-separated).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "probe,traced,throughput,mix"
+    )]
+    only: Vec<Part>,
+    /// Very short criterion runs: checks the harness, the numbers are noise.
+    #[arg(long)]
+    quick: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+enum Part {
+    Probe,
+    Traced,
+    Throughput,
+    Mix,
+}
+
+pub fn run(a: BenchArgs) -> Result<()> {
+    let started = Instant::now();
+    let ctx = Ctx::prepare(a.quick)?;
+    let mut report = vec![header_section()];
+    let probe = if a.only.contains(&Part::Probe) {
+        let p = probe_cost(&ctx, a.rounds)?;
+        report.push(probe_section(&p));
+        Some(p)
+    } else {
+        None
+    };
+    let traced = if a.only.contains(&Part::Traced) {
+        let t = traced_cost(&ctx, a.rounds)?;
+        report.push(traced_section(&t));
+        Some(t)
+    } else {
+        None
+    };
+    if a.only.contains(&Part::Throughput) {
+        let t = throughput(&ctx, a.throughput_seconds, a.loss_steps)?;
+        report.push(throughput_section(&t, a.throughput_seconds));
+    }
+    if let Some(p) = &probe {
+        report.push(design_section(p));
+    }
+    if a.only.contains(&Part::Mix) {
+        let mix = syscall_mix(a.mix_seconds, a.mix_while.as_deref())?;
+        report.push(mix_section(&mix, probe.as_ref(), a.mix_while.as_deref()));
+    }
+    report.push(targets_section(probe.as_ref(), traced.as_ref()));
+    report.push(format!("Load average at the end: {}\n", loadavg()));
+    let text = report.join("\n");
+    let out = ctx.work.join("report.md");
+    fs::write(&out, &text)?;
+    println!("{text}");
+    eprintln!(
+        "bench: done in {:.0} s; report also in {}",
+        started.elapsed().as_secs_f64(),
+        out.display()
+    );
+    Ok(())
+}
+
+// ------------------------------------------------------------ setting up
+
+/// CPU the measured process is pinned to, and CPU for everything else.
+const BENCH_CPU: &str = "1";
+const HELPER_CPU: &str = "0";
+
+struct Ctx {
+    nri_trace: PathBuf,
+    bench_exe: PathBuf,
+    /// Sockets, ready files and the report.
+    work: PathBuf,
+    /// Where criterion writes its estimates (CRITERION_HOME).
+    criterion_home: PathBuf,
+    quick: bool,
+}
+
+impl Ctx {
+    fn prepare(quick: bool) -> Result<Ctx> {
+        if thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+            bail!("the benchmarks pin the measured process and the probes to two different CPUs: this machine has one");
+        }
+        for tool in ["taskset", "bpftrace", "python3"] {
+            which(tool)?;
+        }
+        let root = crate::workspace_root();
+        let nri_trace = crate::build(true)?;
+        let bench_exe = build_bench_exe()?;
+        let work = root.join("target/nri-trace-bench");
+        fs::create_dir_all(&work)?;
+        Ok(Ctx {
+            nri_trace,
+            bench_exe,
+            work,
+            criterion_home: root.join("target/criterion"),
+            quick,
+        })
+    }
+
+    /// The bench executable pinned to the measurement CPU, with criterion's
+    /// flags.
+    fn bench_cmd(&self) -> Command {
+        let mut c = pinned(BENCH_CPU, &self.bench_exe);
+        // Without --bench, criterion runs each benchmark once as a test.
+        c.arg("--bench").env("CRITERION_HOME", &self.criterion_home);
+        if self.quick {
+            c.args(["--warm-up-time", "0.2", "--measurement-time", "0.5"])
+                .args(["--sample-size", "10"]);
+        }
+        c
+    }
+
+    /// `nri-trace ARGS` on the helper CPU.
+    fn nri_trace_cmd(&self, args: &[&str]) -> Command {
+        let mut c = pinned(HELPER_CPU, &self.nri_trace);
+        c.args(args);
+        c
+    }
+
+    /// criterion's median for benchmark `id` (e.g. "untraced/getppid"), in
+    /// ns per iteration.
+    fn median_ns(&self, id: &str) -> Result<f64> {
+        let p = self.estimates(id);
+        let s = fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+        json_number(&s, &["\"median\":", "\"point_estimate\":"])
+            .with_context(|| format!("no median point estimate in {}", p.display()))
+    }
+
+    fn estimates(&self, id: &str) -> PathBuf {
+        self.criterion_home.join(id).join("new/estimates.json")
+    }
+
+    /// Remove the estimates of `ids`, so that a run that fails to write them
+    /// cannot be read as a result of the previous run.
+    fn forget(&self, ids: &[&str]) {
+        for id in ids {
+            let _ = fs::remove_file(self.estimates(id));
+        }
+    }
+}
+
+fn pinned(cpu: &str, program: &Path) -> Command {
+    let mut c = Command::new("taskset");
+    c.args(["-c", cpu]).arg(program);
+    c
+}
+
+fn which(tool: &str) -> Result<()> {
+    let ok = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        bail!("`{tool}` is not installed; the benchmarks need it");
+    }
+    Ok(())
+}
+
+/// Build the criterion executable once and return its path (cargo prints it
+/// in its JSON messages).
+fn build_bench_exe() -> Result<PathBuf> {
+    let mut cmd = crate::cargo();
+    cmd.args([
+        "bench",
+        "--no-run",
+        "-p",
+        "nri-trace",
+        "--bench",
+        "syscall_cost",
+    ])
+    .arg("--message-format=json")
+    // Same as `build`, so the library is not rebuilt for another object.
+    .env("NRI_TRACE_EBPF_OBJ", crate::ebpf_object())
+    .stderr(Stdio::inherit());
+    let out = cmd.output().context("running cargo bench --no-run")?;
+    if !out.status.success() {
+        bail!("cargo bench --no-run failed: {}", out.status);
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("\"reason\":\"compiler-artifact\""))
+        .filter(|l| l.contains("\"kind\":[\"bench\"]") && l.contains("\"name\":\"syscall_cost\""))
+        .find_map(|l| json_string(l, "\"executable\":"))
+        .map(PathBuf::from)
+        .context("cargo did not report the syscall_cost executable")
+}
+
+// ------------------------------------------------------ child processes
+
+/// A child process whose output lines are collected. Dropping it kills it:
+/// no probe stays attached when a step fails half-way.
+struct Proc {
+    name: String,
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Proc {
+    fn spawn(name: &str, cmd: &mut Command) -> Result<Proc> {
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("starting {name}: {cmd:?}"))?;
+        let (tx, rx) = mpsc::channel();
+        forward_lines(child.stdout.take().expect("piped"), tx.clone());
+        forward_lines(child.stderr.take().expect("piped"), tx);
+        Ok(Proc {
+            name: name.into(),
+            child,
+            lines: rx,
+            seen: Vec::new(),
+        })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Wait for a line containing `needle`; fail if the process ends first.
+    fn wait_for(&mut self, needle: &str, timeout: Duration) -> Result<String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                bail!(
+                    "{}: no line containing {needle:?} within {timeout:?}{}",
+                    self.name,
+                    self.tail()
+                );
+            }
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    let hit = l.contains(needle);
+                    self.seen.push(l.clone());
+                    if hit {
+                        return Ok(l);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    let st = self.child.wait()?;
+                    bail!(
+                        "{} exited ({st}) before printing {needle:?}{}",
+                        self.name,
+                        self.tail()
+                    );
+                }
+            }
+        }
+    }
+
+    /// Wait for the process to end by itself, collecting its output.
+    fn wait_exit(&mut self, timeout: Duration) -> Result<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                bail!(
+                    "{} still running after {timeout:?}{}",
+                    self.name,
+                    self.tail()
+                );
+            }
+            match self.lines.recv_timeout(left) {
+                Ok(l) => self.seen.push(l),
+                Err(RecvTimeoutError::Timeout) => {}
+                // Both pipes closed: the process is ending.
+                Err(RecvTimeoutError::Disconnected) => return Ok(self.child.wait()?),
+            }
+        }
+    }
+
+    /// Like `wait_exit`, and fail unless it exited with status 0.
+    fn wait_success(&mut self, timeout: Duration) -> Result<()> {
+        let st = self.wait_exit(timeout)?;
+        if !st.success() {
+            bail!("{} failed ({st}){}", self.name, self.tail());
+        }
+        Ok(())
+    }
+
+    /// Fail if the process has already ended: a probe that died during a
+    /// measurement makes that measurement one of "nothing attached".
+    fn check_alive(&mut self) -> Result<()> {
+        if let Some(st) = self.child.try_wait()? {
+            let _ = self.wait_exit(Duration::from_secs(1));
+            bail!(
+                "{} ended during the measurement ({st}){}",
+                self.name,
+                self.tail()
+            );
+        }
+        Ok(())
+    }
+
+    /// SIGTERM (nri-trace prints its summary, bpftrace detaches), then wait;
+    /// SIGKILL if it does not end within 20 s.
+    fn stop(&mut self) -> Result<ExitStatus> {
+        if self.child.try_wait()?.is_none() {
+            signal(self.pid(), "TERM");
+        }
+        match self.wait_exit(Duration::from_secs(20)) {
+            Ok(st) => Ok(st),
+            Err(e) => {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                Err(e)
+            }
+        }
+    }
+
+    fn output(&self) -> String {
+        self.seen.join("\n")
+    }
+
+    fn tail(&self) -> String {
+        let start = self.seen.len().saturating_sub(20);
+        let lines = &self.seen[start..];
+        if lines.is_empty() {
+            String::new()
+        } else {
+            format!("; its last output:\n  {}", lines.join("\n  "))
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn forward_lines(r: impl Read + Send + 'static, tx: mpsc::Sender<String>) {
+    thread::spawn(move || {
+        for l in BufReader::new(r).lines() {
+            let Ok(l) = l else { break };
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+}
+
+/// `kill -SIG PID` (xtask has no libc dependency).
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Wait this long after an attachment reports itself ready: bpftrace prints
+/// "Attaching" just before it attaches.
+const SETTLE: Duration = Duration::from_millis(500);
+
+/// A process that holds a listening unix socket and does nothing: the
+/// target of the attachments in the probe part, so that the benchmark
+/// process is NOT the one they track.
+fn idle_listener(work: &Path) -> Result<(Proc, PathBuf)> {
+    let sock = work.join("idle.sock");
+    let _ = fs::remove_file(&sock);
+    let script = "import socket,sys,time\n\
+                  s=socket.socket(socket.AF_UNIX)\n\
+                  s.bind(sys.argv[1]); s.listen()\n\
+                  print('listening', flush=True)\n\
+                  time.sleep(86400)";
+    let mut cmd = Command::new("taskset");
+    cmd.args(["-c", HELPER_CPU, "python3", "-c", script])
+        .arg(&sock);
+    let mut p = Proc::spawn("idle listener (python3)", &mut cmd)?;
+    p.wait_for("listening", Duration::from_secs(20))?;
+    Ok((p, sock))
+}
+
+/// Start `nri-trace capture` on `sock` and wait until it is attached.
+fn start_capture(ctx: &Ctx, sock: &Path) -> Result<Proc> {
+    let sock = sock.to_str().context("socket path is not UTF-8")?;
+    let mut cmd = ctx.nri_trace_cmd(&["capture", "--socket", sock, "--format", "count"]);
+    let mut p = Proc::spawn("nri-trace capture", &mut cmd)?;
+    p.wait_for("nri-trace: capturing", Duration::from_secs(30))?;
+    Ok(p)
+}
+
+/// The `--format count` summary of a stopped capture.
+#[derive(Clone, Copy, Debug, Default)]
+struct Summary {
+    connections: u64,
+    chunks: u64,
+    bytes: u64,
+    lost_records: u64,
+    lost_bytes: u64,
+}
+
+/// SIGTERM the capture and parse the summary line it prints.
+fn stop_capture(mut p: Proc) -> Result<Summary> {
+    let st = p.stop()?;
+    if !st.success() {
+        bail!("nri-trace capture failed ({st}){}", p.tail());
+    }
+    let out = p.output();
+    let line = out
+        .lines()
+        .rev()
+        .find(|l| l.contains("\"chunks\":"))
+        .with_context(|| format!("no count summary from nri-trace capture{}", p.tail()))?;
+    let n = |key: &str| json_number(line, &[key]).map(|v| v as u64);
+    Ok(Summary {
+        connections: n("\"connections_opened\":").context("connections_opened")?,
+        chunks: n("\"chunks\":").context("chunks")?,
+        bytes: n("\"bytes\":").context("bytes")?,
+        lost_records: n("\"lost_records\":").context("lost_records")?,
+        lost_bytes: n("\"lost_bytes\":").unwrap_or(0),
+    })
+}
+
+// --------------------------------------------- part a: untraced process
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum State {
+    None,
+    NriTrace,
+    FloorClassic,
+    FloorRaw,
+    FloorRawFiltered,
+    BpftracePair,
+}
+
+impl State {
+    const ALL: [State; 6] = [
+        State::None,
+        State::NriTrace,
+        State::FloorClassic,
+        State::FloorRaw,
+        State::FloorRawFiltered,
+        State::BpftracePair,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            State::None => "none",
+            State::NriTrace => "nri-trace capture (classic, exit only)",
+            State::FloorClassic => "floor-classic (empty programs, same tracepoints)",
+            State::FloorRaw => "floor-raw (empty raw sys_exit)",
+            State::FloorRawFiltered => "floor-raw-filtered (raw sys_exit + tgid filter)",
+            State::BpftracePair => "bpftrace sys_enter_write + sys_exit_write, pid filter",
+        }
+    }
+}
+
+const UNTRACED_WRITE: &str = "untraced/write_devnull_64";
+const UNTRACED_GETPPID: &str = "untraced/getppid";
+
+/// One state's measurements, one entry per round (ns per call).
+struct ProbeRow {
+    state: State,
+    write: Vec<f64>,
+    getppid: Vec<f64>,
+}
+
+struct ProbeCost {
+    rows: Vec<ProbeRow>,
+}
+
+impl ProbeCost {
+    fn row(&self, s: State) -> &ProbeRow {
+        self.rows
+            .iter()
+            .find(|r| r.state == s)
+            .expect("every state")
+    }
+    /// (write, getppid) medians over rounds.
+    /// Added (write, getppid) cost of `s` over `base`: the median over
+    /// rounds of the per-round differences. Pairing within a round cancels
+    /// the VM's drift between rounds, which is larger than some of the
+    /// differences measured.
+    fn diff(&self, s: State, base: State) -> (f64, f64) {
+        let (a, b) = (self.row(s), self.row(base));
+        (
+            paired_diff(&a.write, &b.write),
+            paired_diff(&a.getppid, &b.getppid),
+        )
+    }
+    /// Added (write, getppid) cost over the `none` state.
+    fn added(&self, s: State) -> (f64, f64) {
+        self.diff(s, State::None)
+    }
+}
+
+fn probe_cost(ctx: &Ctx, rounds: usize) -> Result<ProbeCost> {
+    let (_idle, sock) = idle_listener(&ctx.work)?;
+    let idle_pid = _idle.pid();
+    let mut rows: Vec<ProbeRow> = State::ALL
+        .iter()
+        .map(|&state| ProbeRow {
+            state,
+            write: vec![],
+            getppid: vec![],
+        })
+        .collect();
+    for round in 1..=rounds {
+        for row in rows.iter_mut() {
+            let (w, g) = measure_state(ctx, row.state, idle_pid, &sock)?;
+            eprintln!(
+                "bench: probe round {round}/{rounds}: {:<52} write {w:7.1} ns  getppid {g:7.1} ns",
+                row.state.label()
+            );
+            row.write.push(w);
+            row.getppid.push(g);
+        }
+    }
+    Ok(ProbeCost { rows })
+}
+
+/// Attach `state`, run the untraced benchmarks, detach.
+fn measure_state(ctx: &Ctx, state: State, idle_pid: u32, sock: &Path) -> Result<(f64, f64)> {
+    let mut attached = attach(ctx, state, idle_pid, sock)?;
+    if attached.is_some() {
+        thread::sleep(SETTLE);
+    }
+    let result = run_untraced(ctx);
+    if let Some(p) = attached.as_mut() {
+        p.check_alive()?;
+    }
+    match (state, attached) {
+        (State::NriTrace, Some(p)) => {
+            stop_capture(p)?;
+        }
+        (_, Some(mut p)) => {
+            p.stop()?;
+        }
+        (_, None) => {}
+    }
+    result
+}
+
+/// Start what `state` attaches and wait until it says it is attached.
+fn attach(ctx: &Ctx, state: State, pid: u32, sock: &Path) -> Result<Option<Proc>> {
+    let pid_s = pid.to_string();
+    let hold = |programs: &str| -> Result<Option<Proc>> {
+        let mut cmd = ctx.nri_trace_cmd(&[
+            "hold",
+            "--programs",
+            programs,
+            "--pid",
+            &pid_s,
+            "--duration",
+            "3600",
+        ]);
+        let mut p = Proc::spawn(&format!("nri-trace hold {programs}"), &mut cmd)?;
+        p.wait_for("ready", Duration::from_secs(30))?;
+        Ok(Some(p))
+    };
+    match state {
+        State::None => Ok(None),
+        State::NriTrace => Ok(Some(start_capture(ctx, sock)?)),
+        State::FloorClassic => hold("floor-classic"),
+        State::FloorRaw => hold("floor-raw"),
+        State::FloorRawFiltered => hold("floor-raw-filtered"),
+        State::BpftracePair => {
+            let prog = format!(
+                "tracepoint:syscalls:sys_enter_write /pid == {pid}/ {{}} \
+                 tracepoint:syscalls:sys_exit_write /pid == {pid}/ {{}}"
+            );
+            let mut cmd = Command::new("taskset");
+            cmd.args(["-c", HELPER_CPU, "bpftrace", "-e", &prog]);
+            let mut p = Proc::spawn("bpftrace pair", &mut cmd)?;
+            p.wait_for("Attaching", Duration::from_secs(60))?;
+            Ok(Some(p))
+        }
+    }
+}
+
+/// Run the untraced group; (write, getppid) medians in ns.
+fn run_untraced(ctx: &Ctx) -> Result<(f64, f64)> {
+    ctx.forget(&[UNTRACED_WRITE, UNTRACED_GETPPID]);
+    let mut p = Proc::spawn("bench (untraced)", &mut ctx.bench_cmd())?;
+    p.wait_success(Duration::from_secs(300))?;
+    Ok((
+        ctx.median_ns(UNTRACED_WRITE)?,
+        ctx.median_ns(UNTRACED_GETPPID)?,
+    ))
+}
+
+// ------------------------------------------------ part b: traced process
+
+/// Benchmarks of the traced group: (criterion id, unix write size). The
+/// /dev/null write is the traced process on an fd nri-trace does not track.
+const TRACED_CASES: [(&str, Option<u64>); 4] = [
+    ("traced/write_devnull_64", None),
+    ("traced/unix_write/64", Some(64)),
+    ("traced/unix_write/4096", Some(4096)),
+    ("traced/unix_write/65536", Some(65536)),
+];
+
+fn case_label(i: usize) -> String {
+    match TRACED_CASES[i].1 {
+        Some(size) => format!("unix write {size} B (captured fd)"),
+        None => "write 64 B to /dev/null (untracked fd)".into(),
+    }
+}
+
+struct TracedCost {
+    /// Per case: per-round medians without and with the capture.
+    baseline: Vec<Vec<f64>>,
+    captured: Vec<Vec<f64>>,
+    /// Per case: what each captured run's nri-trace saw.
+    summaries: Vec<Vec<Summary>>,
+    /// Per case: (writes on the connection, reads by the reader thread) in
+    /// each captured run.
+    counts: Vec<Vec<(u64, u64)>>,
+}
+
+impl TracedCost {
+    /// Median over rounds of (captured - baseline), run back to back.
+    fn added(&self, i: usize) -> f64 {
+        paired_diff(&self.captured[i], &self.baseline[i])
+    }
+}
+
+fn traced_cost(ctx: &Ctx, rounds: usize) -> Result<TracedCost> {
+    let n = TRACED_CASES.len();
+    let mut t = TracedCost {
+        baseline: vec![vec![]; n],
+        captured: vec![vec![]; n],
+        summaries: vec![vec![]; n],
+        counts: vec![vec![]; n],
+    };
+    for round in 1..=rounds {
+        for i in 0..n {
+            let (base, _, _) = run_traced(ctx, i, false)?;
+            let (cap, summary, counts) = run_traced(ctx, i, true)?;
+            let summary = summary.expect("captured run");
+            eprintln!(
+                "bench: traced round {round}/{rounds} {}: baseline {base:.1} ns, \
+                 captured {cap:.1} ns (capture saw {summary:?})",
+                case_label(i)
+            );
+            t.baseline[i].push(base);
+            t.captured[i].push(cap);
+            t.summaries[i].push(summary);
+            t.counts[i].push(counts);
+        }
+    }
+    Ok(t)
+}
+
+/// One run of traced benchmark `i`: this bench process listens, nri-trace
+/// (if `captured`) attaches to it, then the connection is made and written.
+/// One process and capture per benchmark, so that each capture's summary
+/// (losses) belongs to one benchmark.
+/// Returns (median ns, the capture's summary, the bench's (writes, reads)).
+fn run_traced(ctx: &Ctx, i: usize, captured: bool) -> Result<(f64, Option<Summary>, (u64, u64))> {
+    let (id, size) = TRACED_CASES[i];
+    ctx.forget(&[id]);
+    let mut cmd = ctx.bench_cmd();
+    cmd.args(["--exact", id]);
+    let (mut bench, capture) = start_traced_process(ctx, &mut cmd, "bench (traced)", captured)?;
+    bench.wait_success(Duration::from_secs(600))?;
+    let summary = capture.map(stop_capture).transpose()?;
+    if let Some(s) = &summary {
+        check_captured(s, size.is_some())?;
+    }
+    let counts = bench_counts(&bench.seen)
+        .context("the traced bench did not report its writes and its reader's reads")?;
+    Ok((ctx.median_ns(id)?, summary, counts))
+}
+
+/// "nri-trace-bench: writes=N reader reads=M" -> (N, M)
+fn bench_counts(lines: &[String]) -> Option<(u64, u64)> {
+    let l = lines
+        .iter()
+        .find(|l| l.contains("nri-trace-bench: writes="))?;
+    let num = |key: &str| -> Option<u64> {
+        let at = l.find(key)? + key.len();
+        l[at..].split_whitespace().next()?.parse().ok()
+    };
+    Some((num("writes=")?, num("reads=")?))
+}
+
+/// Start `cmd` (the bench executable, in a mode that listens on
+/// NRI_TRACE_BENCH_SOCK), attach a capture to it if `captured`, then let it
+/// connect (ready file). Returns (the process, the capture).
+fn start_traced_process(
+    ctx: &Ctx,
+    cmd: &mut Command,
+    name: &str,
+    captured: bool,
+) -> Result<(Proc, Option<Proc>)> {
+    let sock = ctx.work.join("traced.sock");
+    let ready = ctx.work.join("traced.ready");
+    let _ = fs::remove_file(&sock);
+    let _ = fs::remove_file(&ready);
+    if !captured {
+        // The baseline connects at once.
+        fs::write(&ready, b"")?;
+    }
+    cmd.env("NRI_TRACE_BENCH_SOCK", &sock)
+        .env("NRI_TRACE_BENCH_READY", &ready);
+    let mut bench = Proc::spawn(name, cmd)?;
+    bench.wait_for("nri-trace-bench: listening", Duration::from_secs(30))?;
+    let capture = if captured {
+        let c = start_capture(ctx, &sock)?;
+        fs::write(&ready, b"")?;
+        Some(c)
+    } else {
+        None
+    };
+    bench.wait_for("nri-trace-bench: connected", Duration::from_secs(30))?;
+    Ok((bench, capture))
+}
+
+/// A captured run whose capture saw no connection (or, when the run wrote
+/// on it, no data) measured an untraced process.
+fn check_captured(s: &Summary, expect_data: bool) -> Result<()> {
+    if s.connections == 0 || (expect_data && s.chunks == 0) {
+        bail!(
+            "the capture saw no connection or no data ({s:?}): the traced process was not traced"
+        );
+    }
+    Ok(())
+}
+
+// --------------------------------------------------- part c: throughput
+
+struct WriterRun {
+    /// Target rate in bytes/s (0 = as fast as possible).
+    target: f64,
+    writes: u64,
+    bytes: u64,
+    seconds: f64,
+    /// Mean time inside write(2), ns.
+    write_ns: f64,
+    /// What the capture saw; None for runs without a capture.
+    summary: Option<Summary>,
+}
+
+impl WriterRun {
+    fn mb_s(&self) -> f64 {
+        self.bytes as f64 / self.seconds / 1e6
+    }
+    fn writes_s(&self) -> f64 {
+        self.writes as f64 / self.seconds
+    }
+    fn lost(&self) -> u64 {
+        self.summary.map_or(0, |s| s.lost_records)
+    }
+}
+
+struct SizeThroughput {
+    size: u64,
+    /// Full speed without a capture: what the writer does at all.
+    base_full: WriterRun,
+    /// Full speed, captured.
+    full: WriterRun,
+    /// The rate search (empty when nothing was lost at full speed).
+    steps: Vec<WriterRun>,
+    /// The highest lossless rate found, again without a capture: the
+    /// per-write cost of a capture that keeps up.
+    paced_base: Option<WriterRun>,
+}
+
+impl SizeThroughput {
+    fn best_lossless(&self) -> Option<&WriterRun> {
+        self.steps
+            .iter()
+            .filter(|r| r.lost() == 0)
+            .max_by(|a, b| a.target.total_cmp(&b.target))
+    }
+}
+
+fn throughput(ctx: &Ctx, seconds: f64, steps: usize) -> Result<Vec<SizeThroughput>> {
+    let mut out = vec![];
+    for size in [65536, 4096] {
+        let base_full = run_writer(ctx, size, seconds, 0.0, false)?;
+        let full = run_writer(ctx, size, seconds, 0.0, true)?;
+        let mut st = SizeThroughput {
+            size,
+            base_full,
+            steps: vec![],
+            full,
+            paced_base: None,
+        };
+        if st.full.lost() > 0 {
+            st.steps = lossless_search(ctx, size, seconds, st.full.mb_s() * 1e6, steps)?;
+        }
+        if let Some(best) = st.best_lossless() {
+            let target = best.target;
+            st.paced_base = Some(run_writer(ctx, size, seconds, target, false)?);
+        }
+        out.push(st);
+    }
+    Ok(out)
+}
+
+/// Bisect the writer's rate between 0 and the full-speed rate for the
+/// highest rate at which no record is lost.
+fn lossless_search(
+    ctx: &Ctx,
+    size: u64,
+    seconds: f64,
+    full_rate: f64,
+    steps: usize,
+) -> Result<Vec<WriterRun>> {
+    let (mut lo, mut hi) = (0.0, full_rate);
+    let mut runs = vec![];
+    for _ in 0..steps {
+        let rate = (lo + hi) / 2.0;
+        let r = run_writer(ctx, size, seconds, rate, true)?;
+        if r.lost() == 0 {
+            lo = rate;
+        } else {
+            hi = rate;
+        }
+        runs.push(r);
+    }
+    Ok(runs)
+}
+
+/// One writer run (the bench executable in throughput mode, on the bench
+/// CPU; its reader thread shares that CPU), captured or not.
+fn run_writer(ctx: &Ctx, size: u64, seconds: f64, rate: f64, captured: bool) -> Result<WriterRun> {
+    let mut cmd = pinned(BENCH_CPU, &ctx.bench_exe);
+    cmd.env("NRI_TRACE_BENCH_MODE", "throughput")
+        .env("NRI_TRACE_BENCH_WRITE_SIZE", size.to_string())
+        .env("NRI_TRACE_BENCH_SECONDS", seconds.to_string())
+        .env("NRI_TRACE_BENCH_RATE", rate.to_string());
+    let (mut writer, capture) = start_traced_process(ctx, &mut cmd, "throughput writer", captured)?;
+    let line = writer.wait_for("nri-trace-bench: throughput", Duration::from_secs(120))?;
+    writer.wait_success(Duration::from_secs(30))?;
+    let summary = capture.map(stop_capture).transpose()?;
+    if let Some(s) = &summary {
+        check_captured(s, true)?;
+    }
+    let field = |k: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(k))
+            .and_then(|v| v.parse::<f64>().ok())
+            .with_context(|| format!("no {k} in {line:?}"))
+    };
+    let r = WriterRun {
+        target: rate,
+        writes: field("writes=")? as u64,
+        bytes: field("bytes=")? as u64,
+        seconds: field("seconds=")?,
+        write_ns: field("write_ns=")?,
+        summary,
+    };
+    let reads = field("reads=")?;
+    eprintln!(
+        "bench: throughput {size} B writes, {}, target {}: {:.1} MB/s, {:.0} writes/s, \
+         {:.1} ns in write, {:.2} reads per write, capture {:?}",
+        if captured { "captured" } else { "no capture" },
+        fmt_rate(r.target),
+        r.mb_s(),
+        r.writes_s(),
+        r.write_ns,
+        reads / r.writes.max(1) as f64,
+        r.summary
+    );
+    Ok(r)
+}
+
+// ------------------------------------------------------- part d: the mix
+
+/// x86_64 numbers of the syscalls nri-trace probes.
+const PROBED: &[(u64, &str)] = &[
+    (0, "read"),
+    (1, "write"),
+    (3, "close"),
+    (19, "readv"),
+    (20, "writev"),
+    (32, "dup"),
+    (33, "dup2"),
+    (42, "connect"),
+    (43, "accept"),
+    (44, "sendto"),
+    (45, "recvfrom"),
+    (46, "sendmsg"),
+    (47, "recvmsg"),
+    (53, "socketpair"),
+    (288, "accept4"),
+    (292, "dup3"),
+];
+
+struct Mix {
+    seconds: u64,
+    /// (syscall number, count), most frequent first.
+    counts: Vec<(u64, u64)>,
+}
+
+impl Mix {
+    fn total(&self) -> u64 {
+        self.counts.iter().map(|c| c.1).sum()
+    }
+    fn probed(&self) -> u64 {
+        self.counts
+            .iter()
+            .filter(|(nr, _)| PROBED.iter().any(|p| p.0 == *nr))
+            .map(|c| c.1)
+            .sum()
+    }
+    fn probed_share(&self) -> f64 {
+        self.probed() as f64 / self.total().max(1) as f64
+    }
+}
+
+/// Count syscalls by number, system-wide, for `seconds` (while `workload`
+/// runs, if given).
+fn syscall_mix(seconds: u64, workload: Option<&str>) -> Result<Mix> {
+    let prog = format!(
+        "tracepoint:raw_syscalls:sys_enter {{ @[args->id] = count(); }} \
+         interval:s:{seconds} {{ exit(); }}"
+    );
+    let mut bt = Proc::spawn(
+        "bpftrace syscall count",
+        Command::new("bpftrace").args(["-e", &prog]),
+    )?;
+    bt.wait_for("Attaching", Duration::from_secs(60))?;
+    // Its own process group, so that the whole workload can be stopped.
+    let mut load = match workload {
+        Some(w) => Some(Proc::spawn(
+            "mix workload",
+            Command::new("sh").args(["-c", w]).process_group(0),
+        )?),
+        None => None,
+    };
+    eprintln!("bench: counting syscalls for {seconds} s");
+    let st = bt.wait_exit(Duration::from_secs(seconds + 60));
+    if let Some(l) = load.as_mut() {
+        signal(l.pid(), "TERM");
+        // The negative pid names the process group.
+        let _ = Command::new("kill")
+            .args(["-TERM", "--", &format!("-{}", l.pid())])
+            .stderr(Stdio::null())
+            .status();
+        let _ = l.wait_exit(Duration::from_secs(10));
+    }
+    if !st?.success() {
+        bail!("bpftrace syscall count failed{}", bt.tail());
+    }
+    let mut counts: Vec<(u64, u64)> = bt.seen.iter().filter_map(|l| parse_map_line(l)).collect();
+    counts.sort_by_key(|c| std::cmp::Reverse(c.1));
+    if counts.is_empty() {
+        bail!("bpftrace counted no syscalls{}", bt.tail());
+    }
+    Ok(Mix { seconds, counts })
+}
+
+/// x86_64 syscall names by number, from the kernel headers (linux-libc-dev)
+/// when they are installed, else only the probed ones.
+fn syscall_names() -> std::collections::HashMap<u64, String> {
+    let mut names: std::collections::HashMap<u64, String> =
+        PROBED.iter().map(|(nr, n)| (*nr, n.to_string())).collect();
+    let header = fs::read_to_string("/usr/include/x86_64-linux-gnu/asm/unistd_64.h");
+    for l in header.unwrap_or_default().lines() {
+        let mut w = l.split_whitespace();
+        if let (Some("#define"), Some(name), Some(nr)) = (w.next(), w.next(), w.next()) {
+            if let (Some(name), Ok(nr)) = (name.strip_prefix("__NR_"), nr.parse()) {
+                names.insert(nr, name.to_string());
+            }
+        }
+    }
+    names
+}
+
+/// "@[1]: 1234" -> (1, 1234)
+fn parse_map_line(l: &str) -> Option<(u64, u64)> {
+    let rest = l.strip_prefix("@[")?;
+    let (nr, count) = rest.split_once("]: ")?;
+    Some((nr.trim().parse().ok()?, count.trim().parse().ok()?))
+}
+
+/// Break-even share p* of probed syscalls at which the two designs cost the
+/// same: classic costs p*cp + (1-p)*cu, raw p*rp + (1-p)*ru.
+fn break_even(classic: (f64, f64), raw: (f64, f64)) -> Option<f64> {
+    let ((cp, cu), (rp, ru)) = (classic, raw);
+    let denom = (cp - cu) - (rp - ru);
+    if denom.abs() < 1e-9 {
+        return None;
+    }
+    Some((ru - cu) / denom)
+}
+
+fn expected(cost: (f64, f64), p: f64) -> f64 {
+    p * cost.0 + (1.0 - p) * cost.1
+}
+
+// ---------------------------------------------------------------- report
+
+fn header_section() -> String {
+    let cmd = format!(
+        "cargo xtask {}",
+        env::args().skip(1).collect::<Vec<_>>().join(" ")
+    );
+    let nproc = thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let cpu = fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let date = Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    format!(
+        "## Run\n\n\
+         - command: `{cmd}`\n\
+         - date: {date}\n\
+         - machine: {nproc} CPUs, {cpu}, kernel {}\n\
+         - load average at the start: {}\n\
+         - measured process pinned to CPU {BENCH_CPU} (`taskset`); captures, probes holders \
+         and bpftrace on CPU {HELPER_CPU}\n",
+        kernel.trim(),
+        loadavg()
+    )
+}
+
+/// /proc/loadavg's 1, 5 and 15 minute figures: other work on the machine
+/// during the run shows here.
+fn loadavg() -> String {
+    fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn probe_section(p: &ProbeCost) -> String {
+    let mut s = String::from(
+        "## Probe cost for an untraced process\n\n\
+         criterion medians (ns per call), median over rounds (min-max of the rounds); \
+         added = median over rounds of (this state - `none` of the same round).\n\n\
+         | probes attached | write 64 B to /dev/null | added | getppid | added |\n\
+         | --- | ---: | ---: | ---: | ---: |\n",
+    );
+    for r in &p.rows {
+        let (aw, ag) = p.added(r.state);
+        s += &format!(
+            "| {} | {} | {:+.1} | {} | {:+.1} |\n",
+            r.state.label(),
+            fmt_spread(&r.write),
+            aw,
+            fmt_spread(&r.getppid),
+            ag
+        );
+    }
+    s
+}
+
+fn traced_section(t: &TracedCost) -> String {
+    let mut s = String::from(
+        "## Cost for the traced process\n\n\
+         write(2) on the server end of a captured unix stream connection (a reader thread \
+         of the same process, on the same CPU, drains the other end). criterion medians, \
+         median over rounds (min-max); added = median over rounds of (captured - no capture), \
+         the two run back to back.\n\n\
+         | write(2) of the traced process | no capture (ns) | nri-trace capture (ns) | added per write (ns) \
+         | writes on the connection | chunks captured | lost records | reader reads per write |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+    );
+    for (i, (_, size)) in TRACED_CASES.iter().enumerate() {
+        let sum = |f: fn(&Summary) -> u64| t.summaries[i].iter().map(f).sum::<u64>();
+        let writes: u64 = t.counts[i].iter().map(|c| c.0).sum();
+        let reads: u64 = t.counts[i].iter().map(|c| c.1).sum();
+        let (writes_s, per_write) = if size.is_some() {
+            (
+                writes.to_string(),
+                format!("{:.2}", reads as f64 / writes.max(1) as f64),
+            )
+        } else {
+            ("-".into(), "-".into())
+        };
+        s += &format!(
+            "| {} | {} | {} | {:+.1} | {writes_s} | {} | {} | {per_write} |\n",
+            case_label(i),
+            fmt_spread(&t.baseline[i]),
+            fmt_spread(&t.captured[i]),
+            t.added(i),
+            sum(|s| s.chunks),
+            sum(|s| s.lost_records),
+        );
+    }
+    // Per-byte cost: a line through the unix writes' added costs.
+    let (xs, ys): (Vec<f64>, Vec<f64>) = (0..TRACED_CASES.len())
+        .filter_map(|i| TRACED_CASES[i].1.map(|size| (size as f64, t.added(i))))
+        .unzip();
+    let (slope, intercept) = fit(&xs, &ys);
+    s += &format!(
+        "\nLeast-squares fit of the added cost over the three write sizes: {intercept:.1} ns per \
+         write + {slope:.4} ns per byte ({:.0} ns per KiB).\n",
+        slope * 1024.0
+    );
+    s += "\nWrites, chunks, lost records and reads are summed over the captured runs (one \
+          capture per run, warm-up included); a lost record is a ring buffer output that failed. The \
+          reader's reads are syscalls of the traced process on an fd nri-trace does not \
+          track: each pays about what the /dev/null row adds.\n";
+    s
+}
+
+fn throughput_section(t: &[SizeThroughput], seconds: f64) -> String {
+    let mut s = format!(
+        "## Capture throughput ({}, {seconds} s per run)\n\n\
+         A writer thread writes on the server end of a unix stream connection, flat out or \
+         paced to a target rate; a reader thread of the same process (same CPU) drains the \
+         other end. Chunks = syscalls reassembled by nri-trace; a 64 KiB write is 4 kernel \
+         records of 16 KiB, a 4 KiB write one.\n\n\
+         | write size | capture | target rate | writer MB/s | writes/s | mean ns in write(2) \
+         | writes | chunks captured | bytes written | bytes captured | lost records | lost bytes |\n\
+         | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        fmt_bytes(nri_ring_bytes())
+    );
+    for st in t {
+        let runs = [&st.base_full, &st.full]
+            .into_iter()
+            .chain(st.steps.iter())
+            .chain(st.paced_base.iter());
+        for r in runs {
+            s += &writer_row(st.size, r);
+        }
+    }
+    s += "\n";
+    for st in t {
+        s += &throughput_verdict(st);
+    }
+    s
+}
+
+fn writer_row(size: u64, r: &WriterRun) -> String {
+    let capture = match &r.summary {
+        Some(c) => {
+            format!(
+                "nri-trace | {} | {} | {} | {} | {} | {} |",
+                fmt_rate(r.target),
+                fmt_f(r.mb_s()),
+                fmt_f0(r.writes_s()),
+                fmt_f(r.write_ns),
+                r.writes,
+                c.chunks
+            ) + &format!(
+                " {} | {} | {} | {} |",
+                r.bytes, c.bytes, c.lost_records, c.lost_bytes
+            )
+        }
+        None => format!(
+            "none | {} | {} | {} | {} | {} | - | {} | - | - | - |",
+            fmt_rate(r.target),
+            fmt_f(r.mb_s()),
+            fmt_f0(r.writes_s()),
+            fmt_f(r.write_ns),
+            r.writes,
+            r.bytes
+        ),
+    };
+    format!("| {size} B | {capture}\n")
+}
+
+fn throughput_verdict(st: &SizeThroughput) -> String {
+    let full = &st.full;
+    if full.lost() == 0 {
+        return format!(
+            "- {} B writes: no record lost at full speed ({:.1} MB/s captured; {:.1} MB/s \
+             without capture).\n",
+            st.size,
+            full.mb_s(),
+            st.base_full.mb_s()
+        );
+    }
+    let mut s = format!(
+        "- {} B writes: records WERE lost at full speed: {} records ({} bytes) at {:.1} MB/s \
+         ({:.1} MB/s without capture).",
+        st.size,
+        full.lost(),
+        full.summary.map_or(0, |c| c.lost_bytes),
+        full.mb_s(),
+        st.base_full.mb_s()
+    );
+    match (st.best_lossless(), &st.paced_base) {
+        (Some(b), Some(base)) => {
+            s += &format!(
+                " Highest rate tested without loss: {:.1} MB/s ({:.0} writes/s); at that pace \
+                 a write takes {:.1} ns captured vs {:.1} ns without capture ({:+.1} ns).\n",
+                b.mb_s(),
+                b.writes_s(),
+                b.write_ns,
+                base.write_ns,
+                b.write_ns - base.write_ns
+            )
+        }
+        _ => s += " Records were lost at every rate tested.\n",
+    }
+    s
+}
+
+/// The design comparison from the probe part.
+fn design_section(p: &ProbeCost) -> String {
+    let mut s = String::from(
+        "## Design comparison: added ns per syscall of an untraced process\n\n\
+         | design | probed syscall (write) | unprobed syscall (getppid) |\n\
+         | --- | ---: | ---: |\n",
+    );
+    for st in [
+        State::NriTrace,
+        State::FloorClassic,
+        State::FloorRaw,
+        State::FloorRawFiltered,
+    ] {
+        let (w, g) = p.added(st);
+        s += &format!("| {} | {w:+.1} | {g:+.1} |\n", st.label());
+    }
+    s += "\nBreak-even share p* of probed syscalls (below it the classic design costs less):\n\n";
+    for (c, r) in [
+        (State::NriTrace, State::FloorRawFiltered),
+        (State::FloorClassic, State::FloorRaw),
+    ] {
+        s += &format!(
+            "- {} vs {}: {}\n",
+            c.label(),
+            r.label(),
+            fmt_break_even(p.added(c), p.added(r))
+        );
+    }
+    s
+}
+
+fn fmt_break_even(classic: (f64, f64), raw: (f64, f64)) -> String {
+    match break_even(classic, raw) {
+        Some(x) if (0.0..=1.0).contains(&x) => format!("p* = {:.1} %", x * 100.0),
+        _ => {
+            // No crossing in [0, 1]: one design is cheaper at every mix.
+            let cheaper = if expected(classic, 0.5) < expected(raw, 0.5) {
+                "classic"
+            } else {
+                "raw"
+            };
+            format!("no crossing in [0, 1]: {cheaper} costs less at every share")
+        }
+    }
+}
+
+fn mix_section(m: &Mix, p: Option<&ProbeCost>, workload: Option<&str>) -> String {
+    let share = m.probed_share();
+    let mut s = format!(
+        "## Syscall mix\n\n\
+         Counted system-wide for {} s with bpftrace (`tracepoint:raw_syscalls:sys_enter`){}. \
+         This is the mix of this machine, not of a Kubernetes node.\n\n\
+         {} syscalls, {} probed: probed share p = {:.1} %.\n\n\
+         | syscall nr | name | probed | count | share |\n| ---: | --- | --- | ---: | ---: |\n",
+        m.seconds,
+        workload.map_or(
+            ", with no workload of its own (whatever else ran on the machine is in it)".into(),
+            |w| format!(" while `{w}` ran")
+        ),
+        m.total(),
+        m.probed(),
+        share * 100.0
+    );
+    let names = syscall_names();
+    for (nr, n) in m.counts.iter().take(15) {
+        let name = names.get(nr).map_or("", String::as_str);
+        let probed = if PROBED.iter().any(|p| p.0 == *nr) {
+            "yes"
+        } else {
+            ""
+        };
+        s += &format!(
+            "| {nr} | {name} | {probed} | {n} | {:.1} % |\n",
+            *n as f64 * 100.0 / m.total() as f64
+        );
+    }
+    if let Some(p) = p {
+        s += "\nExpected added cost per syscall of an untraced process over this mix:\n\n\
+              | design | ns per syscall |\n| --- | ---: |\n";
+        for st in [
+            State::NriTrace,
+            State::FloorClassic,
+            State::FloorRaw,
+            State::FloorRawFiltered,
+        ] {
+            s += &format!(
+                "| {} | {:+.1} |\n",
+                st.label(),
+                expected(p.added(st), share)
+            );
+        }
+    }
+    s
+}
+
+/// The targets of the issue, checked against what was measured.
+fn targets_section(p: Option<&ProbeCost>, t: Option<&TracedCost>) -> String {
+    let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
+    let mut s = String::from("## Targets\n\n| target | measured | |\n| --- | --- | --- |\n");
+    if let Some(p) = p {
+        // Paired per round, like the added costs.
+        let (dw, dg) = p.diff(State::NriTrace, State::FloorClassic);
+        let (bw, _) = p.diff(State::NriTrace, State::BpftracePair);
+        s += &format!(
+            "| nri-trace within 35 ns of floor-classic, write | {dw:+.1} ns | {} |\n\
+             | nri-trace within 35 ns of floor-classic, getppid | {dg:+.1} ns | {} |\n\
+             | nri-trace below the bpftrace pair, write | {bw:+.1} ns vs the pair | {} |\n",
+            verdict(dw <= 35.0),
+            verdict(dg <= 35.0),
+            verdict(bw < 0.0)
+        );
+    }
+    if let Some(t) = t {
+        for (i, &(_, size)) in TRACED_CASES.iter().enumerate() {
+            let Some(size) = size else { continue };
+            let added = t.added(i);
+            s += &format!(
+                "| under 1 us added per captured write, {size} B | {added:+.1} ns | {} |\n",
+                verdict(added < 1000.0)
+            );
+        }
+    }
+    s
+}
+
+// --------------------------------------------------------------- helpers
+
+/// The ring buffer size nri-trace uses by default (nri_trace_common's
+/// DEFAULT_RING_BYTES; xtask does not depend on that crate).
+fn nri_ring_bytes() -> u64 {
+    16 << 20
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    match s.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
+}
+
+/// Median of the element-wise differences a[r] - b[r].
+fn paired_diff(a: &[f64], b: &[f64]) -> f64 {
+    let d: Vec<f64> = a.iter().zip(b).map(|(x, y)| x - y).collect();
+    median(&d)
+}
+
+/// "median (min-max)"
+fn fmt_spread(v: &[f64]) -> String {
+    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{:.1} ({min:.1}-{max:.1})", median(v))
+}
+
+fn fmt_f(x: f64) -> String {
+    format!("{x:.1}")
+}
+
+fn fmt_f0(x: f64) -> String {
+    format!("{x:.0}")
+}
+
+fn fmt_rate(bytes_per_s: f64) -> String {
+    if bytes_per_s <= 0.0 {
+        "full speed".into()
+    } else {
+        format!("{:.1} MB/s", bytes_per_s / 1e6)
+    }
+}
+
+fn fmt_bytes(b: u64) -> String {
+    format!("default {} MiB ring buffer", b >> 20)
+}
+
+/// Least-squares line through (xs, ys): (slope, intercept).
+fn fit(xs: &[f64], ys: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    let mx = xs.iter().sum::<f64>() / n;
+    let my = ys.iter().sum::<f64>() / n;
+    let sxy: f64 = xs.iter().zip(ys).map(|(x, y)| (x - mx) * (y - my)).sum();
+    let sxx: f64 = xs.iter().map(|x| (x - mx) * (x - mx)).sum();
+    let slope = sxy / sxx;
+    (slope, my - slope * mx)
+}
+
+/// The number after the last of `keys`, each searched after the previous
+/// one (enough for criterion's and nri-trace's flat JSON; xtask has no JSON
+/// dependency).
+fn json_number(s: &str, keys: &[&str]) -> Option<f64> {
+    let mut at = 0;
+    for k in keys {
+        at += s[at..].find(k)? + k.len();
+    }
+    let rest = s[at..].trim_start();
+    let end = rest
+        .find(|c: char| !(c.is_ascii_digit() || "+-.eE".contains(c)))
+        .unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
+/// The string value after `key` (no escapes expected: paths).
+fn json_string(s: &str, key: &str) -> Option<String> {
+    let at = s.find(key)? + key.len();
+    let rest = s[at..].trim_start().strip_prefix('"')?;
+    Some(rest[..rest.find('"')?].to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_criterion_median() {
+        let s = r#"{"mean":{"confidence_interval":{"lower_bound":1.0},"point_estimate":2.5},"median":{"confidence_interval":{"confidence_level":0.95},"point_estimate":136.93,"standard_error":0.3},"median_abs_dev":{"point_estimate":2.4}}"#;
+        assert_eq!(
+            json_number(s, &["\"median\":", "\"point_estimate\":"]),
+            Some(136.93)
+        );
+    }
+
+    #[test]
+    fn break_even_of_crossing_lines() {
+        // classic: probed +300, other +45; raw: +200 everywhere.
+        let p = break_even((300.0, 45.0), (200.0, 200.0)).unwrap();
+        assert!((expected((300.0, 45.0), p) - 200.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn parses_bpftrace_map_lines() {
+        assert_eq!(parse_map_line("@[1]: 1234"), Some((1, 1234)));
+        assert_eq!(parse_map_line("Attaching 2 probes..."), None);
+    }
 }

@@ -6,6 +6,7 @@
 //! bpf-linker against Debian's LLVM 22. See docs/building.md.
 
 mod bench;
+mod lab;
 mod setup;
 
 use std::{
@@ -42,6 +43,11 @@ enum Cmd {
     },
     /// Run the benchmarks and print the tables for docs/benchmarks.md.
     Bench(bench::BenchArgs),
+    /// The lab: a private containerd with NRI, and its scenarios.
+    Lab {
+        #[command(subcommand)]
+        cmd: lab::LabCmd,
+    },
     /// Run `nri-trace` (built by `cargo xtask build`) with these arguments.
     Run {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -56,6 +62,7 @@ fn main() -> Result<()> {
         Cmd::Build { debug } => build(!debug).map(|_| ()),
         Cmd::Test { args } => test(&args),
         Cmd::Bench(a) => bench::run(a),
+        Cmd::Lab { cmd } => lab::run_lab(cmd),
         Cmd::Run { args } => {
             let bin = build(true)?;
             let status = Command::new(bin).args(args).status()?;

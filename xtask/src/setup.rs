@@ -17,6 +17,8 @@ const APT_PACKAGES: &[&str] = &[
     // Benchmarks: the ad-hoc peer (bpftrace) and C syscall loops.
     "bpftrace",
     "gcc",
+    // k8s-cri (the lab's CRI driver) runs protoc in its build script.
+    "protobuf-compiler",
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 

@@ -1,0 +1,897 @@
+//! cri-driver: a kubelet-like CRI client for the nri-trace lab.
+//!
+//! Every CRI call it makes is written to the truth file (one NDJSON
+//! `Truth::Cri` record per call, one per try for retried calls). At the end
+//! it prints one JSON line on stdout: the scenario's results and a summary
+//! of the calls. Logs go to stderr (RUST_LOG, default `info`). Exit status
+//! 1 on an unexpected error (after trying to tear down what it started),
+//! 2 on a usage error.
+//!
+//! ```text
+//! cri-driver --truth /tmp/t.ndjson lifecycle --pods 2 --containers 1 --netns
+//! cri-driver --truth /tmp/t.ndjson retry --deadline-ms 1 --retry-deadline-ms 240000
+//! cri-driver --truth /tmp/t.ndjson ignore-sigterm --grace-secs 3
+//! cri-driver --truth /tmp/t.ndjson up --name p1 --netns     # {"sandbox_id":..., "container_id":...}
+//! cri-driver --truth /tmp/t.ndjson down --sandbox-id ID
+//! ```
+
+use std::{
+    collections::BTreeMap,
+    path::PathBuf,
+    process::ExitCode,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use nri_trace_lab::{
+    cri::{self, api, ContainerSpec, Driver, PodSpec, RetryPolicy},
+    truth::{ContainerRef, Outcome, PodRef, TruthWriter},
+};
+use serde_json::{json, Value};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "cri-driver",
+    version,
+    about = "A kubelet-like CRI client for the nri-trace lab"
+)]
+struct Cli {
+    /// CRI socket [default: $NRI_TRACE_LAB_DIR/run/containerd.sock, lab dir
+    /// /var/lib/nri-trace-lab].
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Truth file (NDJSON, appended): one record per CRI call.
+    #[arg(long)]
+    truth: PathBuf,
+    /// kubelet's --runtime-request-timeout: the deadline of every call
+    /// (RunPodSandbox gets twice this, StopContainer this plus the grace).
+    #[arg(long, default_value_t = 120_000, value_name = "MS")]
+    request_timeout_ms: u64,
+    /// Pod log directories go under DIR (as kubelet's /var/log/pods);
+    /// without it, log_directory and log_path are left empty and the
+    /// runtime discards container output.
+    #[arg(long, value_name = "DIR")]
+    log_dir: Option<PathBuf>,
+    /// First wait before retrying a timed-out RunPodSandbox / CreateContainer
+    /// (doubles per retry).
+    #[arg(long, default_value_t = 500, value_name = "MS")]
+    backoff_ms: u64,
+    #[arg(long, default_value_t = 10_000, value_name = "MS")]
+    max_backoff_ms: u64,
+    /// No retry starts later than this after the first try.
+    #[arg(long, default_value_t = 300, value_name = "SECS")]
+    retry_budget_secs: u64,
+    /// Retry a timed-out CreateContainer with the same attempt until the
+    /// budget runs out, even when the runtime keeps its name reserved for a
+    /// container an earlier try created (default: create attempt + 1 then,
+    /// as kubelet does once its relist shows that container).
+    #[arg(long)]
+    no_bump_attempt: bool,
+    #[command(subcommand)]
+    scenario: Scenario,
+}
+
+#[derive(Subcommand, Debug)]
+enum Scenario {
+    /// Full kubelet-like lifecycle of N pods with M containers each.
+    Lifecycle(LifecycleArgs),
+    /// RunPodSandbox (or CreateContainer) with a short deadline, retried
+    /// with the same name and attempt until it succeeds; then tear down.
+    Retry(RetryArgs),
+    /// A container that ignores SIGTERM: StopContainer takes the grace period.
+    IgnoreSigterm(IgnoreSigtermArgs),
+    /// RunPodSandbox + one started container; prints their ids.
+    #[command(alias = "run")]
+    Up(UpArgs),
+    /// StopContainer for every container of a sandbox, then StopPodSandbox.
+    Stop(SandboxArgs),
+    /// RemoveContainer for every container of a sandbox, then RemovePodSandbox.
+    Remove(SandboxArgs),
+    /// stop + remove.
+    Down(SandboxArgs),
+    /// ListPodSandbox (all pods the runtime knows).
+    List,
+}
+
+#[derive(Args, Debug, Clone)]
+struct PodArgs {
+    /// Pod namespace (CRI metadata, not a Linux namespace).
+    #[arg(long, default_value = "nri-trace")]
+    namespace: String,
+    /// Own network namespace on the lab's bridge CNI network (default:
+    /// host network).
+    #[arg(long)]
+    netns: bool,
+    /// Share the PID namespace of the pod (pause is PID 1). Default:
+    /// one per container, as kubelet without shareProcessNamespace.
+    #[arg(long)]
+    share_pid: bool,
+    /// Sandbox attempt.
+    #[arg(long, default_value_t = 0)]
+    attempt: u32,
+    /// Extra pod label K=V (repeatable).
+    #[arg(long = "label", value_parser = parse_kv)]
+    labels: Vec<(String, String)>,
+    /// Extra pod annotation K=V (repeatable).
+    #[arg(long = "annotation", value_parser = parse_kv)]
+    annotations: Vec<(String, String)>,
+}
+
+#[derive(Args, Debug, Clone)]
+struct ContainerArgs {
+    #[arg(long, default_value = cri::BUSYBOX_IMAGE)]
+    image: String,
+    /// Environment variable K=V (repeatable).
+    #[arg(long = "env", value_parser = parse_kv)]
+    env: Vec<(String, String)>,
+    /// Command of the containers [default: sleep 3600].
+    #[arg(last = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+struct LifecycleArgs {
+    #[arg(long, default_value_t = 1)]
+    pods: usize,
+    #[arg(long, default_value_t = 1)]
+    containers: usize,
+    /// How long the containers run before they are stopped.
+    #[arg(long, default_value_t = 0.0, value_name = "SECS")]
+    run_secs: f64,
+    /// StopContainer timeout (grace period before SIGKILL).
+    #[arg(long, default_value_t = 2)]
+    grace_secs: i64,
+    /// Pod names are PREFIX-<i>.
+    #[arg(long, default_value = "lc")]
+    prefix: String,
+    /// Pods in flight at once.
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    #[command(flatten)]
+    pod: PodArgs,
+    #[command(flatten)]
+    container: ContainerArgs,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    /// RunPodSandbox gets the short deadline.
+    Sandbox,
+    /// CreateContainer gets the short deadline (RunPodSandbox the normal one).
+    Container,
+}
+
+#[derive(Args, Debug)]
+struct RetryArgs {
+    /// Deadline of the first try.
+    #[arg(long, value_name = "MS")]
+    deadline_ms: u64,
+    /// Deadline of the retries [default: the same as the first, as kubelet].
+    #[arg(long, value_name = "MS")]
+    retry_deadline_ms: Option<u64>,
+    #[arg(long, value_enum, default_value_t = Stage::Sandbox)]
+    stage: Stage,
+    #[arg(long, default_value = "retry-0")]
+    name: String,
+    #[arg(long, default_value_t = 2)]
+    grace_secs: i64,
+    #[command(flatten)]
+    pod: PodArgs,
+    #[command(flatten)]
+    container: ContainerArgs,
+}
+
+#[derive(Args, Debug)]
+struct IgnoreSigtermArgs {
+    #[arg(long, default_value_t = 5)]
+    grace_secs: i64,
+    /// How long the container runs before StopContainer (its shell must
+    /// have set the trap by then).
+    #[arg(long, default_value_t = 0.5, value_name = "SECS")]
+    run_secs: f64,
+    #[arg(long, default_value = "ignore-sigterm-0")]
+    name: String,
+    #[command(flatten)]
+    pod: PodArgs,
+}
+
+#[derive(Args, Debug)]
+struct UpArgs {
+    #[arg(long)]
+    name: String,
+    /// Pod uid [default: a random UUID].
+    #[arg(long)]
+    uid: Option<String>,
+    #[arg(long, default_value = "main")]
+    container_name: String,
+    /// Do not poll ContainerStatus until the container runs.
+    #[arg(long)]
+    no_wait: bool,
+    #[command(flatten)]
+    pod: PodArgs,
+    #[command(flatten)]
+    container: ContainerArgs,
+}
+
+#[derive(Args, Debug)]
+struct SandboxArgs {
+    #[arg(long)]
+    sandbox_id: String,
+    /// StopContainer timeout (stop and down).
+    #[arg(long, default_value_t = 2)]
+    grace_secs: i64,
+}
+
+fn parse_kv(s: &str) -> std::result::Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected K=V, got {s:?}"))?;
+    if k.is_empty() {
+        return Err(format!("empty key in {s:?}"));
+    }
+    Ok((k.to_owned(), v.to_owned()))
+}
+
+/// How long a container may take to reach RUNNING after StartContainer.
+const RUNNING_WITHIN: Duration = Duration::from_secs(30);
+
+struct Ctx {
+    driver: Driver,
+    policy: RetryPolicy,
+    log_dir: Option<PathBuf>,
+}
+
+impl Ctx {
+    fn pod_spec(&self, name: String, a: &PodArgs) -> PodSpec {
+        let mut p = PodSpec::new(name, a.namespace.clone(), !a.netns);
+        p.share_pid = a.share_pid;
+        p.attempt = a.attempt;
+        p.labels.extend(a.labels.iter().cloned());
+        p.annotations.extend(a.annotations.iter().cloned());
+        p.with_log_root(self.log_dir.as_deref())
+    }
+}
+
+fn container_spec(name: String, a: &ContainerArgs) -> ContainerSpec {
+    let mut c = ContainerSpec::new(name);
+    c.image = a.image.clone();
+    if !a.command.is_empty() {
+        c.command = a.command.clone();
+    }
+    c.env = a.env.clone();
+    c
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .format_timestamp_millis()
+        .init();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cri-driver: error: cannot start the tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(run(cli))
+}
+
+async fn run(cli: Cli) -> ExitCode {
+    let t0 = Instant::now();
+    let scenario = scenario_name(&cli.scenario);
+    let socket = cli.socket.clone().unwrap_or_else(cri::default_socket);
+    let setup = async {
+        if let Some(d) = &cli.log_dir {
+            std::fs::create_dir_all(d)
+                .with_context(|| format!("creating log dir {}", d.display()))?;
+        }
+        let truth = TruthWriter::append(&cli.truth)
+            .with_context(|| format!("opening truth file {}", cli.truth.display()))?;
+        let driver = Driver::connect(
+            &socket,
+            truth,
+            Duration::from_millis(cli.request_timeout_ms),
+        )
+        .await
+        .map_err(|e| anyhow!("{e} (is the lab up? bash lab/lab.sh up)"))?;
+        let v = driver.version().await?;
+        log::info!(
+            "connected to {} {} (CRI {}) on {}",
+            v.runtime_name,
+            v.runtime_version,
+            v.runtime_api_version,
+            socket.display()
+        );
+        anyhow::Ok(driver)
+    };
+    let driver = match setup.await {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("cri-driver: error: {e:#}");
+            print_json(&json!({"scenario": scenario, "ok": false, "error": format!("{e:#}")}));
+            return ExitCode::FAILURE;
+        }
+    };
+    let ctx = Arc::new(Ctx {
+        driver: driver.clone(),
+        policy: RetryPolicy {
+            initial_backoff: Duration::from_millis(cli.backoff_ms),
+            max_backoff: Duration::from_millis(cli.max_backoff_ms.max(cli.backoff_ms)),
+            budget: Duration::from_secs(cli.retry_budget_secs),
+            retry_deadline: None,
+            bump_attempt_on_orphan: !cli.no_bump_attempt,
+        },
+        log_dir: cli.log_dir.clone(),
+    });
+    let res = match cli.scenario {
+        Scenario::Lifecycle(a) => lifecycle(ctx, a).await,
+        Scenario::Retry(a) => retry(ctx, a).await,
+        Scenario::IgnoreSigterm(a) => ignore_sigterm(ctx, a).await,
+        Scenario::Up(a) => up(ctx, a).await,
+        Scenario::Stop(a) => sandbox_steps(ctx, a, true, false).await,
+        Scenario::Remove(a) => sandbox_steps(ctx, a, false, true).await,
+        Scenario::Down(a) => sandbox_steps(ctx, a, true, true).await,
+        Scenario::List => list(ctx).await,
+    };
+    let summary = driver.summary();
+    let (mut out, err) = match res {
+        Ok(v) => (v, None),
+        Err((v, e)) => (v, Some(e)),
+    };
+    if summary.truth_write_errors > 0 && err.is_none() {
+        out["error"] = json!(format!(
+            "{} truth record(s) could not be written",
+            summary.truth_write_errors
+        ));
+    }
+    let ok = err.is_none() && summary.truth_write_errors == 0;
+    let mut top = json!({
+        "scenario": scenario,
+        "ok": ok,
+        "wall_ms": ms(t0.elapsed()),
+        "calls": summary.calls,
+        "failures": summary.failures,
+        "deadline_exceeded": summary.deadline_exceeded,
+        "retries": summary.retries,
+        "methods": summary.methods,
+    });
+    if let Some(e) = &err {
+        eprintln!("cri-driver: error: {e:#}");
+        top["error"] = json!(format!("{e:#}"));
+    }
+    if let (Value::Object(top), Value::Object(extra)) = (&mut top, out) {
+        for (k, v) in extra {
+            top.entry(k).or_insert(v);
+        }
+    }
+    print_json(&top);
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn scenario_name(s: &Scenario) -> &'static str {
+    match s {
+        Scenario::Lifecycle(_) => "lifecycle",
+        Scenario::Retry(_) => "retry",
+        Scenario::IgnoreSigterm(_) => "ignore-sigterm",
+        Scenario::Up(_) => "up",
+        Scenario::Stop(_) => "stop",
+        Scenario::Remove(_) => "remove",
+        Scenario::Down(_) => "down",
+        Scenario::List => "list",
+    }
+}
+
+fn print_json(v: &Value) {
+    println!(
+        "{}",
+        serde_json::to_string(v).unwrap_or_else(|_| "{}".into())
+    );
+}
+
+/// A scenario's result: its JSON fields, or (partial fields, error).
+type ScenarioResult = std::result::Result<Value, (Value, anyhow::Error)>;
+
+fn fail(v: Value, e: impl Into<anyhow::Error>) -> ScenarioResult {
+    Err((v, e.into()))
+}
+
+// ------------------------------------------------------------------ pods
+
+/// A pod the driver started, for teardown.
+struct Started {
+    pod: PodRef,
+    containers: Vec<ContainerRef>,
+}
+
+/// RunPodSandbox, then CreateContainer + StartContainer per container (as
+/// kubelet's SyncPod), then ContainerStatus until each runs. On an error
+/// after the sandbox exists, `started` still has what to tear down.
+async fn start_pod(
+    ctx: &Ctx,
+    spec: &PodSpec,
+    containers: &[ContainerSpec],
+    wait_running: bool,
+    started: &mut Option<Started>,
+) -> Result<()> {
+    let sid = ctx.driver.run_pod_sandbox(spec, &ctx.policy).await?;
+    let pod = spec.pod_ref(Some(&sid));
+    *started = Some(Started {
+        pod: pod.clone(),
+        containers: vec![],
+    });
+    for c in containers {
+        let cref = ctx
+            .driver
+            .create_container(spec, &sid, c, &ctx.policy)
+            .await?;
+        if let Some(s) = started.as_mut() {
+            s.containers.push(cref.clone());
+        }
+        ctx.driver.start_container(Some(&pod), &cref).await?;
+    }
+    if wait_running {
+        let crefs = started
+            .as_ref()
+            .map(|s| s.containers.clone())
+            .unwrap_or_default();
+        for c in &crefs {
+            ctx.driver
+                .wait_container_running(Some(&pod), c, RUNNING_WITHIN)
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// StopContainer for every container (in parallel, as kubelet's
+/// killContainersWithSyncResult), then StopPodSandbox.
+async fn stop_pod(ctx: &Ctx, s: &Started, grace_secs: i64) -> Result<()> {
+    let mut set = tokio::task::JoinSet::new();
+    for c in s.containers.clone() {
+        let d = ctx.driver.clone();
+        let pod = s.pod.clone();
+        set.spawn(async move { d.stop_container(Some(&pod), &c, grace_secs).await });
+    }
+    let mut first_err = None;
+    while let Some(r) = set.join_next().await {
+        match r {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => first_err = first_err.or(Some(anyhow::Error::from(e))),
+            Err(e) => first_err = first_err.or(Some(anyhow!("stop task failed: {e}"))),
+        }
+    }
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    ctx.driver.stop_pod_sandbox(&s.pod).await?;
+    Ok(())
+}
+
+/// RemoveContainer for every container, then RemovePodSandbox.
+async fn remove_pod(ctx: &Ctx, s: &Started) -> Result<()> {
+    for c in &s.containers {
+        ctx.driver.remove_container(Some(&s.pod), c).await?;
+    }
+    ctx.driver.remove_pod_sandbox(&s.pod).await?;
+    Ok(())
+}
+
+/// After an error: stop and remove the sandbox (the runtime removes its
+/// containers with it), ignoring further errors.
+async fn cleanup(ctx: &Ctx, s: &Started) {
+    ctx.driver
+        .note(format!("cleanup of pod {} after an error", s.pod.name));
+    if let Err(e) = ctx.driver.stop_pod_sandbox(&s.pod).await {
+        log::warn!("cleanup: {e}");
+    }
+    if let Err(e) = ctx.driver.remove_pod_sandbox(&s.pod).await {
+        log::warn!("cleanup: {e}");
+    }
+}
+
+// ------------------------------------------------------------------ lifecycle
+
+async fn one_lifecycle(
+    ctx: Arc<Ctx>,
+    spec: PodSpec,
+    containers: Vec<ContainerSpec>,
+    run: Duration,
+    grace: i64,
+) -> Value {
+    let t0 = Instant::now();
+    let mut started = None;
+    let mut stop_ms = None;
+    let res = async {
+        start_pod(&ctx, &spec, &containers, true, &mut started).await?;
+        let s = started.as_ref().ok_or_else(|| anyhow!("no sandbox"))?;
+        tokio::time::sleep(run).await;
+        let t = Instant::now();
+        stop_pod(&ctx, s, grace).await?;
+        stop_ms = Some(ms(t.elapsed()));
+        remove_pod(&ctx, s).await
+    }
+    .await;
+    if res.is_err() {
+        if let Some(s) = &started {
+            cleanup(&ctx, s).await;
+        }
+    }
+    json!({
+        "name": spec.name,
+        "uid": spec.uid,
+        "sandbox_id": started.as_ref().and_then(|s| s.pod.sandbox_id.clone()),
+        "containers": started.as_ref().map(|s| s.containers.iter().filter_map(|c| c.id.clone()).collect::<Vec<_>>()),
+        "ok": res.is_ok(),
+        "ms": ms(t0.elapsed()),
+        "stop_ms": stop_ms,
+        "error": res.err().map(|e| format!("{e:#}")),
+    })
+}
+
+async fn lifecycle(ctx: Arc<Ctx>, a: LifecycleArgs) -> ScenarioResult {
+    if a.pods == 0 {
+        return fail(json!({}), anyhow!("--pods must be at least 1"));
+    }
+    let sem = Arc::new(tokio::sync::Semaphore::new(a.concurrency.max(1)));
+    let run = Duration::from_secs_f64(a.run_secs.max(0.0));
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..a.pods {
+        let spec = ctx.pod_spec(format!("{}-{i}", a.prefix), &a.pod);
+        let containers: Vec<ContainerSpec> = (0..a.containers)
+            .map(|j| container_spec(format!("c{j}"), &a.container))
+            .collect();
+        let ctx = ctx.clone();
+        let sem = sem.clone();
+        let grace = a.grace_secs;
+        set.spawn(async move {
+            let _permit = sem.acquire_owned().await;
+            (i, one_lifecycle(ctx, spec, containers, run, grace).await)
+        });
+    }
+    let mut pods = BTreeMap::new();
+    while let Some(r) = set.join_next().await {
+        match r {
+            Ok((i, v)) => {
+                pods.insert(i, v);
+            }
+            Err(e) => return fail(json!({}), anyhow!("pod task failed: {e}")),
+        }
+    }
+    let pods: Vec<Value> = pods.into_values().collect();
+    let failed: Vec<String> = pods
+        .iter()
+        .filter(|p| p["ok"] != json!(true))
+        .map(|p| {
+            format!(
+                "{}: {}",
+                p["name"].as_str().unwrap_or("?"),
+                p["error"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    let v = json!({ "pods": pods, "host_network": !a.pod.netns });
+    if failed.is_empty() {
+        Ok(v)
+    } else {
+        fail(
+            v,
+            anyhow!(
+                "{} of {} pods failed: {}",
+                failed.len(),
+                a.pods,
+                failed.join("; ")
+            ),
+        )
+    }
+}
+
+// ------------------------------------------------------------------ retry
+
+/// The tries of `method` for `pod` recorded so far.
+fn tries(ctx: &Ctx, method: &str, pod: &str) -> Vec<Value> {
+    ctx.driver
+        .records()
+        .into_iter()
+        .filter(|r| r.method == method && r.pod.as_deref() == Some(pod))
+        .map(|r| {
+            json!({"attempt": r.attempt, "retry": r.retry, "deadline_ms": r.deadline_ms,
+                   "ms": r.ms, "outcome": r.outcome})
+        })
+        .collect()
+}
+
+async fn retry(ctx: Arc<Ctx>, a: RetryArgs) -> ScenarioResult {
+    let mut policy = ctx.policy.clone();
+    policy.retry_deadline = a.retry_deadline_ms.map(Duration::from_millis);
+    let short = Duration::from_millis(a.deadline_ms);
+    let spec = ctx.pod_spec(a.name.clone(), &a.pod);
+    let c = container_spec("main".into(), &a.container);
+    let method = match a.stage {
+        Stage::Sandbox => "RunPodSandbox",
+        Stage::Container => "CreateContainer",
+    };
+    ctx.driver.note(format!(
+        "retry scenario: {method} of pod {}/{} with a {} ms deadline",
+        spec.namespace, spec.name, a.deadline_ms
+    ));
+    let mut started: Option<Started> = None;
+    let res: Result<()> = async {
+        let sid = match a.stage {
+            Stage::Sandbox => {
+                ctx.driver
+                    .run_pod_sandbox_with_deadline(&spec, short, &policy)
+                    .await?
+            }
+            Stage::Container => ctx.driver.run_pod_sandbox(&spec, &ctx.policy).await?,
+        };
+        let pod = spec.pod_ref(Some(&sid));
+        started = Some(Started {
+            pod: pod.clone(),
+            containers: vec![],
+        });
+        if a.stage == Stage::Container {
+            let cref = ctx
+                .driver
+                .create_container_with_deadline(&spec, &sid, &c, short, &policy)
+                .await?;
+            if let Some(s) = started.as_mut() {
+                s.containers.push(cref);
+            }
+        }
+        Ok(())
+    }
+    .await;
+    let mut tries_v = tries(&ctx, method, &spec.name);
+    let n_tries = tries_v.len();
+    if n_tries > 100 {
+        // Keep the output short: the truth file has every try.
+        tries_v.drain(50..n_tries - 50);
+    }
+    // What the runtime holds for this pod now: an earlier try may have left
+    // a sandbox (or container) behind.
+    let mut leftovers = json!(null);
+    let pref = spec.pod_ref(None);
+    let filter = api::PodSandboxFilter {
+        label_selector: [(cri::LABEL_POD_UID.to_owned(), spec.uid.clone())]
+            .into_iter()
+            .collect(),
+        ..Default::default()
+    };
+    let mut sandboxes = vec![];
+    match ctx
+        .driver
+        .list_pod_sandbox_for(Some(&pref), Some(filter))
+        .await
+    {
+        Ok(items) => {
+            leftovers = json!(items
+                .iter()
+                .map(|s| json!({"id": s.id, "state": api::PodSandboxState::try_from(s.state).map(|x| x.as_str_name()).unwrap_or("?"), "attempt": s.metadata.as_ref().map(|m| m.attempt)}))
+                .collect::<Vec<_>>());
+            sandboxes = items.into_iter().map(|s| s.id).collect();
+        }
+        Err(e) => log::warn!("{e}"),
+    }
+    let mut containers_after = json!(null);
+    if let Some(s) = &started {
+        let filter = api::ContainerFilter {
+            pod_sandbox_id: s.pod.sandbox_id.clone().unwrap_or_default(),
+            ..Default::default()
+        };
+        match ctx.driver.list_containers(Some(&s.pod), Some(filter)).await {
+            Ok(items) => {
+                containers_after = json!(items
+                    .iter()
+                    .map(|c| json!({"id": c.id,
+                        "name": c.metadata.as_ref().map(|m| m.name.clone()),
+                        "attempt": c.metadata.as_ref().map(|m| m.attempt),
+                        "state": api::ContainerState::try_from(c.state).map(|x| x.as_str_name()).unwrap_or("?")}))
+                    .collect::<Vec<_>>())
+            }
+            Err(e) => log::warn!("{e}"),
+        }
+    }
+    // Tear down every sandbox of this pod uid, ours first.
+    let mut teardown_err = None;
+    if let Some(s) = &started {
+        let r = async {
+            stop_pod(&ctx, s, a.grace_secs).await?;
+            remove_pod(&ctx, s).await
+        }
+        .await;
+        if let Err(e) = r {
+            teardown_err = Some(e);
+        }
+    }
+    for id in sandboxes {
+        if started.as_ref().and_then(|s| s.pod.sandbox_id.as_deref()) == Some(id.as_str()) {
+            continue;
+        }
+        log::warn!(
+            "removing sandbox {} left by an earlier try",
+            cri::short(&id)
+        );
+        let s = Started {
+            pod: spec.pod_ref(Some(&id)),
+            containers: vec![],
+        };
+        cleanup(&ctx, &s).await;
+    }
+    let answers: Vec<String> = ctx
+        .driver
+        .records()
+        .into_iter()
+        .filter(|r| r.method == method && r.pod.as_deref() == Some(spec.name.as_str()))
+        .filter_map(|r| match r.outcome {
+            Outcome::Error { message, .. } => Some(message),
+            _ => None,
+        })
+        .fold(vec![], |mut v, m| {
+            if !v.contains(&m) {
+                v.push(m);
+            }
+            v
+        });
+    let v = json!({
+        "method": method,
+        "pod": {"name": spec.name, "namespace": spec.namespace, "uid": spec.uid, "attempt": spec.attempt},
+        "sandbox_id": started.as_ref().and_then(|s| s.pod.sandbox_id.clone()),
+        "tries_total": n_tries,
+        "tries": tries_v,
+        "runtime_answers": answers,
+        "sandboxes_of_pod_after": leftovers,
+        "containers_of_sandbox_after": containers_after,
+    });
+    if let Err(e) = res {
+        return fail(v, e);
+    }
+    if let Some(e) = teardown_err {
+        return fail(v, e.context("teardown"));
+    }
+    Ok(v)
+}
+
+// ------------------------------------------------------------------ ignore-sigterm
+
+async fn ignore_sigterm(ctx: Arc<Ctx>, a: IgnoreSigtermArgs) -> ScenarioResult {
+    let spec = ctx.pod_spec(a.name.clone(), &a.pod);
+    let c = ContainerSpec::ignoring_sigterm("stubborn");
+    let mut started = None;
+    let mut v = json!({"name": spec.name, "grace_secs": a.grace_secs});
+    let mut torn_down = false;
+    let res: Result<()> = async {
+        start_pod(&ctx, &spec, std::slice::from_ref(&c), true, &mut started).await?;
+        let s = started.as_ref().ok_or_else(|| anyhow!("no sandbox"))?;
+        let cref = &s.containers[0];
+        v["sandbox_id"] = json!(s.pod.sandbox_id);
+        v["container_id"] = json!(cref.id);
+        tokio::time::sleep(Duration::from_secs_f64(a.run_secs.max(0.0))).await;
+        let t = Instant::now();
+        ctx.driver.stop_container(Some(&s.pod), cref, a.grace_secs).await?;
+        let took = t.elapsed();
+        v["stop_ms"] = json!(ms(took));
+        let st = ctx.driver.container_status(Some(&s.pod), cref).await?;
+        v["exit_code"] = json!(st.exit_code);
+        v["reason"] = json!(st.reason);
+        v["state"] = json!(api::ContainerState::try_from(st.state).map(|x| x.as_str_name()).unwrap_or("?"));
+        ctx.driver.note(format!(
+            "StopContainer of {} (ignores SIGTERM) with grace {} s took {:.0} ms; exit code {}",
+            cref.name,
+            a.grace_secs,
+            took.as_secs_f64() * 1e3,
+            st.exit_code
+        ));
+        ctx.driver.stop_pod_sandbox(&s.pod).await?;
+        remove_pod(&ctx, s).await?;
+        torn_down = true;
+        if took + Duration::from_millis(100) < Duration::from_secs(a.grace_secs.max(0) as u64) {
+            bail!(
+                "StopContainer took {:.0} ms, less than the {} s grace period: did the container not ignore SIGTERM?",
+                took.as_secs_f64() * 1e3,
+                a.grace_secs
+            );
+        }
+        Ok(())
+    }
+    .await;
+    match res {
+        Ok(()) => Ok(v),
+        Err(e) => {
+            if let (Some(s), false) = (&started, torn_down) {
+                cleanup(&ctx, s).await;
+            }
+            fail(v, e)
+        }
+    }
+}
+
+// ------------------------------------------------------------------ steps
+
+async fn up(ctx: Arc<Ctx>, a: UpArgs) -> ScenarioResult {
+    let mut spec = ctx.pod_spec(a.name.clone(), &a.pod);
+    if let Some(uid) = &a.uid {
+        spec.uid = uid.clone();
+        spec = spec.with_log_root(ctx.log_dir.as_deref());
+    }
+    let c = container_spec(a.container_name.clone(), &a.container);
+    let mut started = None;
+    let res = start_pod(
+        &ctx,
+        &spec,
+        std::slice::from_ref(&c),
+        !a.no_wait,
+        &mut started,
+    )
+    .await;
+    let v = json!({
+        "pod": {"name": spec.name, "namespace": spec.namespace, "uid": spec.uid, "attempt": spec.attempt},
+        "sandbox_id": started.as_ref().and_then(|s| s.pod.sandbox_id.clone()),
+        "container_id": started.as_ref().and_then(|s| s.containers.first().and_then(|c| c.id.clone())),
+    });
+    match res {
+        Ok(()) => Ok(v),
+        Err(e) => {
+            if let Some(s) = &started {
+                cleanup(&ctx, s).await;
+            }
+            fail(v, e)
+        }
+    }
+}
+
+async fn sandbox_steps(ctx: Arc<Ctx>, a: SandboxArgs, stop: bool, remove: bool) -> ScenarioResult {
+    let res: Result<Value> = async {
+        let pod = ctx.driver.pod_of(&a.sandbox_id).await?;
+        let containers = ctx.driver.containers_of(&pod).await?;
+        let s = Started { pod, containers };
+        if stop {
+            stop_pod(&ctx, &s, a.grace_secs).await?;
+        }
+        if remove {
+            remove_pod(&ctx, &s).await?;
+        }
+        Ok(json!({
+            "pod": {"name": s.pod.name, "namespace": s.pod.namespace, "uid": s.pod.uid, "attempt": s.pod.attempt},
+            "sandbox_id": s.pod.sandbox_id,
+            "containers": s.containers.iter().filter_map(|c| c.id.clone()).collect::<Vec<_>>(),
+        }))
+    }
+    .await;
+    res.map_err(|e| (json!({"sandbox_id": a.sandbox_id}), e))
+}
+
+async fn list(ctx: Arc<Ctx>) -> ScenarioResult {
+    match ctx.driver.list_pod_sandbox(None).await {
+        Ok(items) => Ok(json!({"sandboxes": items.iter().map(|s| {
+            let m = s.metadata.clone().unwrap_or_default();
+            json!({"id": s.id, "name": m.name, "namespace": m.namespace, "uid": m.uid, "attempt": m.attempt,
+                   "state": api::PodSandboxState::try_from(s.state).map(|x| x.as_str_name()).unwrap_or("?")})
+        }).collect::<Vec<_>>()})),
+        Err(e) => fail(json!({}), e),
+    }
+}

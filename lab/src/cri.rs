@@ -1,0 +1,1734 @@
+//! A kubelet-like CRI client for the lab's private containerd.
+//!
+//! [`Driver`] talks `runtime.v1.RuntimeService` over the CRI unix socket
+//! with the `k8s-cri` crate's tonic client, the way kubelet does:
+//!
+//! - every call has a deadline: the runtime request timeout (kubelet's
+//!   `--runtime-request-timeout`, 2 min by default), twice that for
+//!   RunPodSandbox, and timeout + grace period for StopContainer. The
+//!   deadline travels to the runtime in the `grpc-timeout` header (as
+//!   grpc-go sends it) and is enforced on the client as well;
+//! - a RunPodSandbox or CreateContainer whose deadline expired is retried
+//!   with the SAME request (same name, same attempt: kubelet does not bump
+//!   the attempt for a timeout) with backoff, until it succeeds or the
+//!   [`RetryPolicy`] budget runs out. Errors that follow a timeout (the
+//!   runtime answering "failed to reserve sandbox name ...") are retried
+//!   as well; an error on a first try is not;
+//! - a sandbox that an earlier, timed-out try did create (the runtime
+//!   then answers "name ... is reserved for <id>" forever) is adopted once
+//!   ListPodSandbox shows it READY with the same name and attempt, as
+//!   kubelet adopts the sandboxes its relist finds for a pod uid.
+//!
+//! Every call writes exactly one [`Truth::Cri`] record when it ends (one
+//! per try for retried calls), with CLOCK_MONOTONIC start/end, the wall
+//! clock start, the deadline, the outcome and the retry number.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt,
+    future::Future,
+    io::Read,
+    path::{Path, PathBuf},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+    time::{Duration, Instant},
+};
+
+use hyper_util::rt::TokioIo;
+use k8s_cri::v1 as cri;
+use serde::Serialize;
+use tonic::{
+    transport::{Channel, Endpoint, Uri},
+    Code, Status,
+};
+
+use crate::truth::{self, ContainerRef, Outcome, PodRef, Truth, TruthWriter};
+
+pub use k8s_cri::v1 as api;
+
+/// The lab's sandbox image (`sandbox_image` in its containerd config).
+pub const PAUSE_IMAGE: &str = "localhost/nri-trace/pause:lab";
+/// The lab's workload image.
+pub const BUSYBOX_IMAGE: &str = "localhost/nri-trace/busybox:lab";
+/// kubelet's default `--runtime-request-timeout`.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+/// The lab directory when `NRI_TRACE_LAB_DIR` is not set.
+pub const DEFAULT_LAB_DIR: &str = "/var/lib/nri-trace-lab";
+
+/// Labels kubelet puts on every sandbox and container.
+pub const LABEL_POD_NAME: &str = "io.kubernetes.pod.name";
+pub const LABEL_POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
+pub const LABEL_POD_UID: &str = "io.kubernetes.pod.uid";
+pub const LABEL_CONTAINER_NAME: &str = "io.kubernetes.container.name";
+
+type Client = cri::runtime_service_client::RuntimeServiceClient<Channel>;
+
+/// The lab's CRI socket: `$NRI_TRACE_LAB_DIR/run/containerd.sock`.
+pub fn default_socket() -> PathBuf {
+    let lab = std::env::var_os("NRI_TRACE_LAB_DIR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_LAB_DIR));
+    lab.join("run/containerd.sock")
+}
+
+/// A random RFC 4122 version 4 UUID, as the API server gives pods.
+pub fn new_uid() -> String {
+    let mut b = [0u8; 16];
+    let filled = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
+    if filled.is_err() {
+        // Unique enough for a lab pod: time and pid.
+        let t = truth::wall_ns() ^ truth::mono_ns().rotate_left(17);
+        b[..8].copy_from_slice(&t.to_le_bytes());
+        b[8..12].copy_from_slice(&std::process::id().to_le_bytes());
+    }
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+// ------------------------------------------------------------------ specs
+
+/// A pod as kubelet describes it to RunPodSandbox.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodSpec {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    /// Sandbox attempt (kubelet bumps it only when it recreates a sandbox,
+    /// never for a retry after a timeout).
+    pub attempt: u32,
+    /// Network namespace NODE (host network) instead of POD (own netns on
+    /// the lab's bridge CNI network).
+    pub host_network: bool,
+    /// PID namespace POD (the pause process is PID 1 and workloads are not)
+    /// instead of kubelet's default CONTAINER.
+    pub share_pid: bool,
+    /// None: kubelet's choice, the pod name for own-netns pods. Must be None
+    /// for host-network pods: they share the host's UTS namespace and the
+    /// runtime cannot set a hostname there.
+    pub hostname: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    /// Pod log directory (kubelet: /var/log/pods/<ns>_<name>_<uid>). None:
+    /// no container logs (containerd discards the output).
+    pub log_directory: Option<PathBuf>,
+}
+
+impl PodSpec {
+    pub fn new(name: impl Into<String>, namespace: impl Into<String>, host_network: bool) -> Self {
+        Self {
+            name: name.into(),
+            namespace: namespace.into(),
+            uid: new_uid(),
+            attempt: 0,
+            host_network,
+            share_pid: false,
+            hostname: None,
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+            log_directory: None,
+        }
+    }
+
+    /// Sets the log directory to `<root>/<namespace>_<name>_<uid>`, as
+    /// kubelet lays out /var/log/pods.
+    pub fn with_log_root(mut self, root: Option<&Path>) -> Self {
+        self.log_directory =
+            root.map(|r| r.join(format!("{}_{}_{}", self.namespace, self.name, self.uid)));
+        self
+    }
+
+    pub fn pod_ref(&self, sandbox_id: Option<&str>) -> PodRef {
+        PodRef {
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            uid: self.uid.clone(),
+            attempt: self.attempt,
+            sandbox_id: sandbox_id.map(str::to_owned),
+        }
+    }
+
+    /// Errors a runtime would otherwise report late (or not at all).
+    pub fn validate(&self) -> Result<(), String> {
+        if self.name.is_empty() || self.namespace.is_empty() || self.uid.is_empty() {
+            return Err("pod name, namespace and uid must not be empty".into());
+        }
+        if self.host_network && self.hostname.as_deref().is_some_and(|h| !h.is_empty()) {
+            return Err(format!(
+                "pod {}: a host-network pod must leave hostname unset (it shares the host's UTS namespace)",
+                self.name
+            ));
+        }
+        Ok(())
+    }
+
+    /// The hostname sent to the runtime.
+    pub fn effective_hostname(&self) -> String {
+        if self.host_network {
+            return String::new();
+        }
+        match &self.hostname {
+            Some(h) => h.clone(),
+            // kubelet: the pod name, truncated to 63 characters.
+            None => self
+                .name
+                .chars()
+                .take(63)
+                .collect::<String>()
+                .trim_end_matches(['-', '.'])
+                .to_owned(),
+        }
+    }
+
+    pub fn namespace_options(&self) -> cri::NamespaceOption {
+        cri::NamespaceOption {
+            network: if self.host_network {
+                cri::NamespaceMode::Node
+            } else {
+                cri::NamespaceMode::Pod
+            } as i32,
+            pid: if self.share_pid {
+                cri::NamespaceMode::Pod
+            } else {
+                cri::NamespaceMode::Container
+            } as i32,
+            ipc: cri::NamespaceMode::Pod as i32,
+            ..Default::default()
+        }
+    }
+
+    fn kube_labels(&self) -> HashMap<String, String> {
+        let mut l: HashMap<String, String> = self
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        l.insert(LABEL_POD_NAME.into(), self.name.clone());
+        l.insert(LABEL_POD_NAMESPACE.into(), self.namespace.clone());
+        l.insert(LABEL_POD_UID.into(), self.uid.clone());
+        l
+    }
+
+    /// The PodSandboxConfig kubelet would send (and repeat in CreateContainer).
+    pub fn to_config(&self) -> cri::PodSandboxConfig {
+        cri::PodSandboxConfig {
+            metadata: Some(cri::PodSandboxMetadata {
+                name: self.name.clone(),
+                uid: self.uid.clone(),
+                namespace: self.namespace.clone(),
+                attempt: self.attempt,
+            }),
+            hostname: self.effective_hostname(),
+            log_directory: self
+                .log_directory
+                .as_ref()
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            dns_config: None,
+            port_mappings: vec![],
+            labels: self.kube_labels(),
+            annotations: self
+                .annotations
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            linux: Some(cri::LinuxPodSandboxConfig {
+                // Empty: containerd 1.7 with cgroupfs uses /k8s.io/<id>.
+                cgroup_parent: String::new(),
+                security_context: Some(cri::LinuxSandboxSecurityContext {
+                    namespace_options: Some(self.namespace_options()),
+                    privileged: false,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            windows: None,
+        }
+    }
+}
+
+/// A container as kubelet describes it to CreateContainer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerSpec {
+    pub name: String,
+    /// The restart count; unchanged when a timed-out create is retried.
+    pub attempt: u32,
+    pub image: String,
+    /// Entrypoint override (pod spec `command`); empty: the image's.
+    pub command: Vec<String>,
+    /// Pod spec `args`; empty: the image's Cmd (unless command is set).
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub working_dir: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl ContainerSpec {
+    /// busybox `sleep 3600`.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            attempt: 0,
+            image: BUSYBOX_IMAGE.into(),
+            command: vec!["sleep".into(), "3600".into()],
+            args: vec![],
+            env: vec![],
+            working_dir: String::new(),
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+        }
+    }
+
+    /// A container whose PID 1 ignores SIGTERM: StopContainer has to wait
+    /// for the grace period and SIGKILL it.
+    pub fn ignoring_sigterm(name: impl Into<String>) -> Self {
+        Self {
+            command: vec![
+                "sh".into(),
+                "-c".into(),
+                "trap \"\" TERM; while true; do sleep 1; done".into(),
+            ],
+            ..Self::new(name)
+        }
+    }
+
+    pub fn container_ref(&self, id: Option<&str>) -> ContainerRef {
+        ContainerRef {
+            name: self.name.clone(),
+            attempt: self.attempt,
+            id: id.map(str::to_owned),
+        }
+    }
+
+    /// kubelet's log path relative to the pod log directory; empty when the
+    /// pod has none.
+    pub fn log_path(&self, pod: &PodSpec) -> String {
+        if pod.log_directory.is_some() {
+            format!("{}/{}.log", self.name, self.attempt)
+        } else {
+            String::new()
+        }
+    }
+
+    pub fn to_config(&self, pod: &PodSpec) -> cri::ContainerConfig {
+        let mut labels = pod.kube_labels();
+        labels.extend(self.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        labels.insert(LABEL_CONTAINER_NAME.into(), self.name.clone());
+        let mut annotations: HashMap<String, String> = self
+            .annotations
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        annotations.insert(
+            "io.kubernetes.container.restartCount".into(),
+            self.attempt.to_string(),
+        );
+        cri::ContainerConfig {
+            metadata: Some(cri::ContainerMetadata {
+                name: self.name.clone(),
+                attempt: self.attempt,
+            }),
+            image: Some(cri::ImageSpec {
+                image: self.image.clone(),
+                ..Default::default()
+            }),
+            command: self.command.clone(),
+            args: self.args.clone(),
+            working_dir: self.working_dir.clone(),
+            envs: self
+                .env
+                .iter()
+                .map(|(k, v)| cri::KeyValue {
+                    key: k.clone(),
+                    value: v.clone(),
+                })
+                .collect(),
+            labels,
+            annotations,
+            log_path: self.log_path(pod),
+            linux: Some(cri::LinuxContainerConfig {
+                resources: None,
+                security_context: Some(cri::LinuxContainerSecurityContext {
+                    namespace_options: Some(pod.namespace_options()),
+                    privileged: false,
+                    ..Default::default()
+                }),
+            }),
+            ..Default::default()
+        }
+    }
+}
+
+// ------------------------------------------------------------------ retries
+
+/// When and how a timed-out RunPodSandbox / CreateContainer is retried.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Wait before the first retry; doubles per retry up to `max_backoff`.
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+    /// No retry starts later than this after the first try started.
+    pub budget: Duration,
+    /// Deadline of the retries; None: the same as the first try (kubelet).
+    pub retry_deadline: Option<Duration>,
+    /// CreateContainer only: when the runtime keeps the name reserved for a
+    /// container that a timed-out try did create (containerd leaves it
+    /// CREATED), create the container again with attempt + 1, as kubelet
+    /// does once its relist shows that container (restart count + 1). The
+    /// orphan stays until RemovePodSandbox (kubelet's GC). false: retry the
+    /// same request until the budget runs out.
+    pub bump_attempt_on_orphan: bool,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            initial_backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(10),
+            budget: Duration::from_secs(300),
+            retry_deadline: None,
+            bump_attempt_on_orphan: true,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Never retry.
+    pub fn none() -> Self {
+        Self {
+            budget: Duration::ZERO,
+            ..Self::default()
+        }
+    }
+
+    /// The wait before retry number `retry` (1 for the first retry).
+    pub fn backoff(&self, retry: u32) -> Duration {
+        let shift = retry.saturating_sub(1).min(30);
+        self.initial_backoff
+            .saturating_mul(1u32 << shift)
+            .min(self.max_backoff)
+    }
+}
+
+/// The state of one retried request: which deadline the next try gets,
+/// whether (and after how long) to try again.
+#[derive(Debug)]
+pub struct RetryLoop<'a> {
+    policy: &'a RetryPolicy,
+    first_deadline: Duration,
+    started: Instant,
+    /// The retry number of the next try (0: the first try of a request).
+    pub retry: u32,
+    /// Tries made, over all requests of this loop.
+    pub tries: u32,
+    timed_out: bool,
+    /// Outcomes of the failed tries so far.
+    pub failures: Vec<Outcome>,
+}
+
+impl<'a> RetryLoop<'a> {
+    pub fn new(policy: &'a RetryPolicy, first_deadline: Duration) -> Self {
+        Self {
+            policy,
+            first_deadline,
+            started: Instant::now(),
+            retry: 0,
+            tries: 0,
+            timed_out: false,
+            failures: vec![],
+        }
+    }
+
+    /// The deadline of the next try: the first deadline for the very first
+    /// try, the retry deadline for every later one.
+    pub fn deadline(&self) -> Duration {
+        if self.tries == 0 {
+            self.first_deadline
+        } else {
+            self.policy.retry_deadline.unwrap_or(self.first_deadline)
+        }
+    }
+
+    /// Whether any try so far hit its deadline.
+    pub fn timed_out(&self) -> bool {
+        self.timed_out
+    }
+
+    /// Record a failed try; Some(wait) if the request is to be tried again.
+    pub fn failed(&mut self, outcome: &Outcome) -> Option<Duration> {
+        self.failed_at(outcome, self.started.elapsed())
+    }
+
+    /// The next try sends a new request (a bumped attempt): its retry
+    /// number starts again at 0; the budget and the timeout history go on.
+    pub fn new_request(&mut self) {
+        self.retry = 0;
+    }
+
+    fn failed_at(&mut self, outcome: &Outcome, elapsed: Duration) -> Option<Duration> {
+        self.tries += 1;
+        self.failures.push(outcome.clone());
+        let retryable = match outcome {
+            Outcome::Ok => false,
+            Outcome::DeadlineExceeded => {
+                self.timed_out = true;
+                true
+            }
+            // After a timeout the runtime may still be working on (or
+            // cleaning up) the first request: "failed to reserve sandbox
+            // name", "already exists", or anything else kubelet would see
+            // on its next sync. A first-try error is final.
+            Outcome::Error { .. } => self.timed_out,
+        };
+        if !retryable {
+            return None;
+        }
+        let wait = self.policy.backoff(self.failures.len() as u32);
+        if elapsed + wait > self.policy.budget {
+            return None;
+        }
+        self.retry += 1;
+        Some(wait)
+    }
+}
+
+/// The sandbox id in containerd's `failed to reserve sandbox name "...":
+/// name "..." is reserved for "<id>"` (also for container names).
+pub fn reserved_for(message: &str) -> Option<&str> {
+    let rest = &message[message.find("is reserved for \"")? + "is reserved for \"".len()..];
+    let id = &rest[..rest.find('"')?];
+    (!id.is_empty()).then_some(id)
+}
+
+/// How a failed call ended, from the client's side: `DeadlineExceeded` when
+/// our deadline expired (tonic reports its own timeout as CANCELLED
+/// "Timeout expired"; a runtime that saw the propagated deadline answers
+/// DEADLINE_EXCEEDED), the gRPC status otherwise.
+pub fn classify(status: &Status, elapsed: Duration, deadline: Duration) -> Outcome {
+    let expired = elapsed >= deadline;
+    match status.code() {
+        Code::DeadlineExceeded if expired => Outcome::DeadlineExceeded,
+        Code::Cancelled if expired || status.message() == "Timeout expired" => {
+            Outcome::DeadlineExceeded
+        }
+        code => Outcome::Error {
+            code: code as i32,
+            message: status.message().to_owned(),
+        },
+    }
+}
+
+/// `Unknown (2): message` for an Error outcome.
+pub fn describe(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Ok => "ok".into(),
+        Outcome::DeadlineExceeded => "client deadline exceeded".into(),
+        Outcome::Error { code, message } => format!("{:?} ({code}): {message}", Code::from(*code)),
+    }
+}
+
+// ------------------------------------------------------------------ errors
+
+#[derive(Debug)]
+pub enum DriverError {
+    /// Could not reach the socket.
+    Connect(String),
+    /// A call failed and was not retried.
+    Call {
+        method: &'static str,
+        target: String,
+        deadline_ms: u64,
+        outcome: Outcome,
+    },
+    /// A retried call still failed when the budget ran out.
+    GaveUp {
+        method: &'static str,
+        target: String,
+        tries: Vec<Outcome>,
+        budget: Duration,
+    },
+    /// The request itself is wrong (caught before sending it).
+    Invalid(String),
+    /// The runtime or the workload did something a kubelet would not accept.
+    Unexpected(String),
+}
+
+impl fmt::Display for DriverError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DriverError::Connect(m) => write!(f, "cannot connect: {m}"),
+            DriverError::Call {
+                method,
+                target,
+                deadline_ms,
+                outcome,
+            } => match outcome {
+                Outcome::DeadlineExceeded => {
+                    write!(
+                        f,
+                        "{method} {target}: deadline of {deadline_ms} ms exceeded"
+                    )
+                }
+                o => write!(f, "{method} {target}: {}", describe(o)),
+            },
+            DriverError::GaveUp {
+                method,
+                target,
+                tries,
+                budget,
+            } => write!(
+                f,
+                "{method} {target}: still failing after {} tries (retry budget {:.1} s); last: {}",
+                tries.len(),
+                budget.as_secs_f64(),
+                tries.last().map(describe).unwrap_or_default()
+            ),
+            DriverError::Invalid(m) => write!(f, "invalid request: {m}"),
+            DriverError::Unexpected(m) => write!(f, "{m}"),
+        }
+    }
+}
+
+impl std::error::Error for DriverError {}
+
+impl DriverError {
+    /// The outcome of the (last) failed call, if this is a call failure.
+    pub fn outcome(&self) -> Option<&Outcome> {
+        match self {
+            DriverError::Call { outcome, .. } => Some(outcome),
+            DriverError::GaveUp { tries, .. } => tries.last(),
+            _ => None,
+        }
+    }
+}
+
+pub type Result<T, E = DriverError> = std::result::Result<T, E>;
+
+// ------------------------------------------------------------------ stats
+
+/// What the driver keeps of each call for its summary.
+#[derive(Clone, Debug, Serialize)]
+pub struct CallRecord {
+    pub method: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    /// The container's attempt for container calls, else the pod's.
+    pub attempt: u32,
+    pub retry: u32,
+    pub outcome: Outcome,
+    pub ms: f64,
+    pub deadline_ms: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct MethodStats {
+    pub calls: u64,
+    pub failures: u64,
+    pub total_ms: f64,
+    pub max_ms: f64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Summary {
+    pub calls: u64,
+    /// Calls that did not end Ok (expected ones on a retry path included).
+    pub failures: u64,
+    pub deadline_exceeded: u64,
+    pub retries: u64,
+    pub truth_write_errors: u64,
+    pub methods: BTreeMap<String, MethodStats>,
+}
+
+// ------------------------------------------------------------------ driver
+
+/// A kubelet-like CRI client. Cheap to clone (one HTTP/2 connection, shared).
+#[derive(Clone)]
+pub struct Driver {
+    client: Client,
+    truth: TruthWriter,
+    timeout: Duration,
+    records: Arc<Mutex<Vec<CallRecord>>>,
+    truth_errors: Arc<AtomicU64>,
+}
+
+fn target(pod: Option<&PodRef>, container: Option<&ContainerRef>) -> String {
+    let mut s = String::new();
+    if let Some(p) = pod {
+        s.push_str(&format!(
+            "pod {}/{} (attempt {})",
+            p.namespace, p.name, p.attempt
+        ));
+    }
+    if let Some(c) = container {
+        if !s.is_empty() {
+            s.push_str(", ");
+        }
+        s.push_str(&format!("container {} (attempt {})", c.name, c.attempt));
+        if let Some(id) = &c.id {
+            s.push_str(&format!(" {}", short(id)));
+        }
+    }
+    s
+}
+
+/// The first 13 characters of an id, as crictl prints them.
+pub fn short(id: &str) -> &str {
+    &id[..id.len().min(13)]
+}
+
+impl Driver {
+    /// Connect to the CRI socket (eagerly: fails if nothing listens).
+    /// `request_timeout` is kubelet's runtime request timeout.
+    pub async fn connect(
+        socket: &Path,
+        truth: TruthWriter,
+        request_timeout: Duration,
+    ) -> Result<Self> {
+        let path = socket.to_path_buf();
+        let channel = Endpoint::try_from("http://cri.invalid")
+            .map_err(|e| DriverError::Connect(e.to_string()))?
+            .connect_timeout(Duration::from_secs(10))
+            .connect_with_connector(tower::service_fn(move |_: Uri| {
+                let path = path.clone();
+                async move {
+                    Ok::<_, std::io::Error>(TokioIo::new(
+                        tokio::net::UnixStream::connect(path).await?,
+                    ))
+                }
+            }))
+            .await
+            .map_err(|e| {
+                let mut m = format!("{}: {e}", socket.display());
+                let mut src = std::error::Error::source(&e);
+                while let Some(s) = src {
+                    let s_text = s.to_string();
+                    if !m.contains(&s_text) {
+                        m.push_str(&format!(": {s_text}"));
+                    }
+                    src = s.source();
+                }
+                DriverError::Connect(m)
+            })?;
+        // kubelet allows 16 MiB messages.
+        let client = Client::new(channel)
+            .max_decoding_message_size(16 << 20)
+            .max_encoding_message_size(16 << 20);
+        Ok(Self {
+            client,
+            truth,
+            timeout: request_timeout,
+            records: Arc::default(),
+            truth_errors: Arc::default(),
+        })
+    }
+
+    pub fn request_timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// kubelet gives RunPodSandbox twice the runtime request timeout.
+    pub fn run_pod_sandbox_timeout(&self) -> Duration {
+        self.timeout * 2
+    }
+
+    /// Write a Truth::Note.
+    pub fn note(&self, text: impl Into<String>) {
+        self.write_truth(&Truth::Note {
+            mono_ns: truth::mono_ns(),
+            text: text.into(),
+        });
+    }
+
+    fn write_truth(&self, t: &Truth) {
+        if let Err(e) = self.truth.write(t) {
+            self.truth_errors.fetch_add(1, Ordering::Relaxed);
+            log::error!("cannot write truth record: {e}");
+        }
+    }
+
+    /// Every call made so far.
+    pub fn records(&self) -> Vec<CallRecord> {
+        self.records.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    pub fn summary(&self) -> Summary {
+        let mut s = Summary {
+            truth_write_errors: self.truth_errors.load(Ordering::Relaxed),
+            ..Default::default()
+        };
+        for r in self.records() {
+            s.calls += 1;
+            let failed = r.outcome != Outcome::Ok;
+            s.failures += failed as u64;
+            s.deadline_exceeded += (r.outcome == Outcome::DeadlineExceeded) as u64;
+            s.retries += (r.retry > 0) as u64;
+            let m = s.methods.entry(r.method.clone()).or_default();
+            m.calls += 1;
+            m.failures += failed as u64;
+            m.total_ms += r.ms;
+            m.max_ms = m.max_ms.max(r.ms);
+        }
+        s
+    }
+
+    /// One CRI call: deadline (header + client side), one truth record.
+    /// `ids` fills the sandbox / container id from the response.
+    #[allow(clippy::too_many_arguments)]
+    async fn call<Req, Resp, F, Fut>(
+        &self,
+        method: &'static str,
+        mut pod: Option<PodRef>,
+        mut container: Option<ContainerRef>,
+        deadline: Duration,
+        retry: u32,
+        req: Req,
+        f: F,
+        ids: impl FnOnce(&Resp, &mut Option<PodRef>, &mut Option<ContainerRef>),
+    ) -> std::result::Result<Resp, Outcome>
+    where
+        F: FnOnce(Client, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<Resp>, Status>>,
+    {
+        let mut request = tonic::Request::new(req);
+        request.set_timeout(deadline);
+        let client = self.client.clone();
+        let start_wall_ns = truth::wall_ns();
+        let start_mono_ns = truth::mono_ns();
+        let t0 = Instant::now();
+        let res = tokio::time::timeout(deadline, f(client, request)).await;
+        let end_mono_ns = truth::mono_ns();
+        let elapsed = t0.elapsed();
+        let res = match res {
+            Err(_elapsed) => Err(Outcome::DeadlineExceeded),
+            Ok(Ok(resp)) => Ok(resp.into_inner()),
+            Ok(Err(status)) => Err(classify(&status, elapsed, deadline)),
+        };
+        let outcome = match &res {
+            Ok(resp) => {
+                ids(resp, &mut pod, &mut container);
+                Outcome::Ok
+            }
+            Err(o) => o.clone(),
+        };
+        let deadline_ms = deadline.as_millis() as u64;
+        match &outcome {
+            Outcome::Ok => log::debug!(
+                "{method} {} ok in {:.1} ms",
+                target(pod.as_ref(), container.as_ref()),
+                elapsed.as_secs_f64() * 1e3
+            ),
+            o => log::info!(
+                "{method} {} (retry {retry}) failed after {:.1} ms: {}",
+                target(pod.as_ref(), container.as_ref()),
+                elapsed.as_secs_f64() * 1e3,
+                describe(o)
+            ),
+        }
+        if let Ok(mut r) = self.records.lock() {
+            r.push(CallRecord {
+                method: method.into(),
+                pod: pod.as_ref().map(|p| p.name.clone()),
+                container: container.as_ref().map(|c| c.name.clone()),
+                attempt: container
+                    .as_ref()
+                    .map(|c| c.attempt)
+                    .or(pod.as_ref().map(|p| p.attempt))
+                    .unwrap_or(0),
+                retry,
+                outcome: outcome.clone(),
+                ms: elapsed.as_secs_f64() * 1e3,
+                deadline_ms,
+            });
+        }
+        self.write_truth(&Truth::Cri {
+            method: method.into(),
+            pod,
+            container,
+            start_mono_ns,
+            end_mono_ns,
+            start_wall_ns,
+            deadline_ms: Some(deadline_ms),
+            outcome,
+            retry,
+        });
+        res
+    }
+
+    fn fail(
+        method: &'static str,
+        pod: Option<&PodRef>,
+        c: Option<&ContainerRef>,
+        deadline: Duration,
+        outcome: Outcome,
+    ) -> DriverError {
+        DriverError::Call {
+            method,
+            target: target(pod, c),
+            deadline_ms: deadline.as_millis() as u64,
+            outcome,
+        }
+    }
+
+    pub async fn version(&self) -> Result<cri::VersionResponse> {
+        let d = self.timeout;
+        self.call(
+            "Version",
+            None,
+            None,
+            d,
+            0,
+            cri::VersionRequest {
+                version: "v1".into(),
+            },
+            |mut c, r| async move { c.version(r).await },
+            |_, _, _| {},
+        )
+        .await
+        .map_err(|o| Self::fail("Version", None, None, d, o))
+    }
+
+    /// RunPodSandbox with kubelet's deadline (2x the request timeout).
+    pub async fn run_pod_sandbox(&self, pod: &PodSpec, policy: &RetryPolicy) -> Result<String> {
+        self.run_pod_sandbox_with_deadline(pod, self.run_pod_sandbox_timeout(), policy)
+            .await
+    }
+
+    /// RunPodSandbox; a timed-out try is retried with the same request.
+    pub async fn run_pod_sandbox_with_deadline(
+        &self,
+        pod: &PodSpec,
+        deadline: Duration,
+        policy: &RetryPolicy,
+    ) -> Result<String> {
+        pod.validate().map_err(DriverError::Invalid)?;
+        let req = cri::RunPodSandboxRequest {
+            config: Some(pod.to_config()),
+            runtime_handler: String::new(),
+        };
+        let pref = pod.pod_ref(None);
+        let mut lp = RetryLoop::new(policy, deadline);
+        loop {
+            let d = lp.deadline();
+            let res = self
+                .call(
+                    "RunPodSandbox",
+                    Some(pref.clone()),
+                    None,
+                    d,
+                    lp.retry,
+                    req.clone(),
+                    |mut c, r| async move { c.run_pod_sandbox(r).await },
+                    |resp: &cri::RunPodSandboxResponse, p, _| {
+                        if let Some(p) = p {
+                            p.sandbox_id = Some(resp.pod_sandbox_id.clone());
+                        }
+                    },
+                )
+                .await;
+            let outcome = match res {
+                Ok(resp) => return Ok(resp.pod_sandbox_id),
+                Err(o) => o,
+            };
+            // An earlier try may have created the sandbox after all.
+            if lp.timed_out()
+                && matches!(&outcome, Outcome::Error { message, .. } if reserved_for(message).is_some())
+            {
+                if let Some(id) = self.find_ready_sandbox(pod).await {
+                    self.note(format!(
+                        "adopted sandbox {id} of pod {}/{} attempt {}: created by an earlier RunPodSandbox try that timed out on the client",
+                        pod.namespace, pod.name, pod.attempt
+                    ));
+                    log::warn!(
+                        "pod {}: adopted sandbox {} created by a timed-out try",
+                        pod.name,
+                        short(&id)
+                    );
+                    return Ok(id);
+                }
+            }
+            match lp.failed(&outcome) {
+                Some(wait) => {
+                    log::info!(
+                        "RunPodSandbox pod {}: retry {} in {} ms",
+                        pod.name,
+                        lp.retry,
+                        wait.as_millis()
+                    );
+                    tokio::time::sleep(wait).await;
+                }
+                None if lp.failures.len() > 1 => {
+                    return Err(DriverError::GaveUp {
+                        method: "RunPodSandbox",
+                        target: target(Some(&pref), None),
+                        tries: lp.failures,
+                        budget: policy.budget,
+                    })
+                }
+                None => return Err(Self::fail("RunPodSandbox", Some(&pref), None, d, outcome)),
+            }
+        }
+    }
+
+    /// A READY sandbox of this pod uid with the same name and attempt.
+    async fn find_ready_sandbox(&self, pod: &PodSpec) -> Option<String> {
+        let filter = cri::PodSandboxFilter {
+            label_selector: [(LABEL_POD_UID.to_owned(), pod.uid.clone())]
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        };
+        let items = self
+            .list_pod_sandbox_for(Some(&pod.pod_ref(None)), Some(filter))
+            .await
+            .ok()?;
+        items
+            .into_iter()
+            .find(|s| {
+                s.state == cri::PodSandboxState::SandboxReady as i32
+                    && s.metadata.as_ref().is_some_and(|m| {
+                        m.name == pod.name
+                            && m.namespace == pod.namespace
+                            && m.attempt == pod.attempt
+                    })
+            })
+            .map(|s| s.id)
+    }
+
+    /// CreateContainer with the request timeout.
+    /// CreateContainer with the request timeout. Returns the container as
+    /// created (its attempt may be higher than `c.attempt`, see
+    /// [`RetryPolicy::bump_attempt_on_orphan`]).
+    pub async fn create_container(
+        &self,
+        pod: &PodSpec,
+        sandbox_id: &str,
+        c: &ContainerSpec,
+        policy: &RetryPolicy,
+    ) -> Result<ContainerRef> {
+        self.create_container_with_deadline(pod, sandbox_id, c, self.timeout, policy)
+            .await
+    }
+
+    /// CreateContainer; a timed-out try is retried with the same request.
+    pub async fn create_container_with_deadline(
+        &self,
+        pod: &PodSpec,
+        sandbox_id: &str,
+        c: &ContainerSpec,
+        deadline: Duration,
+        policy: &RetryPolicy,
+    ) -> Result<ContainerRef> {
+        let mut spec = c.clone();
+        let request = |spec: &ContainerSpec| cri::CreateContainerRequest {
+            pod_sandbox_id: sandbox_id.to_owned(),
+            config: Some(spec.to_config(pod)),
+            sandbox_config: Some(pod.to_config()),
+        };
+        let mut req = request(&spec);
+        let pref = pod.pod_ref(Some(sandbox_id));
+        let mut lp = RetryLoop::new(policy, deadline);
+        loop {
+            let d = lp.deadline();
+            let cref = spec.container_ref(None);
+            let res = self
+                .call(
+                    "CreateContainer",
+                    Some(pref.clone()),
+                    Some(cref.clone()),
+                    d,
+                    lp.retry,
+                    req.clone(),
+                    |mut c, r| async move { c.create_container(r).await },
+                    |resp: &cri::CreateContainerResponse, _, c| {
+                        if let Some(c) = c {
+                            c.id = Some(resp.container_id.clone());
+                        }
+                    },
+                )
+                .await;
+            let outcome = match res {
+                Ok(resp) => return Ok(spec.container_ref(Some(&resp.container_id))),
+                Err(o) => o,
+            };
+            let orphan = match &outcome {
+                Outcome::Error { message, .. }
+                    if lp.timed_out() && policy.bump_attempt_on_orphan =>
+                {
+                    reserved_for(message).map(str::to_owned)
+                }
+                _ => None,
+            };
+            let bumped = match orphan {
+                Some(id) => self.next_attempt_after_orphan(&pref, &spec, &id).await,
+                None => None,
+            };
+            match lp.failed(&outcome) {
+                Some(wait) => {
+                    if let Some(attempt) = bumped {
+                        self.note(format!(
+                            "container {} of pod {}/{}: attempt {} was created by a try that timed out on the client \
+                             and holds the name; creating attempt {attempt} (kubelet: restart count + 1)",
+                            spec.name, pod.namespace, pod.name, spec.attempt
+                        ));
+                        log::warn!(
+                            "CreateContainer {} in pod {}: attempt {} orphaned by a timed-out try; next: attempt {attempt}",
+                            spec.name,
+                            pod.name,
+                            spec.attempt
+                        );
+                        spec.attempt = attempt;
+                        req = request(&spec);
+                        lp.new_request();
+                    }
+                    log::info!(
+                        "CreateContainer {} (attempt {}) in pod {}: retry {} in {} ms",
+                        spec.name,
+                        spec.attempt,
+                        pod.name,
+                        lp.retry,
+                        wait.as_millis()
+                    );
+                    tokio::time::sleep(wait).await;
+                }
+                None if lp.failures.len() > 1 => {
+                    return Err(DriverError::GaveUp {
+                        method: "CreateContainer",
+                        target: target(Some(&pref), Some(&cref)),
+                        tries: lp.failures,
+                        budget: policy.budget,
+                    })
+                }
+                None => {
+                    return Err(Self::fail(
+                        "CreateContainer",
+                        Some(&pref),
+                        Some(&cref),
+                        d,
+                        outcome,
+                    ))
+                }
+            }
+        }
+    }
+
+    /// When ListContainers shows the container that holds the name
+    /// (`holder`) created but not running: the attempt to create next
+    /// (one above the highest attempt of that container name).
+    async fn next_attempt_after_orphan(
+        &self,
+        pod: &PodRef,
+        spec: &ContainerSpec,
+        holder: &str,
+    ) -> Option<u32> {
+        let filter = cri::ContainerFilter {
+            pod_sandbox_id: pod.sandbox_id.clone()?,
+            label_selector: [(LABEL_CONTAINER_NAME.to_owned(), spec.name.clone())]
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        };
+        let items = self.list_containers(Some(pod), Some(filter)).await.ok()?;
+        let h = items.iter().find(|c| c.id == holder)?;
+        if h.state != cri::ContainerState::ContainerCreated as i32 {
+            return None;
+        }
+        let max = items
+            .iter()
+            .filter_map(|c| c.metadata.as_ref())
+            .filter(|m| m.name == spec.name)
+            .map(|m| m.attempt)
+            .max()?;
+        Some(max.max(spec.attempt) + 1)
+    }
+
+    fn container_id(c: &ContainerRef) -> Result<String> {
+        c.id.clone()
+            .ok_or_else(|| DriverError::Invalid(format!("container {} has no id", c.name)))
+    }
+
+    fn sandbox_id(p: &PodRef) -> Result<String> {
+        p.sandbox_id
+            .clone()
+            .ok_or_else(|| DriverError::Invalid(format!("pod {} has no sandbox id", p.name)))
+    }
+
+    pub async fn start_container(&self, pod: Option<&PodRef>, c: &ContainerRef) -> Result<()> {
+        let d = self.timeout;
+        let req = cri::StartContainerRequest {
+            container_id: Self::container_id(c)?,
+        };
+        self.call(
+            "StartContainer",
+            pod.cloned(),
+            Some(c.clone()),
+            d,
+            0,
+            req,
+            |mut c, r| async move { c.start_container(r).await },
+            |_, _, _| {},
+        )
+        .await
+        .map(|_| ())
+        .map_err(|o| Self::fail("StartContainer", pod, Some(c), d, o))
+    }
+
+    pub async fn container_status(
+        &self,
+        pod: Option<&PodRef>,
+        c: &ContainerRef,
+    ) -> Result<cri::ContainerStatus> {
+        let d = self.timeout;
+        let req = cri::ContainerStatusRequest {
+            container_id: Self::container_id(c)?,
+            verbose: false,
+        };
+        let resp = self
+            .call(
+                "ContainerStatus",
+                pod.cloned(),
+                Some(c.clone()),
+                d,
+                0,
+                req,
+                |mut c, r| async move { c.container_status(r).await },
+                |_, _, _| {},
+            )
+            .await
+            .map_err(|o| Self::fail("ContainerStatus", pod, Some(c), d, o))?;
+        resp.status.ok_or_else(|| {
+            DriverError::Unexpected(format!(
+                "ContainerStatus {}: no status in the answer",
+                target(pod, Some(c))
+            ))
+        })
+    }
+
+    /// Poll ContainerStatus until the container runs (error if it exits or
+    /// `within` passes first).
+    pub async fn wait_container_running(
+        &self,
+        pod: Option<&PodRef>,
+        c: &ContainerRef,
+        within: Duration,
+    ) -> Result<cri::ContainerStatus> {
+        let t0 = Instant::now();
+        let mut interval = Duration::from_millis(10);
+        loop {
+            let st = self.container_status(pod, c).await?;
+            match cri::ContainerState::try_from(st.state) {
+                Ok(cri::ContainerState::ContainerRunning) => return Ok(st),
+                Ok(cri::ContainerState::ContainerExited) => {
+                    return Err(DriverError::Unexpected(format!(
+                        "{}: exited (code {}, reason {:?}, message {:?}) instead of running",
+                        target(pod, Some(c)),
+                        st.exit_code,
+                        st.reason,
+                        st.message
+                    )))
+                }
+                _ => {}
+            }
+            if t0.elapsed() >= within {
+                return Err(DriverError::Unexpected(format!(
+                    "{}: not running after {:.1} s (state {})",
+                    target(pod, Some(c)),
+                    within.as_secs_f64(),
+                    cri::ContainerState::try_from(st.state)
+                        .map(|s| s.as_str_name())
+                        .unwrap_or("?")
+                )));
+            }
+            tokio::time::sleep(interval).await;
+            interval = (interval * 2).min(Duration::from_millis(100));
+        }
+    }
+
+    /// StopContainer with `grace_secs` (kubelet's deadline: request timeout
+    /// plus the grace period).
+    pub async fn stop_container(
+        &self,
+        pod: Option<&PodRef>,
+        c: &ContainerRef,
+        grace_secs: i64,
+    ) -> Result<()> {
+        let d = self.timeout + Duration::from_secs(grace_secs.max(0) as u64);
+        let req = cri::StopContainerRequest {
+            container_id: Self::container_id(c)?,
+            timeout: grace_secs,
+        };
+        self.call(
+            "StopContainer",
+            pod.cloned(),
+            Some(c.clone()),
+            d,
+            0,
+            req,
+            |mut c, r| async move { c.stop_container(r).await },
+            |_, _, _| {},
+        )
+        .await
+        .map(|_| ())
+        .map_err(|o| Self::fail("StopContainer", pod, Some(c), d, o))
+    }
+
+    pub async fn remove_container(&self, pod: Option<&PodRef>, c: &ContainerRef) -> Result<()> {
+        let d = self.timeout;
+        let req = cri::RemoveContainerRequest {
+            container_id: Self::container_id(c)?,
+        };
+        self.call(
+            "RemoveContainer",
+            pod.cloned(),
+            Some(c.clone()),
+            d,
+            0,
+            req,
+            |mut c, r| async move { c.remove_container(r).await },
+            |_, _, _| {},
+        )
+        .await
+        .map(|_| ())
+        .map_err(|o| Self::fail("RemoveContainer", pod, Some(c), d, o))
+    }
+
+    pub async fn stop_pod_sandbox(&self, pod: &PodRef) -> Result<()> {
+        let d = self.timeout;
+        let req = cri::StopPodSandboxRequest {
+            pod_sandbox_id: Self::sandbox_id(pod)?,
+        };
+        self.call(
+            "StopPodSandbox",
+            Some(pod.clone()),
+            None,
+            d,
+            0,
+            req,
+            |mut c, r| async move { c.stop_pod_sandbox(r).await },
+            |_, _, _| {},
+        )
+        .await
+        .map(|_| ())
+        .map_err(|o| Self::fail("StopPodSandbox", Some(pod), None, d, o))
+    }
+
+    pub async fn remove_pod_sandbox(&self, pod: &PodRef) -> Result<()> {
+        let d = self.timeout;
+        let req = cri::RemovePodSandboxRequest {
+            pod_sandbox_id: Self::sandbox_id(pod)?,
+        };
+        self.call(
+            "RemovePodSandbox",
+            Some(pod.clone()),
+            None,
+            d,
+            0,
+            req,
+            |mut c, r| async move { c.remove_pod_sandbox(r).await },
+            |_, _, _| {},
+        )
+        .await
+        .map(|_| ())
+        .map_err(|o| Self::fail("RemovePodSandbox", Some(pod), None, d, o))
+    }
+
+    pub async fn list_pod_sandbox(
+        &self,
+        filter: Option<cri::PodSandboxFilter>,
+    ) -> Result<Vec<cri::PodSandbox>> {
+        self.list_pod_sandbox_for(None, filter).await
+    }
+
+    /// ListPodSandbox, recorded as done on behalf of `pod`.
+    pub async fn list_pod_sandbox_for(
+        &self,
+        pod: Option<&PodRef>,
+        filter: Option<cri::PodSandboxFilter>,
+    ) -> Result<Vec<cri::PodSandbox>> {
+        let d = self.timeout;
+        self.call(
+            "ListPodSandbox",
+            pod.cloned(),
+            None,
+            d,
+            0,
+            cri::ListPodSandboxRequest { filter },
+            |mut c, r| async move { c.list_pod_sandbox(r).await },
+            |_, _, _| {},
+        )
+        .await
+        .map(|r| r.items)
+        .map_err(|o| Self::fail("ListPodSandbox", pod, None, d, o))
+    }
+
+    /// ListContainers, recorded as done on behalf of `pod`.
+    pub async fn list_containers(
+        &self,
+        pod: Option<&PodRef>,
+        filter: Option<cri::ContainerFilter>,
+    ) -> Result<Vec<cri::Container>> {
+        let d = self.timeout;
+        self.call(
+            "ListContainers",
+            pod.cloned(),
+            None,
+            d,
+            0,
+            cri::ListContainersRequest { filter },
+            |mut c, r| async move { c.list_containers(r).await },
+            |_, _, _| {},
+        )
+        .await
+        .map(|r| r.containers)
+        .map_err(|o| Self::fail("ListContainers", pod, None, d, o))
+    }
+
+    /// The pod of a sandbox id (ListPodSandbox filtered by id).
+    pub async fn pod_of(&self, sandbox_id: &str) -> Result<PodRef> {
+        let filter = cri::PodSandboxFilter {
+            id: sandbox_id.to_owned(),
+            ..Default::default()
+        };
+        let items = self.list_pod_sandbox(Some(filter)).await?;
+        let s = items.into_iter().next().ok_or_else(|| {
+            DriverError::Unexpected(format!("no pod sandbox with id {sandbox_id}"))
+        })?;
+        let m = s.metadata.unwrap_or_default();
+        Ok(PodRef {
+            name: m.name,
+            namespace: m.namespace,
+            uid: m.uid,
+            attempt: m.attempt,
+            sandbox_id: Some(s.id),
+        })
+    }
+
+    /// The containers of a sandbox (ListContainers filtered by sandbox id).
+    pub async fn containers_of(&self, pod: &PodRef) -> Result<Vec<ContainerRef>> {
+        let filter = cri::ContainerFilter {
+            pod_sandbox_id: Self::sandbox_id(pod)?,
+            ..Default::default()
+        };
+        let items = self.list_containers(Some(pod), Some(filter)).await?;
+        Ok(items
+            .into_iter()
+            .map(|c| {
+                let m = c.metadata.unwrap_or_default();
+                ContainerRef {
+                    name: m.name,
+                    attempt: m.attempt,
+                    id: Some(c.id),
+                }
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ns_mode(m: i32) -> cri::NamespaceMode {
+        cri::NamespaceMode::try_from(m).unwrap()
+    }
+
+    #[test]
+    fn host_network_pod_config() {
+        let mut p = PodSpec::new("web-0", "lab", true);
+        p.labels.insert("app".into(), "web".into());
+        p.annotations.insert("a".into(), "b".into());
+        let c = p.to_config();
+        let m = c.metadata.as_ref().unwrap();
+        assert_eq!(
+            (
+                m.name.as_str(),
+                m.namespace.as_str(),
+                m.uid.as_str(),
+                m.attempt
+            ),
+            ("web-0", "lab", p.uid.as_str(), 0)
+        );
+        assert_eq!(c.hostname, "", "host-network pods leave hostname unset");
+        assert_eq!(c.log_directory, "");
+        let no = c
+            .linux
+            .as_ref()
+            .unwrap()
+            .security_context
+            .as_ref()
+            .unwrap()
+            .namespace_options
+            .as_ref()
+            .unwrap();
+        assert_eq!(ns_mode(no.network), cri::NamespaceMode::Node);
+        assert_eq!(ns_mode(no.pid), cri::NamespaceMode::Container);
+        assert_eq!(ns_mode(no.ipc), cri::NamespaceMode::Pod);
+        assert_eq!(c.labels[LABEL_POD_UID], p.uid);
+        assert_eq!(c.labels[LABEL_POD_NAME], "web-0");
+        assert_eq!(c.labels[LABEL_POD_NAMESPACE], "lab");
+        assert_eq!(c.labels["app"], "web");
+        assert_eq!(c.annotations["a"], "b");
+        assert!(p.validate().is_ok());
+        p.hostname = Some("x".into());
+        assert!(p.validate().unwrap_err().contains("hostname"));
+        assert_eq!(p.to_config().hostname, "", "never sent for host network");
+    }
+
+    #[test]
+    fn own_netns_pod_config() {
+        let mut p = PodSpec::new("db-1", "lab", false).with_log_root(Some(Path::new("/tmp/logs")));
+        p.share_pid = true;
+        p.attempt = 3;
+        let c = p.to_config();
+        assert_eq!(c.hostname, "db-1");
+        assert_eq!(c.log_directory, format!("/tmp/logs/lab_db-1_{}", p.uid));
+        let no = c
+            .linux
+            .unwrap()
+            .security_context
+            .unwrap()
+            .namespace_options
+            .unwrap();
+        assert_eq!(ns_mode(no.network), cri::NamespaceMode::Pod);
+        assert_eq!(ns_mode(no.pid), cri::NamespaceMode::Pod);
+        assert_eq!(c.metadata.unwrap().attempt, 3);
+        assert_eq!(p.pod_ref(Some("abc")).sandbox_id.as_deref(), Some("abc"));
+        let long = PodSpec::new("a".repeat(70), "lab", false);
+        assert_eq!(long.effective_hostname().len(), 63);
+    }
+
+    #[test]
+    fn container_config() {
+        let p = PodSpec::new("p", "lab", true);
+        let mut c = ContainerSpec::new("main");
+        c.env.push(("K".into(), "V".into()));
+        c.attempt = 2;
+        let cfg = c.to_config(&p);
+        assert_eq!(cfg.metadata.as_ref().unwrap().name, "main");
+        assert_eq!(cfg.metadata.as_ref().unwrap().attempt, 2);
+        assert_eq!(cfg.image.as_ref().unwrap().image, BUSYBOX_IMAGE);
+        assert_eq!(cfg.command, ["sleep", "3600"]);
+        assert!(cfg.args.is_empty());
+        assert_eq!(
+            cfg.envs,
+            [cri::KeyValue {
+                key: "K".into(),
+                value: "V".into()
+            }]
+        );
+        assert_eq!(cfg.log_path, "", "no pod log directory: no log path");
+        assert_eq!(cfg.labels[LABEL_CONTAINER_NAME], "main");
+        assert_eq!(cfg.labels[LABEL_POD_UID], p.uid);
+        let no = cfg
+            .linux
+            .unwrap()
+            .security_context
+            .unwrap()
+            .namespace_options
+            .unwrap();
+        assert_eq!(ns_mode(no.network), cri::NamespaceMode::Node);
+        let p2 = PodSpec::new("p", "lab", false).with_log_root(Some(Path::new("/l")));
+        assert_eq!(c.to_config(&p2).log_path, "main/2.log");
+        let ig = ContainerSpec::ignoring_sigterm("x");
+        assert_eq!(ig.command[0], "sh");
+        assert!(ig.command[2].contains("trap \"\" TERM"));
+    }
+
+    #[test]
+    fn uids_are_v4_and_distinct() {
+        let a = new_uid();
+        let b = new_uid();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 36);
+        assert_eq!(&a[14..15], "4");
+        assert!(matches!(&a[19..20], "8" | "9" | "a" | "b"));
+    }
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let p = RetryPolicy {
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_millis(350),
+            ..Default::default()
+        };
+        let b: Vec<u128> = (1..=5).map(|n| p.backoff(n).as_millis()).collect();
+        assert_eq!(b, [100, 200, 350, 350, 350]);
+        assert_eq!(p.backoff(1000), Duration::from_millis(350));
+    }
+
+    #[test]
+    fn retry_loop_retries_timeouts_and_what_follows() {
+        let p = RetryPolicy {
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(1),
+            budget: Duration::from_secs(2),
+            retry_deadline: Some(Duration::from_secs(9)),
+            ..Default::default()
+        };
+        let mut lp = RetryLoop::new(&p, Duration::from_millis(5));
+        assert_eq!(lp.deadline(), Duration::from_millis(5));
+        assert_eq!(
+            lp.failed_at(&Outcome::DeadlineExceeded, Duration::ZERO),
+            Some(Duration::from_millis(100))
+        );
+        assert_eq!(lp.retry, 1);
+        assert_eq!(
+            lp.deadline(),
+            Duration::from_secs(9),
+            "retries get the retry deadline"
+        );
+        let reserved = Outcome::Error {
+            code: 2,
+            message: "failed to reserve sandbox name".into(),
+        };
+        assert_eq!(
+            lp.failed_at(&reserved, Duration::from_millis(200)),
+            Some(Duration::from_millis(200))
+        );
+        assert_eq!(
+            lp.failed_at(&reserved, Duration::from_millis(500)),
+            Some(Duration::from_millis(400))
+        );
+        // 1.7 s + 0.8 s > 2 s budget
+        assert_eq!(lp.failed_at(&reserved, Duration::from_millis(1700)), None);
+        assert_eq!(lp.failures.len(), 4);
+        assert_eq!(lp.retry, 3);
+        assert_eq!(lp.tries, 4);
+    }
+
+    #[test]
+    fn retry_loop_new_request_keeps_budget_and_deadline() {
+        let p = RetryPolicy {
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(1),
+            budget: Duration::from_secs(10),
+            retry_deadline: Some(Duration::from_secs(9)),
+            ..Default::default()
+        };
+        let mut lp = RetryLoop::new(&p, Duration::from_millis(1));
+        lp.failed_at(&Outcome::DeadlineExceeded, Duration::ZERO);
+        let reserved = Outcome::Error {
+            code: 2,
+            message: "failed to reserve container name".into(),
+        };
+        assert_eq!(
+            lp.failed_at(&reserved, Duration::ZERO),
+            Some(Duration::from_millis(200))
+        );
+        lp.new_request();
+        assert_eq!(lp.retry, 0, "a bumped attempt is a new request");
+        assert_eq!(
+            lp.deadline(),
+            Duration::from_secs(9),
+            "not the short first deadline again"
+        );
+        assert!(lp.timed_out());
+        // An error on the new request's first try is still retried: the
+        // chain began with a timeout.
+        assert_eq!(
+            lp.failed_at(&reserved, Duration::ZERO),
+            Some(Duration::from_millis(400))
+        );
+        assert_eq!(lp.retry, 1);
+    }
+
+    #[test]
+    fn retry_loop_first_error_is_final() {
+        let p = RetryPolicy::default();
+        let mut lp = RetryLoop::new(&p, Duration::from_secs(1));
+        assert_eq!(
+            lp.failed_at(
+                &Outcome::Error {
+                    code: 5,
+                    message: "not found".into()
+                },
+                Duration::ZERO
+            ),
+            None
+        );
+        assert_eq!(lp.retry, 0);
+        let none = RetryPolicy::none();
+        let mut lp = RetryLoop::new(&none, Duration::from_secs(1));
+        assert_eq!(
+            lp.failed_at(&Outcome::DeadlineExceeded, Duration::ZERO),
+            None,
+            "no budget, no retry"
+        );
+        let same = RetryPolicy::default();
+        let mut lp = RetryLoop::new(&same, Duration::from_secs(3));
+        lp.failed_at(&Outcome::DeadlineExceeded, Duration::ZERO);
+        assert_eq!(
+            lp.deadline(),
+            Duration::from_secs(3),
+            "kubelet: same deadline on retries"
+        );
+    }
+
+    #[test]
+    fn classify_outcomes() {
+        let d = Duration::from_millis(10);
+        let late = Duration::from_millis(11);
+        let early = Duration::from_millis(1);
+        assert_eq!(
+            classify(&Status::cancelled("Timeout expired"), early, d),
+            Outcome::DeadlineExceeded
+        );
+        assert_eq!(
+            classify(
+                &Status::deadline_exceeded("context deadline exceeded"),
+                late,
+                d
+            ),
+            Outcome::DeadlineExceeded
+        );
+        assert_eq!(
+            classify(&Status::deadline_exceeded("plugin timed out"), early, d),
+            Outcome::Error {
+                code: Code::DeadlineExceeded as i32,
+                message: "plugin timed out".into()
+            }
+        );
+        assert_eq!(
+            classify(&Status::unknown("boom"), late, d),
+            Outcome::Error {
+                code: 2,
+                message: "boom".into()
+            }
+        );
+        assert_eq!(
+            describe(&Outcome::Error {
+                code: 2,
+                message: "boom".into()
+            }),
+            "Unknown (2): boom"
+        );
+    }
+
+    #[test]
+    fn reserved_name_id() {
+        let m = r#"failed to reserve sandbox name "p_ns_uid_0": name "p_ns_uid_0" is reserved for "0123abcd""#;
+        assert_eq!(reserved_for(m), Some("0123abcd"));
+        assert_eq!(reserved_for("failed to reserve sandbox name"), None);
+        assert_eq!(reserved_for(r#"is reserved for """#), None);
+    }
+
+    #[test]
+    fn default_socket_follows_lab_dir() {
+        // Only reads the variable; other tests do not set it.
+        let s = default_socket();
+        assert!(s.ends_with("run/containerd.sock"));
+    }
+}

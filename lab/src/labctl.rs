@@ -1,0 +1,230 @@
+//! Control of the lab's private containerd (`lab/lab.sh`) from Rust: up and
+//! down with a given request timeout, pre-launched plugin installation, the
+//! machine-wide lab lock, and the check that `down` left nothing behind.
+
+use std::{
+    fs::File,
+    os::fd::AsRawFd,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{bail, Context, Result};
+
+/// The lab is one per machine (fixed bridge and subnet): every user of it
+/// (tests, scenarios, the demo) holds this lock.
+pub const LOCK_PATH: &str = "/run/nri-trace-lab.lock";
+
+/// An exclusive flock on [`LOCK_PATH`], released on drop.
+pub struct LabLock {
+    _file: File,
+}
+
+pub fn lock() -> Result<LabLock> {
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(LOCK_PATH)
+        .with_context(|| format!("opening {LOCK_PATH}"))?;
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        bail!("flock {LOCK_PATH}: {}", std::io::Error::last_os_error());
+    }
+    Ok(LabLock { _file: file })
+}
+
+#[derive(Clone, Debug)]
+pub struct Lab {
+    /// $NRI_TRACE_LAB_DIR.
+    pub dir: PathBuf,
+    script: PathBuf,
+}
+
+impl Default for Lab {
+    fn default() -> Self {
+        Self::from_env()
+    }
+}
+
+impl Lab {
+    /// The lab at $NRI_TRACE_LAB_DIR (default /var/lib/nri-trace-lab),
+    /// driven by this repository's lab/lab.sh.
+    pub fn from_env() -> Self {
+        let dir = std::env::var_os("NRI_TRACE_LAB_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/var/lib/nri-trace-lab"));
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("lab.sh");
+        Self { dir, script }
+    }
+
+    pub fn cri_socket(&self) -> PathBuf {
+        self.dir.join("run/containerd.sock")
+    }
+    pub fn nri_socket(&self) -> PathBuf {
+        self.dir.join("run/nri.sock")
+    }
+    pub fn plugin_dir(&self) -> PathBuf {
+        self.dir.join("nri/plugins")
+    }
+
+    fn script(&self, args: &[&str], request_timeout: Option<&str>) -> Result<()> {
+        let mut cmd = Command::new("bash");
+        cmd.arg(&self.script)
+            .args(args)
+            .env("NRI_TRACE_LAB_DIR", &self.dir);
+        if let Some(t) = request_timeout {
+            cmd.env("NRI_TRACE_LAB_REQUEST_TIMEOUT", t);
+        }
+        let st = cmd
+            .status()
+            .with_context(|| format!("running {}", self.script.display()))?;
+        if !st.success() {
+            bail!("lab.sh {} failed ({st})", args.join(" "));
+        }
+        Ok(())
+    }
+
+    pub fn install(&self) -> Result<()> {
+        self.script(&["install"], None)
+    }
+
+    /// Start the private containerd with this NRI request timeout (e.g. "2s").
+    /// Pre-launched plugins must be installed before.
+    pub fn up(&self, request_timeout: &str) -> Result<()> {
+        self.script(&["up"], Some(request_timeout))
+    }
+
+    pub fn down(&self) -> Result<()> {
+        self.script(&["down"], None)
+    }
+
+    /// Remove every pre-launched plugin of a previous run.
+    pub fn clear_plugins(&self) -> Result<()> {
+        let dir = self.plugin_dir();
+        if let Ok(rd) = std::fs::read_dir(&dir) {
+            for e in rd.flatten() {
+                std::fs::remove_file(e.path())
+                    .with_context(|| format!("removing {}", e.path().display()))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Install a pre-launched plugin `NN-name`: a wrapper script that execs
+    /// `plugin_bin` with `args` (containerd runs it with no arguments and the
+    /// socketpair end as fd 3).
+    pub fn install_prelaunched(
+        &self,
+        idx: &str,
+        name: &str,
+        plugin_bin: &Path,
+        args: &[String],
+    ) -> Result<PathBuf> {
+        let dir = self.plugin_dir();
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join(format!("{idx}-{name}"));
+        let quoted: Vec<String> = args.iter().map(|a| shell_quote(a)).collect();
+        let body = format!(
+            "#!/bin/sh\n# Installed by the nri-trace lab (pre-launched test plugin).\nexec {} {}\n",
+            shell_quote(&plugin_bin.to_string_lossy()),
+            quoted.join(" ")
+        );
+        std::fs::write(&path, body)?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
+        Ok(path)
+    }
+
+    /// What `down` must not leave behind: processes started for this lab,
+    /// mounts under the lab dir or of the given container/sandbox ids, and
+    /// cgroups of those ids. Returns one line per leftover.
+    pub fn leftovers(&self, ids: &[String]) -> Vec<String> {
+        let mut left = Vec::new();
+        let dir = self.dir.to_string_lossy().into_owned();
+        if let Ok(rd) = std::fs::read_dir("/proc") {
+            for e in rd.flatten() {
+                let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                    continue;
+                };
+                let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                    continue;
+                };
+                let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+                let ours = cmd.contains(&format!("{dir}/"))
+                    && (cmd.starts_with("containerd") || cmd.contains("containerd-shim"));
+                if ours || ids.iter().any(|id| cmd.contains(id.as_str())) {
+                    left.push(format!("process {pid}: {}", cmd.trim()));
+                }
+            }
+        }
+        if let Ok(mi) = std::fs::read_to_string("/proc/self/mountinfo") {
+            for line in mi.lines() {
+                let Some(mnt) = line.split(' ').nth(4) else {
+                    continue;
+                };
+                if mnt.starts_with(&format!("{dir}/"))
+                    || ids.iter().any(|id| mnt.contains(id.as_str()))
+                {
+                    left.push(format!("mount {mnt}"));
+                }
+            }
+        }
+        for id in ids {
+            if let Ok(rd) = std::fs::read_dir("/sys/fs/cgroup") {
+                for hier in rd.flatten() {
+                    let p = hier.path().join("k8s.io").join(id);
+                    if p.exists() {
+                        left.push(format!("cgroup {}", p.display()));
+                    }
+                }
+            }
+            let p = Path::new("/sys/fs/cgroup/k8s.io").join(id);
+            if p.exists() {
+                left.push(format!("cgroup {}", p.display()));
+            }
+        }
+        left.sort();
+        left.dedup();
+        left
+    }
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
+
+    #[test]
+    fn prelaunched_wrapper() {
+        let dir = std::env::temp_dir().join(format!("labctl-{}", std::process::id()));
+        let lab = Lab {
+            dir: dir.clone(),
+            script: PathBuf::from("/nonexistent"),
+        };
+        let p = lab
+            .install_prelaunched(
+                "30",
+                "gamma",
+                Path::new("/bin/plugin"),
+                &["--on".into(), "RUN_POD_SANDBOX=delay:5".into()],
+            )
+            .unwrap();
+        let body = std::fs::read_to_string(&p).unwrap();
+        assert!(
+            body.contains("exec '/bin/plugin' '--on' 'RUN_POD_SANDBOX=delay:5'"),
+            "{body}"
+        );
+        lab.clear_plugins().unwrap();
+        assert!(!p.exists());
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

@@ -1,0 +1,12 @@
+//! The nri-trace lab: tools that make a private containerd do real work, and
+//! record what they did as ground truth for nri-trace's tests.
+//!
+//! - `cri` / `bin/cri-driver`: a kubelet-like CRI client.
+//! - `nri_plugin` / `bin/nri-test-plugin`: fault-injecting NRI plugins.
+//! - `truth`: the ground-truth records both write (NDJSON).
+pub mod cri;
+pub mod labctl;
+pub mod nri_api;
+pub mod nri_plugin;
+pub mod scenario;
+pub mod truth;

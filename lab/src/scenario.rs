@@ -1,0 +1,945 @@
+//! Lab scenarios: each drives the private containerd with the CRI driver and
+//! fault-injecting NRI plugins, writes one ground-truth file, and checks
+//! that the truth shows what the scenario intends (a slow plugin really was
+//! slow, a hung one really was disconnected, ...). Later nri-trace tests
+//! compare against these facts, not against assumptions.
+//!
+//! A scenario never reads anything but the truth file to verify itself, so
+//! `verify` can run again on a saved file.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    thread::sleep,
+    time::Duration,
+};
+
+use anyhow::{bail, ensure, Context, Result};
+
+use crate::{
+    labctl::Lab,
+    truth::{self, Outcome, PluginEvent, Truth, TruthWriter},
+};
+
+/// Every scenario, with a one-line description.
+pub const SCENARIOS: &[(&str, &str)] = &[
+    ("happy", "3 pods x 2 containers, full lifecycle, 3 plugins (2 external, 1 pre-launched)"),
+    ("slow-plugin", "a plugin delays RunPodSandbox and StopPodSandbox by 500 ms"),
+    ("plugin-timeout", "a plugin hangs on RunPodSandbox past the 1 s request timeout and is disconnected"),
+    ("teardown-error", "a low-index plugin fails StopPodSandbox and RemovePodSandbox; a higher-index one is subscribed"),
+    ("late-registration", "a plugin registers while a RunPodSandbox is in flight (held 3 s by a slow plugin)"),
+    ("cri-deadline-retry", "RunPodSandbox outlives the driver's 1 s deadline; the driver retries the same name and attempt"),
+    ("ignore-sigterm", "a container ignores SIGTERM: StopContainer waits for the grace period and SIGKILL"),
+    ("busy-mount", "a host process holds the container's rootfs mount busy during teardown"),
+    ("load", "100 pod lifecycles with 3 plugins, 4 pods in flight"),
+];
+
+/// Paths of the lab binaries (built together in one target dir).
+#[derive(Clone, Debug)]
+pub struct Bins {
+    pub driver: PathBuf,
+    pub plugin: PathBuf,
+}
+
+impl Bins {
+    /// The binaries next to the running executable.
+    pub fn beside_current_exe() -> Result<Self> {
+        let exe = std::env::current_exe()?;
+        let dir = exe.parent().context("executable has no directory")?;
+        // Integration tests run from target/<profile>/deps.
+        let dir = if dir.ends_with("deps") {
+            dir.parent().unwrap_or(dir)
+        } else {
+            dir
+        };
+        Ok(Self {
+            driver: dir.join("cri-driver"),
+            plugin: dir.join("nri-test-plugin"),
+        })
+    }
+}
+
+/// One run of a scenario.
+pub struct Run {
+    pub name: String,
+    pub lab: Lab,
+    pub bins: Bins,
+    /// Where the truth file and logs go.
+    pub out: PathBuf,
+    pub truth: PathBuf,
+    plugins: Vec<Child>,
+}
+
+/// A test plugin: name, index and `--on` / `--events` options.
+pub struct PluginSpec<'a> {
+    pub name: &'a str,
+    pub idx: &'a str,
+    pub args: &'a [&'a str],
+}
+
+impl Run {
+    pub fn new(name: &str, lab: Lab, bins: Bins, out: &Path) -> Result<Self> {
+        ensure!(
+            SCENARIOS.iter().any(|(n, _)| *n == name),
+            "unknown scenario {name:?}; see `nri-lab list`"
+        );
+        std::fs::create_dir_all(out)?;
+        let truth = out.join("truth.ndjson");
+        let _ = std::fs::remove_file(&truth);
+        Ok(Self {
+            name: name.into(),
+            lab,
+            bins,
+            out: out.to_path_buf(),
+            truth,
+            plugins: vec![],
+        })
+    }
+
+    pub fn note(&self, text: &str) -> Result<()> {
+        TruthWriter::append(&self.truth)?.write(&Truth::Note {
+            mono_ns: truth::mono_ns(),
+            text: text.into(),
+        })?;
+        Ok(())
+    }
+
+    fn plugin_args(&self, p: &PluginSpec) -> Vec<String> {
+        let mut a = vec![
+            "--name".into(),
+            p.name.into(),
+            "--idx".into(),
+            p.idx.into(),
+            "--truth".into(),
+            self.truth.display().to_string(),
+        ];
+        a.extend(p.args.iter().map(|s| s.to_string()));
+        a
+    }
+
+    /// Install a pre-launched plugin (before `up`).
+    pub fn prelaunch(&self, p: &PluginSpec) -> Result<()> {
+        self.lab
+            .install_prelaunched(p.idx, p.name, &self.bins.plugin, &self.plugin_args(p))?;
+        Ok(())
+    }
+
+    /// Start an external plugin and wait until the runtime configured it.
+    pub fn external(&mut self, p: &PluginSpec) -> Result<()> {
+        let log = std::fs::File::create(self.out.join(format!("plugin-{}-{}.log", p.idx, p.name)))?;
+        let child = Command::new(&self.bins.plugin)
+            .args(self.plugin_args(p))
+            .arg("--socket")
+            .arg(self.lab.nri_socket())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {}", self.bins.plugin.display()))?;
+        self.plugins.push(child);
+        self.wait_plugin(
+            p.name,
+            |e| matches!(e, PluginEvent::Synchronized { .. }),
+            Duration::from_secs(10),
+        )
+    }
+
+    /// Wait until the truth shows `pred` for plugin `name`.
+    pub fn wait_plugin(
+        &self,
+        name: &str,
+        pred: impl Fn(&PluginEvent) -> bool,
+        max: Duration,
+    ) -> Result<()> {
+        let t0 = std::time::Instant::now();
+        loop {
+            let found = truth::read(&self.truth).unwrap_or_default().iter().any(
+                |t| matches!(t, Truth::Plugin { plugin, what, .. } if plugin == name && pred(what)),
+            );
+            if found {
+                return Ok(());
+            }
+            if t0.elapsed() > max {
+                bail!("plugin {name}: expected event not in the truth after {max:?}");
+            }
+            sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Run the CRI driver to completion; returns its stdout.
+    pub fn driver(&self, args: &[&str]) -> Result<String> {
+        let out = self
+            .driver_cmd(args)
+            .output()
+            .context("running cri-driver")?;
+        if !out.status.success() {
+            bail!(
+                "cri-driver {} failed ({}): {}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Start the CRI driver in the background.
+    pub fn driver_spawn(&self, args: &[&str]) -> Result<Child> {
+        Ok(self
+            .driver_cmd(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?)
+    }
+
+    fn driver_cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(&self.bins.driver);
+        c.arg("--socket")
+            .arg(self.lab.cri_socket())
+            .arg("--truth")
+            .arg(&self.truth)
+            .args(args);
+        c
+    }
+
+    /// Stop external plugins that are still running (the runtime's `down`
+    /// disconnects them; this reaps them).
+    fn reap_plugins(&mut self) {
+        for mut c in self.plugins.drain(..) {
+            for _ in 0..50 {
+                if let Ok(Some(_)) = c.try_wait() {
+                    break;
+                }
+                sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        self.reap_plugins();
+    }
+}
+
+/// Run scenario `name` on `lab` (which must be installed), leaving the truth
+/// in `out/truth.ndjson`; then check it. The lab is brought up and down.
+pub fn run(name: &str, lab: Lab, bins: Bins, out: &Path) -> Result<Vec<String>> {
+    let mut r = Run::new(name, lab, bins, out)?;
+    let res = drive(&mut r);
+    let down = r.lab.down();
+    r.reap_plugins();
+    let lab = r.lab.clone();
+    let truth_path = r.truth.clone();
+    drop(r);
+    res?;
+    down?;
+    let _ = lab.clear_plugins();
+    verify(name, &truth_path)
+}
+
+fn drive(r: &mut Run) -> Result<()> {
+    r.lab.clear_plugins()?;
+    let plain: &[&str] = &[];
+    match r.name.as_str() {
+        "happy" => {
+            r.prelaunch(&PluginSpec {
+                name: "gamma",
+                idx: "30",
+                args: plain,
+            })?;
+            r.lab.up("2s")?;
+            // containerd 1.7 sends Synchronize only to plugins that connect
+            // through the socket (nri pkg/adaptation acceptPluginConnections),
+            // not to pre-launched ones at start-up.
+            r.wait_plugin(
+                "gamma",
+                |e| matches!(e, PluginEvent::Configured { .. }),
+                Duration::from_secs(10),
+            )?;
+            r.external(&PluginSpec {
+                name: "alpha",
+                idx: "10",
+                args: plain,
+            })?;
+            r.external(&PluginSpec {
+                name: "beta",
+                idx: "20",
+                args: plain,
+            })?;
+            r.driver(&[
+                "lifecycle",
+                "--pods",
+                "3",
+                "--containers",
+                "2",
+                "--run-secs",
+                "0.5",
+                "--prefix",
+                "happy",
+                "--concurrency",
+                "1",
+            ])?;
+        }
+        "slow-plugin" => {
+            r.lab.up("2s")?;
+            r.external(&PluginSpec {
+                name: "slow",
+                idx: "10",
+                args: &[
+                    "--on",
+                    "RUN_POD_SANDBOX=delay:500",
+                    "--on",
+                    "STOP_POD_SANDBOX=delay:500",
+                ],
+            })?;
+            r.external(&PluginSpec {
+                name: "plain",
+                idx: "20",
+                args: plain,
+            })?;
+            r.driver(&[
+                "lifecycle",
+                "--pods",
+                "2",
+                "--containers",
+                "1",
+                "--prefix",
+                "slow",
+                "--concurrency",
+                "1",
+            ])?;
+        }
+        "plugin-timeout" => {
+            r.lab.up("1s")?;
+            r.external(&PluginSpec {
+                name: "hang",
+                idx: "10",
+                args: &["--on", "RUN_POD_SANDBOX=hang"],
+            })?;
+            r.external(&PluginSpec {
+                name: "plain",
+                idx: "20",
+                args: plain,
+            })?;
+            r.driver(&[
+                "lifecycle",
+                "--pods",
+                "2",
+                "--containers",
+                "1",
+                "--prefix",
+                "timeout",
+                "--concurrency",
+                "1",
+            ])?;
+        }
+        "teardown-error" => {
+            r.lab.up("2s")?;
+            r.external(&PluginSpec {
+                name: "failer",
+                idx: "05",
+                args: &[
+                    "--on",
+                    "STOP_POD_SANDBOX=error:teardown refused",
+                    "--on",
+                    "REMOVE_POD_SANDBOX=error:teardown refused",
+                ],
+            })?;
+            r.external(&PluginSpec {
+                name: "observer",
+                idx: "50",
+                args: plain,
+            })?;
+            r.driver(&[
+                "lifecycle",
+                "--pods",
+                "1",
+                "--containers",
+                "1",
+                "--prefix",
+                "tderr",
+            ])?;
+        }
+        "late-registration" => {
+            r.lab.up("5s")?;
+            r.external(&PluginSpec {
+                name: "slow",
+                idx: "10",
+                args: &["--on", "RUN_POD_SANDBOX=delay:3000"],
+            })?;
+            let mut pod = r.driver_spawn(&["up", "--name", "late-pod"])?;
+            sleep(Duration::from_millis(1000));
+            r.note("registering plugin late while RunPodSandbox(late-pod) is in flight")?;
+            r.external(&PluginSpec {
+                name: "late",
+                idx: "20",
+                args: plain,
+            })?;
+            let out = wait_child(&mut pod, "cri-driver up late-pod")?;
+            let id = sandbox_id_of(&out)?;
+            r.driver(&["down", "--sandbox-id", &id])?;
+        }
+        "cri-deadline-retry" => {
+            r.lab.up("5s")?;
+            r.external(&PluginSpec {
+                name: "slow",
+                idx: "10",
+                args: &["--on", "RUN_POD_SANDBOX=delay:3000"],
+            })?;
+            r.driver(&["--backoff-ms", "250", "retry", "--deadline-ms", "1000"])?;
+        }
+        "ignore-sigterm" => {
+            r.lab.up("2s")?;
+            r.driver(&["ignore-sigterm", "--grace-secs", "2"])?;
+        }
+        "busy-mount" => busy_mount(r)?,
+        "load" => {
+            r.lab.up("2s")?;
+            r.external(&PluginSpec {
+                name: "alpha",
+                idx: "10",
+                args: plain,
+            })?;
+            r.external(&PluginSpec {
+                name: "beta",
+                idx: "20",
+                args: plain,
+            })?;
+            r.external(&PluginSpec {
+                name: "gamma",
+                idx: "30",
+                args: plain,
+            })?;
+            r.driver(&[
+                "lifecycle",
+                "--pods",
+                "100",
+                "--containers",
+                "1",
+                "--prefix",
+                "load",
+                "--concurrency",
+                "4",
+            ])?;
+        }
+        other => bail!("unknown scenario {other}"),
+    }
+    Ok(())
+}
+
+/// A host process keeps its working directory inside the container's rootfs
+/// mount while the pod is torn down, as an agent or a CSI driver holding a
+/// mount would. The truth records what the runtime answered; then the holder
+/// is killed and the pod removed for real.
+fn busy_mount(r: &mut Run) -> Result<()> {
+    r.lab.up("2s")?;
+    let out = r.driver(&["up", "--name", "busy"])?;
+    let sandbox = sandbox_id_of(&out)?;
+    let container = container_id_of(&out)?;
+    // The task's rootfs mount lives under containerd's state dir (the lab's
+    // own, see lab.sh), not /run/containerd.
+    let rootfs = r
+        .lab
+        .dir
+        .join("state/io.containerd.runtime.v2.task/k8s.io")
+        .join(&container)
+        .join("rootfs");
+    ensure!(
+        rootfs.is_dir(),
+        "container rootfs {} not found",
+        rootfs.display()
+    );
+    let mut holder = Command::new("sleep")
+        .arg("600")
+        .current_dir(&rootfs)
+        .spawn()?;
+    r.note(&format!(
+        "holder pid {} has its cwd in {}",
+        holder.id(),
+        rootfs.display()
+    ))?;
+    // A 10 s CRI deadline (kubelet's is 2 min): with the mount held, the
+    // teardown blocks until the deadline; no need to wait the full 2 min.
+    let first = r.driver(&[
+        "--request-timeout-ms",
+        "10000",
+        "down",
+        "--sandbox-id",
+        &sandbox,
+    ]);
+    r.note(&format!(
+        "teardown with the mount held: {}",
+        match &first {
+            Ok(_) => "succeeded".to_string(),
+            // The driver's last line says which call failed and why.
+            Err(e) => format!(
+                "failed: {}",
+                format!("{e:#}").lines().last().unwrap_or_default()
+            ),
+        }
+    ))?;
+    let _ = holder.kill();
+    let _ = holder.wait();
+    r.note("holder killed")?;
+    // Whatever is left of the pod goes now.
+    if first.is_err() {
+        r.driver(&["down", "--sandbox-id", &sandbox])?;
+    }
+    Ok(())
+}
+
+fn wait_child(c: &mut Child, what: &str) -> Result<String> {
+    let out = std::mem::replace(c, Command::new("true").spawn()?).wait_with_output()?;
+    if !out.status.success() {
+        bail!(
+            "{what} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn json_field(out: &str, key: &str) -> Result<String> {
+    for line in out.lines() {
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(line) {
+            if let Some(s) = v.get(key).and_then(|x| x.as_str()) {
+                return Ok(s.to_string());
+            }
+        }
+    }
+    bail!("no {key:?} in cri-driver output: {out}")
+}
+
+fn sandbox_id_of(out: &str) -> Result<String> {
+    json_field(out, "sandbox_id")
+}
+
+fn container_id_of(out: &str) -> Result<String> {
+    json_field(out, "container_id")
+}
+
+// ------------------------------------------------------------- verification
+
+/// NRI deliveries to `plugin` (event, pod name, recv, reply, outcome).
+struct Delivery<'a> {
+    event: Option<&'a str>,
+    pod: Option<&'a str>,
+    recv: u64,
+    reply: Option<u64>,
+    outcome: &'a Outcome,
+}
+
+fn deliveries<'a>(t: &'a [Truth], plugin_name: &str) -> Vec<Delivery<'a>> {
+    t.iter()
+        .filter_map(|x| match x {
+            Truth::Nri {
+                plugin,
+                event,
+                pod,
+                recv_mono_ns,
+                reply_mono_ns,
+                outcome,
+                ..
+            } if plugin == plugin_name => Some(Delivery {
+                event: event.as_deref(),
+                pod: pod.as_ref().map(|p| p.name.as_str()),
+                recv: *recv_mono_ns,
+                reply: *reply_mono_ns,
+                outcome,
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// (method, pod name, duration ns, outcome, retry) of every CRI call.
+fn cri_calls(t: &[Truth]) -> Vec<(&str, Option<&str>, u64, &Outcome, u32)> {
+    t.iter()
+        .filter_map(|x| match x {
+            Truth::Cri {
+                method,
+                pod,
+                start_mono_ns,
+                end_mono_ns,
+                outcome,
+                retry,
+                ..
+            } => Some((
+                method.as_str(),
+                pod.as_ref().map(|p| p.name.as_str()),
+                end_mono_ns.saturating_sub(*start_mono_ns),
+                outcome,
+                *retry,
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+fn plugin_events<'a>(t: &'a [Truth], name: &str) -> Vec<&'a PluginEvent> {
+    t.iter()
+        .filter_map(|x| match x {
+            Truth::Plugin { plugin, what, .. } if plugin == name => Some(what),
+            _ => None,
+        })
+        .collect()
+}
+
+fn pods_of(t: &[Truth], prefix: &str) -> Vec<String> {
+    let mut v: Vec<String> = cri_calls(t)
+        .iter()
+        .filter(|c| c.0 == "RunPodSandbox")
+        .filter_map(|c| c.1)
+        .filter(|n| n.starts_with(prefix))
+        .map(String::from)
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// The plugin registered and was configured (and, for an external plugin,
+/// synchronized: pre-launched plugins get no Synchronize at start-up).
+fn check_handshake(t: &[Truth], plugin: &str, external: bool) -> Result<()> {
+    let ev = plugin_events(t, plugin);
+    let registered = ev.iter().any(|e| matches!(e, PluginEvent::Registered));
+    let configured = ev
+        .iter()
+        .any(|e| matches!(e, PluginEvent::Configured { .. }));
+    let synced = ev
+        .iter()
+        .any(|e| matches!(e, PluginEvent::Synchronized { .. }));
+    ensure!(registered, "plugin {plugin} was never Registered");
+    ensure!(configured, "plugin {plugin} was never Configured");
+    ensure!(
+        synced || !external,
+        "plugin {plugin} was never Synchronized"
+    );
+    Ok(())
+}
+
+/// Each pod went RUN -> STOP -> REMOVE (by receive time) at `plugin`.
+fn check_pod_order(t: &[Truth], plugin: &str, pods: &[String]) -> Result<()> {
+    let d = deliveries(t, plugin);
+    for pod in pods {
+        let at = |ev: &str| {
+            d.iter()
+                .find(|x| x.event == Some(ev) && x.pod == Some(pod.as_str()))
+                .map(|x| x.recv)
+        };
+        let (Some(run), Some(stop), Some(rm)) = (
+            at("RUN_POD_SANDBOX"),
+            at("STOP_POD_SANDBOX"),
+            at("REMOVE_POD_SANDBOX"),
+        ) else {
+            bail!("plugin {plugin} lacks a pod event for {pod}");
+        };
+        ensure!(
+            run < stop && stop < rm,
+            "plugin {plugin}: {pod} events out of order"
+        );
+    }
+    Ok(())
+}
+
+fn all_cri_ok(t: &[Truth]) -> Result<usize> {
+    let calls = cri_calls(t);
+    for c in &calls {
+        ensure!(
+            matches!(c.3, Outcome::Ok),
+            "CRI {} for {:?} failed: {:?}",
+            c.0,
+            c.1,
+            c.3
+        );
+    }
+    Ok(calls.len())
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// Check that the truth shows what scenario `name` intends; returns the
+/// facts it established, one line each.
+pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
+    let t = truth::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut facts = Vec::new();
+    match name {
+        "happy" => {
+            let n = all_cri_ok(&t)?;
+            let pods = pods_of(&t, "happy");
+            ensure!(pods.len() == 3, "expected 3 pods, truth has {pods:?}");
+            for p in ["alpha", "beta", "gamma"] {
+                check_handshake(&t, p, p != "gamma")?;
+                check_pod_order(&t, p, &pods)?;
+                let d = deliveries(&t, p);
+                ensure!(
+                    d.iter().all(|x| matches!(x.outcome, Outcome::Ok)),
+                    "plugin {p} answered an error"
+                );
+                let containers = d
+                    .iter()
+                    .filter(|x| x.event == Some("CREATE_CONTAINER"))
+                    .count();
+                ensure!(
+                    containers == 6,
+                    "plugin {p} saw {containers} CreateContainer, expected 6"
+                );
+            }
+            facts.push(format!("{n} CRI calls, all ok; 3 pods x 2 containers"));
+            facts.push("alpha, beta (external) and gamma (pre-launched) each saw every pod RUN -> STOP -> REMOVE and 6 CreateContainer".into());
+            let synced = plugin_events(&t, "gamma")
+                .iter()
+                .any(|e| matches!(e, PluginEvent::Synchronized { .. }));
+            facts.push(format!(
+                "pre-launched gamma {} a Synchronize at start-up",
+                if synced { "got" } else { "did not get" }
+            ));
+        }
+        "slow-plugin" => {
+            all_cri_ok(&t)?;
+            let d = deliveries(&t, "slow");
+            for ev in ["RUN_POD_SANDBOX", "STOP_POD_SANDBOX"] {
+                let times: Vec<f64> = d
+                    .iter()
+                    .filter(|x| x.event == Some(ev))
+                    .map(|x| ms(x.reply.unwrap_or(0).saturating_sub(x.recv)))
+                    .collect();
+                ensure!(
+                    times.len() == 2 && times.iter().all(|&m| m >= 500.0),
+                    "slow plugin {ev} handler times {times:?} (want 2 >= 500 ms)"
+                );
+                facts.push(format!("slow plugin held {ev} for {times:.1?} ms"));
+            }
+            let runs: Vec<f64> = cri_calls(&t)
+                .iter()
+                .filter(|c| c.0 == "RunPodSandbox")
+                .map(|c| ms(c.2))
+                .collect();
+            ensure!(
+                runs.iter().all(|&m| m >= 500.0),
+                "RunPodSandbox durations {runs:?} should include the 500 ms hook"
+            );
+            facts.push(format!("CRI RunPodSandbox took {runs:.1?} ms"));
+            // NRI calls plugins one after another: plain receives after slow replied.
+            let plain = deliveries(&t, "plain");
+            for s in d.iter().filter(|x| x.event == Some("RUN_POD_SANDBOX")) {
+                let p = plain
+                    .iter()
+                    .find(|x| x.event == Some("RUN_POD_SANDBOX") && x.pod == s.pod)
+                    .context("plain missed a RunPodSandbox")?;
+                ensure!(
+                    p.recv >= s.reply.unwrap_or(u64::MAX),
+                    "plain received {:?} before slow replied",
+                    s.pod
+                );
+            }
+            facts.push(
+                "plain received each RunPodSandbox only after slow replied (serialized delivery)"
+                    .into(),
+            );
+        }
+        "plugin-timeout" => {
+            let d = deliveries(&t, "hang");
+            let hung: Vec<&Delivery> = d
+                .iter()
+                .filter(|x| x.event == Some("RUN_POD_SANDBOX"))
+                .collect();
+            ensure!(
+                hung.len() == 1 && hung[0].reply.is_none(),
+                "hang plugin should have one unanswered RunPodSandbox, has {}",
+                hung.len()
+            );
+            let gone = plugin_events(&t, "hang").into_iter().find_map(|e| match e {
+                PluginEvent::Disconnected { reason } => Some(reason.clone()),
+                _ => None,
+            });
+            let reason = gone.context("hang plugin was never disconnected")?;
+            facts.push(format!("hang plugin got RunPodSandbox({:?}), never answered, and was disconnected: {reason}", hung[0].pod));
+            let pods = pods_of(&t, "timeout");
+            check_pod_order(&t, "plain", &pods)?;
+            facts.push(format!(
+                "plain saw both pods {pods:?} RUN -> STOP -> REMOVE"
+            ));
+            let later = d.iter().filter(|x| x.recv > hung[0].recv).count();
+            ensure!(
+                later == 0,
+                "hang plugin received {later} requests after it hung"
+            );
+            facts.push("hang plugin received nothing after the timeout".into());
+            for c in cri_calls(&t).iter().filter(|c| c.0 == "RunPodSandbox") {
+                facts.push(format!(
+                    "CRI RunPodSandbox({:?}) took {:.1} ms: {:?}",
+                    c.1,
+                    ms(c.2),
+                    c.3
+                ));
+            }
+        }
+        "teardown-error" => {
+            let d = deliveries(&t, "failer");
+            for ev in ["STOP_POD_SANDBOX", "REMOVE_POD_SANDBOX"] {
+                let x = d
+                    .iter()
+                    .find(|x| x.event == Some(ev))
+                    .with_context(|| format!("failer never got {ev}"))?;
+                ensure!(
+                    matches!(x.outcome, Outcome::Error { .. }),
+                    "failer answered {ev} with {:?}",
+                    x.outcome
+                );
+            }
+            facts.push(
+                "failer (idx 05) answered StopPodSandbox and RemovePodSandbox with an error".into(),
+            );
+            for c in cri_calls(&t)
+                .iter()
+                .filter(|c| c.0 == "StopPodSandbox" || c.0 == "RemovePodSandbox")
+            {
+                ensure!(matches!(c.3, Outcome::Ok), "CRI {} failed: {:?}", c.0, c.3);
+                facts.push(format!("CRI {} still succeeded ({:.1} ms)", c.0, ms(c.2)));
+            }
+            let obs = deliveries(&t, "observer");
+            for ev in ["RUN_POD_SANDBOX", "STOP_POD_SANDBOX", "REMOVE_POD_SANDBOX"] {
+                let got = obs.iter().any(|x| x.event == Some(ev));
+                facts.push(format!(
+                    "observer (idx 50) {} {ev}",
+                    if got { "received" } else { "did NOT receive" }
+                ));
+            }
+        }
+        "late-registration" => {
+            all_cri_ok(&t)?;
+            let synced = plugin_events(&t, "late").into_iter().find_map(|e| match e {
+                PluginEvent::Synchronized { pods, .. } => {
+                    Some(pods.iter().map(|p| p.name.clone()).collect::<Vec<_>>())
+                }
+                _ => None,
+            });
+            let synced = synced.context("late plugin never synchronized")?;
+            let run = deliveries(&t, "late")
+                .iter()
+                .any(|x| x.event == Some("RUN_POD_SANDBOX") && x.pod == Some("late-pod"));
+            ensure!(
+                !synced.iter().any(|n| n == "late-pod") && !run,
+                "late plugin heard of late-pod (synced {synced:?}, RunPodSandbox {run}): the race did not happen"
+            );
+            facts.push(format!("late plugin synchronized with {synced:?}: late-pod missing, and no RunPodSandbox for it (nri#63)"));
+            let after: Vec<&str> = deliveries(&t, "late")
+                .iter()
+                .filter(|x| x.pod == Some("late-pod"))
+                .filter_map(|x| x.event)
+                .collect();
+            facts.push(format!(
+                "later events for late-pod at the late plugin: {after:?}"
+            ));
+        }
+        "cri-deadline-retry" => {
+            let runs: Vec<_> = cri_calls(&t)
+                .into_iter()
+                .filter(|c| c.0 == "RunPodSandbox")
+                .collect();
+            ensure!(
+                runs.len() >= 2,
+                "expected a timed-out try and retries, got {} RunPodSandbox",
+                runs.len()
+            );
+            ensure!(
+                matches!(runs[0].3, Outcome::DeadlineExceeded),
+                "first try: {:?}",
+                runs[0].3
+            );
+            ensure!(
+                matches!(runs.last().map(|c| c.3), Some(Outcome::Ok)),
+                "last try: {:?}",
+                runs.last().map(|c| c.3)
+            );
+            let names: Vec<_> = runs.iter().map(|c| c.1).collect();
+            ensure!(
+                names.windows(2).all(|w| w[0] == w[1]),
+                "retries changed the pod name: {names:?}"
+            );
+            let attempts: Vec<u32> = t
+                .iter()
+                .filter_map(|x| match x {
+                    Truth::Cri {
+                        method,
+                        pod: Some(p),
+                        ..
+                    } if method == "RunPodSandbox" => Some(p.attempt),
+                    _ => None,
+                })
+                .collect();
+            ensure!(
+                attempts.windows(2).all(|w| w[0] == w[1]),
+                "retries changed the attempt: {attempts:?}"
+            );
+            for c in &runs {
+                facts.push(format!(
+                    "RunPodSandbox try {} ({:?}): {:.1} ms, {:?}",
+                    c.4,
+                    c.1,
+                    ms(c.2),
+                    c.3
+                ));
+            }
+        }
+        "ignore-sigterm" => {
+            all_cri_ok(&t)?;
+            let stop = cri_calls(&t)
+                .into_iter()
+                .find(|c| c.0 == "StopContainer")
+                .context("no StopContainer")?;
+            ensure!(
+                ms(stop.2) >= 2000.0,
+                "StopContainer took {:.1} ms, expected >= the 2 s grace",
+                ms(stop.2)
+            );
+            facts.push(format!(
+                "StopContainer took {:.1} ms (grace 2 s, then SIGKILL)",
+                ms(stop.2)
+            ));
+        }
+        "busy-mount" => {
+            let notes: Vec<&str> = t
+                .iter()
+                .filter_map(|x| {
+                    if let Truth::Note { text, .. } = x {
+                        Some(text.as_str())
+                    } else {
+                        None
+                    }
+                })
+                .collect();
+            ensure!(
+                notes.iter().any(|n| n.starts_with("holder pid")),
+                "no holder was started"
+            );
+            let outcome = notes
+                .iter()
+                .find(|n| n.starts_with("teardown with the mount held"))
+                .context("no teardown outcome")?;
+            facts.push(outcome.to_string());
+            for c in cri_calls(&t).iter().filter(|c| !matches!(c.3, Outcome::Ok)) {
+                facts.push(format!("CRI {} failed: {:?}", c.0, c.3));
+            }
+        }
+        "load" => {
+            let n = all_cri_ok(&t)?;
+            let pods = pods_of(&t, "load");
+            ensure!(pods.len() == 100, "expected 100 pods, got {}", pods.len());
+            for p in ["alpha", "beta", "gamma"] {
+                check_pod_order(&t, p, &pods)?;
+            }
+            facts.push(format!(
+                "{n} CRI calls ok; 100 pods; each of 3 plugins saw every pod RUN -> STOP -> REMOVE"
+            ));
+        }
+        other => bail!("unknown scenario {other}"),
+    }
+    Ok(facts)
+}

@@ -1,0 +1,128 @@
+//! Every lab scenario runs against the real private containerd and must
+//! show, in its ground truth, what it intends; afterwards `lab down` must
+//! have left no process, mount or cgroup behind.
+//!
+//! Needs root and the lab (containerd from trixie): under CI=true a missing
+//! requirement fails the test; elsewhere the test says why it skips.
+
+use std::path::PathBuf;
+
+use nri_trace_lab::{
+    labctl::{self, Lab},
+    scenario::{self, Bins},
+    truth::{self, Truth},
+};
+
+fn ci() -> bool {
+    matches!(std::env::var("CI").as_deref(), Ok("true") | Ok("1"))
+}
+
+fn guard(name: &str) -> bool {
+    let euid = unsafe { libc::geteuid() };
+    if euid == 0 {
+        return true;
+    }
+    let why = format!("not running as root (euid {euid}): the lab runs a private containerd");
+    if ci() {
+        panic!("{name}: {why}");
+    }
+    eprintln!("skipping {name}: {why}");
+    false
+}
+
+/// Sandbox and container ids the scenario's driver created.
+fn ids(path: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = truth::read(path)
+        .unwrap_or_default()
+        .into_iter()
+        .flat_map(|t| match t {
+            Truth::Cri { pod, container, .. } => {
+                vec![pod.and_then(|p| p.sandbox_id), container.and_then(|c| c.id)]
+            }
+            _ => vec![],
+        })
+        .flatten()
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+fn run_scenario(name: &str) {
+    if !guard(name) {
+        return;
+    }
+    let _lock = labctl::lock().expect("lab lock");
+    let lab = Lab::from_env();
+    lab.install().expect("lab install");
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("lab")
+        .join(name);
+    let bins = Bins {
+        driver: env!("CARGO_BIN_EXE_cri-driver").into(),
+        plugin: env!("CARGO_BIN_EXE_nri-test-plugin").into(),
+    };
+    let facts = scenario::run(name, lab.clone(), bins, &out)
+        .unwrap_or_else(|e| panic!("scenario {name}: {e:#}"));
+    eprintln!("scenario {name}:");
+    for f in &facts {
+        eprintln!("  - {f}");
+    }
+    assert!(!facts.is_empty());
+    let ids = ids(&out.join("truth.ndjson"));
+    assert!(
+        !ids.is_empty(),
+        "{name}: the truth names no sandbox or container"
+    );
+    let left = lab.leftovers(&ids);
+    assert!(
+        left.is_empty(),
+        "{name}: lab down left behind:\n{}",
+        left.join("\n")
+    );
+}
+
+#[test]
+fn happy() {
+    run_scenario("happy");
+}
+
+#[test]
+fn slow_plugin() {
+    run_scenario("slow-plugin");
+}
+
+#[test]
+fn plugin_timeout() {
+    run_scenario("plugin-timeout");
+}
+
+#[test]
+fn teardown_error() {
+    run_scenario("teardown-error");
+}
+
+#[test]
+fn late_registration() {
+    run_scenario("late-registration");
+}
+
+#[test]
+fn cri_deadline_retry() {
+    run_scenario("cri-deadline-retry");
+}
+
+#[test]
+fn ignore_sigterm() {
+    run_scenario("ignore-sigterm");
+}
+
+#[test]
+fn busy_mount() {
+    run_scenario("busy-mount");
+}
+
+#[test]
+fn load() {
+    run_scenario("load");
+}
