@@ -32,6 +32,7 @@ use aya_ebpf::{
     macros::{map, raw_tracepoint, tracepoint},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::{RawTracePointContext, TracePointContext},
+    EbpfContext,
 };
 use nri_trace_common::{
     counter, Config, FdKey, FdState, RecordHeader, RecordKind, SunPath, Syscall,
@@ -132,12 +133,29 @@ fn syscall_args() -> Option<[u64; 4]> {
     ])
 }
 
-/// Wake the reader only when enough data waits; otherwise the reader's
-/// timed drain collects it (a wakeup per record costs ~2 us per syscall).
+/// Per-CPU time of the last forced wakeup (see `wake_flags`).
+#[map]
+static LAST_WAKE: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+/// At most one forced wakeup per CPU per this many ns.
+const WAKE_INTERVAL_NS: u64 = 1_000_000;
+
+/// Wake the reader only when enough data waits, and at most once per
+/// millisecond per CPU; otherwise the reader's timed drain collects it. A
+/// wakeup per record costs the traced process microseconds per syscall, and
+/// forcing one per record once the ring is busy doubled the cost of a
+/// captured write exactly when the ring was under pressure (benchmarks.md).
 #[inline(always)]
-fn wake_flags(wakeup_bytes: u32) -> u64 {
+fn wake_flags(now_ns: u64, wakeup_bytes: u32) -> u64 {
+    let Some(last) = LAST_WAKE.get_ptr_mut(0) else {
+        return BPF_RB_NO_WAKEUP as u64;
+    };
+    if now_ns.wrapping_sub(unsafe { *last }) < WAKE_INTERVAL_NS {
+        return BPF_RB_NO_WAKEUP as u64;
+    }
     let avail = unsafe { bpf_ringbuf_query(&EVENTS as *const RingBuf as *mut c_void, 0) };
     if avail >= wakeup_bytes as u64 {
+        unsafe { *last = now_ns };
         BPF_RB_FORCE_WAKEUP as u64
     } else {
         BPF_RB_NO_WAKEUP as u64
@@ -147,7 +165,7 @@ fn wake_flags(wakeup_bytes: u32) -> u64 {
 #[inline(always)]
 fn emit_header(hdr: &RecordHeader, wakeup_bytes: u32) {
     if EVENTS
-        .output::<RecordHeader>(hdr, wake_flags(wakeup_bytes))
+        .output::<RecordHeader>(hdr, wake_flags(hdr.ts_ns, wakeup_bytes))
         .is_err()
     {
         bump(counter::LOST_RECORDS, 1);
@@ -214,7 +232,7 @@ fn emit_chunk(hdr: &RecordHeader, src: u64, len: u32, offset: u32, flags: u32, w
             &EVENTS as *const RingBuf as *mut c_void,
             s as *mut Scratch as *mut c_void,
             size as u64,
-            wake_flags(wakeup),
+            wake_flags(hdr.ts_ns, wakeup),
         )
     };
     if r != 0 {
@@ -256,7 +274,9 @@ fn tracked_conn(pid_tgid: u64, inbound: bool) -> Option<([u64; 4], u32)> {
 #[inline(always)]
 fn ret_of(ctx: &TracePointContext) -> i64 {
     // sys_exit_* format: `long ret` at offset 16 (events/syscalls/*/format).
-    unsafe { ctx.read_at::<i64>(16) }.unwrap_or(-1)
+    // A tracepoint program may load from its context directly
+    // (kernel/trace/bpf_trace.c tp_prog_is_valid_access): no helper call.
+    unsafe { *(ctx.as_ptr().add(16) as *const i64) }
 }
 
 #[repr(C)]
@@ -348,6 +368,12 @@ fn capture_payload(
         },
         wakeup: cfg.wakeup_bytes,
     };
+    // Most NRI/CRI syscalls move one buffer of less than a chunk: copy it
+    // here and skip bpf_loop and its indirect callback calls.
+    if st.left >= st.total as u64 && st.total as usize <= MAX_CHUNK {
+        emit_chunk(&st.hdr, st.base, st.total, 0, st.flags | FLAG_LAST, st.wakeup);
+        return;
+    }
     const STEPS: u32 = MAX_SNAP / MAX_CHUNK as u32 + MAX_IOV;
     unsafe {
         bpf_loop(
