@@ -20,17 +20,40 @@ pub struct LabLock {
     _file: File,
 }
 
+/// Wait for the lab (as long as it takes).
 pub fn lock() -> Result<LabLock> {
+    lock_within(std::time::Duration::MAX)
+}
+
+/// Wait at most `within` for the lab; say so once when it is busy. The
+/// descriptor is close-on-exec (Rust's default), so a containerd started
+/// while the lock is held does not inherit it.
+pub fn lock_within(within: std::time::Duration) -> Result<LabLock> {
     let file = File::options()
         .create(true)
         .truncate(false)
         .write(true)
         .open(LOCK_PATH)
         .with_context(|| format!("opening {LOCK_PATH}"))?;
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        bail!("flock {LOCK_PATH}: {}", std::io::Error::last_os_error());
+    let t0 = std::time::Instant::now();
+    let mut said = false;
+    loop {
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(LabLock { _file: file });
+        }
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            bail!("flock {LOCK_PATH}: {err}");
+        }
+        if t0.elapsed() > within {
+            bail!("the lab lock {LOCK_PATH} is still held by another user after {within:?}");
+        }
+        if !said {
+            eprintln!("waiting for the lab lock {LOCK_PATH}");
+            said = true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    Ok(LabLock { _file: file })
 }
 
 #[derive(Clone, Debug)]

@@ -239,35 +239,56 @@ pub fn run(name: &str, lab: Lab, bins: Bins, out: &Path) -> Result<Vec<String>> 
     verify(name, &truth_path)
 }
 
+impl Run {
+    /// Start external plugin NN-name with these options.
+    fn plugin(&mut self, name: &str, idx: &str, args: &[&str]) -> Result<()> {
+        self.external(&PluginSpec { name, idx, args })
+    }
+
+    /// `cri-driver lifecycle` for `pods` pods named PREFIX-i.
+    fn lifecycle(
+        &self,
+        prefix: &str,
+        pods: u32,
+        containers: u32,
+        concurrency: u32,
+    ) -> Result<String> {
+        let (p, c, k) = (
+            pods.to_string(),
+            containers.to_string(),
+            concurrency.to_string(),
+        );
+        self.driver(&[
+            "lifecycle",
+            "--pods",
+            &p,
+            "--containers",
+            &c,
+            "--prefix",
+            prefix,
+            "--concurrency",
+            &k,
+        ])
+    }
+}
+
 fn drive(r: &mut Run) -> Result<()> {
     r.lab.clear_plugins()?;
-    let plain: &[&str] = &[];
     match r.name.as_str() {
         "happy" => {
             r.prelaunch(&PluginSpec {
                 name: "gamma",
                 idx: "30",
-                args: plain,
+                args: &[],
             })?;
             r.lab.up("2s")?;
             // containerd 1.7 sends Synchronize only to plugins that connect
             // through the socket (nri pkg/adaptation acceptPluginConnections),
             // not to pre-launched ones at start-up.
-            r.wait_plugin(
-                "gamma",
-                |e| matches!(e, PluginEvent::Configured { .. }),
-                Duration::from_secs(10),
-            )?;
-            r.external(&PluginSpec {
-                name: "alpha",
-                idx: "10",
-                args: plain,
-            })?;
-            r.external(&PluginSpec {
-                name: "beta",
-                idx: "20",
-                args: plain,
-            })?;
+            let configured = |e: &PluginEvent| matches!(e, PluginEvent::Configured { .. });
+            r.wait_plugin("gamma", configured, Duration::from_secs(10))?;
+            r.plugin("alpha", "10", &[])?;
+            r.plugin("beta", "20", &[])?;
             r.driver(&[
                 "lifecycle",
                 "--pods",
@@ -284,110 +305,47 @@ fn drive(r: &mut Run) -> Result<()> {
         }
         "slow-plugin" => {
             r.lab.up("2s")?;
-            r.external(&PluginSpec {
-                name: "slow",
-                idx: "10",
-                args: &[
-                    "--on",
-                    "RUN_POD_SANDBOX=delay:500",
-                    "--on",
-                    "STOP_POD_SANDBOX=delay:500",
-                ],
-            })?;
-            r.external(&PluginSpec {
-                name: "plain",
-                idx: "20",
-                args: plain,
-            })?;
-            r.driver(&[
-                "lifecycle",
-                "--pods",
-                "2",
-                "--containers",
-                "1",
-                "--prefix",
-                "slow",
-                "--concurrency",
-                "1",
-            ])?;
+            let slow = [
+                "--on",
+                "RUN_POD_SANDBOX=delay:500",
+                "--on",
+                "STOP_POD_SANDBOX=delay:500",
+            ];
+            r.plugin("slow", "10", &slow)?;
+            r.plugin("plain", "20", &[])?;
+            r.lifecycle("slow", 2, 1, 1)?;
         }
         "plugin-timeout" => {
             r.lab.up("1s")?;
-            r.external(&PluginSpec {
-                name: "hang",
-                idx: "10",
-                args: &["--on", "RUN_POD_SANDBOX=hang"],
-            })?;
-            r.external(&PluginSpec {
-                name: "plain",
-                idx: "20",
-                args: plain,
-            })?;
-            r.driver(&[
-                "lifecycle",
-                "--pods",
-                "2",
-                "--containers",
-                "1",
-                "--prefix",
-                "timeout",
-                "--concurrency",
-                "1",
-            ])?;
+            r.plugin("hang", "10", &["--on", "RUN_POD_SANDBOX=hang"])?;
+            r.plugin("plain", "20", &[])?;
+            r.lifecycle("timeout", 2, 1, 1)?;
         }
         "teardown-error" => {
             r.lab.up("2s")?;
-            r.external(&PluginSpec {
-                name: "failer",
-                idx: "05",
-                args: &[
-                    "--on",
-                    "STOP_POD_SANDBOX=error:teardown refused",
-                    "--on",
-                    "REMOVE_POD_SANDBOX=error:teardown refused",
-                ],
-            })?;
-            r.external(&PluginSpec {
-                name: "observer",
-                idx: "50",
-                args: plain,
-            })?;
-            r.driver(&[
-                "lifecycle",
-                "--pods",
-                "1",
-                "--containers",
-                "1",
-                "--prefix",
-                "tderr",
-            ])?;
+            let fail = [
+                "--on",
+                "STOP_POD_SANDBOX=error:teardown refused",
+                "--on",
+                "REMOVE_POD_SANDBOX=error:teardown refused",
+            ];
+            r.plugin("failer", "05", &fail)?;
+            r.plugin("observer", "50", &[])?;
+            r.lifecycle("tderr", 1, 1, 1)?;
         }
         "late-registration" => {
             r.lab.up("5s")?;
-            r.external(&PluginSpec {
-                name: "slow",
-                idx: "10",
-                args: &["--on", "RUN_POD_SANDBOX=delay:3000"],
-            })?;
+            r.plugin("slow", "10", &["--on", "RUN_POD_SANDBOX=delay:3000"])?;
             let mut pod = r.driver_spawn(&["up", "--name", "late-pod"])?;
             sleep(Duration::from_millis(1000));
             r.note("registering plugin late while RunPodSandbox(late-pod) is in flight")?;
-            r.external(&PluginSpec {
-                name: "late",
-                idx: "20",
-                args: plain,
-            })?;
+            r.plugin("late", "20", &[])?;
             let out = wait_child(&mut pod, "cri-driver up late-pod")?;
-            let id = sandbox_id_of(&out)?;
-            r.driver(&["down", "--sandbox-id", &id])?;
+            r.driver(&["down", "--sandbox-id", &sandbox_id_of(&out)?])?;
         }
         "cri-deadline-retry" => {
             r.lab.up("5s")?;
-            r.external(&PluginSpec {
-                name: "slow",
-                idx: "10",
-                args: &["--on", "RUN_POD_SANDBOX=delay:3000"],
-            })?;
+            r.plugin("slow", "10", &["--on", "RUN_POD_SANDBOX=delay:3000"])?;
             r.driver(&["--backoff-ms", "250", "retry", "--deadline-ms", "1000"])?;
         }
         "ignore-sigterm" => {
@@ -397,35 +355,64 @@ fn drive(r: &mut Run) -> Result<()> {
         "busy-mount" => busy_mount(r)?,
         "load" => {
             r.lab.up("2s")?;
-            r.external(&PluginSpec {
-                name: "alpha",
-                idx: "10",
-                args: plain,
-            })?;
-            r.external(&PluginSpec {
-                name: "beta",
-                idx: "20",
-                args: plain,
-            })?;
-            r.external(&PluginSpec {
-                name: "gamma",
-                idx: "30",
-                args: plain,
-            })?;
-            r.driver(&[
-                "lifecycle",
-                "--pods",
-                "100",
-                "--containers",
-                "1",
-                "--prefix",
-                "load",
-                "--concurrency",
-                "4",
-            ])?;
+            for (name, idx) in [("alpha", "10"), ("beta", "20"), ("gamma", "30")] {
+                r.plugin(name, idx, &[])?;
+            }
+            r.lifecycle("load", 100, 1, 4)?;
         }
         other => bail!("unknown scenario {other}"),
     }
+    Ok(())
+}
+
+/// The demo behind `cargo xtask demo`: the lab with a slow and a plain
+/// plugin, `nri-trace capture` on the NRI and CRI sockets (its output goes
+/// to this terminal), two pod lifecycles, then everything is torn down.
+pub fn demo(lab: Lab, bins: Bins, nri_trace: &Path, capture_args: &[String]) -> Result<()> {
+    let out = std::env::temp_dir().join("nri-trace-demo");
+    let mut r = Run::new("happy", lab, bins, &out)?;
+    let res = (|| -> Result<()> {
+        r.lab.clear_plugins()?;
+        r.lab.up("2s")?;
+        r.plugin("slow", "10", &["--on", "RUN_POD_SANDBOX=delay:300"])?;
+        r.plugin("audit", "20", &[])?;
+        eprintln!("demo: lab up, plugins 10-slow (RunPodSandbox +300 ms) and 20-audit connected");
+        let mut capture = Command::new(nri_trace)
+            .arg("capture")
+            .arg("--socket")
+            .arg(r.lab.nri_socket())
+            .arg("--socket")
+            .arg(r.lab.cri_socket())
+            .args(["--dump-bytes", "48"])
+            .args(capture_args)
+            .spawn()
+            .with_context(|| format!("starting {}", nri_trace.display()))?;
+        // Attaching takes well under a second (doctor reports the time).
+        sleep(Duration::from_millis(1500));
+        eprintln!("demo: driving 2 pod lifecycles (kubelet-like CRI calls)");
+        let res = r.driver(&[
+            "lifecycle",
+            "--pods",
+            "2",
+            "--containers",
+            "1",
+            "--prefix",
+            "demo",
+        ]);
+        sleep(Duration::from_millis(500));
+        unsafe { libc::kill(capture.id() as i32, libc::SIGTERM) };
+        let _ = capture.wait();
+        res?;
+        Ok(())
+    })();
+    let down = r.lab.down();
+    drop(r);
+    res?;
+    down?;
+    eprintln!(
+        "demo: done; ground truth of what the driver and plugins did: {}",
+        out.join("truth.ndjson").display()
+    );
     Ok(())
 }
 

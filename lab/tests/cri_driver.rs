@@ -10,17 +10,16 @@
 
 use std::{
     collections::BTreeMap,
-    fs::{File, OpenOptions},
     io::Read,
-    os::fd::AsRawFd,
     path::{Path, PathBuf},
     process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
-use nri_trace_lab::truth::{self, Outcome, Truth};
-
-const LOCK_PATH: &str = "/run/nri-trace-lab.lock";
+use nri_trace_lab::{
+    labctl,
+    truth::{self, Outcome, Truth},
+};
 
 /// Skip (or, under CI, fail) unless we are root.
 fn require_root(name: &str) -> bool {
@@ -33,42 +32,6 @@ fn require_root(name: &str) -> bool {
     }
     println!("skipping {name}: needs root (the lab runs a private containerd)");
     false
-}
-
-/// An exclusive flock on the lab lock file, released when dropped.
-struct LabLock {
-    _file: File,
-}
-
-impl LabLock {
-    fn acquire(within: Duration) -> Self {
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(LOCK_PATH)
-            .unwrap_or_else(|e| panic!("open {LOCK_PATH}: {e}"));
-        let t0 = Instant::now();
-        let mut said = false;
-        loop {
-            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-                return Self { _file: file };
-            }
-            let err = std::io::Error::last_os_error();
-            if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
-                panic!("flock {LOCK_PATH}: {err}");
-            }
-            if t0.elapsed() > within {
-                panic!("the lab lock {LOCK_PATH} is still held by another user after {within:?}");
-            }
-            if !said {
-                eprintln!("waiting for the lab lock {LOCK_PATH}");
-                said = true;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
 }
 
 fn lab_sh() -> PathBuf {
@@ -355,7 +318,7 @@ fn lifecycle_host_network_and_netns() {
     if !require_root(name) {
         return;
     }
-    let _lock = LabLock::acquire(Duration::from_secs(600));
+    let _lock = labctl::lock_within(Duration::from_secs(600)).expect("lab lock");
     let o = lab("install", Duration::from_secs(600));
     assert!(
         o.status.success(),

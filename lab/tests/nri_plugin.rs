@@ -12,18 +12,20 @@
 use std::{
     fs::{self, File},
     io::Write,
-    os::unix::{fs::PermissionsExt, io::AsRawFd},
+    os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Stdio},
     thread::sleep,
     time::{Duration, Instant},
 };
 
-use nri_trace_lab::truth::{self, Action, NriPod, Outcome, PluginEvent, Truth};
+use nri_trace_lab::{
+    labctl,
+    truth::{self, Action, NriPod, Outcome, PluginEvent, Truth},
+};
 
 const PLUGIN: &str = env!("CARGO_BIN_EXE_nri-test-plugin");
 const DRIVER: &str = env!("CARGO_BIN_EXE_cri-driver");
-const LOCK: &str = "/run/nri-trace-lab.lock";
 
 fn ci() -> bool {
     matches!(std::env::var("CI").as_deref(), Ok("true") | Ok("1"))
@@ -72,23 +74,14 @@ fn lab(args: &[&str], timeout: &str) {
 /// The lab, held for one test: lock, install, down, our pre-launched
 /// plugins, up. Dropping it removes those plugins and takes the lab down.
 struct Lab {
-    _lock: File,
+    _lock: labctl::LabLock,
     installed: Vec<PathBuf>,
 }
 
 impl Lab {
     /// `prelaunched`: (file name under nri/plugins, script, optional conf.d text).
     fn up(request_timeout: &str, prelaunched: &[(&str, String, Option<String>)]) -> Lab {
-        let lock = File::options()
-            .create(true)
-            .append(true)
-            .open(LOCK)
-            .expect("opening the lab lock");
-        assert_eq!(
-            unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) },
-            0,
-            "flock {LOCK}"
-        );
+        let lock = labctl::lock().expect("lab lock");
         let mut lab_ = Lab {
             _lock: lock,
             installed: vec![],

@@ -24,6 +24,24 @@ pub enum LabCmd {
     Run { name: String },
 }
 
+/// `cargo xtask demo`: build everything, then the lab demo with nri-trace
+/// capturing the lab's NRI and CRI sockets.
+pub fn demo(extra: &[String]) -> Result<()> {
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    if ci || !crate::setup::toolchain_ready() {
+        crate::setup::run()?;
+    }
+    let nri_trace = crate::build(true)?;
+    let bin = build_lab()?.join("nri-lab");
+    run(Command::new(bin)
+        .arg("demo")
+        .arg("--nri-trace")
+        .arg(nri_trace)
+        .arg("--")
+        .args(extra)
+        .current_dir(workspace_root()))
+}
+
 fn lab_sh(arg: &str) -> Result<()> {
     run(Command::new("bash")
         .arg(workspace_root().join("lab/lab.sh"))

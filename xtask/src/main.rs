@@ -43,6 +43,13 @@ enum Cmd {
     },
     /// Run the benchmarks and print the tables for docs/benchmarks.md.
     Bench(bench::BenchArgs),
+    /// The self-contained demo: the lab (private containerd, NRI plugins,
+    /// kubelet-like driver) traced live by nri-trace.
+    Demo {
+        /// Extra arguments for `nri-trace capture` (e.g. --format ndjson).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// The lab: a private containerd with NRI, and its scenarios.
     Lab {
         #[command(subcommand)]
@@ -63,6 +70,7 @@ fn main() -> Result<()> {
         Cmd::Test { args } => test(&args),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Lab { cmd } => lab::run_lab(cmd),
+        Cmd::Demo { args } => lab::demo(&args),
         Cmd::Run { args } => {
             let bin = build(true)?;
             let status = Command::new(bin).args(args).status()?;

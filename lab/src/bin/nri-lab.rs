@@ -36,6 +36,16 @@ enum Cmd {
     },
     /// Check a saved truth file against scenario NAME's intent.
     Verify { name: String, truth: PathBuf },
+    /// The self-contained demo: lab up, two plugins (one slow), nri-trace
+    /// capturing the NRI and CRI sockets, two pod lifecycles, lab down.
+    Demo {
+        /// The nri-trace binary to run.
+        #[arg(long)]
+        nri_trace: PathBuf,
+        /// Extra arguments for `nri-trace capture` (e.g. --format ndjson).
+        #[arg(last = true)]
+        capture_args: Vec<String>,
+    },
 }
 
 fn main() -> Result<()> {
@@ -59,6 +69,15 @@ fn main() -> Result<()> {
             for f in facts {
                 println!("  - {f}");
             }
+        }
+        Cmd::Demo {
+            nri_trace,
+            capture_args,
+        } => {
+            let _lock = labctl::lock()?;
+            let lab = Lab::from_env();
+            lab.install()?;
+            scenario::demo(lab, Bins::beside_current_exe()?, &nri_trace, &capture_args)?;
         }
         Cmd::Verify { name, truth } => {
             for f in scenario::verify(&name, &truth)? {
