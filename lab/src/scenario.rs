@@ -32,6 +32,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("ignore-sigterm", "a container ignores SIGTERM: StopContainer waits for the grace period and SIGKILL"),
     ("busy-mount", "a host process holds the container's rootfs mount busy during teardown"),
     ("load", "100 pod lifecycles with 3 plugins, 4 pods in flight"),
+    ("upstream-witness", "the NRI project's own logger plugin (built offline from Debian's sources) witnesses 2 lifecycles beside a test plugin"),
 ];
 
 /// Paths of the lab binaries (built together in one target dir).
@@ -353,6 +354,7 @@ fn drive(r: &mut Run) -> Result<()> {
             r.driver(&["ignore-sigterm", "--grace-secs", "2"])?;
         }
         "busy-mount" => busy_mount(r)?,
+        "upstream-witness" => upstream_witness(r)?,
         "load" => {
             r.lab.up("2s")?;
             for (name, idx) in [("alpha", "10"), ("beta", "20"), ("gamma", "30")] {
@@ -414,6 +416,101 @@ pub fn demo(lab: Lab, bins: Bins, nri_trace: &Path, capture_args: &[String]) -> 
         out.join("truth.ndjson").display()
     );
     Ok(())
+}
+
+/// lab/upstream-logger.sh: the upstream NRI logger plugin, built offline.
+fn upstream_logger(args: &[&str]) -> Command {
+    let mut c = Command::new("bash");
+    c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("upstream-logger.sh"))
+        .args(args);
+    c
+}
+
+/// The NRI project's logger plugin and a test plugin watch the same two pod
+/// lifecycles. The logger's log is turned into truth notes
+/// ("upstream-logger: EVENT KIND ID") so that `verify` compares the two
+/// witnesses from the truth file alone.
+fn upstream_witness(r: &mut Run) -> Result<()> {
+    for step in ["install", "build"] {
+        let st = upstream_logger(&[step]).status()?;
+        ensure!(st.success(), "upstream-logger.sh {step} failed ({st})");
+    }
+    r.lab.up("2s")?;
+    r.plugin("alpha", "10", &[])?;
+    let log = r.out.join("nri-logger.log");
+    let _ = std::fs::remove_file(&log);
+    let child = upstream_logger(&["run", "-idx", "99", "-name", "upstream-logger", "-log-file"])
+        .arg(&log)
+        .stdout(Stdio::null())
+        .spawn()?;
+    r.plugins.push(child);
+    // The logger logs Synchronize once it is registered and synchronized.
+    let t0 = std::time::Instant::now();
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("Synchronize:")
+    {
+        ensure!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the upstream logger did not synchronize"
+        );
+        sleep(Duration::from_millis(50));
+    }
+    r.lifecycle("witness", 2, 1, 1)?;
+    r.lab.down()?;
+    for (event, kind, id) in parse_logger_log(&std::fs::read_to_string(&log)?) {
+        r.note(&format!("upstream-logger: {event} {kind} {id}"))?;
+    }
+    Ok(())
+}
+
+/// (EVENT, "pod"|"container", id) per object dump in the upstream logger's
+/// log. Its format (plugins/logger in containerd/nri 0.6.1, logrus text): a
+/// line `msg="<Event>: pod:"` or `msg="<Event>: container:"` starts a YAML
+/// dump whose lines are `msg="<Event>:    <yaml>"`; the first `id:` is the
+/// object's id. Event names become NRI's enum style (RunPodSandbox ->
+/// RUN_POD_SANDBOX).
+pub fn parse_logger_log(text: &str) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    let mut open: Option<(String, String)> = None;
+    for line in text.lines() {
+        let Some(msg) = line
+            .split("msg=\"")
+            .nth(1)
+            .and_then(|m| m.strip_suffix('"'))
+        else {
+            continue;
+        };
+        let Some((event, rest)) = msg.split_once(':') else {
+            continue;
+        };
+        match rest.trim() {
+            "pod:" | "container:" => {
+                open = Some((
+                    event.to_string(),
+                    rest.trim().trim_end_matches(':').to_string(),
+                ));
+            }
+            r if r.starts_with("id: ") => {
+                if let Some((ev, kind)) = open.take().filter(|(ev, _)| ev == event) {
+                    out.push((enum_style(&ev), kind, r["id: ".len()..].trim().to_string()));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn enum_style(camel: &str) -> String {
+    let mut s = String::new();
+    for (i, c) in camel.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            s.push('_');
+        }
+        s.push(c.to_ascii_uppercase());
+    }
+    s
 }
 
 /// A host process keeps its working directory inside the container's rootfs
@@ -915,6 +1012,57 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
                 facts.push(format!("CRI {} failed: {:?}", c.0, c.3));
             }
         }
+        "upstream-witness" => {
+            all_cri_ok(&t)?;
+            // (event, id) in delivery order, per witness: pod events by pod
+            // id, container events by container id.
+            let logger: Vec<(String, String)> = t
+                .iter()
+                .filter_map(|x| match x {
+                    Truth::Note { text, .. } => text.strip_prefix("upstream-logger: "),
+                    _ => None,
+                })
+                .filter_map(|n| {
+                    let v: Vec<&str> = n.split(' ').collect();
+                    let pod_event = v.first()?.ends_with("POD_SANDBOX");
+                    let kind = if pod_event { "pod" } else { "container" };
+                    (v.len() == 3 && v[1] == kind).then(|| (v[0].to_string(), v[2].to_string()))
+                })
+                .collect();
+            let alpha: Vec<(String, String)> = t
+                .iter()
+                .filter_map(|x| match x {
+                    Truth::Nri {
+                        plugin,
+                        event: Some(ev),
+                        pod,
+                        container,
+                        ..
+                    } if plugin == "alpha" => {
+                        let id = if ev.ends_with("POD_SANDBOX") {
+                            pod.as_ref().map(|p| p.id.clone())
+                        } else {
+                            container.as_ref().map(|c| c.id.clone())
+                        };
+                        id.map(|id| (ev.clone(), id))
+                    }
+                    _ => None,
+                })
+                .collect();
+            ensure!(
+                !logger.is_empty(),
+                "the upstream logger's log names no event"
+            );
+            ensure!(
+                logger == alpha,
+                "the two witnesses disagree:\n upstream logger: {logger:?}\n test plugin:     {alpha:?}"
+            );
+            let pods = logger.iter().filter(|e| e.0 == "RUN_POD_SANDBOX").count();
+            facts.push(format!(
+                "the upstream logger and the test plugin saw the same {} events in the same order ({pods} pods)",
+                logger.len()
+            ));
+        }
         "load" => {
             let n = all_cri_ok(&t)?;
             let pods = pods_of(&t, "load");
@@ -929,4 +1077,45 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
         other => bail!("unknown scenario {other}"),
     }
     Ok(facts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logger_log_is_parsed() {
+        // Real lines from the upstream logger (containerd/nri 0.6.1).
+        let log = r#"time="2026-11-21T14:19:27Z" level=info msg="Synchronize:    null"
+time="2026-11-21T14:19:27Z" level=info msg="RunPodSandbox: pod:"
+time="2026-11-21T14:19:27Z" level=info msg="RunPodSandbox:    annotations:"
+time="2026-11-21T14:19:27Z" level=info msg="RunPodSandbox:    id: 087f32b0fd03"
+time="2026-11-21T14:19:27Z" level=info msg="RunPodSandbox:    uid: 121e7d69"
+time="2026-11-21T14:19:27Z" level=info msg="CreateContainer: pod:"
+time="2026-11-21T14:19:27Z" level=info msg="CreateContainer:    id: 087f32b0fd03"
+time="2026-11-21T14:19:27Z" level=info msg="CreateContainer: container:"
+time="2026-11-21T14:19:27Z" level=info msg="CreateContainer:    id: 4fca9cb67649"
+"#;
+        assert_eq!(
+            parse_logger_log(log),
+            vec![
+                (
+                    "RUN_POD_SANDBOX".into(),
+                    "pod".into(),
+                    "087f32b0fd03".into()
+                ),
+                (
+                    "CREATE_CONTAINER".into(),
+                    "pod".into(),
+                    "087f32b0fd03".into()
+                ),
+                (
+                    "CREATE_CONTAINER".into(),
+                    "container".into(),
+                    "4fca9cb67649".into()
+                ),
+            ]
+        );
+        assert_eq!(enum_style("PostStartContainer"), "POST_START_CONTAINER");
+    }
 }

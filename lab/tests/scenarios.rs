@@ -126,3 +126,8 @@ fn busy_mount() {
 fn load() {
     run_scenario("load");
 }
+
+#[test]
+fn upstream_witness() {
+    run_scenario("upstream-witness");
+}
