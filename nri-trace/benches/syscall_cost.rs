@@ -140,8 +140,19 @@ fn connect_when_ready(sock: &OsString, ready: &OsString) -> TracedConn {
 static READS: AtomicU64 = AtomicU64::new(0);
 
 /// Read and discard everything the server end writes, in large reads so
-/// that the reader costs as few syscalls as possible.
+/// that the reader costs as few syscalls as possible. With
+/// NRI_TRACE_BENCH_READER_CPU=N the reader runs on CPU N: on the writer's
+/// CPU, every slower write also changes how often the reader is woken and
+/// switched to, which the measurement then bills to the probe.
 fn drain(mut client: UnixStream) {
+    if let Some(cpu) = env::var("NRI_TRACE_BENCH_READER_CPU").ok().and_then(|v| v.parse::<usize>().ok()) {
+        // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+    }
     let mut buf = vec![0u8; 1 << 20];
     while let Ok(n) = client.read(&mut buf) {
         if n == 0 {
