@@ -145,7 +145,10 @@ static READS: AtomicU64 = AtomicU64::new(0);
 /// CPU, every slower write also changes how often the reader is woken and
 /// switched to, which the measurement then bills to the probe.
 fn drain(mut client: UnixStream) {
-    if let Some(cpu) = env::var("NRI_TRACE_BENCH_READER_CPU").ok().and_then(|v| v.parse::<usize>().ok()) {
+    if let Some(cpu) = env::var("NRI_TRACE_BENCH_READER_CPU")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
         // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it.
         unsafe {
             let mut set: libc::cpu_set_t = std::mem::zeroed();

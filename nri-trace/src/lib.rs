@@ -13,5 +13,6 @@
 //! - [`doctor`]: checks that this node can run the probes.
 
 pub mod capture;
+pub mod decode;
 pub mod doctor;
 pub mod output;
