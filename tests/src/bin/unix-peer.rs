@@ -45,32 +45,7 @@ use std::{
     process::exit,
 };
 
-// ------------------------------------------------ shared with the tests
-
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
-
-fn fnv1a(mut h: u64, data: &[u8]) -> u64 {
-    for &b in data {
-        h ^= b as u64;
-        h = h.wrapping_mul(FNV_PRIME);
-    }
-    h
-}
-
-fn mix64(mut x: u64) -> u64 {
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    x ^= x >> 33;
-    x
-}
-
-/// Byte `j` of a deterministic stream named by `key`.
-fn pattern_byte(key: u64, j: u64) -> u8 {
-    (mix64(key ^ j.wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 29) as u8
-}
+use nri_trace_tests::{fnv1a, pattern_byte, FNV_OFFSET};
 
 // ------------------------------------------------ script
 

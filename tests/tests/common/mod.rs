@@ -59,37 +59,7 @@ pub fn guard(test: &str) -> bool {
     false
 }
 
-// ------------------------------------------------ deterministic bytes
-// The same functions as in src/bin/unix-peer.rs (the helper is std-only).
-
-pub const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
-
-pub fn fnv1a(mut h: u64, data: &[u8]) -> u64 {
-    for &b in data {
-        h ^= b as u64;
-        h = h.wrapping_mul(FNV_PRIME);
-    }
-    h
-}
-
-fn mix64(mut x: u64) -> u64 {
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    x ^= x >> 33;
-    x
-}
-
-pub fn pattern_byte(key: u64, j: u64) -> u8 {
-    (mix64(key ^ j.wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 29) as u8
-}
-
-/// `len` bytes of the deterministic stream `key`.
-pub fn pattern(key: u64, len: usize) -> Vec<u8> {
-    (0..len as u64).map(|j| pattern_byte(key, j)).collect()
-}
+pub use nri_trace_tests::{fnv1a, pattern, pattern_byte, FNV_OFFSET};
 
 // ------------------------------------------------ scripts
 

@@ -1,0 +1,37 @@
+//! Shared between the traced helper process (`src/bin/unix-peer.rs`) and
+//! the tests that check what nri-trace captured from it: the deterministic
+//! byte streams the peer sends, so both sides compute them from one source.
+
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+/// FNV-1a offset basis: the starting state of [`fnv1a`].
+pub const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a over `data`, continuing from `h`.
+pub fn fnv1a(mut h: u64, data: &[u8]) -> u64 {
+    for &b in data {
+        h ^= b as u64;
+        h = h.wrapping_mul(FNV_PRIME);
+    }
+    h
+}
+
+/// A 64-bit finalizer (MurmurHash3's fmix64).
+fn mix64(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^= x >> 33;
+    x
+}
+
+/// Byte `j` of a deterministic stream named by `key`.
+pub fn pattern_byte(key: u64, j: u64) -> u8 {
+    (mix64(key ^ j.wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 29) as u8
+}
+
+/// `len` bytes of the deterministic stream `key`.
+pub fn pattern(key: u64, len: usize) -> Vec<u8> {
+    (0..len as u64).map(|j| pattern_byte(key, j)).collect()
+}
