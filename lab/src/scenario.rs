@@ -392,15 +392,7 @@ pub fn demo(lab: Lab, bins: Bins, nri_trace: &Path, capture_args: &[String]) -> 
         // Attaching takes well under a second (doctor reports the time).
         sleep(Duration::from_millis(1500));
         eprintln!("demo: driving 2 pod lifecycles (kubelet-like CRI calls)");
-        let res = r.driver(&[
-            "lifecycle",
-            "--pods",
-            "2",
-            "--containers",
-            "1",
-            "--prefix",
-            "demo",
-        ]);
+        let res = r.lifecycle("demo", 2, 1, 4);
         sleep(Duration::from_millis(500));
         unsafe { libc::kill(capture.id() as i32, libc::SIGTERM) };
         let _ = capture.wait();

@@ -383,8 +383,9 @@ async fn many_connections() {
         forks.first()
     );
     if no_peer > 0 {
-        // The peer is looked up when the Open is drained; a connection can
-        // be gone by then. Not an error of the byte capture; reported.
+        // The peer is looked up after the batch holding the Open is drained,
+        // and only while the fd is still that connection; one closed by then
+        // keeps `peer: None`. Not an error of the byte capture; reported.
         eprintln!(
             "{NAME}: {no_peer} of {N} Opens without peer (connection closed before the lookup)"
         );

@@ -12,10 +12,7 @@
 //! - Per-direction sequence numbers (`FdState::seq_in/seq_out`) reveal
 //!   syscalls lost to ring-buffer overflow: the next chunk gets `gap_before`.
 
-use std::{
-    collections::{HashMap, HashSet},
-    path::PathBuf,
-};
+use std::{collections::HashMap, path::PathBuf};
 
 use nri_trace_common::{RecordKind, Syscall};
 
@@ -30,7 +27,6 @@ const MAX_PENDING: usize = nri_trace_common::MAX_SNAP as usize;
 
 struct ConnState {
     fds: u32,
-    tgid: u32,
     next_seq: [Option<u32>; 2],
 }
 
@@ -63,7 +59,6 @@ pub struct ConnTracker {
     /// Open record for the same fd from before the scan is the same
     /// connection, not a new one.
     existing_since: HashMap<(u32, i32), u64>,
-    tracked_tgids: HashSet<u32>,
     /// Connections opened in the current batch whose peer is not looked up
     /// yet (see `resolve_peers`).
     unresolved: Vec<(ConnId, u32, i32)>,
@@ -80,7 +75,6 @@ impl ConnTracker {
             listen_paths: HashMap::new(),
             connect_paths: Vec::new(),
             existing_since: HashMap::new(),
-            tracked_tgids: HashSet::new(),
             unresolved: Vec::new(),
         }
     }
@@ -94,7 +88,6 @@ impl ConnTracker {
     }
 
     pub fn add_listener(&mut self, tgid: u32, fd: i32, path: PathBuf) {
-        self.tracked_tgids.insert(tgid);
         self.listen_paths.insert((tgid, fd), path);
     }
 
@@ -114,11 +107,9 @@ impl ConnTracker {
             id,
             ConnState {
                 fds: 1,
-                tgid,
                 next_seq: [None, None],
             },
         );
-        self.tracked_tgids.insert(tgid);
         id
     }
 
@@ -424,10 +415,6 @@ impl ConnTracker {
     /// Which connection a (tgid, fd) is, if tracked.
     pub fn conn_of(&self, tgid: u32, fd: i32) -> Option<ConnId> {
         self.by_fd.get(&(tgid, fd)).copied()
-    }
-
-    pub fn tgid_of(&self, conn: ConnId) -> Option<u32> {
-        self.conns.get(&conn).map(|c| c.tgid)
     }
 }
 
