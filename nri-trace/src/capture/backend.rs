@@ -36,7 +36,7 @@ pub enum BackendError {
 pub trait CaptureBackend: Send {
     /// Capture syscalls of this process (tgid).
     fn track_process(&mut self, tgid: u32) -> Result<(), BackendError>;
-    /// Stop capturing this process.
+    /// Stop capturing this process and forget its tracked fds.
     fn untrack_process(&mut self, tgid: u32) -> Result<(), BackendError>;
     /// Track one fd of a tracked process (`FD_LISTEN` / `FD_CONN` bits).
     fn track_fd(&mut self, tgid: u32, fd: u32, flags: u32) -> Result<(), BackendError>;

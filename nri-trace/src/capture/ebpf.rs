@@ -302,6 +302,16 @@ impl CaptureBackend for EbpfBackend {
         }
         self.write_slot(slot)?;
         let _ = self.tgids.remove(&tgid);
+        // Its fds too: a later process reusing the pid must not match them.
+        let stale: Vec<FdKey> = self
+            .fds
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| k.tgid == tgid)
+            .collect();
+        for k in stale {
+            let _ = self.fds.remove(&k);
+        }
         Ok(())
     }
 

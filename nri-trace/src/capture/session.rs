@@ -21,7 +21,7 @@ use super::{
     discovery::{self, DiscoveryError, Listener},
     record,
     tracker::ConnTracker,
-    CaptureEvent, Loss, Peer,
+    CaptureEvent, Loss, Peer, ProcessEvent,
 };
 
 #[derive(Debug, Error)]
@@ -259,6 +259,15 @@ async fn drain_until_stopped(
             }
         });
         tracker.resolve_peers(&mut out, &mut peer_of);
+        // An exited process leaves the kernel maps at once: a new process
+        // reusing its pid must not be captured through stale entries.
+        for ev in &out {
+            if let CaptureEvent::Process(ProcessEvent::Exit { tgid, .. }) = ev {
+                if let Err(e) = backend.untrack_process(*tgid) {
+                    log::warn!("untracking exited process {tgid}: {e}");
+                }
+            }
+        }
         let now = monotonic_ns();
         // Syscalls whose last record never came (lost) are flushed after 1 s.
         tracker.flush_stale(now, 1_000_000_000, &mut out);
