@@ -145,6 +145,33 @@ impl Syscall {
             Sched => "sched",
         }
     }
+
+    /// The inverse of [`Syscall::name`]: recordings name syscalls rather
+    /// than number them, so they stay readable and do not depend on our
+    /// numbering. Exact, case-sensitive match.
+    pub fn from_name(name: &str) -> Option<Self> {
+        use Syscall::*;
+        Some(match name {
+            "read" => Read,
+            "readv" => Readv,
+            "recvfrom" => Recvfrom,
+            "recvmsg" => Recvmsg,
+            "write" => Write,
+            "writev" => Writev,
+            "sendto" => Sendto,
+            "sendmsg" => Sendmsg,
+            "close" => Close,
+            "accept" => Accept,
+            "accept4" => Accept4,
+            "connect" => Connect,
+            "socketpair" => Socketpair,
+            "dup" => Dup,
+            "dup2" => Dup2,
+            "dup3" => Dup3,
+            "sched" => Sched,
+            _ => return None,
+        })
+    }
 }
 
 /// `RecordHeader::flags`: the syscall moved more bytes than the snap length
@@ -298,5 +325,16 @@ mod tests {
             assert_eq!(RecordKind::from_u16(v).unwrap() as u16, v);
         }
         assert!(Syscall::Recvmsg.is_inbound() && !Syscall::Sendmsg.is_inbound());
+    }
+
+    #[test]
+    fn syscall_names_round_trip() {
+        for v in 1..=17u16 {
+            let s = Syscall::from_u16(v).unwrap();
+            assert_eq!(Syscall::from_name(s.name()), Some(s));
+        }
+        for bad in ["", "READ", "read ", "recv", "dup4", "Sched"] {
+            assert_eq!(Syscall::from_name(bad), None, "{bad:?}");
+        }
     }
 }

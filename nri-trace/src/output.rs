@@ -5,7 +5,7 @@ use std::io::{self, Write};
 use crate::capture::{CaptureEvent, Direction, Origin, ProcessEvent, Timestamp};
 
 /// Version of the NDJSON records written by `capture` (docs/capture.md).
-pub const CAPTURE_SCHEMA_VERSION: u32 = 1;
+pub const CAPTURE_SCHEMA_VERSION: u32 = crate::capture::recording::SCHEMA_VERSION;
 
 /// Replace control characters so that untrusted text (process names, bytes
 /// shown as ASCII) cannot drive the terminal.
@@ -15,7 +15,8 @@ pub fn sanitize(s: &str) -> String {
         .collect()
 }
 
-fn clock(ts: &Timestamp) -> String {
+/// HH:MM:SS.micros of a wall-clock time (UTC).
+pub fn clock(ts: &Timestamp) -> String {
     let secs = ts.wall_ns / 1_000_000_000;
     let micros = (ts.wall_ns % 1_000_000_000) / 1000;
     let day = secs % 86_400;
@@ -129,13 +130,10 @@ impl Counts {
     }
 }
 
+/// One NDJSON line: the recording format, so `capture --format ndjson`
+/// output can be replayed ([`crate::capture::recording`]).
 pub fn ndjson(w: &mut impl Write, ev: &CaptureEvent) -> io::Result<()> {
-    let mut v = serde_json::to_value(ev).map_err(io::Error::other)?;
-    if let Some(o) = v.as_object_mut() {
-        o.insert("v".into(), CAPTURE_SCHEMA_VERSION.into());
-    }
-    serde_json::to_writer(&mut *w, &v).map_err(io::Error::other)?;
-    w.write_all(b"\n")
+    crate::capture::recording::write_event(w, ev)
 }
 
 #[cfg(test)]

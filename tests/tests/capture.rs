@@ -773,3 +773,549 @@ async fn lost_records_are_counted() {
     assert_bytes_eq("Out", &stream(&evs, conn, Direction::Out), &expected.out);
     assert_closed(NAME, &evs, conn, CloseReason::Closed);
 }
+
+/// h. A socketpair made and handed to a child before the capture started,
+/// as containerd launches a pre-installed NRI plugin (its end of the pair
+/// as fd 3, NRI_PLUGIN_SOCKET=3 in its environment): found through the
+/// peer's environment as Origin::Existing with the requested variables in
+/// `peer.env`; everything exchanged after the start is captured. A second
+/// pair whose child lacks the variable (the decoy) is not captured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socketpair_opened_before_capture() {
+    const NAME: &str = "socketpair_opened_before_capture";
+    if !guard(NAME) {
+        return;
+    }
+    let script = "read:100,write:200,wait,read:5000,writev:7000,recvmsg:40000,sendto:1,recvfrom:1,sendmsg:20000";
+    const KEY: u64 = 0x5e;
+    const PRE_IN: usize = 100;
+    const PRE_OUT: usize = 200;
+    let sent = pattern(KEY, script_in_len(script));
+    let expected = expect_script(script, &sent);
+    let key = KEY.to_string();
+    let mut peer = Peer::spawn(
+        NAME,
+        &[
+            "pair-exec",
+            script,
+            &key,
+            "--decoy",
+            "NRI_PLUGIN_SOCKET=3",
+            "NRI_PLUGIN_NAME=x",
+            "NRI_PLUGIN_IDX=07",
+        ],
+    );
+    let fields = |line: String| -> (i32, u32) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        (f[1].parse().unwrap(), f[2].parse().unwrap())
+    };
+    let (pair_fd, plugin) = fields(peer.expect_line("pair "));
+    let (decoy_fd, decoy) = fields(peer.expect_line("decoy "));
+    // The first exchange (read:100, write:200) happens before the capture.
+    peer.expect_line("waiting");
+
+    let mut cfg = session_config();
+    cfg.pids = vec![peer.pid()];
+    cfg.peer_env = vec!["NRI_PLUGIN_NAME".into(), "NRI_PLUGIN_IDX".into()];
+    cfg.existing_socketpair_env = Some("NRI_PLUGIN_SOCKET".into());
+    let cap = Capture::start(NAME, cfg, ebpf_options()).await;
+    let found: Vec<(u32, u32, u32)> = cap
+        .session()
+        .info
+        .existing_socketpairs
+        .iter()
+        .map(|s| (s.pid, s.fd, s.peer_pid))
+        .collect();
+    assert_eq!(
+        found,
+        vec![(peer.pid(), pair_fd as u32, plugin)],
+        "{NAME}: existing socketpairs (plugin {plugin}, decoy {decoy} on fd {decoy_fd})"
+    );
+
+    peer.send_line("go");
+    peer.expect_line("done");
+    peer.wait_success().await;
+    let evs = cap.finish().await;
+
+    let opens = opens(&evs);
+    assert_eq!(opens.len(), 1, "{NAME}: Opens:\n{}", describe(&evs));
+    let o = opens[0];
+    assert_eq!(o.origin, Origin::Existing, "{NAME}: {o:?}");
+    assert_eq!((o.tgid, o.fd), (peer.pid(), pair_fd), "{NAME}: {o:?}");
+    assert_eq!(o.socket_path, None, "{NAME}: a socketpair has no path");
+    let p = o
+        .peer
+        .as_ref()
+        .unwrap_or_else(|| panic!("{NAME}: no peer in {o:?}"));
+    assert_eq!(
+        p.pid, plugin,
+        "{NAME}: the peer is the plugin, not the creator"
+    );
+    assert_eq!(p.uid, 0, "{NAME}: peer uid");
+    assert_eq!(p.comm.as_deref(), Some("unix-peer"), "{NAME}: {p:?}");
+    assert_eq!(p.cmdline.get(1).map(String::as_str), Some("mirror"));
+    let env: Vec<(&str, &str)> = p
+        .env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(
+        env,
+        vec![("NRI_PLUGIN_IDX", "07"), ("NRI_PLUGIN_NAME", "x")],
+        "{NAME}: only the requested variables"
+    );
+    let conn = o.conn;
+    assert_bytes_eq(
+        "In after start",
+        &stream(&evs, conn, Direction::In),
+        &sent[PRE_IN..],
+    );
+    assert_bytes_eq(
+        "Out after start",
+        &stream(&evs, conn, Direction::Out),
+        &expected.out[PRE_OUT..],
+    );
+    assert_complete(NAME, &evs, conn);
+    let later: Vec<StepRange> = expected
+        .steps
+        .iter()
+        .filter(|s| s.index >= 2)
+        .map(|s| {
+            let base = if s.direction == Direction::In {
+                PRE_IN
+            } else {
+                PRE_OUT
+            };
+            StepRange {
+                start: s.start - base,
+                end: s.end - base,
+                ..s.clone()
+            }
+        })
+        .collect();
+    assert_chunks_follow_steps(NAME, &evs, conn, Direction::In, &later);
+    assert_chunks_follow_steps(NAME, &evs, conn, Direction::Out, &later);
+    for c in all_chunks(&evs) {
+        assert_eq!(c.tid, peer.pid(), "{NAME}: a child was captured");
+    }
+    assert_closed(NAME, &evs, conn, CloseReason::Closed);
+}
+
+// ------------------------------------------------ peer ends
+
+/// The server's script of the peer-end tests; clients run it with `wait`
+/// steps added (which change no byte).
+const FOLLOW_SCRIPT: &str =
+    "read:100,write:200,read:5000,writev:7000,recvmsg:40000,sendto:1,recvfrom:1,sendmsg:20000";
+/// What the first exchange (read:100, write:200) moves each way.
+const FOLLOW_PRE_IN: usize = 100;
+const FOLLOW_PRE_OUT: usize = 200;
+
+/// The peer end of `other_end`: its one Open, checked as held by `pid` on
+/// `fd`, with the traced process `traced` as its peer.
+#[track_caller]
+fn peer_end_of(
+    name: &str,
+    evs: &[CaptureEvent],
+    other_end: ConnId,
+    pid: u32,
+    fd: i32,
+    traced: u32,
+) -> ConnId {
+    let found: Vec<_> = opens(evs)
+        .into_iter()
+        .filter(|o| o.other_end == Some(other_end))
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "{name}: peer ends of {other_end}:\n{}",
+        describe(evs)
+    );
+    let o = found[0];
+    assert_eq!((o.tgid, o.fd), (pid, fd), "{name}: {o:?}");
+    assert_eq!(o.origin, Origin::Existing, "{name}: {o:?}");
+    assert_eq!(o.socket_path, None, "{name}: {o:?}");
+    assert_eq!(
+        o.peer.as_ref().map(|p| p.pid),
+        Some(traced),
+        "{name}: the peer of a peer end is the traced process: {o:?}"
+    );
+    assert!(o.inode.is_some(), "{name}: no inode in {o:?}");
+    o.conn
+}
+
+/// `conn` (held by `pid`, with mirror's syscalls) carries exactly `out`
+/// written and `inb` read.
+#[track_caller]
+fn assert_mirror_streams(
+    name: &str,
+    evs: &[CaptureEvent],
+    conn: ConnId,
+    pid: u32,
+    out: &[u8],
+    inb: &[u8],
+) {
+    assert_bytes_eq(
+        &format!("{name}: Out of {conn}"),
+        &stream(evs, conn, Direction::Out),
+        out,
+    );
+    assert_bytes_eq(
+        &format!("{name}: In of {conn}"),
+        &stream(evs, conn, Direction::In),
+        inb,
+    );
+    for c in all_chunks(evs).into_iter().filter(|c| c.conn == conn) {
+        let want = match c.direction {
+            Direction::In => Syscall::Read,
+            Direction::Out => Syscall::Write,
+        };
+        assert_eq!(c.syscall, want, "{name}: {c:?}");
+        assert_eq!(c.tid, pid, "{name}: chunk of {conn} from another thread");
+    }
+    assert_complete(name, evs, conn);
+}
+
+/// A server traced through its socket path, one client connected before the
+/// capture starts and one after: with `follow`, both clients' ends are
+/// captured too, as connections of their own.
+async fn listener_clients(name: &str, follow: bool) {
+    const KEYS: [u64; 2] = [0x1f, 0x2f];
+    let path = socket_path(name);
+    let _rm = RmOnDrop(path.clone());
+    let mut server = Peer::serve(name, &path, FOLLOW_SCRIPT, &["--count", "2"]);
+    let sent: Vec<Vec<u8>> = KEYS
+        .iter()
+        .map(|&k| pattern(k, script_in_len(FOLLOW_SCRIPT)))
+        .collect();
+    let expected: Vec<Vec<u8>> = sent
+        .iter()
+        .map(|s| expect_script(FOLLOW_SCRIPT, s).out)
+        .collect();
+
+    // Client 1: connected, and through the first exchange, before the start.
+    let path_s = path.to_str().unwrap();
+    let script1 = FOLLOW_SCRIPT.replacen("write:200,", "write:200,wait,", 1);
+    let key1 = KEYS[0].to_string();
+    let mut client1 = Peer::spawn(
+        &format!("{name} client 1"),
+        &["connect", path_s, &script1, &key1],
+    );
+    let fd1: i32 = client1.expect_line("connected ")[10..].parse().unwrap();
+    client1.expect_line("waiting");
+
+    let mut cfg = session_config();
+    cfg.sockets = vec![path.clone()];
+    cfg.follow_peer_ends = follow;
+    let cap = Capture::start(name, cfg, ebpf_options()).await;
+    // The start-up scan's Opens: the server's end of client 1, and with
+    // `follow` client 1's own end.
+    let want_opens = if follow { 2 } else { 1 };
+    cap.wait_for("the Opens of the start-up scan", TIMEOUT, |evs| {
+        opens(evs).len() >= want_opens
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        opens(&cap.snapshot()).len(),
+        want_opens,
+        "{name}: Opens at start:\n{}",
+        describe(&cap.snapshot())
+    );
+
+    // Client 2: connects now; it waits until the capture has its end (the
+    // server accepts it once it is done with client 1).
+    let script2 = format!("wait,{FOLLOW_SCRIPT}");
+    let key2 = KEYS[1].to_string();
+    let mut client2 = Peer::spawn(
+        &format!("{name} client 2"),
+        &["connect", path_s, &script2, &key2],
+    );
+    let fd2: i32 = client2.expect_line("connected ")[10..].parse().unwrap();
+    client2.expect_line("waiting");
+    client1.send_line("go");
+    client1.expect_line("done");
+    client1.wait_success().await;
+    let (c2, srv) = (client2.pid(), server.pid());
+    if follow {
+        cap.wait_for("the Open of client 2's end", TIMEOUT, |evs| {
+            opens(evs).iter().any(|o| o.tgid == c2)
+        })
+        .await;
+    } else {
+        cap.wait_for("the Open of the second connection", TIMEOUT, |evs| {
+            opens(evs).iter().filter(|o| o.tgid == srv).count() == 2
+        })
+        .await;
+    }
+    client2.send_line("go");
+    client2.expect_line("done");
+    client2.wait_success().await;
+    server.wait_success().await;
+    let evs = cap.finish().await;
+
+    let opens = opens(&evs);
+    let server_conns: Vec<_> = opens.iter().filter(|o| o.tgid == srv).collect();
+    assert_eq!(
+        server_conns.len(),
+        2,
+        "{name}: server Opens:\n{}",
+        describe(&evs)
+    );
+    let (s1, s2) = (server_conns[0], server_conns[1]);
+    assert_eq!(s1.origin, Origin::Existing, "{name}: {s1:?}");
+    assert!(matches!(s2.origin, Origin::Accept { .. }), "{name}: {s2:?}");
+    for s in [s1, s2] {
+        assert_eq!(s.other_end, None, "{name}: {s:?}");
+        assert!(s.inode.is_some(), "{name}: no inode in {s:?}");
+    }
+    assert_eq!(s1.peer.as_ref().map(|p| p.pid), Some(client1.pid()));
+    // What the server saw: client 1 after the start, all of client 2.
+    let (in1, out1) = (&sent[0][FOLLOW_PRE_IN..], &expected[0][FOLLOW_PRE_OUT..]);
+    let (in2, out2) = (&sent[1][..], &expected[1][..]);
+    assert_bytes_eq("server In 1", &stream(&evs, s1.conn, Direction::In), in1);
+    assert_bytes_eq("server Out 1", &stream(&evs, s1.conn, Direction::Out), out1);
+    assert_bytes_eq("server In 2", &stream(&evs, s2.conn, Direction::In), in2);
+    assert_bytes_eq("server Out 2", &stream(&evs, s2.conn, Direction::Out), out2);
+    assert_complete(name, &evs, s1.conn);
+    assert_complete(name, &evs, s2.conn);
+    assert_closed(name, &evs, s1.conn, CloseReason::Closed);
+    assert_closed(name, &evs, s2.conn, CloseReason::Closed);
+
+    if !follow {
+        assert_eq!(opens.len(), 2, "{name}: Opens:\n{}", describe(&evs));
+        for c in all_chunks(&evs) {
+            assert_eq!(c.tid, srv, "{name}: a client was captured: {c:?}");
+        }
+        return;
+    }
+    assert_eq!(opens.len(), 4, "{name}: Opens:\n{}", describe(&evs));
+    // The clients' ends: the same bytes, directions mirrored.
+    let e1 = peer_end_of(name, &evs, s1.conn, client1.pid(), fd1, srv);
+    let e2 = peer_end_of(name, &evs, s2.conn, c2, fd2, srv);
+    assert_mirror_streams(name, &evs, e1, client1.pid(), in1, out1);
+    assert_mirror_streams(name, &evs, e2, c2, in2, out2);
+    assert_closed(name, &evs, e1, CloseReason::Closed);
+    assert_closed(name, &evs, e2, CloseReason::Closed);
+    // The clients' end of a connection is no other socket of the server's.
+    let inodes: BTreeSet<u64> = opens.iter().filter_map(|o| o.inode).collect();
+    assert_eq!(inodes.len(), 4, "{name}: socket inodes {inodes:?}");
+}
+
+/// i. follow_peer_ends: the clients' ends of a traced listener's
+/// connections, existing and new, captured byte-exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_peer_ends_of_listener() {
+    const NAME: &str = "follow_peer_ends_of_listener";
+    if !guard(NAME) {
+        return;
+    }
+    listener_clients(NAME, true).await;
+}
+
+/// j. Without follow_peer_ends nothing of the clients is captured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peer_ends_not_followed_by_default() {
+    const NAME: &str = "peer_ends_not_followed_by_default";
+    if !guard(NAME) {
+        return;
+    }
+    listener_clients(NAME, false).await;
+}
+
+/// k. A followed client killed with SIGKILL: its end closes with its
+/// process (the kernel's exit, no close(2)).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followed_peer_killed() {
+    const NAME: &str = "followed_peer_killed";
+    if !guard(NAME) {
+        return;
+    }
+    const KEY: u64 = 0x3f;
+    let script = "read:100,write:200";
+    let path = socket_path(NAME);
+    let _rm = RmOnDrop(path.clone());
+    let mut server = Peer::serve(NAME, &path, &format!("{script},wait"), &[]);
+    let mut cfg = session_config();
+    cfg.sockets = vec![path.clone()];
+    cfg.follow_peer_ends = true;
+    let cap = Capture::start(NAME, cfg, ebpf_options()).await;
+    let mut client = Peer::spawn(
+        &format!("{NAME} client"),
+        &[
+            "connect",
+            path.to_str().unwrap(),
+            &format!("wait,{script},wait"),
+            &KEY.to_string(),
+        ],
+    );
+    let fd: i32 = client.expect_line("connected ")[10..].parse().unwrap();
+    client.expect_line("waiting");
+    let cpid = client.pid();
+    cap.wait_for("the Open of the client's end", TIMEOUT, |evs| {
+        opens(evs).iter().any(|o| o.tgid == cpid)
+    })
+    .await;
+    client.send_line("go");
+    client.expect_line("waiting");
+    server.expect_line("waiting");
+    client.kill();
+    cap.wait_for("the Exit of the client", TIMEOUT, |evs| {
+        evs.iter().any(
+            |e| matches!(e, CaptureEvent::Process(ProcessEvent::Exit { tgid, .. }) if *tgid == cpid),
+        )
+    })
+    .await;
+    server.send_line("go");
+    server.wait_success().await;
+    let evs = cap.finish().await;
+
+    let conn = single_server_conn(NAME, &evs, server.pid());
+    let end = peer_end_of(NAME, &evs, conn, cpid, fd, server.pid());
+    let sent = pattern(KEY, 100);
+    let expected = expect_script(script, &sent);
+    assert_mirror_streams(NAME, &evs, end, cpid, &sent, &expected.out);
+    assert_closed(NAME, &evs, end, CloseReason::ProcessExit);
+    let close_at = evs
+        .iter()
+        .position(|e| matches!(e, CaptureEvent::Close(c) if c.conn == end))
+        .unwrap();
+    let exit_at = evs
+        .iter()
+        .position(
+            |e| matches!(e, CaptureEvent::Process(ProcessEvent::Exit { tgid, .. }) if *tgid == cpid),
+        )
+        .unwrap();
+    assert!(close_at < exit_at, "{NAME}: Close after the Exit");
+    assert_closed(NAME, &evs, conn, CloseReason::Closed);
+}
+
+/// The one connection of the server that has no other end.
+#[track_caller]
+fn single_server_conn(name: &str, evs: &[CaptureEvent], pid: u32) -> ConnId {
+    let s: Vec<_> = opens(evs)
+        .into_iter()
+        .filter(|o| o.tgid == pid && o.other_end.is_none())
+        .collect();
+    assert_eq!(s.len(), 1, "{name}: server Opens:\n{}", describe(evs));
+    s[0].conn
+}
+
+/// l. follow_peer_ends on a socketpair found at start through the plugin's
+/// environment (the pre-installed NRI plugin case): the plugin's fd 3 is
+/// captured; the decoy (no variable) is not captured at all. (After the
+/// `wait` the runtime's side writes first: the plugin, which cannot be held
+/// at a `wait`, must not move bytes before the capture starts.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_peer_end_of_existing_socketpair() {
+    const NAME: &str = "follow_peer_end_of_existing_socketpair";
+    if !guard(NAME) {
+        return;
+    }
+    let script = "read:100,write:200,wait,writev:7000,read:5000,recvmsg:40000,sendto:1,recvfrom:1,sendmsg:20000";
+    const KEY: u64 = 0x4f;
+    let sent = pattern(KEY, script_in_len(script));
+    let expected = expect_script(script, &sent);
+    let key = KEY.to_string();
+    let mut peer = Peer::spawn(
+        NAME,
+        &["pair-exec", script, &key, "--decoy", "NRI_PLUGIN_SOCKET=3"],
+    );
+    let fields = |line: String| -> (i32, u32) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        (f[1].parse().unwrap(), f[2].parse().unwrap())
+    };
+    let (pair_fd, plugin) = fields(peer.expect_line("pair "));
+    let (_, decoy) = fields(peer.expect_line("decoy "));
+    peer.expect_line("waiting");
+
+    let mut cfg = session_config();
+    cfg.pids = vec![peer.pid()];
+    cfg.existing_socketpair_env = Some("NRI_PLUGIN_SOCKET".into());
+    cfg.follow_peer_ends = true;
+    let cap = Capture::start(NAME, cfg, ebpf_options()).await;
+    peer.send_line("go");
+    peer.expect_line("done");
+    peer.wait_success().await;
+    let evs = cap.finish().await;
+
+    let opens = opens(&evs);
+    assert_eq!(opens.len(), 2, "{NAME}: Opens:\n{}", describe(&evs));
+    let rt = single_server_conn(NAME, &evs, peer.pid());
+    let o = opens.iter().find(|o| o.conn == rt).unwrap();
+    assert_eq!(
+        (o.fd, o.peer.as_ref().map(|p| p.pid)),
+        (pair_fd, Some(plugin))
+    );
+    let end = peer_end_of(NAME, &evs, rt, plugin, 3, peer.pid());
+    let (inb, out) = (&sent[100..], &expected.out[200..]);
+    assert_bytes_eq("runtime In", &stream(&evs, rt, Direction::In), inb);
+    assert_bytes_eq("runtime Out", &stream(&evs, rt, Direction::Out), out);
+    assert_mirror_streams(NAME, &evs, end, plugin, inb, out);
+    assert_closed(NAME, &evs, rt, CloseReason::Closed);
+    assert_closed(NAME, &evs, end, CloseReason::Closed);
+    for c in all_chunks(&evs) {
+        assert_ne!(c.tid, decoy, "{NAME}: the decoy was captured");
+    }
+}
+
+/// m. follow_peer_ends on a socketpair made after the start and handed to a
+/// forked child: followed once the parent closes its copy of the child's end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_peer_end_of_new_socketpair() {
+    const NAME: &str = "follow_peer_end_of_new_socketpair";
+    if !guard(NAME) {
+        return;
+    }
+    const MSG: usize = 100 * 1024;
+    const REPLY: usize = 30_000;
+    let mut peer = Peer::spawn(
+        NAME,
+        &[
+            "socketpair",
+            &MSG.to_string(),
+            &REPLY.to_string(),
+            "--child-waits",
+        ],
+    );
+    let pid = peer.pid();
+    let mut cfg = session_config();
+    cfg.pids = vec![pid];
+    cfg.follow_peer_ends = true;
+    let cap = Capture::start(NAME, cfg, ebpf_options()).await;
+    peer.send_line("go");
+    let fds: Vec<i32> = peer
+        .expect_line("socketpair ")
+        .split_whitespace()
+        .skip(1)
+        .map(|f| f.parse().unwrap())
+        .collect();
+    let (parent_fd, child_fd) = (fds[0], fds[1]);
+    let child: u32 = peer.expect_line("child ")[6..].parse().unwrap();
+    cap.wait_for("the Open of the child's end", TIMEOUT, |evs| {
+        opens(evs).iter().any(|o| o.tgid == child)
+    })
+    .await;
+    // The child reads this line (it shares stdin with the parent).
+    peer.send_line("go");
+    peer.expect_line("done");
+    peer.wait_success().await;
+    let evs = cap.finish().await;
+
+    let opens = opens(&evs);
+    assert_eq!(opens.len(), 3, "{NAME}: Opens:\n{}", describe(&evs));
+    let parent_conn = opens
+        .iter()
+        .find(|o| o.tgid == pid && o.fd == parent_fd)
+        .unwrap()
+        .conn;
+    let end = peer_end_of(NAME, &evs, parent_conn, child, child_fd, pid);
+    assert_mirror_streams(NAME, &evs, end, child, &pattern(1, MSG), &pattern(2, REPLY));
+    assert_bytes_eq(
+        "In on the parent's end",
+        &stream(&evs, parent_conn, Direction::In),
+        &pattern(1, MSG),
+    );
+    assert_closed(NAME, &evs, end, CloseReason::Closed);
+}

@@ -5,12 +5,19 @@
 //! before nri-trace started. This module finds who listens on a socket path, which fds of that
 //! process are already-accepted connections, and who sits on the other end of them.
 //!
-//! Layout: pure parsers (`parse_*`, `assemble_listeners`, `PathMatcher`) take text or bytes and
-//! are unit-tested without root; the thin I/O wrappers around them read /proc.
+//! It also finds connections that never went through a listener: the socketpairs a runtime
+//! created to launch NRI plugins itself (`env_peer_sockets`), whose peer inodes come from a
+//! NETLINK_SOCK_DIAG dump (`unix_peers`).
 //!
-//! Limits (by design of /proc, not bugs):
+//! Layout: pure parsers (`parse_*`, `assemble_listeners`, `match_env_peers`, `PathMatcher`) take
+//! text or bytes and are unit-tested without root; the thin I/O wrappers around them read /proc
+//! or netlink.
+//!
+//! Limits (by design of /proc and sock_diag, not bugs):
 //! * /proc/self/net/unix lists only sockets of *our* network namespace; a runtime in another
 //!   netns is found with `read_proc_net_unix(Some(pid))` only.
+//! * The sock_diag dump (`unix_peers`) likewise sees our network namespace only
+//!   (net/unix/diag.c `unix_diag_dump` skips sockets of other netns); it has no per-pid variant.
 //! * Paths are compared and canonicalized in *our* mount namespace.
 //! * Non-UTF-8 bytes in socket paths are replaced by U+FFFD (lossy decoding).
 //! * A listener bound to a path that was later unlinked and re-bound by someone else still shows
@@ -22,6 +29,7 @@ use std::fs;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// `__SO_ACCEPTCON` (include/linux/net.h): the Flags column of /proc/net/unix for listeners.
 const SO_ACCEPTCON: u32 = 1 << 16;
@@ -75,6 +83,23 @@ pub enum DiscoveryError {
         path: PathBuf,
         /// The underlying error.
         error: io::Error,
+    },
+    /// The NETLINK_SOCK_DIAG dump of unix sockets failed (syscall error or kernel error reply).
+    // ENOENT from the kernel means no handler for AF_UNIX: net/core/sock_diag.c tries
+    // request_module("net-pf-16-proto-4-type-1") and answers ENOENT when that fails.
+    #[error(
+        "cannot list unix socket peers with NETLINK_SOCK_DIAG: {error}: the kernel needs \
+         CONFIG_UNIX_DIAG (try `modprobe unix_diag` on the host)"
+    )]
+    SockDiag {
+        /// The underlying error.
+        error: io::Error,
+    },
+    /// The kernel's NETLINK_SOCK_DIAG reply did not parse; nothing of it is used.
+    #[error("malformed NETLINK_SOCK_DIAG reply: {reason}; please report this with `uname -r`")]
+    SockDiagReply {
+        /// What was wrong with it.
+        reason: String,
     },
 }
 
@@ -594,6 +619,542 @@ fn parse_status_tgid(status: &str) -> Option<u32> {
     })
 }
 
+/// Reads the variables `names` from /proc/<pid>/environ with one read; absent ones are left out.
+///
+/// Like `process_env_var`, this is the environment at exec. An unreadable environ (process
+/// gone, not root) gives an empty map: callers use it for reports only.
+pub fn process_env(pid: u32, names: &[String]) -> BTreeMap<String, String> {
+    if names.is_empty() {
+        return BTreeMap::new();
+    }
+    let Ok(bytes) = fs::read(format!("/proc/{pid}/environ")) else {
+        return BTreeMap::new();
+    };
+    names
+        .iter()
+        .filter_map(|n| Some((n.clone(), parse_environ_var(&bytes, n)?)))
+        .collect()
+}
+
+/// Effective uid of `pid`, from /proc/<pid>/status (readable for any process).
+pub fn process_euid(pid: u32) -> Option<u32> {
+    let bytes = fs::read(format!("/proc/{pid}/status")).ok()?;
+    parse_status_euid(&String::from_utf8_lossy(&bytes))
+}
+
+/// Parses the effective uid, the second of the four ids on the `Uid:` line of
+/// /proc/<pid>/status (real, effective, saved, fs: fs/proc/array.c `task_state`).
+fn parse_status_euid(status: &str) -> Option<u32> {
+    status.lines().find_map(|line| {
+        let mut ids = line.strip_prefix("Uid:")?.split_whitespace();
+        let _real = ids.next()?;
+        parse_dec_u64(ids.next()?).and_then(|v| u32::try_from(v).ok())
+    })
+}
+
+// ------------------------------------------------------------------------------------------
+// Peers of unix sockets, from NETLINK_SOCK_DIAG.
+//
+// /proc/net/unix has no peer column, and SO_PEERCRED of a socketpair() end names the process
+// that *created* the pair (net/unix/af_unix.c `unix_socketpair` calls `init_peercred` on both
+// ends): for the pair containerd creates to launch an NRI plugin, that is containerd itself,
+// not the plugin it handed the other end to. The sock_diag dump of AF_UNIX sockets does report
+// the inode of each connected socket's peer (net/unix/diag.c `sk_diag_dump_peer`, attribute
+// UNIX_DIAG_PEER); whoever holds that inode in /proc/<pid>/fd is the peer process.
+
+/// `SOCK_DIAG_BY_FAMILY` (include/uapi/linux/sock_diag.h): request and reply message type.
+const SOCK_DIAG_BY_FAMILY: u16 = 20;
+/// `UDIAG_SHOW_PEER` (include/uapi/linux/unix_diag.h): ask for the UNIX_DIAG_PEER attribute.
+const UDIAG_SHOW_PEER: u32 = 0x0000_0004;
+/// `UNIX_DIAG_PEER` (include/uapi/linux/unix_diag.h): u32 inode of the peer socket.
+const UNIX_DIAG_PEER: u16 = 2;
+/// `sizeof(struct nlmsghdr)` (include/uapi/linux/netlink.h), already NLMSG_ALIGNed.
+const NLMSG_HDRLEN: usize = 16;
+/// `sizeof(struct unix_diag_req)`: family, protocol, pad (u16), states, ino, show, cookie[2].
+const UNIX_DIAG_REQ_LEN: usize = 24;
+/// `sizeof(struct unix_diag_msg)`: family, type, state, pad, ino (u32), cookie[2].
+const UNIX_DIAG_MSG_LEN: usize = 16;
+/// `sizeof(struct nlattr)`: len (u16), type (u16).
+const NLA_HDRLEN: usize = 4;
+/// `NLA_TYPE_MASK` (include/uapi/linux/netlink.h): the type without the nested/byteorder bits.
+const NLA_TYPE_MASK: u16 = !((1 << 15) | (1 << 14));
+/// Receive buffer for one datagram. netlink_dump (net/netlink/af_netlink.c) fills skbs of at
+/// most 32 KiB; a larger datagram is detected with MSG_TRUNC and refused, never half-parsed.
+const DIAG_RECV_BUF: usize = 64 * 1024;
+/// Bound on the datagrams of one dump, so that nothing can keep us looping. One socket takes
+/// 40 bytes (header, unix_diag_msg, peer attribute) and a datagram at least a page, so this
+/// bound is millions of sockets.
+const DIAG_MAX_DATAGRAMS: usize = 1 << 16;
+/// How long one recv() waits for the kernel before the dump is given up.
+const DIAG_RECV_TIMEOUT: Duration = Duration::from_secs(5);
+/// Sequence number of our dump request ("nrit"); each dump uses a fresh socket.
+const DIAG_SEQ: u32 = 0x6e72_6974;
+
+/// Rounds up to the 4-byte alignment of netlink messages and attributes (NLMSG_ALIGN/NLA_ALIGN).
+fn nl_align(len: usize) -> usize {
+    len.saturating_add(3) & !3
+}
+
+/// Native-endian u16 at `at`, if the bytes are there (netlink is in host byte order).
+fn ne_u16(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_ne_bytes(
+        b.get(at..at.checked_add(2)?)?.try_into().ok()?,
+    ))
+}
+
+/// Native-endian u32 at `at`, if the bytes are there.
+fn ne_u32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(
+        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
+    ))
+}
+
+/// A malformed-reply error.
+fn bad_reply(reason: String) -> DiscoveryError {
+    DiscoveryError::SockDiagReply { reason }
+}
+
+/// The dump request: `nlmsghdr` + `unix_diag_req` for every AF_UNIX socket, with its peer.
+fn unix_diag_request(seq: u32) -> [u8; NLMSG_HDRLEN + UNIX_DIAG_REQ_LEN] {
+    let mut req = [0u8; NLMSG_HDRLEN + UNIX_DIAG_REQ_LEN];
+    let flags = (libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16;
+    // nlmsghdr: len, type, flags, seq, pid (0: the kernel fills in our port id).
+    req[0..4].copy_from_slice(&((NLMSG_HDRLEN + UNIX_DIAG_REQ_LEN) as u32).to_ne_bytes());
+    req[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+    req[6..8].copy_from_slice(&flags.to_ne_bytes());
+    req[8..12].copy_from_slice(&seq.to_ne_bytes());
+    // unix_diag_req: sdiag_family, sdiag_protocol (must be 0), pad, udiag_states, udiag_ino
+    // (ignored by a dump), udiag_show, udiag_cookie (ignored by a dump).
+    req[16] = libc::AF_UNIX as u8;
+    // All states: unix_diag_dump tests `udiag_states & (1 << sk->sk_state)`. A socket has a peer
+    // only when connected, so asking for TCP_ESTABLISHED only would do for stream sockets, but
+    // a connected datagram socket stays TCP_CLOSE on older kernels and still has a peer.
+    req[20..24].copy_from_slice(&u32::MAX.to_ne_bytes());
+    req[28..32].copy_from_slice(&UDIAG_SHOW_PEER.to_ne_bytes());
+    req
+}
+
+/// Where a sock_diag dump stands after one datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DumpStep {
+    /// More datagrams follow.
+    More,
+    /// NLMSG_DONE was seen: the dump is complete.
+    Done,
+}
+
+/// Parses one datagram of a unix sock_diag dump into `peers` (socket inode -> peer inode).
+///
+/// Defensive: lengths are checked before every read, a message or attribute whose length
+/// field does not fit is an error (its neighbours cannot be trusted either), messages of other
+/// sequence numbers are skipped, and trailing bytes too short for a header are ignored (the
+/// NLMSG_OK/nla_ok rule of the kernel's own parsers).
+fn parse_unix_diag_datagram(
+    buf: &[u8],
+    seq: u32,
+    peers: &mut HashMap<u64, u64>,
+) -> Result<DumpStep, DiscoveryError> {
+    let mut off = 0usize;
+    while buf.len().saturating_sub(off) >= NLMSG_HDRLEN {
+        let msg = &buf[off..];
+        let (Some(len), Some(kind), Some(flags), Some(msg_seq)) = (
+            ne_u32(msg, 0),
+            ne_u16(msg, 4),
+            ne_u16(msg, 6),
+            ne_u32(msg, 8),
+        ) else {
+            break;
+        };
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        if len < NLMSG_HDRLEN || len > msg.len() {
+            return Err(bad_reply(format!(
+                "netlink message at byte {off} claims {len} bytes, {} left",
+                msg.len()
+            )));
+        }
+        let payload = &msg[NLMSG_HDRLEN..len];
+        off = off.saturating_add(nl_align(len));
+        if msg_seq != seq {
+            continue;
+        }
+        if flags & (libc::NLM_F_DUMP_INTR as u16) != 0 {
+            // unix_diag does not set it today; if it did, a socket may be missing or doubled.
+            log::debug!("sock_diag dump was interrupted by a concurrent change");
+        }
+        match i32::from(kind) {
+            libc::NLMSG_DONE => {
+                // Since Linux 4.x the payload is the dump's final errno (netlink_dump_done);
+                // older kernels send no payload.
+                return match ne_u32(payload, 0).map(|v| v as i32) {
+                    Some(e) if e < 0 => Err(DiscoveryError::SockDiag {
+                        error: io::Error::from_raw_os_error(e.saturating_neg()),
+                    }),
+                    _ => Ok(DumpStep::Done),
+                };
+            }
+            libc::NLMSG_ERROR => {
+                // struct nlmsgerr: int error (negative errno, 0 for an ACK), then our header.
+                let Some(e) = ne_u32(payload, 0).map(|v| v as i32) else {
+                    return Err(bad_reply(format!(
+                        "NLMSG_ERROR with a {}-byte payload",
+                        payload.len()
+                    )));
+                };
+                if e < 0 {
+                    return Err(DiscoveryError::SockDiag {
+                        error: io::Error::from_raw_os_error(e.saturating_neg()),
+                    });
+                }
+                if e > 0 {
+                    return Err(bad_reply(format!("NLMSG_ERROR with positive error {e}")));
+                }
+            }
+            _ if kind == SOCK_DIAG_BY_FAMILY => parse_unix_diag_msg(payload, peers)?,
+            // NLMSG_NOOP and anything unknown carry nothing for us.
+            _ => {}
+        }
+    }
+    Ok(DumpStep::More)
+}
+
+/// Parses one `unix_diag_msg` and its attributes; records its peer inode if it has one.
+fn parse_unix_diag_msg(
+    payload: &[u8],
+    peers: &mut HashMap<u64, u64>,
+) -> Result<(), DiscoveryError> {
+    if payload.len() < UNIX_DIAG_MSG_LEN {
+        return Err(bad_reply(format!(
+            "unix_diag_msg of {} bytes, expected at least {UNIX_DIAG_MSG_LEN}",
+            payload.len()
+        )));
+    }
+    if payload[0] != libc::AF_UNIX as u8 {
+        return Ok(());
+    }
+    let Some(inode) = ne_u32(payload, 4) else {
+        return Ok(());
+    };
+    let mut attrs = &payload[nl_align(UNIX_DIAG_MSG_LEN).min(payload.len())..];
+    let mut peer = None;
+    while attrs.len() >= NLA_HDRLEN {
+        let (Some(len), Some(kind)) = (ne_u16(attrs, 0), ne_u16(attrs, 2)) else {
+            break;
+        };
+        let len = usize::from(len);
+        if len < NLA_HDRLEN || len > attrs.len() {
+            return Err(bad_reply(format!(
+                "attribute of socket {inode} claims {len} bytes, {} left",
+                attrs.len()
+            )));
+        }
+        if kind & NLA_TYPE_MASK == UNIX_DIAG_PEER {
+            // nla_put_u32: 4 bytes of payload.
+            let Some(p) = ne_u32(&attrs[..len], NLA_HDRLEN) else {
+                return Err(bad_reply(format!(
+                    "UNIX_DIAG_PEER of socket {inode} has {} payload bytes",
+                    len - NLA_HDRLEN
+                )));
+            };
+            peer = Some(p);
+        }
+        attrs = attrs.get(nl_align(len)..).unwrap_or_default();
+    }
+    // Inode 0: a peer already released (sock_i_ino of an orphaned sock is 0); nothing holds it.
+    if let Some(p) = peer.filter(|&p| p != 0 && inode != 0) {
+        peers.insert(u64::from(inode), u64::from(p));
+    }
+    Ok(())
+}
+
+/// A NETLINK_SOCK_DIAG socket with a receive timeout, for one request.
+fn diag_socket() -> Result<OwnedFd, DiscoveryError> {
+    let sys = |error: io::Error| DiscoveryError::SockDiag { error };
+    // SAFETY: socket() has no memory arguments.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            libc::NETLINK_SOCK_DIAG,
+        )
+    };
+    if fd < 0 {
+        return Err(sys(io::Error::last_os_error()));
+    }
+    // SAFETY: the kernel just returned this fd and nothing else owns it; closed on every path.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    let timeout = libc::timeval {
+        tv_sec: DIAG_RECV_TIMEOUT.as_secs() as libc::time_t,
+        tv_usec: 0,
+    };
+    // SAFETY: `timeout` is a live timeval of the size passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            std::ptr::addr_of!(timeout).cast::<libc::c_void>(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(sys(io::Error::last_os_error()));
+    }
+    Ok(sock)
+}
+
+/// Sends one request to the kernel on a sock_diag socket.
+fn diag_send(sock: &OwnedFd, req: &[u8]) -> Result<(), DiscoveryError> {
+    let sys = |error: io::Error| DiscoveryError::SockDiag { error };
+    // SAFETY: sockaddr_nl is plain old data; all-zero is valid (pid 0 = the kernel).
+    let mut kernel: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+    kernel.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+    // SAFETY: req and kernel are live locals of the lengths passed.
+    let sent = unsafe {
+        libc::sendto(
+            sock.as_raw_fd(),
+            req.as_ptr().cast::<libc::c_void>(),
+            req.len(),
+            0,
+            std::ptr::addr_of!(kernel).cast::<libc::sockaddr>(),
+            std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+        )
+    };
+    if sent < 0 {
+        return Err(sys(io::Error::last_os_error()));
+    }
+    if usize::try_from(sent).ok() != Some(req.len()) {
+        return Err(sys(io::Error::new(
+            io::ErrorKind::WriteZero,
+            format!("short send of the request ({sent} of {} bytes)", req.len()),
+        )));
+    }
+    Ok(())
+}
+
+/// Receives one datagram from the kernel into `buf`; returns its length, or `None` for a
+/// datagram that did not come from the kernel (to be ignored). Retries on EINTR.
+fn diag_recv(sock: &OwnedFd, buf: &mut [u8]) -> Result<Option<usize>, DiscoveryError> {
+    let sys = |error: io::Error| DiscoveryError::SockDiag { error };
+    loop {
+        // SAFETY: as above.
+        let mut from: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        let mut from_len = std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t;
+        // MSG_TRUNC: the return value is the datagram's real length even when it did not fit
+        // (net/netlink/af_netlink.c `netlink_recvmsg`), so truncation is detected.
+        // SAFETY: buf, from and from_len are live and their lengths are the ones passed.
+        let n = unsafe {
+            libc::recvfrom(
+                sock.as_raw_fd(),
+                buf.as_mut_ptr().cast::<libc::c_void>(),
+                buf.len(),
+                libc::MSG_TRUNC,
+                std::ptr::addr_of_mut!(from).cast::<libc::sockaddr>(),
+                &mut from_len,
+            )
+        };
+        let Ok(n) = usize::try_from(n) else {
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                    return Err(sys(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("no reply from the kernel within {DIAG_RECV_TIMEOUT:?}"),
+                    )))
+                }
+                _ => return Err(sys(e)),
+            }
+        };
+        if n > buf.len() {
+            return Err(bad_reply(format!(
+                "datagram of {n} bytes does not fit the {}-byte buffer",
+                buf.len()
+            )));
+        }
+        // Only the kernel (port id 0) answers; ignore anything else sent to our port.
+        return Ok((from.nl_pid == 0).then_some(n));
+    }
+}
+
+/// Maps the inode of every connected unix socket of our network namespace to its peer's inode.
+///
+/// One NETLINK_SOCK_DIAG dump (net/unix/diag.c). Needs no privilege (`ss -x` works as any
+/// user) but needs CONFIG_UNIX_DIAG, usually the module unix_diag that the kernel loads on
+/// demand. Sees our network namespace only. Socket inodes are 32-bit in the dump
+/// (`udiag_ino`), as they are in the kernel (`get_next_ino`).
+pub fn unix_peers() -> Result<HashMap<u64, u64>, DiscoveryError> {
+    let sock = diag_socket()?;
+    diag_send(&sock, &unix_diag_request(DIAG_SEQ))?;
+    let mut buf = vec![0u8; DIAG_RECV_BUF];
+    let mut peers = HashMap::new();
+    for _ in 0..DIAG_MAX_DATAGRAMS {
+        let Some(n) = diag_recv(&sock, &mut buf)? else {
+            continue;
+        };
+        if parse_unix_diag_datagram(&buf[..n], DIAG_SEQ, &mut peers)? == DumpStep::Done {
+            return Ok(peers);
+        }
+    }
+    Err(bad_reply(format!(
+        "no NLMSG_DONE after {DIAG_MAX_DATAGRAMS} datagrams"
+    )))
+}
+
+/// The request for one socket by inode (no NLM_F_DUMP): net/unix/diag.c `unix_diag_get_exact`.
+/// The cookie is INET_DIAG_NOCOOKIE (all ones), which `sock_diag_check_cookie` accepts for
+/// any socket.
+fn unix_diag_exact_request(seq: u32, inode: u32) -> [u8; NLMSG_HDRLEN + UNIX_DIAG_REQ_LEN] {
+    let mut req = unix_diag_request(seq);
+    req[6..8].copy_from_slice(&(libc::NLM_F_REQUEST as u16).to_ne_bytes());
+    req[24..28].copy_from_slice(&inode.to_ne_bytes());
+    req[32..40].fill(0xff);
+    req
+}
+
+/// The inode of the peer of unix socket `inode`, asked of the kernel for that one socket.
+///
+/// Much cheaper than [`unix_peers`] on a host with many sockets: the kernel looks the socket
+/// up and answers one message. `Ok(None)`: no such socket in our network namespace (closed,
+/// or another netns), or it has no peer (not connected, or the peer is gone). Same
+/// requirements as [`unix_peers`], but a kernel without unix_diag answers ENOENT here too,
+/// so it also gives `Ok(None)`: call [`unix_peers`] once to tell that case apart.
+pub fn unix_peer_of(inode: u64) -> Result<Option<u64>, DiscoveryError> {
+    let Ok(ino) = u32::try_from(inode) else {
+        return Ok(None); // sock_diag inodes are 32-bit: not a socket it knows
+    };
+    if ino == 0 {
+        return Ok(None);
+    }
+    let sock = diag_socket()?;
+    diag_send(&sock, &unix_diag_exact_request(DIAG_SEQ, ino))?;
+    // One message (or an NLMSG_ERROR) answers; a page is plenty for it.
+    let mut buf = vec![0u8; 8192];
+    for _ in 0..16 {
+        let Some(n) = diag_recv(&sock, &mut buf)? else {
+            continue;
+        };
+        let mut peers = HashMap::new();
+        return match parse_unix_diag_datagram(&buf[..n], DIAG_SEQ, &mut peers) {
+            Ok(_) => Ok(peers.get(&inode).copied()),
+            Err(DiscoveryError::SockDiag { error })
+                if error.raw_os_error() == Some(libc::ENOENT) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        };
+    }
+    Err(bad_reply(
+        "no reply from the kernel to a sock_diag query".into(),
+    ))
+}
+
+/// The inode of the socket behind fd `fd` of `pid` (its `socket:[N]` link); `None` if the
+/// fd is not open or not a socket.
+pub fn fd_socket_inode(pid: u32, fd: u32) -> Option<u64> {
+    let target = fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok()?;
+    parse_socket_link(target.to_str()?)
+}
+
+/// An fd of a traced process whose socket's other end is held by a process that has a given
+/// environment variable: e.g. the socketpair end containerd keeps for an NRI plugin it launched
+/// with `NRI_PLUGIN_SOCKET=3` (the other end is the plugin's fd 3).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct EnvPeerSocket {
+    /// The traced process (tgid).
+    pub pid: u32,
+    /// The fd in `pid`.
+    pub fd: u32,
+    /// Inode of the socket behind `fd`.
+    pub inode: u64,
+    /// Inode of its peer socket.
+    pub peer_inode: u64,
+    /// The process (tgid) holding the peer socket and having the variable.
+    pub peer_pid: u32,
+}
+
+/// Lists the connected unix sockets of `pids` whose peer socket is held by another process
+/// that has environment variable `var` (any value), sorted by (pid, fd).
+///
+/// Sockets are found in /proc/<pid>/fd, their peers with `unix_peers` (so: in our network
+/// namespace), the peer's holders with a /proc scan, and `var` in the holder's
+/// /proc/<tgid>/environ (the environment at exec). A pid that has exited is skipped. Needs
+/// root to read other processes' fds and environ.
+pub fn env_peer_sockets(pids: &[u32], var: &str) -> Result<Vec<EnvPeerSocket>, DiscoveryError> {
+    let mut fds = Vec::new();
+    let mut seen = HashSet::new();
+    for &pid in pids {
+        if !seen.insert(pid) {
+            continue;
+        }
+        match socket_fds_of(pid) {
+            Ok(f) => fds.extend(f.into_iter().map(|(fd, inode)| (pid, fd, inode))),
+            Err(DiscoveryError::ProcessGone { pid }) => {
+                log::debug!("pid {pid} exited before its sockets were listed");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if fds.is_empty() {
+        return Ok(Vec::new());
+    }
+    let peers = unix_peers()?;
+    let wanted: HashSet<u64> = fds
+        .iter()
+        .filter_map(|(_, _, inode)| peers.get(inode).copied())
+        .collect();
+    let holders = find_socket_holders(&wanted);
+    let mut has_var: HashMap<u32, bool> = HashMap::new();
+    Ok(match_env_peers(&fds, &peers, &holders, |tgid| {
+        *has_var
+            .entry(tgid)
+            .or_insert_with(|| process_env_var(tgid, var).is_some())
+    }))
+}
+
+/// Pairs `(pid, fd, inode)` sockets with the holders of their peers; pure, so testable.
+///
+/// `peers` maps socket inode to peer inode, `holders` are `(tgid, fd, inode)` of peer sockets
+/// and `has_env` says whether a tgid has the variable. A process is never its own peer: one
+/// holding both ends (a pair not yet handed to a child) is skipped. With several holders (the
+/// plugin forked), the lowest tgid with the variable is reported.
+fn match_env_peers(
+    fds: &[(u32, u32, u64)],
+    peers: &HashMap<u64, u64>,
+    holders: &[(u32, u32, u64)],
+    mut has_env: impl FnMut(u32) -> bool,
+) -> Vec<EnvPeerSocket> {
+    let mut by_inode: HashMap<u64, Vec<u32>> = HashMap::new();
+    for &(tgid, _, inode) in holders {
+        by_inode.entry(inode).or_default().push(tgid);
+    }
+    for tgids in by_inode.values_mut() {
+        tgids.sort_unstable();
+        tgids.dedup();
+    }
+    let mut out: Vec<EnvPeerSocket> = fds
+        .iter()
+        .filter_map(|&(pid, fd, inode)| {
+            let peer_inode = *peers.get(&inode)?;
+            let peer_pid = by_inode
+                .get(&peer_inode)?
+                .iter()
+                .copied()
+                .filter(|&t| t != pid)
+                .find(|&t| has_env(t))?;
+            Some(EnvPeerSocket {
+                pid,
+                fd,
+                inode,
+                peer_inode,
+                peer_pid,
+            })
+        })
+        .collect();
+    out.sort_by_key(|s| (s.pid, s.fd));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1005,5 +1566,477 @@ mod tests {
         assert_eq!(peer_cred(me, 1_000_000), None);
         assert_eq!(peer_cred(u32::MAX, 0), None);
         drop(client);
+    }
+
+    // ------------------------------------------------ sock_diag
+
+    /// One netlink message: header with `kind`, `flags`, `seq`, then `payload`, padded to 4.
+    fn nlmsg(kind: u16, flags: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
+        let len = u32::try_from(NLMSG_HDRLEN + payload.len()).expect("len");
+        let mut m = Vec::new();
+        m.extend_from_slice(&len.to_ne_bytes());
+        m.extend_from_slice(&kind.to_ne_bytes());
+        m.extend_from_slice(&flags.to_ne_bytes());
+        m.extend_from_slice(&seq.to_ne_bytes());
+        m.extend_from_slice(&4242u32.to_ne_bytes());
+        m.extend_from_slice(payload);
+        m.resize(nl_align(m.len()), 0);
+        m
+    }
+
+    /// One attribute, padded to 4.
+    fn nla(kind: u16, payload: &[u8]) -> Vec<u8> {
+        let len = u16::try_from(NLA_HDRLEN + payload.len()).expect("len");
+        let mut a = Vec::new();
+        a.extend_from_slice(&len.to_ne_bytes());
+        a.extend_from_slice(&kind.to_ne_bytes());
+        a.extend_from_slice(payload);
+        a.resize(nl_align(a.len()), 0);
+        a
+    }
+
+    /// A `unix_diag_msg` payload for socket `inode` (stream, established) with `attrs`.
+    fn diag_msg(inode: u32, attrs: &[Vec<u8>]) -> Vec<u8> {
+        let mut m = vec![libc::AF_UNIX as u8, 1, 1, 0];
+        m.extend_from_slice(&inode.to_ne_bytes());
+        m.extend_from_slice(&[0xff; 8]); // cookie
+        for a in attrs {
+            m.extend_from_slice(a);
+        }
+        m
+    }
+
+    /// A SOCK_DIAG_BY_FAMILY message of our sequence for `inode` with peer `peer`.
+    fn diag(inode: u32, peer: Option<u32>) -> Vec<u8> {
+        let attrs: Vec<Vec<u8>> = peer
+            .map(|p| nla(UNIX_DIAG_PEER, &p.to_ne_bytes()))
+            .into_iter()
+            .collect();
+        nlmsg(SOCK_DIAG_BY_FAMILY, 2, DIAG_SEQ, &diag_msg(inode, &attrs))
+    }
+
+    /// NLMSG_DONE carrying `errno` (the 4-byte payload of current kernels).
+    fn done(errno: i32) -> Vec<u8> {
+        nlmsg(libc::NLMSG_DONE as u16, 2, DIAG_SEQ, &errno.to_ne_bytes())
+    }
+
+    fn parse(buf: &[u8]) -> (Result<DumpStep, DiscoveryError>, HashMap<u64, u64>) {
+        let mut peers = HashMap::new();
+        let r = parse_unix_diag_datagram(buf, DIAG_SEQ, &mut peers);
+        (r, peers)
+    }
+
+    /// The request is exactly `nlmsghdr` + `unix_diag_req` as include/uapi lays them out.
+    #[test]
+    fn sock_diag_request_layout() {
+        let r = unix_diag_request(7);
+        assert_eq!(r.len(), 40);
+        assert_eq!(ne_u32(&r, 0), Some(40));
+        assert_eq!(ne_u16(&r, 4), Some(20));
+        assert_eq!(ne_u16(&r, 6), Some(0x301)); // NLM_F_REQUEST | NLM_F_DUMP
+        assert_eq!(ne_u32(&r, 8), Some(7));
+        assert_eq!(ne_u32(&r, 12), Some(0));
+        assert_eq!(&r[16..20], &[1, 0, 0, 0]); // AF_UNIX, protocol 0, pad
+        assert_eq!(ne_u32(&r, 20), Some(u32::MAX)); // every state
+        assert_eq!(ne_u32(&r, 24), Some(0)); // udiag_ino
+        assert_eq!(ne_u32(&r, 28), Some(UDIAG_SHOW_PEER));
+        assert_eq!(&r[32..40], &[0; 8]); // cookie
+    }
+
+    /// The one-socket query: no NLM_F_DUMP, the inode, and the no-cookie value.
+    #[test]
+    fn sock_diag_exact_request_layout() {
+        let r = unix_diag_exact_request(7, 0x1234_5678);
+        assert_eq!(r.len(), 40);
+        assert_eq!(ne_u32(&r, 0), Some(40));
+        assert_eq!(ne_u16(&r, 4), Some(20));
+        assert_eq!(ne_u16(&r, 6), Some(0x1)); // NLM_F_REQUEST only
+        assert_eq!(ne_u32(&r, 8), Some(7));
+        assert_eq!(&r[16..20], &[1, 0, 0, 0]);
+        assert_eq!(ne_u32(&r, 24), Some(0x1234_5678));
+        assert_eq!(ne_u32(&r, 28), Some(UDIAG_SHOW_PEER));
+        assert_eq!(&r[32..40], &[0xff; 8]); // INET_DIAG_NOCOOKIE twice
+    }
+
+    /// Several sockets in one datagram, then a second datagram with NLMSG_DONE.
+    #[test]
+    fn sock_diag_parse_dump() {
+        let mut buf = diag(10, Some(11));
+        buf.extend(diag(11, Some(10)));
+        buf.extend(diag(12, None)); // a listener: no peer
+        buf.extend(diag(13, Some(0))); // peer already released
+                                       // Unknown attributes around the peer, a nested-flagged peer type.
+        buf.extend(nlmsg(
+            SOCK_DIAG_BY_FAMILY,
+            2,
+            DIAG_SEQ,
+            &diag_msg(
+                14,
+                &[
+                    nla(7, &[1, 2, 3]),
+                    nla(UNIX_DIAG_PEER | 0x8000, &15u32.to_ne_bytes()),
+                    nla(0, &[]),
+                ],
+            ),
+        ));
+        let (r, peers) = parse(&buf);
+        assert_eq!(r.expect("parse"), DumpStep::More);
+        let want: HashMap<u64, u64> = [(10, 11), (11, 10), (14, 15)].into();
+        assert_eq!(peers, want);
+
+        let mut buf = diag(20, Some(21));
+        buf.extend(done(0));
+        buf.extend(diag(30, Some(31))); // after DONE: not read
+        let (r, peers) = parse(&buf);
+        assert_eq!(r.expect("parse"), DumpStep::Done);
+        assert_eq!(peers, [(20, 21)].into());
+
+        // Old kernels: NLMSG_DONE without payload; an ACK (error 0) is skipped.
+        let mut buf = nlmsg(libc::NLMSG_ERROR as u16, 0, DIAG_SEQ, &0i32.to_ne_bytes());
+        buf.extend(nlmsg(libc::NLMSG_DONE as u16, 2, DIAG_SEQ, &[]));
+        assert_eq!(parse(&buf).0.expect("parse"), DumpStep::Done);
+        // An empty datagram, and a NOOP: nothing, more to come.
+        assert_eq!(parse(&[]).0.expect("empty"), DumpStep::More);
+        let noop = nlmsg(libc::NLMSG_NOOP as u16, 0, DIAG_SEQ, &[]);
+        assert_eq!(parse(&noop).0.expect("noop"), DumpStep::More);
+    }
+
+    /// Messages of other sequences and sockets of other families are skipped; a trailing stub
+    /// shorter than a header is ignored.
+    #[test]
+    fn sock_diag_parse_skips() {
+        let mut buf = nlmsg(
+            SOCK_DIAG_BY_FAMILY,
+            2,
+            DIAG_SEQ + 1,
+            &diag_msg(1, &[nla(UNIX_DIAG_PEER, &2u32.to_ne_bytes())]),
+        );
+        let mut inet = diag_msg(3, &[nla(UNIX_DIAG_PEER, &4u32.to_ne_bytes())]);
+        inet[0] = libc::AF_INET as u8;
+        buf.extend(nlmsg(SOCK_DIAG_BY_FAMILY, 2, DIAG_SEQ, &inet));
+        buf.extend(nlmsg(libc::NLMSG_DONE as u16, 2, DIAG_SEQ + 1, &[]));
+        buf.extend(diag(5, Some(6)));
+        buf.extend([0u8; 15]);
+        let (r, peers) = parse(&buf);
+        assert_eq!(r.expect("parse"), DumpStep::More);
+        assert_eq!(peers, [(5, 6)].into());
+    }
+
+    /// Kernel errors become SockDiag with the errno.
+    #[test]
+    fn sock_diag_parse_kernel_errors() {
+        let err = nlmsg(
+            libc::NLMSG_ERROR as u16,
+            0,
+            DIAG_SEQ,
+            &(-libc::ENOENT).to_ne_bytes(),
+        );
+        match parse(&err).0 {
+            Err(DiscoveryError::SockDiag { error }) => {
+                assert_eq!(error.raw_os_error(), Some(libc::ENOENT))
+            }
+            other => panic!("expected SockDiag, got {other:?}"),
+        }
+        let e = DiscoveryError::SockDiag {
+            error: io::Error::from_raw_os_error(libc::ENOENT),
+        };
+        assert!(e.to_string().contains("modprobe unix_diag"), "{e}");
+        match parse(&done(-libc::EINTR)).0 {
+            Err(DiscoveryError::SockDiag { error }) => {
+                assert_eq!(error.raw_os_error(), Some(libc::EINTR))
+            }
+            other => panic!("expected SockDiag, got {other:?}"),
+        }
+        // i32::MIN must not overflow on negation.
+        assert!(matches!(
+            parse(&done(i32::MIN)).0,
+            Err(DiscoveryError::SockDiag { .. })
+        ));
+        let positive = nlmsg(libc::NLMSG_ERROR as u16, 0, DIAG_SEQ, &5i32.to_ne_bytes());
+        assert!(matches!(
+            parse(&positive).0,
+            Err(DiscoveryError::SockDiagReply { .. })
+        ));
+        let short = nlmsg(libc::NLMSG_ERROR as u16, 0, DIAG_SEQ, &[1, 2]);
+        assert!(matches!(
+            parse(&short).0,
+            Err(DiscoveryError::SockDiagReply { .. })
+        ));
+    }
+
+    /// Lengths that do not fit are errors, never panics or out-of-bounds reads.
+    #[test]
+    fn sock_diag_parse_malformed() {
+        let malformed = |buf: &[u8], what: &str| match parse(buf).0 {
+            Err(DiscoveryError::SockDiagReply { reason }) => reason,
+            other => panic!("{what}: expected SockDiagReply, got {other:?}"),
+        };
+        // nlmsg_len beyond the datagram, and below the header size.
+        let mut m = diag(1, Some(2));
+        m[0..4].copy_from_slice(&1000u32.to_ne_bytes());
+        malformed(&m, "long nlmsg");
+        m[0..4].copy_from_slice(&15u32.to_ne_bytes());
+        malformed(&m, "short nlmsg");
+        m[0..4].copy_from_slice(&u32::MAX.to_ne_bytes());
+        malformed(&m, "huge nlmsg");
+        // A unix_diag_msg cut short.
+        let m = nlmsg(SOCK_DIAG_BY_FAMILY, 2, DIAG_SEQ, &[1, 1, 1, 0, 5, 0, 0]);
+        let r = malformed(&m, "short unix_diag_msg");
+        assert!(r.contains("unix_diag_msg of 7 bytes"), "{r}");
+        // Attribute length 0 (would loop forever), 2, and beyond the message.
+        for bad_len in [0u16, 2, 64] {
+            let mut attr = nla(UNIX_DIAG_PEER, &9u32.to_ne_bytes());
+            attr[0..2].copy_from_slice(&bad_len.to_ne_bytes());
+            let m = nlmsg(SOCK_DIAG_BY_FAMILY, 2, DIAG_SEQ, &diag_msg(1, &[attr]));
+            malformed(&m, &format!("attribute length {bad_len}"));
+        }
+        // A peer attribute with 2 bytes of payload.
+        let m = nlmsg(
+            SOCK_DIAG_BY_FAMILY,
+            2,
+            DIAG_SEQ,
+            &diag_msg(1, &[nla(UNIX_DIAG_PEER, &[7, 7])]),
+        );
+        let r = malformed(&m, "short peer");
+        assert!(r.contains("UNIX_DIAG_PEER"), "{r}");
+
+        // Every prefix of a good datagram, and noise: no panic, whatever the result.
+        let mut good = diag(1, Some(2));
+        good.extend(diag(3, Some(4)));
+        good.extend(done(0));
+        for cut in 0..good.len() {
+            let _ = parse(&good[..cut]);
+        }
+        let mut x = 0x9e37_79b9u32;
+        for round in 0..2000usize {
+            let mut noise = good.clone();
+            for _ in 0..(round % 7 + 1) {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                let i = x as usize % noise.len();
+                noise[i] = (x >> 8) as u8;
+            }
+            noise.truncate(x as usize % (noise.len() + 1));
+            let _ = parse(&noise);
+        }
+    }
+
+    /// Pairing sockets with the holders of their peers, without /proc.
+    #[test]
+    fn match_env_peers_pure() {
+        let me = 100;
+        // fd 3 -> inode 10 <-> 11 held by 200 (has env) and 300 (forked, no env)
+        // fd 4 -> inode 20 <-> 21 held by 400 (no env)
+        // fd 5 -> inode 30 <-> 31 held by me only (pair not handed out)
+        // fd 6 -> inode 40, no peer (listener)
+        // fd 7 -> inode 50 <-> 51 held by 600 and 500, both with env: lowest wins
+        // fd 8 -> inode 60 <-> 61 held by nobody visible
+        let fds = [
+            (me, 3, 10),
+            (me, 4, 20),
+            (me, 5, 30),
+            (me, 6, 40),
+            (me, 7, 50),
+            (me, 8, 60),
+            (me, 9, 10), // a dup of fd 3
+        ];
+        let peers: HashMap<u64, u64> = [
+            (10, 11),
+            (11, 10),
+            (20, 21),
+            (30, 31),
+            (31, 30),
+            (50, 51),
+            (60, 61),
+        ]
+        .into();
+        let holders = [
+            (300, 3, 11),
+            (200, 3, 11),
+            (200, 9, 11),
+            (400, 3, 21),
+            (me, 5, 30),
+            (me, 10, 31),
+            (600, 3, 51),
+            (500, 3, 51),
+        ];
+        let with_env = [200u32, 500, 600, me];
+        let got = match_env_peers(&fds, &peers, &holders, |t| with_env.contains(&t));
+        let got: Vec<(u32, u32, u64, u32)> = got
+            .iter()
+            .map(|s| (s.fd, s.peer_pid, s.peer_inode, s.pid))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(3, 200, 11, me), (7, 500, 51, me), (9, 200, 11, me)]
+        );
+        assert!(match_env_peers(&fds, &peers, &holders, |_| false).is_empty());
+        assert!(match_env_peers(&[], &peers, &holders, |_| true).is_empty());
+    }
+
+    /// /proc/<pid>/status Uid line and the multi-variable environ read.
+    #[test]
+    fn status_euid_and_env() {
+        let status = "Name:\tx\nUid:\t1000\t0\t0\t0\nGid:\t5\t5\t5\t5\n";
+        assert_eq!(parse_status_euid(status), Some(0));
+        assert_eq!(parse_status_euid("Uid:\t7\t8\t9\t10\n"), Some(8));
+        assert_eq!(parse_status_euid("Uid:\t7\n"), None);
+        assert_eq!(parse_status_euid("Uid:\t7\tx\n"), None);
+        assert_eq!(parse_status_euid(""), None);
+        let me = std::process::id();
+        assert_eq!(process_euid(me), Some(euid()));
+        assert_eq!(process_euid(u32::MAX), None);
+        let names = vec!["PATH".to_string(), "NRI_TRACE_SURELY_UNSET".to_string()];
+        let env = process_env(me, &names);
+        assert_eq!(env.get("PATH").cloned(), process_env_var(me, "PATH"));
+        assert!(!env.contains_key("NRI_TRACE_SURELY_UNSET"));
+        assert!(process_env(me, &[]).is_empty());
+        assert!(process_env(u32::MAX, &names).is_empty());
+    }
+
+    /// Inode of an open fd.
+    fn inode_of(fd: &impl AsRawFd) -> u64 {
+        // SAFETY: stat is plain old data; fstat fills it for a valid fd.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: the fd is open for the duration of the call; st is a live local.
+        let rc = unsafe { libc::fstat(fd.as_raw_fd(), &mut st) };
+        assert_eq!(rc, 0, "fstat: {}", io::Error::last_os_error());
+        st.st_ino
+    }
+
+    /// Live: the real dump pairs the two ends of our own socketpair (works without root).
+    #[test]
+    fn live_unix_peers() {
+        let (a, b) = UnixStream::pair().expect("socketpair");
+        let (ia, ib) = (inode_of(&a), inode_of(&b));
+        // The same inodes as the /proc fd links show.
+        let me = std::process::id();
+        let fds = socket_fds_of(me).expect("own fds");
+        assert!(fds.contains(&(u32::try_from(a.as_raw_fd()).expect("fd"), ia)));
+        let peers = unix_peers().expect("sock_diag dump of AF_UNIX");
+        assert_eq!(peers.get(&ia), Some(&ib), "peer of {ia}");
+        assert_eq!(peers.get(&ib), Some(&ia), "peer of {ib}");
+        // A listener has no peer; an accepted connection has its client as peer.
+        let dir = TempDir::new("diag");
+        let listener = UnixListener::bind(dir.0.join("l.sock")).expect("bind");
+        let client = UnixStream::connect(dir.0.join("l.sock")).expect("connect");
+        let (server, _) = listener.accept().expect("accept");
+        let peers = unix_peers().expect("second dump");
+        assert!(!peers.contains_key(&inode_of(&listener)));
+        assert_eq!(peers.get(&inode_of(&server)), Some(&inode_of(&client)));
+        assert_eq!(peers.get(&inode_of(&client)), Some(&inode_of(&server)));
+        // Once one end is closed, the other is not paired with a live inode any more.
+        drop(b);
+        let peers = unix_peers().expect("third dump");
+        assert_ne!(peers.get(&ia), Some(&ib));
+    }
+
+    /// Live: the one-socket query gives the same peer as the dump, and nothing for a
+    /// listener, a closed socket's peer, or a made-up inode.
+    #[test]
+    fn live_unix_peer_of() {
+        let (a, b) = UnixStream::pair().expect("socketpair");
+        let (ia, ib) = (inode_of(&a), inode_of(&b));
+        let me = std::process::id();
+        assert_eq!(
+            fd_socket_inode(me, u32::try_from(a.as_raw_fd()).expect("fd")),
+            Some(ia)
+        );
+        assert_eq!(fd_socket_inode(me, u32::MAX), None);
+        assert_eq!(unix_peer_of(ia).expect("query"), Some(ib));
+        assert_eq!(unix_peer_of(ib).expect("query"), Some(ia));
+        let dir = TempDir::new("diag-exact");
+        let listener = UnixListener::bind(dir.0.join("l.sock")).expect("bind");
+        let client = UnixStream::connect(dir.0.join("l.sock")).expect("connect");
+        let (server, _) = listener.accept().expect("accept");
+        assert_eq!(unix_peer_of(inode_of(&listener)).expect("query"), None);
+        assert_eq!(
+            unix_peer_of(inode_of(&server)).expect("query"),
+            Some(inode_of(&client))
+        );
+        drop(b);
+        assert_ne!(unix_peer_of(ia).expect("query"), Some(ib));
+        assert_eq!(unix_peer_of(ib).expect("closed socket"), None);
+        assert_eq!(unix_peer_of(0).expect("inode 0"), None);
+        assert_eq!(unix_peer_of(u64::MAX).expect("64-bit inode"), None);
+    }
+
+    /// Kills and reaps a child on drop.
+    struct KillOnDrop(std::process::Child);
+
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    /// Spawns `sleep` holding `fd` (CLOEXEC cleared in the child only), with `env` added.
+    fn spawn_holder(fd: &UnixStream, env: &[(&str, &str)]) -> KillOnDrop {
+        use std::os::unix::process::CommandExt;
+        let raw = fd.as_raw_fd();
+        let mut cmd = std::process::Command::new("sleep");
+        cmd.arg("60").envs(env.iter().copied());
+        // SAFETY: fcntl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::fcntl(raw, libc::F_SETFD, 0) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        // spawn() returns after the exec (std waits for it), so environ is the new one.
+        KillOnDrop(cmd.spawn().expect("spawn sleep"))
+    }
+
+    /// Live: a socketpair whose other end a child with the variable holds is found, one whose
+    /// other end a child without it holds, or we hold ourselves, is not.
+    #[test]
+    fn live_env_peer_sockets() {
+        const VAR: &str = "NRI_TRACE_DISCOVERY_TEST_PLUGIN";
+        let me = std::process::id();
+        let (ours, theirs) = UnixStream::pair().expect("socketpair");
+        let (decoy, decoy_theirs) = UnixStream::pair().expect("socketpair");
+        let (self_a, _self_b) = UnixStream::pair().expect("socketpair");
+        let plugin = spawn_holder(&theirs, &[(VAR, "3"), ("NRI_PLUGIN_IDX", "07")]);
+        let other = spawn_holder(&decoy_theirs, &[]);
+        drop(theirs);
+        drop(decoy_theirs);
+        let found = match env_peer_sockets(&[me, me], VAR) {
+            Ok(f) => f,
+            Err(DiscoveryError::SockDiag { error }) => {
+                panic!("NETLINK_SOCK_DIAG unavailable here ({error}); needs unix_diag")
+            }
+            Err(e) => panic!("env_peer_sockets: {e}"),
+        };
+        let fd = u32::try_from(ours.as_raw_fd()).expect("fd");
+        let plugin_pid = plugin.0.id();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(
+            found[0],
+            EnvPeerSocket {
+                pid: me,
+                fd,
+                inode: inode_of(&ours),
+                peer_inode: found[0].peer_inode,
+                peer_pid: plugin_pid,
+            }
+        );
+        assert_ne!(found[0].peer_inode, 0);
+        assert_eq!(
+            process_env_var(plugin_pid, "NRI_PLUGIN_IDX").as_deref(),
+            Some("07")
+        );
+        assert!(found
+            .iter()
+            .all(|s| s.fd != u32::try_from(decoy.as_raw_fd()).expect("fd")));
+        assert!(found
+            .iter()
+            .all(|s| s.fd != u32::try_from(self_a.as_raw_fd()).expect("fd")));
+        // A gone process is skipped, not an error.
+        assert!(env_peer_sockets(&[u32::MAX], VAR).expect("gone").is_empty());
+        drop(other);
     }
 }

@@ -10,22 +10,28 @@
 //! process events, and loss reports. The kernel side sits behind
 //! [`backend::CaptureBackend`] so that another backend (uprobes on the
 //! runtime binary, or a recording) can produce the same events.
+//!
+//! [`recording`] writes a [`CaptureEvent`] stream to NDJSON (the format of
+//! `nri-trace capture --format ndjson`) and reads it back exactly, so later
+//! stages give the same results live or from a recording, and real captures
+//! can serve as test fixtures.
 
 pub mod backend;
 pub mod discovery;
 pub mod ebpf;
 pub mod record;
+pub mod recording;
 pub mod session;
 pub mod tracker;
 
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use nri_trace_common::Syscall;
 
 /// Stable id of one traced connection for the lifetime of a capture.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct ConnId(pub u64);
 
@@ -35,19 +41,21 @@ impl std::fmt::Display for ConnId {
     }
 }
 
-/// Direction of bytes relative to the traced process (the runtime).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+/// Direction of bytes relative to the process holding the connection
+/// (`ConnOpen::tgid`): the traced process (the runtime), or the peer for a
+/// followed peer end (`ConnOpen::other_end`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Direction {
-    /// The traced process read these bytes (peer -> traced process).
+    /// The holding process read these bytes (peer -> traced process).
     In,
-    /// The traced process wrote these bytes (traced process -> peer).
+    /// The holding process wrote these bytes (traced process -> peer).
     Out,
 }
 
 /// When something happened: the kernel's CLOCK_MONOTONIC at syscall exit,
 /// and the matching wall-clock time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Timestamp {
     pub mono_ns: u64,
     /// Nanoseconds since the Unix epoch (derived from mono_ns with the
@@ -56,10 +64,12 @@ pub struct Timestamp {
 }
 
 /// How the traced process came to hold a connection.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Origin {
-    /// Already open when the capture started (found in /proc).
+    /// Found in /proc, not seen opening: already open when the capture
+    /// started, or a followed peer end (`ConnOpen::other_end`), registered
+    /// when its traced end was found.
     Existing,
     /// Accepted on a tracked listening socket.
     Accept { listen_fd: i32 },
@@ -72,15 +82,20 @@ pub enum Origin {
 }
 
 /// A peer process, as far as /proc can tell.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Peer {
     pub pid: u32,
     pub uid: u32,
     pub comm: Option<String>,
     pub cmdline: Vec<String>,
+    /// Selected environment variables of the peer (those the session was
+    /// asked for, e.g. NRI_PLUGIN_NAME / NRI_PLUGIN_IDX of a pre-launched
+    /// NRI plugin), when /proc shows them.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConnOpen {
     pub conn: ConnId,
     pub ts: Timestamp,
@@ -92,9 +107,21 @@ pub struct ConnOpen {
     pub socket_path: Option<PathBuf>,
     /// The process at the other end (SO_PEERCRED), when it can be found.
     pub peer: Option<Peer>,
+    /// Inode of the socket behind `fd` (as in its `socket:[N]` link in
+    /// /proc/PID/fd), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inode: Option<u64>,
+    /// Set on the *peer's end* of a traced connection
+    /// (`SessionConfig::follow_peer_ends`): the connection of the traced
+    /// process (the runtime) this one is the other end of. `tgid` and `fd`
+    /// are then the peer process's, and chunk directions are relative to
+    /// it: what the runtime writes (`out` on `other_end`) the peer reads
+    /// (`in` here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other_end: Option<ConnId>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConnClose {
     pub conn: ConnId,
     pub ts: Timestamp,
@@ -102,7 +129,7 @@ pub struct ConnClose {
     pub reason: CloseReason,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CloseReason {
     /// The last fd referring to it was closed.
@@ -114,15 +141,18 @@ pub enum CloseReason {
 }
 
 /// Bytes one syscall moved on a connection.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Chunk {
     pub conn: ConnId,
     pub direction: Direction,
     pub ts: Timestamp,
     pub tid: u32,
-    #[serde(serialize_with = "ser_syscall")]
+    #[serde(
+        serialize_with = "ser_syscall",
+        deserialize_with = "recording::de_syscall"
+    )]
     pub syscall: Syscall,
-    #[serde(serialize_with = "ser_hex")]
+    #[serde(serialize_with = "ser_hex", deserialize_with = "recording::de_hex")]
     pub bytes: Vec<u8>,
     /// The syscall moved more bytes than `bytes` holds (snap length, iovec
     /// limit, unreadable memory, or lost records): the stream has a hole
@@ -155,7 +185,7 @@ pub fn hex(b: &[u8]) -> String {
 }
 
 /// Process lifecycle of a traced process.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ProcessEvent {
     Fork {
@@ -170,7 +200,7 @@ pub enum ProcessEvent {
 }
 
 /// Cumulative loss counters (all CPUs), reported when they change.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Loss {
     /// Records dropped because the ring buffer was full.
     pub lost_records: u64,
@@ -191,7 +221,7 @@ impl Loss {
 }
 
 /// What the capture stage emits, in kernel order.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum CaptureEvent {
     Open(ConnOpen),

@@ -7,6 +7,7 @@
 //! traced runtime is never slowed down by nri-trace's consumer.
 
 use std::{
+    collections::{HashMap, HashSet, VecDeque},
     os::fd::{AsRawFd, RawFd},
     path::PathBuf,
     time::Duration,
@@ -18,10 +19,10 @@ use tokio::{io::unix::AsyncFd, sync::mpsc, task::JoinHandle};
 
 use super::{
     backend::{BackendError, CaptureBackend},
-    discovery::{self, DiscoveryError, Listener},
+    discovery::{self, DiscoveryError, EnvPeerSocket, Listener},
     record,
-    tracker::ConnTracker,
-    CaptureEvent, Loss, Peer, ProcessEvent,
+    tracker::{ConnFacts, ConnTracker, NewConn},
+    CaptureEvent, ConnId, Loss, Origin, Peer, ProcessEvent,
 };
 
 #[derive(Debug, Error)]
@@ -49,6 +50,26 @@ pub struct SessionConfig {
     pub drain_interval: Duration,
     /// Capacity of the event channel.
     pub channel: usize,
+    /// Environment variables read from each peer process into
+    /// [`Peer::env`] (e.g. NRI_PLUGIN_NAME, NRI_PLUGIN_IDX).
+    pub peer_env: Vec<String>,
+    /// When set, also capture the connections that already exist when the
+    /// session starts and do not belong to a listener: every connected unix
+    /// socket of a tracked process (listener pids and `pids`) whose peer
+    /// socket is held by a process that has this environment variable. For
+    /// NRI, `NRI_PLUGIN_SOCKET`: the runtime launches pre-installed plugins
+    /// with one end of a socketpair as fd 3 and that variable set, so these
+    /// connections never show up on the NRI socket path.
+    pub existing_socketpair_env: Option<String>,
+    /// Also capture the *peer's end* of every traced connection whose peer
+    /// is another process (e.g. the NRI plugin's end of its connection to
+    /// the runtime): the peer process is tracked too, for that fd only, and
+    /// its end is a connection of its own whose `ConnOpen::other_end` names
+    /// the traced end. Followed: connections found at start (listener
+    /// connections, `existing_socketpair_env` pairs) and new ones once their
+    /// peer is found (see docs/capture.md for the limits). Never recursive:
+    /// the peer's own other connections are not captured.
+    pub follow_peer_ends: bool,
 }
 
 impl Default for SessionConfig {
@@ -59,6 +80,9 @@ impl Default for SessionConfig {
             connect_paths: vec![],
             drain_interval: Duration::from_millis(2),
             channel: 65536,
+            peer_env: vec![],
+            existing_socketpair_env: None,
+            follow_peer_ends: false,
         }
     }
 }
@@ -68,6 +92,9 @@ impl Default for SessionConfig {
 pub struct SessionInfo {
     pub listeners: Vec<Listener>,
     pub tracked_pids: Vec<u32>,
+    /// Pre-existing connections found through
+    /// [`SessionConfig::existing_socketpair_env`] and registered.
+    pub existing_socketpairs: Vec<EnvPeerSocket>,
 }
 
 pub struct Session {
@@ -110,8 +137,15 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Who is at the other end of (tgid, fd), as far as /proc can tell.
-pub fn peer_of(tgid: u32, fd: i32) -> Option<Peer> {
+/// Who is at the other end of (tgid, fd), as far as /proc can tell, with
+/// the variables `env` of its environment.
+///
+/// This is SO_PEERCRED: the process that connect()ed or listen()ed, or, for
+/// a socketpair, the process that *created* the pair (af_unix.c
+/// `unix_socketpair`), i.e. the traced process itself even after it handed
+/// the other end to a child. Pre-existing socketpairs get their peer from
+/// the holder of the peer socket instead (see [`peer_process`]).
+pub fn peer_of(tgid: u32, fd: i32, env: &[String]) -> Option<Peer> {
     let cred = discovery::peer_cred(tgid, u32::try_from(fd).ok()?)?;
     let info = discovery::process_info(cred.pid);
     Some(Peer {
@@ -119,6 +153,26 @@ pub fn peer_of(tgid: u32, fd: i32) -> Option<Peer> {
         uid: cred.uid,
         comm: info.as_ref().map(|i| i.comm.clone()),
         cmdline: info.map(|i| i.cmdline).unwrap_or_default(),
+        // pid 0: the peer is in a PID namespace we cannot see.
+        env: if cred.pid == 0 {
+            Default::default()
+        } else {
+            discovery::process_env(cred.pid, env)
+        },
+    })
+}
+
+/// Process `pid` as a [`Peer`] (uid from /proc/<pid>/status), with the
+/// variables `env` of its environment; `None` if it is gone.
+pub fn peer_process(pid: u32, env: &[String]) -> Option<Peer> {
+    let uid = discovery::process_euid(pid)?;
+    let info = discovery::process_info(pid);
+    Some(Peer {
+        pid,
+        uid,
+        comm: info.as_ref().map(|i| i.comm.clone()),
+        cmdline: info.map(|i| i.cmdline).unwrap_or_default(),
+        env: discovery::process_env(pid, env),
     })
 }
 
@@ -142,6 +196,7 @@ pub async fn start(
     let mut initial = Vec::new();
     let mut listeners = Vec::new();
     let mut tracked = Vec::new();
+    let mut to_follow = Vec::new();
 
     for p in &cfg.connect_paths {
         backend.track_connect_path(p)?;
@@ -167,13 +222,25 @@ pub async fn start(
         for l in &found {
             for c in &l.connections {
                 backend.track_fd(l.pid, c.fd, FD_CONN)?;
+                let peer = peer_of(l.pid, c.fd as i32, &cfg.peer_env);
+                let peer_pid = peer.as_ref().map(|p| p.pid);
                 if let Some(ev) = tracker.register_existing(
                     l.pid,
                     c.fd as i32,
                     Some(l.path.clone()),
-                    peer_of(l.pid, c.fd as i32),
+                    peer,
+                    Some(c.inode),
                     scan_done,
                 ) {
+                    if let CaptureEvent::Open(o) = &ev {
+                        to_follow.push(ToFollow {
+                            conn: o.conn,
+                            tgid: l.pid,
+                            inode: c.inode,
+                            peer_inode: None,
+                            candidate: peer_pid,
+                        });
+                    }
                     initial.push(ev);
                 }
             }
@@ -182,6 +249,61 @@ pub async fn start(
     }
     tracked.sort();
     tracked.dedup();
+
+    // Connections made before we attached that no listener accounts for:
+    // the socketpairs a runtime created to launch plugins itself. Every
+    // process in `tracked` is already tracked in the kernel, so a pair made
+    // from now on is seen there; one made between that and this scan is
+    // both, and the tracker keeps only this registration (its Open record
+    // is older than `scan_done`).
+    let mut existing_socketpairs = Vec::new();
+    if let Some(var) = cfg.existing_socketpair_env.as_deref() {
+        match discovery::env_peer_sockets(&tracked, var) {
+            Ok(found) => {
+                let scan_done = monotonic_ns();
+                for s in found {
+                    // Already registered, e.g. as an accepted connection of a listener.
+                    if tracker.conn_of(s.pid, s.fd as i32).is_some() {
+                        continue;
+                    }
+                    backend.track_fd(s.pid, s.fd, FD_CONN)?;
+                    if let Some(ev) = tracker.register_existing(
+                        s.pid,
+                        s.fd as i32,
+                        None,
+                        peer_process(s.peer_pid, &cfg.peer_env),
+                        Some(s.inode),
+                        scan_done,
+                    ) {
+                        if let CaptureEvent::Open(o) = &ev {
+                            to_follow.push(ToFollow {
+                                conn: o.conn,
+                                tgid: s.pid,
+                                inode: s.inode,
+                                peer_inode: Some(s.peer_inode),
+                                candidate: Some(s.peer_pid),
+                            });
+                        }
+                        initial.push(ev);
+                    }
+                    existing_socketpairs.push(s);
+                }
+            }
+            // Not fatal: everything else is still captured. The usual cause
+            // is a kernel without unix_diag, which the message names.
+            Err(e) => log::warn!(
+                "pre-existing connections to processes with {var} set are not captured: {e}"
+            ),
+        }
+    }
+
+    let follower = if cfg.follow_peer_ends {
+        let mut f = Follower::new(&tracked, &cfg.peer_env);
+        f.follow_existing(&mut *backend, &mut tracker, &mut initial, &to_follow);
+        Some(f)
+    } else {
+        None
+    };
 
     let (tx, rx) = mpsc::channel(cfg.channel.max(16));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
@@ -192,18 +314,23 @@ pub async fn start(
     }
     .map_err(|e| SessionError::Poll(e.into()))?;
     let interval = cfg.drain_interval;
+    let resolver = Resolver {
+        peer_env: cfg.peer_env,
+        follower,
+    };
     let task = tokio::spawn(async move {
         for ev in initial {
             if tx.send(ev).await.is_err() {
                 return;
             }
         }
-        drain_loop(backend, tracker, poll, tx, stop_rx, interval).await;
+        drain_loop(backend, tracker, poll, tx, stop_rx, interval, resolver).await;
     });
     Ok(Session {
         info: SessionInfo {
             listeners,
             tracked_pids: tracked,
+            existing_socketpairs,
         },
         events: rx,
         stop: Some(stop_tx),
@@ -218,9 +345,10 @@ async fn drain_loop(
     tx: mpsc::Sender<CaptureEvent>,
     stop: tokio::sync::oneshot::Receiver<()>,
     interval: Duration,
+    resolver: Resolver,
 ) {
     let mut backend = backend;
-    drain_until_stopped(&mut *backend, tracker, &poll, tx, stop, interval).await;
+    drain_until_stopped(&mut *backend, tracker, &poll, tx, stop, interval, resolver).await;
     // Deregister the fd from epoll before the backend closes it.
     drop(poll);
     drop(backend);
@@ -233,6 +361,7 @@ async fn drain_until_stopped(
     tx: mpsc::Sender<CaptureEvent>,
     mut stop: tokio::sync::oneshot::Receiver<()>,
     interval: Duration,
+    mut resolver: Resolver,
 ) {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -258,7 +387,22 @@ async fn drain_until_stopped(
                 log::debug!("malformed record: {e}");
             }
         });
-        tracker.resolve_peers(&mut out, &mut peer_of);
+        let peer_env = &resolver.peer_env;
+        let new_conns = tracker.resolve_peers(&mut out, &mut |tgid, fd| ConnFacts {
+            peer: peer_of(tgid, fd, peer_env),
+            inode: u32::try_from(fd)
+                .ok()
+                .and_then(|fd| discovery::fd_socket_inode(tgid, fd)),
+        });
+        // Fds of peer processes that are no peer end: off before anything
+        // below untracks a process (which drops its fds anyway).
+        for (tgid, fd) in tracker.take_ignored_fds() {
+            if let Ok(fd) = u32::try_from(fd) {
+                if let Err(e) = backend.track_fd(tgid, fd, 0) {
+                    log::debug!("switching off fd {fd} of peer process {tgid}: {e}");
+                }
+            }
+        }
         // An exited process leaves the kernel maps at once: a new process
         // reusing its pid must not be captured through stale entries.
         for ev in &out {
@@ -267,6 +411,15 @@ async fn drain_until_stopped(
                     log::warn!("untracking exited process {tgid}: {e}");
                 }
             }
+        }
+        if let Some(f) = resolver.follower.as_mut() {
+            f.after_batch(
+                &mut *backend,
+                &mut tracker,
+                &mut out,
+                new_conns,
+                monotonic_ns(),
+            );
         }
         let now = monotonic_ns();
         // Syscalls whose last record never came (lost) are flushed after 1 s.
@@ -292,5 +445,353 @@ async fn drain_until_stopped(
         if stopping {
             return;
         }
+    }
+}
+
+/// What the drain loop needs to complete new connections.
+struct Resolver {
+    peer_env: Vec<String>,
+    /// Present when `SessionConfig::follow_peer_ends` is set.
+    follower: Option<Follower>,
+}
+
+/// A traced connection found at start whose peer end is to be followed.
+struct ToFollow {
+    conn: ConnId,
+    tgid: u32,
+    inode: u64,
+    /// The peer socket's inode, when the discovery already knows it.
+    peer_inode: Option<u64>,
+    /// The process expected to hold the peer socket.
+    candidate: Option<u32>,
+}
+
+/// How long a new connection whose peer socket no process holds yet (a
+/// connect the server has not accepted) is looked at again.
+const RETRY_NS: u64 = 200_000_000;
+/// Bound on connections waiting to be followed.
+const MAX_WAITING: usize = 256;
+/// Children remembered per target, as candidates for socketpair ends.
+const MAX_CHILDREN: usize = 32;
+
+/// Why a traced connection's peer end is not followed yet.
+#[derive(Clone, Copy, Debug)]
+enum Wait {
+    /// A socketpair end whose other end the target still holds (as the
+    /// connection `sibling`): looked at again when that closes, i.e. when
+    /// the target handed it to a child and closed its copy.
+    SiblingOpen { sibling: ConnId },
+    /// The peer socket was in no candidate's fds: looked at again at every
+    /// batch until `until_ns`.
+    Until { until_ns: u64 },
+}
+
+#[derive(Clone, Debug)]
+struct Waiting {
+    conn: ConnId,
+    tgid: u32,
+    inode: u64,
+    /// The peer socket's inode, once asked for.
+    peer_inode: Option<u64>,
+    /// SO_PEERCRED's pid, the first process to look in.
+    candidate: Option<u32>,
+    wait: Wait,
+}
+
+/// Outcome of one attempt to follow a connection.
+#[derive(Debug, PartialEq, Eq)]
+enum Followed {
+    /// Registered (or already captured, or impossible): done with it.
+    Done,
+    /// No candidate holds the peer socket (yet).
+    NotFound,
+}
+
+/// Follows the peer's end of traced connections
+/// ([`SessionConfig::follow_peer_ends`]).
+///
+/// Only connections of `targets` (the processes the session was asked to
+/// trace) are followed; peer processes become [`ConnTracker`] peer
+/// processes, whose own connections are never captured, and which are
+/// untracked again once none of their followed ends is open.
+struct Follower {
+    targets: HashSet<u32>,
+    peer_env: Vec<String>,
+    /// Recent children of each target (Fork events), newest last.
+    children: HashMap<u32, VecDeque<u32>>,
+    waiting: Vec<Waiting>,
+}
+
+impl Follower {
+    fn new(targets: &[u32], peer_env: &[String]) -> Self {
+        Self {
+            targets: targets.iter().copied().collect(),
+            peer_env: peer_env.to_vec(),
+            children: HashMap::new(),
+            waiting: Vec::new(),
+        }
+    }
+
+    /// The connections found at start: one sock_diag dump for all of them.
+    fn follow_existing(
+        &mut self,
+        backend: &mut dyn CaptureBackend,
+        tracker: &mut ConnTracker,
+        out: &mut Vec<CaptureEvent>,
+        found: &[ToFollow],
+    ) {
+        if found.is_empty() {
+            return;
+        }
+        let peers = if found.iter().any(|f| f.peer_inode.is_none()) {
+            match discovery::unix_peers() {
+                Ok(p) => p,
+                Err(e) => {
+                    log::warn!("the peer ends of connections are not captured: {e}");
+                    return;
+                }
+            }
+        } else {
+            HashMap::new()
+        };
+        for f in found {
+            let Some(peer_inode) = f.peer_inode.or_else(|| peers.get(&f.inode).copied()) else {
+                continue;
+            };
+            let candidates: Vec<u32> = f.candidate.into_iter().collect();
+            let r = self.follow(
+                backend,
+                tracker,
+                out,
+                f.conn,
+                f.tgid,
+                peer_inode,
+                &candidates,
+            );
+            log::debug!("following {} (pid {}): {r:?}", f.conn, f.tgid);
+        }
+    }
+
+    /// Called after every drained batch (its events in `out`, exits already
+    /// untracked): forget idle peer processes, then follow the new
+    /// connections and retry the waiting ones.
+    fn after_batch(
+        &mut self,
+        backend: &mut dyn CaptureBackend,
+        tracker: &mut ConnTracker,
+        out: &mut Vec<CaptureEvent>,
+        new_conns: Vec<NewConn>,
+        now_ns: u64,
+    ) {
+        for tgid in tracker.take_idle_peer_processes() {
+            if let Err(e) = backend.untrack_process(tgid) {
+                log::warn!("untracking peer process {tgid}: {e}");
+            }
+        }
+        let mut closed = HashSet::new();
+        for ev in out.iter() {
+            match ev {
+                CaptureEvent::Process(ProcessEvent::Fork { parent, child, .. })
+                    if self.targets.contains(parent) =>
+                {
+                    let c = self.children.entry(*parent).or_default();
+                    c.push_back(*child);
+                    if c.len() > MAX_CHILDREN {
+                        c.pop_front();
+                    }
+                }
+                CaptureEvent::Process(ProcessEvent::Exit { tgid, .. }) => {
+                    self.targets.remove(tgid);
+                    self.children.remove(tgid);
+                }
+                CaptureEvent::Close(c) => {
+                    closed.insert(c.conn);
+                }
+                _ => {}
+            }
+        }
+        // Waiting connections whose turn it is; the others stay.
+        let mut due = Vec::new();
+        for w in std::mem::take(&mut self.waiting) {
+            if closed.contains(&w.conn) || !tracker.is_open(w.conn) {
+                continue;
+            }
+            match w.wait {
+                Wait::SiblingOpen { sibling } if !closed.contains(&sibling) => self.waiting.push(w),
+                Wait::Until { until_ns } if now_ns > until_ns => {}
+                _ => due.push(w),
+            }
+        }
+        for nc in new_conns {
+            if !self.targets.contains(&nc.tgid) {
+                continue;
+            }
+            let Some(inode) = nc.inode else { continue };
+            let wait = match nc.origin {
+                // The target still holds the other end: wait until it
+                // lets go of it (hands it to a child and closes its copy).
+                Origin::Socketpair { other_fd } => tracker
+                    .conn_of(nc.tgid, other_fd)
+                    .map(|sibling| Wait::SiblingOpen { sibling }),
+                Origin::Accept { .. } | Origin::Connect | Origin::Existing => None,
+                // A dup the tracker could not alias: nothing to follow.
+                Origin::Dup { .. } => continue,
+            };
+            let w = Waiting {
+                conn: nc.conn,
+                tgid: nc.tgid,
+                inode,
+                peer_inode: None,
+                candidate: nc.peer_pid,
+                wait: wait.unwrap_or(Wait::Until {
+                    until_ns: now_ns.saturating_add(RETRY_NS),
+                }),
+            };
+            match wait {
+                Some(_) => self.push_waiting(w),
+                None => due.push(w),
+            }
+        }
+        for mut w in due {
+            // SO_PEERCRED's process, then the target's recent children
+            // (where the other end of a socketpair goes), newest first.
+            // pid 0: a process in a PID namespace we cannot see.
+            let mut candidates: Vec<u32> = w.candidate.into_iter().collect();
+            if let Some(c) = self.children.get(&w.tgid) {
+                candidates.extend(c.iter().rev());
+            }
+            candidates.retain(|&p| p != 0 && p != w.tgid);
+            if candidates.is_empty() {
+                continue; // nowhere to look: not followed
+            }
+            let peer_inode = match w.peer_inode {
+                Some(p) => p,
+                None => match discovery::unix_peer_of(w.inode) {
+                    Ok(Some(p)) => p,
+                    // Closed meanwhile, or its peer is gone.
+                    Ok(None) => continue,
+                    Err(e) => {
+                        log::debug!("peer socket of {} (inode {}): {e}", w.conn, w.inode);
+                        continue;
+                    }
+                },
+            };
+            w.peer_inode = Some(peer_inode);
+            let r = self.follow(
+                backend,
+                tracker,
+                out,
+                w.conn,
+                w.tgid,
+                peer_inode,
+                &candidates,
+            );
+            if r == Followed::NotFound {
+                let until_ns = match w.wait {
+                    Wait::Until { until_ns } => until_ns,
+                    // The target let go of the other end and no child
+                    // holds it (yet): a short grace period.
+                    Wait::SiblingOpen { .. } => now_ns.saturating_add(RETRY_NS),
+                };
+                self.push_waiting(Waiting {
+                    wait: Wait::Until { until_ns },
+                    ..w
+                });
+            }
+        }
+    }
+
+    fn push_waiting(&mut self, w: Waiting) {
+        if self.waiting.len() < MAX_WAITING {
+            self.waiting.push(w);
+        } else {
+            log::debug!(
+                "too many connections waiting: the peer end of {} is not followed",
+                w.conn
+            );
+        }
+    }
+
+    /// Find which of `candidates` holds socket `peer_inode` (the peer of
+    /// the target's connection `conn`), track it and register its end.
+    #[allow(clippy::too_many_arguments)]
+    fn follow(
+        &mut self,
+        backend: &mut dyn CaptureBackend,
+        tracker: &mut ConnTracker,
+        out: &mut Vec<CaptureEvent>,
+        conn: ConnId,
+        tgid: u32,
+        peer_inode: u64,
+        candidates: &[u32],
+    ) -> Followed {
+        let mut seen = HashSet::new();
+        let holder = candidates
+            .iter()
+            .copied()
+            // pid 0: the peer is in a PID namespace we cannot see; the
+            // target itself is no peer (both ends of its own pair).
+            .filter(|&p| p != 0 && p != tgid && seen.insert(p))
+            .find_map(|p| {
+                let fds: Vec<u32> = discovery::socket_fds_of(p)
+                    .ok()?
+                    .into_iter()
+                    .filter(|&(_, ino)| ino == peer_inode)
+                    .map(|(fd, _)| fd)
+                    .collect();
+                (!fds.is_empty()).then_some((p, fds))
+            });
+        let Some((pid, fds)) = holder else {
+            return Followed::NotFound;
+        };
+        if fds
+            .iter()
+            .any(|&fd| tracker.conn_of(pid, fd as i32).is_some())
+        {
+            return Followed::Done; // its end is captured already
+        }
+        if !self.targets.contains(&pid) && !tracker.is_peer_process(pid) {
+            if let Err(e) = backend.track_process(pid) {
+                log::warn!("cannot track peer process {pid} of {conn}: {e}");
+                return Followed::Done;
+            }
+            // From here on, a peer process that is no longer needed is
+            // untracked at the next batch end (`take_idle_peer_processes`).
+            tracker.add_peer_process(pid);
+        }
+        let mut tracked = Vec::new();
+        for &fd in &fds {
+            match backend.track_fd(pid, fd, FD_CONN) {
+                Ok(()) => tracked.push(fd),
+                Err(e) => log::warn!("cannot track fd {fd} of peer process {pid}: {e}"),
+            }
+        }
+        // Tracked first, checked then: an fd closed or reused in between
+        // does not hold the socket any more and is switched off again (not
+        // in a traced process, where the kernel may have tracked the new
+        // connection on it meanwhile); one closed after this check is seen
+        // closing by the kernel.
+        let mut kept = Vec::new();
+        for fd in tracked {
+            if discovery::fd_socket_inode(pid, fd) == Some(peer_inode) {
+                kept.push(fd as i32);
+            } else if !self.targets.contains(&pid) {
+                if let Err(e) = backend.track_fd(pid, fd, 0) {
+                    log::debug!("switching off fd {fd} of peer process {pid}: {e}");
+                }
+            }
+        }
+        let checked = monotonic_ns();
+        if let Some(ev) = tracker.register_peer_end(
+            pid,
+            &kept,
+            conn,
+            Some(peer_inode),
+            peer_process(tgid, &self.peer_env),
+            checked,
+        ) {
+            out.push(ev);
+        }
+        Followed::Done
     }
 }

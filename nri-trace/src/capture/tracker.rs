@@ -11,8 +11,17 @@
 //!   one (marked truncated if its last record never came).
 //! - Per-direction sequence numbers (`FdState::seq_in/seq_out`) reveal
 //!   syscalls lost to ring-buffer overflow: the next chunk gets `gap_before`.
+//! - Peer processes (tracked only to capture the peer's end of traced
+//!   connections, see [`ConnTracker::register_peer_end`]) contribute only
+//!   those connections: anything else the kernel starts tracking for them
+//!   (their own socketpairs, connects, dups of other fds) is dropped and
+//!   handed back by [`ConnTracker::take_ignored_fds`], so that peers of peers
+//!   are never captured.
 
-use std::{collections::HashMap, path::PathBuf};
+use std::{
+    collections::{HashMap, HashSet},
+    path::PathBuf,
+};
 
 use nri_trace_common::{RecordKind, Syscall};
 
@@ -61,7 +70,36 @@ pub struct ConnTracker {
     existing_since: HashMap<(u32, i32), u64>,
     /// Connections opened in the current batch whose peer is not looked up
     /// yet (see `resolve_peers`).
-    unresolved: Vec<(ConnId, u32, i32)>,
+    unresolved: Vec<(ConnId, u32, i32, Origin)>,
+    /// Processes tracked only for the peer ends registered with
+    /// `register_peer_end`.
+    peer_procs: HashSet<u32>,
+    /// (tgid, fd) of peer processes the kernel tracks but that are no peer
+    /// end: to be switched off (see `take_ignored_fds`).
+    ignored_fds: Vec<(u32, i32)>,
+}
+
+/// What /proc tells about a connection's fd, for [`ConnTracker::resolve_peers`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConnFacts {
+    /// The process at the other end (SO_PEERCRED).
+    pub peer: Option<Peer>,
+    /// The socket inode behind the fd.
+    pub inode: Option<u64>,
+}
+
+/// A connection the kernel reported opening in the batch just resolved, and
+/// still open (its fd not reused) when it was resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewConn {
+    pub conn: ConnId,
+    pub tgid: u32,
+    pub fd: i32,
+    pub origin: Origin,
+    /// `ConnFacts::peer`'s pid.
+    pub peer_pid: Option<u32>,
+    /// `ConnFacts::inode`.
+    pub inode: Option<u64>,
 }
 
 impl ConnTracker {
@@ -76,6 +114,8 @@ impl ConnTracker {
             connect_paths: Vec::new(),
             existing_since: HashMap::new(),
             unresolved: Vec::new(),
+            peer_procs: HashSet::new(),
+            ignored_fds: Vec::new(),
         }
     }
 
@@ -121,6 +161,7 @@ impl ConnTracker {
         fd: i32,
         socket_path: Option<PathBuf>,
         peer: Option<Peer>,
+        inode: Option<u64>,
         scan_mono_ns: u64,
     ) -> Option<CaptureEvent> {
         if self.by_fd.contains_key(&(tgid, fd)) {
@@ -136,6 +177,93 @@ impl ConnTracker {
             origin: Origin::Existing,
             socket_path,
             peer,
+            inode,
+            other_end: None,
+        }))
+    }
+
+    /// Mark `tgid` as a peer process: tracked in the kernel only for the peer
+    /// ends registered with [`Self::register_peer_end`]. Not for processes
+    /// that are capture targets themselves.
+    pub fn add_peer_process(&mut self, tgid: u32) {
+        self.peer_procs.insert(tgid);
+    }
+
+    /// Whether `tgid` is a peer process (see [`Self::add_peer_process`]).
+    pub fn is_peer_process(&self, tgid: u32) -> bool {
+        self.peer_procs.contains(&tgid)
+    }
+
+    /// Forget the peer processes none of whose peer ends is open any more,
+    /// and return them: the caller stops tracking them in the kernel.
+    pub fn take_idle_peer_processes(&mut self) -> Vec<u32> {
+        let busy: HashSet<u32> = self.by_fd.keys().map(|k| k.0).collect();
+        let mut idle: Vec<u32> = self
+            .peer_procs
+            .iter()
+            .copied()
+            .filter(|t| !busy.contains(t))
+            .collect();
+        idle.sort_unstable();
+        for t in &idle {
+            self.peer_procs.remove(t);
+        }
+        idle
+    }
+
+    /// The (tgid, fd)s of peer processes that the kernel started tracking
+    /// on its own (their socketpairs, connects to tracked paths, dups of
+    /// untracked fds) and that are no peer end: their records are dropped,
+    /// and the caller switches them off in the kernel (`track_fd` with no
+    /// flags), so that peers of peers are never captured.
+    pub fn take_ignored_fds(&mut self) -> Vec<(u32, i32)> {
+        std::mem::take(&mut self.ignored_fds)
+    }
+
+    /// Register the peer's end of the traced connection `other_end`: `fds`
+    /// of peer process `tgid` hold the socket (several when the peer dup'ed
+    /// it, e.g. Go's `net.FileConn`; the lowest is the connection's `fd`).
+    /// The caller has made the kernel track `tgid` and these fds before
+    /// calling, and checked in /proc afterwards that they still hold the
+    /// socket. `scan_mono_ns` is that check's time: a kernel Open record of
+    /// one of these fds from before is the same connection. Fds already
+    /// registered are skipped; `None` if nothing is left.
+    pub fn register_peer_end(
+        &mut self,
+        tgid: u32,
+        fds: &[i32],
+        other_end: ConnId,
+        inode: Option<u64>,
+        peer: Option<Peer>,
+        scan_mono_ns: u64,
+    ) -> Option<CaptureEvent> {
+        let mut fds: Vec<i32> = fds
+            .iter()
+            .copied()
+            .filter(|fd| !self.by_fd.contains_key(&(tgid, *fd)))
+            .collect();
+        fds.sort_unstable();
+        fds.dedup();
+        let (&fd, rest) = fds.split_first()?;
+        let conn = self.new_conn(tgid, fd);
+        self.existing_since.insert((tgid, fd), scan_mono_ns);
+        for &alias in rest {
+            self.by_fd.insert((tgid, alias), conn);
+            self.existing_since.insert((tgid, alias), scan_mono_ns);
+            if let Some(c) = self.conns.get_mut(&conn) {
+                c.fds += 1;
+            }
+        }
+        Some(CaptureEvent::Open(ConnOpen {
+            conn,
+            ts: self.ts(scan_mono_ns),
+            tgid,
+            fd,
+            origin: Origin::Existing,
+            socket_path: None,
+            peer,
+            inode,
+            other_end: Some(other_end),
         }))
     }
 
@@ -160,6 +288,20 @@ impl ConnTracker {
         if let Some(scan) = self.existing_since.get(&key) {
             if r.ts_ns <= *scan {
                 return; // the /proc scan already registered this connection
+            }
+        }
+        if self.peer_procs.contains(&r.tgid) {
+            let dup_of_peer_end = matches!(r.syscall, Syscall::Dup | Syscall::Dup2 | Syscall::Dup3)
+                && self.by_fd.contains_key(&(r.tgid, r.aux));
+            if !dup_of_peer_end {
+                // Not a peer end (its own socketpair, connect, ...): never
+                // captured. A registered fd is left alone: its Open record
+                // can come after the registration (e.g. a connect to a
+                // tracked path that returned after the /proc check).
+                if !self.by_fd.contains_key(&key) {
+                    self.ignored_fds.push(key);
+                }
+                return;
             }
         }
         if let Some(old) = self.by_fd.get(&key).copied() {
@@ -191,7 +333,7 @@ impl ConnTracker {
             _ => (Origin::Existing, None),
         };
         let conn = self.new_conn(r.tgid, r.fd);
-        self.unresolved.push((conn, r.tgid, r.fd));
+        self.unresolved.push((conn, r.tgid, r.fd, origin.clone()));
         out.push(CaptureEvent::Open(ConnOpen {
             conn,
             ts: self.ts(r.ts_ns),
@@ -200,35 +342,50 @@ impl ConnTracker {
             origin,
             socket_path,
             peer: None,
+            inode: None,
+            other_end: None,
         }));
     }
 
-    /// Fill in the peer (`peer_of(tgid, fd)`, i.e. SO_PEERCRED on the fd
-    /// now) of the connections opened in this batch of events. The lookup is
-    /// only trustworthy while the fd still is that connection: one closed
-    /// within the batch may have had its fd number reused by a newer
-    /// connection, whose peer it would get. Those keep `peer: None`.
+    /// Fill in the peer and socket inode (`facts(tgid, fd)`: SO_PEERCRED and
+    /// /proc on the fd now) of the connections opened in this batch of
+    /// events, and return those connections. The lookup is only trustworthy
+    /// while the fd still is that connection: one closed within the batch
+    /// may have had its fd number reused by a newer connection, whose facts
+    /// it would get. Those keep `peer: None` and are not returned.
     pub fn resolve_peers(
         &mut self,
         out: &mut [CaptureEvent],
-        peer_of: &mut dyn FnMut(u32, i32) -> Option<Peer>,
-    ) {
-        for (conn, tgid, fd) in std::mem::take(&mut self.unresolved) {
+        facts: &mut dyn FnMut(u32, i32) -> ConnFacts,
+    ) -> Vec<NewConn> {
+        let mut resolved = Vec::new();
+        for (conn, tgid, fd, origin) in std::mem::take(&mut self.unresolved) {
             if self.conn_of(tgid, fd) != Some(conn) {
                 continue;
             }
-            let Some(peer) = peer_of(tgid, fd) else {
+            let f = facts(tgid, fd);
+            resolved.push(NewConn {
+                conn,
+                tgid,
+                fd,
+                origin,
+                peer_pid: f.peer.as_ref().map(|p| p.pid),
+                inode: f.inode,
+            });
+            if f.peer.is_none() && f.inode.is_none() {
                 continue;
-            };
+            }
             for ev in out.iter_mut() {
                 if let CaptureEvent::Open(o) = ev {
                     if o.conn == conn {
-                        o.peer = Some(peer);
+                        o.peer = f.peer;
+                        o.inode = f.inode;
                         break;
                     }
                 }
             }
         }
+        resolved
     }
 
     fn release_fd(
@@ -260,6 +417,10 @@ impl ConnTracker {
 
     fn on_close(&mut self, tgid: u32, fd: i32, ts_ns: u64, out: &mut Vec<CaptureEvent>) {
         self.existing_since.remove(&(tgid, fd));
+        if self.peer_procs.contains(&tgid) {
+            // Closed before it was switched off: nothing left to switch off.
+            self.ignored_fds.retain(|k| *k != (tgid, fd));
+        }
         if let Some(id) = self.by_fd.get(&(tgid, fd)).copied() {
             self.release_fd((tgid, fd), id, ts_ns, CloseReason::Closed, out);
         }
@@ -274,6 +435,8 @@ impl ConnTracker {
             }
         }
         self.existing_since.retain(|k, _| k.0 != tgid);
+        self.ignored_fds.retain(|k| k.0 != tgid);
+        self.peer_procs.remove(&tgid);
         out.push(CaptureEvent::Process(ProcessEvent::Exit {
             ts: self.ts(ts_ns),
             tgid,
@@ -284,6 +447,8 @@ impl ConnTracker {
         let key = (r.tgid, r.fd);
         let conn = match self.by_fd.get(&key) {
             Some(c) => *c,
+            // Not a peer end (see on_open); switched off at the batch end.
+            None if self.peer_procs.contains(&r.tgid) => return,
             // Tracked in the kernel but its Open record was lost.
             None => {
                 let id = self.new_conn(r.tgid, r.fd);
@@ -295,6 +460,8 @@ impl ConnTracker {
                     origin: Origin::Existing,
                     socket_path: None,
                     peer: None,
+                    inode: None,
+                    other_end: None,
                 }));
                 id
             }
@@ -410,6 +577,11 @@ impl ConnTracker {
         for (k, id) in keys {
             self.release_fd(k, id, now_mono_ns, CloseReason::Untracked, out);
         }
+    }
+
+    /// Whether connection `conn` is open (has an fd).
+    pub fn is_open(&self, conn: ConnId) -> bool {
+        self.conns.contains_key(&conn)
     }
 
     /// Which connection a (tgid, fd) is, if tracked.
@@ -660,7 +832,7 @@ mod tests {
     #[test]
     fn existing_connection_not_duplicated_by_earlier_open() {
         let mut t = ConnTracker::new(0);
-        assert!(t.register_existing(1, 7, None, None, 500).is_some());
+        assert!(t.register_existing(1, 7, None, None, None, 500).is_some());
         // Accepted before the scan: same connection.
         assert!(feed(
             &mut t,
@@ -718,6 +890,7 @@ mod tests {
             uid: 0,
             comm: None,
             cmdline: vec![],
+            env: Default::default(),
         };
         // One batch: conn 1 on fd 7 opens and closes, conn 2 reuses fd 7.
         let mut out = feed(
@@ -737,7 +910,22 @@ mod tests {
             },
         ));
         // /proc now shows fd 7 = conn 2, whose peer is pid 42.
-        t.resolve_peers(&mut out, &mut |_, _| Some(peer(42)));
+        let new = t.resolve_peers(&mut out, &mut |_, fd| ConnFacts {
+            peer: Some(peer(42)),
+            inode: Some(1000 + fd as u64),
+        });
+        assert_eq!(
+            new,
+            vec![NewConn {
+                conn: ConnId(2),
+                tgid: 1,
+                fd: 7,
+                origin: Origin::Accept { listen_fd: 3 },
+                peer_pid: Some(42),
+                inode: Some(1007),
+            }],
+            "only the connection still open is returned"
+        );
         let opens: Vec<&ConnOpen> = out
             .iter()
             .filter_map(|e| {
@@ -751,6 +939,187 @@ mod tests {
         assert_eq!(opens[0].conn, ConnId(1));
         assert_eq!(opens[0].peer, None, "conn 1 must not get conn 2's peer");
         assert_eq!(opens[1].peer, Some(peer(42)));
+        assert_eq!((opens[0].inode, opens[1].inode), (None, Some(1007)));
+    }
+
+    fn open_events(ev: &[CaptureEvent]) -> Vec<&ConnOpen> {
+        ev.iter()
+            .filter_map(|e| match e {
+                CaptureEvent::Open(o) => Some(o),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn peer_end_is_its_own_connection() {
+        let mut t = ConnTracker::new(0);
+        let Some(CaptureEvent::Open(rt)) = t.register_existing(1, 7, None, None, Some(50), 100)
+        else {
+            panic!()
+        };
+        t.add_peer_process(2);
+        assert!(t.is_peer_process(2) && !t.is_peer_process(1));
+        // The peer holds the socket on fds 5 and 3 (dup'ed): one connection.
+        let Some(CaptureEvent::Open(pe)) =
+            t.register_peer_end(2, &[5, 3], rt.conn, Some(51), None, 200)
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (pe.tgid, pe.fd, pe.other_end, pe.inode, &pe.origin),
+            (2, 3, Some(rt.conn), Some(51), &Origin::Existing)
+        );
+        assert_ne!(pe.conn, rt.conn);
+        assert_eq!(t.conn_of(2, 5), Some(pe.conn));
+        // Registering again adds nothing.
+        assert!(t
+            .register_peer_end(2, &[3], rt.conn, None, None, 300)
+            .is_none());
+        // The runtime writes, the peer reads it: each on its own connection,
+        // directions relative to the holder.
+        let ev = feed(&mut t, &data(Syscall::Write, 7, 0, 300, b"req"));
+        assert_eq!(
+            (chunks(&ev)[0].conn, chunks(&ev)[0].direction),
+            (rt.conn, Direction::Out)
+        );
+        let ev = feed(
+            &mut t,
+            &Rec {
+                tgid: 2,
+                tid: 2,
+                ..data(Syscall::Read, 5, 0, 301, b"req")
+            },
+        );
+        assert_eq!(
+            (chunks(&ev)[0].conn, chunks(&ev)[0].direction),
+            (pe.conn, Direction::In)
+        );
+        // Closing one of the two fds keeps it open; the last one closes it.
+        let close = |fd| Rec {
+            tgid: 2,
+            ts: 400,
+            ..rec(RecordKind::Close, Syscall::Close, fd)
+        };
+        assert!(feed(&mut t, &close(3)).is_empty());
+        assert!(t.take_idle_peer_processes().is_empty());
+        let ev = feed(&mut t, &close(5));
+        assert!(
+            matches!(&ev[0], CaptureEvent::Close(c) if c.conn == pe.conn && c.reason == CloseReason::Closed)
+        );
+        assert_eq!(t.take_idle_peer_processes(), vec![2]);
+        assert!(!t.is_peer_process(2));
+        assert_eq!(t.open_connections(), 1);
+    }
+
+    #[test]
+    fn peer_process_own_connections_are_ignored() {
+        let mut t = ConnTracker::new(0);
+        t.add_connect_path("/s".into());
+        t.register_existing(1, 7, None, None, None, 100);
+        t.add_peer_process(2);
+        let pe = match t.register_peer_end(2, &[4], ConnId(1), None, None, 200) {
+            Some(CaptureEvent::Open(o)) => o.conn,
+            e => panic!("{e:?}"),
+        };
+        let p = |r: Rec| Rec {
+            tgid: 2,
+            tid: 2,
+            ..r
+        };
+        // Its own socketpair and connect: no connection, no data.
+        let mut ev = feed(
+            &mut t,
+            &p(Rec {
+                ts: 300,
+                aux: 9,
+                ..rec(RecordKind::Open, Syscall::Socketpair, 8)
+            }),
+        );
+        ev.extend(feed(
+            &mut t,
+            &p(Rec {
+                ts: 301,
+                ..rec(RecordKind::Open, Syscall::Connect, 10)
+            }),
+        ));
+        ev.extend(feed(&mut t, &p(data(Syscall::Write, 8, 0, 302, b"x"))));
+        // A dup of an fd that is no peer end is no peer end either.
+        ev.extend(feed(
+            &mut t,
+            &p(Rec {
+                ts: 303,
+                aux: 8,
+                ..rec(RecordKind::Open, Syscall::Dup, 11)
+            }),
+        ));
+        // The Open of the registered fd coming late (a connect that returned
+        // after the /proc check) changes nothing.
+        ev.extend(feed(
+            &mut t,
+            &p(Rec {
+                ts: 304,
+                ..rec(RecordKind::Open, Syscall::Connect, 4)
+            }),
+        ));
+        // Closed in the same batch: nothing to switch off any more.
+        ev.extend(feed(
+            &mut t,
+            &p(Rec {
+                ts: 304,
+                ..rec(RecordKind::Close, Syscall::Close, 10)
+            }),
+        ));
+        assert!(ev.is_empty(), "{ev:?}");
+        assert_eq!(t.take_ignored_fds(), vec![(2, 8), (2, 11)]);
+        assert!(t.take_ignored_fds().is_empty());
+        // A dup of the peer end is the same connection.
+        assert!(feed(
+            &mut t,
+            &p(Rec {
+                ts: 305,
+                aux: 4,
+                ..rec(RecordKind::Open, Syscall::Dup, 12)
+            })
+        )
+        .is_empty());
+        assert_eq!(t.conn_of(2, 12), Some(pe));
+        // Nothing of it is a new connection to look up.
+        assert!(t
+            .resolve_peers(&mut [], &mut |_, _| ConnFacts::default())
+            .is_empty());
+        // Killed: its end closes with the process, and it is no peer process
+        // any more.
+        feed(
+            &mut t,
+            &p(Rec {
+                ts: 306,
+                aux: 3,
+                ..rec(RecordKind::Open, Syscall::Socketpair, 13)
+            }),
+        );
+        let ev = feed(
+            &mut t,
+            &p(Rec {
+                ts: 307,
+                ..rec(RecordKind::ProcessExit, Syscall::Sched, -1)
+            }),
+        );
+        assert!(
+            matches!(&ev[0], CaptureEvent::Close(c) if c.conn == pe && c.reason == CloseReason::ProcessExit)
+        );
+        assert!(matches!(
+            &ev[1],
+            CaptureEvent::Process(ProcessEvent::Exit { tgid: 2, .. })
+        ));
+        assert_eq!(open_events(&ev).len(), 0);
+        assert!(!t.is_peer_process(2));
+        assert!(
+            t.take_ignored_fds().is_empty(),
+            "nothing to switch off for a dead process"
+        );
+        assert!(t.take_idle_peer_processes().is_empty());
+        assert_eq!(t.open_connections(), 1);
     }
 
     #[test]

@@ -8,7 +8,10 @@
 //!
 //! ```text
 //! unix-peer serve PATH SCRIPT [--count N] [--threads]
-//! unix-peer socketpair [MSG_LEN [REPLY_LEN]]
+//! unix-peer socketpair [MSG_LEN [REPLY_LEN]] [--child-waits]
+//! unix-peer pair-exec SCRIPT KEY [--decoy] [NAME=VALUE...]
+//! unix-peer mirror FD SCRIPT KEY
+//! unix-peer connect PATH SCRIPT KEY
 //! ```
 //!
 //! `serve` binds and listens on PATH, prints `ready`, accepts N connections
@@ -37,12 +40,44 @@
 //! (`pattern_byte(2, j)`, default 30000) with read(2), checks them, closes B
 //! and exits. The parent closes B, reads the child's message from A with
 //! read(2), checks it, writes the reply with write(2), closes A, waits for
-//! the child, prints `child PID` and `done`.
+//! the child, prints `child PID` and `done`. With `--child-waits` the parent
+//! prints `child PID` right after the fork instead, and the child waits for
+//! a line on stdin (which it shares with the parent) before it writes, so a
+//! test can make sure it is traced first.
+//!
+//! `pair-exec` launches a "plugin" the way containerd launches a
+//! pre-installed NRI plugin: it creates a socketpair with SOCK_CLOEXEC and
+//! execs `unix-peer mirror 3 SCRIPT KEY` with the other end as fd 3 and the
+//! NAME=VALUE variables added to its environment (e.g. NRI_PLUGIN_SOCKET=3),
+//! then closes that end. With `--decoy` it does the same once more without
+//! the variables and without traffic. It prints `pair FD PID` (its end and
+//! the plugin's pid) and, with `--decoy`, `decoy FD PID`, runs SCRIPT on its
+//! end like `serve` does on a connection (so a `wait` step lets a test attach
+//! to a pair that already exists), closes the decoy, waits for the children
+//! and prints `done`.
+//!
+//! `mirror` is the other side of SCRIPT on fd FD: where the script reads N
+//! bytes it writes the next N bytes of `pattern(KEY)` with write(2); where
+//! the script writes N bytes it reads them with read(2) and checks them
+//! against what the script's side sends (see above). It then expects end of
+//! stream and exits 0. `wait` steps are skipped.
+//!
+//! `connect` is `mirror` as a client: it connects to PATH, prints
+//! `connected FD`, and plays the other side of SCRIPT on that connection;
+//! there `wait` steps count: it prints `waiting` and blocks until a line
+//! arrives on stdin (so the server's script is the same without them). At
+//! the end of stream it closes the socket and prints `done`.
 
 use std::{
     io::{BufRead, Write},
-    os::{fd::IntoRawFd, unix::net::UnixListener},
-    process::exit,
+    os::{
+        fd::IntoRawFd,
+        unix::{
+            net::{UnixListener, UnixStream},
+            process::CommandExt,
+        },
+    },
+    process::{exit, Child, Command, Stdio},
 };
 
 use nri_trace_tests::{fnv1a, pattern_byte, FNV_OFFSET};
@@ -249,6 +284,22 @@ fn say(line: &str) {
     let _ = out.flush();
 }
 
+/// One line from fd 0 read byte by byte with read(2): for a forked child,
+/// which must not use the stdin buffer it shares (as a copy) with its parent.
+fn read_fd0_line() -> Result<(), String> {
+    let mut b = [0u8; 1];
+    loop {
+        let r = unsafe { libc::read(0, b.as_mut_ptr() as *mut libc::c_void, 1) };
+        match r {
+            1 if b[0] == b'\n' => return Ok(()),
+            1 => {}
+            0 => return Err("stdin closed while waiting for a line".into()),
+            _ if errno().kind() == std::io::ErrorKind::Interrupted => {}
+            _ => return Err(format!("stdin: {}", errno())),
+        }
+    }
+}
+
 fn read_stdin_line() -> Result<String, String> {
     let mut line = String::new();
     match std::io::stdin().lock().read_line(&mut line) {
@@ -329,6 +380,12 @@ fn serve(args: &[String]) -> Result<(), String> {
 }
 
 fn socketpair(args: &[String]) -> Result<(), String> {
+    let child_waits = args.iter().any(|a| a == "--child-waits");
+    let args: Vec<String> = args
+        .iter()
+        .filter(|a| *a != "--child-waits")
+        .cloned()
+        .collect();
     let msg_len: usize = args
         .first()
         .map_or(Ok(100 * 1024), |a| a.parse())
@@ -359,6 +416,9 @@ fn socketpair(args: &[String]) -> Result<(), String> {
         // Child: single-threaded copy of us; buffers were prepared before fork.
         let r = (|| {
             close(a)?;
+            if child_waits {
+                read_fd0_line()?;
+            }
             send_all(b, Op::Write, &msg)?;
             recv_exact(b, Op::Read, &mut buf[..reply_len])?;
             if buf[..reply_len] != reply[..] {
@@ -375,6 +435,9 @@ fn socketpair(args: &[String]) -> Result<(), String> {
         };
         unsafe { libc::_exit(code) };
     }
+    if child_waits {
+        say(&format!("child {pid}"));
+    }
     close(b)?;
     recv_exact(a, Op::Read, &mut buf[..msg_len])?;
     if buf[..msg_len] != msg[..] {
@@ -389,9 +452,183 @@ fn socketpair(args: &[String]) -> Result<(), String> {
     if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
         return Err(format!("child {pid} failed (wait status {status:#x})"));
     }
-    say(&format!("child {pid}"));
+    if !child_waits {
+        say(&format!("child {pid}"));
+    }
     say("done");
     Ok(())
+}
+
+/// Spawns `unix-peer ARGS` with `fd` as its fd 3 and `env` added to its
+/// environment, as containerd passes a plugin its end of the socketpair
+/// (Go's cmd.ExtraFiles). stdout is /dev/null, so that only this process
+/// talks to the test.
+fn spawn_with_fd3(fd: i32, args: &[&str], env: &[(&str, &str)]) -> Result<Child, String> {
+    // std's exec-status pipe is opened after fd 3 is taken, so dup2 onto fd
+    // 3 in the child cannot close it. Check that fd 3 really is in use.
+    if unsafe { libc::fcntl(3, libc::F_GETFD) } < 0 {
+        return Err("fd 3 is not open before spawning the plugin".into());
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let mut cmd = Command::new(exe);
+    cmd.args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    // SAFETY: dup2/fcntl are async-signal-safe and touch no memory.
+    unsafe {
+        cmd.pre_exec(move || {
+            // dup2 clears FD_CLOEXEC on the copy; an end that already is fd
+            // 3 has it cleared by hand.
+            let ok = if fd == 3 {
+                libc::fcntl(3, libc::F_SETFD, 0) == 0
+            } else {
+                libc::dup2(fd, 3) == 3
+            };
+            if ok {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    cmd.spawn()
+        .map_err(|e| format!("spawn unix-peer {args:?}: {e}"))
+}
+
+/// A SOCK_STREAM socketpair with SOCK_CLOEXEC on both ends (as containerd
+/// creates it), so that neither end leaks into other children.
+fn cloexec_pair() -> Result<(i32, i32), String> {
+    let mut sv = [0i32; 2];
+    let ty = libc::SOCK_STREAM | libc::SOCK_CLOEXEC;
+    if unsafe { libc::socketpair(libc::AF_UNIX, ty, 0, sv.as_mut_ptr()) } != 0 {
+        return Err(format!("socketpair: {}", errno()));
+    }
+    Ok((sv[0], sv[1]))
+}
+
+fn wait_child(what: &str, mut child: Child) -> Result<(), String> {
+    let status = child
+        .wait()
+        .map_err(|e| format!("waiting for the {what}: {e}"))?;
+    if !status.success() {
+        return Err(format!("the {what} (pid {}) failed: {status}", child.id()));
+    }
+    Ok(())
+}
+
+fn pair_exec(args: &[String]) -> Result<(), String> {
+    let [script, key, rest @ ..] = args else {
+        return Err("usage: unix-peer pair-exec SCRIPT KEY [--decoy] [NAME=VALUE...]".into());
+    };
+    let steps = parse_script(script)?;
+    key.parse::<u64>().map_err(|e| format!("KEY: {e}"))?;
+    let mut decoy = false;
+    let mut env = Vec::new();
+    for a in rest {
+        match a.split_once('=') {
+            _ if a == "--decoy" => decoy = true,
+            Some((name, value)) if !name.is_empty() => env.push((name, value)),
+            _ => {
+                return Err(format!(
+                    "unknown argument {a:?}: want --decoy or NAME=VALUE"
+                ))
+            }
+        }
+    }
+    let (ours, theirs) = cloexec_pair()?;
+    let plugin = spawn_with_fd3(theirs, &["mirror", "3", script, key], &env)?;
+    close(theirs)?;
+    say(&format!("pair {ours} {}", plugin.id()));
+    let decoy = if decoy {
+        let (ours, theirs) = cloexec_pair()?;
+        // An empty script: it only waits for the end of stream.
+        let child = spawn_with_fd3(theirs, &["mirror", "3", "", "0"], &[])?;
+        close(theirs)?;
+        say(&format!("decoy {ours} {}", child.id()));
+        Some((ours, child))
+    } else {
+        None
+    };
+    run_script(ours, &steps)?;
+    if let Some((fd, child)) = decoy {
+        close(fd)?;
+        wait_child("decoy", child)?;
+    }
+    wait_child("plugin", plugin)?;
+    say("done");
+    Ok(())
+}
+
+fn mirror(args: &[String]) -> Result<(), String> {
+    let [fd, script, key] = args else {
+        return Err("usage: unix-peer mirror FD SCRIPT KEY".into());
+    };
+    let fd: i32 = fd.parse().map_err(|e| format!("FD: {e}"))?;
+    let key: u64 = key.parse().map_err(|e| format!("KEY: {e}"))?;
+    let steps = parse_script(script)?;
+    run_mirror(fd, &steps, key, false)
+}
+
+fn connect(args: &[String]) -> Result<(), String> {
+    let [path, script, key] = args else {
+        return Err("usage: unix-peer connect PATH SCRIPT KEY".into());
+    };
+    let key: u64 = key.parse().map_err(|e| format!("KEY: {e}"))?;
+    let steps = parse_script(script)?;
+    let fd = UnixStream::connect(path)
+        .map_err(|e| format!("connect {path}: {e}"))?
+        .into_raw_fd();
+    say(&format!("connected {fd}"));
+    run_mirror(fd, &steps, key, true)?;
+    say("done");
+    Ok(())
+}
+
+/// The other side of `steps` on `fd` (see `mirror`), then end of stream and
+/// close. `waits`: honour `wait` steps (else skip them).
+fn run_mirror(fd: i32, steps: &[Step], key: u64, waits: bool) -> Result<(), String> {
+    // What the script's side has received (= what we sent) and sent so far.
+    let (mut sent_hash, mut sent, mut received) = (FNV_OFFSET, 0u64, 0u64);
+    let mut buf = Vec::new();
+    for &step in steps {
+        let Step::Io(op, n) = step else {
+            if waits {
+                say("waiting");
+                read_stdin_line()?;
+            }
+            continue;
+        };
+        if op.inbound() {
+            buf.clear();
+            buf.extend((0..n as u64).map(|j| pattern_byte(key, sent + j)));
+            send_all(fd, Op::Write, &buf)?;
+            sent_hash = fnv1a(sent_hash, &buf);
+            sent += n as u64;
+        } else {
+            buf.clear();
+            buf.resize(n, 0);
+            recv_exact(fd, Op::Read, &mut buf)?;
+            let bad = (0..n).find(|&j| buf[j] != pattern_byte(sent_hash, received + j as u64));
+            if let Some(j) = bad {
+                return Err(format!(
+                    "mirror: byte {} of the stream differs from the script's",
+                    received + j as u64
+                ));
+            }
+            received += n as u64;
+        }
+    }
+    let mut b = [0u8; 1];
+    let r = unsafe { libc::read(fd, b.as_mut_ptr() as *mut libc::c_void, 1) };
+    if r != 0 {
+        return Err(format!(
+            "mirror: expected end of stream, read returned {r} ({})",
+            errno()
+        ));
+    }
+    close(fd)
 }
 
 fn main() {
@@ -399,8 +636,14 @@ fn main() {
     let r = match args.first().map(String::as_str) {
         Some("serve") => serve(&args[1..]),
         Some("socketpair") => socketpair(&args[1..]),
+        Some("pair-exec") => pair_exec(&args[1..]),
+        Some("mirror") => mirror(&args[1..]),
+        Some("connect") => connect(&args[1..]),
         _ => Err(
-            "usage: unix-peer serve PATH SCRIPT [--count N] [--threads] | socketpair [MSG_LEN [REPLY_LEN]]"
+            "usage: unix-peer serve PATH SCRIPT [--count N] [--threads] \
+             | socketpair [MSG_LEN [REPLY_LEN]] [--child-waits] \
+             | pair-exec SCRIPT KEY [--decoy] [NAME=VALUE...] | mirror FD SCRIPT KEY \
+             | connect PATH SCRIPT KEY"
                 .into(),
         ),
     };

@@ -268,6 +268,12 @@ impl Peer {
         }
     }
 
+    /// SIGKILL it (and reap it).
+    pub fn kill(&mut self) {
+        self.child.kill().expect("kill unix-peer");
+        self.child.wait().expect("reap unix-peer");
+    }
+
     pub fn send_line(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("stdin open");
         writeln!(stdin, "{line}")
@@ -336,6 +342,9 @@ pub fn session_config() -> SessionConfig {
         connect_paths: vec![],
         drain_interval: Duration::from_millis(2),
         channel: 65536,
+        peer_env: vec![],
+        existing_socketpair_env: None,
+        follow_peer_ends: false,
     }
 }
 

@@ -1,0 +1,1089 @@
+//! Recordings: a [`CaptureEvent`] stream written to and read back from NDJSON.
+//!
+//! The format is the one `nri-trace capture --format ndjson` prints
+//! (docs/capture.md): one JSON object per line, `"v"` the record version
+//! ([`SCHEMA_VERSION`]) and `"type"` the event kind; chunk bytes are
+//! lowercase hex and syscalls are named ([`Syscall::name`]). Reading a
+//! recording gives back exactly the events that were written, so decoders
+//! and the engine behave the same live or replayed, and real captures can be
+//! committed as test fixtures.
+//!
+//! There is no header line: every line stands on its own, so a recording can
+//! be cut, concatenated or filtered with line tools, and a capture killed
+//! mid-write loses at most its last line.
+//!
+//! A recording is untrusted input (fixtures come from anywhere): lines are
+//! capped in size ([`DEFAULT_MAX_LINE_BYTES`]), and a bad line is an error
+//! naming its line number, never a panic. The reader keeps going after a bad
+//! line, so a caller may choose to skip it.
+
+use std::{
+    fmt,
+    fs::File,
+    io::{self, BufRead, BufReader, BufWriter, Read, Write},
+    iter::FusedIterator,
+    path::{Path, PathBuf},
+};
+
+use serde::{de, Deserialize, Deserializer};
+
+use super::{CaptureEvent, Syscall};
+
+/// Version of the records this build writes, and the newest it reads. Every
+/// line carries it as `"v"`; lines without `"v"` (hand-written fixtures) are
+/// read as this version.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Default cap on one line of a recording. The largest line a capture writes
+/// is a chunk of `MAX_SNAP` (4 MiB) bytes, 8 MiB as hex; the cap leaves room
+/// for that and for long peer command lines while bounding what a corrupt or
+/// hostile file can make us buffer. Parsing may hold a few times the line
+/// size (serde buffers internally tagged objects before decoding them).
+pub const DEFAULT_MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Line buffers bigger than this are released after use rather than kept for
+/// the next line: a legitimate line stays below it (see
+/// [`DEFAULT_MAX_LINE_BYTES`]), so only oversized input pays for regrowing.
+const RETAINED_BUFFER_BYTES: usize = 16 * 1024 * 1024;
+
+/// What went wrong reading (or opening) a recording. Every error about the
+/// content names its 1-based line number; blank lines count.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordingError {
+    #[error("cannot open recording {}: {source}", path.display())]
+    Open { path: PathBuf, source: io::Error },
+    /// Reading failed; the reader stops after this error.
+    #[error("line {line}: read error: {source}")]
+    Io { line: u64, source: io::Error },
+    /// The line is longer than the reader's cap; it was skipped unread.
+    #[error("line {line}: longer than {max} bytes, skipped")]
+    LineTooLong { line: u64, max: usize },
+    /// The last line has no newline and ends inside a JSON value: the
+    /// recording was cut short (typically a capture killed mid-write).
+    #[error("line {line}: recording ends in the middle of an event (cut short?)")]
+    Truncated { line: u64 },
+    /// The line is written by a newer (or unknown) version of the format.
+    #[error("line {line}: record version {version} is not supported (this build reads version {SCHEMA_VERSION})")]
+    UnsupportedVersion { line: u64, version: u64 },
+    /// The line is not a valid event: bad JSON, missing or mistyped field,
+    /// bad hex, unknown syscall or event type.
+    #[error("line {line}{}: {message}", column_note(*column))]
+    Invalid {
+        line: u64,
+        /// 1-based byte column where serde_json knows it (syntax errors,
+        /// mostly). Errors found inside an event (a missing field, bad hex)
+        /// have none: serde decodes tagged events from a buffered copy of
+        /// the line, which has no positions.
+        column: Option<usize>,
+        message: String,
+    },
+}
+
+fn column_note(column: Option<usize>) -> String {
+    column.map(|c| format!(", column {c}")).unwrap_or_default()
+}
+
+impl RecordingError {
+    /// The 1-based line the error is about, if it is about one.
+    pub fn line(&self) -> Option<u64> {
+        match self {
+            Self::Open { .. } => None,
+            Self::Io { line, .. }
+            | Self::LineTooLong { line, .. }
+            | Self::Truncated { line }
+            | Self::UnsupportedVersion { line, .. }
+            | Self::Invalid { line, .. } => Some(*line),
+        }
+    }
+}
+
+/// Writes a [`CaptureEvent`] stream as a recording, one line per event.
+///
+/// Output is buffered. Events other than chunks (opens, closes, process
+/// events, loss reports) are rare and mark points worth having on disk, so
+/// they flush; chunks do not, so a busy connection costs few write syscalls.
+/// A caller that may go idle after a chunk should call [`flush`] then (as
+/// `nri-trace capture` does when its event queue is empty). Dropping the
+/// writer flushes but loses the error; [`finish`] reports it.
+///
+/// [`flush`]: RecordingWriter::flush
+/// [`finish`]: RecordingWriter::finish
+pub struct RecordingWriter<W: Write> {
+    out: BufWriter<W>,
+    /// Reused line buffer: an event is serialized whole before any byte of it
+    /// is written, so an event that cannot be serialized leaves no partial
+    /// line behind to corrupt the next one.
+    line: Vec<u8>,
+}
+
+impl<W: Write> RecordingWriter<W> {
+    /// A writer appending to `inner`.
+    pub fn new(inner: W) -> Self {
+        Self {
+            out: BufWriter::with_capacity(64 * 1024, inner),
+            line: Vec::new(),
+        }
+    }
+
+    /// Append one event as one line.
+    pub fn write(&mut self, ev: &CaptureEvent) -> io::Result<()> {
+        encode_line(&mut self.line, ev)?;
+        let res = self.out.write_all(&self.line);
+        if self.line.capacity() > RETAINED_BUFFER_BYTES {
+            self.line = Vec::new();
+        }
+        res?;
+        if !matches!(ev, CaptureEvent::Chunk(_)) {
+            self.out.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Push buffered lines to the underlying writer and flush it.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
+    /// The underlying writer (buffered lines may not have reached it yet).
+    pub fn get_ref(&self) -> &W {
+        self.out.get_ref()
+    }
+
+    /// Flush and give back the underlying writer.
+    pub fn finish(self) -> io::Result<W> {
+        self.out
+            .into_inner()
+            .map_err(io::IntoInnerError::into_error)
+    }
+}
+
+/// Write one event as one recording line (with its newline) to `w`, in a
+/// single `write_all`. This is `nri-trace capture --format ndjson`'s output.
+pub fn write_event(w: &mut impl Write, ev: &CaptureEvent) -> io::Result<()> {
+    let mut line = Vec::new();
+    encode_line(&mut line, ev)?;
+    w.write_all(&line)
+}
+
+/// Serialize `ev` into `line` (cleared first) as `{"v":N,"type":...}\n`.
+fn encode_line(line: &mut Vec<u8>, ev: &CaptureEvent) -> io::Result<()> {
+    line.clear();
+    serde_json::to_writer(&mut *line, ev).map_err(io::Error::from)?;
+    // Add "v" by splicing it after the opening brace rather than going
+    // through serde_json::Value: that would copy every (multi-MiB) hex
+    // string once more. The event always serializes to an object starting
+    // with its "type" tag, so it is never empty and the comma is right.
+    if line.first() != Some(&b'{') || line.get(1) == Some(&b'}') {
+        return Err(io::Error::other(
+            "capture event did not serialize to a non-empty JSON object",
+        ));
+    }
+    let prefix = format!("{{\"v\":{SCHEMA_VERSION},");
+    line.splice(0..1, prefix.into_bytes());
+    line.push(b'\n');
+    Ok(())
+}
+
+/// Iterator over the events of a recording; see [`read_events`].
+///
+/// Yields one item per non-blank line: the event, or an error naming the
+/// line. After a content error it goes on with the next line; after a read
+/// error it ends.
+pub struct RecordingReader<R> {
+    inner: R,
+    /// 1-based number of the line last read; 0 before the first.
+    line: u64,
+    buf: Vec<u8>,
+    max_line: usize,
+    done: bool,
+}
+
+/// One physical line, as read into `RecordingReader::buf`.
+enum RawLine {
+    Eof,
+    /// In `buf`, without its newline; `terminated` is false for a last line
+    /// without one.
+    Line {
+        terminated: bool,
+    },
+    /// Longer than the cap; consumed and dropped.
+    TooLong,
+}
+
+impl<R: BufRead> RecordingReader<R> {
+    /// A reader of `inner` with the default line cap
+    /// ([`DEFAULT_MAX_LINE_BYTES`]).
+    pub fn new(inner: R) -> Self {
+        Self {
+            inner,
+            line: 0,
+            buf: Vec::new(),
+            max_line: DEFAULT_MAX_LINE_BYTES,
+            done: false,
+        }
+    }
+
+    /// Cap lines at `max` bytes (newline excluded) instead of the default;
+    /// longer lines give [`RecordingError::LineTooLong`] and are skipped.
+    pub fn with_max_line_bytes(mut self, max: usize) -> Self {
+        self.max_line = max;
+        self
+    }
+
+    /// 1-based number of the line last read (0 before the first).
+    pub fn line_number(&self) -> u64 {
+        self.line
+    }
+
+    /// Read the next physical line into `self.buf` without ever holding more
+    /// than `max_line` bytes of it (`BufRead::read_until` would buffer a
+    /// newline-free file whole).
+    fn read_raw_line(&mut self) -> io::Result<RawLine> {
+        if self.buf.capacity() > RETAINED_BUFFER_BYTES {
+            self.buf = Vec::new();
+        }
+        self.buf.clear();
+        let mut any = false;
+        let mut too_long = false;
+        loop {
+            let avail = match self.inner.fill_buf() {
+                Ok(b) => b,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if avail.is_empty() {
+                return Ok(match (any, too_long) {
+                    (false, _) => RawLine::Eof,
+                    (true, true) => RawLine::TooLong,
+                    (true, false) => RawLine::Line { terminated: false },
+                });
+            }
+            any = true;
+            let newline = avail.iter().position(|&b| b == b'\n');
+            let take = newline.unwrap_or(avail.len());
+            if !too_long {
+                if self.buf.len() + take > self.max_line {
+                    too_long = true;
+                    self.buf = Vec::new();
+                } else {
+                    self.buf.extend_from_slice(&avail[..take]);
+                }
+            }
+            self.inner.consume(take + usize::from(newline.is_some()));
+            if newline.is_some() {
+                return Ok(if too_long {
+                    RawLine::TooLong
+                } else {
+                    RawLine::Line { terminated: true }
+                });
+            }
+        }
+    }
+}
+
+impl<R: BufRead> Iterator for RecordingReader<R> {
+    type Item = Result<CaptureEvent, RecordingError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.done {
+            let raw = match self.read_raw_line() {
+                Ok(raw) => raw,
+                Err(source) => {
+                    // Retrying a failed read could fail forever; stop.
+                    self.done = true;
+                    return Some(Err(RecordingError::Io {
+                        line: self.line + 1,
+                        source,
+                    }));
+                }
+            };
+            let terminated = match raw {
+                RawLine::Eof => {
+                    self.done = true;
+                    return None;
+                }
+                RawLine::TooLong => {
+                    self.line += 1;
+                    return Some(Err(RecordingError::LineTooLong {
+                        line: self.line,
+                        max: self.max_line,
+                    }));
+                }
+                RawLine::Line { terminated } => terminated,
+            };
+            self.line += 1;
+            // Tolerate CRLF (a fixture edited or checked out on Windows).
+            let text = self.buf.strip_suffix(b"\r").unwrap_or(&self.buf);
+            if text.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            return Some(parse_line(text, self.line, terminated));
+        }
+        None
+    }
+}
+
+impl<R: BufRead> FusedIterator for RecordingReader<R> {}
+
+/// The events of the recording `r`, one item per non-blank line.
+pub fn read_events<R: BufRead>(r: R) -> RecordingReader<R> {
+    RecordingReader::new(r)
+}
+
+/// Open the recording at `path` for streaming.
+pub fn open(
+    path: impl AsRef<Path>,
+) -> Result<RecordingReader<BufReader<Box<dyn Read + Send>>>, RecordingError> {
+    let path = path.as_ref();
+    let open_err = |source| RecordingError::Open {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut f = BufReader::new(File::open(path).map_err(open_err)?);
+    // gzip (RFC 1952 magic 1f 8b): committed fixtures and archived captures
+    // are compressed (hex NDJSON shrinks ~30x).
+    let gz = f.fill_buf().map_err(open_err)?.starts_with(&[0x1f, 0x8b]);
+    let inner: Box<dyn Read + Send> = if gz {
+        Box::new(flate2::bufread::MultiGzDecoder::new(f))
+    } else {
+        Box::new(f)
+    };
+    Ok(RecordingReader::new(BufReader::with_capacity(
+        256 * 1024,
+        inner,
+    )))
+}
+
+/// All events of the recording at `path`; the first bad line is an error.
+pub fn read_file(path: impl AsRef<Path>) -> Result<Vec<CaptureEvent>, RecordingError> {
+    open(path)?.collect()
+}
+
+/// Only the record version, read before the event: a line of a newer format
+/// might otherwise parse as a wrong event. Other fields are skipped without
+/// being stored.
+#[derive(Deserialize)]
+struct VersionProbe {
+    #[serde(default)]
+    v: Option<u64>,
+}
+
+fn parse_line(text: &[u8], line: u64, terminated: bool) -> Result<CaptureEvent, RecordingError> {
+    let invalid = |e: serde_json::Error| {
+        if !terminated && e.classify() == serde_json::error::Category::Eof {
+            return RecordingError::Truncated { line };
+        }
+        // serde_json appends " at line 1 column N"; each line is parsed on
+        // its own, so only the column means something here.
+        let full = e.to_string();
+        let suffix = format!(" at line {} column {}", e.line(), e.column());
+        let message = full.strip_suffix(&suffix).unwrap_or(&full).to_string();
+        RecordingError::Invalid {
+            line,
+            column: (e.column() != 0).then_some(e.column()),
+            message,
+        }
+    };
+    // serde also accepts a JSON array for a struct or a tagged enum; a
+    // recording line is an object, and saying so beats a confusing message.
+    match text.iter().position(|b| !b.is_ascii_whitespace()) {
+        Some(i) if text[i] == b'{' => {}
+        i => {
+            return Err(RecordingError::Invalid {
+                line,
+                column: Some(i.unwrap_or(0) + 1),
+                message: "not a JSON object".into(),
+            })
+        }
+    }
+    let probe: VersionProbe = serde_json::from_slice(text).map_err(invalid)?;
+    if let Some(version) = probe.v {
+        if version != u64::from(SCHEMA_VERSION) {
+            return Err(RecordingError::UnsupportedVersion { line, version });
+        }
+    }
+    serde_json::from_slice(text).map_err(invalid)
+}
+
+/// A bad hex string.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HexError {
+    #[error("odd number of hex digits ({0})")]
+    OddLength(usize),
+    #[error("invalid hex digit {found:?} at offset {offset}")]
+    BadDigit { offset: usize, found: char },
+}
+
+/// Bytes from hex (the inverse of [`super::hex`]); upper case is accepted
+/// too, for hand-written fixtures.
+pub fn unhex(s: &str) -> Result<Vec<u8>, HexError> {
+    fn digit(b: u8) -> Option<u8> {
+        match b {
+            b'0'..=b'9' => Some(b - b'0'),
+            b'a'..=b'f' => Some(b - b'a' + 10),
+            b'A'..=b'F' => Some(b - b'A' + 10),
+            _ => None,
+        }
+    }
+    let bad = |offset: usize| HexError::BadDigit {
+        offset,
+        // Every byte before `offset` is an ASCII digit, so it is a char
+        // boundary.
+        found: s[offset..].chars().next().unwrap_or('\u{FFFD}'),
+    };
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len() / 2);
+    let mut pairs = b.chunks_exact(2);
+    for (i, pair) in pairs.by_ref().enumerate() {
+        let hi = digit(pair[0]).ok_or_else(|| bad(2 * i))?;
+        let lo = digit(pair[1]).ok_or_else(|| bad(2 * i + 1))?;
+        out.push(hi << 4 | lo);
+    }
+    if let [last] = pairs.remainder() {
+        // A bad last digit says more than "odd length".
+        digit(*last).ok_or_else(|| bad(b.len() - 1))?;
+        return Err(HexError::OddLength(b.len()));
+    }
+    Ok(out)
+}
+
+/// Deserializes `Chunk::bytes` from hex.
+pub(super) fn de_hex<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+    struct V;
+    impl de::Visitor<'_> for V {
+        type Value = Vec<u8>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a hex string")
+        }
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<Vec<u8>, E> {
+            unhex(s).map_err(|e| E::custom(format_args!("chunk bytes: {e}")))
+        }
+    }
+    d.deserialize_str(V)
+}
+
+/// Deserializes `Chunk::syscall` from its name.
+pub(super) fn de_syscall<'de, D: Deserializer<'de>>(d: D) -> Result<Syscall, D::Error> {
+    struct V;
+    impl de::Visitor<'_> for V {
+        type Value = Syscall;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a syscall name")
+        }
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<Syscall, E> {
+            Syscall::from_name(s).ok_or_else(|| {
+                let known: Vec<&str> = (1..)
+                    .map_while(Syscall::from_u16)
+                    .map(Syscall::name)
+                    .collect();
+                E::custom(format_args!(
+                    "unknown syscall {s:?} (expected one of {})",
+                    known.join(", ")
+                ))
+            })
+        }
+    }
+    d.deserialize_str(V)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::super::{
+        hex, Chunk, CloseReason, ConnClose, ConnId, ConnOpen, Direction, Loss, Origin, Peer,
+        ProcessEvent, Timestamp,
+    };
+    use super::*;
+
+    fn ts(n: u64) -> Timestamp {
+        Timestamp {
+            mono_ns: n,
+            wall_ns: 1_700_000_000_000_000_000u64.wrapping_add(n),
+        }
+    }
+
+    fn chunk(conn: u64, syscall: Syscall, bytes: Vec<u8>) -> Chunk {
+        Chunk {
+            conn: ConnId(conn),
+            direction: if syscall.is_inbound() {
+                Direction::In
+            } else {
+                Direction::Out
+            },
+            ts: ts(conn.wrapping_mul(10)),
+            tid: 4242,
+            syscall,
+            syscall_len: bytes.len() as u64,
+            bytes,
+            truncated: false,
+            gap_before: false,
+        }
+    }
+
+    /// Every variant, and the corners of each: all origins, peers with and
+    /// without env, all byte values, extreme numbers, every syscall name.
+    fn samples() -> Vec<CaptureEvent> {
+        let origins = [
+            Origin::Existing,
+            Origin::Accept { listen_fd: 3 },
+            Origin::Connect,
+            Origin::Socketpair { other_fd: -1 },
+            Origin::Dup { old_fd: i32::MAX },
+        ];
+        let mut env = BTreeMap::new();
+        env.insert("NRI_PLUGIN_NAME".to_string(), "logger \"x\"\n".to_string());
+        env.insert("NRI_PLUGIN_IDX".to_string(), "10".to_string());
+        let peers = [
+            None,
+            Some(Peer {
+                pid: 1,
+                uid: 0,
+                comm: None,
+                cmdline: vec![],
+                env: BTreeMap::new(),
+            }),
+            Some(Peer {
+                pid: u32::MAX,
+                uid: 65534,
+                comm: Some("plugin\u{1b}[31m é".into()),
+                cmdline: vec!["/bin/plugin".into(), "".into(), "--idx=10".into()],
+                env,
+            }),
+        ];
+        let mut v = Vec::new();
+        for (i, origin) in origins.iter().enumerate() {
+            v.push(CaptureEvent::Open(ConnOpen {
+                conn: ConnId(i as u64),
+                ts: ts(i as u64),
+                tgid: 100,
+                fd: i as i32 - 2,
+                origin: origin.clone(),
+                socket_path: (i % 2 == 0).then(|| PathBuf::from("/run/nri/nri.sock")),
+                peer: peers[i % peers.len()].clone(),
+                inode: (i % 2 == 1).then_some(1000 + i as u64),
+                other_end: (i == 3).then_some(ConnId(0)),
+            }));
+        }
+        for s in (1..).map_while(Syscall::from_u16) {
+            v.push(CaptureEvent::Chunk(chunk(7, s, b"\x00\x01ttrpc".to_vec())));
+        }
+        v.push(CaptureEvent::Chunk(chunk(8, Syscall::Read, vec![])));
+        let mut all = chunk(u64::MAX, Syscall::Writev, (0..=255).collect());
+        all.truncated = true;
+        all.gap_before = true;
+        all.syscall_len = u64::MAX;
+        all.ts = Timestamp {
+            mono_ns: u64::MAX,
+            wall_ns: 0,
+        };
+        v.push(CaptureEvent::Chunk(all));
+        for (i, reason) in [
+            CloseReason::Closed,
+            CloseReason::ProcessExit,
+            CloseReason::Untracked,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            v.push(CaptureEvent::Close(ConnClose {
+                conn: ConnId(i as u64),
+                ts: ts(99),
+                reason,
+            }));
+        }
+        v.push(CaptureEvent::Process(ProcessEvent::Fork {
+            ts: ts(5),
+            parent: 100,
+            child: 101,
+        }));
+        v.push(CaptureEvent::Process(ProcessEvent::Exit {
+            ts: ts(6),
+            tgid: 101,
+        }));
+        v.push(CaptureEvent::Loss(Loss::default()));
+        v.push(CaptureEvent::Loss(Loss {
+            lost_records: 1,
+            lost_bytes: u64::MAX,
+            read_faults: 2,
+            fd_map_full: 3,
+            malformed: 4,
+        }));
+        v
+    }
+
+    fn record(events: &[CaptureEvent]) -> Vec<u8> {
+        let mut w = RecordingWriter::new(Vec::new());
+        for ev in events {
+            w.write(ev).unwrap();
+        }
+        w.finish().unwrap()
+    }
+
+    fn read_all(bytes: &[u8]) -> Vec<Result<CaptureEvent, RecordingError>> {
+        read_events(bytes).collect()
+    }
+
+    fn only_error(text: &str) -> RecordingError {
+        let mut r = read_all(text.as_bytes());
+        assert_eq!(r.len(), 1, "{r:?}");
+        r.pop().unwrap().unwrap_err()
+    }
+
+    #[test]
+    fn round_trip_every_variant() {
+        let events = samples();
+        let bytes = record(&events);
+        let back: Vec<_> = read_events(&bytes[..]).map(Result::unwrap).collect();
+        assert_eq!(back, events);
+        // One line per event, each led by the version and its type.
+        let text = String::from_utf8(bytes).unwrap();
+        assert_eq!(text.lines().count(), events.len());
+        for l in text.lines() {
+            assert!(l.starts_with("{\"v\":1,\"type\":\""), "{l}");
+        }
+    }
+
+    #[test]
+    fn format_matches_the_documented_one() {
+        let c = chunk(3, Syscall::Recvmsg, vec![0xde, 0xad, 0x0f]);
+        let mut out = Vec::new();
+        write_event(&mut out, &CaptureEvent::Chunk(c)).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["v"], 1);
+        assert_eq!(v["type"], "chunk");
+        assert_eq!(v["conn"], 3);
+        assert_eq!(v["direction"], "in");
+        assert_eq!(v["syscall"], "recvmsg");
+        assert_eq!(v["bytes"], "dead0f");
+        assert_eq!(hex(&[0xde, 0xad, 0x0f]), "dead0f");
+    }
+
+    #[test]
+    fn capture_ndjson_output_is_a_recording() {
+        let events = samples();
+        let mut out = Vec::new();
+        for ev in &events {
+            crate::output::ndjson(&mut out, ev).unwrap();
+        }
+        assert_eq!(out, record(&events));
+        assert_eq!(read_file_bytes(&out), events);
+    }
+
+    fn read_file_bytes(b: &[u8]) -> Vec<CaptureEvent> {
+        read_events(b).collect::<Result<_, _>>().unwrap()
+    }
+
+    #[test]
+    fn hand_written_lines_are_accepted() {
+        // No "v", fields in any order, upper-case hex, unknown fields
+        // (from a newer writer of the same version) ignored, CRLF and blank
+        // lines, last line without newline.
+        let text = "\n  \r\n{\"bytes\":\"00FF\",\"type\":\"chunk\",\"conn\":1,\"direction\":\"out\",\
+                    \"ts\":{\"mono_ns\":1,\"wall_ns\":2},\"tid\":3,\"syscall\":\"write\",\
+                    \"truncated\":false,\"gap_before\":true,\"syscall_len\":9,\"extra\":[1,{}]}\r\n\
+                    \t\n{\"type\":\"process\",\"kind\":\"exit\",\"ts\":{\"mono_ns\":1,\"wall_ns\":2},\"tgid\":7}";
+        let evs = read_file_bytes(text.as_bytes());
+        assert_eq!(evs.len(), 2);
+        let CaptureEvent::Chunk(c) = &evs[0] else {
+            panic!("{evs:?}")
+        };
+        assert_eq!(
+            (c.bytes.as_slice(), c.gap_before, c.syscall),
+            (&[0u8, 255][..], true, Syscall::Write)
+        );
+        assert!(matches!(
+            evs[1],
+            CaptureEvent::Process(ProcessEvent::Exit { tgid: 7, .. })
+        ));
+    }
+
+    /// A valid chunk line with `bytes` and `syscall` replaced.
+    fn chunk_line(bytes: &str, syscall: &str) -> String {
+        let mut v: serde_json::Value = serde_json::from_slice(&record(&[CaptureEvent::Chunk(
+            chunk(1, Syscall::Read, vec![1]),
+        )]))
+        .unwrap();
+        v["bytes"] = bytes.into();
+        v["syscall"] = syscall.into();
+        v.to_string()
+    }
+
+    #[test]
+    fn hex_errors_name_the_line() {
+        let good = chunk_line("00", "read");
+        let text = format!(
+            "{good}\n\n{}\n{}\n{}\n{good}\n",
+            chunk_line("abc", "read"),
+            chunk_line("0g", "read"),
+            chunk_line("0é", "read"),
+        );
+        let r = read_all(text.as_bytes());
+        assert_eq!(r.len(), 5);
+        assert!(r[0].is_ok() && r[4].is_ok());
+        let msgs: Vec<String> = r[1..4]
+            .iter()
+            .map(|e| e.as_ref().unwrap_err().to_string())
+            .collect();
+        assert!(msgs[0].starts_with("line 3: "), "{}", msgs[0]);
+        assert!(
+            msgs[0].contains("odd number of hex digits (3)"),
+            "{}",
+            msgs[0]
+        );
+        assert!(msgs[1].starts_with("line 4: "), "{}", msgs[1]);
+        assert!(
+            msgs[1].contains("invalid hex digit 'g' at offset 1"),
+            "{}",
+            msgs[1]
+        );
+        assert!(msgs[2].starts_with("line 5: "), "{}", msgs[2]);
+        assert!(
+            msgs[2].contains("invalid hex digit 'é' at offset 1"),
+            "{}",
+            msgs[2]
+        );
+        for m in &msgs {
+            assert!(!m.contains("at line 1"), "serde_json's line leaked: {m}");
+        }
+    }
+
+    #[test]
+    fn unhex_cases() {
+        assert_eq!(unhex(""), Ok(vec![]));
+        assert_eq!(unhex("00ff7F"), Ok(vec![0, 255, 127]));
+        assert_eq!(unhex("0"), Err(HexError::OddLength(1)));
+        assert_eq!(unhex("000"), Err(HexError::OddLength(3)));
+        assert_eq!(
+            unhex("00x"),
+            Err(HexError::BadDigit {
+                offset: 2,
+                found: 'x'
+            })
+        );
+        assert_eq!(
+            unhex(" 0"),
+            Err(HexError::BadDigit {
+                offset: 0,
+                found: ' '
+            })
+        );
+        let all: Vec<u8> = (0..=255).collect();
+        assert_eq!(unhex(&hex(&all)), Ok(all));
+    }
+
+    #[test]
+    fn unknown_syscall_is_an_error() {
+        let text = format!("{}\n", chunk_line("00", "recv"));
+        let e = only_error(&text);
+        assert_eq!(e.line(), Some(1));
+        let m = e.to_string();
+        assert!(m.contains("unknown syscall \"recv\""), "{m}");
+        assert!(m.contains("read, readv, "), "{m}");
+        // Names are case-sensitive, as written.
+        assert!(only_error(&chunk_line("00", "READ"))
+            .to_string()
+            .contains("unknown syscall"));
+    }
+
+    #[test]
+    fn other_bad_lines() {
+        // (line, expected message start, part of the message). Syntax
+        // errors have a column; where serde puts data errors is its business.
+        let cases = [
+            (
+                "[\"loss\",0,0,0,0,0]",
+                "line 1, column 1: ",
+                "not a JSON object",
+            ),
+            ("  42", "line 1, column 3: ", "not a JSON object"),
+            (
+                "{\"type\":\"loss\" 1}",
+                "line 1, column 16: ",
+                "expected `,` or `}`",
+            ),
+            (
+                "{\"type\":\"loss\"} trailing",
+                "line 1, column 17: ",
+                "trailing characters",
+            ),
+            (
+                "{\"v\":\"1\",\"type\":\"loss\"}",
+                "line 1, column 8: ",
+                "invalid type",
+            ),
+            ("{\"type\":\"nope\"}", "line 1", "unknown variant `nope`"),
+            ("{\"v\":1}", "line 1", "missing field `type`"),
+            (
+                "{\"type\":\"close\",\"conn\":1}",
+                "line 1",
+                "missing field `ts`",
+            ),
+            (
+                "{\"type\":\"loss\",\"lost_records\":-1}",
+                "line 1",
+                "invalid value",
+            ),
+            (
+                "{\"type\":\"loss\",\"lost_records\":1.5}",
+                "line 1",
+                "invalid type",
+            ),
+        ];
+        for (line, start, want) in cases {
+            let e = only_error(&format!("{line}\n"));
+            let m = e.to_string();
+            assert!(m.starts_with(start), "{line}: {m}");
+            assert!(m.contains(want), "{line}: {m}");
+        }
+        let e = only_error("{\"v\":2,\"type\":\"loss\"}\n");
+        assert!(
+            matches!(
+                e,
+                RecordingError::UnsupportedVersion {
+                    line: 1,
+                    version: 2
+                }
+            ),
+            "{e}"
+        );
+        let e = only_error("{\"v\":0}\n");
+        assert!(
+            matches!(e, RecordingError::UnsupportedVersion { version: 0, .. }),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn cut_short_recording() {
+        let mut bytes = record(&samples()[..3]);
+        bytes.truncate(bytes.len() - 10);
+        let r = read_all(&bytes);
+        assert_eq!(r.len(), 3);
+        assert!(r[0].is_ok() && r[1].is_ok());
+        assert!(
+            matches!(r[2], Err(RecordingError::Truncated { line: 3 })),
+            "{r:?}"
+        );
+        // The same line with its newline is plainly invalid, not "cut short".
+        bytes.push(b'\n');
+        assert!(matches!(
+            read_all(&bytes)[2],
+            Err(RecordingError::Invalid { line: 3, .. })
+        ));
+    }
+
+    #[test]
+    fn long_lines_are_skipped_not_buffered() {
+        let ok = String::from_utf8(record(&[CaptureEvent::Loss(Loss::default())])).unwrap();
+        let max = ok.len(); // includes the newline: the line itself fits
+        let long = format!("{{\"x\":\"{}\"}}\n", "a".repeat(3 * max));
+        let text = format!("{ok}{long}{ok}{}", "b".repeat(5 * max));
+        let mut r = read_events(text.as_bytes()).with_max_line_bytes(max);
+        assert!(r.next().unwrap().is_ok());
+        assert!(matches!(
+            r.next().unwrap(),
+            Err(RecordingError::LineTooLong { line: 2, max: m }) if m == max
+        ));
+        assert!(r.next().unwrap().is_ok());
+        assert_eq!(r.line_number(), 3);
+        // An over-long unterminated tail is reported as too long too.
+        assert!(matches!(
+            r.next().unwrap(),
+            Err(RecordingError::LineTooLong { line: 4, .. })
+        ));
+        assert!(r.next().is_none());
+        assert!(r.next().is_none());
+    }
+
+    /// Hands out its data in tiny pieces, then fails.
+    struct Flaky<'a> {
+        data: &'a [u8],
+        step: usize,
+        interrupted: bool,
+    }
+
+    impl io::Read for Flaky<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if !self.interrupted {
+                self.interrupted = true;
+                return Err(io::ErrorKind::Interrupted.into());
+            }
+            self.interrupted = false;
+            if self.data.is_empty() {
+                return Err(io::Error::other("disk on fire"));
+            }
+            let n = self.step.min(self.data.len()).min(buf.len());
+            buf[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn read_errors_end_the_stream() {
+        let events = samples();
+        let bytes = record(&events);
+        let flaky = Flaky {
+            data: &bytes,
+            step: 7,
+            interrupted: false,
+        };
+        let r: Vec<_> = read_events(BufReader::with_capacity(16, flaky)).collect();
+        assert_eq!(r.len(), events.len() + 1);
+        for (got, want) in r.iter().zip(&events) {
+            assert_eq!(got.as_ref().unwrap(), want);
+        }
+        let e = r.last().unwrap().as_ref().unwrap_err();
+        assert!(matches!(e, RecordingError::Io { .. }), "{e}");
+        assert_eq!(e.line(), Some(events.len() as u64 + 1));
+    }
+
+    #[test]
+    fn writer_flushes_at_non_chunks() {
+        let mut w = RecordingWriter::new(Vec::new());
+        let c = CaptureEvent::Chunk(chunk(1, Syscall::Read, vec![1, 2]));
+        w.write(&c).unwrap();
+        assert!(w.get_ref().is_empty(), "chunks stay buffered");
+        w.flush().unwrap();
+        let after_chunk = w.get_ref().len();
+        assert!(after_chunk > 0);
+        w.write(&c).unwrap();
+        w.write(&CaptureEvent::Loss(Loss::default())).unwrap();
+        assert!(w.get_ref().len() > 2 * after_chunk);
+        assert_eq!(read_file_bytes(&w.finish().unwrap()).len(), 3);
+    }
+
+    #[test]
+    fn unserializable_event_leaves_no_partial_line() {
+        use std::os::unix::ffi::OsStrExt;
+        let mut w = RecordingWriter::new(Vec::new());
+        let CaptureEvent::Open(mut o) = samples().remove(0) else {
+            unreachable!()
+        };
+        o.socket_path = Some(PathBuf::from(std::ffi::OsStr::from_bytes(
+            b"/run/\xff.sock",
+        )));
+        assert!(w.write(&CaptureEvent::Open(o)).is_err());
+        w.write(&CaptureEvent::Loss(Loss::default())).unwrap();
+        assert_eq!(
+            read_file_bytes(&w.finish().unwrap()),
+            vec![CaptureEvent::Loss(Loss::default())]
+        );
+    }
+
+    #[test]
+    fn files() {
+        let dir = std::env::temp_dir();
+        let path = dir.join(format!("nri-trace-recording-{}.ndjson", std::process::id()));
+        let events = samples();
+        let mut w = RecordingWriter::new(File::create(&path).unwrap());
+        for ev in &events {
+            w.write(ev).unwrap();
+        }
+        w.finish().unwrap();
+        let back = read_file(&path);
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(back.unwrap(), events);
+        let e = read_file(dir.join("nri-trace-no-such-recording.ndjson")).unwrap_err();
+        assert!(matches!(e, RecordingError::Open { .. }) && e.line().is_none());
+        assert!(
+            e.to_string().contains("nri-trace-no-such-recording.ndjson"),
+            "{e}"
+        );
+    }
+
+    /// xorshift64*: deterministic pseudo-random numbers without a crate.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    /// Garbage never panics, every item names a line that exists, and
+    /// whatever does parse writes back and re-reads to the same event.
+    #[test]
+    fn garbage_never_panics() {
+        let valid = record(&samples());
+        let lines: Vec<&[u8]> = valid
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .collect();
+        // Bytes that matter to JSON and to our fields, to get past the
+        // syntax checks more often than uniform noise would.
+        const ALPHABET: &[u8] = b"{}[]:,\"\\ 0123456789abcdefgv-e.+\n\rtruefalsnl\xff\xc3\xa9";
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut parsed = 0;
+        for round in 0..3000 {
+            let mut input = Vec::new();
+            for _ in 0..1 + rng.below(4) {
+                let mut l = lines[rng.below(lines.len())].to_vec();
+                match round % 4 {
+                    // Uniform noise.
+                    0 => {
+                        l = (0..rng.below(200)).map(|_| rng.next() as u8).collect();
+                    }
+                    // Point mutations of a valid line.
+                    1 => {
+                        for _ in 0..1 + rng.below(3) {
+                            let i = rng.below(l.len());
+                            l[i] = ALPHABET[rng.below(ALPHABET.len())];
+                        }
+                    }
+                    // Cut, or splice a piece of another line in.
+                    2 => {
+                        let i = rng.below(l.len());
+                        let other = lines[rng.below(lines.len())];
+                        let j = rng.below(other.len());
+                        l.truncate(i);
+                        l.extend_from_slice(&other[j..]);
+                    }
+                    // Insert a run of JSON-ish bytes.
+                    _ => {
+                        let i = rng.below(l.len());
+                        let ins: Vec<u8> = (0..rng.below(8))
+                            .map(|_| ALPHABET[rng.below(ALPHABET.len())])
+                            .collect();
+                        l.splice(i..i, ins);
+                    }
+                }
+                input.extend_from_slice(&l);
+                if rng.below(5) != 0 {
+                    input.push(b'\n');
+                }
+            }
+            let physical = input.split(|&b| b == b'\n').count() as u64;
+            let max = if rng.below(4) == 0 {
+                64
+            } else {
+                DEFAULT_MAX_LINE_BYTES
+            };
+            for item in read_events(&input[..]).with_max_line_bytes(max) {
+                match item {
+                    Ok(ev) => {
+                        parsed += 1;
+                        let again = read_file_bytes(&record(std::slice::from_ref(&ev)));
+                        assert_eq!(again, vec![ev]);
+                    }
+                    Err(e) => {
+                        let line = e.line().unwrap();
+                        assert!((1..=physical).contains(&line), "{e} in {physical} lines");
+                        assert!(!e.to_string().is_empty());
+                    }
+                }
+            }
+        }
+        // The mutations must not all be rejected, or the round trip above
+        // tests nothing.
+        assert!(parsed > 100, "only {parsed} mutated lines parsed");
+    }
+}
