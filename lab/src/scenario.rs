@@ -69,6 +69,17 @@ pub struct Run {
     pub out: PathBuf,
     pub truth: PathBuf,
     plugins: Vec<Child>,
+    /// Attached right after the runtime is up, detached before it goes down.
+    observer: Option<Box<dyn Observer>>,
+}
+
+/// Something that watches a scenario from outside (e.g. nri-trace): it is
+/// attached once the runtime is up (pre-launched plugins already
+/// registered; external plugins not yet connected) and detached after the
+/// scenario's last action, before the runtime goes down.
+pub trait Observer {
+    fn attach(&mut self, lab: &Lab, out: &Path) -> Result<()>;
+    fn detach(&mut self) -> Result<()>;
 }
 
 /// A test plugin: name, index and `--on` / `--events` options.
@@ -94,7 +105,19 @@ impl Run {
             out: out.to_path_buf(),
             truth,
             plugins: vec![],
+            observer: None,
         })
+    }
+
+    /// Bring the runtime up (plugin request timeout `request_timeout`) and
+    /// attach the observer, if any.
+    pub fn up(&mut self, request_timeout: &str) -> Result<()> {
+        self.lab.up(request_timeout)?;
+        if let Some(o) = self.observer.as_mut() {
+            o.attach(&self.lab, &self.out)?;
+            self.note("observer attached")?;
+        }
+        Ok(())
     }
 
     pub fn note(&self, text: &str) -> Result<()> {
@@ -227,8 +250,26 @@ impl Drop for Run {
 /// Run scenario `name` on `lab` (which must be installed), leaving the truth
 /// in `out/truth.ndjson`; then check it. The lab is brought up and down.
 pub fn run(name: &str, lab: Lab, bins: Bins, out: &Path) -> Result<Vec<String>> {
+    run_observed(name, lab, bins, out, None)
+}
+
+/// [`run`], with `observer` attached while the runtime is up.
+pub fn run_observed(
+    name: &str,
+    lab: Lab,
+    bins: Bins,
+    out: &Path,
+    observer: Option<Box<dyn Observer>>,
+) -> Result<Vec<String>> {
     let mut r = Run::new(name, lab, bins, out)?;
-    let res = drive(&mut r);
+    r.observer = observer;
+    let mut res = drive(&mut r);
+    if let Some(mut o) = r.observer.take() {
+        let detached = o.detach();
+        if res.is_ok() {
+            res = detached.context("detaching the observer");
+        }
+    }
     let down = r.lab.down();
     r.reap_plugins();
     let lab = r.lab.clone();
@@ -282,7 +323,7 @@ fn drive(r: &mut Run) -> Result<()> {
                 idx: "30",
                 args: &[],
             })?;
-            r.lab.up("2s")?;
+            r.up("2s")?;
             // containerd 1.7 sends Synchronize only to plugins that connect
             // through the socket (nri pkg/adaptation acceptPluginConnections),
             // not to pre-launched ones at start-up.
@@ -305,7 +346,7 @@ fn drive(r: &mut Run) -> Result<()> {
             ])?;
         }
         "slow-plugin" => {
-            r.lab.up("2s")?;
+            r.up("2s")?;
             let slow = [
                 "--on",
                 "RUN_POD_SANDBOX=delay:500",
@@ -317,13 +358,13 @@ fn drive(r: &mut Run) -> Result<()> {
             r.lifecycle("slow", 2, 1, 1)?;
         }
         "plugin-timeout" => {
-            r.lab.up("1s")?;
+            r.up("1s")?;
             r.plugin("hang", "10", &["--on", "RUN_POD_SANDBOX=hang"])?;
             r.plugin("plain", "20", &[])?;
             r.lifecycle("timeout", 2, 1, 1)?;
         }
         "teardown-error" => {
-            r.lab.up("2s")?;
+            r.up("2s")?;
             let fail = [
                 "--on",
                 "STOP_POD_SANDBOX=error:teardown refused",
@@ -335,7 +376,7 @@ fn drive(r: &mut Run) -> Result<()> {
             r.lifecycle("tderr", 1, 1, 1)?;
         }
         "late-registration" => {
-            r.lab.up("5s")?;
+            r.up("5s")?;
             r.plugin("slow", "10", &["--on", "RUN_POD_SANDBOX=delay:3000"])?;
             let mut pod = r.driver_spawn(&["up", "--name", "late-pod"])?;
             sleep(Duration::from_millis(1000));
@@ -345,18 +386,18 @@ fn drive(r: &mut Run) -> Result<()> {
             r.driver(&["down", "--sandbox-id", &sandbox_id_of(&out)?])?;
         }
         "cri-deadline-retry" => {
-            r.lab.up("5s")?;
+            r.up("5s")?;
             r.plugin("slow", "10", &["--on", "RUN_POD_SANDBOX=delay:3000"])?;
             r.driver(&["--backoff-ms", "250", "retry", "--deadline-ms", "1000"])?;
         }
         "ignore-sigterm" => {
-            r.lab.up("2s")?;
+            r.up("2s")?;
             r.driver(&["ignore-sigterm", "--grace-secs", "2"])?;
         }
         "busy-mount" => busy_mount(r)?,
         "upstream-witness" => upstream_witness(r)?,
         "load" => {
-            r.lab.up("2s")?;
+            r.up("2s")?;
             for (name, idx) in [("alpha", "10"), ("beta", "20"), ("gamma", "30")] {
                 r.plugin(name, idx, &[])?;
             }
@@ -368,39 +409,47 @@ fn drive(r: &mut Run) -> Result<()> {
 }
 
 /// The demo behind `cargo xtask demo`: the lab with a slow and a plain
-/// plugin, `nri-trace capture` on the NRI and CRI sockets (its output goes
-/// to this terminal), two pod lifecycles, then everything is torn down.
-pub fn demo(lab: Lab, bins: Bins, nri_trace: &Path, capture_args: &[String]) -> Result<()> {
+/// plugin, `nri-trace nri` on the lab's NRI socket (its output, every
+/// decoded NRI call with its hook time and the latency table, goes to this
+/// terminal), two pod lifecycles, then everything is torn down.
+pub fn demo(lab: Lab, bins: Bins, nri_trace: &Path, nri_args: &[String]) -> Result<()> {
     let out = std::env::temp_dir().join("nri-trace-demo");
     let mut r = Run::new("happy", lab, bins, &out)?;
     let res = (|| -> Result<()> {
         r.lab.clear_plugins()?;
+        r.prelaunch(&PluginSpec {
+            name: "audit",
+            idx: "30",
+            args: &[],
+        })?;
         r.lab.up("2s")?;
-        r.plugin("slow", "10", &["--on", "RUN_POD_SANDBOX=delay:300"])?;
-        r.plugin("audit", "20", &[])?;
-        eprintln!("demo: lab up, plugins 10-slow (RunPodSandbox +300 ms) and 20-audit connected");
-        let mut capture = Command::new(nri_trace)
-            .arg("capture")
+        let configured = |e: &PluginEvent| matches!(e, PluginEvent::Configured { .. });
+        r.wait_plugin("audit", configured, Duration::from_secs(10))?;
+        eprintln!("demo: lab up; pre-launched plugin 30-audit registered");
+        let mut trace = Command::new(nri_trace)
+            .arg("nri")
             .arg("--socket")
             .arg(r.lab.nri_socket())
-            .arg("--socket")
-            .arg(r.lab.cri_socket())
-            .args(["--dump-bytes", "48"])
-            .args(capture_args)
+            .args(nri_args)
             .spawn()
             .with_context(|| format!("starting {}", nri_trace.display()))?;
         // Attaching takes well under a second (doctor reports the time).
         sleep(Duration::from_millis(1500));
+        eprintln!("demo: external plugins 10-slow (RunPodSandbox +300 ms) and 20-plain connect");
+        r.plugin("slow", "10", &["--on", "RUN_POD_SANDBOX=delay:300"])?;
+        r.plugin("plain", "20", &[])?;
         eprintln!("demo: driving 2 pod lifecycles (kubelet-like CRI calls)");
-        let res = r.lifecycle("demo", 2, 1, 4);
+        let res = r.lifecycle("demo", 2, 1, 1);
         sleep(Duration::from_millis(500));
-        unsafe { libc::kill(capture.id() as i32, libc::SIGTERM) };
-        let _ = capture.wait();
+        unsafe { libc::kill(trace.id() as i32, libc::SIGTERM) };
+        let _ = trace.wait();
         res?;
         Ok(())
     })();
     let down = r.lab.down();
+    let lab = r.lab.clone();
     drop(r);
+    let _ = lab.clear_plugins();
     res?;
     down?;
     eprintln!(
@@ -427,7 +476,7 @@ fn upstream_witness(r: &mut Run) -> Result<()> {
         let st = upstream_logger(&[step]).status()?;
         ensure!(st.success(), "upstream-logger.sh {step} failed ({st})");
     }
-    r.lab.up("2s")?;
+    r.up("2s")?;
     r.plugin("alpha", "10", &[])?;
     let log = r.out.join("nri-logger.log");
     let _ = std::fs::remove_file(&log);
@@ -510,7 +559,7 @@ fn enum_style(camel: &str) -> String {
 /// mount would. The truth records what the runtime answered; then the holder
 /// is killed and the pod removed for real.
 fn busy_mount(r: &mut Run) -> Result<()> {
-    r.lab.up("2s")?;
+    r.up("2s")?;
     let out = r.driver(&["up", "--name", "busy"])?;
     let sandbox = sandbox_id_of(&out)?;
     let container = container_id_of(&out)?;

@@ -10,9 +10,18 @@
 //!
 //! - [`capture`]: eBPF syscall tracepoints on the runtime's unix sockets,
 //!   turned into ordered per-connection byte streams ([`capture::CaptureEvent`]).
+//! - [`decode`]: byte streams to frames and messages (NRI: multiplexer,
+//!   ttrpc, protobuf).
+//! - [`model`]: typed calls ([`model::nri_call::NriCall`]).
+//! - [`engine`]: analysis of the calls (hook latency, queueing).
+//! - [`sinks`]: where records go (`nri` text and NDJSON lines);
+//!   [`output`]: the raw capture lines of `capture`.
 //! - [`doctor`]: checks that this node can run the probes.
 
 pub mod capture;
 pub mod decode;
 pub mod doctor;
+pub mod engine;
+pub mod model;
 pub mod output;
+pub mod sinks;

@@ -8,10 +8,15 @@ use clap::{Parser, Subcommand, ValueEnum};
 use nri_trace::{
     capture::{
         ebpf::{EbpfBackend, EbpfOptions, ProgramSet},
+        recording,
         session::{self, SessionConfig},
         CaptureEvent,
     },
-    doctor, output,
+    doctor,
+    engine::nri_analysis::{NriAnalysis, NriRecord},
+    model::nri_call::{ENV_PLUGIN_IDX, ENV_PLUGIN_NAME},
+    output,
+    sinks::nri_lines,
 };
 use nri_trace_common::{DEFAULT_RING_BYTES, DEFAULT_SNAP};
 
@@ -32,6 +37,12 @@ enum Format {
     Ndjson,
     /// Only a summary at the end (connections, chunks, bytes, losses).
     Count,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LineFormat {
+    Text,
+    Ndjson,
 }
 
 #[derive(clap::Args, Clone)]
@@ -69,6 +80,40 @@ enum Cmd {
         /// Text format: dump at most this many bytes per syscall.
         #[arg(long, default_value_t = 256)]
         dump_bytes: usize,
+        /// Stop after this many seconds (default: until Ctrl-C or SIGTERM).
+        #[arg(long)]
+        duration: Option<f64>,
+        #[command(flatten)]
+        probe: ProbeArgs,
+    },
+    /// Decode every NRI call between the runtime and its plugins, live (or
+    /// from a recording), with each plugin's hook time.
+    Nri {
+        /// The runtime's NRI socket (its external plugins' connections), and
+        /// the runtime process behind it (its pre-launched plugins).
+        #[arg(long, value_name = "PATH", default_value = "/var/run/nri/nri.sock")]
+        socket: PathBuf,
+        /// Also track this runtime process (pre-launched plugins), when no
+        /// process listens on --socket.
+        #[arg(long = "pid")]
+        pids: Vec<u32>,
+        /// Decode a recording (`capture --format ndjson` or `nri --record`)
+        /// instead of tracing live.
+        #[arg(long, value_name = "FILE", conflicts_with = "pids")]
+        replay: Option<PathBuf>,
+        /// While tracing live, also save the raw capture to FILE (replayable
+        /// with --replay).
+        #[arg(long, value_name = "FILE", conflicts_with = "replay")]
+        record: Option<PathBuf>,
+        #[arg(long, value_enum, default_value = "text")]
+        format: LineFormat,
+        /// Do not print the per (plugin, hook) latency table at the end.
+        #[arg(long)]
+        no_summary: bool,
+        /// Capture only the runtime's end of plugin connections (no plugin
+        /// own time; the plugins' socket syscalls then cost nothing).
+        #[arg(long)]
+        no_plugin_end: bool,
         /// Stop after this many seconds (default: until Ctrl-C or SIGTERM).
         #[arg(long)]
         duration: Option<f64>,
@@ -121,6 +166,27 @@ fn main() -> Result<()> {
                     probe,
                 )
                 .await
+            }
+            Cmd::Nri {
+                socket,
+                pids,
+                replay,
+                record,
+                format,
+                no_summary,
+                no_plugin_end,
+                duration,
+                probe,
+            } => {
+                let opts = NriOpts {
+                    socket,
+                    format,
+                    summary: !no_summary,
+                };
+                match replay {
+                    Some(file) => nri_replay(&opts, &file),
+                    None => nri_live(&opts, pids, record, duration, probe, no_plugin_end).await,
+                }
             }
             Cmd::Doctor { format } => doctor_cmd(format),
             Cmd::Hold {
@@ -212,6 +278,149 @@ async fn capture(
         writeln!(w, "{}", serde_json::to_string(&counts)?)?;
     }
     w.flush()?;
+    s.stop().await;
+    Ok(())
+}
+
+struct NriOpts {
+    socket: PathBuf,
+    format: LineFormat,
+    summary: bool,
+}
+
+/// Prints NRI records as they come, and the latency table at the end.
+struct NriPrinter<W: Write> {
+    w: W,
+    format: LineFormat,
+    buf: Vec<NriRecord>,
+}
+
+impl<W: Write> NriPrinter<W> {
+    fn print(&mut self) -> Result<()> {
+        for r in self.buf.drain(..) {
+            match self.format {
+                LineFormat::Text => nri_lines::text(&mut self.w, &r)?,
+                LineFormat::Ndjson => nri_lines::ndjson(&mut self.w, &r)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn end(&mut self, a: &mut NriAnalysis, summary: bool) -> Result<()> {
+        a.finish(&mut self.buf);
+        self.print()?;
+        if summary {
+            let s = a.summary();
+            match self.format {
+                LineFormat::Text => {
+                    writeln!(self.w)?;
+                    nri_lines::summary_text(&mut self.w, &s)?;
+                }
+                LineFormat::Ndjson => nri_lines::summary_ndjson(&mut self.w, &s)?,
+            }
+        }
+        self.w.flush()?;
+        Ok(())
+    }
+}
+
+fn nri_replay(opts: &NriOpts, file: &std::path::Path) -> Result<()> {
+    let reader =
+        recording::open(file).with_context(|| format!("opening recording {}", file.display()))?;
+    let mut a = NriAnalysis::new(vec![opts.socket.clone()]);
+    let mut p = NriPrinter {
+        w: std::io::BufWriter::new(std::io::stdout().lock()),
+        format: opts.format,
+        buf: Vec::new(),
+    };
+    for ev in reader {
+        let ev = ev.with_context(|| format!("reading recording {}", file.display()))?;
+        a.on_capture(&ev, &mut p.buf);
+        p.print()?;
+    }
+    p.end(&mut a, opts.summary)
+}
+
+async fn nri_live(
+    opts: &NriOpts,
+    pids: Vec<u32>,
+    record: Option<PathBuf>,
+    duration: Option<f64>,
+    probe: ProbeArgs,
+    no_plugin_end: bool,
+) -> Result<()> {
+    let listening = std::fs::metadata(&opts.socket).is_ok();
+    if !listening && pids.is_empty() {
+        anyhow::bail!(
+            "NRI socket {} not found: is NRI enabled in the runtime? (containerd 1.7: \
+             [plugins.\"io.containerd.nri.v1.nri\"] disable = false; see docs/runtimes.md), \
+             or give the socket with --socket",
+            opts.socket.display()
+        );
+    }
+    let mut recorder = match &record {
+        Some(path) => Some(recording::RecordingWriter::new(
+            std::fs::File::create(path)
+                .with_context(|| format!("creating recording {}", path.display()))?,
+        )),
+        None => None,
+    };
+    let backend = EbpfBackend::load(&options(&probe, ProgramSet::Capture))?;
+    let cfg = SessionConfig {
+        sockets: if listening {
+            vec![opts.socket.clone()]
+        } else {
+            vec![]
+        },
+        pids,
+        drain_interval: Duration::from_millis(probe.drain_ms.max(1)),
+        // Pre-launched plugins: their socketpair with the runtime, and
+        // their name and index (nri pkg/adaptation plugin.go).
+        peer_env: vec![ENV_PLUGIN_NAME.into(), ENV_PLUGIN_IDX.into()],
+        existing_socketpair_env: Some("NRI_PLUGIN_SOCKET".into()),
+        // The plugin's end of each connection times the plugin's own work
+        // apart from the runtime's pickup delay (docs/nri.md).
+        follow_peer_ends: !no_plugin_end,
+        ..Default::default()
+    };
+    let mut s = session::start(cfg, Box::new(backend)).await?;
+    for l in &s.info.listeners {
+        eprintln!(
+            "nri-trace: tracing NRI on {} (runtime pid {}, {} plugin connections open)",
+            l.path.display(),
+            l.pid,
+            l.connections.len()
+        );
+    }
+    eprintln!("nri-trace: ready (tracking pids {:?})", s.info.tracked_pids);
+    let mut a = NriAnalysis::new(vec![opts.socket.clone()]);
+    let mut p = NriPrinter {
+        w: std::io::BufWriter::new(std::io::stdout().lock()),
+        format: opts.format,
+        buf: Vec::new(),
+    };
+    let stop = until_signal(duration);
+    tokio::pin!(stop);
+    let mut stopping = false;
+    loop {
+        let ev = tokio::select! {
+            _ = &mut stop, if !stopping => { s.stop_signal(); stopping = true; continue; }
+            ev = s.events.recv() => ev,
+        };
+        let Some(ev) = ev else { break };
+        if let Some(r) = recorder.as_mut() {
+            r.write(&ev).context("writing the recording")?;
+        }
+        a.on_capture(&ev, &mut p.buf);
+        p.print()?;
+        if s.events.is_empty() {
+            p.w.flush()?;
+        }
+    }
+    if let Some(r) = recorder {
+        r.finish().context("writing the recording")?;
+    }
+    p.end(&mut a, opts.summary)?;
     s.stop().await;
     Ok(())
 }

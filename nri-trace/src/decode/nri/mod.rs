@@ -14,6 +14,10 @@
 //!
 //! [`ttrpc::MuxTtrpc`] chains both layers for one direction of one socket.
 //!
+//! 3. [`message`]: the protobuf inside a ttrpc message — ttrpc's request /
+//!    response envelope and the NRI API messages ([`proto`], generated with
+//!    prost), typed by method.
+//!
 //! Both layers are "fixed header with a big-endian length, then payload";
 //! the shared machinery (buffering, bounds, resynchronization) lives here in
 //! the private `Framer`, and each layer supplies a [`Layout`] that says what
@@ -21,7 +25,9 @@
 
 use std::collections::VecDeque;
 
+pub mod message;
 pub mod mux;
+pub mod proto;
 pub mod ttrpc;
 
 /// Largest header of the layers here (ttrpc: 10 bytes).
@@ -59,6 +65,10 @@ pub(crate) enum RawEvent {
     Frame {
         header: [u8; MAX_HEADER],
         payload: Vec<u8>,
+        /// Stream offset just past the frame's last byte (bytes pushed
+        /// before it, counting dropped ones): lets a caller tell which
+        /// pushed chunk completed the frame, even when hunting delayed it.
+        end: u64,
     },
     Resync {
         skipped: usize,
@@ -105,6 +115,8 @@ enum Verdict {
 pub(crate) struct Framer<L: Layout> {
     layout: L,
     buf: Vec<u8>,
+    /// Stream offset of `buf[0]`.
+    base: u64,
     /// Start of unconsumed bytes in `buf`.
     pos: usize,
     hunting: bool,
@@ -125,6 +137,7 @@ impl<L: Layout> Framer<L> {
         Framer {
             layout,
             buf: Vec::new(),
+            base: 0,
             pos: 0,
             hunting: true,
             skipped: 0,
@@ -167,6 +180,7 @@ impl<L: Layout> Framer<L> {
     /// Bytes were lost: drop partial state and hunt for the next frame.
     pub(crate) fn gap(&mut self) {
         self.skipped = self.skipped.saturating_add(self.buffered());
+        self.base += self.buf.len() as u64;
         self.buf.clear();
         self.pos = 0;
         self.hunting = true;
@@ -206,6 +220,7 @@ impl<L: Layout> Framer<L> {
 
     fn compact(&mut self) {
         if self.pos > 0 {
+            self.base += self.pos as u64;
             self.buf.drain(..self.pos);
             self.pos = 0;
         }
@@ -282,6 +297,7 @@ impl<L: Layout> Framer<L> {
             self.out.push_back(RawEvent::Frame {
                 header: hdr,
                 payload,
+                end: self.base + (self.pos + end) as u64,
             });
             self.pos += end;
         }

@@ -216,18 +216,33 @@ impl MuxDecoder {
     }
 }
 
+impl MuxDecoder {
+    /// The next decoded event with, for a frame, the stream offset just
+    /// past its last byte (bytes pushed so far count from 0).
+    pub fn next_with_end(&mut self) -> Option<(MuxEvent, Option<u64>)> {
+        Some(match self.framer.next()? {
+            RawEvent::Frame {
+                header,
+                payload,
+                end,
+            } => (
+                MuxEvent::Frame {
+                    conn_id: be_u32(&header, 0).unwrap_or(0),
+                    payload,
+                },
+                Some(end),
+            ),
+            RawEvent::Resync { skipped } => (MuxEvent::Resync { skipped }, None),
+        })
+    }
+}
+
 impl Iterator for MuxDecoder {
     type Item = MuxEvent;
 
     /// The next decoded event, or `None` until more bytes are pushed.
     fn next(&mut self) -> Option<MuxEvent> {
-        Some(match self.framer.next()? {
-            RawEvent::Frame { header, payload } => MuxEvent::Frame {
-                conn_id: be_u32(&header, 0).unwrap_or(0),
-                payload,
-            },
-            RawEvent::Resync { skipped } => MuxEvent::Resync { skipped },
-        })
+        self.next_with_end().map(|(e, _)| e)
     }
 }
 

@@ -206,22 +206,42 @@ impl TtrpcDecoder {
     }
 }
 
+impl TtrpcDecoder {
+    /// The next decoded event with, for a message, the stream offset just
+    /// past its last byte (bytes pushed so far count from 0).
+    pub fn next_with_end(&mut self) -> Option<(TtrpcEvent, Option<u64>)> {
+        Some(match self.framer.next()? {
+            RawEvent::Frame {
+                header,
+                payload,
+                end,
+            } => (
+                TtrpcEvent::Message(TtrpcMessage {
+                    stream_id: be_u32(&header, 4).unwrap_or(0),
+                    kind: MessageType::from_u8(header[8]),
+                    flags: header[9],
+                    payload,
+                }),
+                Some(end),
+            ),
+            RawEvent::Resync { skipped } => (TtrpcEvent::Resync { skipped }, None),
+        })
+    }
+}
+
 impl Iterator for TtrpcDecoder {
     type Item = TtrpcEvent;
 
     /// The next decoded event, or `None` until more bytes are pushed.
     fn next(&mut self) -> Option<TtrpcEvent> {
-        Some(match self.framer.next()? {
-            RawEvent::Frame { header, payload } => TtrpcEvent::Message(TtrpcMessage {
-                stream_id: be_u32(&header, 4).unwrap_or(0),
-                kind: MessageType::from_u8(header[8]),
-                flags: header[9],
-                payload,
-            }),
-            RawEvent::Resync { skipped } => TtrpcEvent::Resync { skipped },
-        })
+        self.next_with_end().map(|(e, _)| e)
     }
 }
+
+/// Most multiplexer frames remembered per conn_id for mapping message ends
+/// back to trunk offsets (a ttrpc message spans at most 4 MiB / 1 B frames
+/// in theory, a handful in practice; older entries are dropped).
+const MAX_FRAME_MARKS: usize = 4096;
 
 /// One direction of an NRI socket, both layers: a [`MuxDecoder`] feeding one
 /// [`TtrpcDecoder`] per conn_id. Yields `(conn_id, event)`; a
@@ -229,8 +249,28 @@ impl Iterator for TtrpcDecoder {
 /// every ttrpc decoder drop its partial message and resynchronize.
 pub struct MuxTtrpc {
     mux: MuxDecoder,
-    conns: BTreeMap<u32, TtrpcDecoder>,
-    out: VecDeque<(u32, TtrpcEvent)>,
+    conns: BTreeMap<u32, ConnStream>,
+    out: VecDeque<(u32, TtrpcEvent, Option<u64>)>,
+}
+
+/// One conn_id's ttrpc stream and, per multiplexer frame pushed into it,
+/// (end offset in this stream, end offset in the trunk).
+#[derive(Default)]
+struct ConnStream {
+    decoder: TtrpcDecoder,
+    pushed: u64,
+    marks: VecDeque<(u64, u64)>,
+}
+
+impl ConnStream {
+    /// Trunk offset of the frame that carried this stream's byte `end - 1`.
+    fn trunk_end(&mut self, end: u64) -> Option<u64> {
+        // Frames wholly before this message are no longer needed.
+        while self.marks.len() > 1 && self.marks[0].0 < end {
+            self.marks.pop_front();
+        }
+        self.marks.front().filter(|m| m.0 >= end).map(|m| m.1)
+    }
 }
 
 impl Default for MuxTtrpc {
@@ -263,7 +303,7 @@ impl MuxTtrpc {
     pub fn gap(&mut self) {
         self.mux.gap();
         for d in self.conns.values_mut() {
-            d.gap();
+            d.decoder.gap();
         }
         self.pump();
     }
@@ -274,7 +314,7 @@ impl MuxTtrpc {
             + self
                 .conns
                 .values()
-                .map(TtrpcDecoder::buffered)
+                .map(|c| c.decoder.buffered())
                 .sum::<usize>()
     }
 
@@ -285,24 +325,41 @@ impl MuxTtrpc {
     }
 
     fn pump(&mut self) {
-        for ev in self.mux.by_ref() {
+        while let Some((ev, trunk_end)) = self.mux.next_with_end() {
             match ev {
                 MuxEvent::Resync { skipped } => {
                     // Frames were lost: no conn's partial message can be
                     // completed. (`gap` itself queues no events.)
                     for d in self.conns.values_mut() {
-                        d.gap();
+                        d.decoder.gap();
                     }
                     self.out
-                        .push_back((MUX_LEVEL, TtrpcEvent::Resync { skipped }));
+                        .push_back((MUX_LEVEL, TtrpcEvent::Resync { skipped }, None));
                 }
                 MuxEvent::Frame { conn_id, payload } => {
-                    let d = self.conns.entry(conn_id).or_default();
-                    d.push(&payload);
-                    self.out.extend(d.by_ref().map(|e| (conn_id, e)));
+                    let c = self.conns.entry(conn_id).or_default();
+                    c.pushed += payload.len() as u64;
+                    if let Some(t) = trunk_end {
+                        if c.marks.len() == MAX_FRAME_MARKS {
+                            c.marks.pop_front();
+                        }
+                        c.marks.push_back((c.pushed, t));
+                    }
+                    c.decoder.push(&payload);
+                    while let Some((e, end)) = c.decoder.next_with_end() {
+                        let t = end.and_then(|end| c.trunk_end(end));
+                        self.out.push_back((conn_id, e, t));
+                    }
                 }
             }
         }
+    }
+
+    /// The next event with, for a message, the trunk offset just past the
+    /// multiplexer frame that carried its last byte: which pushed chunk
+    /// completed it, even when resynchronization delayed its release.
+    pub fn next_with_end(&mut self) -> Option<(u32, TtrpcEvent, Option<u64>)> {
+        self.out.pop_front()
     }
 }
 
@@ -310,7 +367,7 @@ impl Iterator for MuxTtrpc {
     type Item = (u32, TtrpcEvent);
 
     fn next(&mut self) -> Option<(u32, TtrpcEvent)> {
-        self.out.pop_front()
+        self.out.pop_front().map(|(c, e, _)| (c, e))
     }
 }
 

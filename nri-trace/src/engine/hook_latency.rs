@@ -1,0 +1,298 @@
+//! Hook latency: how long each plugin held each pod operation, and how long
+//! a delivery waited behind the plugins called before it.
+//!
+//! NRI calls plugins one after another, in index order, under one lock
+//! (nri `pkg/adaptation/adaptation.go`: every entry point takes `r.Lock()`
+//! and loops over `r.plugins`). A pod event therefore reaches plugin k only
+//! when plugins 1..k-1 have answered: a delivery's *queued* time (start of
+//! the first delivery of the same event to the same pod/container, up to
+//! its own start) is the wait behind earlier plugins, apart from its *own*
+//! time (its call's duration).
+//!
+//! [`HookTimer`] turns finished [`NriCall`]s into [`HookSpan`]s and keeps
+//! per (plugin, hook) latency histograms (hdrhistogram). Pure and
+//! deterministic: it reads only the calls' own timestamps.
+
+use std::collections::{BTreeMap, HashMap};
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::model::nri_call::{Caller, NriCall, Outcome};
+
+/// A delivery that starts within this long after the previous delivery of
+/// the same hook ended is the next plugin's turn of the same operation
+/// (the runtime moves on in microseconds; a new pod operation of the same
+/// kind comes from a new CRI request much later).
+const SAME_OPERATION_GAP_NS: u64 = 100_000_000;
+/// Timestamp jitter allowed between a response read and the next write.
+const OVERLAP_SLACK_NS: u64 = 1_000_000;
+
+/// One finished call, seen as a hook in a pod operation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HookSpan {
+    #[serde(flatten)]
+    pub call: NriCall,
+    /// The hook: the event name for event deliveries, else the method
+    /// ("Configure", "Synchronize", "RegisterPlugin"...).
+    pub hook: String,
+    /// Time this delivery waited behind earlier plugins of the same
+    /// operation (0 for the first plugin; `None` when it cannot be told).
+    pub queued_ns: Option<u64>,
+    /// The plugins called before this one in the same operation.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub queued_behind: Vec<String>,
+    /// The plugin's own time: `plugin_ns` when the plugin's end was
+    /// captured, else `duration_ns` (which adds the runtime's pickup delay).
+    pub own_ns: Option<u64>,
+}
+
+/// One operation in progress: deliveries of one hook to one pod/container.
+#[derive(Debug)]
+struct Operation {
+    first_start: u64,
+    last_end: u64,
+    plugins: Vec<String>,
+}
+
+/// Latency of one (plugin, hook).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HookSummary {
+    pub plugin: String,
+    pub hook: String,
+    pub calls: u64,
+    pub errors: u64,
+    pub timeouts: u64,
+    /// Own time ([`HookSpan::own_ns`]) percentiles, nanoseconds.
+    pub p50_ns: u64,
+    pub p90_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+    /// 99th percentile of the time the runtime waited (`duration_ns`).
+    pub runtime_p99_ns: u64,
+    /// Total time spent queued behind earlier plugins.
+    pub queued_total_ns: u64,
+}
+
+struct Stats {
+    own: Histogram<u64>,
+    runtime: Histogram<u64>,
+    calls: u64,
+    errors: u64,
+    timeouts: u64,
+    queued_total_ns: u64,
+}
+
+impl Stats {
+    fn new() -> Self {
+        Stats {
+            // 1 µs .. 1 h at 3 significant digits: a few tens of KiB each.
+            own: Histogram::new_with_bounds(1_000, 3_600_000_000_000, 3)
+                .expect("static histogram bounds"),
+            runtime: Histogram::new_with_bounds(1_000, 3_600_000_000_000, 3)
+                .expect("static histogram bounds"),
+            calls: 0,
+            errors: 0,
+            timeouts: 0,
+            queued_total_ns: 0,
+        }
+    }
+}
+
+/// Hook spans and per (plugin, hook) histograms.
+#[derive(Default)]
+pub struct HookTimer {
+    open: HashMap<(String, String, String), Operation>,
+    stats: BTreeMap<(String, String), Stats>,
+}
+
+impl HookTimer {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The hook name of a call.
+    pub fn hook_of(call: &NriCall) -> String {
+        match (call.event, &call.method) {
+            (Some(e), _) => e.as_str_name().to_string(),
+            (None, Some(m)) => m.clone(),
+            (None, None) => "?".into(),
+        }
+    }
+
+    /// Account one finished call and describe it as a span.
+    pub fn on_call(&mut self, call: NriCall) -> HookSpan {
+        let hook = Self::hook_of(&call);
+        let plugin = call.plugin.label();
+        let mut queued_ns = None;
+        let mut queued_behind = Vec::new();
+        // Only pod/container events are operations plugins queue in; the
+        // handshake (Configure, Synchronize...) is per plugin.
+        let event = call.event.is_some();
+        if let (Some(start), Caller::Runtime, false, true) =
+            (call.start, call.caller, call.partial, event)
+        {
+            let start = start.mono_ns;
+            // Where the call's wait ended: its response, or the close.
+            let end = start + call.duration_ns.unwrap_or(0);
+            let key = (
+                hook.clone(),
+                call.pod.as_ref().map(|p| p.id.clone()).unwrap_or_default(),
+                call.container
+                    .as_ref()
+                    .map(|c| c.id.clone())
+                    .unwrap_or_default(),
+            );
+            let joins = self.open.get(&key).is_some_and(|op| {
+                start + OVERLAP_SLACK_NS >= op.last_end
+                    && start.saturating_sub(op.last_end) <= SAME_OPERATION_GAP_NS
+            });
+            if joins {
+                let op = self.open.get_mut(&key).expect("checked above");
+                queued_ns = Some(start.saturating_sub(op.first_start));
+                queued_behind = op.plugins.clone();
+                op.last_end = op.last_end.max(end);
+                op.plugins.push(plugin.clone());
+            } else {
+                queued_ns = Some(0);
+                self.open.insert(
+                    key,
+                    Operation {
+                        first_start: start,
+                        last_end: end,
+                        plugins: vec![plugin.clone()],
+                    },
+                );
+            }
+            // Forget operations that can no longer be joined.
+            self.open
+                .retain(|_, op| start.saturating_sub(op.last_end) <= SAME_OPERATION_GAP_NS);
+        }
+        let s = self
+            .stats
+            .entry((plugin, hook.clone()))
+            .or_insert_with(Stats::new);
+        s.calls += 1;
+        match call.outcome {
+            Outcome::Error { .. } => s.errors += 1,
+            Outcome::TimedOut => s.timeouts += 1,
+            _ => {}
+        }
+        let own_ns = call
+            .plugin_ns
+            .or(call.duration_ns.filter(|_| call.end.is_some()));
+        if let Some(d) = own_ns {
+            s.own.saturating_record(d.max(1));
+        }
+        if let (Some(d), true) = (call.duration_ns, call.end.is_some()) {
+            s.runtime.saturating_record(d.max(1));
+        }
+        s.queued_total_ns += queued_ns.unwrap_or(0);
+        HookSpan {
+            call,
+            hook,
+            queued_ns,
+            queued_behind,
+            own_ns,
+        }
+    }
+
+    /// Latency per (plugin, hook), sorted by plugin then hook.
+    pub fn summary(&self) -> Vec<HookSummary> {
+        self.stats
+            .iter()
+            .map(|((plugin, hook), s)| {
+                let q = |p: f64| {
+                    if s.own.is_empty() {
+                        0
+                    } else {
+                        s.own.value_at_quantile(p)
+                    }
+                };
+                HookSummary {
+                    plugin: plugin.clone(),
+                    hook: hook.clone(),
+                    calls: s.calls,
+                    errors: s.errors,
+                    timeouts: s.timeouts,
+                    p50_ns: q(0.5),
+                    p90_ns: q(0.9),
+                    p99_ns: q(0.99),
+                    max_ns: if s.own.is_empty() { 0 } else { s.own.max() },
+                    runtime_p99_ns: if s.runtime.is_empty() {
+                        0
+                    } else {
+                        s.runtime.value_at_quantile(0.99)
+                    },
+                    queued_total_ns: s.queued_total_ns,
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        capture::{ConnId, Timestamp},
+        decode::nri::message::Event,
+        model::nri_call::{IdentitySource, PluginId, PodRef},
+    };
+
+    fn call(plugin: &str, idx: &str, pod: &str, start_ms: u64, dur_ms: u64) -> NriCall {
+        let ts = |ms: u64| Timestamp {
+            mono_ns: ms * 1_000_000,
+            wall_ns: ms * 1_000_000,
+        };
+        NriCall {
+            conn: ConnId(1),
+            mux_conn: 1,
+            stream_id: 1,
+            plugin: PluginId {
+                name: Some(plugin.into()),
+                index: Some(idx.into()),
+                pid: None,
+                comm: None,
+                source: IdentitySource::RegisterPlugin,
+            },
+            caller: Caller::Runtime,
+            method: Some("StateChange".into()),
+            event: Some(Event::RunPodSandbox),
+            pod: Some(PodRef {
+                id: pod.into(),
+                ..Default::default()
+            }),
+            container: None,
+            start: Some(ts(start_ms)),
+            end: Some(ts(start_ms + dur_ms)),
+            duration_ns: Some(dur_ms * 1_000_000),
+            plugin_ns: None,
+            outcome: Outcome::Ok,
+            timeout_nano: None,
+            partial: false,
+            summary: String::new(),
+        }
+    }
+
+    #[test]
+    fn queued_behind_earlier_plugins_of_the_same_operation() {
+        let mut t = HookTimer::new();
+        let a = t.on_call(call("a", "10", "p1", 1000, 500));
+        let b = t.on_call(call("b", "20", "p1", 1500, 2));
+        let c = t.on_call(call("c", "30", "p1", 1502, 1));
+        assert_eq!(a.queued_ns, Some(0));
+        assert_eq!(b.queued_ns, Some(500_000_000));
+        assert_eq!(b.queued_behind, vec!["10-a".to_string()]);
+        assert_eq!(c.queued_ns, Some(502_000_000));
+        // Another pod's operation, later: not queued.
+        let d = t.on_call(call("a", "10", "p2", 9000, 1));
+        assert_eq!(d.queued_ns, Some(0));
+        let s = t.summary();
+        let a_run = s.iter().find(|s| s.plugin == "10-a").unwrap();
+        assert_eq!(a_run.calls, 2);
+        assert!(a_run.max_ns >= 499_000_000 && a_run.max_ns <= 501_000_000);
+        let b_run = s.iter().find(|s| s.plugin == "20-b").unwrap();
+        assert_eq!(b_run.queued_total_ns, 500_000_000);
+    }
+}

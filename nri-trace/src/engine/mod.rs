@@ -1,0 +1,10 @@
+//! The engine: pure, deterministic analysis of the model's calls and events
+//! (the same input gives the same findings, live or replayed).
+//!
+//! - [`hook_latency`]: per-delivery [`hook_latency::HookSpan`]s (own time
+//!   and time queued behind earlier plugins) and per (plugin, hook)
+//!   latency histograms.
+//! - [`nri_analysis`]: capture events to NRI records, live or replayed.
+
+pub mod hook_latency;
+pub mod nri_analysis;

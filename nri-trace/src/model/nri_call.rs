@@ -1,0 +1,1076 @@
+//! NRI calls: each ttrpc request on an NRI connection matched with its
+//! response, typed, with the plugin it went to and how it ended.
+//!
+//! [`NriCallAssembler`] takes the capture stream ([`CaptureEvent`]s of the
+//! runtime's NRI connections), runs the decoders of [`crate::decode::nri`]
+//! on each direction of each connection, and yields [`NriObservation`]s:
+//! finished [`NriCall`]s, plugins appearing and going, and resyncs.
+//!
+//! Matching: ttrpc stream ids are allocated per ttrpc client, and NRI runs
+//! one client per mux conn_id and side (runtime on conn_id 1, plugin on
+//! conn_id 2), so a call is keyed by (connection, mux conn_id, stream id,
+//! direction of the request) (containerd/ttrpc `client.go`, nri
+//! `pkg/net/multiplex`).
+//!
+//! Timing: a call starts at the syscall that wrote (or read) the last byte
+//! of its request and ends at the one that carried the last byte of its
+//! response, both on the runtime's side (kernel CLOCK_MONOTONIC).
+//!
+//! Outcome without a response: NRI has no cancel message; on a timeout the
+//! runtime closes the plugin's connection (nri `pkg/adaptation/plugin.go`,
+//! "closing plugin"). A request still unanswered when its connection closes
+//! is [`Outcome::TimedOut`] if its `timeout_nano` had (nearly) run out, else
+//! [`Outcome::ConnectionClosed`].
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use serde::Serialize;
+
+use crate::{
+    capture::{CaptureEvent, Chunk, CloseReason, ConnId, ConnOpen, Direction, Peer, Timestamp},
+    decode::nri::{
+        message::{
+            self, Event, Method, RequestBody, ResponseBody, Status, Subject, NRI_SERVICE_PREFIX,
+        },
+        proto::api,
+        ttrpc::{MessageType, MuxTtrpc, TtrpcEvent, TtrpcMessage, MUX_LEVEL},
+    },
+};
+
+/// Environment variables of a pre-launched plugin (nri `pkg/adaptation`
+/// `plugin.go` `newLaunchedPlugin`): its name and index.
+pub const ENV_PLUGIN_NAME: &str = "NRI_PLUGIN_NAME";
+pub const ENV_PLUGIN_IDX: &str = "NRI_PLUGIN_IDX";
+
+/// Where a plugin's identity came from, best first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdentitySource {
+    /// The plugin's RegisterPlugin request, seen on the wire.
+    RegisterPlugin,
+    /// NRI_PLUGIN_NAME / NRI_PLUGIN_IDX in the plugin's environment
+    /// (a pre-launched plugin that registered before the capture started).
+    PrelaunchEnv,
+    /// The peer process of the connection (comm, pid): an external plugin
+    /// that registered before the capture started.
+    PeerProcess,
+    /// Nothing tells: no registration seen and no peer process found.
+    Unknown,
+}
+
+/// Who is at the other end of an NRI connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PluginId {
+    /// Plugin name (RegisterPlugin or NRI_PLUGIN_NAME).
+    pub name: Option<String>,
+    /// Plugin index ("NN"), which orders deliveries.
+    pub index: Option<String>,
+    pub pid: Option<u32>,
+    pub comm: Option<String>,
+    pub source: IdentitySource,
+}
+
+impl PluginId {
+    fn unknown() -> Self {
+        PluginId {
+            name: None,
+            index: None,
+            pid: None,
+            comm: None,
+            source: IdentitySource::Unknown,
+        }
+    }
+
+    fn from_peer(peer: Option<&Peer>) -> Self {
+        let Some(p) = peer else {
+            return Self::unknown();
+        };
+        let env_name = p.env.get(ENV_PLUGIN_NAME).cloned();
+        let env_idx = p.env.get(ENV_PLUGIN_IDX).cloned();
+        let source = if env_name.is_some() {
+            IdentitySource::PrelaunchEnv
+        } else {
+            IdentitySource::PeerProcess
+        };
+        PluginId {
+            name: env_name,
+            index: env_idx,
+            pid: Some(p.pid),
+            comm: p.comm.clone(),
+            source,
+        }
+    }
+
+    /// "NN-name" as NRI names plugins, else "comm[pid]", else "?".
+    pub fn label(&self) -> String {
+        match (&self.index, &self.name, &self.comm, self.pid) {
+            (Some(i), Some(n), _, _) => format!("{i}-{n}"),
+            (None, Some(n), _, _) => n.clone(),
+            (_, None, Some(c), Some(pid)) => format!("{c}[{pid}]"),
+            (_, None, None, Some(pid)) => format!("pid {pid}"),
+            _ => "?".into(),
+        }
+    }
+}
+
+/// Which side called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Caller {
+    /// The runtime called the plugin (Plugin service: events, Configure...).
+    Runtime,
+    /// The plugin called the runtime (RegisterPlugin, UpdateContainers).
+    Plugin,
+}
+
+/// A pod as NRI describes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PodRef {
+    pub id: String,
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+}
+
+/// A container as NRI describes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ContainerRef {
+    pub id: String,
+    pub name: String,
+}
+
+/// How a call ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Outcome {
+    Ok,
+    /// The callee answered with an error status (gRPC code and message).
+    Error {
+        code: i32,
+        message: String,
+    },
+    /// No response, and the connection was closed once the request's
+    /// timeout had run out: the runtime gave up on the plugin.
+    TimedOut,
+    /// No response, and the connection was closed before the timeout.
+    ConnectionClosed,
+    /// No response before the capture ended.
+    NoResponse,
+}
+
+impl Outcome {
+    pub fn is_ok(&self) -> bool {
+        matches!(self, Outcome::Ok)
+    }
+}
+
+/// One NRI call: a request and how it ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NriCall {
+    pub conn: ConnId,
+    /// Multiplexer conn_id (1: Plugin service, 2: Runtime service).
+    pub mux_conn: u32,
+    pub stream_id: u32,
+    pub plugin: PluginId,
+    pub caller: Caller,
+    /// Method name on the wire; `None` for a partial call (response only).
+    pub method: Option<String>,
+    #[serde(serialize_with = "ser_event")]
+    pub event: Option<Event>,
+    pub pod: Option<PodRef>,
+    pub container: Option<ContainerRef>,
+    /// When the request was sent (`None` for a partial call).
+    pub start: Option<Timestamp>,
+    /// When the response came (`None` without one).
+    pub end: Option<Timestamp>,
+    /// end - start, or how long the runtime waited before closing.
+    pub duration_ns: Option<u64>,
+    /// The plugin's own time: from its read of the request's last byte to
+    /// its write of the response's last byte, when the plugin's end of the
+    /// connection is captured too (`ConnOpen::other_end`). Unlike
+    /// `duration_ns` it leaves out the runtime's delay in picking up the
+    /// response.
+    pub plugin_ns: Option<u64>,
+    pub outcome: Outcome,
+    /// The request's ttrpc timeout (the runtime's plugin request timeout).
+    pub timeout_nano: Option<i64>,
+    /// Only the response was seen: the request went before the capture
+    /// started (or was lost).
+    pub partial: bool,
+    /// What the request carried and the response returned, in short
+    /// (adjustments and updates, subscribed events, pods synchronized...).
+    pub summary: String,
+}
+
+fn ser_event<S: serde::Serializer>(e: &Option<Event>, s: S) -> Result<S::Ok, S::Error> {
+    match e {
+        Some(e) => s.serialize_str(e.as_str_name()),
+        None => s.serialize_none(),
+    }
+}
+
+/// What the assembler yields.
+// Observations are consumed at once; calls dominate the stream.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum NriObservation {
+    /// A finished call.
+    Call(NriCall),
+    /// An NRI connection was seen for the first time (or its plugin
+    /// identity improved, e.g. on RegisterPlugin).
+    Plugin {
+        conn: ConnId,
+        ts: Timestamp,
+        plugin: PluginId,
+        /// Subscribed events (Configure response), when seen.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        events: Option<Vec<&'static str>>,
+    },
+    /// An NRI connection closed.
+    PluginGone {
+        conn: ConnId,
+        ts: Timestamp,
+        plugin: PluginId,
+    },
+    /// The decoder skipped bytes to find the next frame (mid-stream attach,
+    /// lost bytes, or garbage); `mux_conn` 0 means the multiplexer layer.
+    Resync {
+        conn: ConnId,
+        ts: Timestamp,
+        mux_conn: u32,
+        skipped: usize,
+    },
+}
+
+#[derive(Debug)]
+struct PendingCall {
+    method: Method,
+    event: Option<Event>,
+    pod: Option<PodRef>,
+    container: Option<ContainerRef>,
+    start: Timestamp,
+    timeout_nano: i64,
+    summary: String,
+}
+
+/// What the plugin's end of a connection showed of one runtime call.
+#[derive(Debug, Default, Clone, Copy)]
+struct PluginSide {
+    recv: Option<Timestamp>,
+    reply: Option<Timestamp>,
+}
+
+/// Most plugin-side entries kept per connection (a runtime side that was
+/// never seen leaves them unclaimed).
+const MAX_PLUGIN_SIDE: usize = 1024;
+
+/// How far past an answered call's end the capture stream may move before
+/// the call is released without its plugin-side reply.
+const PLUGIN_REPLY_WAIT_NS: u64 = 5_000_000;
+
+/// Most chunk timestamps remembered per connection direction.
+const MAX_CHUNK_MARKS: usize = 4096;
+
+/// Key of a call within one connection: mux conn_id, stream id, and the
+/// direction of the request ([`dir_index`]).
+type CallKey = (u32, u32, usize);
+
+struct ConnState {
+    /// This is the plugin's end of that (runtime-side) connection: its
+    /// messages time the plugin's own work, they are not calls.
+    mirror_of: Option<ConnId>,
+    /// For a runtime-side connection: when the plugin read each request
+    /// and wrote each response, by (mux conn_id, stream id).
+    plugin_side: BTreeMap<(u32, u32), PluginSide>,
+    /// The plugin's end of this connection is captured too.
+    has_plugin_end: bool,
+    decoders: [MuxTtrpc; 2],
+    /// Per direction: (bytes pushed after the chunk, its timestamp), so a
+    /// message is stamped with the chunk that carried its last byte.
+    chunk_ends: [VecDeque<(u64, Timestamp)>; 2],
+    pushed: [u64; 2],
+    plugin: PluginId,
+    /// The connection is known to carry NRI (NRI socket, plugin env, or an
+    /// NRI request seen): only then are partial calls and resyncs reported.
+    nri: bool,
+    announced: bool,
+    events: Option<Vec<&'static str>>,
+    pending: BTreeMap<CallKey, PendingCall>,
+}
+
+impl ConnState {
+    fn new(open: Option<&ConnOpen>, nri_paths: &[std::path::PathBuf]) -> Self {
+        let plugin = PluginId::from_peer(open.and_then(|o| o.peer.as_ref()));
+        let by_path = open
+            .and_then(|o| o.socket_path.as_ref())
+            .is_some_and(|p| nri_paths.iter().any(|n| n == p));
+        ConnState {
+            mirror_of: open.and_then(|o| o.other_end),
+            plugin_side: BTreeMap::new(),
+            has_plugin_end: false,
+            decoders: [MuxTtrpc::new(), MuxTtrpc::new()],
+            chunk_ends: [VecDeque::new(), VecDeque::new()],
+            pushed: [0, 0],
+            nri: by_path || plugin.source == IdentitySource::PrelaunchEnv,
+            plugin,
+            announced: false,
+            events: None,
+            pending: BTreeMap::new(),
+        }
+    }
+}
+
+fn dir_index(d: Direction) -> usize {
+    match d {
+        Direction::In => 0,
+        Direction::Out => 1,
+    }
+}
+
+fn dir_of_index(i: usize) -> Direction {
+    if i == 0 {
+        Direction::In
+    } else {
+        Direction::Out
+    }
+}
+
+fn opposite(d: Direction) -> Direction {
+    match d {
+        Direction::In => Direction::Out,
+        Direction::Out => Direction::In,
+    }
+}
+
+/// Counters of what the assembler met that is not a call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct AssemblerStats {
+    /// ttrpc messages whose envelope or body did not decode.
+    pub undecodable: u64,
+    /// ttrpc requests for a service that is not NRI's.
+    pub not_nri: u64,
+    /// Responses with no matching request on a connection not known as NRI.
+    pub unmatched_ignored: u64,
+    /// ttrpc data / unknown-type messages (NRI uses unary calls only).
+    pub other_messages: u64,
+}
+
+/// Turns capture events of NRI connections into [`NriObservation`]s.
+/// Pure and deterministic: the same events give the same observations.
+pub struct NriCallAssembler {
+    nri_paths: Vec<std::path::PathBuf>,
+    conns: HashMap<ConnId, ConnState>,
+    /// Answered calls whose plugin-side reply is not in yet: the plugin's
+    /// write can exit its syscall (and reach the ring buffer) after the
+    /// runtime's read of the same bytes has. Held until the reply shows or
+    /// the stream moves [`PLUGIN_REPLY_WAIT_NS`] past the call's end.
+    awaiting_reply: Vec<NriCall>,
+    stats: AssemblerStats,
+}
+
+impl NriCallAssembler {
+    /// `nri_paths`: the NRI socket paths; their connections are NRI from
+    /// the first byte (others must show an NRI request or a pre-launched
+    /// plugin's environment first).
+    pub fn new(nri_paths: Vec<std::path::PathBuf>) -> Self {
+        NriCallAssembler {
+            nri_paths,
+            conns: HashMap::new(),
+            awaiting_reply: Vec::new(),
+            stats: AssemblerStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> AssemblerStats {
+        self.stats
+    }
+
+    /// Calls waiting for a response, per connection (for live views).
+    pub fn in_flight(&self) -> usize {
+        self.conns.values().map(|c| c.pending.len()).sum()
+    }
+
+    /// Feed one capture event.
+    pub fn on_capture(&mut self, ev: &CaptureEvent, out: &mut Vec<NriObservation>) {
+        let now = match ev {
+            CaptureEvent::Open(o) => Some(o.ts.mono_ns),
+            CaptureEvent::Chunk(c) => Some(c.ts.mono_ns),
+            CaptureEvent::Close(c) => Some(c.ts.mono_ns),
+            _ => None,
+        };
+        if let Some(now) = now {
+            self.release_awaiting(Some(now), out);
+        }
+        match ev {
+            CaptureEvent::Open(o) => {
+                if let Some(rt) = o.other_end.and_then(|c| self.conns.get_mut(&c)) {
+                    rt.has_plugin_end = true;
+                }
+                let st = ConnState::new(Some(o), &self.nri_paths);
+                let st = self.conns.entry(o.conn).or_insert(st);
+                if st.nri && !st.announced && st.mirror_of.is_none() {
+                    st.announced = true;
+                    out.push(NriObservation::Plugin {
+                        conn: o.conn,
+                        ts: o.ts,
+                        plugin: st.plugin.clone(),
+                        events: None,
+                    });
+                }
+                // An existing connection is joined mid-stream; its decoders
+                // hunt for a boundary (as every new decoder does).
+            }
+            CaptureEvent::Chunk(c) => self.on_chunk(c, out),
+            CaptureEvent::Close(c) => {
+                if let Some(mut st) = self.conns.remove(&c.conn) {
+                    for ((mux_conn, stream_id, dir), p) in std::mem::take(&mut st.pending) {
+                        let waited = c.ts.mono_ns.saturating_sub(p.start.mono_ns);
+                        let outcome = if c.reason == CloseReason::Untracked {
+                            // The capture stopped, not the connection.
+                            Outcome::NoResponse
+                        } else if timed_out(waited, p.timeout_nano) {
+                            Outcome::TimedOut
+                        } else {
+                            Outcome::ConnectionClosed
+                        };
+                        let mut call = complete_call(
+                            c.conn,
+                            &st,
+                            mux_conn,
+                            stream_id,
+                            dir_of_index(dir),
+                            p,
+                            None,
+                            outcome,
+                        );
+                        // How long the runtime waited before it closed.
+                        call.duration_ns = Some(waited);
+                        out.push(NriObservation::Call(call));
+                    }
+                    if st.nri && c.reason != CloseReason::Untracked {
+                        out.push(NriObservation::PluginGone {
+                            conn: c.conn,
+                            ts: c.ts,
+                            plugin: st.plugin.clone(),
+                        });
+                    }
+                }
+            }
+            CaptureEvent::Process(_) | CaptureEvent::Loss(_) => {}
+        }
+    }
+
+    /// The capture ended: calls still waiting are reported as
+    /// [`Outcome::NoResponse`], in connection order.
+    pub fn finish(&mut self, out: &mut Vec<NriObservation>) {
+        self.release_awaiting(None, out);
+        let mut conns: Vec<ConnId> = self.conns.keys().copied().collect();
+        conns.sort();
+        for id in conns {
+            let Some(st) = self.conns.get_mut(&id) else {
+                continue;
+            };
+            let pending = std::mem::take(&mut st.pending);
+            let st = &self.conns[&id];
+            for ((mux_conn, stream_id, dir), p) in pending {
+                out.push(NriObservation::Call(complete_call(
+                    id,
+                    st,
+                    mux_conn,
+                    stream_id,
+                    dir_of_index(dir),
+                    p,
+                    None,
+                    Outcome::NoResponse,
+                )));
+            }
+        }
+    }
+
+    fn on_chunk(&mut self, c: &Chunk, out: &mut Vec<NriObservation>) {
+        let nri_paths = &self.nri_paths;
+        let st = self
+            .conns
+            .entry(c.conn)
+            .or_insert_with(|| ConnState::new(None, nri_paths));
+        let di = dir_index(c.direction);
+        st.pushed[di] += c.bytes.len() as u64;
+        let marks = &mut st.chunk_ends[di];
+        if marks.len() == MAX_CHUNK_MARKS {
+            marks.pop_front();
+        }
+        marks.push_back((st.pushed[di], c.ts));
+        let d = &mut st.decoders[di];
+        if c.gap_before {
+            d.gap();
+        }
+        d.push(&c.bytes);
+        let mut decoded: Vec<(u32, TtrpcEvent, Option<u64>)> =
+            std::iter::from_fn(|| d.next_with_end()).collect();
+        if c.truncated {
+            d.gap();
+            decoded.extend(std::iter::from_fn(|| d.next_with_end()));
+        }
+        // The chunk that carried each message's last byte.
+        let decoded: Vec<(u32, TtrpcEvent, Timestamp)> = decoded
+            .into_iter()
+            .map(|(m, e, end)| {
+                let ts = end
+                    .and_then(|end| {
+                        let i = marks.partition_point(|(e, _)| *e < end);
+                        marks.get(i).map(|(_, ts)| *ts)
+                    })
+                    .unwrap_or(c.ts);
+                (m, e, ts)
+            })
+            .collect();
+        // Marks wholly before the oldest byte still buffered are not needed.
+        let keep_from = st.pushed[di].saturating_sub(st.decoders[di].buffered() as u64);
+        let marks = &mut st.chunk_ends[di];
+        while marks.len() > 1 && marks[0].0 < keep_from {
+            marks.pop_front();
+        }
+        for (mux_conn, ev, ts) in decoded {
+            match ev {
+                TtrpcEvent::Resync { skipped } => {
+                    let st = &self.conns[&c.conn];
+                    if st.nri {
+                        out.push(NriObservation::Resync {
+                            conn: c.conn,
+                            ts: c.ts,
+                            mux_conn,
+                            skipped,
+                        });
+                    }
+                }
+                TtrpcEvent::Message(m) => self.on_message(c, ts, mux_conn, m, out),
+            }
+        }
+    }
+
+    /// `ts`: when the message's last byte went through (the chunk that
+    /// carried it; `c` may be a later chunk that let the decoder release it).
+    fn on_message(
+        &mut self,
+        c: &Chunk,
+        ts: Timestamp,
+        mux_conn: u32,
+        m: TtrpcMessage,
+        out: &mut Vec<NriObservation>,
+    ) {
+        debug_assert_ne!(mux_conn, MUX_LEVEL);
+        let Some(st) = self.conns.get_mut(&c.conn) else {
+            return;
+        };
+        if let Some(runtime_conn) = st.mirror_of {
+            self.on_plugin_end(runtime_conn, c.direction, ts, mux_conn, &m, out);
+            return;
+        }
+        match m.kind {
+            MessageType::Request => {
+                let req = match message::decode_request(&m.payload) {
+                    Ok(r) => r,
+                    Err(_) => {
+                        self.stats.undecodable += 1;
+                        return;
+                    }
+                };
+                let Some(method) = Method::from_wire(&req.service, &req.method) else {
+                    if req.service.starts_with(NRI_SERVICE_PREFIX) {
+                        // An NRI method this build does not know (a newer
+                        // API): still a call, reported by name.
+                        self.stats.undecodable += 1;
+                    } else {
+                        self.stats.not_nri += 1;
+                    }
+                    return;
+                };
+                if !st.nri {
+                    st.nri = true;
+                }
+                let body = RequestBody::decode(method, &req.payload);
+                if body.is_err() {
+                    self.stats.undecodable += 1;
+                }
+                let (event, subject, summary) = match &body {
+                    Ok(b) => describe_request(b),
+                    Err(e) => (None, Subject::default(), format!("undecodable: {e}")),
+                };
+                if let Ok(RequestBody::RegisterPlugin(r)) = &body {
+                    st.plugin.name = Some(r.plugin_name.clone());
+                    st.plugin.index = Some(r.plugin_idx.clone());
+                    st.plugin.source = IdentitySource::RegisterPlugin;
+                    st.announced = false;
+                }
+                if !st.announced {
+                    st.announced = true;
+                    out.push(NriObservation::Plugin {
+                        conn: c.conn,
+                        ts,
+                        plugin: st.plugin.clone(),
+                        events: st.events.clone(),
+                    });
+                }
+                let p = PendingCall {
+                    method,
+                    event,
+                    pod: subject.pod.as_ref().map(pod_ref),
+                    container: subject.container.as_ref().map(container_ref),
+                    start: ts,
+                    timeout_nano: req.timeout_nano,
+                    summary,
+                };
+                let key = (mux_conn, m.stream_id, dir_index(c.direction));
+                if let Some(old) = st.pending.insert(key, p) {
+                    // A stream id reused while its call is open: the old
+                    // response was lost (a gap).
+                    let st = &self.conns[&c.conn];
+                    out.push(NriObservation::Call(complete_call(
+                        c.conn,
+                        st,
+                        mux_conn,
+                        m.stream_id,
+                        c.direction,
+                        old,
+                        None,
+                        Outcome::NoResponse,
+                    )));
+                }
+            }
+            MessageType::Response => {
+                let resp = match message::decode_response(&m.payload) {
+                    Ok(r) => r,
+                    Err(_) => {
+                        self.stats.undecodable += 1;
+                        return;
+                    }
+                };
+                let outcome = match resp.error() {
+                    Some(Status { code, message }) => Outcome::Error {
+                        code: *code,
+                        message: message.clone(),
+                    },
+                    None => Outcome::Ok,
+                };
+                let key = (mux_conn, m.stream_id, dir_index(opposite(c.direction)));
+                let Some(mut p) = st.pending.remove(&key) else {
+                    if !st.nri {
+                        self.stats.unmatched_ignored += 1;
+                        return;
+                    }
+                    let caller = caller_of(opposite(c.direction));
+                    out.push(NriObservation::Call(NriCall {
+                        conn: c.conn,
+                        mux_conn,
+                        stream_id: m.stream_id,
+                        plugin: st.plugin.clone(),
+                        caller,
+                        method: None,
+                        event: None,
+                        pod: None,
+                        container: None,
+                        start: None,
+                        end: Some(ts),
+                        duration_ns: None,
+                        plugin_ns: None,
+                        outcome,
+                        timeout_nano: None,
+                        partial: true,
+                        summary: String::new(),
+                    }));
+                    return;
+                };
+                if outcome.is_ok() {
+                    match ResponseBody::decode(p.method, &resp.payload) {
+                        Ok(b) => {
+                            let s = describe_response(&b);
+                            if let ResponseBody::Configure(r) = &b {
+                                st.events = Some(event_names(r.events));
+                                st.announced = false;
+                            }
+                            if !s.is_empty() {
+                                if !p.summary.is_empty() {
+                                    p.summary.push_str("; ");
+                                }
+                                p.summary.push_str(&s);
+                            }
+                        }
+                        Err(e) => {
+                            self.stats.undecodable += 1;
+                            p.summary = format!("{}; response undecodable: {e}", p.summary);
+                        }
+                    }
+                } else if let Outcome::Error { code, .. } = &outcome {
+                    if *code == message::CODE_UNIMPLEMENTED {
+                        if let Method::Event(_) = p.method {
+                            p.summary.push_str(
+                                "; plugin predates per-event methods: runtime falls back to StateChange",
+                            );
+                        }
+                    }
+                }
+                if !st.announced {
+                    st.announced = true;
+                    out.push(NriObservation::Plugin {
+                        conn: c.conn,
+                        ts,
+                        plugin: st.plugin.clone(),
+                        events: st.events.clone(),
+                    });
+                }
+                let st = &self.conns[&c.conn];
+                let side = st.plugin_side.get(&(mux_conn, m.stream_id)).copied();
+                let call = complete_call(
+                    c.conn,
+                    st,
+                    mux_conn,
+                    m.stream_id,
+                    opposite(c.direction),
+                    p,
+                    Some(ts),
+                    outcome,
+                );
+                let wait_for_reply = st.has_plugin_end
+                    && call.caller == Caller::Runtime
+                    && side.is_some_and(|s| s.recv.is_some() && s.reply.is_none());
+                if wait_for_reply {
+                    self.awaiting_reply.push(call);
+                } else {
+                    if let Some(st) = self.conns.get_mut(&c.conn) {
+                        st.plugin_side.remove(&(mux_conn, m.stream_id));
+                    }
+                    out.push(NriObservation::Call(call));
+                }
+            }
+            MessageType::Data | MessageType::Unknown(_) => self.stats.other_messages += 1,
+        }
+    }
+}
+
+impl NriCallAssembler {
+    /// Release held calls whose wait is over (all of them for `None`), in
+    /// the order they were answered.
+    fn release_awaiting(&mut self, now: Option<u64>, out: &mut Vec<NriObservation>) {
+        if self.awaiting_reply.is_empty() {
+            return;
+        }
+        let (done, keep): (Vec<NriCall>, Vec<NriCall>) =
+            self.awaiting_reply.drain(..).partition(|c| match now {
+                None => true,
+                Some(now) => c
+                    .end
+                    .is_none_or(|e| now > e.mono_ns.saturating_add(PLUGIN_REPLY_WAIT_NS)),
+            });
+        self.awaiting_reply = keep;
+        for c in done {
+            if let Some(st) = self.conns.get_mut(&c.conn) {
+                st.plugin_side.remove(&(c.mux_conn, c.stream_id));
+            }
+            out.push(NriObservation::Call(c));
+        }
+    }
+
+    /// A message on the plugin's end of `runtime_conn`: the plugin read a
+    /// request from the runtime (In, relative to the plugin) or wrote its
+    /// response (Out). Only runtime-initiated calls are timed this way.
+    fn on_plugin_end(
+        &mut self,
+        runtime_conn: ConnId,
+        dir: Direction,
+        ts: Timestamp,
+        mux_conn: u32,
+        m: &TtrpcMessage,
+        out: &mut Vec<NriObservation>,
+    ) {
+        let Some(rt) = self.conns.get_mut(&runtime_conn) else {
+            return;
+        };
+        if let (MessageType::Response, Direction::Out) = (m.kind, dir) {
+            // The runtime may have read this reply already (see
+            // `awaiting_reply`).
+            let held = self.awaiting_reply.iter().position(|c| {
+                (c.conn, c.mux_conn, c.stream_id) == (runtime_conn, mux_conn, m.stream_id)
+            });
+            if let Some(i) = held {
+                let mut call = self.awaiting_reply.remove(i);
+                let recv = rt
+                    .plugin_side
+                    .remove(&(mux_conn, m.stream_id))
+                    .and_then(|s| s.recv);
+                call.plugin_ns = recv.map(|r| ts.mono_ns.saturating_sub(r.mono_ns));
+                out.push(NriObservation::Call(call));
+                return;
+            }
+        }
+        let e = match (m.kind, dir) {
+            (MessageType::Request, Direction::In) | (MessageType::Response, Direction::Out) => {
+                if rt.plugin_side.len() >= MAX_PLUGIN_SIDE {
+                    rt.plugin_side.pop_first();
+                }
+                rt.plugin_side.entry((mux_conn, m.stream_id)).or_default()
+            }
+            _ => return,
+        };
+        match m.kind {
+            MessageType::Request => e.recv = Some(ts),
+            _ => e.reply = Some(ts),
+        }
+    }
+}
+
+/// Who sent a request that travelled in direction `d` (relative to the
+/// traced runtime).
+fn caller_of(d: Direction) -> Caller {
+    match d {
+        Direction::Out => Caller::Runtime,
+        Direction::In => Caller::Plugin,
+    }
+}
+
+/// Tolerance of the timeout test: the runtime starts its timer before the
+/// write the capture timestamps, and closes right when it fires.
+fn timed_out(waited_ns: u64, timeout_nano: i64) -> bool {
+    if timeout_nano <= 0 {
+        return false;
+    }
+    let t = timeout_nano as u64;
+    let slack = (t / 20).min(50_000_000);
+    waited_ns + slack >= t
+}
+
+#[allow(clippy::too_many_arguments)]
+fn complete_call(
+    conn: ConnId,
+    st: &ConnState,
+    mux_conn: u32,
+    stream_id: u32,
+    req_dir: Direction,
+    p: PendingCall,
+    end: Option<Timestamp>,
+    outcome: Outcome,
+) -> NriCall {
+    NriCall {
+        conn,
+        mux_conn,
+        stream_id,
+        plugin: st.plugin.clone(),
+        caller: caller_of(req_dir),
+        method: Some(p.method.name().to_string()),
+        event: p.event,
+        pod: p.pod,
+        container: p.container,
+        start: Some(p.start),
+        end,
+        duration_ns: end.map(|e| e.mono_ns.saturating_sub(p.start.mono_ns)),
+        plugin_ns: st
+            .plugin_side
+            .get(&(mux_conn, stream_id))
+            .filter(|_| req_dir == Direction::Out)
+            .and_then(|s| Some(s.reply?.mono_ns.saturating_sub(s.recv?.mono_ns))),
+        outcome,
+        timeout_nano: (p.timeout_nano > 0).then_some(p.timeout_nano),
+        partial: false,
+        summary: p.summary,
+    }
+}
+
+fn pod_ref(p: &api::PodSandbox) -> PodRef {
+    PodRef {
+        id: p.id.clone(),
+        name: p.name.clone(),
+        namespace: p.namespace.clone(),
+        uid: p.uid.clone(),
+    }
+}
+
+fn container_ref(c: &api::Container) -> ContainerRef {
+    ContainerRef {
+        id: c.id.clone(),
+        name: c.name.clone(),
+    }
+}
+
+/// Event names of a subscription mask (bit `1 << (event - 1)`; 0 means all,
+/// nri `pkg/api/event.go`).
+pub fn event_names(mask: i32) -> Vec<&'static str> {
+    (1..Event::Last as i32)
+        .filter(|e| mask == 0 || mask & (1 << (e - 1)) != 0)
+        .filter_map(|e| Event::try_from(e).ok())
+        .map(|e| e.as_str_name())
+        .collect()
+}
+
+fn secs(ns: i64) -> String {
+    format!("{}s", ns as f64 / 1e9)
+}
+
+fn describe_request(b: &RequestBody) -> (Option<Event>, Subject, String) {
+    match b {
+        RequestBody::RegisterPlugin(r) => {
+            let mut s = format!("register {}-{}", r.plugin_idx, r.plugin_name);
+            if !r.nri_version.is_empty() {
+                s.push_str(&format!(" (NRI {})", r.nri_version));
+            }
+            (None, Subject::default(), s)
+        }
+        RequestBody::UpdateContainers(r) => (
+            None,
+            Subject::default(),
+            format!(
+                "unsolicited: {} updates, {} evictions",
+                r.update.len(),
+                r.evict.len()
+            ),
+        ),
+        RequestBody::Configure(r) => {
+            let mut s = format!("runtime {} {}", r.runtime_name, r.runtime_version);
+            if r.registration_timeout > 0 {
+                s.push_str(&format!(
+                    ", registration timeout {}",
+                    secs(r.registration_timeout * 1_000_000)
+                ));
+            }
+            if r.request_timeout > 0 {
+                s.push_str(&format!(
+                    ", request timeout {}",
+                    secs(r.request_timeout * 1_000_000)
+                ));
+            }
+            (None, Subject::default(), s)
+        }
+        RequestBody::Synchronize(r) => (
+            None,
+            Subject::default(),
+            format!(
+                "{} pods, {} containers{}",
+                r.pods.len(),
+                r.containers.len(),
+                if r.more { ", more to come" } else { "" }
+            ),
+        ),
+        RequestBody::Shutdown => (None, Subject::default(), String::new()),
+        RequestBody::Event {
+            event,
+            subject,
+            validate,
+        } => {
+            let s = validate
+                .as_ref()
+                .map(|v| {
+                    format!(
+                        "validate adjustments of {} plugins: {}",
+                        v.plugins.len(),
+                        v.adjust.as_ref().map(describe_adjust).unwrap_or_default()
+                    )
+                })
+                .unwrap_or_default();
+            (Some(*event), subject.clone(), s)
+        }
+    }
+}
+
+fn describe_adjust(a: &api::ContainerAdjustment) -> String {
+    let mut parts = Vec::new();
+    let mut n = |what: &str, k: usize| {
+        if k > 0 {
+            parts.push(format!("{k} {what}"));
+        }
+    };
+    n("annotations", a.annotations.len());
+    n("mounts", a.mounts.len());
+    n("env", a.env.len());
+    n("rlimits", a.rlimits.len());
+    n("CDI devices", a.cdi_devices.len());
+    n("args", a.args.len());
+    if a.hooks.is_some() {
+        parts.push("hooks".into());
+    }
+    if let Some(l) = &a.linux {
+        if !l.devices.is_empty() {
+            parts.push(format!("{} devices", l.devices.len()));
+        }
+        if l.resources.is_some() {
+            parts.push("resources".into());
+        }
+        if !l.cgroups_path.is_empty() {
+            parts.push("cgroups path".into());
+        }
+        if l.oom_score_adj.is_some() {
+            parts.push("oom_score_adj".into());
+        }
+        if l.seccomp_policy.is_some() {
+            parts.push("seccomp".into());
+        }
+        if !l.namespaces.is_empty() {
+            parts.push("namespaces".into());
+        }
+    }
+    if parts.is_empty() {
+        "no adjustment".into()
+    } else {
+        format!("adjust {}", parts.join(", "))
+    }
+}
+
+fn describe_updates(update: usize, evict: usize) -> String {
+    match (update, evict) {
+        (0, 0) => String::new(),
+        (u, 0) => format!("{u} container updates"),
+        (u, e) => format!("{u} container updates, {e} evictions"),
+    }
+}
+
+fn describe_response(b: &ResponseBody) -> String {
+    match b {
+        ResponseBody::Empty => String::new(),
+        ResponseBody::Configure(r) => {
+            let names = event_names(r.events);
+            let mut s = if r.events == 0 {
+                "subscribes to all events".to_string()
+            } else {
+                format!("subscribes to {}", names.join("|"))
+            };
+            if r.request_timeout > 0 {
+                s.push_str(&format!(
+                    ", asks request timeout {}",
+                    secs(r.request_timeout * 1_000_000)
+                ));
+            }
+            s
+        }
+        ResponseBody::Synchronize(r) => {
+            let mut s = describe_updates(r.update.len(), 0);
+            if r.more {
+                s.push_str(if s.is_empty() { "more" } else { ", more" });
+            }
+            s
+        }
+        ResponseBody::CreateContainer(r) => {
+            let a = r
+                .adjust
+                .as_ref()
+                .map(describe_adjust)
+                .unwrap_or_else(|| "no adjustment".into());
+            let u = describe_updates(r.update.len(), r.evict.len());
+            if u.is_empty() {
+                a
+            } else {
+                format!("{a}; {u}")
+            }
+        }
+        ResponseBody::UpdateContainer(r) => describe_updates(r.update.len(), r.evict.len()),
+        ResponseBody::StopContainer(r) => describe_updates(r.update.len(), 0),
+        ResponseBody::UpdateContainers(r) => match r.failed.len() {
+            0 => String::new(),
+            n => format!("{n} updates failed"),
+        },
+        ResponseBody::ValidateContainerAdjustment(r) => {
+            if r.reject {
+                format!("rejected: {}", r.reason)
+            } else {
+                "accepted".into()
+            }
+        }
+    }
+}

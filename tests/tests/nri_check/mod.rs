@@ -1,0 +1,249 @@
+//! Checks nri-trace's NRI records against the lab's ground truth: what each
+//! test plugin recorded, at the moment it acted, as received and answered.
+//! Shared by the live lab tests (nri_lab.rs) and the replay of committed
+//! recordings (nri_replay.rs).
+#![allow(dead_code)]
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+};
+
+use nri_trace::{
+    capture::{recording, CaptureEvent, ConnId},
+    engine::{hook_latency::HookSummary, nri_analysis::NriRecord},
+    model::nri_call::{NriCall, Outcome},
+};
+use nri_trace_lab::truth::{self, Action, Truth};
+
+/// Hook durations must agree with the plugin's own handler time this well
+/// (issue 4).
+pub const DURATION_TOLERANCE_NS: u64 = 1_000_000;
+
+/// Decode a recording the way `nri-trace nri --replay` does.
+pub fn replay(rec: &Path, nri_socket: &Path) -> (Vec<NriRecord>, Vec<HookSummary>) {
+    let events = recording::read_file(rec)
+        .unwrap_or_else(|e| panic!("reading recording {}: {e}", rec.display()));
+    nri_trace::engine::nri_analysis::analyze(events, vec![nri_socket.to_path_buf()])
+}
+
+/// When the capture began following the plugin's end of each runtime-side
+/// connection (the peer end's Open): calls that started before cannot have
+/// a plugin time.
+pub fn plugin_end_since(rec: &Path) -> HashMap<ConnId, u64> {
+    recording::read_file(rec)
+        .unwrap_or_else(|e| panic!("reading recording {}: {e}", rec.display()))
+        .into_iter()
+        .filter_map(|e| match e {
+            CaptureEvent::Open(o) => o.other_end.map(|c| (c, o.ts.mono_ns)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The calls among the records.
+pub fn calls(records: &[NriRecord]) -> Vec<&NriCall> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            NriRecord::NriCall(s) => Some(&s.call),
+            _ => None,
+        })
+        .collect()
+}
+
+/// When the observer attached (a note in the truth), if it did.
+pub fn attach_mono_ns(truth: &[Truth]) -> Option<u64> {
+    truth.iter().find_map(|t| match t {
+        Truth::Note { mono_ns, text } if text == "observer attached" => Some(*mono_ns),
+        _ => None,
+    })
+}
+
+/// What a comparison found.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Truth records compared (plugin deliveries after the attach).
+    pub compared: usize,
+    pub matched: usize,
+    /// Largest |nri-trace duration - plugin handler time|.
+    pub max_duration_diff_ns: u64,
+    /// Deliveries timed from the runtime's side only (they started before
+    /// the plugin's end was followed).
+    pub runtime_side_only: usize,
+    /// Every |nri-trace plugin time - plugin handler time|, for the record.
+    pub duration_diffs_ns: Vec<u64>,
+    pub problems: Vec<String>,
+}
+
+fn outcome_matches(truth_outcome: &truth::Outcome, action: &Action, got: &Outcome) -> bool {
+    match (action, truth_outcome, got) {
+        (Action::Hang, _, Outcome::TimedOut) => true,
+        (Action::Crash, _, Outcome::ConnectionClosed) => true,
+        (Action::Hang | Action::Crash, _, _) => false,
+        (_, truth::Outcome::Ok, Outcome::Ok) => true,
+        (_, truth::Outcome::Error { message, .. }, Outcome::Error { message: m, .. }) => {
+            m.contains(message.as_str())
+        }
+        _ => false,
+    }
+}
+
+/// Every delivery a test plugin recorded after `since` must appear among
+/// `calls` with the right plugin, method, event, pod, container and
+/// outcome, and (when it answered) a duration within
+/// [`DURATION_TOLERANCE_NS`] of its handler time.
+///
+/// The plugin's own time (`plugin_ns`, from the plugin's end of the
+/// connection) is what is compared; for a call that started before the
+/// capture followed the plugin's end (`plugin_end_since`), the runtime's
+/// wait (`duration_ns`) is compared instead, with the same tolerance.
+pub fn compare(
+    truth: &[Truth],
+    calls: &[&NriCall],
+    since: u64,
+    plugin_end_since: &HashMap<ConnId, u64>,
+) -> Report {
+    let mut r = Report::default();
+    let mut used = vec![false; calls.len()];
+    for t in truth {
+        let Truth::Nri {
+            plugin,
+            index,
+            method,
+            event,
+            pod,
+            container,
+            recv_mono_ns,
+            reply_mono_ns,
+            action,
+            outcome,
+        } = t
+        else {
+            continue;
+        };
+        if *recv_mono_ns < since {
+            continue;
+        }
+        r.compared += 1;
+        let label = format!("{index}-{plugin}");
+        let candidates = calls.iter().enumerate().filter(|(i, c)| {
+            !used[*i]
+                && c.plugin.label() == label
+                && c.method.as_deref() == Some(method.as_str())
+                && c.event.map(|e| e.as_str_name()) == event.as_deref()
+                && c.pod.as_ref().map(|p| p.id.as_str()) == pod.as_ref().map(|p| p.id.as_str())
+                && c.container.as_ref().map(|k| k.id.as_str())
+                    == container.as_ref().map(|k| k.id.as_str())
+        });
+        // The candidate whose start is nearest the plugin's receive time.
+        let best = candidates.min_by_key(|(_, c)| {
+            c.start
+                .map(|s| s.mono_ns.abs_diff(*recv_mono_ns))
+                .unwrap_or(u64::MAX)
+        });
+        let what = format!(
+            "{label} {method} {} pod {:?} container {:?} at {recv_mono_ns}",
+            event.as_deref().unwrap_or("-"),
+            pod.as_ref().map(|p| &p.name),
+            container.as_ref().map(|k| &k.name)
+        );
+        let Some((i, c)) = best else {
+            r.problems.push(format!("missing: {what}"));
+            continue;
+        };
+        used[i] = true;
+        if !outcome_matches(outcome, action, &c.outcome) {
+            r.problems.push(format!(
+                "outcome of {what}: truth {outcome:?} (action {action:?}), nri-trace {:?}",
+                c.outcome
+            ));
+            continue;
+        }
+        // The plugin's own time as nri-trace saw it from the plugin's end
+        // of the connection; the runtime's wait (duration_ns) is checked to
+        // enclose it.
+        let before_follow = c.start.is_some_and(|s| {
+            plugin_end_since
+                .get(&c.conn)
+                .is_some_and(|&f| s.mono_ns < f)
+        });
+        let own = if before_follow && c.plugin_ns.is_none() {
+            r.runtime_side_only += 1;
+            c.duration_ns
+        } else {
+            c.plugin_ns
+        };
+        if let (Some(reply), Some(d)) = (reply_mono_ns, own) {
+            if c.duration_ns.is_some_and(|w| w + 10_000 < d) {
+                r.problems.push(format!(
+                    "{what}: runtime waited {:?} ns, less than the plugin's {d} ns",
+                    c.duration_ns
+                ));
+                continue;
+            }
+            let handler = reply.saturating_sub(*recv_mono_ns);
+            let diff = d.abs_diff(handler);
+            r.max_duration_diff_ns = r.max_duration_diff_ns.max(diff);
+            r.duration_diffs_ns.push(diff);
+            if diff > DURATION_TOLERANCE_NS {
+                // Where the difference sits: runtime write -> plugin read,
+                // and plugin write -> runtime read.
+                let to_plugin = c.start.map(|s| *recv_mono_ns as i64 - s.mono_ns as i64);
+                let back = c.end.map(|e| e.mono_ns as i64 - *reply as i64);
+                r.problems.push(format!(
+                    "plugin time of {what}: nri-trace {d} ns, plugin handler {handler} ns \
+                     (request reached the plugin after {to_plugin:?} ns, response the \
+                     runtime after {back:?} ns)"
+                ));
+                continue;
+            }
+        } else if reply_mono_ns.is_some() {
+            r.problems.push(format!(
+                "{what}: no plugin time (the plugin's end of the connection was not captured)"
+            ));
+            continue;
+        }
+        r.matched += 1;
+    }
+    r
+}
+
+impl Report {
+    /// "p50 / p90 / p99 / max" of the duration differences, in µs.
+    pub fn diff_quantiles_us(&self) -> String {
+        let mut d = self.duration_diffs_ns.clone();
+        if d.is_empty() {
+            return "-".into();
+        }
+        d.sort_unstable();
+        let q = |p: f64| d[((d.len() - 1) as f64 * p).round() as usize] / 1000;
+        format!("{} / {} / {} / {}", q(0.5), q(0.9), q(0.99), q(1.0))
+    }
+}
+
+/// Load a truth file (gzipped if it ends in .gz).
+pub fn read_truth(path: &Path) -> Vec<Truth> {
+    if path.extension().is_some_and(|e| e == "gz") {
+        use std::io::Read;
+        let f = std::fs::File::open(path)
+            .unwrap_or_else(|e| panic!("reading truth {}: {e}", path.display()));
+        let mut text = String::new();
+        flate2::read::MultiGzDecoder::new(f)
+            .read_to_string(&mut text)
+            .unwrap_or_else(|e| panic!("reading truth {}: {e}", path.display()));
+        return text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).expect("truth line"))
+            .collect();
+    }
+    truth::read(path).unwrap_or_else(|e| panic!("reading truth {}: {e}", path.display()))
+}
+
+/// Committed fixtures: `tests/fixtures/nri/<scenario>/`.
+pub fn fixture_dir(scenario: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/nri")
+        .join(scenario)
+}

@@ -1,0 +1,298 @@
+//! Replays committed recordings of the lab (real containerd 1.7.24 talking
+//! to the lab's ttrpc-crate plugins and the NRI project's own logger
+//! plugin, captured with nri-trace's probes) and checks the decoded calls
+//! against the ground truth the plugins wrote at the time. No root needed.
+//!
+//! Fixtures: `tests/fixtures/nri/<scenario>/{recording,truth}.ndjson.gz`,
+//! made by the live tests in nri_lab.rs (see tests/fixtures/nri/README.md).
+
+mod nri_check;
+
+use std::path::Path;
+
+use nri_trace::{
+    capture::{recording, CaptureEvent, Chunk},
+    engine::nri_analysis::{analyze, NriRecord},
+    model::nri_call::{IdentitySource, Outcome},
+};
+
+const LAB_NRI_SOCKET: &str = "/var/lib/nri-trace-lab/run/nri.sock";
+
+fn fixture_events(scenario: &str) -> Vec<CaptureEvent> {
+    let p = nri_check::fixture_dir(scenario).join("recording.ndjson.gz");
+    recording::read_file(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+fn check_fixture(scenario: &str) -> Vec<NriRecord> {
+    let dir = nri_check::fixture_dir(scenario);
+    let (records, _) =
+        nri_check::replay(&dir.join("recording.ndjson.gz"), Path::new(LAB_NRI_SOCKET));
+    let truth = nri_check::read_truth(&dir.join("truth.ndjson.gz"));
+    let since = nri_check::attach_mono_ns(&truth).expect("attach note");
+    let calls = nri_check::calls(&records);
+    let follow = nri_check::plugin_end_since(&dir.join("recording.ndjson.gz"));
+    let report = nri_check::compare(&truth, &calls, since, &follow);
+    eprintln!(
+        "{scenario}: {} calls; {}/{} deliveries matched; |plugin time - handler| p50/p90/p99/max {} µs; {} timed from the runtime side only",
+        calls.len(),
+        report.matched,
+        report.compared,
+        report.diff_quantiles_us(),
+        report.runtime_side_only
+    );
+    assert!(report.compared > 0);
+    assert!(
+        report.problems.is_empty(),
+        "{scenario}:\n{}",
+        report.problems.join("\n")
+    );
+    records
+}
+
+#[test]
+fn happy_fixture_matches_truth() {
+    let records = check_fixture("happy");
+    let calls = nri_check::calls(&records);
+    // Decoded, not guessed: every call has a method and a named plugin
+    // (the pre-launched 30-gamma registered before the capture: its name
+    // comes from its environment).
+    assert!(calls.iter().all(|c| c.method.is_some() && !c.partial));
+    assert!(calls.iter().all(|c| c.plugin.name.is_some()));
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.plugin.label() == "30-gamma"
+                && c.plugin.source == IdentitySource::PrelaunchEnv)
+    );
+}
+
+#[test]
+fn plugin_timeout_fixture_matches_truth() {
+    let records = check_fixture("plugin-timeout");
+    let calls = nri_check::calls(&records);
+    let hung: Vec<_> = calls
+        .iter()
+        .filter(|c| c.outcome == Outcome::TimedOut)
+        .collect();
+    assert_eq!(hung.len(), 1);
+    assert_eq!(hung[0].plugin.label(), "10-hang");
+    // The runtime waited its whole request timeout (1 s in this scenario).
+    let waited = hung[0].duration_ns.unwrap_or(0);
+    assert!(hung[0].end.is_none());
+    assert!(
+        hung[0]
+            .timeout_nano
+            .is_some_and(|t| waited + 50_000_000 >= t as u64),
+        "waited {waited} ns, timeout {:?}",
+        hung[0].timeout_nano
+    );
+}
+
+#[test]
+fn teardown_error_fixture_matches_truth() {
+    let records = check_fixture("teardown-error");
+    let calls = nri_check::calls(&records);
+    let errors: Vec<_> = calls
+        .iter()
+        .filter(|c| matches!(&c.outcome, Outcome::Error { message, .. } if message.contains("teardown refused")))
+        .filter_map(|c| c.event.map(|e| e.as_str_name()))
+        .collect();
+    assert_eq!(errors, ["STOP_POD_SANDBOX", "REMOVE_POD_SANDBOX"]);
+}
+
+#[test]
+fn slow_plugin_fixture_matches_truth() {
+    let records = check_fixture("slow-plugin");
+    let queued = records.iter().any(|r| match r {
+        NriRecord::NriCall(s) => {
+            s.call.plugin.label() == "20-plain"
+                && s.hook == "RUN_POD_SANDBOX"
+                && s.queued_ns.is_some_and(|q| q >= 500_000_000)
+                && s.queued_behind == ["10-slow"]
+        }
+        _ => false,
+    });
+    assert!(queued);
+}
+
+#[test]
+fn upstream_logger_fixture_decoded() {
+    let records = check_fixture("upstream-witness");
+    let calls = nri_check::calls(&records);
+    let logger: Vec<_> = calls
+        .iter()
+        .filter(|c| c.plugin.label() == "99-upstream-logger" && c.event.is_some())
+        .collect();
+    assert!(!logger.is_empty());
+    assert!(logger.iter().all(|c| c.outcome == Outcome::Ok));
+}
+
+const FIXTURES: [&str; 5] = [
+    "happy",
+    "plugin-timeout",
+    "teardown-error",
+    "slow-plugin",
+    "upstream-witness",
+];
+
+/// Split every captured chunk at pseudo-random points (keeping its
+/// timestamp): the decoded records must not change, however the bytes were
+/// cut into syscalls.
+#[test]
+fn any_split_of_a_real_stream_decodes_identically() {
+    for f in FIXTURES {
+        split_decodes_identically(f);
+    }
+}
+
+fn split_decodes_identically(fixture: &str) {
+    let events = fixture_events(fixture);
+    let (want, _) = analyze(events.clone(), vec![LAB_NRI_SOCKET.into()]);
+    assert!(!want.is_empty());
+    let mut x = 0x2545f4914f6cdd1du64;
+    for round in 0..20 {
+        let mut split = Vec::with_capacity(events.len() * 2);
+        for ev in &events {
+            let CaptureEvent::Chunk(c) = ev else {
+                split.push(ev.clone());
+                continue;
+            };
+            let mut rest: &[u8] = &c.bytes;
+            let mut first = true;
+            while !rest.is_empty() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // Round 0: one byte at a time for the first chunks.
+                let n = if round == 0 {
+                    1
+                } else {
+                    1 + (x % (rest.len() as u64)) as usize
+                };
+                let (a, b) = rest.split_at(n.min(rest.len()));
+                split.push(CaptureEvent::Chunk(Chunk {
+                    bytes: a.to_vec(),
+                    gap_before: c.gap_before && first,
+                    truncated: c.truncated && b.is_empty(),
+                    ..c.clone()
+                }));
+                first = false;
+                rest = b;
+            }
+        }
+        let (got, _) = analyze(split, vec![LAB_NRI_SOCKET.into()]);
+        assert_eq!(
+            got, want,
+            "round {round}: split changed the decoded records"
+        );
+    }
+}
+
+/// Start the replay at every point of a real stream (a mid-stream attach):
+/// calls whose request was seen are decoded correctly, a response whose
+/// request was not seen is a partial call, and nothing is mislabelled.
+#[test]
+fn mid_stream_attach_at_any_point() {
+    for f in FIXTURES {
+        attach_mid_stream(f);
+    }
+}
+
+fn attach_mid_stream(fixture: &str) {
+    let events = fixture_events(fixture);
+    let (full, _) = analyze(events.clone(), vec![LAB_NRI_SOCKET.into()]);
+    let full_calls = nri_check::calls(&full);
+    // Cut inside the stream: drop the first k chunk events (keep opens so the
+    // connections are known, as discovery finds them at attach).
+    let chunk_idx: Vec<usize> = events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| matches!(e, CaptureEvent::Chunk(_)))
+        .map(|(i, _)| i)
+        .collect();
+    for cut in chunk_idx.iter().step_by(7).copied() {
+        let mut tail: Vec<CaptureEvent> = events[..cut]
+            .iter()
+            .filter(|e| matches!(e, CaptureEvent::Open(_)))
+            .cloned()
+            .collect();
+        tail.extend(events[cut..].iter().cloned());
+        // A cut in the middle of a chunk too: drop its first 3 bytes.
+        if let Some(CaptureEvent::Chunk(c)) = tail
+            .iter_mut()
+            .find(|e| matches!(e, CaptureEvent::Chunk(_)))
+        {
+            c.bytes.drain(..c.bytes.len().min(3));
+        }
+        let (got, _) = analyze(tail, vec![LAB_NRI_SOCKET.into()]);
+        for c in nri_check::calls(&got) {
+            if c.partial {
+                assert!(c.method.is_none() && c.start.is_none());
+                continue;
+            }
+            // A complete call must be one of the full replay's calls,
+            // exactly, except for the plugin identity when its RegisterPlugin
+            // fell before the cut: then it comes from the peer process (the
+            // same pid), never a wrong name.
+            let f = full_calls
+                .iter()
+                .find(|f| {
+                    (f.conn, f.mux_conn, f.stream_id, f.start)
+                        == (c.conn, c.mux_conn, c.stream_id, c.start)
+                })
+                .unwrap_or_else(|| {
+                    panic!("cut at event {cut}: call not in the full replay: {c:?}")
+                });
+            let mut f = (*f).clone();
+            if c.plugin.source != f.plugin.source {
+                assert_eq!(c.plugin.pid, f.plugin.pid, "cut at event {cut}");
+                assert!(c.plugin.name.is_none() || c.plugin.name == f.plugin.name);
+                f.plugin = c.plugin.clone();
+            }
+            if c.plugin_ns.is_none() {
+                // The plugin's read of the request fell before the cut.
+                f.plugin_ns = None;
+            }
+            if c.end.is_none() && f.end.is_some() {
+                // Its response was in the bytes cut away: it ends without
+                // one (connection closed or capture ended), nothing else.
+                f.end = None;
+                f.duration_ns = c.duration_ns;
+                f.outcome = c.outcome.clone();
+                f.summary = c.summary.clone();
+            }
+            let same = f == *c;
+            assert!(
+                same,
+                "cut at event {cut}: call not in the full replay: {c:?}"
+            );
+        }
+        // Everything that started after the cut's next boundary is there.
+        let cut_ts = match &events[cut] {
+            CaptureEvent::Chunk(c) => c.ts.mono_ns,
+            _ => unreachable!(),
+        };
+        let later = full_calls
+            .iter()
+            .filter(|c| c.start.is_some_and(|s| s.mono_ns > cut_ts + 50_000_000))
+            .count();
+        let got_later = nri_check::calls(&got)
+            .iter()
+            .filter(|c| !c.partial && c.start.is_some_and(|s| s.mono_ns > cut_ts + 50_000_000))
+            .count();
+        assert_eq!(got_later, later, "cut at event {cut}: later calls missing");
+    }
+}
+
+/// Replaying is deterministic: same records, same summary.
+#[test]
+fn replay_is_deterministic() {
+    let events = fixture_events("happy");
+    let a = analyze(events.clone(), vec![LAB_NRI_SOCKET.into()]);
+    let b = analyze(events, vec![LAB_NRI_SOCKET.into()]);
+    assert_eq!(a.0, b.0);
+    assert_eq!(a.1, b.1);
+    assert!(nri_check::calls(&a.0)
+        .iter()
+        .all(|c| c.outcome == Outcome::Ok));
+}
