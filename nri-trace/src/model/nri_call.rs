@@ -269,6 +269,9 @@ const MAX_PLUGIN_SIDE: usize = 1024;
 /// the call is released without its plugin-side reply.
 const PLUGIN_REPLY_WAIT_NS: u64 = 5_000_000;
 
+/// Most calls awaiting a response per connection.
+const MAX_PENDING_PER_CONN: usize = 1024;
+
 /// Most chunk timestamps remembered per connection direction.
 const MAX_CHUNK_MARKS: usize = 4096;
 
@@ -622,6 +625,27 @@ impl NriCallAssembler {
                     summary,
                 };
                 let key = (mux_conn, m.stream_id, dir_index(c.direction));
+                // Bounded: NRI has one call in flight per plugin, so a
+                // connection with this many is garbage or lost responses;
+                // the oldest (lowest stream id) goes as unanswered.
+                if st.pending.len() >= MAX_PENDING_PER_CONN && !st.pending.contains_key(&key) {
+                    if let Some(((om, os, od), old)) = st.pending.pop_first() {
+                        let st = &self.conns[&c.conn];
+                        out.push(NriObservation::Call(complete_call(
+                            c.conn,
+                            st,
+                            om,
+                            os,
+                            dir_of_index(od),
+                            old,
+                            None,
+                            Outcome::NoResponse,
+                        )));
+                    }
+                }
+                let Some(st) = self.conns.get_mut(&c.conn) else {
+                    return;
+                };
                 if let Some(old) = st.pending.insert(key, p) {
                     // A stream id reused while its call is open: the old
                     // response was lost (a gap).
@@ -1072,5 +1096,134 @@ fn describe_response(b: &ResponseBody) -> String {
                 "accepted".into()
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Bounds and garbage. Real-peer behaviour (containerd, the ttrpc crate,
+    //! the NRI logger) is tested on recordings in tests/tests/nri_replay.rs;
+    //! these synthetic streams exercise what no well-behaved peer sends.
+    use prost::Message as _;
+
+    use super::*;
+    use crate::{
+        capture::{Chunk, ConnOpen, Origin, Syscall},
+        decode::nri::proto::envelope,
+    };
+
+    fn ts(ns: u64) -> Timestamp {
+        Timestamp {
+            mono_ns: ns,
+            wall_ns: ns,
+        }
+    }
+
+    fn open(conn: u64) -> CaptureEvent {
+        CaptureEvent::Open(ConnOpen {
+            conn: ConnId(conn),
+            ts: ts(0),
+            tgid: 1,
+            fd: 3,
+            origin: Origin::Existing,
+            socket_path: Some("/nri.sock".into()),
+            peer: None,
+            inode: None,
+            other_end: None,
+        })
+    }
+
+    fn chunk(conn: u64, dir: Direction, at: u64, bytes: Vec<u8>) -> CaptureEvent {
+        CaptureEvent::Chunk(Chunk {
+            conn: ConnId(conn),
+            direction: dir,
+            ts: ts(at),
+            tid: 1,
+            syscall: Syscall::Write,
+            syscall_len: bytes.len() as u64,
+            bytes,
+            truncated: false,
+            gap_before: false,
+        })
+    }
+
+    /// Mux frame (conn_id 1) of a ttrpc request message (test-only framing
+    /// per mux.go / channel.go).
+    fn request_frame(stream_id: u32) -> Vec<u8> {
+        let req = envelope::Request {
+            service: message::PLUGIN_SERVICE.into(),
+            method: "Shutdown".into(),
+            payload: vec![],
+            timeout_nano: 0,
+            metadata: vec![],
+        }
+        .encode_to_vec();
+        let mut t = Vec::new();
+        t.extend_from_slice(&(req.len() as u32).to_be_bytes());
+        t.extend_from_slice(&stream_id.to_be_bytes());
+        t.extend_from_slice(&[1, 0]);
+        t.extend_from_slice(&req);
+        let mut f = Vec::new();
+        f.extend_from_slice(&1u32.to_be_bytes());
+        f.extend_from_slice(&(t.len() as u32).to_be_bytes());
+        f.extend_from_slice(&t);
+        f
+    }
+
+    #[test]
+    fn unanswered_calls_are_bounded() {
+        let mut a = NriCallAssembler::new(vec!["/nri.sock".into()]);
+        let mut out = Vec::new();
+        a.on_capture(&open(1), &mut out);
+        let n = MAX_PENDING_PER_CONN as u32 + 100;
+        for i in 0..n {
+            a.on_capture(
+                &chunk(1, Direction::Out, 10 + i as u64, request_frame(2 * i + 1)),
+                &mut out,
+            );
+        }
+        assert_eq!(a.in_flight(), MAX_PENDING_PER_CONN);
+        let dropped: Vec<_> = out
+            .iter()
+            .filter_map(|o| match o {
+                NriObservation::Call(c) => Some(c),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(dropped.len(), 100);
+        assert!(dropped.iter().all(|c| c.outcome == Outcome::NoResponse));
+        // The oldest went first.
+        assert_eq!(dropped[0].stream_id, 1);
+    }
+
+    #[test]
+    fn garbage_never_panics_and_stays_bounded() {
+        let mut a = NriCallAssembler::new(vec!["/nri.sock".into()]);
+        let mut out = Vec::new();
+        a.on_capture(&open(1), &mut out);
+        let mut x = 0x853c49e6748fea9bu64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for i in 0..3000u64 {
+            let len = (next() % 300) as usize;
+            let mut bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            // Now and then a valid frame in between.
+            if i % 10 == 0 {
+                bytes.extend(request_frame((next() as u32) | 1));
+            }
+            let dir = if next() % 2 == 0 {
+                Direction::In
+            } else {
+                Direction::Out
+            };
+            a.on_capture(&chunk(1, dir, i, bytes), &mut out);
+            out.clear();
+        }
+        assert!(a.in_flight() <= MAX_PENDING_PER_CONN);
+        a.finish(&mut out);
     }
 }
