@@ -1,7 +1,7 @@
 //! `cargo xtask bench`: what nri-trace's probes cost, measured around real
 //! attachments, printed as markdown tables for docs/benchmarks.md.
 //!
-//! Four parts (see docs/benchmarks.md for how to read them):
+//! Five parts (see docs/benchmarks.md for how to read them):
 //! - probe: syscalls of a process nri-trace does NOT track, with nothing,
 //!   the real capture, the design floors or a bpftrace pair attached.
 //! - traced: write(2) of the process nri-trace captures, without and with
@@ -9,8 +9,12 @@
 //! - throughput: how fast a captured writer can go before records are lost.
 //! - mix: the system-wide syscall mix, and what each design would cost over
 //!   it (with the break-even share of probed syscalls, from the probe part).
+//! - nri-decode: decode throughput of a recorded NRI stream, the whole
+//!   pipeline against its framing layers and its protobuf decoding alone
+//!   (`nri-trace/benches/nri_decode.rs`; no probes, no root needed: run
+//!   alone, it skips the eBPF build and the tool checks).
 //!
-//! Every measurement runs the criterion benchmark `nri-trace/benches/
+//! Every probe measurement runs the criterion benchmark `nri-trace/benches/
 //! syscall_cost.rs` (built once) pinned to one CPU; everything attached runs
 //! on the other CPU so that its own work does not land in the measurement.
 //! States are interleaved over rounds and medians over rounds are reported,
@@ -51,7 +55,7 @@ pub struct BenchArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "probe,traced,throughput,mix"
+        default_value = "probe,traced,throughput,mix,nri-decode"
     )]
     only: Vec<Part>,
     /// Very short criterion runs: checks the harness, the numbers are noise.
@@ -65,28 +69,37 @@ enum Part {
     Traced,
     Throughput,
     Mix,
+    NriDecode,
 }
 
 pub fn run(a: BenchArgs) -> Result<()> {
     let started = Instant::now();
-    let ctx = Ctx::prepare(a.quick)?;
+    // Everything but nri-decode attaches probes: only then are root, the
+    // tools and the eBPF build needed.
+    let ctx = if a.only.iter().any(|p| *p != Part::NriDecode) {
+        Some(Ctx::prepare(a.quick)?)
+    } else {
+        None
+    };
     let mut report = vec![header_section()];
-    let probe = if a.only.contains(&Part::Probe) {
-        let p = probe_cost(&ctx, a.rounds)?;
-        report.push(probe_section(&p));
-        Some(p)
-    } else {
-        None
+    let probe = match &ctx {
+        Some(ctx) if a.only.contains(&Part::Probe) => {
+            let p = probe_cost(ctx, a.rounds)?;
+            report.push(probe_section(&p));
+            Some(p)
+        }
+        _ => None,
     };
-    let traced = if a.only.contains(&Part::Traced) {
-        let t = traced_cost(&ctx, a.rounds)?;
-        report.push(traced_section(&t));
-        Some(t)
-    } else {
-        None
+    let traced = match &ctx {
+        Some(ctx) if a.only.contains(&Part::Traced) => {
+            let t = traced_cost(ctx, a.rounds)?;
+            report.push(traced_section(&t));
+            Some(t)
+        }
+        _ => None,
     };
-    if a.only.contains(&Part::Throughput) {
-        let t = throughput(&ctx, a.throughput_seconds, a.loss_steps)?;
+    if let Some(ctx) = ctx.as_ref().filter(|_| a.only.contains(&Part::Throughput)) {
+        let t = throughput(ctx, a.throughput_seconds, a.loss_steps)?;
         report.push(throughput_section(&t, a.throughput_seconds));
     }
     if let Some(p) = &probe {
@@ -96,10 +109,23 @@ pub fn run(a: BenchArgs) -> Result<()> {
         let mix = syscall_mix(a.mix_seconds, a.mix_while.as_deref())?;
         report.push(mix_section(&mix, probe.as_ref(), a.mix_while.as_deref()));
     }
-    report.push(targets_section(probe.as_ref(), traced.as_ref()));
+    // Last: it needs no probe, and nothing is attached any more.
+    let decode = if a.only.contains(&Part::NriDecode) {
+        let d = nri_decode(a.quick)?;
+        report.push(nri_decode_section(&d));
+        Some(d)
+    } else {
+        None
+    };
+    report.push(targets_section(
+        probe.as_ref(),
+        traced.as_ref(),
+        decode.as_ref(),
+    ));
     report.push(format!("Load average at the end: {}\n", loadavg()));
     let text = report.join("\n");
-    let out = ctx.work.join("report.md");
+    let work = work_dir()?;
+    let out = work.join("report.md");
     fs::write(&out, &text)?;
     println!("{text}");
     eprintln!(
@@ -136,13 +162,11 @@ impl Ctx {
         }
         let root = crate::workspace_root();
         let nri_trace = crate::build(true)?;
-        let bench_exe = build_bench_exe()?;
-        let work = root.join("target/nri-trace-bench");
-        fs::create_dir_all(&work)?;
+        let bench_exe = build_bench_exe("syscall_cost")?;
         Ok(Ctx {
             nri_trace,
             bench_exe,
-            work,
+            work: work_dir()?,
             criterion_home: root.join("target/criterion"),
             quick,
         })
@@ -155,8 +179,7 @@ impl Ctx {
         // Without --bench, criterion runs each benchmark once as a test.
         c.arg("--bench").env("CRITERION_HOME", &self.criterion_home);
         if self.quick {
-            c.args(["--warm-up-time", "0.2", "--measurement-time", "0.5"])
-                .args(["--sample-size", "10"]);
+            c.args(QUICK_ARGS);
         }
         c
     }
@@ -171,14 +194,11 @@ impl Ctx {
     /// criterion's median for benchmark `id` (e.g. "untraced/getppid"), in
     /// ns per iteration.
     fn median_ns(&self, id: &str) -> Result<f64> {
-        let p = self.estimates(id);
-        let s = fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
-        json_number(&s, &["\"median\":", "\"point_estimate\":"])
-            .with_context(|| format!("no median point estimate in {}", p.display()))
+        read_median_ns(&self.estimates(id))
     }
 
     fn estimates(&self, id: &str) -> PathBuf {
-        self.criterion_home.join(id).join("new/estimates.json")
+        estimates_path(&self.criterion_home, id)
     }
 
     /// Remove the estimates of `ids`, so that a run that fails to write them
@@ -188,6 +208,35 @@ impl Ctx {
             let _ = fs::remove_file(self.estimates(id));
         }
     }
+}
+
+/// criterion's flags for `--quick`.
+const QUICK_ARGS: [&str; 6] = [
+    "--warm-up-time",
+    "0.2",
+    "--measurement-time",
+    "0.5",
+    "--sample-size",
+    "10",
+];
+
+/// Sockets, ready files and the report.
+fn work_dir() -> Result<PathBuf> {
+    let work = crate::workspace_root().join("target/nri-trace-bench");
+    fs::create_dir_all(&work)?;
+    Ok(work)
+}
+
+/// Where criterion writes the estimates of benchmark `id`.
+fn estimates_path(criterion_home: &Path, id: &str) -> PathBuf {
+    criterion_home.join(id).join("new/estimates.json")
+}
+
+/// The median point estimate (ns per iteration) in an estimates.json.
+fn read_median_ns(p: &Path) -> Result<f64> {
+    let s = fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+    json_number(&s, &["\"median\":", "\"point_estimate\":"])
+        .with_context(|| format!("no median point estimate in {}", p.display()))
 }
 
 fn pinned(cpu: &str, program: &Path) -> Command {
@@ -209,22 +258,15 @@ fn which(tool: &str) -> Result<()> {
     Ok(())
 }
 
-/// Build the criterion executable once and return its path (cargo prints it
-/// in its JSON messages).
-fn build_bench_exe() -> Result<PathBuf> {
+/// Build the criterion executable of nri-trace's bench `name` once and
+/// return its path (cargo prints it in its JSON messages).
+fn build_bench_exe(name: &str) -> Result<PathBuf> {
     let mut cmd = crate::cargo();
-    cmd.args([
-        "bench",
-        "--no-run",
-        "-p",
-        "nri-trace",
-        "--bench",
-        "syscall_cost",
-    ])
-    .arg("--message-format=json")
-    // Same as `build`, so the library is not rebuilt for another object.
-    .env("NRI_TRACE_EBPF_OBJ", crate::ebpf_object())
-    .stderr(Stdio::inherit());
+    cmd.args(["bench", "--no-run", "-p", "nri-trace", "--bench", name])
+        .arg("--message-format=json")
+        // Same as `build`, so the library is not rebuilt for another object.
+        .env("NRI_TRACE_EBPF_OBJ", crate::ebpf_object())
+        .stderr(Stdio::inherit());
     let out = cmd.output().context("running cargo bench --no-run")?;
     if !out.status.success() {
         bail!("cargo bench --no-run failed: {}", out.status);
@@ -232,10 +274,12 @@ fn build_bench_exe() -> Result<PathBuf> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter(|l| l.contains("\"reason\":\"compiler-artifact\""))
-        .filter(|l| l.contains("\"kind\":[\"bench\"]") && l.contains("\"name\":\"syscall_cost\""))
+        .filter(|l| {
+            l.contains("\"kind\":[\"bench\"]") && l.contains(&format!("\"name\":\"{name}\""))
+        })
         .find_map(|l| json_string(l, "\"executable\":"))
         .map(PathBuf::from)
-        .context("cargo did not report the syscall_cost executable")
+        .with_context(|| format!("cargo did not report the {name} executable"))
 }
 
 // ------------------------------------------------------ child processes
@@ -1045,6 +1089,119 @@ fn expected(cost: (f64, f64), p: f64) -> f64 {
     p * cost.0 + (1.0 - p) * cost.1
 }
 
+// ------------------------------------------------- part e: NRI decoding
+
+/// The benchmarks of `nri-trace/benches/nri_decode.rs`: (criterion id,
+/// label, what it runs).
+const NRI_DECODE: [(&str, &str, &str); 4] = [
+    (
+        "nri_decode/full",
+        "full",
+        "the whole pipeline: framing, protobuf, matching, records, hook timing",
+    ),
+    (
+        "nri_decode/assembler",
+        "assembler",
+        "the call assembler alone: framing, protobuf, matching (no hook timing)",
+    ),
+    (
+        "nri_decode/framing",
+        "framing",
+        "mux + ttrpc framing only, every message drained",
+    ),
+    (
+        "nri_decode/prost_only",
+        "prost_only",
+        "protobuf decoding only (envelope + typed body) of the messages the pipeline decodes",
+    ),
+];
+
+struct NriDecode {
+    /// The bench's `nri_decode input:` line, as printed.
+    input: String,
+    bytes: f64,
+    messages: f64,
+    /// criterion medians (ns per run over the whole recording), in the
+    /// order of [`NRI_DECODE`].
+    ns: [f64; 4],
+    /// The CPU the bench ran on, if pinned.
+    cpu: Option<&'static str>,
+}
+
+impl NriDecode {
+    fn full(&self) -> f64 {
+        self.ns[0]
+    }
+
+    fn assembler(&self) -> f64 {
+        self.ns[1]
+    }
+
+    fn framing(&self) -> f64 {
+        self.ns[2]
+    }
+
+    fn prost(&self) -> f64 {
+        self.ns[3]
+    }
+
+    /// Framing and bookkeeping: the pipeline minus its protobuf decoding.
+    fn rest(&self) -> f64 {
+        self.full() - self.prost()
+    }
+}
+
+/// Build and run the nri_decode criterion bench (pinned to the measurement
+/// CPU when there are two CPUs and `taskset`), then read its medians.
+fn nri_decode(quick: bool) -> Result<NriDecode> {
+    let exe = build_bench_exe("nri_decode")?;
+    let criterion_home = crate::workspace_root().join("target/criterion");
+    for (id, _, _) in NRI_DECODE {
+        let _ = fs::remove_file(estimates_path(&criterion_home, id));
+    }
+    let two_cpus = thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
+    let cpu = (two_cpus && which("taskset").is_ok()).then_some(BENCH_CPU);
+    let mut cmd = match cpu {
+        Some(cpu) => pinned(cpu, &exe),
+        None => Command::new(&exe),
+    };
+    cmd.arg("--bench").env("CRITERION_HOME", &criterion_home);
+    if quick {
+        cmd.args(QUICK_ARGS);
+    }
+    eprintln!(
+        "bench: nri-decode ({})",
+        cpu.map_or("not pinned".to_string(), |c| format!("pinned to CPU {c}"))
+    );
+    let mut p = Proc::spawn("bench (nri_decode)", &mut cmd)?;
+    p.wait_success(Duration::from_secs(600))?;
+    let input = p
+        .seen
+        .iter()
+        .find_map(|l| l.strip_prefix("nri_decode input: "))
+        .context("the nri_decode bench printed no input line")?
+        .to_string();
+    let field = |key: &str| -> Result<f64> {
+        input
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .with_context(|| format!("no {key}= in the nri_decode input line: {input}"))
+    };
+    let (bytes, messages) = (field("bytes")?, field("messages")?);
+    let mut ns = [0.0; 4];
+    for (slot, (id, _, _)) in ns.iter_mut().zip(NRI_DECODE) {
+        *slot = read_median_ns(&estimates_path(&criterion_home, id))?;
+    }
+    Ok(NriDecode {
+        input,
+        bytes,
+        messages,
+        ns,
+        cpu,
+    })
+}
+
 // ---------------------------------------------------------------- report
 
 fn header_section() -> String {
@@ -1352,8 +1509,42 @@ fn mix_section(m: &Mix, p: Option<&ProbeCost>, workload: Option<&str>) -> String
     s
 }
 
+fn nri_decode_section(d: &NriDecode) -> String {
+    let mut s = format!(
+        "## NRI decode throughput\n\n\
+         One run = the whole recording, on one core ({}); criterion medians. \
+         MB/s = captured payload bytes (10^6) per second.\n\n\
+         Input: `{}`\n\n\
+         | benchmark | what it runs | time per run (us) | MB/s | messages/s |\n\
+         | --- | --- | ---: | ---: | ---: |\n",
+        d.cpu
+            .map_or("not pinned".to_string(), |c| format!("pinned to CPU {c}")),
+        d.input
+    );
+    for ((_, label, what), ns) in NRI_DECODE.iter().zip(d.ns) {
+        s += &format!(
+            "| {label} | {what} | {:.1} | {:.1} | {:.0} |\n",
+            ns / 1e3,
+            d.bytes * 1e3 / ns,
+            d.messages * 1e9 / ns
+        );
+    }
+    let bookkeeping = d.rest() - d.framing();
+    s += &format!(
+        "\nframing + bookkeeping (full - prost_only): {:.1} us = {:.2} x prost_only; \
+         bookkeeping alone (full - prost_only - framing): {:.1} us = {:.2} x prost_only, \
+         of which hook timing and records (full - assembler): {:.1} us.\n",
+        d.rest() / 1e3,
+        d.rest() / d.prost(),
+        bookkeeping / 1e3,
+        bookkeeping / d.prost(),
+        (d.full() - d.assembler()) / 1e3
+    );
+    s
+}
+
 /// The targets of the issue, checked against what was measured.
-fn targets_section(p: Option<&ProbeCost>, t: Option<&TracedCost>) -> String {
+fn targets_section(p: Option<&ProbeCost>, t: Option<&TracedCost>, d: Option<&NriDecode>) -> String {
     let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
     let mut s = String::from("## Targets\n\n| target | measured | |\n| --- | --- | --- |\n");
     if let Some(p) = p {
@@ -1378,6 +1569,16 @@ fn targets_section(p: Option<&ProbeCost>, t: Option<&TracedCost>) -> String {
                 verdict(added < 1000.0)
             );
         }
+    }
+    if let Some(d) = d {
+        s += &format!(
+            "| NRI decoding: framing + bookkeeping below protobuf decoding \
+             (full - prost_only < prost_only) | {:.1} us vs {:.1} us ({:.2} x) | {} |\n",
+            d.rest() / 1e3,
+            d.prost() / 1e3,
+            d.rest() / d.prost(),
+            verdict(d.rest() < d.prost())
+        );
     }
     s
 }

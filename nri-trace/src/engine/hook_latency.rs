@@ -75,8 +75,9 @@ pub struct HookSummary {
 }
 
 struct Stats {
-    own: Histogram<u64>,
-    runtime: Histogram<u64>,
+    /// Microseconds (see [`Stats::new`]).
+    own: Histogram<u32>,
+    runtime: Histogram<u32>,
     calls: u64,
     errors: u64,
     timeouts: u64,
@@ -86,16 +87,32 @@ struct Stats {
 impl Stats {
     fn new() -> Self {
         Stats {
-            // 1 µs .. 1 h at 3 significant digits: a few tens of KiB each.
-            own: Histogram::new_with_bounds(1_000, 3_600_000_000_000, 3)
-                .expect("static histogram bounds"),
-            runtime: Histogram::new_with_bounds(1_000, 3_600_000_000_000, 3)
-                .expect("static histogram bounds"),
+            // Microseconds, 2 significant digits (±1%), u32 counts,
+            // auto-resizing: a histogram covers only the range it has seen
+            // (a few KiB for ms-range hooks). A fixed 1 ns..1 h range at 3
+            // digits would zero 192 KiB per (plugin, hook) up front, more
+            // than decoding a whole short recording (docs/benchmarks.md).
+            own: Histogram::new(2).expect("2 significant digits"),
+            runtime: Histogram::new(2).expect("2 significant digits"),
             calls: 0,
             errors: 0,
             timeouts: 0,
             queued_total_ns: 0,
         }
+    }
+}
+
+/// Nanoseconds to the histograms' microseconds (at least 1).
+fn us(ns: u64) -> u64 {
+    (ns / 1000).max(1)
+}
+
+/// Record `ns` (as µs). `record` grows an auto-resizing histogram;
+/// `saturating_record` would clamp to its current range instead.
+fn record(h: &mut Histogram<u32>, ns: u64) {
+    let v = us(ns);
+    if h.record(v).is_err() {
+        h.saturating_record(v);
     }
 }
 
@@ -182,10 +199,10 @@ impl HookTimer {
             .plugin_ns
             .or(call.duration_ns.filter(|_| call.end.is_some()));
         if let Some(d) = own_ns {
-            s.own.saturating_record(d.max(1));
+            record(&mut s.own, d);
         }
         if let (Some(d), true) = (call.duration_ns, call.end.is_some()) {
-            s.runtime.saturating_record(d.max(1));
+            record(&mut s.runtime, d);
         }
         s.queued_total_ns += queued_ns.unwrap_or(0);
         HookSpan {
@@ -206,7 +223,7 @@ impl HookTimer {
                     if s.own.is_empty() {
                         0
                     } else {
-                        s.own.value_at_quantile(p)
+                        s.own.value_at_quantile(p) * 1000
                     }
                 };
                 HookSummary {
@@ -218,11 +235,15 @@ impl HookTimer {
                     p50_ns: q(0.5),
                     p90_ns: q(0.9),
                     p99_ns: q(0.99),
-                    max_ns: if s.own.is_empty() { 0 } else { s.own.max() },
+                    max_ns: if s.own.is_empty() {
+                        0
+                    } else {
+                        s.own.max() * 1000
+                    },
                     runtime_p99_ns: if s.runtime.is_empty() {
                         0
                     } else {
-                        s.runtime.value_at_quantile(0.99)
+                        s.runtime.value_at_quantile(0.99) * 1000
                     },
                     queued_total_ns: s.queued_total_ns,
                 }
@@ -291,7 +312,11 @@ mod tests {
         let s = t.summary();
         let a_run = s.iter().find(|s| s.plugin == "10-a").unwrap();
         assert_eq!(a_run.calls, 2);
-        assert!(a_run.max_ns >= 499_000_000 && a_run.max_ns <= 501_000_000);
+        assert!(
+            a_run.max_ns >= 495_000_000 && a_run.max_ns <= 505_000_000,
+            "2 significant digits: within 1%: {}",
+            a_run.max_ns
+        );
         let b_run = s.iter().find(|s| s.plugin == "20-b").unwrap();
         assert_eq!(b_run.queued_total_ns, 500_000_000);
     }

@@ -596,16 +596,16 @@ impl NriCallAssembler {
                 if body.is_err() {
                     self.stats.undecodable += 1;
                 }
-                let (event, subject, summary) = match &body {
-                    Ok(b) => describe_request(b),
-                    Err(e) => (None, Subject::default(), format!("undecodable: {e}")),
-                };
                 if let Ok(RequestBody::RegisterPlugin(r)) = &body {
                     st.plugin.name = Some(r.plugin_name.clone());
                     st.plugin.index = Some(r.plugin_idx.clone());
                     st.plugin.source = IdentitySource::RegisterPlugin;
                     st.announced = false;
                 }
+                let (event, subject, summary) = match body {
+                    Ok(b) => describe_request(b),
+                    Err(e) => (None, Subject::default(), format!("undecodable: {e}")),
+                };
                 if !st.announced {
                     st.announced = true;
                     out.push(NriObservation::Plugin {
@@ -618,8 +618,8 @@ impl NriCallAssembler {
                 let p = PendingCall {
                     method,
                     event,
-                    pod: subject.pod.as_ref().map(pod_ref),
-                    container: subject.container.as_ref().map(container_ref),
+                    pod: subject.pod.map(pod_ref),
+                    container: subject.container.map(container_ref),
                     start: ts,
                     timeout_nano: req.timeout_nano,
                     summary,
@@ -899,19 +899,19 @@ fn complete_call(
     }
 }
 
-fn pod_ref(p: &api::PodSandbox) -> PodRef {
+fn pod_ref(p: api::PodSandbox) -> PodRef {
     PodRef {
-        id: p.id.clone(),
-        name: p.name.clone(),
-        namespace: p.namespace.clone(),
-        uid: p.uid.clone(),
+        id: p.id,
+        name: p.name,
+        namespace: p.namespace,
+        uid: p.uid,
     }
 }
 
-fn container_ref(c: &api::Container) -> ContainerRef {
+fn container_ref(c: api::Container) -> ContainerRef {
     ContainerRef {
-        id: c.id.clone(),
-        name: c.name.clone(),
+        id: c.id,
+        name: c.name,
     }
 }
 
@@ -929,7 +929,8 @@ fn secs(ns: i64) -> String {
     format!("{}s", ns as f64 / 1e9)
 }
 
-fn describe_request(b: &RequestBody) -> (Option<Event>, Subject, String) {
+/// Event, subject (moved out, not cloned) and summary of a request.
+fn describe_request(b: RequestBody) -> (Option<Event>, Subject, String) {
     match b {
         RequestBody::RegisterPlugin(r) => {
             let mut s = format!("register {}-{}", r.plugin_idx, r.plugin_name);
@@ -989,7 +990,7 @@ fn describe_request(b: &RequestBody) -> (Option<Event>, Subject, String) {
                     )
                 })
                 .unwrap_or_default();
-            (Some(*event), subject.clone(), s)
+            (Some(event), subject, s)
         }
     }
 }
