@@ -18,5 +18,8 @@
 //! it yields frames and messages, not calls or pods.
 //!
 //! - [`nri`]: the NRI socket — the NRI multiplexer and ttrpc framing.
+//! - [`cri`]: the CRI socket — HTTP/2 framing (RFC 9113) and HPACK under
+//!   gRPC.
 
+pub mod cri;
 pub mod nri;

@@ -1,0 +1,24 @@
+//! Decoding of the CRI socket: gRPC over HTTP/2 over a unix socket
+//! (kubelet / crictl, grpc-go clients, talking to containerd's CRI server).
+//!
+//! Layers, from the bytes up:
+//!
+//! 1. [`frame`]: HTTP/2 framing (RFC 9113): the client connection preface,
+//!    9-byte frame headers and per-type payloads, and the reassembly of
+//!    header blocks (HEADERS + CONTINUATION*) into one raw HPACK block.
+//! 2. [`hpack`]: HPACK (RFC 7541) decoding of those blocks, with one
+//!    dynamic table per direction, usable after a mid-connection attach
+//!    (unknown pre-attach slots are kept as unknowns that can be learned);
+//!    [`huffman`]: its string coding (RFC 7541 §5.2, Appendix B).
+//!
+//! Still to come (issue 5): the gRPC message layer, CRI protobuf messages
+//! and the CriCall model.
+//!
+//! Each decoder sees one direction of one connection; what one direction
+//! learns about the other (the peer's SETTINGS_MAX_FRAME_SIZE and
+//! SETTINGS_HEADER_TABLE_SIZE) is passed in by a later stage through
+//! setters.
+
+pub mod frame;
+pub mod hpack;
+pub mod huffman;
