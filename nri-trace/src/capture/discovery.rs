@@ -200,7 +200,7 @@ fn parse_dec_u64(s: &str) -> Option<u64> {
     s.parse().ok()
 }
 
-/// Reads /proc/<pid>/net/unix (the netns of `pid`) or, for `None`, /proc/self/net/unix.
+/// Reads `/proc/<pid>/net/unix` (the netns of `pid`) or, for `None`, /proc/self/net/unix.
 pub fn read_proc_net_unix(pid: Option<u32>) -> Result<Vec<UnixSocketEntry>, DiscoveryError> {
     let path = match pid {
         Some(pid) => PathBuf::from(format!("/proc/{pid}/net/unix")),
@@ -413,7 +413,7 @@ pub fn find_listeners(path: &Path) -> Result<Vec<Listener>, DiscoveryError> {
     Ok(listeners)
 }
 
-/// Result of a scan over /proc/<tgid>/fd.
+/// Result of a scan over `/proc/<tgid>/fd.`
 struct HolderScan {
     /// `(tgid, fd, inode)`, sorted.
     holders: Vec<(u32, u32, u64)>,
@@ -421,7 +421,7 @@ struct HolderScan {
     denied: Option<PathBuf>,
 }
 
-/// Scans all /proc/<tgid>/fd for sockets in `inodes`, noting permission failures.
+/// Scans all `/proc/<tgid>/fd` for sockets in `inodes`, noting permission failures.
 fn scan_holders(inodes: &HashSet<u64>) -> HolderScan {
     let mut scan = HolderScan {
         holders: Vec::new(),
@@ -467,7 +467,7 @@ fn pid_from_name(name: &OsStr) -> Option<u32> {
     parse_dec_u64(s).and_then(|v| u32::try_from(v).ok())
 }
 
-/// Lists `(tgid, fd, inode)` for every fd in any /proc/<tgid>/fd whose socket inode is in `inodes`.
+/// Lists `(tgid, fd, inode)` for every fd in any `/proc/<tgid>/fd` whose socket inode is in `inodes`.
 pub fn find_socket_holders(inodes: &HashSet<u64>) -> Vec<(u32, u32, u64)> {
     scan_holders(inodes).holders
 }
@@ -542,11 +542,11 @@ pub fn peer_cred(pid: u32, fd: u32) -> Option<PeerCred> {
 pub struct ProcessInfo {
     /// The pid asked for.
     pub pid: u32,
-    /// /proc/<pid>/comm (at most 15 bytes, set by the process itself).
+    /// `/proc/<pid>/comm` (at most 15 bytes, set by the process itself).
     pub comm: String,
-    /// /proc/<pid>/cmdline split at NULs; empty for kernel threads and zombies.
+    /// `/proc/<pid>/cmdline` split at NULs; empty for kernel threads and zombies.
     pub cmdline: Vec<String>,
-    /// /proc/<pid>/exe target (may end in " (deleted)"); `None` if unreadable (not root).
+    /// `/proc/<pid>/exe` target (may end in " (deleted)"); `None` if unreadable (not root).
     pub exe: Option<String>,
 }
 
@@ -567,7 +567,7 @@ pub fn process_info(pid: u32) -> Option<ProcessInfo> {
     })
 }
 
-/// Decodes /proc/<pid>/comm, dropping the newline the kernel appends.
+/// Decodes `/proc/<pid>/comm`, dropping the newline the kernel appends.
 fn parse_comm(bytes: &[u8]) -> String {
     let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
     String::from_utf8_lossy(bytes).into_owned()
@@ -588,7 +588,7 @@ fn parse_nul_separated(bytes: &[u8]) -> Vec<String> {
         .collect()
 }
 
-/// Reads variable `name` from /proc/<pid>/environ (the environment at exec, not later setenv).
+/// Reads variable `name` from `/proc/<pid>/environ` (the environment at exec, not later setenv).
 pub fn process_env_var(pid: u32, name: &str) -> Option<String> {
     let bytes = fs::read(format!("/proc/{pid}/environ")).ok()?;
     parse_environ_var(&bytes, name)
@@ -605,13 +605,13 @@ fn parse_environ_var(bytes: &[u8], name: &str) -> Option<String> {
     })
 }
 
-/// Returns the thread-group id of `pid` (which may be a thread id), from /proc/<pid>/status.
+/// Returns the thread-group id of `pid` (which may be a thread id), from `/proc/<pid>/status.`
 pub fn tgid_of(pid: u32) -> Option<u32> {
     let bytes = fs::read(format!("/proc/{pid}/status")).ok()?;
     parse_status_tgid(&String::from_utf8_lossy(&bytes))
 }
 
-/// Parses the `Tgid:` line of /proc/<pid>/status (fs/proc/array.c `task_state`).
+/// Parses the `Tgid:` line of `/proc/<pid>/status` (fs/proc/array.c `task_state`).
 fn parse_status_tgid(status: &str) -> Option<u32> {
     status.lines().find_map(|line| {
         let v = line.strip_prefix("Tgid:")?.trim();
@@ -619,7 +619,7 @@ fn parse_status_tgid(status: &str) -> Option<u32> {
     })
 }
 
-/// Reads the variables `names` from /proc/<pid>/environ with one read; absent ones are left out.
+/// Reads the variables `names` from `/proc/<pid>/environ` with one read; absent ones are left out.
 ///
 /// Like `process_env_var`, this is the environment at exec. An unreadable environ (process
 /// gone, not root) gives an empty map: callers use it for reports only.
@@ -636,14 +636,14 @@ pub fn process_env(pid: u32, names: &[String]) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Effective uid of `pid`, from /proc/<pid>/status (readable for any process).
+/// Effective uid of `pid`, from `/proc/<pid>/status` (readable for any process).
 pub fn process_euid(pid: u32) -> Option<u32> {
     let bytes = fs::read(format!("/proc/{pid}/status")).ok()?;
     parse_status_euid(&String::from_utf8_lossy(&bytes))
 }
 
 /// Parses the effective uid, the second of the four ids on the `Uid:` line of
-/// /proc/<pid>/status (real, effective, saved, fs: fs/proc/array.c `task_state`).
+/// `/proc/<pid>/status` (real, effective, saved, fs: fs/proc/array.c `task_state`).
 fn parse_status_euid(status: &str) -> Option<u32> {
     status.lines().find_map(|line| {
         let mut ids = line.strip_prefix("Uid:")?.split_whitespace();
@@ -1076,9 +1076,9 @@ pub struct EnvPeerSocket {
 /// Lists the connected unix sockets of `pids` whose peer socket is held by another process
 /// that has environment variable `var` (any value), sorted by (pid, fd).
 ///
-/// Sockets are found in /proc/<pid>/fd, their peers with `unix_peers` (so: in our network
+/// Sockets are found in `/proc/<pid>/fd`, their peers with `unix_peers` (so: in our network
 /// namespace), the peer's holders with a /proc scan, and `var` in the holder's
-/// /proc/<tgid>/environ (the environment at exec). A pid that has exited is skipped. Needs
+/// `/proc/<tgid>/environ` (the environment at exec). A pid that has exited is skipped. Needs
 /// root to read other processes' fds and environ.
 pub fn env_peer_sockets(pids: &[u32], var: &str) -> Result<Vec<EnvPeerSocket>, DiscoveryError> {
     let mut fds = Vec::new();
@@ -1875,7 +1875,7 @@ mod tests {
         assert!(match_env_peers(&[], &peers, &holders, |_| true).is_empty());
     }
 
-    /// /proc/<pid>/status Uid line and the multi-variable environ read.
+    /// `/proc/<pid>/status` Uid line and the multi-variable environ read.
     #[test]
     fn status_euid_and_env() {
         let status = "Name:\tx\nUid:\t1000\t0\t0\t0\nGid:\t5\t5\t5\t5\n";

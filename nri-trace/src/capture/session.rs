@@ -162,7 +162,7 @@ pub fn peer_of(tgid: u32, fd: i32, env: &[String]) -> Option<Peer> {
     })
 }
 
-/// Process `pid` as a [`Peer`] (uid from /proc/<pid>/status), with the
+/// Process `pid` as a [`Peer`] (uid from `/proc/<pid>/status`), with the
 /// variables `env` of its environment; `None` if it is gone.
 pub fn peer_process(pid: u32, env: &[String]) -> Option<Peer> {
     let uid = discovery::process_euid(pid)?;

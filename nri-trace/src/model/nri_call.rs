@@ -101,7 +101,7 @@ impl PluginId {
         }
     }
 
-    /// "NN-name" as NRI names plugins, else "comm[pid]", else "?".
+    /// "NN-name" as NRI names plugins, else `comm[pid]`, else "?".
     pub fn label(&self) -> String {
         match (&self.index, &self.name, &self.comm, self.pid) {
             (Some(i), Some(n), _, _) => format!("{i}-{n}"),

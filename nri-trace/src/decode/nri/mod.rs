@@ -20,7 +20,7 @@
 //!
 //! Both layers are "fixed header with a big-endian length, then payload";
 //! the shared machinery (buffering, bounds, resynchronization) lives here in
-//! the private `Framer`, and each layer supplies a [`Layout`] that says what
+//! the private `Framer`, and each layer supplies a `Layout` that says what
 //! a header looks like.
 
 use std::collections::VecDeque;

@@ -155,7 +155,7 @@ impl Layout for TtrpcLayout {
 /// A new decoder hunts for a message boundary (a stream joined mid-message
 /// resynchronizes; one seen from its start is accepted at offset 0 without a
 /// `Resync`). Resynchronization heuristic: a candidate needs a plausible
-/// header ([`plausible_header`]: length <= 4 MiB, type 1..=3, flags within
+/// header (`plausible_header`: length <= 4 MiB, type 1..=3, flags within
 /// 0x7, odd stream id). It is accepted when the next header is buffered and
 /// also plausible, or when its whole body is buffered and whatever follows
 /// is a plausible header prefix; else it waits, within a 64 KiB window. A
