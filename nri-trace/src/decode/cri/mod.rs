@@ -10,9 +10,12 @@
 //!    dynamic table per direction, usable after a mid-connection attach
 //!    (unknown pre-attach slots are kept as unknowns that can be learned);
 //!    [`huffman`]: its string coding (RFC 7541 §5.2, Appendix B).
+//! 3. [`grpc`]: the gRPC layer (grpc-go `doc/PROTOCOL-HTTP2.md`):
+//!    Length-Prefixed-Message reassembly from DATA payloads, request header
+//!    and trailer fields (`:path`, `grpc-timeout`, `grpc-status`,
+//!    `grpc-message`), status code names.
 //!
-//! Still to come (issue 5): the gRPC message layer, CRI protobuf messages
-//! and the CriCall model.
+//! Still to come (issue 5): CRI protobuf messages and the CriCall model.
 //!
 //! Each decoder sees one direction of one connection; what one direction
 //! learns about the other (the peer's SETTINGS_MAX_FRAME_SIZE and
@@ -20,5 +23,6 @@
 //! setters.
 
 pub mod frame;
+pub mod grpc;
 pub mod hpack;
 pub mod huffman;
