@@ -20,6 +20,10 @@ use nri_trace_lab::truth::{self, Action, Truth};
 /// (issue 4).
 pub const DURATION_TOLERANCE_NS: u64 = 1_000_000;
 
+/// See `compare`: how long after the capture began following a plugin's end
+/// a call may still have begun before it.
+pub const FOLLOW_MARGIN_NS: u64 = 5_000_000;
+
 /// Decode a recording the way `nri-trace nri --replay` does.
 pub fn replay(rec: &Path, nri_socket: &Path) -> (Vec<NriRecord>, Vec<HookSummary>) {
     let events = recording::read_file(rec)
@@ -163,10 +167,15 @@ pub fn compare(
         // The plugin's own time as nri-trace saw it from the plugin's end
         // of the connection; the runtime's wait (duration_ns) is checked to
         // enclose it.
+        // A call's start is its request's *last* byte; its first bytes (the
+        // mux header is a separate write) may precede the moment the capture
+        // began following the plugin's end, so the plugin end may have
+        // missed them: calls starting up to FOLLOW_MARGIN_NS after that
+        // moment count as begun before it.
         let before_follow = c.start.is_some_and(|s| {
             plugin_end_since
                 .get(&c.conn)
-                .is_some_and(|&f| s.mono_ns < f)
+                .is_some_and(|&f| s.mono_ns < f + FOLLOW_MARGIN_NS)
         });
         let own = if before_follow && c.plugin_ns.is_none() {
             r.runtime_side_only += 1;
