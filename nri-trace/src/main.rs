@@ -252,28 +252,22 @@ async fn capture(
     }
     let stdout = std::io::stdout();
     let mut w = std::io::BufWriter::new(stdout.lock());
-    let stop = until_signal(duration);
-    tokio::pin!(stop);
-    let mut stopping = false;
     let mut counts = output::Counts::default();
-    loop {
-        let ev = tokio::select! {
-            _ = &mut stop, if !stopping => { s.stop_signal(); stopping = true; continue; }
-            ev = s.events.recv() => ev,
-        };
-        let Some(ev) = ev else { break };
+    each_event(&mut s, duration, |ev, more_queued| {
         match format {
             Format::Text => output::text(&mut w, &ev, dump_bytes)?,
             Format::Ndjson => output::ndjson(&mut w, &ev)?,
             Format::Count => {
                 counts.add(&ev);
-                continue;
+                return Ok(());
             }
         }
-        if !matches!(ev, CaptureEvent::Chunk(_)) || s.events.is_empty() {
+        if !matches!(ev, CaptureEvent::Chunk(_)) || !more_queued {
             w.flush()?;
         }
-    }
+        Ok(())
+    })
+    .await?;
     if let Format::Count = format {
         writeln!(w, "{}", serde_json::to_string(&counts)?)?;
     }
@@ -399,6 +393,35 @@ async fn nri_live(
         format: opts.format,
         buf: Vec::new(),
     };
+    each_event(&mut s, duration, |ev, more_queued| {
+        if let Some(r) = recorder.as_mut() {
+            r.write(&ev).context("writing the recording")?;
+        }
+        a.on_capture(&ev, &mut p.buf);
+        p.print()?;
+        if !more_queued {
+            p.w.flush()?;
+        }
+        Ok(())
+    })
+    .await?;
+    if let Some(r) = recorder {
+        r.finish().context("writing the recording")?;
+    }
+    p.end(&mut a, opts.summary)?;
+    s.stop().await;
+    Ok(())
+}
+
+/// Hand every event of the session to `f` until it ends: on SIGINT /
+/// SIGTERM or after `duration` the session is asked to flush and stop, and
+/// its last events still come. `f` also learns whether more events are
+/// already queued (to flush output only when idle).
+async fn each_event(
+    s: &mut session::Session,
+    duration: Option<f64>,
+    mut f: impl FnMut(CaptureEvent, bool) -> Result<()>,
+) -> Result<()> {
     let stop = until_signal(duration);
     tokio::pin!(stop);
     let mut stopping = false;
@@ -407,22 +430,10 @@ async fn nri_live(
             _ = &mut stop, if !stopping => { s.stop_signal(); stopping = true; continue; }
             ev = s.events.recv() => ev,
         };
-        let Some(ev) = ev else { break };
-        if let Some(r) = recorder.as_mut() {
-            r.write(&ev).context("writing the recording")?;
-        }
-        a.on_capture(&ev, &mut p.buf);
-        p.print()?;
-        if s.events.is_empty() {
-            p.w.flush()?;
-        }
+        let Some(ev) = ev else { return Ok(()) };
+        let more_queued = !s.events.is_empty();
+        f(ev, more_queued)?;
     }
-    if let Some(r) = recorder {
-        r.finish().context("writing the recording")?;
-    }
-    p.end(&mut a, opts.summary)?;
-    s.stop().await;
-    Ok(())
 }
 
 fn doctor_cmd(format: Format) -> Result<()> {

@@ -169,7 +169,8 @@ fn run_traced(scenario: &str) -> Option<PathBuf> {
 fn check(scenario: &str, out: &Path) -> Vec<NriRecord> {
     let (stdout, rec, _) = NriTrace::paths(out);
     let lab = Lab::from_env();
-    let (records, summary) = nri_check::replay(&rec, &lab.nri_socket());
+    let events = nri_check::read_recording(&rec);
+    let (records, summary) = nri_check::replay(&events, &lab.nri_socket());
     let mut replayed = Vec::new();
     for r in &records {
         nri_lines::ndjson(&mut replayed, r).unwrap();
@@ -185,7 +186,7 @@ fn check(scenario: &str, out: &Path) -> Vec<NriRecord> {
     let truth = nri_check::read_truth(&out.join("truth.ndjson"));
     let since = nri_check::attach_mono_ns(&truth).expect("attach note in the truth");
     let calls = nri_check::calls(&records);
-    let follow = nri_check::plugin_end_since(&rec);
+    let follow = nri_check::plugin_end_since(&events);
     let report = nri_check::compare(&truth, &calls, since, &follow);
     eprintln!(
         "{scenario}: {} calls decoded; {}/{} plugin deliveries matched; \

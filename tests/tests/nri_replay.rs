@@ -11,7 +11,7 @@ mod nri_check;
 use std::path::Path;
 
 use nri_trace::{
-    capture::{recording, CaptureEvent, Chunk},
+    capture::{CaptureEvent, Chunk},
     engine::nri_analysis::{analyze, NriRecord},
     model::nri_call::{IdentitySource, Outcome},
 };
@@ -19,18 +19,17 @@ use nri_trace::{
 const LAB_NRI_SOCKET: &str = "/var/lib/nri-trace-lab/run/nri.sock";
 
 fn fixture_events(scenario: &str) -> Vec<CaptureEvent> {
-    let p = nri_check::fixture_dir(scenario).join("recording.ndjson.gz");
-    recording::read_file(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    nri_check::read_recording(&nri_check::fixture_dir(scenario).join("recording.ndjson.gz"))
 }
 
 fn check_fixture(scenario: &str) -> Vec<NriRecord> {
     let dir = nri_check::fixture_dir(scenario);
-    let (records, _) =
-        nri_check::replay(&dir.join("recording.ndjson.gz"), Path::new(LAB_NRI_SOCKET));
+    let events = fixture_events(scenario);
+    let (records, _) = nri_check::replay(&events, Path::new(LAB_NRI_SOCKET));
     let truth = nri_check::read_truth(&dir.join("truth.ndjson.gz"));
     let since = nri_check::attach_mono_ns(&truth).expect("attach note");
     let calls = nri_check::calls(&records);
-    let follow = nri_check::plugin_end_since(&dir.join("recording.ndjson.gz"));
+    let follow = nri_check::plugin_end_since(&events);
     let report = nri_check::compare(&truth, &calls, since, &follow);
     eprintln!(
         "{scenario}: {} calls; {}/{} deliveries matched; |plugin time - handler| p50/p90/p99/max {} µs; {} timed from the runtime side only",

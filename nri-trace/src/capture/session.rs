@@ -147,33 +147,28 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
 /// the holder of the peer socket instead (see [`peer_process`]).
 pub fn peer_of(tgid: u32, fd: i32, env: &[String]) -> Option<Peer> {
     let cred = discovery::peer_cred(tgid, u32::try_from(fd).ok()?)?;
-    let info = discovery::process_info(cred.pid);
-    Some(Peer {
-        pid: cred.pid,
-        uid: cred.uid,
-        comm: info.as_ref().map(|i| i.comm.clone()),
-        cmdline: info.map(|i| i.cmdline).unwrap_or_default(),
-        // pid 0: the peer is in a PID namespace we cannot see.
-        env: if cred.pid == 0 {
-            Default::default()
-        } else {
-            discovery::process_env(cred.pid, env)
-        },
-    })
+    // pid 0: the peer is in a PID namespace we cannot see.
+    let env: &[String] = if cred.pid == 0 { &[] } else { env };
+    Some(peer_with(cred.pid, cred.uid, env))
 }
 
 /// Process `pid` as a [`Peer`] (uid from `/proc/<pid>/status`), with the
 /// variables `env` of its environment; `None` if it is gone.
 pub fn peer_process(pid: u32, env: &[String]) -> Option<Peer> {
     let uid = discovery::process_euid(pid)?;
+    Some(peer_with(pid, uid, env))
+}
+
+/// A [`Peer`] from its pid and uid, with what /proc shows of it.
+fn peer_with(pid: u32, uid: u32, env: &[String]) -> Peer {
     let info = discovery::process_info(pid);
-    Some(Peer {
+    Peer {
         pid,
         uid,
         comm: info.as_ref().map(|i| i.comm.clone()),
         cmdline: info.map(|i| i.cmdline).unwrap_or_default(),
         env: discovery::process_env(pid, env),
-    })
+    }
 }
 
 struct Fd(RawFd);

@@ -324,6 +324,23 @@ impl ConnState {
     }
 }
 
+impl ConnState {
+    /// Report this connection's plugin, unless already reported since its
+    /// identity or subscription last changed (which reset `announced`).
+    fn announce(&mut self, conn: ConnId, ts: Timestamp, out: &mut Vec<NriObservation>) {
+        if self.announced {
+            return;
+        }
+        self.announced = true;
+        out.push(NriObservation::Plugin {
+            conn,
+            ts,
+            plugin: self.plugin.clone(),
+            events: self.events.clone(),
+        });
+    }
+}
+
 fn dir_index(d: Direction) -> usize {
     match d {
         Direction::In => 0,
@@ -412,14 +429,8 @@ impl NriCallAssembler {
                 }
                 let st = ConnState::new(Some(o), &self.nri_paths);
                 let st = self.conns.entry(o.conn).or_insert(st);
-                if st.nri && !st.announced && st.mirror_of.is_none() {
-                    st.announced = true;
-                    out.push(NriObservation::Plugin {
-                        conn: o.conn,
-                        ts: o.ts,
-                        plugin: st.plugin.clone(),
-                        events: None,
-                    });
+                if st.nri && st.mirror_of.is_none() {
+                    st.announce(o.conn, o.ts, out);
                 }
                 // An existing connection is joined mid-stream; its decoders
                 // hunt for a boundary (as every new decoder does).
@@ -509,25 +520,24 @@ impl NriCallAssembler {
             d.gap();
         }
         d.push(&c.bytes);
-        let mut decoded: Vec<(u32, TtrpcEvent, Option<u64>)> =
-            std::iter::from_fn(|| d.next_with_end()).collect();
+        // Each message stamped with the chunk that carried its last byte.
+        let stamp = |end: Option<u64>| {
+            end.and_then(|end| {
+                let i = marks.partition_point(|(e, _)| *e < end);
+                marks.get(i).map(|(_, ts)| *ts)
+            })
+            .unwrap_or(c.ts)
+        };
+        let mut decoded = Vec::new();
+        while let Some((m, e, end)) = d.next_with_end() {
+            decoded.push((m, e, stamp(end)));
+        }
         if c.truncated {
             d.gap();
-            decoded.extend(std::iter::from_fn(|| d.next_with_end()));
+            while let Some((m, e, end)) = d.next_with_end() {
+                decoded.push((m, e, stamp(end)));
+            }
         }
-        // The chunk that carried each message's last byte.
-        let decoded: Vec<(u32, TtrpcEvent, Timestamp)> = decoded
-            .into_iter()
-            .map(|(m, e, end)| {
-                let ts = end
-                    .and_then(|end| {
-                        let i = marks.partition_point(|(e, _)| *e < end);
-                        marks.get(i).map(|(_, ts)| *ts)
-                    })
-                    .unwrap_or(c.ts);
-                (m, e, ts)
-            })
-            .collect();
         // Marks wholly before the oldest byte still buffered are not needed.
         let keep_from = st.pushed[di].saturating_sub(st.decoders[di].buffered() as u64);
         let marks = &mut st.chunk_ends[di];
@@ -589,9 +599,7 @@ impl NriCallAssembler {
                     }
                     return;
                 };
-                if !st.nri {
-                    st.nri = true;
-                }
+                st.nri = true;
                 let body = RequestBody::decode(method, &req.payload);
                 if body.is_err() {
                     self.stats.undecodable += 1;
@@ -606,15 +614,7 @@ impl NriCallAssembler {
                     Ok(b) => describe_request(b),
                     Err(e) => (None, Subject::default(), format!("undecodable: {e}")),
                 };
-                if !st.announced {
-                    st.announced = true;
-                    out.push(NriObservation::Plugin {
-                        conn: c.conn,
-                        ts,
-                        plugin: st.plugin.clone(),
-                        events: st.events.clone(),
-                    });
-                }
+                st.announce(c.conn, ts, out);
                 let p = PendingCall {
                     method,
                     event,
@@ -734,15 +734,7 @@ impl NriCallAssembler {
                         }
                     }
                 }
-                if !st.announced {
-                    st.announced = true;
-                    out.push(NriObservation::Plugin {
-                        conn: c.conn,
-                        ts,
-                        plugin: st.plugin.clone(),
-                        events: st.events.clone(),
-                    });
-                }
+                st.announce(c.conn, ts, out);
                 let st = &self.conns[&c.conn];
                 let side = st.plugin_side.get(&(mux_conn, m.stream_id)).copied();
                 let call = complete_call(

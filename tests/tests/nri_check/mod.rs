@@ -24,20 +24,22 @@ pub const DURATION_TOLERANCE_NS: u64 = 1_000_000;
 /// a call may still have begun before it.
 pub const FOLLOW_MARGIN_NS: u64 = 5_000_000;
 
-/// Decode a recording the way `nri-trace nri --replay` does.
-pub fn replay(rec: &Path, nri_socket: &Path) -> (Vec<NriRecord>, Vec<HookSummary>) {
-    let events = recording::read_file(rec)
-        .unwrap_or_else(|e| panic!("reading recording {}: {e}", rec.display()));
-    nri_trace::engine::nri_analysis::analyze(events, vec![nri_socket.to_path_buf()])
+/// The capture events of a recording (plain or gzip).
+pub fn read_recording(rec: &Path) -> Vec<CaptureEvent> {
+    recording::read_file(rec).unwrap_or_else(|e| panic!("reading recording {}: {e}", rec.display()))
+}
+
+/// Decode recorded events the way `nri-trace nri --replay` does.
+pub fn replay(events: &[CaptureEvent], nri_socket: &Path) -> (Vec<NriRecord>, Vec<HookSummary>) {
+    nri_trace::engine::nri_analysis::analyze(events.iter().cloned(), vec![nri_socket.to_path_buf()])
 }
 
 /// When the capture began following the plugin's end of each runtime-side
 /// connection (the peer end's Open): calls that started before cannot have
 /// a plugin time.
-pub fn plugin_end_since(rec: &Path) -> HashMap<ConnId, u64> {
-    recording::read_file(rec)
-        .unwrap_or_else(|e| panic!("reading recording {}: {e}", rec.display()))
-        .into_iter()
+pub fn plugin_end_since(events: &[CaptureEvent]) -> HashMap<ConnId, u64> {
+    events
+        .iter()
         .filter_map(|e| match e {
             CaptureEvent::Open(o) => o.other_end.map(|c| (c, o.ts.mono_ns)),
             _ => None,
