@@ -1,7 +1,9 @@
 //! A kubelet-like CRI client for the lab's private containerd.
 //!
-//! [`Driver`] talks `runtime.v1.RuntimeService` over the CRI unix socket
-//! with the `k8s-cri` crate's tonic client, the way kubelet does:
+//! [`Driver`] talks `runtime.v1.RuntimeService` (and, for ImageStatus,
+//! ListImages and ImageFsInfo, `runtime.v1.ImageService`, on the same
+//! connection) over the CRI unix socket with the `k8s-cri` crate's tonic
+//! client, the way kubelet does:
 //!
 //! - every call has a deadline: the runtime request timeout (kubelet's
 //!   `--runtime-request-timeout`, 2 min by default), twice that for
@@ -64,6 +66,7 @@ pub const LABEL_POD_UID: &str = "io.kubernetes.pod.uid";
 pub const LABEL_CONTAINER_NAME: &str = "io.kubernetes.container.name";
 
 type Client = cri::runtime_service_client::RuntimeServiceClient<Channel>;
+type ImageClient = cri::image_service_client::ImageServiceClient<Channel>;
 
 /// The lab's CRI socket: `$NRI_TRACE_LAB_DIR/run/containerd.sock`.
 pub fn default_socket() -> PathBuf {
@@ -656,9 +659,14 @@ pub struct Summary {
 // ------------------------------------------------------------------ driver
 
 /// A kubelet-like CRI client. Cheap to clone (one HTTP/2 connection, shared).
+/// RuntimeService and ImageService calls share that connection, as
+/// kubelet's do when both endpoints are the same socket.
 #[derive(Clone)]
 pub struct Driver {
     client: Client,
+    images: ImageClient,
+    /// Connections the channel opened to the socket so far.
+    connects: Arc<AtomicU64>,
     truth: TruthWriter,
     timeout: Duration,
     records: Arc<Mutex<Vec<CallRecord>>>,
@@ -699,11 +707,14 @@ impl Driver {
         request_timeout: Duration,
     ) -> Result<Self> {
         let path = socket.to_path_buf();
+        let connects = Arc::new(AtomicU64::new(0));
+        let counter = connects.clone();
         let channel = Endpoint::try_from("http://cri.invalid")
             .map_err(|e| DriverError::Connect(e.to_string()))?
             .connect_timeout(Duration::from_secs(10))
             .connect_with_connector(tower::service_fn(move |_: Uri| {
                 let path = path.clone();
+                counter.fetch_add(1, Ordering::Relaxed);
                 async move {
                     Ok::<_, std::io::Error>(TokioIo::new(
                         tokio::net::UnixStream::connect(path).await?,
@@ -724,11 +735,16 @@ impl Driver {
                 DriverError::Connect(m)
             })?;
         // kubelet allows 16 MiB messages.
-        let client = Client::new(channel)
+        let client = Client::new(channel.clone())
+            .max_decoding_message_size(16 << 20)
+            .max_encoding_message_size(16 << 20);
+        let images = ImageClient::new(channel)
             .max_decoding_message_size(16 << 20)
             .max_encoding_message_size(16 << 20);
         Ok(Self {
             client,
+            images,
+            connects,
             truth,
             timeout: request_timeout,
             records: Arc::default(),
@@ -738,6 +754,12 @@ impl Driver {
 
     pub fn request_timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// How many connections the channel has opened to the socket: 1 unless
+    /// tonic reconnected after the connection failed.
+    pub fn connections(&self) -> u64 {
+        self.connects.load(Ordering::Relaxed)
     }
 
     /// kubelet gives RunPodSandbox twice the runtime request timeout.
@@ -785,14 +807,13 @@ impl Driver {
         s
     }
 
-    /// One CRI call: deadline (header + client side), one truth record.
-    /// `ids` fills the sandbox / container id from the response.
+    /// One RuntimeService call: see [`Driver::call_on`].
     #[allow(clippy::too_many_arguments)]
     async fn call<Req, Resp, F, Fut>(
         &self,
         method: &'static str,
-        mut pod: Option<PodRef>,
-        mut container: Option<ContainerRef>,
+        pod: Option<PodRef>,
+        container: Option<ContainerRef>,
         deadline: Duration,
         retry: u32,
         req: Req,
@@ -803,9 +824,33 @@ impl Driver {
         F: FnOnce(Client, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = std::result::Result<tonic::Response<Resp>, Status>>,
     {
+        let client = self.client.clone();
+        self.call_on(client, method, pod, container, deadline, retry, req, f, ids)
+            .await
+    }
+
+    /// One CRI call on `client` (RuntimeService or ImageService): deadline
+    /// (header + client side), one truth record. `ids` fills the sandbox /
+    /// container id from the response.
+    #[allow(clippy::too_many_arguments)]
+    async fn call_on<C, Req, Resp, F, Fut>(
+        &self,
+        client: C,
+        method: &'static str,
+        mut pod: Option<PodRef>,
+        mut container: Option<ContainerRef>,
+        deadline: Duration,
+        retry: u32,
+        req: Req,
+        f: F,
+        ids: impl FnOnce(&Resp, &mut Option<PodRef>, &mut Option<ContainerRef>),
+    ) -> std::result::Result<Resp, Outcome>
+    where
+        F: FnOnce(C, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<Resp>, Status>>,
+    {
         let mut request = tonic::Request::new(req);
         request.set_timeout(deadline);
-        let client = self.client.clone();
         let start_wall_ns = truth::wall_ns();
         let start_mono_ns = truth::mono_ns();
         let t0 = Instant::now();
@@ -899,6 +944,87 @@ impl Driver {
         )
         .await
         .map_err(|o| Self::fail("Version", None, None, d, o))
+    }
+
+    /// Status (runtime conditions), as kubelet's runtime health check.
+    pub async fn status(&self) -> Result<cri::StatusResponse> {
+        let d = self.timeout;
+        self.call(
+            "Status",
+            None,
+            None,
+            d,
+            0,
+            cri::StatusRequest { verbose: false },
+            |mut c, r| async move { c.status(r).await },
+            |_, _, _| {},
+        )
+        .await
+        .map_err(|o| Self::fail("Status", None, None, d, o))
+    }
+
+    /// ImageFsInfo (ImageService), as kubelet's image GC and stats.
+    pub async fn image_fs_info(&self) -> Result<cri::ImageFsInfoResponse> {
+        let d = self.timeout;
+        self.call_on(
+            self.images.clone(),
+            "ImageFsInfo",
+            None,
+            None,
+            d,
+            0,
+            cri::ImageFsInfoRequest {},
+            |mut c, r| async move { c.image_fs_info(r).await },
+            |_, _, _| {},
+        )
+        .await
+        .map_err(|o| Self::fail("ImageFsInfo", None, None, d, o))
+    }
+
+    /// ListImages (ImageService).
+    pub async fn list_images(&self, filter: Option<cri::ImageFilter>) -> Result<Vec<cri::Image>> {
+        let d = self.timeout;
+        self.call_on(
+            self.images.clone(),
+            "ListImages",
+            None,
+            None,
+            d,
+            0,
+            cri::ListImagesRequest { filter },
+            |mut c, r| async move { c.list_images(r).await },
+            |_, _, _| {},
+        )
+        .await
+        .map(|r| r.images)
+        .map_err(|o| Self::fail("ListImages", None, None, d, o))
+    }
+
+    /// ImageStatus (ImageService) of `image`; None if the runtime does not
+    /// have it.
+    pub async fn image_status(&self, image: &str) -> Result<Option<cri::Image>> {
+        let d = self.timeout;
+        let req = cri::ImageStatusRequest {
+            image: Some(cri::ImageSpec {
+                image: image.to_owned(),
+                ..Default::default()
+            }),
+            verbose: false,
+        };
+        self.call_on(
+            self.images.clone(),
+            "ImageStatus",
+            None,
+            None,
+            d,
+            0,
+            req,
+            |mut c, r| async move { c.image_status(r).await },
+            |_, _, _| {},
+        )
+        .await
+        .map(|r| r.image)
+        .map_err(|o| Self::fail("ImageStatus", None, None, d, o))
     }
 
     /// RunPodSandbox with kubelet's deadline (2x the request timeout).
@@ -1303,6 +1429,33 @@ impl Driver {
         .await
         .map(|_| ())
         .map_err(|o| Self::fail("RemoveContainer", pod, Some(c), d, o))
+    }
+
+    pub async fn pod_sandbox_status(&self, pod: &PodRef) -> Result<cri::PodSandboxStatus> {
+        let d = self.timeout;
+        let req = cri::PodSandboxStatusRequest {
+            pod_sandbox_id: Self::sandbox_id(pod)?,
+            verbose: false,
+        };
+        let resp = self
+            .call(
+                "PodSandboxStatus",
+                Some(pod.clone()),
+                None,
+                d,
+                0,
+                req,
+                |mut c, r| async move { c.pod_sandbox_status(r).await },
+                |_, _, _| {},
+            )
+            .await
+            .map_err(|o| Self::fail("PodSandboxStatus", Some(pod), None, d, o))?;
+        resp.status.ok_or_else(|| {
+            DriverError::Unexpected(format!(
+                "PodSandboxStatus {}: no status in the answer",
+                target(Some(pod), None)
+            ))
+        })
     }
 
     pub async fn stop_pod_sandbox(&self, pod: &PodRef) -> Result<()> {
