@@ -32,6 +32,8 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("ignore-sigterm", "a container ignores SIGTERM: StopContainer waits for the grace period and SIGKILL"),
     ("busy-mount", "a host process holds the container's rootfs mount busy during teardown"),
     ("load", "100 pod lifecycles with 3 plugins, 4 pods in flight"),
+    ("cri-late-attach", "cri-driver makes a kubelet-like call mix on one connection; the observer attaches after the first half (its HPACK table holds entries it never saw)"),
+    ("cri-late-attach-go", "as cri-late-attach with go-cri-client (grpc-go, kubelet's HPACK encoder; built offline from Debian's sources)"),
     ("upstream-witness", "the NRI project's own logger plugin (built offline from Debian's sources) witnesses 2 lifecycles beside a test plugin"),
 ];
 
@@ -113,11 +115,47 @@ impl Run {
     /// attach the observer, if any.
     pub fn up(&mut self, request_timeout: &str) -> Result<()> {
         self.lab.up(request_timeout)?;
+        self.attach_observer()
+    }
+
+    /// Attach the observer, if any, and note when in the truth.
+    fn attach_observer(&mut self) -> Result<()> {
         if let Some(o) = self.observer.as_mut() {
             o.attach(&self.lab, &self.out)?;
             self.note("observer attached")?;
         }
         Ok(())
+    }
+
+    /// A client whose connection predates the observer: `cmd` runs a call
+    /// mix with `--pause-file`; the observer attaches once it has paused,
+    /// then it resumes on the same connection.
+    fn late_attach(&mut self, mut cmd: Command, what: &str) -> Result<()> {
+        self.lab.up("2s")?;
+        let resume = self.out.join("resume");
+        let _ = std::fs::remove_file(&resume);
+        let mut child = cmd
+            .arg("--pause-file")
+            .arg(&resume)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("starting {what}"))?;
+        let mut lines = std::io::BufReader::new(child.stdout.take().expect("piped"));
+        let mut first = String::new();
+        std::io::BufRead::read_line(&mut lines, &mut first)?;
+        if !first.contains("\"paused\"") {
+            let _ = child.kill();
+            bail!("{what}: expected the paused line, got {first:?}");
+        }
+        self.note(&format!("{what} paused"))?;
+        self.attach_observer()?;
+        std::fs::write(&resume, b"")?;
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut lines, &mut rest)?;
+        let st = child.wait()?;
+        ensure!(st.success(), "{what} failed ({st})");
+        self.note(&format!("{what} done: {}", rest.trim()))
     }
 
     pub fn note(&self, text: &str) -> Result<()> {
@@ -395,6 +433,21 @@ fn drive(r: &mut Run) -> Result<()> {
             r.driver(&["ignore-sigterm", "--grace-secs", "2"])?;
         }
         "busy-mount" => busy_mount(r)?,
+        "cri-late-attach" => {
+            let mut c = r.driver_cmd(&[]);
+            c.args(["mix", "--pods", "3"]);
+            r.late_attach(c, "cri-driver mix")?;
+        }
+        "cri-late-attach-go" => {
+            let bin = go_cri_client()?;
+            let mut c = Command::new(bin);
+            c.arg("-socket")
+                .arg(r.lab.cri_socket())
+                .arg("-truth")
+                .arg(&r.truth)
+                .args(["mix", "-pods", "3"]);
+            r.late_attach(c, "go-cri-client mix")?;
+        }
         "upstream-witness" => upstream_witness(r)?,
         "load" => {
             r.up("2s")?;
@@ -457,6 +510,31 @@ pub fn demo(lab: Lab, bins: Bins, nri_trace: &Path, nri_args: &[String]) -> Resu
         out.join("truth.ndjson").display()
     );
     Ok(())
+}
+
+/// lab/go-cri-client.sh: install (idempotent) and build (offline) the
+/// grpc-go CRI client; its path.
+fn go_cri_client() -> Result<PathBuf> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("go-cri-client.sh");
+    for step in ["install", "build"] {
+        let out = Command::new(&script)
+            .arg(step)
+            .output()
+            .with_context(|| format!("running go-cri-client.sh {step}"))?;
+        ensure!(
+            out.status.success(),
+            "go-cri-client.sh {step} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        if step == "build" {
+            let path = String::from_utf8_lossy(&out.stdout);
+            let path = path.lines().last().unwrap_or("").trim();
+            ensure!(!path.is_empty(), "go-cri-client.sh build printed no path");
+            return Ok(PathBuf::from(path));
+        }
+    }
+    unreachable!("the loop returns after build")
 }
 
 /// lab/upstream-logger.sh: the upstream NRI logger plugin, built offline.
@@ -1102,6 +1180,16 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
             facts.push(format!(
                 "the upstream logger and the test plugin saw the same {} events in the same order ({pods} pods)",
                 logger.len()
+            ));
+        }
+        "cri-late-attach" | "cri-late-attach-go" => {
+            let n = all_cri_ok(&t)?;
+            // 2 phases x (7 + 14 per pod), 3 pods; cri-driver adds a
+            // connect-time Version.
+            let want = 2 * (7 + 14 * 3) + usize::from(name == "cri-late-attach");
+            ensure!(n == want, "expected {want} CRI calls, got {n}");
+            facts.push(format!(
+                "{n} CRI calls ok on one connection, observer attached mid-way"
             ));
         }
         "load" => {

@@ -13,10 +13,13 @@ use nri_trace::{
         CaptureEvent,
     },
     doctor,
-    engine::nri_analysis::{NriAnalysis, NriRecord},
+    engine::{
+        cri_analysis::{CriAnalysis, CriRecord},
+        nri_analysis::{NriAnalysis, NriRecord},
+    },
     model::nri_call::{ENV_PLUGIN_IDX, ENV_PLUGIN_NAME},
     output,
-    sinks::nri_lines,
+    sinks::{cri_lines, nri_lines},
 };
 use nri_trace_common::{DEFAULT_RING_BYTES, DEFAULT_SNAP};
 
@@ -120,6 +123,36 @@ enum Cmd {
         #[command(flatten)]
         probe: ProbeArgs,
     },
+    /// Decode every CRI call kubelet (or crictl) makes on the runtime's CRI
+    /// socket, live (or from a recording): method, pod/container, deadline,
+    /// outcome; methods hidden by HPACK on connections opened before the
+    /// trace are inferred, with evidence, or reported unknown.
+    Cri {
+        /// The runtime's CRI socket.
+        #[arg(
+            long,
+            value_name = "PATH",
+            default_value = "/run/containerd/containerd.sock"
+        )]
+        socket: PathBuf,
+        /// Decode a recording (`capture --format ndjson` or `cri --record`)
+        /// instead of tracing live.
+        #[arg(long, value_name = "FILE")]
+        replay: Option<PathBuf>,
+        /// While tracing live, also save the raw capture to FILE.
+        #[arg(long, value_name = "FILE", conflicts_with = "replay")]
+        record: Option<PathBuf>,
+        #[arg(long, value_enum, default_value = "text")]
+        format: LineFormat,
+        /// Do not print the per-method table at the end.
+        #[arg(long)]
+        no_summary: bool,
+        /// Stop after this many seconds (default: until Ctrl-C or SIGTERM).
+        #[arg(long)]
+        duration: Option<f64>,
+        #[command(flatten)]
+        probe: ProbeArgs,
+    },
     /// Check that this node can run nri-trace, and say what to fix.
     Doctor {
         #[arg(long, value_enum, default_value = "text")]
@@ -178,14 +211,32 @@ fn main() -> Result<()> {
                 duration,
                 probe,
             } => {
-                let opts = NriOpts {
-                    socket,
-                    format,
-                    summary: !no_summary,
-                };
+                let mut p =
+                    Printer::stdout(NriAnalysis::new(vec![socket.clone()]), format, !no_summary);
                 match replay {
-                    Some(file) => nri_replay(&opts, &file),
-                    None => nri_live(&opts, pids, record, duration, probe, no_plugin_end).await,
+                    Some(file) => self::replay(&mut p, &file),
+                    None => {
+                        let cfg = nri_config(&socket, pids, &probe, no_plugin_end)?;
+                        live(&mut p, cfg, record, duration, &probe, "NRI").await
+                    }
+                }
+            }
+            Cmd::Cri {
+                socket,
+                replay,
+                record,
+                format,
+                no_summary,
+                duration,
+                probe,
+            } => {
+                let mut p = Printer::stdout(CriAnalysis::new(), format, !no_summary);
+                match replay {
+                    Some(file) => self::replay(&mut p, &file),
+                    None => {
+                        let cfg = cri_config(&socket, &probe)?;
+                        live(&mut p, cfg, record, duration, &probe, "CRI").await
+                    }
                 }
             }
             Cmd::Doctor { format } => doctor_cmd(format),
@@ -276,82 +327,141 @@ async fn capture(
     Ok(())
 }
 
-struct NriOpts {
-    socket: PathBuf,
-    format: LineFormat,
-    summary: bool,
+/// An analysis `nri` and `cri` print: records as they come, a table at the
+/// end.
+trait Analyzer {
+    type Record;
+    fn on_capture(&mut self, ev: &CaptureEvent, out: &mut Vec<Self::Record>);
+    fn finish(&mut self, out: &mut Vec<Self::Record>);
+    fn write_record(w: &mut dyn Write, r: &Self::Record, format: LineFormat)
+        -> std::io::Result<()>;
+    fn write_summary(&self, w: &mut dyn Write, format: LineFormat) -> std::io::Result<()>;
 }
 
-/// Prints NRI records as they come, and the latency table at the end.
-struct NriPrinter<W: Write> {
+impl Analyzer for NriAnalysis {
+    type Record = NriRecord;
+    fn on_capture(&mut self, ev: &CaptureEvent, out: &mut Vec<NriRecord>) {
+        NriAnalysis::on_capture(self, ev, out)
+    }
+    fn finish(&mut self, out: &mut Vec<NriRecord>) {
+        NriAnalysis::finish(self, out)
+    }
+    fn write_record(
+        mut w: &mut dyn Write,
+        r: &NriRecord,
+        format: LineFormat,
+    ) -> std::io::Result<()> {
+        match format {
+            LineFormat::Text => nri_lines::text(&mut w, r),
+            LineFormat::Ndjson => nri_lines::ndjson(&mut w, r),
+        }
+    }
+    fn write_summary(&self, mut w: &mut dyn Write, format: LineFormat) -> std::io::Result<()> {
+        let s = self.summary();
+        match format {
+            LineFormat::Text => {
+                writeln!(w)?;
+                nri_lines::summary_text(&mut w, &s)
+            }
+            LineFormat::Ndjson => nri_lines::summary_ndjson(&mut w, &s),
+        }
+    }
+}
+
+impl Analyzer for CriAnalysis {
+    type Record = CriRecord;
+    fn on_capture(&mut self, ev: &CaptureEvent, out: &mut Vec<CriRecord>) {
+        CriAnalysis::on_capture(self, ev, out)
+    }
+    fn finish(&mut self, out: &mut Vec<CriRecord>) {
+        CriAnalysis::finish(self, out)
+    }
+    fn write_record(
+        mut w: &mut dyn Write,
+        r: &CriRecord,
+        format: LineFormat,
+    ) -> std::io::Result<()> {
+        match format {
+            LineFormat::Text => cri_lines::text(&mut w, r),
+            LineFormat::Ndjson => cri_lines::ndjson(&mut w, r),
+        }
+    }
+    fn write_summary(&self, mut w: &mut dyn Write, format: LineFormat) -> std::io::Result<()> {
+        let s = self.summary();
+        match format {
+            LineFormat::Text => {
+                writeln!(w)?;
+                cri_lines::summary_text(&mut w, &s)
+            }
+            LineFormat::Ndjson => cri_lines::summary_ndjson(&mut w, &s),
+        }
+    }
+}
+
+/// Prints records as they come, and the summary at the end.
+struct Printer<A: Analyzer, W: Write> {
+    a: A,
     w: W,
     format: LineFormat,
-    buf: Vec<NriRecord>,
+    summary: bool,
+    buf: Vec<A::Record>,
 }
 
-impl<W: Write> NriPrinter<W> {
+impl<A: Analyzer> Printer<A, std::io::BufWriter<std::io::StdoutLock<'static>>> {
+    fn stdout(a: A, format: LineFormat, summary: bool) -> Self {
+        Printer {
+            a,
+            w: std::io::BufWriter::new(std::io::stdout().lock()),
+            format,
+            summary,
+            buf: Vec::new(),
+        }
+    }
+}
+
+impl<A: Analyzer, W: Write> Printer<A, W> {
+    fn feed(&mut self, ev: &CaptureEvent) -> Result<()> {
+        self.a.on_capture(ev, &mut self.buf);
+        self.print()
+    }
+
     fn print(&mut self) -> Result<()> {
         for r in self.buf.drain(..) {
-            match self.format {
-                LineFormat::Text => nri_lines::text(&mut self.w, &r)?,
-                LineFormat::Ndjson => nri_lines::ndjson(&mut self.w, &r)?,
-            }
+            A::write_record(&mut self.w, &r, self.format)?;
         }
         Ok(())
     }
 
-    fn end(&mut self, a: &mut NriAnalysis, summary: bool) -> Result<()> {
-        a.finish(&mut self.buf);
+    fn end(&mut self) -> Result<()> {
+        self.a.finish(&mut self.buf);
         self.print()?;
-        if summary {
-            let s = a.summary();
-            match self.format {
-                LineFormat::Text => {
-                    writeln!(self.w)?;
-                    nri_lines::summary_text(&mut self.w, &s)?;
-                }
-                LineFormat::Ndjson => nri_lines::summary_ndjson(&mut self.w, &s)?,
-            }
+        if self.summary {
+            self.a.write_summary(&mut self.w, self.format)?;
         }
         self.w.flush()?;
         Ok(())
     }
 }
 
-fn nri_replay(opts: &NriOpts, file: &std::path::Path) -> Result<()> {
+fn replay<A: Analyzer, W: Write>(p: &mut Printer<A, W>, file: &std::path::Path) -> Result<()> {
     let reader =
         recording::open(file).with_context(|| format!("opening recording {}", file.display()))?;
-    let mut a = NriAnalysis::new(vec![opts.socket.clone()]);
-    let mut p = NriPrinter {
-        w: std::io::BufWriter::new(std::io::stdout().lock()),
-        format: opts.format,
-        buf: Vec::new(),
-    };
     for ev in reader {
         let ev = ev.with_context(|| format!("reading recording {}", file.display()))?;
-        a.on_capture(&ev, &mut p.buf);
-        p.print()?;
+        p.feed(&ev)?;
     }
-    p.end(&mut a, opts.summary)
+    p.end()
 }
 
-async fn nri_live(
-    opts: &NriOpts,
-    pids: Vec<u32>,
+/// Trace live with `cfg`, printing through `p` (and recording to `record`).
+async fn live<A: Analyzer, W: Write>(
+    p: &mut Printer<A, W>,
+    cfg: SessionConfig,
     record: Option<PathBuf>,
     duration: Option<f64>,
-    probe: ProbeArgs,
-    no_plugin_end: bool,
+    probe: &ProbeArgs,
+    what: &str,
 ) -> Result<()> {
-    let listening = std::fs::metadata(&opts.socket).is_ok();
-    if !listening && pids.is_empty() {
-        anyhow::bail!(
-            "NRI socket {} not found: is NRI enabled in the runtime? (containerd 1.7: \
-             [plugins.\"io.containerd.nri.v1.nri\"] disable = false; see docs/runtimes.md), \
-             or give the socket with --socket",
-            opts.socket.display()
-        );
-    }
     let mut recorder = match &record {
         Some(path) => Some(recording::RecordingWriter::new(
             std::fs::File::create(path)
@@ -359,10 +469,54 @@ async fn nri_live(
         )),
         None => None,
     };
-    let backend = EbpfBackend::load(&options(&probe, ProgramSet::Capture))?;
-    let cfg = SessionConfig {
+    let backend = EbpfBackend::load(&options(probe, ProgramSet::Capture))?;
+    let mut s = session::start(cfg, Box::new(backend)).await?;
+    for l in &s.info.listeners {
+        eprintln!(
+            "nri-trace: tracing {what} on {} (runtime pid {}, {} connections open)",
+            l.path.display(),
+            l.pid,
+            l.connections.len()
+        );
+    }
+    eprintln!("nri-trace: ready (tracking pids {:?})", s.info.tracked_pids);
+    each_event(&mut s, duration, |ev, more_queued| {
+        if let Some(r) = recorder.as_mut() {
+            r.write(&ev).context("writing the recording")?;
+        }
+        p.feed(&ev)?;
+        if !more_queued {
+            p.w.flush()?;
+        }
+        Ok(())
+    })
+    .await?;
+    if let Some(r) = recorder {
+        r.finish().context("writing the recording")?;
+    }
+    p.end()?;
+    s.stop().await;
+    Ok(())
+}
+
+fn nri_config(
+    socket: &std::path::Path,
+    pids: Vec<u32>,
+    probe: &ProbeArgs,
+    no_plugin_end: bool,
+) -> Result<SessionConfig> {
+    let listening = std::fs::metadata(socket).is_ok();
+    if !listening && pids.is_empty() {
+        anyhow::bail!(
+            "NRI socket {} not found: is NRI enabled in the runtime? (containerd 1.7: \
+             [plugins.\"io.containerd.nri.v1.nri\"] disable = false; see docs/runtimes.md), \
+             or give the socket with --socket",
+            socket.display()
+        );
+    }
+    Ok(SessionConfig {
         sockets: if listening {
-            vec![opts.socket.clone()]
+            vec![socket.to_path_buf()]
         } else {
             vec![]
         },
@@ -376,41 +530,23 @@ async fn nri_live(
         // apart from the runtime's pickup delay (docs/nri.md).
         follow_peer_ends: !no_plugin_end,
         ..Default::default()
-    };
-    let mut s = session::start(cfg, Box::new(backend)).await?;
-    for l in &s.info.listeners {
-        eprintln!(
-            "nri-trace: tracing NRI on {} (runtime pid {}, {} plugin connections open)",
-            l.path.display(),
-            l.pid,
-            l.connections.len()
+    })
+}
+
+fn cri_config(socket: &std::path::Path, probe: &ProbeArgs) -> Result<SessionConfig> {
+    if std::fs::metadata(socket).is_err() {
+        anyhow::bail!(
+            "CRI socket {} not found: give the runtime's CRI socket with --socket \
+             (containerd: /run/containerd/containerd.sock, CRI-O: /var/run/crio/crio.sock; \
+             see docs/runtimes.md)",
+            socket.display()
         );
     }
-    eprintln!("nri-trace: ready (tracking pids {:?})", s.info.tracked_pids);
-    let mut a = NriAnalysis::new(vec![opts.socket.clone()]);
-    let mut p = NriPrinter {
-        w: std::io::BufWriter::new(std::io::stdout().lock()),
-        format: opts.format,
-        buf: Vec::new(),
-    };
-    each_event(&mut s, duration, |ev, more_queued| {
-        if let Some(r) = recorder.as_mut() {
-            r.write(&ev).context("writing the recording")?;
-        }
-        a.on_capture(&ev, &mut p.buf);
-        p.print()?;
-        if !more_queued {
-            p.w.flush()?;
-        }
-        Ok(())
+    Ok(SessionConfig {
+        sockets: vec![socket.to_path_buf()],
+        drain_interval: Duration::from_millis(probe.drain_ms.max(1)),
+        ..Default::default()
     })
-    .await?;
-    if let Some(r) = recorder {
-        r.finish().context("writing the recording")?;
-    }
-    p.end(&mut a, opts.summary)?;
-    s.stop().await;
-    Ok(())
 }
 
 /// Hand every event of the session to `f` until it ends: on SIGINT /

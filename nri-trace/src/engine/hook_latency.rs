@@ -109,7 +109,7 @@ fn us(ns: u64) -> u64 {
 
 /// Record `ns` (as µs). `record` grows an auto-resizing histogram;
 /// `saturating_record` would clamp to its current range instead.
-fn record(h: &mut Histogram<u32>, ns: u64) {
+pub(crate) fn record(h: &mut Histogram<u32>, ns: u64) {
     let v = us(ns);
     if h.record(v).is_err() {
         h.saturating_record(v);

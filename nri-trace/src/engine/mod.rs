@@ -5,6 +5,9 @@
 //!   and time queued behind earlier plugins) and per (plugin, hook)
 //!   latency histograms.
 //! - [`nri_analysis`]: capture events to NRI records, live or replayed.
+//! - [`cri_analysis`]: capture events to CRI records, live or replayed, and
+//!   per-method counts (known / inferred / unknown) and latency.
 
+pub mod cri_analysis;
 pub mod hook_latency;
 pub mod nri_analysis;

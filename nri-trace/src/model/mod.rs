@@ -2,7 +2,13 @@
 //!
 //! - [`nri_call`]: [`nri_call::NriCall`]s — every NRI request matched with
 //!   its response, the plugin it went to, and how it ended.
+//! - [`cri_call`]: [`cri_call::CriCall`]s — every CRI gRPC call on the
+//!   runtime's CRI socket with its pod/container, deadline and outcome,
+//!   and how its method is known (seen, inferred with evidence, unknown).
+//! - [`chunk_stamps`]: stream offsets to capture timestamps.
 //!
 //! This stage knows nothing of the engine or the sinks after it.
 
+pub mod chunk_stamps;
+pub mod cri_call;
 pub mod nri_call;

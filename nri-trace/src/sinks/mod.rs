@@ -2,7 +2,10 @@
 //!
 //! - [`nri_lines`]: `nri-trace nri` output, text or NDJSON, and the hook
 //!   latency table.
+//! - [`cri_lines`]: `nri-trace cri` output, text or NDJSON, and the
+//!   per-method table.
 //!
 //! (`crate::output` prints the raw capture stream of `nri-trace capture`.)
 
+pub mod cri_lines;
 pub mod nri_lines;

@@ -15,14 +15,21 @@
 //!    and trailer fields (`:path`, `grpc-timeout`, `grpc-status`,
 //!    `grpc-message`), status code names.
 //!
-//! Still to come (issue 5): CRI protobuf messages and the CriCall model.
+//! 4. [`connection`]: both directions of one connection together (SETTINGS
+//!    of one side configure the decoders of the other; HPACK tables reset
+//!    when the connection is seen from its preface).
+//! 5. [`message`]: CRI protobuf messages (k8s-cri's `runtime.v1` types):
+//!    the method table, identities, and the shape test that recovers a
+//!    method hidden in an unknown HPACK slot.
 //!
 //! Each decoder sees one direction of one connection; what one direction
 //! learns about the other (the peer's SETTINGS_MAX_FRAME_SIZE and
 //! SETTINGS_HEADER_TABLE_SIZE) is passed in by a later stage through
 //! setters.
 
+pub mod connection;
 pub mod frame;
 pub mod grpc;
 pub mod hpack;
 pub mod huffman;
+pub mod message;

@@ -1,0 +1,276 @@
+//! Checks nri-trace's CRI records against the lab's ground truth: every
+//! CRI call the driver made (method, pod, container, deadline, outcome),
+//! written by the driver at the moment it made it. Shared by the live lab
+//! tests (cri_lab.rs) and the replay of committed recordings
+//! (cri_replay.rs).
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use nri_trace::{
+    capture::CaptureEvent,
+    engine::cri_analysis::{CriRecord, MethodSummary},
+    model::cri_call::{CriCall, CriOutcome, Identified},
+};
+use nri_trace_lab::truth::{ContainerRef, Outcome, PodRef, Truth};
+
+/// Decode recorded events the way `nri-trace cri --replay` does.
+pub fn replay(events: &[CaptureEvent]) -> (Vec<CriRecord>, Vec<MethodSummary>) {
+    nri_trace::engine::cri_analysis::analyze(events.iter().cloned())
+}
+
+/// The calls among the records.
+pub fn calls(records: &[CriRecord]) -> Vec<&CriCall> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            CriRecord::CriCall(c) => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// One truth CRI call.
+pub struct TruthCall<'a> {
+    pub method: &'a str,
+    pub pod: Option<&'a PodRef>,
+    pub container: Option<&'a ContainerRef>,
+    pub start: u64,
+    pub end: u64,
+    pub deadline_ms: Option<u64>,
+    pub outcome: &'a Outcome,
+    pub retry: u32,
+}
+
+pub fn truth_calls(truth: &[Truth], since: u64) -> Vec<TruthCall<'_>> {
+    truth
+        .iter()
+        .filter_map(|t| match t {
+            Truth::Cri {
+                method,
+                pod,
+                container,
+                start_mono_ns,
+                end_mono_ns,
+                deadline_ms,
+                outcome,
+                retry,
+                ..
+            } if *start_mono_ns >= since => Some(TruthCall {
+                method,
+                pod: pod.as_ref(),
+                container: container.as_ref(),
+                start: *start_mono_ns,
+                end: *end_mono_ns,
+                deadline_ms: *deadline_ms,
+                outcome,
+                retry: *retry,
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// What a comparison found.
+#[derive(Debug, Default)]
+pub struct CriReport {
+    /// Truth calls made after the attach.
+    pub compared: usize,
+    /// Of those, found among the decoded calls.
+    pub matched: usize,
+    pub known: usize,
+    pub inferred: usize,
+    pub unknown: usize,
+    /// Decoded with a method other than the one the driver called.
+    pub mislabeled: usize,
+    pub problems: Vec<String>,
+}
+
+impl CriReport {
+    pub fn line(&self) -> String {
+        format!(
+            "{}/{} CRI calls found; method known {}, inferred {}, unknown {}; {} mislabeled",
+            self.matched, self.compared, self.known, self.inferred, self.unknown, self.mislabeled
+        )
+    }
+}
+
+fn id_of(c: &CriCall) -> (Option<&str>, Option<&str>) {
+    (c.sandbox_id.as_deref(), c.container_id.as_deref())
+}
+
+/// How well decoded call `c` matches truth call `t` by identity (higher is
+/// better); the method is not used, so that a mislabel shows.
+fn affinity(t: &TruthCall, c: &CriCall) -> u32 {
+    let mut a = 0;
+    let (sid, cid) = id_of(c);
+    if let (Some(p), Some(cp)) = (t.pod, c.pod.as_ref()) {
+        if p.name == cp.name && p.uid == cp.uid {
+            a += 2;
+        }
+    }
+    if let (Some(x), Some(y)) = (t.pod.and_then(|p| p.sandbox_id.as_deref()), sid) {
+        if x == y {
+            a += 2;
+        }
+    }
+    if let (Some(x), Some(y)) = (t.container.and_then(|k| k.id.as_deref()), cid) {
+        if x == y {
+            a += 2;
+        }
+    }
+    a
+}
+
+fn outcome_agrees(t: &Outcome, c: &CriOutcome) -> bool {
+    match (t, c) {
+        (Outcome::Ok, CriOutcome::Ok) => true,
+        (Outcome::Error { code, .. }, CriOutcome::Error { code: c, .. }) => *code as u32 == *c,
+        // The client gave up: its reset, or the server's own expiry.
+        (Outcome::DeadlineExceeded, CriOutcome::DeadlineExceeded)
+        | (Outcome::DeadlineExceeded, CriOutcome::Cancelled) => true,
+        (Outcome::DeadlineExceeded, CriOutcome::Error { code: 4, .. }) => true,
+        _ => false,
+    }
+}
+
+/// Compare the driver's calls made at or after `since` with the decoded
+/// ones. A decoded call answers a truth call when the runtime read its
+/// headers while the driver waited (`t.start <= c.start <= t.end`).
+///
+/// What a trace attached to a running connection may not know (what it
+/// reports must still agree).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Allow {
+    /// A repeated grpc-timeout value may sit in a pre-attach HPACK slot.
+    pub deadline_hidden: bool,
+    /// Pods and containers created before the attach are known by id only.
+    pub identity_missing: bool,
+}
+
+pub fn compare(truth: &[Truth], calls: &[&CriCall], since: u64, allow: Allow) -> CriReport {
+    let mut r = CriReport::default();
+    let mut used = vec![false; calls.len()];
+    for t in truth_calls(truth, since) {
+        r.compared += 1;
+        let best = calls
+            .iter()
+            .enumerate()
+            .filter(|(i, c)| {
+                !used[*i]
+                    && c.start
+                        .is_some_and(|s| s.mono_ns >= t.start && s.mono_ns <= t.end)
+            })
+            .max_by_key(|(i, c)| (affinity(&t, c), std::cmp::Reverse(*i)));
+        let Some((i, c)) = best else {
+            r.problems.push(format!(
+                "{} of {:?} at {} not decoded",
+                t.method,
+                t.pod.map(|p| &p.name),
+                t.start
+            ));
+            continue;
+        };
+        used[i] = true;
+        r.matched += 1;
+        match &c.identified {
+            Identified::Known => r.known += 1,
+            Identified::Inferred { .. } => r.inferred += 1,
+            Identified::Unknown { candidates } => {
+                r.unknown += 1;
+                if !candidates.is_empty() && !candidates.contains(&t.method) {
+                    r.mislabeled += 1;
+                    r.problems.push(format!(
+                        "{} of {:?}: unknown, but its candidates {candidates:?} leave it out",
+                        t.method,
+                        t.pod.map(|p| &p.name)
+                    ));
+                }
+            }
+        }
+        let what = format!("{} of {:?}", t.method, t.pod.map(|p| &p.name));
+        if let Some(m) = &c.method {
+            if m != t.method {
+                r.mislabeled += 1;
+                r.problems
+                    .push(format!("{what}: decoded as {m} ({:?})", c.identified));
+                continue;
+            }
+        }
+        if !outcome_agrees(t.outcome, &c.outcome) {
+            r.problems.push(format!(
+                "{what}: outcome {:?}, driver got {:?}",
+                c.outcome, t.outcome
+            ));
+        }
+        if c.method.is_none() {
+            continue;
+        }
+        // The driver names the pod it lists for; the request may not (an
+        // unfiltered list), so a list call is checked only if it names one.
+        let list = t.method.starts_with("List");
+        let may_miss = allow.identity_missing;
+        if let Some(p) = t.pod.filter(|_| !(list || may_miss) || c.pod.is_some()) {
+            match &c.pod {
+                Some(cp)
+                    if cp.name == p.name
+                        && cp.namespace == p.namespace
+                        && cp.uid == p.uid
+                        && cp.attempt == p.attempt => {}
+                other => r
+                    .problems
+                    .push(format!("{what}: pod {other:?}, driver named {p:?}")),
+            }
+            if let (Some(x), Some(y)) = (p.sandbox_id.as_deref(), c.sandbox_id.as_deref()) {
+                if x != y {
+                    r.problems
+                        .push(format!("{what}: sandbox {y}, driver's {x}"));
+                }
+            }
+        }
+        if let Some(k) = t.container.filter(|_| !may_miss || c.container.is_some()) {
+            match &c.container {
+                Some(ck) if ck.name == k.name && ck.attempt == k.attempt => {}
+                other => r
+                    .problems
+                    .push(format!("{what}: container {other:?}, driver named {k:?}")),
+            }
+            if let (Some(x), Some(y)) = (k.id.as_deref(), c.container_id.as_deref()) {
+                if x != y {
+                    r.problems
+                        .push(format!("{what}: container id {y}, driver's {x}"));
+                }
+            }
+        }
+        if let Some(ms) = t.deadline_ms {
+            let want = ms * 1_000_000;
+            // grpc-timeout is the time left when the headers were written.
+            let ok = match c.deadline_ns {
+                Some(d) => d <= want && d + 100_000_000 >= want,
+                None => allow.deadline_hidden,
+            };
+            if !ok {
+                r.problems.push(format!(
+                    "{what}: deadline {:?} ns, driver set {ms} ms",
+                    c.deadline_ns
+                ));
+            }
+        }
+    }
+    r
+}
+
+/// When the observer attached (a note in the truth).
+pub fn attach_mono_ns(truth: &[Truth]) -> Option<u64> {
+    truth.iter().find_map(|t| match t {
+        Truth::Note { mono_ns, text } if text == "observer attached" => Some(*mono_ns),
+        _ => None,
+    })
+}
+
+/// Committed fixtures: `tests/fixtures/cri/<name>/`.
+pub fn fixture_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/cri")
+        .join(name)
+}

@@ -1,0 +1,185 @@
+//! nri-trace as an observer of lab scenarios: the binary run with
+//! `--format ndjson --record` while the runtime is up, and the guards of
+//! the live lab tests (root, eBPF object, binaries; mandatory under CI).
+#![allow(dead_code)]
+
+use std::{
+    io::Read,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context, Result};
+use nri_trace_lab::{
+    labctl::{self, Lab},
+    scenario::{self, Bins, Observer},
+};
+
+pub fn ci() -> bool {
+    matches!(std::env::var("CI").as_deref(), Ok("true") | Ok("1"))
+}
+
+/// The workspace's binaries (built by `cargo test --workspace`).
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().expect("exe dir");
+    let dir = if dir.ends_with("deps") {
+        dir.parent().unwrap_or(dir)
+    } else {
+        dir
+    };
+    dir.join(name)
+}
+
+/// True when the live lab test `test` can run; under CI a missing
+/// requirement fails it, elsewhere it says why it skips.
+pub fn guard(test: &str) -> bool {
+    let mut why = None;
+    if unsafe { libc::geteuid() } != 0 {
+        why = Some("not running as root: the lab runs a private containerd".to_string());
+    } else if nri_trace::capture::ebpf::EbpfBackend::object().is_empty() {
+        why = Some("no eBPF object embedded: run `cargo xtask build`".into());
+    } else {
+        for b in ["nri-trace", "cri-driver", "nri-test-plugin"] {
+            if !bin(b).exists() {
+                why = Some(format!(
+                    "{} not built: run `cargo build --workspace` (or `cargo xtask test`)",
+                    bin(b).display()
+                ));
+            }
+        }
+    }
+    let Some(why) = why else { return true };
+    if ci() {
+        panic!("{test}: {why}");
+    }
+    eprintln!("skipping {test}: {why}");
+    false
+}
+
+/// Which nri-trace command observes, and on which lab socket.
+#[derive(Clone, Copy, Debug)]
+pub enum Traced {
+    Nri,
+    Cri,
+}
+
+/// Runs `nri-trace nri|cri --format ndjson --record` while the runtime is up.
+pub struct TraceProc {
+    what: Traced,
+    child: Option<Child>,
+    out: PathBuf,
+}
+
+impl TraceProc {
+    pub fn new(what: Traced) -> Self {
+        TraceProc {
+            what,
+            child: None,
+            out: PathBuf::new(),
+        }
+    }
+
+    /// (stdout, recording, stderr) in a scenario's output directory.
+    pub fn paths(out: &Path) -> (PathBuf, PathBuf, PathBuf) {
+        (
+            out.join("nri-trace.ndjson"),
+            out.join("nri-trace.recording.ndjson"),
+            out.join("nri-trace.stderr"),
+        )
+    }
+}
+
+impl Observer for TraceProc {
+    fn attach(&mut self, lab: &Lab, out: &Path) -> Result<()> {
+        self.out = out.to_path_buf();
+        let (stdout, rec, stderr) = Self::paths(out);
+        let (cmd, socket) = match self.what {
+            Traced::Nri => ("nri", lab.nri_socket()),
+            Traced::Cri => ("cri", lab.cri_socket()),
+        };
+        let child = Command::new(bin("nri-trace"))
+            .arg(cmd)
+            .arg("--socket")
+            .arg(socket)
+            .args(["--format", "ndjson", "--record"])
+            .arg(&rec)
+            .stdout(std::fs::File::create(&stdout)?)
+            .stderr(std::fs::File::create(&stderr)?)
+            .stdin(Stdio::null())
+            .spawn()
+            .context("starting nri-trace")?;
+        self.child = Some(child);
+        let t0 = Instant::now();
+        loop {
+            let log = std::fs::read_to_string(&stderr).unwrap_or_default();
+            if log.contains("nri-trace: ready") {
+                return Ok(());
+            }
+            if let Some(c) = self.child.as_mut() {
+                if let Some(st) = c.try_wait()? {
+                    bail!("nri-trace exited ({st}) before it was ready:\n{log}");
+                }
+            }
+            if t0.elapsed() > Duration::from_secs(30) {
+                bail!("nri-trace not ready after 30 s:\n{log}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn detach(&mut self) -> Result<()> {
+        let Some(mut c) = self.child.take() else {
+            return Ok(());
+        };
+        // Let the last calls drain (the drain timer is 2 ms).
+        std::thread::sleep(Duration::from_millis(300));
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        let t0 = Instant::now();
+        let st = loop {
+            if let Some(st) = c.try_wait()? {
+                break st;
+            }
+            if t0.elapsed() > Duration::from_secs(20) {
+                let _ = c.kill();
+                bail!("nri-trace did not stop within 20 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        if !st.success() {
+            let mut log = String::new();
+            let _ = std::fs::File::open(Self::paths(&self.out).2)?.read_to_string(&mut log);
+            bail!("nri-trace exited with {st}:\n{log}");
+        }
+        Ok(())
+    }
+}
+
+/// Run `scenario` with `nri-trace <what>` attached; returns its output
+/// directory (under the test target dir, `<group>/<scenario>`), or `None`
+/// when the test is skipped.
+pub fn run_traced(group: &str, scenario: &str, what: Traced) -> Option<PathBuf> {
+    if !guard(scenario) {
+        return None;
+    }
+    let _lock = labctl::lock().expect("lab lock");
+    let lab = Lab::from_env();
+    lab.install().expect("lab install");
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(group)
+        .join(scenario);
+    let bins = Bins {
+        driver: bin("cri-driver"),
+        plugin: bin("nri-test-plugin"),
+    };
+    scenario::run_observed(
+        scenario,
+        lab,
+        bins,
+        &out,
+        Some(Box::new(TraceProc::new(what))),
+    )
+    .unwrap_or_else(|e| panic!("scenario {scenario}: {e:#}"));
+    Some(out)
+}
