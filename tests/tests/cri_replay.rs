@@ -220,3 +220,59 @@ fn replay_is_deterministic() {
         assert_eq!(a.1, b.1);
     }
 }
+
+/// Garbage and lost bytes inside a real stream (a chunk of random bytes
+/// after a gap, in either direction): the decoders resynchronize, nothing
+/// panics, and calls after the damage are found and not mislabeled.
+#[test]
+fn garbage_and_gaps_resynchronize() {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for (name, _) in FIXTURES {
+        let evs = events(name);
+        let truth = truth(name);
+        let since = cri_check::attach_mono_ns(&truth).expect("attach note");
+        let chunk_idx: Vec<usize> = evs
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| matches!(e, CaptureEvent::Chunk(_)))
+            .map(|(i, _)| i)
+            .collect();
+        for at in chunk_idx.iter().step_by(9).copied() {
+            let CaptureEvent::Chunk(c) = &evs[at] else {
+                unreachable!()
+            };
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = 1 + (x % 300) as usize;
+            let garbage: Vec<u8> = (0..len)
+                .map(|i| (x.rotate_left(i as u32 % 64) >> 3) as u8)
+                .collect();
+            let mut damaged = evs.clone();
+            damaged.insert(
+                at,
+                CaptureEvent::Chunk(Chunk {
+                    bytes: garbage,
+                    gap_before: true,
+                    truncated: false,
+                    ..c.clone()
+                }),
+            );
+            let (got, _) = analyze(damaged);
+            let allow = cri_check::Allow {
+                deadline_hidden: true,
+                identity_missing: true,
+            };
+            // Calls begun a while after the damage: the next frame boundary
+            // has been found by then.
+            let after = c.ts.mono_ns.max(since) + 50_000_000;
+            let r = cri_check::compare(&truth, &cri_check::calls(&got), after, allow);
+            assert!(
+                r.problems.is_empty(),
+                "{name} garbage at event {at}:\n{}",
+                r.problems.join("\n")
+            );
+            assert_eq!(r.matched, r.compared, "{name} garbage at event {at}");
+        }
+    }
+}

@@ -1221,3 +1221,81 @@ impl CriCallAssembler {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::{ConnOpen, Origin, Syscall};
+
+    fn ts(n: u64) -> Timestamp {
+        Timestamp {
+            mono_ns: n,
+            wall_ns: n,
+        }
+    }
+
+    /// Random bytes, gaps and truncations in both directions of several
+    /// connections never panic, and the state held stays bounded.
+    #[test]
+    fn garbage_never_panics() {
+        let mut a = CriCallAssembler::new();
+        let mut out = Vec::new();
+        let mut x: u64 = 0xdead_beef_cafe_f00d;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for i in 0..3000u64 {
+            let r = next();
+            let conn = ConnId(r % 3);
+            if r % 97 == 0 {
+                a.on_capture(
+                    &CaptureEvent::Open(ConnOpen {
+                        conn,
+                        ts: ts(i),
+                        tgid: 1,
+                        fd: 3,
+                        origin: Origin::Existing,
+                        socket_path: None,
+                        peer: None,
+                        inode: None,
+                        other_end: None,
+                    }),
+                    &mut out,
+                );
+                continue;
+            }
+            let len = (next() % 200) as usize;
+            // Sometimes a plausible HTTP/2 start: the preface.
+            let mut bytes: Vec<u8> = if r % 13 == 0 {
+                crate::decode::cri::frame::PREFACE.to_vec()
+            } else {
+                Vec::new()
+            };
+            bytes.extend((0..len).map(|_| next() as u8));
+            a.on_capture(
+                &CaptureEvent::Chunk(Chunk {
+                    conn,
+                    direction: if r & 1 == 0 {
+                        Direction::In
+                    } else {
+                        Direction::Out
+                    },
+                    ts: ts(i * 1_000_000),
+                    tid: 1,
+                    syscall: Syscall::Read,
+                    syscall_len: bytes.len() as u64,
+                    bytes,
+                    truncated: r % 31 == 0,
+                    gap_before: r % 37 == 0,
+                }),
+                &mut out,
+            );
+            assert!(a.held.len() <= MAX_HELD);
+        }
+        a.finish(&mut out);
+        assert!(a.held.is_empty());
+    }
+}
