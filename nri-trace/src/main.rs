@@ -338,65 +338,48 @@ trait Analyzer {
     fn write_summary(&self, w: &mut dyn Write, format: LineFormat) -> std::io::Result<()>;
 }
 
-impl Analyzer for NriAnalysis {
-    type Record = NriRecord;
-    fn on_capture(&mut self, ev: &CaptureEvent, out: &mut Vec<NriRecord>) {
-        NriAnalysis::on_capture(self, ev, out)
-    }
-    fn finish(&mut self, out: &mut Vec<NriRecord>) {
-        NriAnalysis::finish(self, out)
-    }
-    fn write_record(
-        mut w: &mut dyn Write,
-        r: &NriRecord,
-        format: LineFormat,
-    ) -> std::io::Result<()> {
-        match format {
-            LineFormat::Text => nri_lines::text(&mut w, r),
-            LineFormat::Ndjson => nri_lines::ndjson(&mut w, r),
-        }
-    }
-    fn write_summary(&self, mut w: &mut dyn Write, format: LineFormat) -> std::io::Result<()> {
-        let s = self.summary();
-        match format {
-            LineFormat::Text => {
-                writeln!(w)?;
-                nri_lines::summary_text(&mut w, &s)
+/// `Analyzer` for an analysis whose records and summary a `sinks` module
+/// prints (`text`, `ndjson`, `summary_text`, `summary_ndjson`).
+macro_rules! analyzer {
+    ($analysis:ty, $record:ty, $lines:ident) => {
+        impl Analyzer for $analysis {
+            type Record = $record;
+            fn on_capture(&mut self, ev: &CaptureEvent, out: &mut Vec<$record>) {
+                <$analysis>::on_capture(self, ev, out)
             }
-            LineFormat::Ndjson => nri_lines::summary_ndjson(&mut w, &s),
+            fn finish(&mut self, out: &mut Vec<$record>) {
+                <$analysis>::finish(self, out)
+            }
+            fn write_record(
+                mut w: &mut dyn Write,
+                r: &$record,
+                format: LineFormat,
+            ) -> std::io::Result<()> {
+                match format {
+                    LineFormat::Text => $lines::text(&mut w, r),
+                    LineFormat::Ndjson => $lines::ndjson(&mut w, r),
+                }
+            }
+            fn write_summary(
+                &self,
+                mut w: &mut dyn Write,
+                format: LineFormat,
+            ) -> std::io::Result<()> {
+                let s = self.summary();
+                match format {
+                    LineFormat::Text => {
+                        writeln!(w)?;
+                        $lines::summary_text(&mut w, &s)
+                    }
+                    LineFormat::Ndjson => $lines::summary_ndjson(&mut w, &s),
+                }
+            }
         }
-    }
+    };
 }
 
-impl Analyzer for CriAnalysis {
-    type Record = CriRecord;
-    fn on_capture(&mut self, ev: &CaptureEvent, out: &mut Vec<CriRecord>) {
-        CriAnalysis::on_capture(self, ev, out)
-    }
-    fn finish(&mut self, out: &mut Vec<CriRecord>) {
-        CriAnalysis::finish(self, out)
-    }
-    fn write_record(
-        mut w: &mut dyn Write,
-        r: &CriRecord,
-        format: LineFormat,
-    ) -> std::io::Result<()> {
-        match format {
-            LineFormat::Text => cri_lines::text(&mut w, r),
-            LineFormat::Ndjson => cri_lines::ndjson(&mut w, r),
-        }
-    }
-    fn write_summary(&self, mut w: &mut dyn Write, format: LineFormat) -> std::io::Result<()> {
-        let s = self.summary();
-        match format {
-            LineFormat::Text => {
-                writeln!(w)?;
-                cri_lines::summary_text(&mut w, &s)
-            }
-            LineFormat::Ndjson => cri_lines::summary_ndjson(&mut w, &s),
-        }
-    }
-}
+analyzer!(NriAnalysis, NriRecord, nri_lines);
+analyzer!(CriAnalysis, CriRecord, cri_lines);
 
 /// Prints records as they come, and the summary at the end.
 struct Printer<A: Analyzer, W: Write> {

@@ -8,6 +8,7 @@
 //! by the live tests in cri_lab.rs (see tests/fixtures/cri/README.md).
 
 mod cri_check;
+mod replay_util;
 
 use nri_trace::{
     capture::{recording, CaptureEvent, Chunk},
@@ -107,36 +108,9 @@ fn any_split_of_a_real_stream_decodes_identically() {
     for (name, _) in FIXTURES {
         let evs = events(name);
         let (want, _) = analyze(evs.clone());
-        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut rng = replay_util::Rng(0x2545_f491_4f6c_dd1d);
         for round in 0..8 {
-            let mut split = Vec::with_capacity(evs.len() * 2);
-            for ev in &evs {
-                let CaptureEvent::Chunk(c) = ev else {
-                    split.push(ev.clone());
-                    continue;
-                };
-                let mut rest: &[u8] = &c.bytes;
-                let mut first = true;
-                while !rest.is_empty() {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    let n = if round == 0 {
-                        1
-                    } else {
-                        1 + (x % rest.len() as u64) as usize
-                    };
-                    let (a, b) = rest.split_at(n.min(rest.len()));
-                    split.push(CaptureEvent::Chunk(Chunk {
-                        bytes: a.to_vec(),
-                        gap_before: c.gap_before && first,
-                        truncated: c.truncated && b.is_empty(),
-                        ..c.clone()
-                    }));
-                    first = false;
-                    rest = b;
-                }
-            }
+            let split = replay_util::resplit(&evs, round, &mut rng);
             let (got, _) = analyze(split);
             assert_eq!(
                 got, want,
@@ -155,26 +129,10 @@ fn mid_stream_attach_never_mislabels() {
         let evs = events(name);
         let truth = truth(name);
         let since = cri_check::attach_mono_ns(&truth).expect("attach note");
-        let chunk_idx: Vec<usize> = evs
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| matches!(e, CaptureEvent::Chunk(_)))
-            .map(|(i, _)| i)
-            .collect();
+        let chunk_idx = replay_util::chunk_indices(&evs);
         let (mut known, mut inferred, mut unknown) = (0, 0, 0);
         for cut in chunk_idx.iter().step_by(5).copied() {
-            let mut tail: Vec<CaptureEvent> = evs[..cut]
-                .iter()
-                .filter(|e| matches!(e, CaptureEvent::Open(_)))
-                .cloned()
-                .collect();
-            tail.extend(evs[cut..].iter().cloned());
-            if let Some(CaptureEvent::Chunk(c)) = tail
-                .iter_mut()
-                .find(|e| matches!(e, CaptureEvent::Chunk(_)))
-            {
-                c.bytes.drain(..c.bytes.len().min(3));
-            }
+            let tail = replay_util::attach_at(&evs, cut);
             let cut_ts = match &evs[cut] {
                 CaptureEvent::Chunk(c) => c.ts.mono_ns,
                 _ => unreachable!(),
@@ -226,24 +184,17 @@ fn replay_is_deterministic() {
 /// panics, and calls after the damage are found and not mislabeled.
 #[test]
 fn garbage_and_gaps_resynchronize() {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rng = replay_util::Rng(0x9e37_79b9_7f4a_7c15);
     for (name, _) in FIXTURES {
         let evs = events(name);
         let truth = truth(name);
         let since = cri_check::attach_mono_ns(&truth).expect("attach note");
-        let chunk_idx: Vec<usize> = evs
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| matches!(e, CaptureEvent::Chunk(_)))
-            .map(|(i, _)| i)
-            .collect();
+        let chunk_idx = replay_util::chunk_indices(&evs);
         for at in chunk_idx.iter().step_by(9).copied() {
             let CaptureEvent::Chunk(c) = &evs[at] else {
                 unreachable!()
             };
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.next();
             let len = 1 + (x % 300) as usize;
             let garbage: Vec<u8> = (0..len)
                 .map(|i| (x.rotate_left(i as u32 % 64) >> 3) as u8)

@@ -7,11 +7,12 @@
 //! made by the live tests in nri_lab.rs (see tests/fixtures/nri/README.md).
 
 mod nri_check;
+mod replay_util;
 
 use std::path::Path;
 
 use nri_trace::{
-    capture::{CaptureEvent, Chunk},
+    capture::CaptureEvent,
     engine::nri_analysis::{analyze, NriRecord},
     model::nri_call::{IdentitySource, Outcome},
 };
@@ -148,37 +149,9 @@ fn split_decodes_identically(fixture: &str) {
     let events = fixture_events(fixture);
     let (want, _) = analyze(events.clone(), vec![LAB_NRI_SOCKET.into()]);
     assert!(!want.is_empty());
-    let mut x = 0x2545f4914f6cdd1du64;
+    let mut rng = replay_util::Rng(0x2545f4914f6cdd1d);
     for round in 0..20 {
-        let mut split = Vec::with_capacity(events.len() * 2);
-        for ev in &events {
-            let CaptureEvent::Chunk(c) = ev else {
-                split.push(ev.clone());
-                continue;
-            };
-            let mut rest: &[u8] = &c.bytes;
-            let mut first = true;
-            while !rest.is_empty() {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                // Round 0: one byte at a time for the first chunks.
-                let n = if round == 0 {
-                    1
-                } else {
-                    1 + (x % (rest.len() as u64)) as usize
-                };
-                let (a, b) = rest.split_at(n.min(rest.len()));
-                split.push(CaptureEvent::Chunk(Chunk {
-                    bytes: a.to_vec(),
-                    gap_before: c.gap_before && first,
-                    truncated: c.truncated && b.is_empty(),
-                    ..c.clone()
-                }));
-                first = false;
-                rest = b;
-            }
-        }
+        let split = replay_util::resplit(&events, round, &mut rng);
         let (got, _) = analyze(split, vec![LAB_NRI_SOCKET.into()]);
         assert_eq!(
             got, want,
@@ -203,26 +176,9 @@ fn attach_mid_stream(fixture: &str) {
     let full_calls = nri_check::calls(&full);
     // Cut inside the stream: drop the first k chunk events (keep opens so the
     // connections are known, as discovery finds them at attach).
-    let chunk_idx: Vec<usize> = events
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| matches!(e, CaptureEvent::Chunk(_)))
-        .map(|(i, _)| i)
-        .collect();
+    let chunk_idx = replay_util::chunk_indices(&events);
     for cut in chunk_idx.iter().step_by(7).copied() {
-        let mut tail: Vec<CaptureEvent> = events[..cut]
-            .iter()
-            .filter(|e| matches!(e, CaptureEvent::Open(_)))
-            .cloned()
-            .collect();
-        tail.extend(events[cut..].iter().cloned());
-        // A cut in the middle of a chunk too: drop its first 3 bytes.
-        if let Some(CaptureEvent::Chunk(c)) = tail
-            .iter_mut()
-            .find(|e| matches!(e, CaptureEvent::Chunk(_)))
-        {
-            c.bytes.drain(..c.bytes.len().min(3));
-        }
+        let tail = replay_util::attach_at(&events, cut);
         let (got, _) = analyze(tail, vec![LAB_NRI_SOCKET.into()]);
         for c in nri_check::calls(&got) {
             if c.partial {

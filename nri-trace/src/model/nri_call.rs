@@ -22,10 +22,11 @@
 //! is [`Outcome::TimedOut`] if its `timeout_nano` had (nearly) run out, else
 //! [`Outcome::ConnectionClosed`].
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
+use super::chunk_stamps::ChunkStamps;
 use crate::{
     capture::{CaptureEvent, Chunk, CloseReason, ConnId, ConnOpen, Direction, Peer, Timestamp},
     decode::nri::{
@@ -272,9 +273,6 @@ const PLUGIN_REPLY_WAIT_NS: u64 = 5_000_000;
 /// Most calls awaiting a response per connection.
 const MAX_PENDING_PER_CONN: usize = 1024;
 
-/// Most chunk timestamps remembered per connection direction.
-const MAX_CHUNK_MARKS: usize = 4096;
-
 /// Key of a call within one connection: mux conn_id, stream id, and the
 /// direction of the request ([`dir_index`]).
 type CallKey = (u32, u32, usize);
@@ -289,10 +287,9 @@ struct ConnState {
     /// The plugin's end of this connection is captured too.
     has_plugin_end: bool,
     decoders: [MuxTtrpc; 2],
-    /// Per direction: (bytes pushed after the chunk, its timestamp), so a
-    /// message is stamped with the chunk that carried its last byte.
-    chunk_ends: [VecDeque<(u64, Timestamp)>; 2],
-    pushed: [u64; 2],
+    /// Per direction: chunk ends, so a message is stamped with the chunk
+    /// that carried its last byte.
+    stamps: [ChunkStamps; 2],
     plugin: PluginId,
     /// The connection is known to carry NRI (NRI socket, plugin env, or an
     /// NRI request seen): only then are partial calls and resyncs reported.
@@ -313,8 +310,7 @@ impl ConnState {
             plugin_side: BTreeMap::new(),
             has_plugin_end: false,
             decoders: [MuxTtrpc::new(), MuxTtrpc::new()],
-            chunk_ends: [VecDeque::new(), VecDeque::new()],
-            pushed: [0, 0],
+            stamps: Default::default(),
             nri: by_path || plugin.source == IdentitySource::PrelaunchEnv,
             plugin,
             announced: false,
@@ -509,25 +505,15 @@ impl NriCallAssembler {
             .entry(c.conn)
             .or_insert_with(|| ConnState::new(None, nri_paths));
         let di = dir_index(c.direction);
-        st.pushed[di] += c.bytes.len() as u64;
-        let marks = &mut st.chunk_ends[di];
-        if marks.len() == MAX_CHUNK_MARKS {
-            marks.pop_front();
-        }
-        marks.push_back((st.pushed[di], c.ts));
+        let marks = &mut st.stamps[di];
+        marks.push(c.bytes.len(), c.ts);
         let d = &mut st.decoders[di];
         if c.gap_before {
             d.gap();
         }
         d.push(&c.bytes);
         // Each message stamped with the chunk that carried its last byte.
-        let stamp = |end: Option<u64>| {
-            end.and_then(|end| {
-                let i = marks.partition_point(|(e, _)| *e < end);
-                marks.get(i).map(|(_, ts)| *ts)
-            })
-            .unwrap_or(c.ts)
-        };
+        let stamp = |end: Option<u64>| marks.stamp(end, c.ts);
         let mut decoded = Vec::new();
         while let Some((m, e, end)) = d.next_with_end() {
             decoded.push((m, e, stamp(end)));
@@ -538,12 +524,7 @@ impl NriCallAssembler {
                 decoded.push((m, e, stamp(end)));
             }
         }
-        // Marks wholly before the oldest byte still buffered are not needed.
-        let keep_from = st.pushed[di].saturating_sub(st.decoders[di].buffered() as u64);
-        let marks = &mut st.chunk_ends[di];
-        while marks.len() > 1 && marks[0].0 < keep_from {
-            marks.pop_front();
-        }
+        st.stamps[di].trim(st.decoders[di].buffered());
         for (mux_conn, ev, ts) in decoded {
             match ev {
                 TtrpcEvent::Resync { skipped } => {
