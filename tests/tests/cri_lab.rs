@@ -22,7 +22,7 @@ use nri_trace::{
 /// Live output equals the replay of its recording; every truth call after
 /// the attach is found and agrees. Returns the records and the report.
 fn check(scenario: &str, out: &Path) -> (Vec<CriRecord>, cri_check::CriReport) {
-    let (stdout, rec, _) = TraceProc::paths(out);
+    let (_, rec, _) = TraceProc::paths(out);
     let events = nri_trace::capture::recording::read_file(&rec)
         .unwrap_or_else(|e| panic!("reading {}: {e}", rec.display()));
     let (records, summary) = cri_check::replay(&events);
@@ -31,12 +31,7 @@ fn check(scenario: &str, out: &Path) -> (Vec<CriRecord>, cri_check::CriReport) {
         cri_lines::ndjson(&mut replayed, r).unwrap();
     }
     cri_lines::summary_ndjson(&mut replayed, &summary).unwrap();
-    let live = std::fs::read_to_string(&stdout).unwrap();
-    assert_eq!(
-        live,
-        String::from_utf8(replayed).unwrap(),
-        "{scenario}: live output and replay of its recording differ"
-    );
+    lab_trace::assert_live_equals_replay(scenario, out, replayed);
     let truth = nri_trace_lab::truth::read(&out.join("truth.ndjson")).expect("truth");
     let since = cri_check::attach_mono_ns(&truth).expect("attach note in the truth");
     let calls = cri_check::calls(&records);

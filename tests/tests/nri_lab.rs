@@ -23,7 +23,7 @@ fn run_traced(scenario: &str) -> Option<PathBuf> {
 /// Live output equals the replay of the recording, line for line; the
 /// records check out against the truth. Returns the records.
 fn check(scenario: &str, out: &Path) -> Vec<NriRecord> {
-    let (stdout, rec, _) = TraceProc::paths(out);
+    let (_, rec, _) = TraceProc::paths(out);
     let lab = Lab::from_env();
     let events = nri_check::read_recording(&rec);
     let (records, summary) = nri_check::replay(&events, &lab.nri_socket());
@@ -32,12 +32,7 @@ fn check(scenario: &str, out: &Path) -> Vec<NriRecord> {
         nri_lines::ndjson(&mut replayed, r).unwrap();
     }
     nri_lines::summary_ndjson(&mut replayed, &summary).unwrap();
-    let live = std::fs::read_to_string(&stdout).unwrap();
-    assert_eq!(
-        live,
-        String::from_utf8(replayed).unwrap(),
-        "{scenario}: live output and replay of its recording differ"
-    );
+    lab_trace::assert_live_equals_replay(scenario, out, replayed);
 
     let truth = nri_check::read_truth(&out.join("truth.ndjson"));
     let since = nri_check::attach_mono_ns(&truth).expect("attach note in the truth");

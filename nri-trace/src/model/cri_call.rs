@@ -53,6 +53,9 @@ const MAX_STREAMS: usize = 4096;
 const MAX_HELD: usize = 4096;
 /// Most sandbox / container ids remembered.
 const MAX_IDS: usize = 65536;
+/// Most hidden-slot sets remembered (resolved or narrowing); past it they
+/// are forgotten (later calls are inferred afresh, never wrongly).
+const MAX_SLOT_SETS: usize = 4096;
 /// HTTP/2 CANCEL (RFC 9113 §7): what gRPC clients reset a stream with on
 /// cancellation and deadline expiry.
 const H2_CANCEL: u32 = 0x8;
@@ -1078,6 +1081,12 @@ impl CriCallAssembler {
             }
         }
         // 3. The slot set narrows as its calls are seen.
+        if self.slot_candidates.len() >= MAX_SLOT_SETS {
+            self.slot_candidates.clear();
+        }
+        if self.slot_methods.len() >= MAX_SLOT_SETS {
+            self.slot_methods.clear();
+        }
         if let Some(k) = &slot_key {
             let entry = self
                 .slot_candidates

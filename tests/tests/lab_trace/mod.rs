@@ -183,3 +183,13 @@ pub fn run_traced(group: &str, scenario: &str, what: Traced) -> Option<PathBuf> 
     .unwrap_or_else(|e| panic!("scenario {scenario}: {e:#}"));
     Some(out)
 }
+
+/// The live run's stdout equals what its recording replays to.
+pub fn assert_live_equals_replay(scenario: &str, out: &Path, replayed: Vec<u8>) {
+    let live = std::fs::read_to_string(TraceProc::paths(out).0).unwrap();
+    assert_eq!(
+        live,
+        String::from_utf8(replayed).unwrap(),
+        "{scenario}: live output and replay of its recording differ"
+    );
+}
