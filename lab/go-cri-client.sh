@@ -9,12 +9,16 @@
 #                              run it (foreground), e.g.
 #                              run -truth /tmp/t.ndjson mix -pods 2
 #                              run -truth /tmp/t.ndjson mix -pods 2 -pause-file /tmp/go
+#                              run -truth /tmp/t.ndjson retry -deadline-ms 1000 -backoff-ms 250
+#                              (RunPodSandbox with a 1 s deadline, retried with
+#                              the same name/uid/attempt until it succeeds)
 #
 # go-cri-client (lab/go-cri-client/main.go) talks CRI to the lab's
 # containerd with k8s.io/cri-api's generated client over google.golang.org/grpc,
 # so the HTTP/2 frames, HPACK header blocks and gRPC messages that nri-trace
-# decodes are encoded by the same code as kubelet's. Every call is one
-# Truth::Cri record (lab/src/truth.rs) in the truth file. See docs/lab.md.
+# decodes are encoded by the same code as kubelet's. Every call (every try
+# of a retried one) is one Truth::Cri record (lab/src/truth.rs) in the truth
+# file. See docs/lab.md.
 #
 # Only `install` uses the network (apt). `build` is offline: GOPATH mode
 # (GO111MODULE=off) over Debian's /usr/share/gocode, GOPROXY=off,

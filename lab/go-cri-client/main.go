@@ -18,12 +18,15 @@
 //
 // Every call appends one line to the truth file, in the format of
 // Truth::Cri in lab/src/truth.rs (CLOCK_MONOTONIC start/end, CLOCK_REALTIME
-// start, deadline, outcome, retry 0), with the pod and container identity
-// the Rust driver records.
+// start, deadline, outcome, retry: 0, or n for the n-th retry of a
+// request), with the pod and container identity the Rust driver records.
 //
 // Usage:
 //
 //	go-cri-client [-socket S] -truth T [-timeout D] mix -pods N [-pause-file F] [-prefix P] [-netns] [-log-dir DIR]
+//	go-cri-client [-socket S] -truth T [-timeout D] retry [-deadline-ms 1000] [-retry-deadline-ms 240000]
+//	    [-backoff-ms 250] [-max-backoff-ms 10000] [-retry-budget-secs 300] [-max-tries N]
+//	    [-name goretry-0] [-attempt 0] [-netns] [-log-dir DIR]
 //
 // mix runs phase "warm", then (with -pause-file) prints {"phase":"paused"}
 // on stdout and waits until F exists, then phase "main", on the same
@@ -34,9 +37,26 @@
 // sandbox), StopContainer, ContainerStatus, RemoveContainer, StopPodSandbox,
 // PodSandboxStatus, RemovePodSandbox, ListPodSandbox.
 //
-// At the end it prints one JSON summary line on stdout. Exit status 0 when
-// every call succeeded, 1 when any failed (after stopping and removing the
-// pod it was working on), 2 on a usage error. Logs go to stderr.
+// retry is cri-driver's `retry` scenario (lab/src/bin/cri-driver.rs, stage
+// sandbox; the lab scenario cri-deadline-retry): RunPodSandbox with a
+// deadline of -deadline-ms, which grpc-go enforces on the client (it resets
+// the stream when it expires). A try that ran into its deadline (truth
+// outcome deadline_exceeded) is retried with the SAME request (name, uid,
+// attempt), as kubelet does on its next sync, after -backoff-ms doubling
+// per retry up to -max-backoff-ms, with a deadline of -retry-deadline-ms;
+// so is, after a timeout, containerd's "failed to reserve sandbox name ...
+// is reserved for ..." (the first request is still running). When that
+// sandbox is READY with the same name and attempt it is adopted (found by
+// ListPodSandbox of the pod uid), as kubelet's relist would. Any other
+// error, -max-tries, or no retry starting within -retry-budget-secs ends
+// it. Then ListPodSandbox of the pod uid, StopPodSandbox + RemovePodSandbox
+// of the sandbox (and of any other sandbox of the pod uid left behind).
+//
+// At the end it prints one JSON summary line on stdout. mix: exit status 0
+// when every call succeeded, 1 when any failed (after stopping and removing
+// the pod it was working on). retry: 0 when RunPodSandbox succeeded in the
+// end and the teardown did too (its timed-out tries are expected), else 1.
+// 2 on a usage error. Logs go to stderr.
 package main
 
 import (
@@ -52,12 +72,14 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -182,6 +204,8 @@ type client struct {
 	calls       uint64
 	failures    uint64
 	deadlineExc uint64
+	retries     uint64  // calls with retry > 0
+	lastMs      float64 // duration of the last call
 	truthErrors uint64
 	methods     map[string]*methodStats
 	firstError  string
@@ -212,33 +236,38 @@ func dial(socket string) (*grpc.ClientConn, error) {
 
 func strp(s string) *string { return &s }
 
-// call runs f with a deadline of d and writes one truth record. ids, when
-// not nil, fills sandbox / container ids from a successful response (before
-// the record is written, as the Rust driver does).
+// call runs f with a deadline of d and writes one truth record (retry 0).
+// ids, when not nil, fills sandbox / container ids from a successful
+// response (before the record is written, as the Rust driver does).
 func (c *client) call(method string, pod *podRef, ctr *containerRef, d time.Duration,
 	f func(ctx context.Context) error, ids func()) error {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
+	_, err := c.try(method, pod, ctr, d, 0, f, ids)
+	return err
+}
+
+// try is call for try number retry of a request (0: the first try, n: the
+// n-th retry of the same request); it also returns the recorded outcome.
+func (c *client) try(method string, pod *podRef, ctr *containerRef, d time.Duration, retry uint32,
+	f func(ctx context.Context) error, ids func()) (outcome, error) {
+	// The clocks are read before the deadline starts, so a call that ran
+	// into it has end - start >= d (classify relies on that).
 	startWall := wallNs()
 	startMono := monoNs()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
 	err := f(ctx)
 	endMono := monoNs()
+	elapsed := time.Duration(endMono - startMono)
 	var out outcome
-	switch {
-	case err == nil:
+	if err == nil {
 		out = outcome{Kind: "ok"}
 		if ids != nil {
 			ids()
 		}
-	default:
-		st, _ := status.FromError(err)
-		if ctx.Err() == context.DeadlineExceeded {
-			// Our deadline expired (grpc-go reports DeadlineExceeded).
-			out = outcome{Kind: "deadline_exceeded"}
+	} else {
+		out = classify(err, elapsed, d)
+		if out.Kind == "deadline_exceeded" {
 			c.deadlineExc++
-		} else {
-			code := int32(st.Code())
-			out = outcome{Kind: "error", Code: &code, Message: strp(st.Message())}
 		}
 	}
 	// Copies: the record must show the identity at the time of the call.
@@ -255,18 +284,22 @@ func (c *client) call(method string, pod *podRef, ctr *containerRef, d time.Dura
 	if werr := c.truth.write(criTruth{
 		Source: "cri", Method: method, Pod: p, Container: ct,
 		StartMonoNs: startMono, EndMonoNs: endMono, StartWallNs: startWall,
-		DeadlineMs: uint64(d / time.Millisecond), Outcome: out, Retry: 0,
+		DeadlineMs: uint64(d / time.Millisecond), Outcome: out, Retry: retry,
 	}); werr != nil {
 		c.truthErrors++
 		logf("cannot write truth record: %v", werr)
 	}
-	ms := float64(endMono-startMono) / 1e6
+	ms := float64(elapsed) / 1e6
+	c.lastMs = ms
 	m := c.methods[method]
 	if m == nil {
 		m = &methodStats{}
 		c.methods[method] = m
 	}
 	c.calls++
+	if retry > 0 {
+		c.retries++
+	}
 	m.Calls++
 	m.TotalMs += ms
 	if ms > m.MaxMs {
@@ -275,14 +308,38 @@ func (c *client) call(method string, pod *podRef, ctr *containerRef, d time.Dura
 	if err != nil {
 		c.failures++
 		m.Failures++
-		e := fmt.Errorf("%s %s failed after %.1f ms: %v", method, target(pod, ctr), ms, err)
+		what := method
+		if retry > 0 {
+			what = fmt.Sprintf("%s (retry %d)", method, retry)
+		}
+		e := fmt.Errorf("%s %s failed after %.1f ms: %v", what, target(pod, ctr), ms, err)
 		if c.firstError == "" {
 			c.firstError = e.Error()
 		}
 		logf("%v", e)
-		return e
+		return out, e
 	}
-	return nil
+	return out, nil
+}
+
+// classify: how a failed call ended from the client's side, as classify()
+// in lab/src/cri.rs decides it. deadline_exceeded when our deadline
+// expired: grpc-go then ends the call with DEADLINE_EXCEEDED (and resets
+// the stream); a runtime that saw the propagated grpc-timeout answers the
+// same. CANCELLED after the deadline counts too (tonic's way; grpc-go maps
+// an RST_STREAM CANCEL to it). Anything else, or DEADLINE_EXCEEDED before
+// our deadline, is the gRPC status.
+func classify(err error, elapsed, d time.Duration) outcome {
+	st, _ := status.FromError(err)
+	expired := elapsed >= d
+	switch st.Code() {
+	case codes.DeadlineExceeded, codes.Canceled:
+		if expired {
+			return outcome{Kind: "deadline_exceeded"}
+		}
+	}
+	code := int32(st.Code())
+	return outcome{Kind: "error", Code: &code, Message: strp(st.Message())}
 }
 
 func target(pod *podRef, ctr *containerRef) string {
@@ -650,6 +707,254 @@ func (c *client) mix(o *mixOpts) (phases []string, err error) {
 	return append(phases, "main"), nil
 }
 
+// ------------------------------------------------------------------ retry
+
+// retryOpts: the retry subcommand, cri-driver's `retry` (stage sandbox).
+type retryOpts struct {
+	name        string
+	attempt     uint32
+	hostNetwork bool
+	logRoot     string
+	deadline    time.Duration // of the first try
+	retryDL     time.Duration // of every retry
+	backoff     time.Duration // before the first retry; doubles per retry
+	maxBackoff  time.Duration
+	budget      time.Duration // no retry starts later than this after the first try
+	maxTries    int           // tries in all, the first included; 0: no limit
+}
+
+// backoffFor is RetryPolicy::backoff in lab/src/cri.rs: the wait before
+// retry number n (1 for the first retry): backoff * 2^(n-1), at most
+// maxBackoff.
+func (o *retryOpts) backoffFor(n int) time.Duration {
+	shift := n - 1
+	if shift < 0 {
+		shift = 0
+	}
+	if shift > 30 {
+		shift = 30
+	}
+	w := o.backoff * time.Duration(int64(1)<<uint(shift))
+	if w > o.maxBackoff || w < 0 {
+		w = o.maxBackoff
+	}
+	return w
+}
+
+// reservedFor is reserved_for() in lab/src/cri.rs: the id in containerd's
+// `failed to reserve sandbox name "...": name "..." is reserved for "<id>"`,
+// or "".
+func reservedFor(message string) string {
+	const key = "is reserved for \""
+	i := strings.Index(message, key)
+	if i < 0 {
+		return ""
+	}
+	rest := message[i+len(key):]
+	j := strings.IndexByte(rest, '"')
+	if j < 0 {
+		return ""
+	}
+	return rest[:j]
+}
+
+// tryRecord: one RunPodSandbox try in the summary (cri-driver's "tries").
+type tryRecord struct {
+	Attempt    uint32  `json:"attempt"`
+	Retry      uint32  `json:"retry"`
+	DeadlineMs uint64  `json:"deadline_ms"`
+	Ms         float64 `json:"ms"`
+	Outcome    outcome `json:"outcome"`
+}
+
+type retryResult struct {
+	sandboxID string
+	adopted   bool
+	tries     []tryRecord
+	answers   []string      // distinct runtime error messages, in order
+	after     []interface{} // sandboxes of the pod uid before the teardown
+}
+
+// podSandboxes: ListPodSandbox of this pod uid (recorded with the pod's
+// identity, no sandbox id, as cri-driver's list_pod_sandbox_for).
+func (c *client) podSandboxes(spec *podSpec) ([]*runtimeapi.PodSandbox, error) {
+	ref := spec.ref
+	ref.SandboxID = nil
+	var items []*runtimeapi.PodSandbox
+	err := c.call("ListPodSandbox", &ref, nil, c.timeout, func(ctx context.Context) error {
+		r, err := c.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{
+			Filter: &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{labelPodUID: spec.ref.UID}},
+		})
+		if err == nil {
+			items = r.Items
+		}
+		return err
+	}, nil)
+	return items, err
+}
+
+// findReadySandbox: a READY sandbox of this pod uid with the same name,
+// namespace and attempt (cri-driver's find_ready_sandbox), or "".
+func (c *client) findReadySandbox(spec *podSpec) string {
+	items, err := c.podSandboxes(spec)
+	if err != nil {
+		return ""
+	}
+	for _, s := range items {
+		m := s.Metadata
+		if s.State == runtimeapi.PodSandboxState_SANDBOX_READY && m != nil &&
+			m.Name == spec.ref.Name && m.Namespace == spec.ref.Namespace && m.Attempt == spec.ref.Attempt {
+			return s.Id
+		}
+	}
+	return ""
+}
+
+// runPodSandboxRetried is Driver::run_pod_sandbox_with_deadline in
+// lab/src/cri.rs: RunPodSandbox with a deadline of o.deadline; a try whose
+// deadline expired is retried with the SAME request (name, uid, attempt)
+// and a deadline of o.retryDL after a doubling backoff, as kubelet does on
+// its next sync. After a timeout, containerd answers "failed to reserve
+// sandbox name ..." while the first request still runs: retried too. Once
+// the name is reserved for a sandbox that is READY with this name and
+// attempt (a timed-out try did create it), that sandbox is adopted, as
+// kubelet's relist would. Any other error ends the loop, and so does the
+// budget or -max-tries.
+func (c *client) runPodSandboxRetried(spec *podSpec, o *retryOpts, res *retryResult) (string, error) {
+	pod := spec.ref // every try: no sandbox id yet
+	cfg := spec.config()
+	start := time.Now()
+	var retry uint32
+	tries := 0
+	timedOut := false
+	for {
+		d := o.deadline
+		if tries > 0 {
+			d = o.retryDL
+		}
+		try := pod
+		var sandboxID string
+		out, err := c.try("RunPodSandbox", &try, nil, d, retry, func(ctx context.Context) error {
+			r, err := c.rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
+			if err == nil {
+				sandboxID = r.PodSandboxId
+			}
+			return err
+		}, func() { try.SandboxID = strp(sandboxID) })
+		tries++
+		res.tries = append(res.tries, tryRecord{
+			Attempt: pod.Attempt, Retry: retry, DeadlineMs: uint64(d / time.Millisecond),
+			Ms: round3(c.lastMs), Outcome: out,
+		})
+		if err == nil {
+			return sandboxID, nil
+		}
+		if out.Kind == "error" && out.Message != nil {
+			seen := false
+			for _, a := range res.answers {
+				seen = seen || a == *out.Message
+			}
+			if !seen {
+				res.answers = append(res.answers, *out.Message)
+			}
+		}
+		reserved := out.Kind == "error" && out.Message != nil && reservedFor(*out.Message) != ""
+		// An earlier try may have created the sandbox after all.
+		if timedOut && reserved {
+			if id := c.findReadySandbox(spec); id != "" {
+				logf("pod %s: adopted sandbox %s created by a RunPodSandbox try that timed out on the client", pod.Name, id)
+				res.adopted = true
+				return id, nil
+			}
+		}
+		if out.Kind == "deadline_exceeded" {
+			timedOut = true
+		}
+		// A first-try error is final; after a timeout, only the name
+		// reservation is waited out.
+		if !(out.Kind == "deadline_exceeded" || (timedOut && reserved)) {
+			if tries > 1 {
+				return "", fmt.Errorf("RunPodSandbox pod %s/%s: gave up after %d tries: %v", pod.Namespace, pod.Name, tries, err)
+			}
+			return "", err
+		}
+		wait := o.backoffFor(tries)
+		if time.Since(start)+wait > o.budget {
+			return "", fmt.Errorf("RunPodSandbox pod %s/%s: gave up after %d tries (no retry starts later than %v after the first try): %v",
+				pod.Namespace, pod.Name, tries, o.budget, err)
+		}
+		if o.maxTries > 0 && tries >= o.maxTries {
+			return "", fmt.Errorf("RunPodSandbox pod %s/%s: gave up after %d tries (-max-tries): %v", pod.Namespace, pod.Name, tries, err)
+		}
+		retry++
+		logf("RunPodSandbox pod %s: retry %d in %d ms", pod.Name, retry, wait/time.Millisecond)
+		time.Sleep(wait)
+	}
+}
+
+// retry is cri-driver's `retry` scenario (stage sandbox): the retried
+// RunPodSandbox, then ListPodSandbox of the pod uid (what the runtime holds
+// for it now), StopPodSandbox + RemovePodSandbox of the sandbox it got, and
+// of any other sandbox of the pod uid an earlier try left behind.
+func (c *client) retry(o *retryOpts) (*retryResult, *podSpec, error) {
+	spec := &podSpec{
+		ref:         podRef{Name: o.name, Namespace: podNamespace, UID: newUID(), Attempt: o.attempt},
+		hostNetwork: o.hostNetwork,
+	}
+	if o.logRoot != "" {
+		spec.logDir = filepath.Join(o.logRoot, fmt.Sprintf("%s_%s_%s", spec.ref.Namespace, spec.ref.Name, spec.ref.UID))
+	}
+	logf("retry: RunPodSandbox of pod %s/%s with a %d ms deadline (retries: %d ms)",
+		spec.ref.Namespace, spec.ref.Name, o.deadline/time.Millisecond, o.retryDL/time.Millisecond)
+	res := &retryResult{}
+	sid, runErr := c.runPodSandboxRetried(spec, o, res)
+	res.sandboxID = sid
+
+	var others []string
+	if items, err := c.podSandboxes(spec); err == nil {
+		res.after = []interface{}{}
+		for _, s := range items {
+			var attempt *uint32
+			if s.Metadata != nil {
+				a := s.Metadata.Attempt
+				attempt = &a
+			}
+			res.after = append(res.after, map[string]interface{}{"id": s.Id, "state": s.State.String(), "attempt": attempt})
+			if s.Id != sid {
+				others = append(others, s.Id)
+			}
+		}
+	}
+	// force: RemovePodSandbox even when StopPodSandbox failed (cleanup).
+	stopRemove := func(id string, force bool) error {
+		ref := spec.ref
+		ref.SandboxID = strp(id)
+		err := c.call("StopPodSandbox", &ref, nil, c.timeout, func(ctx context.Context) error {
+			_, err := c.rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id})
+			return err
+		}, nil)
+		if err != nil && !force {
+			return err
+		}
+		return c.call("RemovePodSandbox", &ref, nil, c.timeout, func(ctx context.Context) error {
+			_, err := c.rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id})
+			return err
+		}, nil)
+	}
+	var teardownErr error
+	if sid != "" {
+		teardownErr = stopRemove(sid, false)
+	}
+	for _, id := range others {
+		logf("removing sandbox %s left by an earlier try", id)
+		_ = stopRemove(id, true)
+	}
+	if runErr == nil && teardownErr != nil {
+		runErr = fmt.Errorf("teardown: %v", teardownErr)
+	}
+	return res, spec, runErr
+}
+
 // ------------------------------------------------------------------ main
 
 func defaultSocket() string {
@@ -660,15 +965,77 @@ func defaultSocket() string {
 	return filepath.Join(lab, "run", "containerd.sock")
 }
 
+const usageLine = "usage: go-cri-client [-socket S] -truth T [-timeout D] mix -pods N [-pause-file F] [-prefix P] [-netns] [-log-dir DIR]\n" +
+	"       go-cri-client [-socket S] -truth T [-timeout D] retry [-deadline-ms MS] [-retry-deadline-ms MS] [-backoff-ms MS] [-max-backoff-ms MS] [-retry-budget-secs S] [-max-tries N] [-name P] [-attempt A] [-netns] [-log-dir DIR]\n"
+
 func usage(fs *flag.FlagSet, msg string) {
 	if msg != "" {
 		fmt.Fprintf(os.Stderr, "go-cri-client: %s\n", msg)
 	}
-	fmt.Fprintf(os.Stderr, "usage: go-cri-client [-socket S] -truth T [-timeout D] mix -pods N [-pause-file F] [-prefix P] [-netns] [-log-dir DIR]\n")
+	fmt.Fprint(os.Stderr, usageLine)
 	if fs != nil {
 		fs.PrintDefaults()
 	}
 	os.Exit(2)
+}
+
+func parseMix(args []string) *mixOpts {
+	mf := flag.NewFlagSet("mix", flag.ContinueOnError)
+	pods := mf.Int("pods", 1, "pods per phase (one after the other)")
+	prefix := mf.String("prefix", "gomix", "pod name prefix: <prefix>-<phase>-<i>")
+	pauseFile := mf.String("pause-file", "", "after phase warm, print {\"phase\":\"paused\"} and wait until this file exists")
+	netns := mf.Bool("netns", false, "own network namespace on the lab's bridge CNI network (default: host network)")
+	logRoot := mf.String("log-dir", "", "pod log directories go under DIR (as kubelet's /var/log/pods); default: none")
+	if err := mf.Parse(args); err != nil {
+		usage(nil, "")
+	}
+	if mf.NArg() != 0 {
+		usage(mf, fmt.Sprintf("unexpected arguments: %v", mf.Args()))
+	}
+	if *pods < 1 {
+		usage(mf, "-pods must be at least 1")
+	}
+	return &mixOpts{pods: *pods, prefix: *prefix, pauseFile: *pauseFile, hostNetwork: !*netns, logRoot: *logRoot}
+}
+
+func parseRetry(args []string) *retryOpts {
+	rf := flag.NewFlagSet("retry", flag.ContinueOnError)
+	deadline := rf.Uint64("deadline-ms", 1000, "deadline of the first RunPodSandbox try (ms)")
+	retryDL := rf.Uint64("retry-deadline-ms", 240000, "deadline of every retry (ms; kubelet: twice the request timeout)")
+	backoffMs := rf.Uint64("backoff-ms", 250, "wait before the first retry (ms); doubles per retry")
+	maxBackoff := rf.Uint64("max-backoff-ms", 10000, "longest wait between tries (ms)")
+	budget := rf.Uint64("retry-budget-secs", 300, "no retry starts later than this after the first try (s)")
+	maxTries := rf.Int("max-tries", 0, "RunPodSandbox tries in all, the first included (0: no limit but the budget)")
+	name := rf.String("name", "goretry-0", "pod name")
+	attempt := rf.Uint("attempt", 0, "sandbox attempt (the same on every try)")
+	netns := rf.Bool("netns", false, "own network namespace on the lab's bridge CNI network (default: host network)")
+	logRoot := rf.String("log-dir", "", "the pod log directory goes under DIR (as kubelet's /var/log/pods); default: none")
+	if err := rf.Parse(args); err != nil {
+		usage(nil, "")
+	}
+	if rf.NArg() != 0 {
+		usage(rf, fmt.Sprintf("unexpected arguments: %v", rf.Args()))
+	}
+	switch {
+	case *deadline == 0 || *retryDL == 0:
+		usage(rf, "-deadline-ms and -retry-deadline-ms must be positive")
+	case *maxTries < 0:
+		usage(rf, "-max-tries must not be negative")
+	case *name == "":
+		usage(rf, "-name must not be empty")
+	case *attempt > 1<<32-1:
+		usage(rf, "-attempt must fit in 32 bits")
+	}
+	ms := func(v uint64) time.Duration { return time.Duration(v) * time.Millisecond }
+	o := &retryOpts{
+		name: *name, attempt: uint32(*attempt), hostNetwork: !*netns, logRoot: *logRoot,
+		deadline: ms(*deadline), retryDL: ms(*retryDL), backoff: ms(*backoffMs),
+		maxBackoff: ms(*maxBackoff), budget: time.Duration(*budget) * time.Second, maxTries: *maxTries,
+	}
+	if o.maxBackoff < o.backoff {
+		o.maxBackoff = o.backoff // as cri-driver: max(max_backoff_ms, backoff_ms)
+	}
+	return o
 }
 
 func main() {
@@ -686,25 +1053,19 @@ func main() {
 		usage(top, "-timeout must be positive")
 	}
 	args := top.Args()
-	if len(args) == 0 || args[0] != "mix" {
-		usage(top, "the only subcommand is mix")
+	if len(args) == 0 {
+		usage(top, "a subcommand is required: mix or retry")
 	}
-	mf := flag.NewFlagSet("mix", flag.ContinueOnError)
-	pods := mf.Int("pods", 1, "pods per phase (one after the other)")
-	prefix := mf.String("prefix", "gomix", "pod name prefix: <prefix>-<phase>-<i>")
-	pauseFile := mf.String("pause-file", "", "after phase warm, print {\"phase\":\"paused\"} and wait until this file exists")
-	netns := mf.Bool("netns", false, "own network namespace on the lab's bridge CNI network (default: host network)")
-	logRoot := mf.String("log-dir", "", "pod log directories go under DIR (as kubelet's /var/log/pods); default: none")
-	if err := mf.Parse(args[1:]); err != nil {
-		usage(nil, "")
+	var mo *mixOpts
+	var ro *retryOpts
+	switch args[0] {
+	case "mix":
+		mo = parseMix(args[1:])
+	case "retry":
+		ro = parseRetry(args[1:])
+	default:
+		usage(top, fmt.Sprintf("unknown subcommand %q: mix or retry", args[0]))
 	}
-	if mf.NArg() != 0 {
-		usage(mf, fmt.Sprintf("unexpected arguments: %v", mf.Args()))
-	}
-	if *pods < 1 {
-		usage(mf, "-pods must be at least 1")
-	}
-	o := &mixOpts{pods: *pods, prefix: *prefix, pauseFile: *pauseFile, hostNetwork: !*netns, logRoot: *logRoot}
 
 	tw, err := openTruth(*truthPath)
 	if err != nil {
@@ -714,6 +1075,8 @@ func main() {
 	t0 := time.Now()
 	c := &client{truth: tw, timeout: *timeout, methods: map[string]*methodStats{}}
 	var phases []string
+	var rres *retryResult
+	var rspec *podSpec
 	var runErr error
 	if fi, err := os.Stat(*socket); err != nil || fi.Mode()&os.ModeSocket == 0 {
 		runErr = fmt.Errorf("cannot connect to %s: not a socket (is the lab up? lab/lab.sh up)", *socket)
@@ -723,10 +1086,14 @@ func main() {
 		c.conn = conn
 		c.rt = runtimeapi.NewRuntimeServiceClient(conn)
 		c.img = runtimeapi.NewImageServiceClient(conn)
-		phases, runErr = c.mix(o)
+		if mo != nil {
+			phases, runErr = c.mix(mo)
+		} else {
+			rres, rspec, runErr = c.retry(ro)
+		}
 		conn.Close()
 	}
-	if runErr != nil && c.calls == 0 {
+	if runErr != nil && (c.calls == 0 || ro != nil) {
 		logf("%v", runErr)
 	}
 
@@ -742,16 +1109,9 @@ func main() {
 		s.MaxMs = round3(s.MaxMs)
 		methods[m] = s
 	}
-	if phases == nil {
-		phases = []string{}
-	}
-	ok := runErr == nil && c.failures == 0 && c.truthErrors == 0
+	var ok bool
 	summary := map[string]interface{}{
-		"ok":                 ok,
 		"grpc_go":            grpc.Version,
-		"pods_per_phase":     o.pods,
-		"phases":             phases,
-		"host_network":       o.hostNetwork,
 		"calls":              c.calls,
 		"failures":           c.failures,
 		"deadline_exceeded":  c.deadlineExc,
@@ -759,6 +1119,57 @@ func main() {
 		"methods":            methods,
 		"ms":                 round3(float64(time.Since(t0)) / 1e6),
 	}
+	if mo != nil {
+		if phases == nil {
+			phases = []string{}
+		}
+		ok = runErr == nil && c.failures == 0 && c.truthErrors == 0
+		summary["pods_per_phase"] = mo.pods
+		summary["phases"] = phases
+		summary["host_network"] = mo.hostNetwork
+	} else {
+		// The timed-out tries are failures by design: ok is the outcome of
+		// the scenario, as in cri-driver.
+		ok = runErr == nil && c.truthErrors == 0
+		summary["scenario"] = "retry"
+		summary["method"] = "RunPodSandbox"
+		summary["retries"] = c.retries
+		summary["host_network"] = ro.hostNetwork
+		summary["deadline_ms"] = uint64(ro.deadline / time.Millisecond)
+		summary["retry_deadline_ms"] = uint64(ro.retryDL / time.Millisecond)
+		if rspec != nil {
+			summary["pod"] = map[string]interface{}{"name": rspec.ref.Name, "namespace": rspec.ref.Namespace, "uid": rspec.ref.UID, "attempt": rspec.ref.Attempt}
+		}
+		if rres != nil {
+			tries := rres.tries
+			n := len(tries)
+			if n > 100 {
+				// Keep the line short: the truth file has every try.
+				tries = append(append([]tryRecord{}, tries[:50]...), tries[n-50:]...)
+			}
+			if tries == nil {
+				tries = []tryRecord{}
+			}
+			answers := rres.answers
+			if answers == nil {
+				answers = []string{}
+			}
+			var sid interface{}
+			if rres.sandboxID != "" {
+				sid = rres.sandboxID
+			}
+			summary["sandbox_id"] = sid
+			summary["adopted"] = rres.adopted
+			summary["tries_total"] = n
+			summary["tries"] = tries
+			summary["runtime_answers"] = answers
+			summary["sandboxes_of_pod_after"] = rres.after
+		}
+		if runErr == nil && c.truthErrors > 0 {
+			summary["error"] = fmt.Sprintf("%d truth record(s) could not be written", c.truthErrors)
+		}
+	}
+	summary["ok"] = ok
 	if runErr != nil {
 		summary["error"] = runErr.Error()
 	}
