@@ -33,6 +33,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("busy-mount", "a host process holds the container's rootfs mount busy during teardown"),
     ("load", "100 pod lifecycles with 3 plugins, 4 pods in flight"),
     ("cri-late-attach", "cri-driver makes a kubelet-like call mix on one connection; the observer attaches after the first half (its HPACK table holds entries it never saw)"),
+    ("cri-deadline-retry-go", "as cri-deadline-retry with go-cri-client (grpc-go's client-side deadline, kubelet's stack)"),
     ("cri-late-attach-go", "as cri-late-attach with go-cri-client (grpc-go, kubelet's HPACK encoder; built offline from Debian's sources)"),
     ("upstream-witness", "the NRI project's own logger plugin (built offline from Debian's sources) witnesses 2 lifecycles beside a test plugin"),
 ];
@@ -437,6 +438,24 @@ fn drive(r: &mut Run) -> Result<()> {
             let mut c = r.driver_cmd(&[]);
             c.args(["mix", "--pods", "3"]);
             r.late_attach(c, "cri-driver mix")?;
+        }
+        "cri-deadline-retry-go" => {
+            r.up("5s")?;
+            r.plugin("slow", "10", &["--on", "RUN_POD_SANDBOX=delay:3000"])?;
+            let out = Command::new(go_cri_client()?)
+                .arg("-socket")
+                .arg(r.lab.cri_socket())
+                .arg("-truth")
+                .arg(&r.truth)
+                .args(["retry", "-deadline-ms", "1000", "-backoff-ms", "250"])
+                .output()
+                .context("running go-cri-client retry")?;
+            ensure!(
+                out.status.success(),
+                "go-cri-client retry failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
         }
         "cri-late-attach-go" => {
             let bin = go_cri_client()?;
@@ -1041,7 +1060,7 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
                 "later events for late-pod at the late plugin: {after:?}"
             ));
         }
-        "cri-deadline-retry" => {
+        "cri-deadline-retry" | "cri-deadline-retry-go" => {
             let runs: Vec<_> = cri_calls(&t)
                 .into_iter()
                 .filter(|c| c.0 == "RunPodSandbox")

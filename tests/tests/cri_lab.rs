@@ -65,13 +65,11 @@ fn cri_lifecycle_every_call_decoded() {
     assert_eq!(report.known, report.compared);
 }
 
-#[test]
-fn cri_deadline_expiry_and_retry() {
-    let Some(out) = lab_trace::run_traced("cri-lab", "cri-deadline-retry", Traced::Cri) else {
-        return;
-    };
-    let (records, _) = check("cri-deadline-retry", &out);
-    let runs: Vec<_> = cri_check::calls(&records)
+/// The first RunPodSandbox is a client-side deadline expiry of about
+/// `deadline_ms`; the retries ask for the same name, uid and attempt; the
+/// last one succeeds.
+fn assert_expiry_and_retry(records: &[CriRecord], deadline_ms: u64) {
+    let runs: Vec<_> = cri_check::calls(records)
         .into_iter()
         .filter(|c| c.method.as_deref() == Some("RunPodSandbox"))
         .collect();
@@ -82,9 +80,10 @@ fn cri_deadline_expiry_and_retry() {
         "{:?}",
         runs[0]
     );
+    let d = deadline_ms * 1_000_000;
     assert!(runs[0]
         .deadline_ns
-        .is_some_and(|d| d > 900_000_000 && d <= 1_000_000_000));
+        .is_some_and(|x| x > d - d / 10 && x <= d));
     let last = runs.last().unwrap();
     assert_eq!(last.outcome, CriOutcome::Ok);
     // The retry asks for the same name and attempt (the name reservation
@@ -97,6 +96,26 @@ fn cri_deadline_expiry_and_retry() {
             (&first.name, &first.uid, first.attempt)
         );
     }
+}
+
+#[test]
+fn cri_deadline_expiry_and_retry() {
+    let Some(out) = lab_trace::run_traced("cri-lab", "cri-deadline-retry", Traced::Cri) else {
+        return;
+    };
+    let (records, _) = check("cri-deadline-retry", &out);
+    assert_expiry_and_retry(&records, 1000);
+}
+
+/// The same with grpc-go's client deadline (kubelet's stack): the client
+/// resets the stream when its context expires.
+#[test]
+fn cri_deadline_expiry_and_retry_grpc_go() {
+    let Some(out) = lab_trace::run_traced("cri-lab", "cri-deadline-retry-go", Traced::Cri) else {
+        return;
+    };
+    let (records, _) = check("cri-deadline-retry-go", &out);
+    assert_expiry_and_retry(&records, 1000);
 }
 
 /// Calls whose `:path` was hidden by HPACK (inferred or unknown).

@@ -21,6 +21,7 @@ use nri_trace_lab::truth::Truth;
 const FIXTURES: &[(&str, bool)] = &[
     ("happy", false),
     ("cri-deadline-retry", false),
+    ("cri-deadline-retry-go", false),
     ("cri-late-attach", true),
     ("cri-late-attach-go", true),
 ];
@@ -77,8 +78,14 @@ fn fixtures_match_truth() {
 }
 
 #[test]
-fn deadline_fixture_shows_client_expiry_and_retry() {
-    let (records, _) = analyze(events("cri-deadline-retry"));
+fn deadline_fixtures_show_client_expiry_and_retry() {
+    for name in ["cri-deadline-retry", "cri-deadline-retry-go"] {
+        deadline_expiry_and_retry(name);
+    }
+}
+
+fn deadline_expiry_and_retry(name: &str) {
+    let (records, _) = analyze(events(name));
     let runs: Vec<_> = cri_check::calls(&records)
         .into_iter()
         .filter(|c| c.method.as_deref() == Some("RunPodSandbox"))
