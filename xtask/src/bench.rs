@@ -1,7 +1,7 @@
 //! `cargo xtask bench`: what nri-trace's probes cost, measured around real
 //! attachments, printed as markdown tables for docs/benchmarks.md.
 //!
-//! Five parts (see docs/benchmarks.md for how to read them):
+//! Six parts (see docs/benchmarks.md for how to read them):
 //! - probe: syscalls of a process nri-trace does NOT track, with nothing,
 //!   the real capture, the design floors or a bpftrace pair attached.
 //! - traced: write(2) of the process nri-trace captures, without and with
@@ -13,6 +13,9 @@
 //!   pipeline against its framing layers and its protobuf decoding alone
 //!   (`nri-trace/benches/nri_decode.rs`; no probes, no root needed: run
 //!   alone, it skips the eBPF build and the tool checks).
+//! - cri-decode: the same for recorded CRI streams (HTTP/2, HPACK, gRPC),
+//!   with the cost of method inference beside it
+//!   (`nri-trace/benches/cri_decode.rs`; no probes, no root needed either).
 //!
 //! Every probe measurement runs the criterion benchmark `nri-trace/benches/
 //! syscall_cost.rs` (built once) pinned to one CPU; everything attached runs
@@ -55,7 +58,7 @@ pub struct BenchArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "probe,traced,throughput,mix,nri-decode"
+        default_value = "probe,traced,throughput,mix,nri-decode,cri-decode"
     )]
     only: Vec<Part>,
     /// Very short criterion runs: checks the harness, the numbers are noise.
@@ -70,13 +73,22 @@ enum Part {
     Throughput,
     Mix,
     NriDecode,
+    CriDecode,
+}
+
+impl Part {
+    /// Parts that attach probes: they need root, the tools and the eBPF
+    /// build.
+    fn attaches_probes(self) -> bool {
+        !matches!(self, Part::NriDecode | Part::CriDecode)
+    }
 }
 
 pub fn run(a: BenchArgs) -> Result<()> {
     let started = Instant::now();
-    // Everything but nri-decode attaches probes: only then are root, the
-    // tools and the eBPF build needed.
-    let ctx = if a.only.iter().any(|p| *p != Part::NriDecode) {
+    // Everything but the decode parts attaches probes: only then are root,
+    // the tools and the eBPF build needed.
+    let ctx = if a.only.iter().any(|p| p.attaches_probes()) {
         Some(Ctx::prepare(a.quick)?)
     } else {
         None
@@ -109,7 +121,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         let mix = syscall_mix(a.mix_seconds, a.mix_while.as_deref())?;
         report.push(mix_section(&mix, probe.as_ref(), a.mix_while.as_deref()));
     }
-    // Last: it needs no probe, and nothing is attached any more.
+    // Last: they need no probe, and nothing is attached any more.
     let decode = if a.only.contains(&Part::NriDecode) {
         let d = nri_decode(a.quick)?;
         report.push(nri_decode_section(&d));
@@ -117,11 +129,17 @@ pub fn run(a: BenchArgs) -> Result<()> {
     } else {
         None
     };
-    report.push(targets_section(
-        probe.as_ref(),
-        traced.as_ref(),
-        decode.as_ref(),
-    ));
+    if a.only.contains(&Part::CriDecode) {
+        report.push(cri_decode_section(&cri_decode(a.quick)?));
+    }
+    // Only parts with a target (cri-decode has none) make rows.
+    if probe.is_some() || traced.is_some() || decode.is_some() {
+        report.push(targets_section(
+            probe.as_ref(),
+            traced.as_ref(),
+            decode.as_ref(),
+        ));
+    }
     report.push(format!("Load average at the end: {}\n", loadavg()));
     let text = report.join("\n");
     let work = work_dir()?;
@@ -1151,12 +1169,130 @@ impl NriDecode {
     }
 }
 
-/// Build and run the nri_decode criterion bench (pinned to the measurement
-/// CPU when there are two CPUs and `taskset`), then read its medians.
+/// Build and run the nri_decode criterion bench, then read its medians.
 fn nri_decode(quick: bool) -> Result<NriDecode> {
-    let exe = build_bench_exe("nri_decode")?;
+    let ids = NRI_DECODE.map(|(id, _, _)| id.to_string());
+    let run = run_decode_bench("nri_decode", &ids, quick)?;
+    let input = run.inputs[0].clone();
+    let mut ns = [0.0; 4];
+    for (slot, id) in ns.iter_mut().zip(&ids) {
+        *slot = run.median_ns(id)?;
+    }
+    Ok(NriDecode {
+        bytes: input_number(&input, "bytes")?,
+        messages: input_number(&input, "messages")?,
+        input,
+        ns,
+        cpu: run.cpu,
+    })
+}
+
+// ------------------------------------------------- part f: CRI decoding
+
+/// The benchmarks of `nri-trace/benches/cri_decode.rs`: (name, what it
+/// runs); criterion id `cri_decode/<name>/<input>`.
+const CRI_DECODE: [(&str, &str); 4] = [
+    (
+        "full",
+        "the whole pipeline: HTTP/2 framing, HPACK, gRPC reassembly, streams, method inference, \
+         protobuf, identity, records, per-method latency",
+    ),
+    (
+        "framing",
+        "HTTP/2 framing + HPACK + gRPC message reassembly only, every event drained",
+    ),
+    (
+        "prost_only",
+        "protobuf decoding only of the messages the pipeline decodes, typed by the call's \
+         (seen or inferred) method",
+    ),
+    (
+        "shape_inference",
+        "`message::candidates` over the messages of the calls whose :path was hidden",
+    ),
+];
+
+/// The inputs of `cri_decode.rs` (criterion parameters), headline first.
+const CRI_INPUTS: [&str; 2] = ["grpc-go", "tonic"];
+
+struct CriDecode {
+    inputs: Vec<CriInput>,
+    /// The CPU the bench ran on, if pinned.
+    cpu: Option<&'static str>,
+}
+
+struct CriInput {
+    name: &'static str,
+    /// The bench's `cri_decode input:` line for it, as printed.
+    input: String,
+    bytes: f64,
+    calls: f64,
+    /// criterion medians (ns per run over the whole recording), in the
+    /// order of [`CRI_DECODE`]; `None`: not run (no hidden call).
+    ns: [Option<f64>; 4],
+}
+
+/// Build and run the cri_decode criterion bench, then read its medians.
+fn cri_decode(quick: bool) -> Result<CriDecode> {
+    let id = |name: &str, input: &str| format!("cri_decode/{name}/{input}");
+    let ids: Vec<String> = CRI_INPUTS
+        .iter()
+        .flat_map(|i| CRI_DECODE.iter().map(move |(n, _)| id(n, i)))
+        .collect();
+    let run = run_decode_bench("cri_decode", &ids, quick)?;
+    let mut inputs = Vec::new();
+    for name in CRI_INPUTS {
+        let input = run
+            .inputs
+            .iter()
+            .find(|l| input_field(l, "fixture").is_ok_and(|f| f == name))
+            .with_context(|| format!("the cri_decode bench printed no input line for {name}"))?
+            .clone();
+        let hidden = input_number(&input, "hidden")?;
+        let mut ns = [None; 4];
+        for (slot, (bench, _)) in ns.iter_mut().zip(CRI_DECODE) {
+            // The bench skips shape_inference when no :path was hidden.
+            if bench != "shape_inference" || hidden > 0.0 {
+                *slot = Some(run.median_ns(&id(bench, name))?);
+            }
+        }
+        inputs.push(CriInput {
+            name,
+            bytes: input_number(&input, "bytes")?,
+            calls: input_number(&input, "calls")?,
+            input,
+            ns,
+        });
+    }
+    Ok(CriDecode {
+        inputs,
+        cpu: run.cpu,
+    })
+}
+
+/// What a decode bench printed, and where it ran.
+struct DecodeRun {
+    /// Its `<bench> input: ` lines, without the prefix.
+    inputs: Vec<String>,
+    /// The CPU the bench ran on, if pinned.
+    cpu: Option<&'static str>,
+    criterion_home: PathBuf,
+}
+
+impl DecodeRun {
+    fn median_ns(&self, id: &str) -> Result<f64> {
+        read_median_ns(&estimates_path(&self.criterion_home, id))
+    }
+}
+
+/// Build and run nri-trace's criterion bench `bench` (pinned to the
+/// measurement CPU when there are two CPUs and `taskset`). The estimates of
+/// `ids` are removed first, so that a run that fails to write them cannot
+/// be read as a result of the previous run.
+fn run_decode_bench(bench: &str, ids: &[String], quick: bool) -> Result<DecodeRun> {
+    let exe = build_bench_exe(bench)?;
     let criterion_home = crate::workspace_root().join("target/criterion");
-    for (id, _, _) in NRI_DECODE {
+    for id in ids {
         let _ = fs::remove_file(estimates_path(&criterion_home, id));
     }
     let two_cpus = thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
@@ -1170,36 +1306,41 @@ fn nri_decode(quick: bool) -> Result<NriDecode> {
         cmd.args(QUICK_ARGS);
     }
     eprintln!(
-        "bench: nri-decode ({})",
+        "bench: {} ({})",
+        bench.replace('_', "-"),
         cpu.map_or("not pinned".to_string(), |c| format!("pinned to CPU {c}"))
     );
-    let mut p = Proc::spawn("bench (nri_decode)", &mut cmd)?;
+    let mut p = Proc::spawn(&format!("bench ({bench})"), &mut cmd)?;
     p.wait_success(Duration::from_secs(600))?;
-    let input = p
+    let prefix = format!("{bench} input: ");
+    let inputs: Vec<String> = p
         .seen
         .iter()
-        .find_map(|l| l.strip_prefix("nri_decode input: "))
-        .context("the nri_decode bench printed no input line")?
-        .to_string();
-    let field = |key: &str| -> Result<f64> {
-        input
-            .split_whitespace()
-            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-            .and_then(|v| v.parse().ok())
-            .with_context(|| format!("no {key}= in the nri_decode input line: {input}"))
-    };
-    let (bytes, messages) = (field("bytes")?, field("messages")?);
-    let mut ns = [0.0; 4];
-    for (slot, (id, _, _)) in ns.iter_mut().zip(NRI_DECODE) {
-        *slot = read_median_ns(&estimates_path(&criterion_home, id))?;
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .map(str::to_string)
+        .collect();
+    if inputs.is_empty() {
+        bail!("the {bench} bench printed no input line");
     }
-    Ok(NriDecode {
-        input,
-        bytes,
-        messages,
-        ns,
+    Ok(DecodeRun {
+        inputs,
         cpu,
+        criterion_home,
     })
+}
+
+/// The value of `key=` in a decode bench's input line.
+fn input_field<'a>(input: &'a str, key: &str) -> Result<&'a str> {
+    input
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+        .with_context(|| format!("no {key}= in the input line: {input}"))
+}
+
+fn input_number(input: &str, key: &str) -> Result<f64> {
+    input_field(input, key)?
+        .parse()
+        .with_context(|| format!("{key}= is not a number in the input line: {input}"))
 }
 
 // ---------------------------------------------------------------- report
@@ -1540,6 +1681,60 @@ fn nri_decode_section(d: &NriDecode) -> String {
         bookkeeping / d.prost(),
         (d.full() - d.assembler()) / 1e3
     );
+    s
+}
+
+fn cri_decode_section(d: &CriDecode) -> String {
+    let mut s = format!(
+        "## CRI decode throughput\n\n\
+         One run = the whole recording, on one core ({}); criterion medians. \
+         MB/s = captured payload bytes (10^6) per second. Headline: `{}`.\n\n",
+        d.cpu
+            .map_or("not pinned".to_string(), |c| format!("pinned to CPU {c}")),
+        CRI_INPUTS[0]
+    );
+    for i in &d.inputs {
+        s += &format!("Input `{}`: `{}`\n\n", i.name, i.input);
+    }
+    s += "| input | benchmark | what it runs | time per run (us) | MB/s | calls/s |\n\
+          | --- | --- | --- | ---: | ---: | ---: |\n";
+    for i in &d.inputs {
+        for ((label, what), ns) in CRI_DECODE.iter().zip(i.ns) {
+            let Some(ns) = ns else { continue };
+            s += &format!(
+                "| {} | {label} | {what} | {:.1} | {:.1} | {:.0} |\n",
+                i.name,
+                ns / 1e3,
+                i.bytes * 1e3 / ns,
+                i.calls * 1e9 / ns
+            );
+        }
+    }
+    for i in &d.inputs {
+        let [Some(full), Some(framing), Some(prost), shapes] = i.ns else {
+            continue;
+        };
+        let rest = full - prost;
+        s += &format!(
+            "\n`{}`: full = {:.2} x prost_only; framing + bookkeeping (full - prost_only): \
+             {:.1} us = {:.2} x prost_only; bookkeeping alone (full - prost_only - framing): \
+             {:.1} us = {:.2} x prost_only",
+            i.name,
+            full / prost,
+            rest / 1e3,
+            rest / prost,
+            (rest - framing) / 1e3,
+            (rest - framing) / prost
+        );
+        if let Some(shapes) = shapes {
+            s += &format!(
+                "; shape_inference: {:.1} us = {:.2} x prost_only",
+                shapes / 1e3,
+                shapes / prost
+            );
+        }
+        s += ".\n";
+    }
     s
 }
 
