@@ -16,10 +16,11 @@ use nri_trace::{
     engine::{
         cri_analysis::{CriAnalysis, CriRecord},
         nri_analysis::{NriAnalysis, NriRecord},
+        trace_analysis::{TraceAnalysis, TraceRecord},
     },
     model::nri_call::{ENV_PLUGIN_IDX, ENV_PLUGIN_NAME},
     output,
-    sinks::{cri_lines, nri_lines},
+    sinks::{cri_lines, nri_lines, trace_lines},
 };
 use nri_trace_common::{DEFAULT_RING_BYTES, DEFAULT_SNAP};
 
@@ -153,6 +154,40 @@ enum Cmd {
         #[command(flatten)]
         probe: ProbeArgs,
     },
+    /// Trace the runtime's CRI and NRI sockets together: each CRI call with
+    /// the NRI hooks it caused (plugin, event, hook time) and the share of
+    /// its time spent in them; NRI calls with no CRI cause, labeled.
+    Trace {
+        /// The runtime's CRI socket.
+        #[arg(
+            long,
+            value_name = "PATH",
+            default_value = "/run/containerd/containerd.sock"
+        )]
+        cri_socket: PathBuf,
+        /// The runtime's NRI socket.
+        #[arg(long, value_name = "PATH", default_value = "/var/run/nri/nri.sock")]
+        nri_socket: PathBuf,
+        /// Decode a recording (`trace --record`) instead of tracing live.
+        #[arg(long, value_name = "FILE")]
+        replay: Option<PathBuf>,
+        /// While tracing live, also save the raw capture to FILE.
+        #[arg(long, value_name = "FILE", conflicts_with = "replay")]
+        record: Option<PathBuf>,
+        #[arg(long, value_enum, default_value = "text")]
+        format: LineFormat,
+        /// Do not print the tables at the end.
+        #[arg(long)]
+        no_summary: bool,
+        /// Capture only the runtime's end of plugin connections.
+        #[arg(long)]
+        no_plugin_end: bool,
+        /// Stop after this many seconds (default: until Ctrl-C or SIGTERM).
+        #[arg(long)]
+        duration: Option<f64>,
+        #[command(flatten)]
+        probe: ProbeArgs,
+    },
     /// Check that this node can run nri-trace, and say what to fix.
     Doctor {
         #[arg(long, value_enum, default_value = "text")]
@@ -236,6 +271,31 @@ fn main() -> Result<()> {
                     None => {
                         let cfg = cri_config(&socket, &probe)?;
                         live(&mut p, cfg, record, duration, &probe, "CRI").await
+                    }
+                }
+            }
+            Cmd::Trace {
+                cri_socket,
+                nri_socket,
+                replay,
+                record,
+                format,
+                no_summary,
+                no_plugin_end,
+                duration,
+                probe,
+            } => {
+                let a = TraceAnalysis::new(vec![cri_socket.clone()], vec![nri_socket.clone()]);
+                let mut p = Printer::stdout(a, format, !no_summary);
+                match replay {
+                    Some(file) => self::replay(&mut p, &file),
+                    None => {
+                        let cri = cri_config(&cri_socket, &probe)?;
+                        let mut cfg = nri_config(&nri_socket, vec![], &probe, no_plugin_end)?;
+                        cfg.sockets.extend(cri.sockets);
+                        // kubelet's end of the CRI connections is not followed.
+                        cfg.no_follow_sockets = vec![cri_socket.clone()];
+                        live(&mut p, cfg, record, duration, &probe, "CRI and NRI").await
                     }
                 }
             }
@@ -379,6 +439,36 @@ macro_rules! analyzer {
 }
 
 analyzer!(NriAnalysis, NriRecord, nri_lines);
+
+impl Analyzer for TraceAnalysis {
+    type Record = TraceRecord;
+    fn on_capture(&mut self, ev: &CaptureEvent, out: &mut Vec<TraceRecord>) {
+        TraceAnalysis::on_capture(self, ev, out)
+    }
+    fn finish(&mut self, out: &mut Vec<TraceRecord>) {
+        TraceAnalysis::finish(self, out)
+    }
+    fn write_record(
+        mut w: &mut dyn Write,
+        r: &TraceRecord,
+        format: LineFormat,
+    ) -> std::io::Result<()> {
+        match format {
+            LineFormat::Text => trace_lines::text(&mut w, r),
+            LineFormat::Ndjson => trace_lines::ndjson(&mut w, r),
+        }
+    }
+    fn write_summary(&self, mut w: &mut dyn Write, format: LineFormat) -> std::io::Result<()> {
+        let (h, m) = (self.hook_summary(), self.method_summary());
+        match format {
+            LineFormat::Text => {
+                writeln!(w)?;
+                trace_lines::summary_text(&mut w, &h, &m)
+            }
+            LineFormat::Ndjson => trace_lines::summary_ndjson(&mut w, &h, &m),
+        }
+    }
+}
 analyzer!(CriAnalysis, CriRecord, cri_lines);
 
 /// Prints records as they come, and the summary at the end.

@@ -70,6 +70,10 @@ pub struct SessionConfig {
     /// peer is found (see docs/capture.md for the limits). Never recursive:
     /// the peer's own other connections are not captured.
     pub follow_peer_ends: bool,
+    /// With `follow_peer_ends`: connections of these listening sockets are
+    /// not followed (e.g. the CRI socket when CRI and NRI are traced
+    /// together: kubelet's end would cost kubelet and add nothing).
+    pub no_follow_sockets: Vec<PathBuf>,
 }
 
 impl Default for SessionConfig {
@@ -83,6 +87,7 @@ impl Default for SessionConfig {
             peer_env: vec![],
             existing_socketpair_env: None,
             follow_peer_ends: false,
+            no_follow_sockets: vec![],
         }
     }
 }
@@ -228,13 +233,15 @@ pub async fn start(
                     scan_done,
                 ) {
                     if let CaptureEvent::Open(o) = &ev {
-                        to_follow.push(ToFollow {
-                            conn: o.conn,
-                            tgid: l.pid,
-                            inode: c.inode,
-                            peer_inode: None,
-                            candidate: peer_pid,
-                        });
+                        if !cfg.no_follow_sockets.contains(&l.path) {
+                            to_follow.push(ToFollow {
+                                conn: o.conn,
+                                tgid: l.pid,
+                                inode: c.inode,
+                                peer_inode: None,
+                                candidate: peer_pid,
+                            });
+                        }
                     }
                     initial.push(ev);
                 }
@@ -309,9 +316,15 @@ pub async fn start(
     }
     .map_err(|e| SessionError::Poll(e.into()))?;
     let interval = cfg.drain_interval;
+    let no_follow = listeners
+        .iter()
+        .filter(|l| cfg.no_follow_sockets.contains(&l.path))
+        .map(|l| (l.pid, l.listen_fd as i32))
+        .collect();
     let resolver = Resolver {
         peer_env: cfg.peer_env,
         follower,
+        no_follow,
     };
     let task = tokio::spawn(async move {
         for ev in initial {
@@ -408,6 +421,11 @@ async fn drain_until_stopped(
             }
         }
         if let Some(f) = resolver.follower.as_mut() {
+            let mut new_conns = new_conns;
+            new_conns.retain(|n| match n.origin {
+                Origin::Accept { listen_fd } => !resolver.no_follow.contains(&(n.tgid, listen_fd)),
+                _ => true,
+            });
             f.after_batch(
                 &mut *backend,
                 &mut tracker,
@@ -448,6 +466,8 @@ struct Resolver {
     peer_env: Vec<String>,
     /// Present when `SessionConfig::follow_peer_ends` is set.
     follower: Option<Follower>,
+    /// (tgid, listening fd) whose accepted connections are not followed.
+    no_follow: HashSet<(u32, i32)>,
 }
 
 /// A traced connection found at start whose peer end is to be followed.

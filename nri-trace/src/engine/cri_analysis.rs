@@ -185,6 +185,11 @@ impl CriAnalysis {
     pub fn stats(&self) -> CriStats {
         self.assembler.stats()
     }
+
+    /// See [`CriCallAssembler::oldest_unreported_start`].
+    pub fn oldest_unreported_start(&self) -> Option<u64> {
+        self.assembler.oldest_unreported_start()
+    }
 }
 
 /// Analyse a whole recorded capture: every record, then the summary.

@@ -362,6 +362,22 @@ impl CriCallAssembler {
         self.stats
     }
 
+    /// The earliest start of a call not reported yet (in flight, or held
+    /// for evidence): a later stage waiting for the calls that may span a
+    /// moment knows how long it must wait.
+    pub fn oldest_unreported_start(&self) -> Option<u64> {
+        let open = self
+            .conns
+            .values()
+            .flat_map(|c| c.streams.values())
+            .filter_map(|s| s.start.map(|t| t.mono_ns));
+        let held = self
+            .held
+            .iter()
+            .filter_map(|h| h.call.start.map(|t| t.mono_ns));
+        open.chain(held).min()
+    }
+
     /// Feed one capture event (of the CRI socket's connections).
     pub fn on_capture(&mut self, ev: &CaptureEvent, out: &mut Vec<CriObservation>) {
         match ev {

@@ -63,39 +63,42 @@ fn outcome(c: &CriCall) -> String {
     s
 }
 
+/// One CRI call as a text line (with its newline).
+pub fn call_text(w: &mut impl Write, c: &CriCall) -> io::Result<()> {
+    let when = c.start.or(c.end).map(|t| clock(&t)).unwrap_or_default();
+    let method = match (&c.method, &c.identified) {
+        (Some(m), Identified::Known) => sanitize(m),
+        (Some(m), _) => format!("{}?", sanitize(m)),
+        (None, Identified::Unknown { candidates }) if !candidates.is_empty() => {
+            format!("({})", candidates.join("|"))
+        }
+        (None, _) => "(unknown)".into(),
+    };
+    let dur = c.duration_ns.map(human_ns).unwrap_or_else(|| "-".into());
+    write!(
+        w,
+        "{when} {:<24} {:<40} {:>10}  {}",
+        method,
+        subject(c),
+        dur,
+        outcome(c)
+    )?;
+    if c.partial {
+        write!(w, "  [began before the trace]")?;
+    }
+    if !c.summary.is_empty() {
+        write!(w, "  {}", sanitize(&c.summary))?;
+    }
+    if let Identified::Inferred { evidence } = &c.identified {
+        write!(w, "  [inferred: {}]", sanitize(evidence))?;
+    }
+    writeln!(w)
+}
+
 /// One record as a text line.
 pub fn text(w: &mut impl Write, r: &CriRecord) -> io::Result<()> {
     match r {
-        CriRecord::CriCall(c) => {
-            let when = c.start.or(c.end).map(|t| clock(&t)).unwrap_or_default();
-            let method = match (&c.method, &c.identified) {
-                (Some(m), Identified::Known) => sanitize(m),
-                (Some(m), _) => format!("{}?", sanitize(m)),
-                (None, Identified::Unknown { candidates }) if !candidates.is_empty() => {
-                    format!("({})", candidates.join("|"))
-                }
-                (None, _) => "(unknown)".into(),
-            };
-            let dur = c.duration_ns.map(human_ns).unwrap_or_else(|| "-".into());
-            write!(
-                w,
-                "{when} {:<24} {:<40} {:>10}  {}",
-                method,
-                subject(c),
-                dur,
-                outcome(c)
-            )?;
-            if c.partial {
-                write!(w, "  [began before the trace]")?;
-            }
-            if !c.summary.is_empty() {
-                write!(w, "  {}", sanitize(&c.summary))?;
-            }
-            if let Identified::Inferred { evidence } = &c.identified {
-                write!(w, "  [inferred: {}]", sanitize(evidence))?;
-            }
-            writeln!(w)
-        }
+        CriRecord::CriCall(c) => call_text(w, c),
         CriRecord::CriConnection { conn, ts, client } => writeln!(
             w,
             "{} ** CRI connection {conn}{}",

@@ -5,7 +5,11 @@
 //! - [`cri_lines`]: `nri-trace cri` output, text or NDJSON, and the
 //!   per-method table.
 //!
+//! - [`trace_lines`]: `nri-trace trace` output: CRI calls with their NRI
+//!   hooks.
+//!
 //! (`crate::output` prints the raw capture stream of `nri-trace capture`.)
 
 pub mod cri_lines;
 pub mod nri_lines;
+pub mod trace_lines;

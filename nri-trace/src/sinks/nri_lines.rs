@@ -42,7 +42,8 @@ fn subject(c: &NriCall) -> String {
     sanitize(&s)
 }
 
-fn outcome(o: &Outcome) -> String {
+/// An NRI outcome for people.
+pub fn outcome_text(o: &Outcome) -> String {
     match o {
         Outcome::Ok => "ok".into(),
         Outcome::Error { code, message } => {
@@ -79,7 +80,7 @@ pub fn text(w: &mut impl Write, r: &NriRecord) -> io::Result<()> {
                 hook,
                 subject(c),
                 dur,
-                outcome(&c.outcome)
+                outcome_text(&c.outcome)
             )?;
             if let (Some(d), Some(_)) = (c.duration_ns, c.plugin_ns) {
                 write!(w, "  [runtime waited {}]", human_ns(d))?;

@@ -345,6 +345,7 @@ pub fn session_config() -> SessionConfig {
         peer_env: vec![],
         existing_socketpair_env: None,
         follow_peer_ends: false,
+        no_follow_sockets: vec![],
     }
 }
 

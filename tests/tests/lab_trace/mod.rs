@@ -63,6 +63,8 @@ pub fn guard(test: &str) -> bool {
 pub enum Traced {
     Nri,
     Cri,
+    /// `trace`: both sockets.
+    Both,
 }
 
 /// Runs `nri-trace nri|cri --format ndjson --record` while the runtime is up.
@@ -95,14 +97,18 @@ impl Observer for TraceProc {
     fn attach(&mut self, lab: &Lab, out: &Path) -> Result<()> {
         self.out = out.to_path_buf();
         let (stdout, rec, stderr) = Self::paths(out);
-        let (cmd, socket) = match self.what {
-            Traced::Nri => ("nri", lab.nri_socket()),
-            Traced::Cri => ("cri", lab.cri_socket()),
+        let mut cmd = Command::new(bin("nri-trace"));
+        match self.what {
+            Traced::Nri => cmd.arg("nri").arg("--socket").arg(lab.nri_socket()),
+            Traced::Cri => cmd.arg("cri").arg("--socket").arg(lab.cri_socket()),
+            Traced::Both => cmd
+                .arg("trace")
+                .arg("--cri-socket")
+                .arg(lab.cri_socket())
+                .arg("--nri-socket")
+                .arg(lab.nri_socket()),
         };
-        let child = Command::new(bin("nri-trace"))
-            .arg(cmd)
-            .arg("--socket")
-            .arg(socket)
+        let child = cmd
             .args(["--format", "ndjson", "--record"])
             .arg(&rec)
             .stdout(std::fs::File::create(&stdout)?)

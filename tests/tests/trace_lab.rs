@@ -1,0 +1,177 @@
+//! End to end against the lab: `nri-trace trace` traces the lab
+//! containerd's CRI and NRI sockets together while a scenario runs; every
+//! NRI delivery a test plugin recorded must be attached to the CRI call the
+//! driver was making for that pod or container at the time (the method that
+//! makes that event), and deliveries with no CRI cause labeled as such. The
+//! recording must replay to the same output.
+//!
+//! Needs root, the eBPF object and the lab (mandatory under CI=true).
+
+mod lab_trace;
+
+use std::path::Path;
+
+use lab_trace::{TraceProc, Traced};
+use nri_trace::{
+    engine::{
+        correlate::{causes, NoCause},
+        trace_analysis::{analyze, TraceRecord},
+    },
+    sinks::trace_lines,
+};
+use nri_trace_lab::{
+    labctl::Lab,
+    truth::{self, Truth},
+};
+
+fn records(scenario: &str, out: &Path) -> Vec<TraceRecord> {
+    let (_, rec, _) = TraceProc::paths(out);
+    let events = nri_trace::capture::recording::read_file(&rec).expect("recording");
+    let lab = Lab::from_env();
+    let (records, hooks, methods) = analyze(events, vec![lab.cri_socket()], vec![lab.nri_socket()]);
+    let mut replayed = Vec::new();
+    for r in &records {
+        trace_lines::ndjson(&mut replayed, r).unwrap();
+    }
+    trace_lines::summary_ndjson(&mut replayed, &hooks, &methods).unwrap();
+    lab_trace::assert_live_equals_replay(scenario, out, replayed);
+    records
+}
+
+/// Every plugin delivery in the truth, made while the driver's CRI call
+/// that causes it was in flight, is a hook of the decoded span of that
+/// call: same plugin, event and object.
+fn check_correlation(scenario: &str, out: &Path) -> (usize, usize) {
+    let records = records(scenario, out);
+    let truth = truth::read(&out.join("truth.ndjson")).expect("truth");
+    let since = truth
+        .iter()
+        .find_map(|t| match t {
+            Truth::Note { mono_ns, text } if text == "observer attached" => Some(*mono_ns),
+            _ => None,
+        })
+        .expect("attach note");
+    let spans: Vec<_> = records
+        .iter()
+        .filter_map(|r| match r {
+            TraceRecord::CriSpan(s) => Some(&s.record),
+            _ => None,
+        })
+        .collect();
+    let (mut checked, mut problems) = (0, Vec::new());
+    for t in &truth {
+        let Truth::Nri {
+            plugin,
+            index,
+            event: Some(event),
+            pod,
+            container,
+            recv_mono_ns,
+            ..
+        } = t
+        else {
+            continue;
+        };
+        if *recv_mono_ns < since {
+            continue;
+        }
+        // The driver's call in flight that makes this event.
+        let cause = truth.iter().find_map(|c| match c {
+            Truth::Cri {
+                method,
+                start_mono_ns,
+                end_mono_ns,
+                ..
+            } if start_mono_ns <= recv_mono_ns
+                && recv_mono_ns <= end_mono_ns
+                && causes(event).contains(&method.as_str()) =>
+            {
+                Some((method.clone(), *start_mono_ns, *end_mono_ns))
+            }
+            _ => None,
+        });
+        let Some((method, t0, t1)) = cause else {
+            continue;
+        };
+        checked += 1;
+        let label = format!("{index}-{plugin}");
+        let object = container
+            .as_ref()
+            .map(|c| c.id.clone())
+            .or(pod.as_ref().map(|p| p.id.clone()))
+            .unwrap_or_default();
+        let found = spans.iter().any(|s| {
+            s.call.method.as_deref() == Some(method.as_str())
+                && s.call
+                    .start
+                    .is_some_and(|st| st.mono_ns >= t0 && st.mono_ns <= t1)
+                && s.hooks.iter().any(|h| {
+                    h.hook == *event
+                        && h.call.plugin.label() == label
+                        && (h.call.container.as_ref().is_some_and(|c| c.id == object)
+                            || h.call.pod.as_ref().is_some_and(|p| p.id == object))
+                })
+        });
+        if !found {
+            problems.push(format!(
+                "{label} {event} on {object}: not under the {method} span"
+            ));
+        }
+    }
+    // In these scenarios every event delivery has a CRI cause.
+    for r in &records {
+        if let TraceRecord::NriUncaused(u) = r {
+            if u.record.no_cri_cause == NoCause::NoCriCallInFlight {
+                problems.push(format!(
+                    "{} {} has no CRI cause",
+                    u.record.span.call.plugin.label(),
+                    u.record.span.hook
+                ));
+            }
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{scenario}: {} problems:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+    let hooks: usize = spans.iter().map(|s| s.hooks.len()).sum();
+    eprintln!(
+        "{scenario}: {checked} plugin deliveries checked, all under their CRI call; \
+         {} CRI spans, {hooks} hooks attached",
+        spans.len()
+    );
+    (checked, hooks)
+}
+
+#[test]
+fn trace_happy_hooks_under_their_cri_calls() {
+    let Some(out) = lab_trace::run_traced("trace-lab", "happy", Traced::Both) else {
+        return;
+    };
+    let (checked, hooks) = check_correlation("happy", &out);
+    assert!(checked > 0 && hooks >= checked);
+}
+
+#[test]
+fn trace_slow_plugin_share_of_run_pod_sandbox() {
+    let Some(out) = lab_trace::run_traced("trace-lab", "slow-plugin", Traced::Both) else {
+        return;
+    };
+    check_correlation("slow-plugin", &out);
+    let records = records("slow-plugin", &out);
+    // RunPodSandbox is held 500 ms by the slow plugin: most of the call is
+    // NRI time.
+    let run = records
+        .iter()
+        .find_map(|r| match r {
+            TraceRecord::CriSpan(s) if s.record.call.method.as_deref() == Some("RunPodSandbox") => {
+                Some(&s.record)
+            }
+            _ => None,
+        })
+        .expect("a RunPodSandbox span");
+    assert!(run.nri_ns >= 500_000_000, "{run:?}");
+    assert!(run.nri_permille.is_some_and(|p| p >= 500), "{run:?}");
+}
