@@ -481,9 +481,10 @@ fn drive(r: &mut Run) -> Result<()> {
 }
 
 /// The demo behind `cargo xtask demo`: the lab with a slow and a plain
-/// plugin, `nri-trace nri` on the lab's NRI socket (its output, every
-/// decoded NRI call with its hook time and the latency table, goes to this
-/// terminal), two pod lifecycles, then everything is torn down.
+/// plugin, `nri-trace trace` on the lab's CRI and NRI sockets (its output,
+/// each CRI call with the NRI hooks it caused and their times, then the
+/// latency tables, goes to this terminal), two pod lifecycles, then
+/// everything is torn down.
 pub fn demo(lab: Lab, bins: Bins, nri_trace: &Path, nri_args: &[String]) -> Result<()> {
     let out = std::env::temp_dir().join("nri-trace-demo");
     let mut r = Run::new("happy", lab, bins, &out)?;
@@ -499,8 +500,10 @@ pub fn demo(lab: Lab, bins: Bins, nri_trace: &Path, nri_args: &[String]) -> Resu
         r.wait_plugin("audit", configured, Duration::from_secs(10))?;
         eprintln!("demo: lab up; pre-launched plugin 30-audit registered");
         let mut trace = Command::new(nri_trace)
-            .arg("nri")
-            .arg("--socket")
+            .arg("trace")
+            .arg("--cri-socket")
+            .arg(r.lab.cri_socket())
+            .arg("--nri-socket")
             .arg(r.lab.nri_socket())
             .args(nri_args)
             .spawn()
