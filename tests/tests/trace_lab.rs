@@ -14,6 +14,7 @@ use std::path::Path;
 use lab_trace::{TraceProc, Traced};
 use nri_trace::{
     engine::{
+        contract::{Certainty, NAME_RESERVATION_RETRY, PLUGIN_TIMEOUT, TEARDOWN_HOOK_FAILED},
         correlate::{causes, NoCause},
         trace_analysis::{analyze, TraceRecord},
     },
@@ -145,22 +146,107 @@ fn check_correlation(scenario: &str, out: &Path) -> (usize, usize) {
     (checked, hooks)
 }
 
+/// The contract findings among the records: (rule, plugin, certain).
+fn findings(records: &[TraceRecord]) -> Vec<(&'static str, Option<String>, bool)> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            TraceRecord::Violation(v) => Some((
+                v.record.rule,
+                v.record.plugin.clone(),
+                v.record.certainty == Certainty::Certain,
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+fn traced(scenario: &str) -> Option<(std::path::PathBuf, Vec<TraceRecord>)> {
+    let out = lab_trace::run_traced("trace-lab", scenario, Traced::Both)?;
+    let records = records(scenario, &out);
+    eprintln!("{scenario}: findings {:?}", findings(&records));
+    Some((out, records))
+}
+
 #[test]
 fn trace_happy_hooks_under_their_cri_calls() {
-    let Some(out) = lab_trace::run_traced("trace-lab", "happy", Traced::Both) else {
+    let Some((out, records)) = traced("happy") else {
         return;
     };
     let (checked, hooks) = check_correlation("happy", &out);
     assert!(checked > 0 && hooks >= checked);
+    // The happy path breaks no rule.
+    assert_eq!(findings(&records), vec![]);
+}
+
+#[test]
+fn trace_plugin_timeout_found() {
+    let Some((_, records)) = traced("plugin-timeout") else {
+        return;
+    };
+    let f = findings(&records);
+    assert!(
+        f.iter()
+            .any(|(r, p, c)| *r == PLUGIN_TIMEOUT && p.as_deref() == Some("10-hang") && *c),
+        "{f:?}"
+    );
+}
+
+#[test]
+fn trace_teardown_error_found() {
+    let Some((out, records)) = traced("teardown-error") else {
+        return;
+    };
+    check_correlation("teardown-error", &out);
+    let f = findings(&records);
+    let teardown: Vec<_> = f
+        .iter()
+        .filter(|(r, _, _)| *r == TEARDOWN_HOOK_FAILED)
+        .collect();
+    // StopPodSandbox and RemovePodSandbox both refused by 05-failer.
+    assert!(teardown.len() >= 2, "{f:?}");
+    assert!(teardown
+        .iter()
+        .all(|(_, p, c)| p.as_deref() == Some("05-failer") && *c));
+    // containerd 1.7 stops the teardown delivery at the failing plugin: the
+    // higher-index observer, subscribed, never got StopPodSandbox (its
+    // own truth agrees), and the finding names it.
+    let truth = truth::read(&out.join("truth.ndjson")).expect("truth");
+    let observer_got_stop = truth.iter().any(|t| {
+        matches!(t, Truth::Nri { plugin, event: Some(e), .. }
+            if plugin == "observer" && e == "STOP_POD_SANDBOX")
+    });
+    let named = records.iter().any(|r| {
+        matches!(r, TraceRecord::Violation(v)
+            if v.record.rule == TEARDOWN_HOOK_FAILED
+                && v.record.message.contains("later plugins not called: 50-observer"))
+    });
+    assert_eq!(named, !observer_got_stop);
+}
+
+#[test]
+fn trace_name_reservation_retry_found() {
+    let Some((_, records)) = traced("cri-deadline-retry") else {
+        return;
+    };
+    let f = findings(&records);
+    assert!(
+        f.iter().any(|(r, _, c)| *r == NAME_RESERVATION_RETRY && *c),
+        "{f:?}"
+    );
 }
 
 #[test]
 fn trace_slow_plugin_share_of_run_pod_sandbox() {
-    let Some(out) = lab_trace::run_traced("trace-lab", "slow-plugin", Traced::Both) else {
+    let Some((out, records)) = traced("slow-plugin") else {
         return;
     };
     check_correlation("slow-plugin", &out);
-    let records = records("slow-plugin", &out);
+    assert_eq!(
+        findings(&records),
+        vec![],
+        "a 500 ms hook within a 2 s timeout (budget 1 s) is fine"
+    );
     // RunPodSandbox is held 500 ms by the slow plugin: most of the call is
     // NRI time.
     let run = records

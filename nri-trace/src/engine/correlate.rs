@@ -291,85 +291,9 @@ fn end_of(call: &CriCall) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        capture::ConnId,
-        decode::{cri::message::PodMeta, nri::message::Event},
-        model::{
-            cri_call::CriOutcome,
-            nri_call::{ContainerRef, IdentitySource, NriCall, Outcome, PluginId, PodRef},
-        },
-    };
+    use crate::{decode::cri::message::PodMeta, decode::nri::message::Event};
 
-    const MS: u64 = 1_000_000;
-
-    fn ts(ms: u64) -> Option<Timestamp> {
-        Some(Timestamp {
-            mono_ns: ms * MS,
-            wall_ns: ms * MS,
-        })
-    }
-
-    fn cri(method: Option<&str>, sandbox: &str, start: u64, end: u64) -> CriCall {
-        CriCall {
-            conn: ConnId(1),
-            stream_id: 1,
-            method: method.map(str::to_owned),
-            service: None,
-            identified: Identified::Known,
-            pod: None,
-            sandbox_id: Some(sandbox.into()),
-            container: None,
-            container_id: None,
-            start: ts(start),
-            end: ts(end),
-            duration_ns: Some((end - start) * MS),
-            deadline_ns: None,
-            outcome: CriOutcome::Ok,
-            outcome_evidence: None,
-            partial: false,
-            summary: String::new(),
-        }
-    }
-
-    fn hook(event: Option<Event>, plugin: &str, pod: &str, start: u64, end: u64) -> HookSpan {
-        let call = NriCall {
-            conn: ConnId(2),
-            mux_conn: 1,
-            stream_id: 1,
-            plugin: PluginId {
-                name: Some(plugin.into()),
-                index: Some("10".into()),
-                pid: None,
-                comm: None,
-                source: IdentitySource::RegisterPlugin,
-            },
-            caller: Caller::Runtime,
-            method: Some("StateChange".into()),
-            event,
-            pod: Some(PodRef {
-                id: pod.into(),
-                name: "p".into(),
-                namespace: "ns".into(),
-                uid: "u".into(),
-            }),
-            container: None::<ContainerRef>,
-            start: ts(start),
-            end: ts(end),
-            duration_ns: Some((end - start) * MS),
-            plugin_ns: None,
-            outcome: Outcome::Ok,
-            timeout_nano: None,
-            partial: false,
-            summary: String::new(),
-        };
-        HookSpan {
-            hook: event.map_or("Synchronize".into(), |e| e.as_str_name().to_owned()),
-            call,
-            queued_ns: Some(0),
-            queued_behind: vec![],
-            own_ns: Some((end - start) * MS),
-        }
-    }
+    use super::super::test_calls::*;
 
     fn run(c: &mut Correlator, until: u64) -> Vec<Correlated> {
         let mut out = Vec::new();

@@ -7,12 +7,18 @@
 //! - [`nri_analysis`]: capture events to NRI records, live or replayed.
 //! - [`correlate`]: NRI deliveries attached to the CRI calls that caused
 //!   them ([`correlate::CriSpan`]), or labeled with why none did.
+//! - [`contract`]: the NRI contract rules checked over the correlated
+//!   stream; [`contract::Violation`]s with evidence (docs/contract.md).
 //! - [`trace_analysis`]: one runtime's CRI and NRI sockets together.
 //! - [`cri_analysis`]: capture events to CRI records, live or replayed, and
 //!   per-method counts (known / inferred / unknown) and latency.
 
+pub mod contract;
 pub mod correlate;
 pub mod cri_analysis;
 pub mod hook_latency;
 pub mod nri_analysis;
 pub mod trace_analysis;
+
+#[cfg(test)]
+mod test_calls;

@@ -12,6 +12,7 @@ use std::{collections::HashMap, path::PathBuf};
 use serde::Serialize;
 
 use super::{
+    contract::{ContractChecker, ContractConfig, Violation},
     correlate::{Correlated, Correlator, CriSpan, NoCause},
     cri_analysis::{CriAnalysis, CriRecord, MethodSummary},
     hook_latency::{HookSpan, HookSummary},
@@ -32,6 +33,9 @@ pub enum TraceRecord {
     Nri(NriRecord),
     /// Other CRI records (connections, resyncs).
     Cri(CriRecord),
+    /// `{"type":"violation", ...}`: a contract rule broken
+    /// (docs/contract.md).
+    Violation(Tagged<Violation>),
 }
 
 /// A record with its `type` tag.
@@ -69,6 +73,8 @@ pub struct TraceAnalysis {
     cri_buf: Vec<CriRecord>,
     nri_buf: Vec<NriRecord>,
     settled: Vec<Correlated>,
+    contract: ContractChecker,
+    violations: Vec<Violation>,
 }
 
 impl TraceAnalysis {
@@ -82,7 +88,15 @@ impl TraceAnalysis {
             cri_buf: Vec::new(),
             nri_buf: Vec::new(),
             settled: Vec::new(),
+            contract: ContractChecker::new(ContractConfig::default()),
+            violations: Vec::new(),
         }
+    }
+
+    /// With contract settings other than the defaults.
+    pub fn with_contract(mut self, cfg: ContractConfig) -> Self {
+        self.contract = ContractChecker::new(cfg);
+        self
     }
 
     /// Feed one capture event; append what settles to `out`.
@@ -130,32 +144,37 @@ impl TraceAnalysis {
         self.nri.finish(&mut self.nri_buf);
         self.drain(None, out);
         self.correlator.finish(&mut self.settled);
-        self.emit(out);
+        self.emit(Vec::new(), out);
+        self.contract.finish(&mut self.violations);
+        self.emit_violations(out);
     }
 
     fn drain(&mut self, now: Option<u64>, out: &mut Vec<TraceRecord>) {
+        let mut fresh = Vec::new();
         for r in self.nri_buf.drain(..) {
             match r {
                 NriRecord::NriCall(span) => self.correlator.on_nri(span, &mut self.settled),
-                other => out.push(TraceRecord::Nri(other)),
+                other => fresh.push(TraceRecord::Nri(other)),
             }
         }
         for r in self.cri_buf.drain(..) {
             match r {
                 CriRecord::CriCall(call) => self.correlator.on_cri(call),
-                other => out.push(TraceRecord::Cri(other)),
+                other => fresh.push(TraceRecord::Cri(other)),
             }
         }
         if let Some(now) = now {
             let oldest = self.cri.oldest_unreported_start();
             self.correlator.advance(now, oldest, &mut self.settled);
         }
-        self.emit(out);
+        self.emit(fresh, out);
     }
 
-    fn emit(&mut self, out: &mut Vec<TraceRecord>) {
+    /// Move `fresh` and the settled records to `out`, each checked against
+    /// the contract; its findings follow.
+    fn emit(&mut self, mut fresh: Vec<TraceRecord>, out: &mut Vec<TraceRecord>) {
         for c in self.settled.drain(..) {
-            out.push(match c {
+            fresh.push(match c {
                 Correlated::Cri(span) => TraceRecord::CriSpan(Tagged {
                     kind: "cri_span",
                     record: span,
@@ -168,6 +187,20 @@ impl TraceAnalysis {
                     },
                 }),
             });
+        }
+        for r in fresh {
+            self.contract.on_record(&r, &mut self.violations);
+            out.push(r);
+        }
+        self.emit_violations(out);
+    }
+
+    fn emit_violations(&mut self, out: &mut Vec<TraceRecord>) {
+        for v in self.violations.drain(..) {
+            out.push(TraceRecord::Violation(Tagged {
+                kind: "violation",
+                record: v,
+            }));
         }
     }
 

@@ -1,0 +1,1026 @@
+//! The NRI contract, checked: rules over the correlated stream (CRI spans
+//! with their hooks, uncaused NRI calls, plugins coming and going, capture
+//! loss), each finding a [`Violation`] with its rule, the calls that show
+//! it, and whether the evidence is complete.
+//!
+//! The rules, their statements and sources are [`RULES`] (documented in
+//! docs/contract.md). Timestamps, not arrival order, decide orderings, so a
+//! replay gives the same findings as the live run. A rule that sees
+//! something wrong with incomplete evidence (capture loss, a resync, a
+//! plugin whose subscription was never seen) reports it
+//! [`Certainty::Uncertain`] with the reason; where it cannot see enough to
+//! judge (a pod created before the trace) it stays silent.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::Serialize;
+
+use super::{
+    correlate::{CriSpan, NoCause},
+    hook_latency::HookSpan,
+    nri_analysis::NriRecord,
+    trace_analysis::TraceRecord,
+};
+use crate::{
+    capture::{ConnId, Timestamp},
+    model::{
+        cri_call::{CriCall, CriOutcome},
+        nri_call::Outcome,
+    },
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    Info,
+    Warning,
+    Error,
+    Critical,
+}
+
+/// One rule of the contract.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Rule {
+    pub id: &'static str,
+    pub statement: &'static str,
+    pub source: &'static str,
+    pub severity: Severity,
+}
+
+pub const POD_EVENT_ORDER: &str = "pod-event-order";
+pub const CONTAINER_EVENT_ORDER: &str = "container-event-order";
+pub const CONTAINER_BEFORE_POD_READY: &str = "container-before-pod-ready";
+pub const CONTAINER_IN_STOPPED_POD: &str = "container-in-stopped-pod";
+pub const UNSUBSCRIBED_DELIVERED: &str = "unsubscribed-event-delivered";
+pub const SUBSCRIBED_NOT_DELIVERED: &str = "subscribed-event-not-delivered";
+pub const TEARDOWN_HOOK_FAILED: &str = "teardown-hook-failed";
+pub const PLUGIN_TIMEOUT: &str = "plugin-timeout";
+pub const HOOK_OVER_BUDGET: &str = "hook-over-budget";
+pub const NAME_RESERVATION_RETRY: &str = "cri-name-reservation-retry";
+
+/// Every rule this build checks (docs/contract.md).
+pub const RULES: &[Rule] = &[
+    Rule {
+        id: POD_EVENT_ORDER,
+        statement: "each plugin sees a pod's RunPodSandbox, StopPodSandbox, RemovePodSandbox in that order",
+        source: "nri PR 286 contract item 4 (nri-pod-sandbox-contract-review.txt)",
+        severity: Severity::Error,
+    },
+    Rule {
+        id: CONTAINER_EVENT_ORDER,
+        statement: "each plugin sees a container's Create, Start, Stop, Remove in that order",
+        source: "nri pkg/adaptation container lifecycle; PROTOCOL-NOTES.md",
+        severity: Severity::Error,
+    },
+    Rule {
+        id: CONTAINER_BEFORE_POD_READY,
+        statement: "no workload container is created or started before the RunPodSandbox hook completes",
+        source: "nri PR 286 contract item 5",
+        severity: Severity::Error,
+    },
+    Rule {
+        id: CONTAINER_IN_STOPPED_POD,
+        statement: "no container is created or started in a pod after its StopPodSandbox",
+        source: "nri PR 286 contract items 2 and 6",
+        severity: Severity::Error,
+    },
+    Rule {
+        id: UNSUBSCRIBED_DELIVERED,
+        statement: "a plugin only receives events it subscribed to in Configure",
+        source: "nri pkg/api Configure (events mask)",
+        severity: Severity::Warning,
+    },
+    Rule {
+        id: SUBSCRIBED_NOT_DELIVERED,
+        statement: "every connected plugin subscribed to an event receives it (a plugin that registers during an operation may miss it: the Synchronize race)",
+        source: "nri issue 63 (nri-63-synchronize-race.txt); PROTOCOL-NOTES.md",
+        severity: Severity::Error,
+    },
+    Rule {
+        id: TEARDOWN_HOOK_FAILED,
+        statement: "a plugin error or timeout on the teardown path must not block or fail the CRI operation nor stop delivery to later plugins",
+        source: "nri PR 286 teardown clause; CRI-O issue 4221 (crio-4221-context-timeouts.txt)",
+        severity: Severity::Error,
+    },
+    Rule {
+        id: PLUGIN_TIMEOUT,
+        statement: "a plugin that does not answer within the request timeout is disconnected and misses what follows",
+        source: "nri pkg/adaptation plugin request timeout; PROTOCOL-NOTES.md",
+        severity: Severity::Error,
+    },
+    Rule {
+        id: HOOK_OVER_BUDGET,
+        statement: "a hook takes less than its budget (default: half the plugin request timeout)",
+        source: "nri-trace; kubelet's runtime-request-timeout leaves the hooks a share of it",
+        severity: Severity::Warning,
+    },
+    Rule {
+        id: NAME_RESERVATION_RETRY,
+        statement: "a pod or container is not requested again with the same name and attempt after a client deadline (it runs into the runtime's name reservation until the first request ends)",
+        source: "CRI-O issue 4221; containerd name reservation (PROTOCOL-NOTES.md)",
+        severity: Severity::Warning,
+    },
+];
+
+pub fn rule(id: &str) -> Option<&'static Rule> {
+    RULES.iter().find(|r| r.id == id)
+}
+
+/// Whether the evidence is complete.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "certainty", rename_all = "snake_case")]
+pub enum Certainty {
+    Certain,
+    Uncertain { why: String },
+}
+
+/// One call that shows a finding.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Evidence {
+    /// "cri" or "nri".
+    pub kind: &'static str,
+    pub conn: ConnId,
+    pub stream_id: u32,
+    /// Method or hook, and plugin for NRI calls.
+    pub what: String,
+    pub start: Option<Timestamp>,
+    pub outcome: String,
+}
+
+/// A rule broken.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    pub rule: &'static str,
+    pub severity: Severity,
+    #[serde(flatten)]
+    pub certainty: Certainty,
+    /// When it was seen (the last evidence).
+    pub ts: Timestamp,
+    /// "namespace/name" or a sandbox id.
+    pub pod: Option<String>,
+    pub plugin: Option<String>,
+    pub message: String,
+    pub evidence: Vec<Evidence>,
+}
+
+/// What the checker is told.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ContractConfig {
+    /// A fixed hook budget; default: half of each request's timeout.
+    pub hook_budget_ns: Option<u64>,
+}
+
+fn nri_evidence(h: &HookSpan) -> Evidence {
+    Evidence {
+        kind: "nri",
+        conn: h.call.conn,
+        stream_id: h.call.stream_id,
+        what: format!("{} -> {}", h.hook, h.call.plugin.label()),
+        start: h.call.start,
+        outcome: outcome_name(&h.call.outcome),
+    }
+}
+
+fn cri_evidence(c: &CriCall) -> Evidence {
+    Evidence {
+        kind: "cri",
+        conn: c.conn,
+        stream_id: c.stream_id,
+        what: c.method.clone().unwrap_or_else(|| "(unknown)".into()),
+        start: c.start,
+        outcome: match &c.outcome {
+            CriOutcome::Ok => "ok".into(),
+            CriOutcome::Error {
+                status, message, ..
+            } => format!("{status}: {message}"),
+            other => format!("{other:?}").to_lowercase(),
+        },
+    }
+}
+
+fn outcome_name(o: &Outcome) -> String {
+    match o {
+        Outcome::Ok => "ok".into(),
+        Outcome::Error { code, message } => format!("error {code}: {message}"),
+        Outcome::TimedOut => "timed out".into(),
+        Outcome::ConnectionClosed => "connection closed".into(),
+        Outcome::NoResponse => "no response".into(),
+    }
+}
+
+fn pod_of_hook(h: &HookSpan) -> Option<String> {
+    h.call
+        .pod
+        .as_ref()
+        .map(|p| format!("{}/{}", p.namespace, p.name))
+}
+
+fn ts0() -> Timestamp {
+    Timestamp {
+        mono_ns: 0,
+        wall_ns: 0,
+    }
+}
+
+#[derive(Debug, Default)]
+struct PluginState {
+    label: String,
+    index: Option<String>,
+    /// From Configure; `None` when it registered before the trace.
+    events: Option<Vec<&'static str>>,
+    since: u64,
+    gone: Option<u64>,
+    timed_out: bool,
+    resynced: bool,
+    /// Events it was subscribed to and missed after it was gone.
+    missed_after_gone: u64,
+}
+
+const POD_ORDER: [&str; 3] = ["RUN_POD_SANDBOX", "STOP_POD_SANDBOX", "REMOVE_POD_SANDBOX"];
+const CONTAINER_ORDER: [&str; 4] = [
+    "CREATE_CONTAINER",
+    "START_CONTAINER",
+    "STOP_CONTAINER",
+    "REMOVE_CONTAINER",
+];
+
+/// Pure checker of the contract rules.
+#[derive(Default)]
+pub struct ContractChecker {
+    cfg: ContractConfig,
+    plugins: BTreeMap<ConnId, PluginState>,
+    /// Capture loss seen: every finding from then on is uncertain.
+    lossy: bool,
+    /// (plugin, object id) -> event -> first delivery start.
+    seen: HashMap<(String, String), BTreeMap<&'static str, u64>>,
+    /// Rule firings already reported: (rule, plugin, object).
+    fired: BTreeSet<(&'static str, String, String)>,
+    /// Pod id -> end of its RunPodSandbox operation (last hook end).
+    pod_ready: HashMap<String, u64>,
+    /// Pod id -> first StopPodSandbox delivery start.
+    pod_stopped: HashMap<String, u64>,
+    /// CRI requests whose client gave up: key -> (first start, calls).
+    retries: HashMap<String, (Timestamp, Vec<CriCall>)>,
+}
+
+impl ContractChecker {
+    pub fn new(cfg: ContractConfig) -> Self {
+        ContractChecker {
+            cfg,
+            ..Default::default()
+        }
+    }
+
+    fn certainty(&self, plugin: Option<&PluginState>) -> Certainty {
+        if self.lossy {
+            return Certainty::Uncertain {
+                why: "the capture lost records".into(),
+            };
+        }
+        if plugin.is_some_and(|p| p.resynced) {
+            return Certainty::Uncertain {
+                why: "the plugin's connection lost bytes or was joined mid-stream".into(),
+            };
+        }
+        Certainty::Certain
+    }
+
+    fn plugin_by_label(&self, label: &str) -> Option<&PluginState> {
+        self.plugins.values().find(|p| p.label == label)
+    }
+
+    /// Feed one record (in the order the trace analysis emits them).
+    pub fn on_record(&mut self, r: &TraceRecord, out: &mut Vec<Violation>) {
+        match r {
+            TraceRecord::Nri(NriRecord::NriPlugin {
+                conn,
+                ts,
+                plugin,
+                events,
+            }) => {
+                let p = self.plugins.entry(*conn).or_insert_with(|| PluginState {
+                    since: ts.mono_ns,
+                    ..Default::default()
+                });
+                p.label = plugin.label();
+                p.index = plugin.index.clone();
+                if events.is_some() {
+                    p.events = events.clone();
+                }
+            }
+            TraceRecord::Nri(NriRecord::NriPluginGone { conn, ts, .. }) => {
+                if let Some(p) = self.plugins.get_mut(conn) {
+                    p.gone = Some(ts.mono_ns);
+                }
+            }
+            TraceRecord::Nri(NriRecord::NriResync { conn, .. }) => {
+                if let Some(p) = self.plugins.get_mut(conn) {
+                    p.resynced = true;
+                }
+            }
+            TraceRecord::Nri(NriRecord::CaptureLoss(l)) => {
+                if l.lost_records > 0 || l.read_faults > 0 || l.fd_map_full > 0 {
+                    self.lossy = true;
+                }
+            }
+            TraceRecord::Nri(NriRecord::NriCall(h)) => self.on_hook(h, None, out),
+            TraceRecord::NriUncaused(u) => {
+                if u.record.no_cri_cause == NoCause::NoCriCallInFlight {
+                    self.on_hook(&u.record.span, None, out);
+                } else {
+                    self.on_timeout(&u.record.span, out);
+                }
+            }
+            TraceRecord::CriSpan(s) => self.on_span(&s.record, out),
+            TraceRecord::Cri(_) | TraceRecord::Violation(_) => {}
+        }
+    }
+
+    /// The stream ended: what can only be told at the end.
+    pub fn finish(&mut self, out: &mut Vec<Violation>) {
+        let gone: Vec<&PluginState> = self
+            .plugins
+            .values()
+            .filter(|p| p.timed_out && p.missed_after_gone > 0)
+            .collect();
+        for p in gone {
+            out.push(Violation {
+                rule: PLUGIN_TIMEOUT,
+                severity: Severity::Error,
+                certainty: self.certainty(Some(p)),
+                ts: Timestamp {
+                    mono_ns: p.gone.unwrap_or(0),
+                    wall_ns: 0,
+                },
+                pod: None,
+                plugin: Some(p.label.clone()),
+                message: format!(
+                    "{} missed {} subscribed event deliveries after it was disconnected",
+                    p.label, p.missed_after_gone
+                ),
+                evidence: vec![],
+            });
+        }
+    }
+
+    fn on_span(&mut self, s: &CriSpan, out: &mut Vec<Violation>) {
+        self.check_retry(&s.call, out);
+        for h in &s.hooks {
+            self.on_hook(h, Some(s), out);
+        }
+        self.check_missed(s, out);
+        if let Some(h) = s.hooks.iter().rfind(|h| h.hook == "RUN_POD_SANDBOX") {
+            if let Some(p) = &h.call.pod {
+                let end = h.call.end.map_or(u64::MAX, |t| t.mono_ns);
+                let e = self.pod_ready.entry(p.id.clone()).or_insert(0);
+                *e = (*e).max(end);
+            }
+        }
+    }
+
+    fn on_timeout(&mut self, h: &HookSpan, out: &mut Vec<Violation>) {
+        if h.call.outcome == Outcome::TimedOut {
+            self.report_timeout(h, out);
+        }
+    }
+
+    fn report_timeout(&mut self, h: &HookSpan, out: &mut Vec<Violation>) {
+        let label = h.call.plugin.label();
+        let conn = h.call.conn;
+        if let Some(p) = self.plugins.get_mut(&conn) {
+            p.timed_out = true;
+        }
+        let key = (PLUGIN_TIMEOUT, label.clone(), format!("{:?}", h.call.start));
+        if !self.fired.insert(key) {
+            return;
+        }
+        let p = self.plugins.get(&conn);
+        out.push(Violation {
+            rule: PLUGIN_TIMEOUT,
+            severity: Severity::Error,
+            certainty: self.certainty(p),
+            ts: h.call.end.or(h.call.start).unwrap_or_else(ts0),
+            pod: pod_of_hook(h),
+            plugin: Some(label.clone()),
+            message: format!(
+                "{label} did not answer {} within its timeout{}; the runtime closed its connection",
+                h.hook,
+                h.call
+                    .timeout_nano
+                    .map(|t| format!(" ({} ms)", t / 1_000_000))
+                    .unwrap_or_default()
+            ),
+            evidence: vec![nri_evidence(h)],
+        });
+    }
+
+    fn on_hook(&mut self, h: &HookSpan, span: Option<&CriSpan>, out: &mut Vec<Violation>) {
+        let label = h.call.plugin.label();
+        let start = h.call.start.map_or(0, |t| t.mono_ns);
+        let plugin = self.plugin_by_label(&label);
+        // Unsubscribed delivery.
+        if let Some(events) = plugin.and_then(|p| p.events.as_ref()) {
+            if !events.iter().any(|e| *e == h.hook) && h.call.event.is_some() {
+                out.push(Violation {
+                    rule: UNSUBSCRIBED_DELIVERED,
+                    severity: Severity::Warning,
+                    certainty: self.certainty(plugin),
+                    ts: h.call.start.unwrap_or_else(ts0),
+                    pod: pod_of_hook(h),
+                    plugin: Some(label.clone()),
+                    message: format!("{label} received {} without subscribing to it", h.hook),
+                    evidence: vec![nri_evidence(h)],
+                });
+            }
+        }
+        // Timeouts and teardown failures.
+        if h.call.outcome == Outcome::TimedOut {
+            self.report_timeout(h, out);
+        }
+        let teardown = matches!(
+            h.hook.as_str(),
+            "STOP_POD_SANDBOX" | "REMOVE_POD_SANDBOX" | "STOP_CONTAINER" | "REMOVE_CONTAINER"
+        );
+        if teardown && !h.call.outcome.is_ok() {
+            self.report_teardown(h, span, out);
+        }
+        // Budget.
+        let budget = self.cfg.hook_budget_ns.or(h
+            .call
+            .timeout_nano
+            .filter(|t| *t > 0)
+            .map(|t| t as u64 / 2));
+        if let (Some(b), Some(own)) = (budget, h.own_ns) {
+            if own > b {
+                out.push(Violation {
+                    rule: HOOK_OVER_BUDGET,
+                    severity: Severity::Warning,
+                    certainty: self.certainty(self.plugin_by_label(&label)),
+                    ts: h.call.end.unwrap_or_else(ts0),
+                    pod: pod_of_hook(h),
+                    plugin: Some(label.clone()),
+                    message: format!(
+                        "{label} took {} ms on {}, over its budget of {} ms",
+                        own / 1_000_000,
+                        h.hook,
+                        b / 1_000_000
+                    ),
+                    evidence: vec![nri_evidence(h)],
+                });
+            }
+        }
+        // Orders.
+        let (object, order): (Option<String>, &[&str]) = if POD_ORDER.contains(&h.hook.as_str()) {
+            (h.call.pod.as_ref().map(|p| p.id.clone()), &POD_ORDER)
+        } else if CONTAINER_ORDER.contains(&h.hook.as_str()) {
+            (
+                h.call.container.as_ref().map(|c| c.id.clone()),
+                &CONTAINER_ORDER,
+            )
+        } else {
+            (None, &[])
+        };
+        if let Some(object) = object.filter(|o| !o.is_empty()) {
+            let hook = order
+                .iter()
+                .copied()
+                .find(|e| *e == h.hook)
+                .expect("in order");
+            let seen = self
+                .seen
+                .entry((label.clone(), object.clone()))
+                .or_default();
+            seen.entry(hook).or_insert(start);
+            let times: Vec<(usize, u64)> = order
+                .iter()
+                .enumerate()
+                .filter_map(|(i, e)| seen.get(e).map(|t| (i, *t)))
+                .collect();
+            let inverted = times.windows(2).any(|w| w[0].1 > w[1].1);
+            let rule = if order.len() == 3 {
+                POD_EVENT_ORDER
+            } else {
+                CONTAINER_EVENT_ORDER
+            };
+            if inverted && self.fired.insert((rule, label.clone(), object.clone())) {
+                let got: Vec<&str> = {
+                    let mut v: Vec<(u64, &str)> = seen.iter().map(|(e, t)| (*t, *e)).collect();
+                    v.sort();
+                    v.into_iter().map(|(_, e)| e).collect()
+                };
+                out.push(Violation {
+                    rule,
+                    severity: Severity::Error,
+                    certainty: self.certainty(self.plugin_by_label(&label)),
+                    ts: h.call.start.unwrap_or_else(ts0),
+                    pod: pod_of_hook(h),
+                    plugin: Some(label.clone()),
+                    message: format!("{label} saw {} in this order", got.join(" -> ")),
+                    evidence: vec![nri_evidence(h)],
+                });
+            }
+        }
+        // Containers of a pod not ready, or already stopped.
+        if h.hook == "STOP_POD_SANDBOX" {
+            if let Some(p) = &h.call.pod {
+                self.pod_stopped.entry(p.id.clone()).or_insert(start);
+            }
+        }
+        if matches!(h.hook.as_str(), "CREATE_CONTAINER" | "START_CONTAINER") {
+            let Some(pod) = h.call.pod.as_ref() else {
+                return;
+            };
+            if let Some(ready) = self.pod_ready.get(&pod.id) {
+                if start < *ready
+                    && self.fired.insert((
+                        CONTAINER_BEFORE_POD_READY,
+                        String::new(),
+                        pod.id.clone(),
+                    ))
+                {
+                    out.push(Violation {
+                        rule: CONTAINER_BEFORE_POD_READY,
+                        severity: Severity::Error,
+                        certainty: self.certainty(None),
+                        ts: h.call.start.unwrap_or_else(ts0),
+                        pod: pod_of_hook(h),
+                        plugin: Some(label.clone()),
+                        message: format!(
+                            "{} of {} began before the pod's RunPodSandbox hooks finished",
+                            h.hook,
+                            h.call.container.as_ref().map_or("?", |c| c.name.as_str())
+                        ),
+                        evidence: vec![nri_evidence(h)],
+                    });
+                }
+            }
+            if let Some(stopped) = self.pod_stopped.get(&pod.id) {
+                if start > *stopped
+                    && self
+                        .fired
+                        .insert((CONTAINER_IN_STOPPED_POD, String::new(), pod.id.clone()))
+                {
+                    out.push(Violation {
+                        rule: CONTAINER_IN_STOPPED_POD,
+                        severity: Severity::Error,
+                        certainty: self.certainty(None),
+                        ts: h.call.start.unwrap_or_else(ts0),
+                        pod: pod_of_hook(h),
+                        plugin: Some(label),
+                        message: format!("{} after the pod's StopPodSandbox", h.hook),
+                        evidence: vec![nri_evidence(h)],
+                    });
+                }
+            }
+        }
+    }
+
+    fn report_teardown(&mut self, h: &HookSpan, span: Option<&CriSpan>, out: &mut Vec<Violation>) {
+        let label = h.call.plugin.label();
+        let mut evidence = vec![nri_evidence(h)];
+        let mut message = format!(
+            "{label} failed {} ({})",
+            h.hook,
+            outcome_name(&h.call.outcome)
+        );
+        let mut severity = Severity::Warning;
+        if let Some(s) = span {
+            evidence.insert(0, cri_evidence(&s.call));
+            if s.call.outcome.is_ok() {
+                message.push_str(&format!(
+                    "; the runtime went on: CRI {} succeeded",
+                    s.call.method.as_deref().unwrap_or("?")
+                ));
+            } else {
+                severity = Severity::Critical;
+                message.push_str(&format!(
+                    "; CRI {} failed with it",
+                    s.call.method.as_deref().unwrap_or("?")
+                ));
+            }
+            // Later plugins (higher index) subscribed but not delivered to.
+            let later: Vec<String> = self
+                .plugins
+                .values()
+                .filter(|p| p.index > h.call.plugin.index && p.gone.is_none())
+                .filter(|p| {
+                    p.events
+                        .as_ref()
+                        .is_some_and(|e| e.contains(&h.hook.as_str()))
+                })
+                .filter(|p| {
+                    !s.hooks
+                        .iter()
+                        .any(|x| x.hook == h.hook && x.call.plugin.label() == p.label)
+                })
+                .map(|p| p.label.clone())
+                .collect();
+            if !later.is_empty() {
+                severity = Severity::Critical;
+                message.push_str(&format!("; later plugins not called: {}", later.join(", ")));
+            }
+        }
+        out.push(Violation {
+            rule: TEARDOWN_HOOK_FAILED,
+            severity,
+            certainty: self.certainty(self.plugin_by_label(&label)),
+            ts: h.call.end.or(h.call.start).unwrap_or_else(ts0),
+            pod: pod_of_hook(h),
+            plugin: Some(label),
+            message,
+            evidence,
+        });
+    }
+
+    /// Plugins connected and subscribed to an event of this span that did
+    /// not receive it.
+    fn check_missed(&mut self, s: &CriSpan, out: &mut Vec<Violation>) {
+        // Operations: (hook, object) -> plugins that got it.
+        let mut ops: BTreeMap<(&str, String), Vec<String>> = BTreeMap::new();
+        let mut first: BTreeMap<(&str, String), &HookSpan> = BTreeMap::new();
+        for h in &s.hooks {
+            let object = h
+                .call
+                .container
+                .as_ref()
+                .map(|c| c.id.clone())
+                .or(h.call.pod.as_ref().map(|p| p.id.clone()))
+                .unwrap_or_default();
+            ops.entry((h.hook.as_str(), object.clone()))
+                .or_default()
+                .push(h.call.plugin.label());
+            first.entry((h.hook.as_str(), object)).or_insert(h);
+        }
+        let failed_before = |idx: &Option<String>| {
+            s.hooks
+                .iter()
+                .any(|x| !x.call.outcome.is_ok() && x.call.plugin.index < *idx)
+        };
+        for ((hook, object), got) in ops {
+            let op = first[&(hook, object.clone())];
+            let op_start = op.call.start.map_or(0, |t| t.mono_ns);
+            let op_end = s.call.end.map_or(u64::MAX, |t| t.mono_ns);
+            for p in self.plugins.values() {
+                if got.contains(&p.label)
+                    || p.since > op_start
+                    || p.gone.is_some_and(|g| g <= op_end)
+                {
+                    continue;
+                }
+                // A failure earlier in the chain is the teardown rule's.
+                if failed_before(&p.index) {
+                    continue;
+                }
+                let subscribed = match &p.events {
+                    Some(e) => e.contains(&hook),
+                    None => continue,
+                };
+                if !subscribed
+                    || !self.fired.insert((
+                        SUBSCRIBED_NOT_DELIVERED,
+                        p.label.clone(),
+                        format!("{hook}{object}"),
+                    ))
+                {
+                    continue;
+                }
+                out.push(Violation {
+                    rule: SUBSCRIBED_NOT_DELIVERED,
+                    severity: Severity::Error,
+                    certainty: self.certainty(Some(p)),
+                    ts: op.call.start.unwrap_or_else(ts0),
+                    pod: pod_of_hook(op),
+                    plugin: Some(p.label.clone()),
+                    message: format!(
+                        "{} is subscribed to {hook} and connected since before it, but only {} received it",
+                        p.label,
+                        got.join(", ")
+                    ),
+                    evidence: vec![cri_evidence(&s.call), nri_evidence(op)],
+                });
+            }
+        }
+        // Deliveries a timed-out, disconnected plugin would have had.
+        for h in &s.hooks {
+            for p in self.plugins.values_mut() {
+                if p.timed_out
+                    && p.gone
+                        .is_some_and(|g| g <= h.call.start.map_or(0, |t| t.mono_ns))
+                    && p.events
+                        .as_ref()
+                        .is_some_and(|e| e.contains(&h.hook.as_str()))
+                    && h.call.plugin.index.as_ref() != p.index.as_ref()
+                {
+                    p.missed_after_gone += 1;
+                }
+            }
+        }
+    }
+
+    fn check_retry(&mut self, c: &CriCall, out: &mut Vec<Violation>) {
+        let m = c.method.as_deref().unwrap_or("");
+        if !matches!(m, "RunPodSandbox" | "CreateContainer") {
+            return;
+        }
+        let Some(pod) = &c.pod else { return };
+        let key = format!(
+            "{m} {}/{} {} {} {:?}",
+            pod.namespace,
+            pod.name,
+            pod.uid,
+            pod.attempt,
+            c.container.as_ref().map(|k| (&k.name, k.attempt))
+        );
+        let gave_up = matches!(
+            c.outcome,
+            CriOutcome::DeadlineExceeded | CriOutcome::Cancelled
+        );
+        if let Some((first, calls)) = self.retries.get_mut(&key) {
+            calls.push(c.clone());
+            if c.outcome.is_ok() || !(gave_up || is_reserved(&c.outcome)) {
+                let (first, calls) = (*first, std::mem::take(calls));
+                self.retries.remove(&key);
+                let end = c.end.map_or(0, |t| t.mono_ns);
+                let reserved = calls.iter().filter(|x| is_reserved(&x.outcome)).count();
+                out.push(Violation {
+                    rule: NAME_RESERVATION_RETRY,
+                    severity: Severity::Warning,
+                    certainty: self.certainty(None),
+                    ts: c.end.unwrap_or_else(ts0),
+                    pod: Some(format!("{}/{}", pod.namespace, pod.name)),
+                    plugin: None,
+                    message: format!(
+                        "{m} of {}/{} (attempt {}) was requested {} times after the client's deadline \
+                         ({reserved} answered 'name reserved'); the pod was held up {} ms",
+                        pod.namespace,
+                        pod.name,
+                        pod.attempt,
+                        calls.len(),
+                        end.saturating_sub(first.mono_ns) / 1_000_000
+                    ),
+                    evidence: calls.iter().map(cri_evidence).collect(),
+                });
+            }
+        } else if gave_up {
+            let start = c.start.unwrap_or_else(ts0);
+            self.retries.insert(key, (start, vec![c.clone()]));
+        }
+    }
+}
+
+fn is_reserved(o: &CriOutcome) -> bool {
+    matches!(o, CriOutcome::Error { message, .. } if message.contains("reserve"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        capture::Loss,
+        decode::{cri::message::PodMeta, nri::message::Event},
+        engine::{test_calls::*, trace_analysis::Tagged},
+        model::nri_call::{IdentitySource, PluginId},
+    };
+
+    const ALL: [&str; 3] = ["RUN_POD_SANDBOX", "STOP_POD_SANDBOX", "REMOVE_POD_SANDBOX"];
+
+    fn plugin(name: &str, idx: &str, conn: u64, events: &[&'static str]) -> TraceRecord {
+        TraceRecord::Nri(NriRecord::NriPlugin {
+            conn: ConnId(conn),
+            ts: ts(0).unwrap(),
+            plugin: PluginId {
+                name: Some(name.into()),
+                index: Some(idx.into()),
+                pid: None,
+                comm: None,
+                source: IdentitySource::RegisterPlugin,
+            },
+            events: Some(events.to_vec()),
+        })
+    }
+
+    fn span(call: CriCall, hooks: Vec<HookSpan>) -> TraceRecord {
+        TraceRecord::CriSpan(Tagged {
+            kind: "cri_span",
+            record: CriSpan {
+                call,
+                hooks,
+                nri_ns: 0,
+                nri_permille: None,
+            },
+        })
+    }
+
+    fn lifecycle(order: [(&str, Event); 3]) -> Vec<TraceRecord> {
+        let mut v = vec![plugin("a", "10", 2, &ALL)];
+        for (i, (method, event)) in order.into_iter().enumerate() {
+            let t = 100 * (i as u64 + 1);
+            v.push(span(
+                cri(Some(method), "s1", t, t + 50),
+                vec![to_plugin(
+                    hook(Some(event), "a", "s1", t + 10, t + 20),
+                    "a",
+                    "10",
+                    2,
+                )],
+            ));
+        }
+        v
+    }
+
+    fn check(records: &[TraceRecord]) -> Vec<Violation> {
+        let mut c = ContractChecker::new(ContractConfig::default());
+        let mut out = Vec::new();
+        for r in records {
+            c.on_record(r, &mut out);
+        }
+        c.finish(&mut out);
+        out
+    }
+
+    fn rules(v: &[Violation]) -> Vec<&'static str> {
+        v.iter().map(|v| v.rule).collect()
+    }
+
+    #[test]
+    fn happy_lifecycle_breaks_nothing() {
+        let v = check(&lifecycle([
+            ("RunPodSandbox", Event::RunPodSandbox),
+            ("StopPodSandbox", Event::StopPodSandbox),
+            ("RemovePodSandbox", Event::RemovePodSandbox),
+        ]));
+        assert_eq!(rules(&v), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn remove_before_stop_is_out_of_order() {
+        let v = check(&lifecycle([
+            ("RunPodSandbox", Event::RunPodSandbox),
+            ("RemovePodSandbox", Event::RemovePodSandbox),
+            ("StopPodSandbox", Event::StopPodSandbox),
+        ]));
+        assert_eq!(rules(&v), vec![POD_EVENT_ORDER]);
+        assert_eq!(v[0].certainty, Certainty::Certain);
+        assert!(v[0]
+            .message
+            .contains("RUN_POD_SANDBOX -> REMOVE_POD_SANDBOX -> STOP_POD_SANDBOX"));
+    }
+
+    #[test]
+    fn after_capture_loss_it_is_uncertain() {
+        let mut records = vec![TraceRecord::Nri(NriRecord::CaptureLoss(Loss {
+            lost_records: 3,
+            ..Default::default()
+        }))];
+        records.extend(lifecycle([
+            ("RunPodSandbox", Event::RunPodSandbox),
+            ("RemovePodSandbox", Event::RemovePodSandbox),
+            ("StopPodSandbox", Event::StopPodSandbox),
+        ]));
+        let v = check(&records);
+        assert_eq!(rules(&v), vec![POD_EVENT_ORDER]);
+        assert!(matches!(v[0].certainty, Certainty::Uncertain { .. }));
+    }
+
+    #[test]
+    fn unsubscribed_delivery_and_missed_delivery() {
+        let records = vec![
+            plugin("a", "10", 2, &["RUN_POD_SANDBOX"]),
+            plugin("b", "20", 3, &["STOP_POD_SANDBOX"]),
+            span(
+                cri(Some("StopPodSandbox"), "s1", 100, 150),
+                vec![to_plugin(
+                    hook(Some(Event::StopPodSandbox), "a", "s1", 110, 120),
+                    "a",
+                    "10",
+                    2,
+                )],
+            ),
+        ];
+        let v = check(&records);
+        let mut r = rules(&v);
+        r.sort();
+        assert_eq!(r, vec![SUBSCRIBED_NOT_DELIVERED, UNSUBSCRIBED_DELIVERED]);
+        let missed = v
+            .iter()
+            .find(|v| v.rule == SUBSCRIBED_NOT_DELIVERED)
+            .unwrap();
+        assert_eq!(missed.plugin.as_deref(), Some("20-b"));
+    }
+
+    #[test]
+    fn unknown_subscription_is_not_judged() {
+        let mut p = plugin("b", "20", 3, &[]);
+        if let TraceRecord::Nri(NriRecord::NriPlugin { events, .. }) = &mut p {
+            *events = None;
+        }
+        let records = vec![
+            plugin("a", "10", 2, &ALL),
+            p,
+            span(
+                cri(Some("StopPodSandbox"), "s1", 100, 150),
+                vec![to_plugin(
+                    hook(Some(Event::StopPodSandbox), "a", "s1", 110, 120),
+                    "a",
+                    "10",
+                    2,
+                )],
+            ),
+        ];
+        assert_eq!(rules(&check(&records)), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn teardown_failure_that_stops_later_plugins_is_critical() {
+        let mut failed = to_plugin(
+            hook(Some(Event::StopPodSandbox), "a", "s1", 110, 120),
+            "a",
+            "10",
+            2,
+        );
+        failed.call.outcome = Outcome::Error {
+            code: 2,
+            message: "no".into(),
+        };
+        let records = vec![
+            plugin("a", "10", 2, &ALL),
+            plugin("b", "20", 3, &ALL),
+            span(cri(Some("StopPodSandbox"), "s1", 100, 150), vec![failed]),
+        ];
+        let v = check(&records);
+        assert_eq!(rules(&v), vec![TEARDOWN_HOOK_FAILED]);
+        assert_eq!(v[0].severity, Severity::Critical);
+        assert!(
+            v[0].message.contains("later plugins not called: 20-b"),
+            "{}",
+            v[0].message
+        );
+    }
+
+    #[test]
+    fn hook_over_half_its_timeout() {
+        let mut slow = to_plugin(
+            hook(Some(Event::RunPodSandbox), "a", "s1", 100, 1700),
+            "a",
+            "10",
+            2,
+        );
+        slow.call.timeout_nano = Some(2_000_000_000);
+        let mut ok = to_plugin(
+            hook(Some(Event::RunPodSandbox), "a", "s2", 2000, 2900),
+            "a",
+            "10",
+            2,
+        );
+        ok.call.timeout_nano = Some(2_000_000_000);
+        let records = vec![
+            plugin("a", "10", 2, &ALL),
+            span(cri(Some("RunPodSandbox"), "s1", 90, 1800), vec![slow]),
+            span(cri(Some("RunPodSandbox"), "s2", 1990, 3000), vec![ok]),
+        ];
+        let v = check(&records);
+        assert_eq!(rules(&v), vec![HOOK_OVER_BUDGET]);
+        assert!(v[0].message.contains("1600 ms"));
+    }
+
+    #[test]
+    fn retry_after_client_deadline_is_found_with_hold_up() {
+        let pod = PodMeta {
+            name: "web".into(),
+            namespace: "ns".into(),
+            uid: "u".into(),
+            attempt: 0,
+        };
+        let mut first = cri(Some("RunPodSandbox"), "", 0, 1000);
+        first.sandbox_id = None;
+        first.pod = Some(pod.clone());
+        first.outcome = CriOutcome::DeadlineExceeded;
+        let mut reserved = first.clone();
+        (reserved.start, reserved.end) = (ts(1200), ts(1201));
+        reserved.outcome = CriOutcome::Error {
+            code: 2,
+            status: "UNKNOWN",
+            message: "failed to reserve sandbox name".into(),
+        };
+        let mut ok = first.clone();
+        (ok.start, ok.end) = (ts(1500), ts(3100));
+        ok.outcome = CriOutcome::Ok;
+        // Another attempt is a new request, not a retry.
+        let mut other = ok.clone();
+        other.pod.as_mut().unwrap().attempt = 1;
+        let records: Vec<TraceRecord> = [first, reserved, ok, other]
+            .into_iter()
+            .map(|c| span(c, vec![]))
+            .collect();
+        let v = check(&records);
+        assert_eq!(rules(&v), vec![NAME_RESERVATION_RETRY]);
+        assert!(
+            v[0].message.contains("requested 3 times"),
+            "{}",
+            v[0].message
+        );
+        assert!(v[0].message.contains("1 answered 'name reserved'"));
+        assert!(v[0].message.contains("held up 3100 ms"));
+        assert_eq!(v[0].evidence.len(), 3);
+    }
+}

@@ -1,0 +1,90 @@
+//! Builders of CRI and NRI calls for the engine's unit tests.
+
+use crate::{
+    capture::{ConnId, Timestamp},
+    decode::nri::message::Event,
+    engine::hook_latency::HookSpan,
+    model::{
+        cri_call::{CriCall, CriOutcome, Identified},
+        nri_call::{Caller, ContainerRef, IdentitySource, NriCall, Outcome, PluginId, PodRef},
+    },
+};
+
+pub const MS: u64 = 1_000_000;
+
+pub fn ts(ms: u64) -> Option<Timestamp> {
+    Some(Timestamp {
+        mono_ns: ms * MS,
+        wall_ns: ms * MS,
+    })
+}
+
+pub fn cri(method: Option<&str>, sandbox: &str, start: u64, end: u64) -> CriCall {
+    CriCall {
+        conn: ConnId(1),
+        stream_id: 1,
+        method: method.map(str::to_owned),
+        service: None,
+        identified: Identified::Known,
+        pod: None,
+        sandbox_id: Some(sandbox.into()),
+        container: None,
+        container_id: None,
+        start: ts(start),
+        end: ts(end),
+        duration_ns: Some((end - start) * MS),
+        deadline_ns: None,
+        outcome: CriOutcome::Ok,
+        outcome_evidence: None,
+        partial: false,
+        summary: String::new(),
+    }
+}
+
+pub fn hook(event: Option<Event>, plugin: &str, pod: &str, start: u64, end: u64) -> HookSpan {
+    let call = NriCall {
+        conn: ConnId(2),
+        mux_conn: 1,
+        stream_id: 1,
+        plugin: PluginId {
+            name: Some(plugin.into()),
+            index: Some("10".into()),
+            pid: None,
+            comm: None,
+            source: IdentitySource::RegisterPlugin,
+        },
+        caller: Caller::Runtime,
+        method: Some("StateChange".into()),
+        event,
+        pod: Some(PodRef {
+            id: pod.into(),
+            name: "p".into(),
+            namespace: "ns".into(),
+            uid: "u".into(),
+        }),
+        container: None::<ContainerRef>,
+        start: ts(start),
+        end: ts(end),
+        duration_ns: Some((end - start) * MS),
+        plugin_ns: None,
+        outcome: Outcome::Ok,
+        timeout_nano: None,
+        partial: false,
+        summary: String::new(),
+    };
+    HookSpan {
+        hook: event.map_or("Synchronize".into(), |e| e.as_str_name().to_owned()),
+        call,
+        queued_ns: Some(0),
+        queued_behind: vec![],
+        own_ns: Some((end - start) * MS),
+    }
+}
+
+/// `h` as delivered to plugin `idx`-`name` on connection `conn`.
+pub fn to_plugin(mut h: HookSpan, name: &str, idx: &str, conn: u64) -> HookSpan {
+    h.call.plugin.name = Some(name.into());
+    h.call.plugin.index = Some(idx.into());
+    h.call.conn = ConnId(conn);
+    h
+}
