@@ -14,6 +14,7 @@ use nri_trace::{
     },
     doctor,
     engine::{
+        contract::ContractConfig,
         cri_analysis::{CriAnalysis, CriRecord},
         nri_analysis::{NriAnalysis, NriRecord},
         trace_analysis::{TraceAnalysis, TraceRecord},
@@ -182,6 +183,10 @@ enum Cmd {
         /// Capture only the runtime's end of plugin connections.
         #[arg(long)]
         no_plugin_end: bool,
+        /// Hook budget for the hook-over-budget rule (default: half of each
+        /// request's plugin timeout; docs/contract.md).
+        #[arg(long, value_name = "MS")]
+        hook_budget_ms: Option<u64>,
         /// Stop after this many seconds (default: until Ctrl-C or SIGTERM).
         #[arg(long)]
         duration: Option<f64>,
@@ -282,10 +287,14 @@ fn main() -> Result<()> {
                 format,
                 no_summary,
                 no_plugin_end,
+                hook_budget_ms,
                 duration,
                 probe,
             } => {
-                let a = TraceAnalysis::new(vec![cri_socket.clone()], vec![nri_socket.clone()]);
+                let a = TraceAnalysis::new(vec![cri_socket.clone()], vec![nri_socket.clone()])
+                    .with_contract(ContractConfig {
+                        hook_budget_ns: hook_budget_ms.map(|ms| ms * 1_000_000),
+                    });
                 let mut p = Printer::stdout(a, format, !no_summary);
                 match replay {
                     Some(file) => self::replay(&mut p, &file),

@@ -14,7 +14,10 @@ use std::path::Path;
 use lab_trace::{TraceProc, Traced};
 use nri_trace::{
     engine::{
-        contract::{Certainty, NAME_RESERVATION_RETRY, PLUGIN_TIMEOUT, TEARDOWN_HOOK_FAILED},
+        contract::{
+            Certainty, NAME_RESERVATION_RETRY, PLUGIN_TIMEOUT, POD_UNKNOWN_TO_PLUGIN,
+            TEARDOWN_HOOK_FAILED,
+        },
         correlate::{causes, NoCause},
         trace_analysis::{analyze, TraceRecord},
     },
@@ -260,4 +263,35 @@ fn trace_slow_plugin_share_of_run_pod_sandbox() {
         .expect("a RunPodSandbox span");
     assert!(run.nri_ns >= 500_000_000, "{run:?}");
     assert!(run.nri_permille.is_some_and(|p| p >= 500), "{run:?}");
+}
+
+/// A plugin that registers while a RunPodSandbox is in flight (held 3 s by
+/// a slow plugin): whatever the runtime then does with the pod for the late
+/// plugin, nri-trace reports it against the truth the late plugin wrote.
+#[test]
+fn trace_late_registration() {
+    let Some((out, records)) = traced("late-registration") else {
+        return;
+    };
+    check_correlation("late-registration", &out);
+    let truth = truth::read(&out.join("truth.ndjson")).expect("truth");
+    let late_got_run = truth.iter().any(|t| {
+        matches!(t, Truth::Nri { plugin, event: Some(e), pod: Some(p), .. }
+            if plugin == "late" && e == "RUN_POD_SANDBOX" && p.name == "late-pod")
+    });
+    let late_got_later = truth.iter().any(|t| {
+        matches!(t, Truth::Nri { plugin, event: Some(e), pod: Some(p), .. }
+            if plugin == "late" && e != "RUN_POD_SANDBOX" && p.name == "late-pod")
+    });
+    let f = findings(&records);
+    let race = f
+        .iter()
+        .any(|(r, p, c)| *r == POD_UNKNOWN_TO_PLUGIN && p.as_deref() == Some("20-late") && *c);
+    eprintln!(
+        "late-registration: the late plugin got RunPodSandbox of late-pod: {late_got_run}, \
+         later events of it: {late_got_later}; Synchronize-race finding: {race}"
+    );
+    // The finding fires exactly when the late plugin's own record shows
+    // the race: later events for a pod it never got RunPodSandbox for.
+    assert_eq!(race, !late_got_run && late_got_later, "{f:?}");
 }

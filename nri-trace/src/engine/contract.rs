@@ -57,6 +57,7 @@ pub const TEARDOWN_HOOK_FAILED: &str = "teardown-hook-failed";
 pub const PLUGIN_TIMEOUT: &str = "plugin-timeout";
 pub const HOOK_OVER_BUDGET: &str = "hook-over-budget";
 pub const NAME_RESERVATION_RETRY: &str = "cri-name-reservation-retry";
+pub const POD_UNKNOWN_TO_PLUGIN: &str = "pod-unknown-to-plugin";
 
 /// Every rule this build checks (docs/contract.md).
 pub const RULES: &[Rule] = &[
@@ -94,6 +95,12 @@ pub const RULES: &[Rule] = &[
         id: SUBSCRIBED_NOT_DELIVERED,
         statement: "every connected plugin subscribed to an event receives it (a plugin that registers during an operation may miss it: the Synchronize race)",
         source: "nri issue 63 (nri-63-synchronize-race.txt); PROTOCOL-NOTES.md",
+        severity: Severity::Error,
+    },
+    Rule {
+        id: POD_UNKNOWN_TO_PLUGIN,
+        statement: "every pod a plugin receives events for was announced to it, in Synchronize or by RunPodSandbox",
+        source: "nri issue 63, the Synchronize race (nri-63-synchronize-race.txt)",
         severity: Severity::Error,
     },
     Rule {
@@ -261,6 +268,9 @@ pub struct ContractChecker {
     pod_stopped: HashMap<String, u64>,
     /// CRI requests whose client gave up: key -> (first start, calls).
     retries: HashMap<String, (Timestamp, Vec<CriCall>)>,
+    /// Plugin -> pods announced to it (Synchronize, RunPodSandbox); only for
+    /// plugins whose Synchronize was seen.
+    announced: HashMap<String, BTreeSet<String>>,
 }
 
 impl ContractChecker {
@@ -325,10 +335,17 @@ impl ContractChecker {
             }
             TraceRecord::Nri(NriRecord::NriCall(h)) => self.on_hook(h, None, out),
             TraceRecord::NriUncaused(u) => {
+                let h = &u.record.span;
                 if u.record.no_cri_cause == NoCause::NoCriCallInFlight {
-                    self.on_hook(&u.record.span, None, out);
+                    self.on_hook(h, None, out);
                 } else {
-                    self.on_timeout(&u.record.span, out);
+                    if h.call.method.as_deref() == Some("Synchronize") {
+                        self.announced
+                            .entry(h.call.plugin.label())
+                            .or_default()
+                            .extend(h.call.synchronized_pods.iter().cloned());
+                    }
+                    self.on_timeout(h, out);
                 }
             }
             TraceRecord::CriSpan(s) => self.on_span(&s.record, out),
@@ -518,6 +535,34 @@ impl ContractChecker {
                     message: format!("{label} saw {} in this order", got.join(" -> ")),
                     evidence: vec![nri_evidence(h)],
                 });
+            }
+        }
+        // A pod the plugin was never told about (Synchronize race).
+        if let Some(pod) = h.call.pod.as_ref().filter(|p| !p.id.is_empty()) {
+            if let Some(known) = self.announced.get_mut(&label) {
+                if h.hook == "RUN_POD_SANDBOX" {
+                    known.insert(pod.id.clone());
+                } else if !known.contains(&pod.id)
+                    && self
+                        .fired
+                        .insert((POD_UNKNOWN_TO_PLUGIN, label.clone(), pod.id.clone()))
+                {
+                    out.push(Violation {
+                        rule: POD_UNKNOWN_TO_PLUGIN,
+                        severity: Severity::Error,
+                        certainty: self.certainty(self.plugin_by_label(&label)),
+                        ts: h.call.start.unwrap_or_else(ts0),
+                        pod: pod_of_hook(h),
+                        plugin: Some(label.clone()),
+                        message: format!(
+                            "{label} received {} for a pod it was never told about: not in its \
+                             Synchronize, no RunPodSandbox (it registered while the pod was \
+                             being created: the Synchronize race)",
+                            h.hook
+                        ),
+                        evidence: vec![nri_evidence(h)],
+                    });
+                }
             }
         }
         // Containers of a pod not ready, or already stopped.
@@ -981,6 +1026,48 @@ mod tests {
         let v = check(&records);
         assert_eq!(rules(&v), vec![HOOK_OVER_BUDGET]);
         assert!(v[0].message.contains("1600 ms"));
+    }
+
+    fn synchronize(label: &str, idx: &str, conn: u64, pods: &[&str]) -> TraceRecord {
+        let mut h = to_plugin(hook(None, label, "", 1, 2), label, idx, conn);
+        h.call.method = Some("Synchronize".into());
+        h.call.synchronized_pods = pods.iter().map(|p| p.to_string()).collect();
+        TraceRecord::NriUncaused(Tagged {
+            kind: "nri_uncaused",
+            record: crate::engine::trace_analysis::Uncaused {
+                span: h,
+                no_cri_cause: NoCause::PluginLifecycle,
+            },
+        })
+    }
+
+    #[test]
+    fn pod_never_announced_to_a_plugin() {
+        let stop = |pod: &str, t: u64| {
+            span(
+                cri(Some("StopPodSandbox"), pod, t, t + 50),
+                vec![to_plugin(
+                    hook(Some(Event::StopPodSandbox), "late", pod, t + 10, t + 20),
+                    "late",
+                    "20",
+                    3,
+                )],
+            )
+        };
+        let records = vec![
+            plugin("late", "20", 3, &ALL),
+            // s0 was in its Synchronize; s1 was never announced.
+            synchronize("late", "20", 3, &["s0"]),
+            stop("s0", 100),
+            stop("s1", 200),
+        ];
+        let v = check(&records);
+        assert_eq!(rules(&v), vec![POD_UNKNOWN_TO_PLUGIN]);
+        assert_eq!(v[0].plugin.as_deref(), Some("20-late"));
+        // Without its Synchronize seen (registered before the trace):
+        // nothing to judge.
+        let v = check(&[plugin("late", "20", 3, &ALL), stop("s1", 200)]);
+        assert_eq!(rules(&v), Vec::<&str>::new());
     }
 
     #[test]

@@ -293,6 +293,7 @@ mod tests {
             timeout_nano: None,
             partial: false,
             summary: String::new(),
+            synchronized_pods: Vec::new(),
         }
     }
 

@@ -71,6 +71,7 @@ pub fn hook(event: Option<Event>, plugin: &str, pod: &str, start: u64, end: u64)
         timeout_nano: None,
         partial: false,
         summary: String::new(),
+        synchronized_pods: Vec::new(),
     };
     HookSpan {
         hook: event.map_or("Synchronize".into(), |e| e.as_str_name().to_owned()),

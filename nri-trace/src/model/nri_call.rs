@@ -201,6 +201,9 @@ pub struct NriCall {
     /// What the request carried and the response returned, in short
     /// (adjustments and updates, subscribed events, pods synchronized...).
     pub summary: String,
+    /// Synchronize: the ids of the pods the runtime told the plugin about.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub synchronized_pods: Vec<String>,
 }
 
 fn ser_event<S: serde::Serializer>(e: &Option<Event>, s: S) -> Result<S::Ok, S::Error> {
@@ -253,6 +256,7 @@ struct PendingCall {
     start: Timestamp,
     timeout_nano: i64,
     summary: String,
+    synchronized_pods: Vec<String>,
 }
 
 /// What the plugin's end of a connection showed of one runtime call.
@@ -591,6 +595,12 @@ impl NriCallAssembler {
                     st.plugin.source = IdentitySource::RegisterPlugin;
                     st.announced = false;
                 }
+                let synchronized_pods = match &body {
+                    Ok(RequestBody::Synchronize(r)) => {
+                        r.pods.iter().map(|p| p.id.clone()).collect()
+                    }
+                    _ => Vec::new(),
+                };
                 let (event, subject, summary) = match body {
                     Ok(b) => describe_request(b),
                     Err(e) => (None, Subject::default(), format!("undecodable: {e}")),
@@ -604,6 +614,7 @@ impl NriCallAssembler {
                     start: ts,
                     timeout_nano: req.timeout_nano,
                     summary,
+                    synchronized_pods,
                 };
                 let key = (mux_conn, m.stream_id, dir_index(c.direction));
                 // Bounded: NRI has one call in flight per plugin, so a
@@ -683,6 +694,7 @@ impl NriCallAssembler {
                         timeout_nano: None,
                         partial: true,
                         summary: String::new(),
+                        synchronized_pods: Vec::new(),
                     }));
                     return;
                 };
@@ -869,6 +881,7 @@ fn complete_call(
         timeout_nano: (p.timeout_nano > 0).then_some(p.timeout_nano),
         partial: false,
         summary: p.summary,
+        synchronized_pods: p.synchronized_pods,
     }
 }
 
