@@ -9,6 +9,7 @@ use nri_trace::{
     capture::{
         ebpf::{EbpfBackend, EbpfOptions, ProgramSet},
         recording,
+        runtimes::{self, RuntimeKind},
         session::{self, SessionConfig},
         CaptureEvent,
     },
@@ -159,16 +160,13 @@ enum Cmd {
     /// the NRI hooks it caused (plugin, event, hook time) and the share of
     /// its time spent in them; NRI calls with no CRI cause, labeled.
     Trace {
-        /// The runtime's CRI socket.
-        #[arg(
-            long,
-            value_name = "PATH",
-            default_value = "/run/containerd/containerd.sock"
-        )]
-        cri_socket: PathBuf,
-        /// The runtime's NRI socket.
-        #[arg(long, value_name = "PATH", default_value = "/var/run/nri/nri.sock")]
-        nri_socket: PathBuf,
+        /// The runtime's CRI socket [default: found from the running
+        /// containerd or CRI-O, or, with --replay, from the recording].
+        #[arg(long, value_name = "PATH")]
+        cri_socket: Option<PathBuf>,
+        /// The runtime's NRI socket [default: found as --cri-socket is].
+        #[arg(long, value_name = "PATH")]
+        nri_socket: Option<PathBuf>,
         /// Decode a recording (`trace --record`) instead of tracing live.
         #[arg(long, value_name = "FILE")]
         replay: Option<PathBuf>,
@@ -291,6 +289,8 @@ fn main() -> Result<()> {
                 duration,
                 probe,
             } => {
+                let (cri_socket, nri_socket) =
+                    trace_sockets(cri_socket, nri_socket, replay.as_deref())?;
                 let a = TraceAnalysis::new(vec![cri_socket.clone()], vec![nri_socket.clone()])
                     .with_contract(ContractConfig {
                         hook_budget_ns: hook_budget_ms.map(|ms| ms * 1_000_000),
@@ -613,6 +613,79 @@ fn nri_config(
         follow_peer_ends: !no_plugin_end,
         ..Default::default()
     })
+}
+
+/// The CRI and NRI sockets `trace` follows: as given, else those of the
+/// one runtime running here (or, replaying, the ones the recording names).
+fn trace_sockets(
+    cri: Option<PathBuf>,
+    nri: Option<PathBuf>,
+    replay: Option<&std::path::Path>,
+) -> Result<(PathBuf, PathBuf)> {
+    if let (Some(c), Some(n)) = (&cri, &nri) {
+        return Ok((c.clone(), n.clone()));
+    }
+    let found = match replay {
+        Some(file) => {
+            let mut paths = std::collections::BTreeSet::new();
+            for ev in recording::open(file)
+                .with_context(|| format!("opening recording {}", file.display()))?
+            {
+                if let Ok(CaptureEvent::Open(o)) = ev {
+                    if let Some(p) = o.socket_path {
+                        paths.insert(p.to_string_lossy().into_owned());
+                    }
+                }
+            }
+            let paths: Vec<String> = paths.into_iter().collect();
+            let kind = if paths.iter().any(|p| p.ends_with("/crio.sock")) {
+                RuntimeKind::CriO
+            } else {
+                RuntimeKind::Containerd
+            };
+            vec![runtimes::runtime_from(0, kind, &paths)]
+        }
+        None => runtimes::find_runtimes().context("looking for the container runtime")?,
+    };
+    let runtime = match found.as_slice() {
+        [one] => one,
+        [] => anyhow::bail!(
+            "no containerd or CRI-O process found: is the runtime running? \
+             Give its sockets with --cri-socket and --nri-socket (docs/runtimes.md)"
+        ),
+        many => anyhow::bail!(
+            "{} runtimes found ({}): choose one with --cri-socket and --nri-socket",
+            many.len(),
+            many.iter()
+                .map(|r| format!("{:?} pid {} {:?}", r.kind, r.pid, r.cri_socket))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+    };
+    let cri = cri.or(runtime.cri_socket.clone()).with_context(|| {
+        format!(
+            "{:?} (pid {}) serves no CRI socket nri-trace recognizes ({:?}): give --cri-socket",
+            runtime.kind, runtime.pid, runtime.listening
+        )
+    })?;
+    let nri = nri.or(runtime.nri_socket.clone()).with_context(|| {
+        format!(
+            "{:?} (pid {}) serves no NRI socket: is NRI enabled? (containerd 1.7: \
+             [plugins.\"io.containerd.nri.v1.nri\"] disable = false; see docs/runtimes.md), \
+             or give --nri-socket",
+            runtime.kind, runtime.pid
+        )
+    })?;
+    if replay.is_none() {
+        eprintln!(
+            "nri-trace: runtime {:?} pid {}: CRI {}, NRI {}",
+            runtime.kind,
+            runtime.pid,
+            cri.display(),
+            nri.display()
+        );
+    }
+    Ok((cri, nri))
 }
 
 fn cri_config(socket: &std::path::Path, probe: &ProbeArgs) -> Result<SessionConfig> {

@@ -21,6 +21,7 @@ pub mod discovery;
 pub mod ebpf;
 pub mod record;
 pub mod recording;
+pub mod runtimes;
 pub mod session;
 pub mod tracker;
 
