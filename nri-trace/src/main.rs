@@ -18,11 +18,12 @@ use nri_trace::{
         contract::ContractConfig,
         cri_analysis::{CriAnalysis, CriRecord},
         nri_analysis::{NriAnalysis, NriRecord},
+        pods::PodModel,
         trace_analysis::{TraceAnalysis, TraceRecord},
     },
     model::nri_call::{ENV_PLUGIN_IDX, ENV_PLUGIN_NAME},
     output,
-    sinks::{cri_lines, nri_lines, trace_lines},
+    sinks::{cri_lines, nri_lines, report, trace_lines},
 };
 use nri_trace_common::{DEFAULT_RING_BYTES, DEFAULT_SNAP};
 
@@ -191,6 +192,19 @@ enum Cmd {
         #[command(flatten)]
         probe: ProbeArgs,
     },
+    /// Summarize a recording made with `trace --record`: pods and where
+    /// their time went, the slowest hooks, latency tables, findings.
+    Report {
+        /// The recording.
+        file: PathBuf,
+        /// See `trace`.
+        #[arg(long, value_name = "PATH")]
+        cri_socket: Option<PathBuf>,
+        #[arg(long, value_name = "PATH")]
+        nri_socket: Option<PathBuf>,
+        #[arg(long, value_name = "MS")]
+        hook_budget_ms: Option<u64>,
+    },
     /// Check that this node can run nri-trace, and say what to fix.
     Doctor {
         #[arg(long, value_enum, default_value = "text")]
@@ -307,6 +321,48 @@ fn main() -> Result<()> {
                         live(&mut p, cfg, record, duration, &probe, "CRI and NRI").await
                     }
                 }
+            }
+            Cmd::Report {
+                file,
+                cri_socket,
+                nri_socket,
+                hook_budget_ms,
+            } => {
+                let (cri, nri) = trace_sockets(cri_socket, nri_socket, Some(&file))?;
+                let mut a =
+                    TraceAnalysis::new(vec![cri], vec![nri]).with_contract(ContractConfig {
+                        hook_budget_ns: hook_budget_ms.map(|ms| ms * 1_000_000),
+                    });
+                let mut model = PodModel::new();
+                let mut findings = Vec::new();
+                let mut buf = Vec::new();
+                let mut take = |buf: &mut Vec<TraceRecord>| {
+                    for r in buf.drain(..) {
+                        model.on_record(&r);
+                        if let TraceRecord::Violation(v) = r {
+                            findings.push(v.record);
+                        }
+                    }
+                };
+                for ev in recording::open(&file)
+                    .with_context(|| format!("opening recording {}", file.display()))?
+                {
+                    let ev = ev.with_context(|| format!("reading recording {}", file.display()))?;
+                    a.on_capture(&ev, &mut buf);
+                    take(&mut buf);
+                }
+                a.finish(&mut buf);
+                take(&mut buf);
+                let mut w = std::io::BufWriter::new(std::io::stdout().lock());
+                report::render(
+                    &mut w,
+                    &model,
+                    &findings,
+                    &a.hook_summary(),
+                    &a.method_summary(),
+                )?;
+                w.flush()?;
+                Ok(())
             }
             Cmd::Doctor { format } => doctor_cmd(format),
             Cmd::Hold {

@@ -180,6 +180,27 @@ fn trace_happy_hooks_under_their_cri_calls() {
     assert!(checked > 0 && hooks >= checked);
     // The happy path breaks no rule.
     assert_eq!(findings(&records), vec![]);
+    // `report` on the recording: the three pods, all removed, no finding.
+    let (_, rec, _) = TraceProc::paths(&out);
+    let report = std::process::Command::new(lab_trace::bin("nri-trace"))
+        .arg("report")
+        .arg(&rec)
+        .output()
+        .expect("nri-trace report");
+    assert!(
+        report.status.success(),
+        "{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    let text = String::from_utf8_lossy(&report.stdout);
+    eprintln!("{text}");
+    assert!(text.contains("PODS (3)"), "{text}");
+    let removed = text
+        .lines()
+        .filter(|l| l.starts_with("nri-trace/happy-") && l.contains(" removed "))
+        .count();
+    assert_eq!(removed, 3, "{text}");
+    assert!(text.contains("FINDINGS (0, 0 certain"), "{text}");
 }
 
 #[test]

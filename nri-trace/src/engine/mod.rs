@@ -9,6 +9,8 @@
 //!   them ([`correlate::CriSpan`]), or labeled with why none did.
 //! - [`contract`]: the NRI contract rules checked over the correlated
 //!   stream; [`contract::Violation`]s with evidence (docs/contract.md).
+//! - [`pods`]: the pod model (identity, phase, timeline, findings) the
+//!   views render.
 //! - [`trace_analysis`]: one runtime's CRI and NRI sockets together.
 //! - [`cri_analysis`]: capture events to CRI records, live or replayed, and
 //!   per-method counts (known / inferred / unknown) and latency.
@@ -18,6 +20,7 @@ pub mod correlate;
 pub mod cri_analysis;
 pub mod hook_latency;
 pub mod nri_analysis;
+pub mod pods;
 pub mod trace_analysis;
 
 #[cfg(test)]

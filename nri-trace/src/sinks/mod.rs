@@ -8,8 +8,11 @@
 //! - [`trace_lines`]: `nri-trace trace` output: CRI calls with their NRI
 //!   hooks.
 //!
+//! - [`report`]: `nri-trace report`: pods, slowest hooks, tables, findings.
+//!
 //! (`crate::output` prints the raw capture stream of `nri-trace capture`.)
 
 pub mod cri_lines;
 pub mod nri_lines;
+pub mod report;
 pub mod trace_lines;

@@ -1,0 +1,329 @@
+//! The pod model: pods and containers as the traced calls show them
+//! (identity, lifecycle phase, timeline of CRI calls with their NRI time)
+//! and the findings against each. Built from the trace records only, so
+//! the same records give the same model, live or replayed; views (report,
+//! TUI) render it and hold no logic of their own.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::trace_analysis::TraceRecord;
+use crate::{capture::Timestamp, model::cri_call::CriOutcome};
+
+/// Most timeline entries kept per pod (the oldest go first).
+pub const MAX_TIMELINE: usize = 256;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PodPhase {
+    /// Seen only through calls that do not create it (it predates the trace).
+    Seen,
+    Ready,
+    /// RunPodSandbox failed or the client gave up on it.
+    Failed,
+    Stopped,
+    Removed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ContainerPhase {
+    Seen,
+    Created,
+    Running,
+    Exited,
+    Removed,
+}
+
+/// One CRI call on a pod's timeline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TimelineEntry {
+    pub method: String,
+    pub container: Option<String>,
+    pub start: Option<Timestamp>,
+    pub duration_ns: Option<u64>,
+    pub nri_ns: u64,
+    /// Plugins whose hooks ran during it, with their own time.
+    pub hooks: Vec<(String, String, Option<u64>)>,
+    pub ok: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ContainerView {
+    pub name: String,
+    pub attempt: u32,
+    pub phase: ContainerPhase,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PodView {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub attempt: u32,
+    pub sandbox_id: Option<String>,
+    pub phase: PodPhase,
+    pub first_seen: Option<Timestamp>,
+    pub last_seen: Option<Timestamp>,
+    /// Total CRI time and NRI hook time spent on it.
+    pub cri_ns: u64,
+    pub nri_ns: u64,
+    pub containers: BTreeMap<String, ContainerView>,
+    pub timeline: Vec<TimelineEntry>,
+    pub findings: u32,
+}
+
+impl PodView {
+    /// "namespace/name".
+    pub fn label(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// The slowest call on its timeline.
+    pub fn slowest(&self) -> Option<&TimelineEntry> {
+        self.timeline.iter().max_by_key(|e| e.duration_ns)
+    }
+}
+
+/// Pods by "namespace/name/uid/attempt", plus indexes by sandbox id.
+#[derive(Debug, Default)]
+pub struct PodModel {
+    pods: BTreeMap<String, PodView>,
+    by_sandbox: BTreeMap<String, String>,
+    by_label: BTreeMap<String, String>,
+    /// Container id -> (pod key, container name).
+    by_container: BTreeMap<String, String>,
+    /// Findings with no pod.
+    pub node_findings: u32,
+}
+
+impl PodModel {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn pods(&self) -> impl Iterator<Item = &PodView> {
+        self.pods.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.pods.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pods.is_empty()
+    }
+
+    fn key_of(&self, r: &TraceRecord) -> Option<String> {
+        let TraceRecord::CriSpan(s) = r else {
+            return None;
+        };
+        let c = &s.record.call;
+        if let Some(p) = &c.pod {
+            return Some(format!(
+                "{}/{}/{}/{}",
+                p.namespace, p.name, p.uid, p.attempt
+            ));
+        }
+        if let Some(k) = c.sandbox_id.as_ref().and_then(|id| self.by_sandbox.get(id)) {
+            return Some(k.clone());
+        }
+        if let Some(k) = c
+            .container_id
+            .as_ref()
+            .and_then(|id| self.by_container.get(id))
+        {
+            return Some(k.clone());
+        }
+        c.sandbox_id.as_ref().map(|id| format!("sandbox {id}"))
+    }
+
+    /// Update the model with one record.
+    pub fn on_record(&mut self, r: &TraceRecord) {
+        match r {
+            TraceRecord::CriSpan(_) => self.on_span(r),
+            TraceRecord::Violation(v) => {
+                match v
+                    .record
+                    .pod
+                    .as_ref()
+                    .and_then(|l| self.by_label.get(l))
+                    .and_then(|k| self.pods.get_mut(k))
+                {
+                    Some(p) => p.findings += 1,
+                    None => self.node_findings += 1,
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn on_span(&mut self, r: &TraceRecord) {
+        let Some(key) = self.key_of(r) else { return };
+        let TraceRecord::CriSpan(s) = r else { return };
+        let s = &s.record;
+        let c = &s.call;
+        let pod = self.pods.entry(key.clone()).or_insert_with(|| {
+            let (namespace, name, uid, attempt) = match &c.pod {
+                Some(p) => (
+                    p.namespace.clone(),
+                    p.name.clone(),
+                    p.uid.clone(),
+                    p.attempt,
+                ),
+                None => (
+                    String::new(),
+                    c.sandbox_id.clone().unwrap_or_default(),
+                    String::new(),
+                    0,
+                ),
+            };
+            PodView {
+                namespace,
+                name,
+                uid,
+                attempt,
+                sandbox_id: None,
+                phase: PodPhase::Seen,
+                first_seen: c.start,
+                last_seen: c.end,
+                cri_ns: 0,
+                nri_ns: 0,
+                containers: BTreeMap::new(),
+                timeline: Vec::new(),
+                findings: 0,
+            }
+        });
+        if pod.sandbox_id.is_none() {
+            pod.sandbox_id = c.sandbox_id.clone();
+        }
+        if let Some(id) = &pod.sandbox_id {
+            self.by_sandbox.insert(id.clone(), key.clone());
+        }
+        self.by_label.insert(pod.label(), key.clone());
+        pod.last_seen = c.end.or(pod.last_seen);
+        pod.cri_ns += c.duration_ns.unwrap_or(0);
+        pod.nri_ns += s.nri_ns;
+        let ok = c.outcome == CriOutcome::Ok;
+        let method = c.method.clone().unwrap_or_else(|| "(unknown)".into());
+        match (method.as_str(), ok) {
+            ("RunPodSandbox", true) => pod.phase = PodPhase::Ready,
+            ("RunPodSandbox", false) if pod.phase <= PodPhase::Failed => {
+                pod.phase = PodPhase::Failed
+            }
+            ("StopPodSandbox", true) => pod.phase = pod.phase.max(PodPhase::Stopped),
+            ("RemovePodSandbox", true) => pod.phase = PodPhase::Removed,
+            _ => {}
+        }
+        // Containers.
+        let container_name = c.container.as_ref().map(|k| k.name.clone());
+        if let Some(id) = &c.container_id {
+            let known = pod.containers.contains_key(id);
+            let name = container_name
+                .clone()
+                .or_else(|| known.then(|| pod.containers[id].name.clone()))
+                .unwrap_or_else(|| id.chars().take(12).collect());
+            let view = pod
+                .containers
+                .entry(id.clone())
+                .or_insert_with(|| ContainerView {
+                    name,
+                    attempt: c.container.as_ref().map_or(0, |k| k.attempt),
+                    phase: ContainerPhase::Seen,
+                });
+            if ok {
+                view.phase = match method.as_str() {
+                    "CreateContainer" => ContainerPhase::Created,
+                    "StartContainer" => ContainerPhase::Running,
+                    "StopContainer" => ContainerPhase::Exited,
+                    "RemoveContainer" => ContainerPhase::Removed,
+                    _ => view.phase,
+                };
+            }
+            self.by_container.insert(id.clone(), key.clone());
+        }
+        let container = container_name.or_else(|| {
+            c.container_id
+                .as_ref()
+                .and_then(|id| pod.containers.get(id))
+                .map(|v| v.name.clone())
+        });
+        if pod.timeline.len() == MAX_TIMELINE {
+            pod.timeline.remove(0);
+        }
+        pod.timeline.push(TimelineEntry {
+            method,
+            container,
+            start: c.start,
+            duration_ns: c.duration_ns,
+            nri_ns: s.nri_ns,
+            hooks: s
+                .hooks
+                .iter()
+                .map(|h| (h.call.plugin.label(), h.hook.clone(), h.own_ns))
+                .collect(),
+            ok,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        decode::{cri::message::PodMeta, nri::message::Event},
+        engine::{correlate::CriSpan, test_calls::*, trace_analysis::Tagged},
+    };
+
+    fn span(
+        method: &str,
+        start: u64,
+        end: u64,
+        pod: bool,
+        hooks: Vec<crate::engine::hook_latency::HookSpan>,
+    ) -> TraceRecord {
+        let mut c = cri(Some(method), "s1", start, end);
+        if pod {
+            c.pod = Some(PodMeta {
+                name: "web".into(),
+                namespace: "ns".into(),
+                uid: "u".into(),
+                attempt: 0,
+            });
+        }
+        let nri_ns = hooks.iter().filter_map(|h| h.call.duration_ns).sum();
+        TraceRecord::CriSpan(Tagged {
+            kind: "cri_span",
+            record: CriSpan {
+                call: c,
+                hooks,
+                nri_ns,
+                nri_permille: None,
+            },
+        })
+    }
+
+    #[test]
+    fn lifecycle_phases_and_time() {
+        let mut m = PodModel::new();
+        m.on_record(&span(
+            "RunPodSandbox",
+            0,
+            100,
+            true,
+            vec![hook(Some(Event::RunPodSandbox), "a", "s1", 10, 60)],
+        ));
+        // Later calls name the sandbox id only: the same pod.
+        m.on_record(&span("StopPodSandbox", 200, 230, false, vec![]));
+        assert_eq!(m.len(), 1);
+        let p = m.pods().next().unwrap();
+        assert_eq!(p.label(), "ns/web");
+        assert_eq!(p.phase, PodPhase::Stopped);
+        assert_eq!(p.cri_ns, 130 * MS);
+        assert_eq!(p.nri_ns, 50 * MS);
+        assert_eq!(p.slowest().unwrap().method, "RunPodSandbox");
+        m.on_record(&span("RemovePodSandbox", 300, 310, false, vec![]));
+        assert_eq!(m.pods().next().unwrap().phase, PodPhase::Removed);
+    }
+}

@@ -1,0 +1,128 @@
+//! `nri-trace report`: a human summary of a trace: pods and where their
+//! time went, the slowest hooks, the latency tables, and the findings with
+//! their evidence. Renders the engine's pod model; no logic of its own.
+
+use std::io::{self, Write};
+
+use super::{nri_lines::human_ns, trace_lines};
+use crate::{
+    engine::{
+        contract::{Certainty, Violation},
+        cri_analysis::MethodSummary,
+        hook_latency::HookSummary,
+        pods::PodModel,
+    },
+    output::sanitize,
+};
+
+/// How many slowest hooks to list.
+pub const SLOWEST_HOOKS: usize = 10;
+
+pub fn render(
+    w: &mut impl Write,
+    model: &PodModel,
+    findings: &[Violation],
+    hooks: &[HookSummary],
+    methods: &[MethodSummary],
+) -> io::Result<()> {
+    writeln!(w, "PODS ({})", model.len())?;
+    writeln!(
+        w,
+        "{:<40} {:<8} {:>5} {:>10} {:>10} {:>5}  SLOWEST CALL",
+        "NAMESPACE/NAME", "PHASE", "CALLS", "CRI TIME", "NRI TIME", "FIND"
+    )?;
+    for p in model.pods() {
+        let slowest = p
+            .slowest()
+            .map(|e| {
+                format!(
+                    "{} {}{}",
+                    e.method,
+                    e.duration_ns.map(human_ns).unwrap_or_else(|| "-".into()),
+                    if e.nri_ns > 0 {
+                        format!(" ({} in NRI)", human_ns(e.nri_ns))
+                    } else {
+                        String::new()
+                    }
+                )
+            })
+            .unwrap_or_default();
+        writeln!(
+            w,
+            "{:<40} {:<8} {:>5} {:>10} {:>10} {:>5}  {}",
+            sanitize(&p.label()),
+            format!("{:?}", p.phase).to_lowercase(),
+            p.timeline.len(),
+            human_ns(p.cri_ns),
+            human_ns(p.nri_ns),
+            p.findings,
+            sanitize(&slowest)
+        )?;
+    }
+
+    writeln!(w, "\nSLOWEST HOOKS")?;
+    let mut all: Vec<(u64, String, &str, String)> = model
+        .pods()
+        .flat_map(|p| {
+            p.timeline.iter().flat_map(move |e| {
+                e.hooks.iter().filter_map(move |(plugin, hook, own)| {
+                    own.map(|o| (o, plugin.clone(), hook.as_str(), p.label()))
+                })
+            })
+        })
+        .collect();
+    all.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    for (own, plugin, hook, pod) in all.iter().take(SLOWEST_HOOKS) {
+        writeln!(
+            w,
+            "{:>10}  {:<20} {:<28} {}",
+            human_ns(*own),
+            sanitize(plugin),
+            hook,
+            sanitize(pod)
+        )?;
+    }
+
+    writeln!(w)?;
+    trace_lines::summary_text(w, hooks, methods)?;
+
+    let certain = findings
+        .iter()
+        .filter(|f| f.certainty == Certainty::Certain)
+        .count();
+    writeln!(
+        w,
+        "\nFINDINGS ({}, {certain} certain; rules in docs/contract.md)",
+        findings.len()
+    )?;
+    for f in findings {
+        let how = match &f.certainty {
+            Certainty::Certain => String::new(),
+            Certainty::Uncertain { why } => format!(" (uncertain: {why})"),
+        };
+        writeln!(
+            w,
+            "{:?} {} [{}]{}: {}",
+            f.severity,
+            f.rule,
+            sanitize(f.pod.as_deref().unwrap_or("-")),
+            how,
+            sanitize(&f.message)
+        )?;
+        for e in &f.evidence {
+            writeln!(
+                w,
+                "    {} {} (conn {} stream {}): {}",
+                e.kind,
+                sanitize(&e.what),
+                e.conn,
+                e.stream_id,
+                sanitize(&e.outcome)
+            )?;
+        }
+    }
+    if findings.is_empty() {
+        writeln!(w, "none")?;
+    }
+    Ok(())
+}
