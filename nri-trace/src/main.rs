@@ -602,7 +602,7 @@ async fn live<A: Analyzer, W: Write>(
 ) -> Result<()> {
     let mut recorder = match &record {
         Some(path) => Some(recording::RecordingWriter::new(
-            std::fs::File::create(path)
+            recording::create_private(path)
                 .with_context(|| format!("creating recording {}", path.display()))?,
         )),
         None => None,

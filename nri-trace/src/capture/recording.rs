@@ -109,6 +109,19 @@ impl RecordingError {
 ///
 /// [`flush`]: RecordingWriter::flush
 /// [`finish`]: RecordingWriter::finish
+/// Create a recording file readable by its owner only (0600): a raw
+/// capture holds everything the runtime read and wrote, container
+/// environments and mount secrets included. An existing file is replaced.
+pub fn create_private(path: &std::path::Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::remove_file(path);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+}
+
 pub struct RecordingWriter<W: Write> {
     out: BufWriter<W>,
     /// Reused line buffer: an event is serialized whole before any byte of it
@@ -978,7 +991,12 @@ mod tests {
         let dir = std::env::temp_dir();
         let path = dir.join(format!("nri-trace-recording-{}.ndjson", std::process::id()));
         let events = samples();
-        let mut w = RecordingWriter::new(File::create(&path).unwrap());
+        let mut w = RecordingWriter::new(create_private(&path).unwrap());
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
         for ev in &events {
             w.write(ev).unwrap();
         }
