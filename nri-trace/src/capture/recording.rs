@@ -98,17 +98,6 @@ impl RecordingError {
     }
 }
 
-/// Writes a [`CaptureEvent`] stream as a recording, one line per event.
-///
-/// Output is buffered. Events other than chunks (opens, closes, process
-/// events, loss reports) are rare and mark points worth having on disk, so
-/// they flush; chunks do not, so a busy connection costs few write syscalls.
-/// A caller that may go idle after a chunk should call [`flush`] then (as
-/// `nri-trace capture` does when its event queue is empty). Dropping the
-/// writer flushes but loses the error; [`finish`] reports it.
-///
-/// [`flush`]: RecordingWriter::flush
-/// [`finish`]: RecordingWriter::finish
 /// Create a recording file readable by its owner only (0600): a raw
 /// capture holds everything the runtime read and wrote, container
 /// environments and mount secrets included. An existing file is replaced.
@@ -122,6 +111,17 @@ pub fn create_private(path: &std::path::Path) -> std::io::Result<File> {
         .open(path)
 }
 
+/// Writes a [`CaptureEvent`] stream as a recording, one line per event.
+///
+/// Output is buffered. Events other than chunks (opens, closes, process
+/// events, loss reports) are rare and mark points worth having on disk, so
+/// they flush; chunks do not, so a busy connection costs few write syscalls.
+/// A caller that may go idle after a chunk should call [`flush`] then (as
+/// `nri-trace capture` does when its event queue is empty). Dropping the
+/// writer flushes but loses the error; [`finish`] reports it.
+///
+/// [`flush`]: RecordingWriter::flush
+/// [`finish`]: RecordingWriter::finish
 pub struct RecordingWriter<W: Write> {
     out: BufWriter<W>,
     /// Reused line buffer: an event is serialized whole before any byte of it
