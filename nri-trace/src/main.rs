@@ -68,6 +68,29 @@ struct ProbeArgs {
     drain_ms: u64,
 }
 
+/// What the decoding commands (`nri`, `cri`, `trace`) share.
+#[derive(clap::Args, Clone)]
+struct DecodeArgs {
+    /// Decode a recording (`--record`, or `capture --format ndjson`)
+    /// instead of tracing live.
+    #[arg(long, value_name = "FILE")]
+    replay: Option<PathBuf>,
+    /// While tracing live, also save the raw capture to FILE (created 0600:
+    /// it holds everything the runtime read and wrote).
+    #[arg(long, value_name = "FILE", conflicts_with = "replay")]
+    record: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "text")]
+    format: LineFormat,
+    /// Do not print the latency tables at the end.
+    #[arg(long)]
+    no_summary: bool,
+    /// Stop after this many seconds (default: until Ctrl-C or SIGTERM).
+    #[arg(long)]
+    duration: Option<f64>,
+    #[command(flatten)]
+    probe: ProbeArgs,
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Print the raw byte streams of a process's unix-socket connections
@@ -104,28 +127,12 @@ enum Cmd {
         /// process listens on --socket.
         #[arg(long = "pid")]
         pids: Vec<u32>,
-        /// Decode a recording (`capture --format ndjson` or `nri --record`)
-        /// instead of tracing live.
-        #[arg(long, value_name = "FILE", conflicts_with = "pids")]
-        replay: Option<PathBuf>,
-        /// While tracing live, also save the raw capture to FILE (replayable
-        /// with --replay).
-        #[arg(long, value_name = "FILE", conflicts_with = "replay")]
-        record: Option<PathBuf>,
-        #[arg(long, value_enum, default_value = "text")]
-        format: LineFormat,
-        /// Do not print the per (plugin, hook) latency table at the end.
-        #[arg(long)]
-        no_summary: bool,
+        #[command(flatten)]
+        out: DecodeArgs,
         /// Capture only the runtime's end of plugin connections (no plugin
         /// own time; the plugins' socket syscalls then cost nothing).
         #[arg(long)]
         no_plugin_end: bool,
-        /// Stop after this many seconds (default: until Ctrl-C or SIGTERM).
-        #[arg(long)]
-        duration: Option<f64>,
-        #[command(flatten)]
-        probe: ProbeArgs,
     },
     /// Decode every CRI call kubelet (or crictl) makes on the runtime's CRI
     /// socket, live (or from a recording): method, pod/container, deadline,
@@ -139,23 +146,8 @@ enum Cmd {
             default_value = "/run/containerd/containerd.sock"
         )]
         socket: PathBuf,
-        /// Decode a recording (`capture --format ndjson` or `cri --record`)
-        /// instead of tracing live.
-        #[arg(long, value_name = "FILE")]
-        replay: Option<PathBuf>,
-        /// While tracing live, also save the raw capture to FILE.
-        #[arg(long, value_name = "FILE", conflicts_with = "replay")]
-        record: Option<PathBuf>,
-        #[arg(long, value_enum, default_value = "text")]
-        format: LineFormat,
-        /// Do not print the per-method table at the end.
-        #[arg(long)]
-        no_summary: bool,
-        /// Stop after this many seconds (default: until Ctrl-C or SIGTERM).
-        #[arg(long)]
-        duration: Option<f64>,
         #[command(flatten)]
-        probe: ProbeArgs,
+        out: DecodeArgs,
     },
     /// Trace the runtime's CRI and NRI sockets together: each CRI call with
     /// the NRI hooks it caused (plugin, event, hook time) and the share of
@@ -168,17 +160,8 @@ enum Cmd {
         /// The runtime's NRI socket [default: found as --cri-socket is].
         #[arg(long, value_name = "PATH")]
         nri_socket: Option<PathBuf>,
-        /// Decode a recording (`trace --record`) instead of tracing live.
-        #[arg(long, value_name = "FILE")]
-        replay: Option<PathBuf>,
-        /// While tracing live, also save the raw capture to FILE.
-        #[arg(long, value_name = "FILE", conflicts_with = "replay")]
-        record: Option<PathBuf>,
-        #[arg(long, value_enum, default_value = "text")]
-        format: LineFormat,
-        /// Do not print the tables at the end.
-        #[arg(long)]
-        no_summary: bool,
+        #[command(flatten)]
+        out: DecodeArgs,
         /// Capture only the runtime's end of plugin connections.
         #[arg(long)]
         no_plugin_end: bool,
@@ -186,11 +169,6 @@ enum Cmd {
         /// request's plugin timeout; docs/contract.md).
         #[arg(long, value_name = "MS")]
         hook_budget_ms: Option<u64>,
-        /// Stop after this many seconds (default: until Ctrl-C or SIGTERM).
-        #[arg(long)]
-        duration: Option<f64>,
-        #[command(flatten)]
-        probe: ProbeArgs,
     },
     /// Summarize a recording made with `trace --record`: pods and where
     /// their time went, the slowest hooks, latency tables, findings.
@@ -255,72 +233,43 @@ fn main() -> Result<()> {
             Cmd::Nri {
                 socket,
                 pids,
-                replay,
-                record,
-                format,
-                no_summary,
                 no_plugin_end,
-                duration,
-                probe,
+                out,
             } => {
-                let mut p =
-                    Printer::stdout(NriAnalysis::new(vec![socket.clone()]), format, !no_summary);
-                match replay {
-                    Some(file) => self::replay(&mut p, &file),
-                    None => {
-                        let cfg = nri_config(&socket, pids, &probe, no_plugin_end)?;
-                        live(&mut p, cfg, record, duration, &probe, "NRI").await
-                    }
-                }
+                let a = NriAnalysis::new(vec![socket.clone()]);
+                decode(a, out, "NRI", |probe| {
+                    nri_config(&socket, pids, probe, no_plugin_end)
+                })
+                .await
             }
-            Cmd::Cri {
-                socket,
-                replay,
-                record,
-                format,
-                no_summary,
-                duration,
-                probe,
-            } => {
-                let mut p = Printer::stdout(CriAnalysis::new(), format, !no_summary);
-                match replay {
-                    Some(file) => self::replay(&mut p, &file),
-                    None => {
-                        let cfg = cri_config(&socket, &probe)?;
-                        live(&mut p, cfg, record, duration, &probe, "CRI").await
-                    }
-                }
+            Cmd::Cri { socket, out } => {
+                decode(CriAnalysis::new(), out, "CRI", |probe| {
+                    cri_config(&socket, probe)
+                })
+                .await
             }
             Cmd::Trace {
                 cri_socket,
                 nri_socket,
-                replay,
-                record,
-                format,
-                no_summary,
                 no_plugin_end,
                 hook_budget_ms,
-                duration,
-                probe,
+                out,
             } => {
                 let (cri_socket, nri_socket) =
-                    trace_sockets(cri_socket, nri_socket, replay.as_deref())?;
+                    trace_sockets(cri_socket, nri_socket, out.replay.as_deref())?;
                 let a = TraceAnalysis::new(vec![cri_socket.clone()], vec![nri_socket.clone()])
                     .with_contract(ContractConfig {
                         hook_budget_ns: hook_budget_ms.map(|ms| ms * 1_000_000),
                     });
-                let mut p = Printer::stdout(a, format, !no_summary);
-                match replay {
-                    Some(file) => self::replay(&mut p, &file),
-                    None => {
-                        let cri = cri_config(&cri_socket, &probe)?;
-                        let mut cfg = nri_config(&nri_socket, vec![], &probe, no_plugin_end)?;
-                        cfg.sockets.extend(cri.sockets);
-                        // kubelet's end of the CRI connections is not followed.
-                        cfg.no_follow_sockets = vec![cri_socket.clone()];
-                        live(&mut p, cfg, record, duration, &probe, "CRI and NRI").await
-                    }
-                }
+                decode(a, out, "CRI and NRI", |probe| {
+                    let cri = cri_config(&cri_socket, probe)?;
+                    let mut cfg = nri_config(&nri_socket, vec![], probe, no_plugin_end)?;
+                    cfg.sockets.extend(cri.sockets);
+                    // kubelet's end of the CRI connections is not followed.
+                    cfg.no_follow_sockets = vec![cri_socket.clone()];
+                    Ok(cfg)
+                })
+                .await
             }
             Cmd::Report {
                 file,
@@ -578,6 +527,24 @@ impl<A: Analyzer, W: Write> Printer<A, W> {
         }
         self.w.flush()?;
         Ok(())
+    }
+}
+
+/// Run analysis `a` on a recording (`--replay`) or live, with the session
+/// `config` makes, printing as `out` says.
+async fn decode<A: Analyzer>(
+    a: A,
+    out: DecodeArgs,
+    what: &str,
+    config: impl FnOnce(&ProbeArgs) -> Result<SessionConfig>,
+) -> Result<()> {
+    let mut p = Printer::stdout(a, out.format, !out.no_summary);
+    match &out.replay {
+        Some(file) => replay(&mut p, file),
+        None => {
+            let cfg = config(&out.probe)?;
+            live(&mut p, cfg, out.record, out.duration, &out.probe, what).await
+        }
     }
 }
 

@@ -295,6 +295,26 @@ impl ContractChecker {
         Certainty::Certain
     }
 
+    /// A finding of `rule_id` shown by delivery `h` to plugin `label`.
+    fn hook_finding(
+        &self,
+        rule_id: &'static str,
+        h: &HookSpan,
+        label: &str,
+        message: String,
+    ) -> Violation {
+        Violation {
+            rule: rule_id,
+            severity: rule(rule_id).map_or(Severity::Error, |r| r.severity),
+            certainty: self.certainty(self.plugin_by_label(label)),
+            ts: h.call.end.or(h.call.start).unwrap_or_else(ts0),
+            pod: pod_of_hook(h),
+            plugin: Some(label.to_owned()),
+            message,
+            evidence: vec![nri_evidence(h)],
+        }
+    }
+
     fn plugin_by_label(&self, label: &str) -> Option<&PluginState> {
         self.plugins.values().find(|p| p.label == label)
     }
@@ -411,15 +431,11 @@ impl ContractChecker {
         if !self.fired.insert(key) {
             return;
         }
-        let p = self.plugins.get(&conn);
-        out.push(Violation {
-            rule: PLUGIN_TIMEOUT,
-            severity: Severity::Error,
-            certainty: self.certainty(p),
-            ts: h.call.end.or(h.call.start).unwrap_or_else(ts0),
-            pod: pod_of_hook(h),
-            plugin: Some(label.clone()),
-            message: format!(
+        out.push(self.hook_finding(
+            PLUGIN_TIMEOUT,
+            h,
+            &label,
+            format!(
                 "{label} did not answer {} within its timeout{}; the runtime closed its connection",
                 h.hook,
                 h.call
@@ -427,8 +443,7 @@ impl ContractChecker {
                     .map(|t| format!(" ({} ms)", t / 1_000_000))
                     .unwrap_or_default()
             ),
-            evidence: vec![nri_evidence(h)],
-        });
+        ));
     }
 
     fn on_hook(&mut self, h: &HookSpan, span: Option<&CriSpan>, out: &mut Vec<Violation>) {
@@ -438,16 +453,12 @@ impl ContractChecker {
         // Unsubscribed delivery.
         if let Some(events) = plugin.and_then(|p| p.events.as_ref()) {
             if !events.iter().any(|e| *e == h.hook) && h.call.event.is_some() {
-                out.push(Violation {
-                    rule: UNSUBSCRIBED_DELIVERED,
-                    severity: Severity::Warning,
-                    certainty: self.certainty(plugin),
-                    ts: h.call.start.unwrap_or_else(ts0),
-                    pod: pod_of_hook(h),
-                    plugin: Some(label.clone()),
-                    message: format!("{label} received {} without subscribing to it", h.hook),
-                    evidence: vec![nri_evidence(h)],
-                });
+                out.push(self.hook_finding(
+                    UNSUBSCRIBED_DELIVERED,
+                    h,
+                    &label,
+                    format!("{label} received {} without subscribing to it", h.hook),
+                ));
             }
         }
         // Timeouts and teardown failures.
@@ -469,21 +480,17 @@ impl ContractChecker {
             .map(|t| t as u64 / 2));
         if let (Some(b), Some(own)) = (budget, h.own_ns) {
             if own > b {
-                out.push(Violation {
-                    rule: HOOK_OVER_BUDGET,
-                    severity: Severity::Warning,
-                    certainty: self.certainty(self.plugin_by_label(&label)),
-                    ts: h.call.end.unwrap_or_else(ts0),
-                    pod: pod_of_hook(h),
-                    plugin: Some(label.clone()),
-                    message: format!(
+                out.push(self.hook_finding(
+                    HOOK_OVER_BUDGET,
+                    h,
+                    &label,
+                    format!(
                         "{label} took {} ms on {}, over its budget of {} ms",
                         own / 1_000_000,
                         h.hook,
                         b / 1_000_000
                     ),
-                    evidence: vec![nri_evidence(h)],
-                });
+                ));
             }
         }
         // Orders.
@@ -547,21 +554,17 @@ impl ContractChecker {
                         .fired
                         .insert((POD_UNKNOWN_TO_PLUGIN, label.clone(), pod.id.clone()))
                 {
-                    out.push(Violation {
-                        rule: POD_UNKNOWN_TO_PLUGIN,
-                        severity: Severity::Error,
-                        certainty: self.certainty(self.plugin_by_label(&label)),
-                        ts: h.call.start.unwrap_or_else(ts0),
-                        pod: pod_of_hook(h),
-                        plugin: Some(label.clone()),
-                        message: format!(
+                    out.push(self.hook_finding(
+                        POD_UNKNOWN_TO_PLUGIN,
+                        h,
+                        &label,
+                        format!(
                             "{label} received {} for a pod it was never told about: not in its \
                              Synchronize, no RunPodSandbox (it registered while the pod was \
                              being created: the Synchronize race)",
                             h.hook
                         ),
-                        evidence: vec![nri_evidence(h)],
-                    });
+                    ));
                 }
             }
         }
@@ -583,20 +586,16 @@ impl ContractChecker {
                         pod.id.clone(),
                     ))
                 {
-                    out.push(Violation {
-                        rule: CONTAINER_BEFORE_POD_READY,
-                        severity: Severity::Error,
-                        certainty: self.certainty(None),
-                        ts: h.call.start.unwrap_or_else(ts0),
-                        pod: pod_of_hook(h),
-                        plugin: Some(label.clone()),
-                        message: format!(
+                    out.push(self.hook_finding(
+                        CONTAINER_BEFORE_POD_READY,
+                        h,
+                        &label,
+                        format!(
                             "{} of {} began before the pod's RunPodSandbox hooks finished",
                             h.hook,
                             h.call.container.as_ref().map_or("?", |c| c.name.as_str())
                         ),
-                        evidence: vec![nri_evidence(h)],
-                    });
+                    ));
                 }
             }
             if let Some(stopped) = self.pod_stopped.get(&pod.id) {
@@ -605,16 +604,12 @@ impl ContractChecker {
                         .fired
                         .insert((CONTAINER_IN_STOPPED_POD, String::new(), pod.id.clone()))
                 {
-                    out.push(Violation {
-                        rule: CONTAINER_IN_STOPPED_POD,
-                        severity: Severity::Error,
-                        certainty: self.certainty(None),
-                        ts: h.call.start.unwrap_or_else(ts0),
-                        pod: pod_of_hook(h),
-                        plugin: Some(label),
-                        message: format!("{} after the pod's StopPodSandbox", h.hook),
-                        evidence: vec![nri_evidence(h)],
-                    });
+                    out.push(self.hook_finding(
+                        CONTAINER_IN_STOPPED_POD,
+                        h,
+                        &label,
+                        format!("{} after the pod's StopPodSandbox", h.hook),
+                    ));
                 }
             }
         }

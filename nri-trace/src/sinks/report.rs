@@ -96,30 +96,7 @@ pub fn render(
         findings.len()
     )?;
     for f in findings {
-        let how = match &f.certainty {
-            Certainty::Certain => String::new(),
-            Certainty::Uncertain { why } => format!(" (uncertain: {why})"),
-        };
-        writeln!(
-            w,
-            "{:?} {} [{}]{}: {}",
-            f.severity,
-            f.rule,
-            sanitize(f.pod.as_deref().unwrap_or("-")),
-            how,
-            sanitize(&f.message)
-        )?;
-        for e in &f.evidence {
-            writeln!(
-                w,
-                "    {} {} (conn {} stream {}): {}",
-                e.kind,
-                sanitize(&e.what),
-                e.conn,
-                e.stream_id,
-                sanitize(&e.outcome)
-            )?;
-        }
+        trace_lines::violation_text(w, f, "")?;
     }
     if findings.is_empty() {
         writeln!(w, "none")?;

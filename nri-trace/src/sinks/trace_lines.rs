@@ -7,8 +7,11 @@ use std::io::{self, Write};
 use super::{cri_lines, nri_lines};
 use crate::{
     engine::{
-        contract::Certainty, cri_analysis::MethodSummary, hook_latency::HookSummary,
-        nri_analysis::NriRecord, trace_analysis::TraceRecord,
+        contract::{Certainty, Violation},
+        cri_analysis::MethodSummary,
+        hook_latency::HookSummary,
+        nri_analysis::NriRecord,
+        trace_analysis::TraceRecord,
     },
     output::sanitize,
 };
@@ -51,37 +54,40 @@ pub fn text(w: &mut impl Write, r: &TraceRecord) -> io::Result<()> {
         TraceRecord::NriUncaused(u) => {
             nri_lines::text(w, &NriRecord::NriCall(u.record.span.clone()))
         }
-        TraceRecord::Violation(v) => {
-            let v = &v.record;
-            let certainty = match &v.certainty {
-                Certainty::Certain => String::new(),
-                Certainty::Uncertain { why } => format!(" (uncertain: {why})"),
-            };
-            writeln!(
-                w,
-                "!! {:?} {} [{}]{}: {}",
-                v.severity,
-                v.rule,
-                sanitize(v.pod.as_deref().unwrap_or("-")),
-                certainty,
-                sanitize(&v.message)
-            )?;
-            for e in &v.evidence {
-                writeln!(
-                    w,
-                    "      evidence: {} {} on {} stream {}: {}",
-                    e.kind,
-                    sanitize(&e.what),
-                    e.conn,
-                    e.stream_id,
-                    sanitize(&e.outcome)
-                )?;
-            }
-            Ok(())
-        }
+        TraceRecord::Violation(v) => violation_text(w, &v.record, "!! "),
         TraceRecord::Nri(n) => nri_lines::text(w, n),
         TraceRecord::Cri(c) => cri_lines::text(w, c),
     }
+}
+
+/// A finding: `prefix`, severity, rule, pod, certainty, message; then its
+/// evidence, one call a line.
+pub fn violation_text(w: &mut impl Write, v: &Violation, prefix: &str) -> io::Result<()> {
+    let certainty = match &v.certainty {
+        Certainty::Certain => String::new(),
+        Certainty::Uncertain { why } => format!(" (uncertain: {})", sanitize(why)),
+    };
+    writeln!(
+        w,
+        "{prefix}{:?} {} [{}]{}: {}",
+        v.severity,
+        v.rule,
+        sanitize(v.pod.as_deref().unwrap_or("-")),
+        certainty,
+        sanitize(&v.message)
+    )?;
+    for e in &v.evidence {
+        writeln!(
+            w,
+            "      evidence: {} {} on {} stream {}: {}",
+            e.kind,
+            sanitize(&e.what),
+            e.conn,
+            e.stream_id,
+            sanitize(&e.outcome)
+        )?;
+    }
+    Ok(())
 }
 
 /// One record as an NDJSON line.
