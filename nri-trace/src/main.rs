@@ -23,7 +23,7 @@ use nri_trace::{
     },
     model::nri_call::{ENV_PLUGIN_IDX, ENV_PLUGIN_NAME},
     output,
-    sinks::{cri_lines, nri_lines, report, trace_lines},
+    sinks::{cri_lines, metrics, nri_lines, report, trace_lines},
 };
 use nri_trace_common::{DEFAULT_RING_BYTES, DEFAULT_SNAP};
 
@@ -169,6 +169,10 @@ enum Cmd {
         /// request's plugin timeout; docs/contract.md).
         #[arg(long, value_name = "MS")]
         hook_budget_ms: Option<u64>,
+        /// Serve Prometheus metrics (hook and CRI latency histograms,
+        /// findings, capture loss) on ADDR, e.g. 127.0.0.1:9464.
+        #[arg(long, value_name = "ADDR")]
+        metrics_addr: Option<std::net::SocketAddr>,
     },
     /// Summarize a recording made with `trace --record`: pods and where
     /// their time went, the slowest hooks, latency tables, findings.
@@ -237,13 +241,13 @@ fn main() -> Result<()> {
                 out,
             } => {
                 let a = NriAnalysis::new(vec![socket.clone()]);
-                decode(a, out, "NRI", |probe| {
+                decode(a, out, None, "NRI", |probe| {
                     nri_config(&socket, pids, probe, no_plugin_end)
                 })
                 .await
             }
             Cmd::Cri { socket, out } => {
-                decode(CriAnalysis::new(), out, "CRI", |probe| {
+                decode(CriAnalysis::new(), out, None, "CRI", |probe| {
                     cri_config(&socket, probe)
                 })
                 .await
@@ -253,6 +257,7 @@ fn main() -> Result<()> {
                 nri_socket,
                 no_plugin_end,
                 hook_budget_ms,
+                metrics_addr,
                 out,
             } => {
                 let (cri_socket, nri_socket) =
@@ -261,7 +266,7 @@ fn main() -> Result<()> {
                     .with_contract(ContractConfig {
                         hook_budget_ns: hook_budget_ms.map(|ms| ms * 1_000_000),
                     });
-                decode(a, out, "CRI and NRI", |probe| {
+                decode(a, out, metrics_addr, "CRI and NRI", |probe| {
                     let cri = cri_config(&cri_socket, probe)?;
                     let mut cfg = nri_config(&nri_socket, vec![], probe, no_plugin_end)?;
                     cfg.sockets.extend(cri.sockets);
@@ -378,20 +383,25 @@ async fn capture(
     let stdout = std::io::stdout();
     let mut w = std::io::BufWriter::new(stdout.lock());
     let mut counts = output::Counts::default();
-    each_event(&mut s, duration, |ev, more_queued| {
-        match format {
-            Format::Text => output::text(&mut w, &ev, dump_bytes)?,
-            Format::Ndjson => output::ndjson(&mut w, &ev)?,
-            Format::Count => {
-                counts.add(&ev);
-                return Ok(());
+    each_event(
+        &mut s,
+        duration,
+        |ev, more_queued| {
+            match format {
+                Format::Text => output::text(&mut w, &ev, dump_bytes)?,
+                Format::Ndjson => output::ndjson(&mut w, &ev)?,
+                Format::Count => {
+                    counts.add(&ev);
+                    return Ok(());
+                }
             }
-        }
-        if !matches!(ev, CaptureEvent::Chunk(_)) || !more_queued {
-            w.flush()?;
-        }
-        Ok(())
-    })
+            if !matches!(ev, CaptureEvent::Chunk(_)) || !more_queued {
+                w.flush()?;
+            }
+            Ok(())
+        },
+        || Ok(()),
+    )
     .await?;
     if let Format::Count = format {
         writeln!(w, "{}", serde_json::to_string(&counts)?)?;
@@ -410,6 +420,10 @@ trait Analyzer {
     fn write_record(w: &mut dyn Write, r: &Self::Record, format: LineFormat)
         -> std::io::Result<()>;
     fn write_summary(&self, w: &mut dyn Write, format: LineFormat) -> std::io::Result<()>;
+    /// Prometheus exposition of the state now, for analyses that have one.
+    fn metrics(&self) -> Option<String> {
+        None
+    }
 }
 
 /// `Analyzer` for an analysis whose records and summary a `sinks` module
@@ -482,6 +496,9 @@ impl Analyzer for TraceAnalysis {
             LineFormat::Ndjson => trace_lines::summary_ndjson(&mut w, &h, &m),
         }
     }
+    fn metrics(&self) -> Option<String> {
+        Some(metrics::render(self))
+    }
 }
 analyzer!(CriAnalysis, CriRecord, cri_lines);
 
@@ -531,10 +548,12 @@ impl<A: Analyzer, W: Write> Printer<A, W> {
 }
 
 /// Run analysis `a` on a recording (`--replay`) or live, with the session
-/// `config` makes, printing as `out` says.
+/// `config` makes, printing as `out` says (and serving metrics on
+/// `metrics_addr` while live).
 async fn decode<A: Analyzer>(
     a: A,
     out: DecodeArgs,
+    metrics_addr: Option<std::net::SocketAddr>,
     what: &str,
     config: impl FnOnce(&ProbeArgs) -> Result<SessionConfig>,
 ) -> Result<()> {
@@ -543,9 +562,61 @@ async fn decode<A: Analyzer>(
         Some(file) => replay(&mut p, file),
         None => {
             let cfg = config(&out.probe)?;
-            live(&mut p, cfg, out.record, out.duration, &out.probe, what).await
+            live(&mut p, cfg, &out, metrics_addr, what).await
         }
     }
+}
+
+/// Serve `GET /metrics` on `addr` from the returned text, which the caller
+/// updates; the server only reads it, so a slow scraper never holds up the
+/// trace.
+async fn serve_metrics(
+    addr: std::net::SocketAddr,
+) -> Result<std::sync::Arc<std::sync::Mutex<String>>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+        format!("metrics: cannot listen on {addr} (in use? choose another --metrics-addr)")
+    })?;
+    eprintln!(
+        "nri-trace: metrics on http://{}/metrics",
+        listener.local_addr()?
+    );
+    let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let shared = text.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut conn, _)) = listener.accept().await else {
+                continue;
+            };
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                // One request line is all we need; bounded, with a timeout.
+                let mut buf = [0u8; 1024];
+                let n =
+                    match tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf)).await {
+                        Ok(Ok(n)) => n,
+                        _ => return,
+                    };
+                let req = String::from_utf8_lossy(&buf[..n]);
+                let (status, body) = if req.starts_with("GET /metrics") {
+                    (
+                        "200 OK",
+                        shared.lock().map(|t| t.clone()).unwrap_or_default(),
+                    )
+                } else {
+                    ("404 Not Found", "only /metrics is served\n".to_string())
+                };
+                let head = format!(
+                    "HTTP/1.0 {status}\r\nContent-Type: text/plain; version=0.0.4\r\n\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = conn.write_all(head.as_bytes()).await;
+                let _ = conn.write_all(body.as_bytes()).await;
+            });
+        }
+    });
+    Ok(text)
 }
 
 fn replay<A: Analyzer, W: Write>(p: &mut Printer<A, W>, file: &std::path::Path) -> Result<()> {
@@ -562,11 +633,17 @@ fn replay<A: Analyzer, W: Write>(p: &mut Printer<A, W>, file: &std::path::Path) 
 async fn live<A: Analyzer, W: Write>(
     p: &mut Printer<A, W>,
     cfg: SessionConfig,
-    record: Option<PathBuf>,
-    duration: Option<f64>,
-    probe: &ProbeArgs,
+    out: &DecodeArgs,
+    metrics_addr: Option<std::net::SocketAddr>,
     what: &str,
 ) -> Result<()> {
+    let (record, duration, probe) = (&out.record, out.duration, &out.probe);
+    let exposition = match metrics_addr {
+        Some(addr) => Some(serve_metrics(addr).await?),
+        None => None,
+    };
+    // Metrics are re-rendered on the periodic tick when something changed.
+    let dirty = std::cell::Cell::new(false);
     let mut recorder = match &record {
         Some(path) => Some(recording::RecordingWriter::new(
             recording::create_private(path)
@@ -585,16 +662,31 @@ async fn live<A: Analyzer, W: Write>(
         );
     }
     eprintln!("nri-trace: ready (tracking pids {:?})", s.info.tracked_pids);
-    each_event(&mut s, duration, |ev, more_queued| {
-        if let Some(r) = recorder.as_mut() {
-            r.write(&ev).context("writing the recording")?;
-        }
-        p.feed(&ev)?;
-        if !more_queued {
-            p.w.flush()?;
-        }
-        Ok(())
-    })
+    let shared = std::cell::RefCell::new(&mut *p);
+    each_event(
+        &mut s,
+        duration,
+        |ev, more_queued| {
+            if let Some(r) = recorder.as_mut() {
+                r.write(&ev).context("writing the recording")?;
+            }
+            let mut p = shared.borrow_mut();
+            p.feed(&ev)?;
+            dirty.set(true);
+            if !more_queued {
+                p.w.flush()?;
+            }
+            Ok(())
+        },
+        || {
+            if let (Some(e), true) = (&exposition, dirty.replace(false)) {
+                if let Some(text) = shared.borrow().a.metrics() {
+                    *e.lock().expect("metrics lock") = text;
+                }
+            }
+            Ok(())
+        },
+    )
     .await?;
     if let Some(r) = recorder {
         r.finish().context("writing the recording")?;
@@ -735,13 +827,18 @@ async fn each_event(
     s: &mut session::Session,
     duration: Option<f64>,
     mut f: impl FnMut(CaptureEvent, bool) -> Result<()>,
+    mut tick: impl FnMut() -> Result<()>,
 ) -> Result<()> {
     let stop = until_signal(duration);
     tokio::pin!(stop);
     let mut stopping = false;
+    // For work to do while no event comes (metrics refresh).
+    let mut ticks = tokio::time::interval(Duration::from_millis(500));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let ev = tokio::select! {
             _ = &mut stop, if !stopping => { s.stop_signal(); stopping = true; continue; }
+            _ = ticks.tick() => { tick()?; continue; }
             ev = s.events.recv() => ev,
         };
         let Some(ev) = ev else { return Ok(()) };

@@ -201,6 +201,21 @@ fn trace_happy_hooks_under_their_cri_calls() {
         .count();
     assert_eq!(removed, 3, "{text}");
     assert!(text.contains("FINDINGS (0, 0 certain"), "{text}");
+    // The metrics it served while live: a hook histogram per plugin, the
+    // CRI durations, no finding, no loss.
+    let metrics = std::fs::read_to_string(out.join("metrics.txt")).expect("metrics scraped");
+    assert!(
+        metrics.contains(
+            "nri_trace_hook_duration_seconds_count{plugin=\"10-alpha\",hook=\"RUN_POD_SANDBOX\"} 3"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("nri_trace_cri_call_duration_seconds_count{method=\"RunPodSandbox\"} 3"),
+        "{metrics}"
+    );
+    assert!(!metrics.contains("nri_trace_findings_total{"), "{metrics}");
+    assert!(metrics.contains("nri_trace_capture_lost_records_total 0"));
 }
 
 #[test]

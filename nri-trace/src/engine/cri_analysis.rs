@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::hook_latency::record;
+use super::hook_latency::{buckets, record, Buckets};
 use crate::{
     capture::{CaptureEvent, ConnId, Loss, Timestamp},
     model::cri_call::{
@@ -148,6 +148,14 @@ impl CriAnalysis {
                 }
             });
         }
+    }
+
+    /// Duration histograms per method at `bounds_ns`.
+    pub fn buckets(&self, bounds_ns: &[u64]) -> Vec<(String, Buckets)> {
+        self.methods
+            .iter()
+            .map(|(m, s)| (m.clone(), buckets(&s.hist, bounds_ns)))
+            .collect()
     }
 
     /// Per-method totals so far, by method name.

@@ -116,6 +116,36 @@ pub(crate) fn record(h: &mut Histogram<u32>, ns: u64) {
     }
 }
 
+/// A histogram as Prometheus wants it: cumulative counts at upper bounds
+/// (`le`), the count, and the sum.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Buckets {
+    /// Values <= each bound (nanoseconds), cumulative.
+    pub cumulative: Vec<u64>,
+    pub count: u64,
+    /// Sum of the values, from the histogram's mean (exact to its 2
+    /// significant digits).
+    pub sum_ns: u64,
+}
+
+/// [`Buckets`] of a microsecond histogram at `bounds_ns`.
+pub(crate) fn buckets(h: &Histogram<u32>, bounds_ns: &[u64]) -> Buckets {
+    Buckets {
+        cumulative: bounds_ns
+            .iter()
+            .map(|b| {
+                if h.is_empty() {
+                    0
+                } else {
+                    h.count_between(0, b / 1000)
+                }
+            })
+            .collect(),
+        count: h.len(),
+        sum_ns: (h.mean() * h.len() as f64 * 1000.0) as u64,
+    }
+}
+
 /// Hook spans and per (plugin, hook) histograms.
 #[derive(Default)]
 pub struct HookTimer {
@@ -212,6 +242,14 @@ impl HookTimer {
             queued_behind,
             own_ns,
         }
+    }
+
+    /// Own-time histograms per (plugin, hook) at `bounds_ns`.
+    pub fn buckets(&self, bounds_ns: &[u64]) -> Vec<(String, String, Buckets)> {
+        self.stats
+            .iter()
+            .map(|((p, h), s)| (p.clone(), h.clone(), buckets(&s.own, bounds_ns)))
+            .collect()
     }
 
     /// Latency per (plugin, hook), sorted by plugin then hook.

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use super::hook_latency::{HookSpan, HookSummary, HookTimer};
+use super::hook_latency::{Buckets, HookSpan, HookSummary, HookTimer};
 use crate::{
     capture::{CaptureEvent, ConnId, Loss, Timestamp},
     model::nri_call::{AssemblerStats, NriCallAssembler, NriObservation, PluginId},
@@ -112,6 +112,11 @@ impl NriAnalysis {
                 },
             });
         }
+    }
+
+    /// Own-time histograms per (plugin, hook) at `bounds_ns`.
+    pub fn buckets(&self, bounds_ns: &[u64]) -> Vec<(String, String, Buckets)> {
+        self.timer.buckets(bounds_ns)
     }
 
     /// Latency per (plugin, hook) so far.

@@ -7,18 +7,21 @@
 //! followed plugin ends) to the NRI analysis. The same events give the same
 //! records, live or replayed.
 
-use std::{collections::HashMap, path::PathBuf};
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::PathBuf,
+};
 
 use serde::Serialize;
 
 use super::{
-    contract::{ContractChecker, ContractConfig, Violation},
+    contract::{Certainty, ContractChecker, ContractConfig, Severity, Violation},
     correlate::{Correlated, Correlator, CriSpan, NoCause},
     cri_analysis::{CriAnalysis, CriRecord, MethodSummary},
-    hook_latency::{HookSpan, HookSummary},
+    hook_latency::{Buckets, HookSpan, HookSummary},
     nri_analysis::{NriAnalysis, NriRecord},
 };
-use crate::capture::{CaptureEvent, ConnId};
+use crate::capture::{CaptureEvent, ConnId, Loss};
 
 /// One line of `nri-trace trace` output.
 #[allow(clippy::large_enum_variant)]
@@ -75,6 +78,10 @@ pub struct TraceAnalysis {
     settled: Vec<Correlated>,
     contract: ContractChecker,
     violations: Vec<Violation>,
+    /// Findings so far by (rule, severity, certain).
+    finding_counts: BTreeMap<(&'static str, Severity, bool), u64>,
+    /// The last capture loss counters.
+    loss: Loss,
 }
 
 impl TraceAnalysis {
@@ -90,6 +97,8 @@ impl TraceAnalysis {
             settled: Vec::new(),
             contract: ContractChecker::new(ContractConfig::default()),
             violations: Vec::new(),
+            finding_counts: BTreeMap::new(),
+            loss: Loss::default(),
         }
     }
 
@@ -189,6 +198,9 @@ impl TraceAnalysis {
             });
         }
         for r in fresh {
+            if let TraceRecord::Nri(NriRecord::CaptureLoss(l)) = &r {
+                self.loss = *l;
+            }
             self.contract.on_record(&r, &mut self.violations);
             out.push(r);
         }
@@ -197,6 +209,11 @@ impl TraceAnalysis {
 
     fn emit_violations(&mut self, out: &mut Vec<TraceRecord>) {
         for v in self.violations.drain(..) {
+            let certain = v.certainty == Certainty::Certain;
+            *self
+                .finding_counts
+                .entry((v.rule, v.severity, certain))
+                .or_default() += 1;
             out.push(TraceRecord::Violation(Tagged {
                 kind: "violation",
                 record: v,
@@ -207,6 +224,26 @@ impl TraceAnalysis {
     /// Per (plugin, hook) latency so far.
     pub fn hook_summary(&self) -> Vec<HookSummary> {
         self.nri.summary()
+    }
+
+    /// Histograms for metrics: own time per (plugin, hook), duration per
+    /// CRI method, at `bounds_ns`.
+    #[allow(clippy::type_complexity)]
+    pub fn buckets(
+        &self,
+        bounds_ns: &[u64],
+    ) -> (Vec<(String, String, Buckets)>, Vec<(String, Buckets)>) {
+        (self.nri.buckets(bounds_ns), self.cri.buckets(bounds_ns))
+    }
+
+    /// Findings so far by (rule, severity, certain).
+    pub fn finding_counts(&self) -> &BTreeMap<(&'static str, Severity, bool), u64> {
+        &self.finding_counts
+    }
+
+    /// The last capture loss counters.
+    pub fn loss(&self) -> Loss {
+        self.loss
     }
 
     /// Per CRI method totals so far.

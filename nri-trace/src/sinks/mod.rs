@@ -8,11 +8,13 @@
 //! - [`trace_lines`]: `nri-trace trace` output: CRI calls with their NRI
 //!   hooks.
 //!
+//! - [`metrics`]: Prometheus exposition of a trace (`--metrics-addr`).
 //! - [`report`]: `nri-trace report`: pods, slowest hooks, tables, findings.
 //!
 //! (`crate::output` prints the raw capture stream of `nri-trace capture`.)
 
 pub mod cri_lines;
+pub mod metrics;
 pub mod nri_lines;
 pub mod report;
 pub mod trace_lines;

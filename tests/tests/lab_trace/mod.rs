@@ -105,7 +105,8 @@ impl Observer for TraceProc {
             // they are on a node (the lab's containerd is the only runtime
             // on a test machine; the replay below uses the lab's paths, so
             // a wrong pick fails the live == replay check).
-            Traced::Both => cmd.arg("trace"),
+            // Metrics on a port the kernel picks (printed on stderr).
+            Traced::Both => cmd.args(["trace", "--metrics-addr", "127.0.0.1:0"]),
         };
         let child = cmd
             .args(["--format", "ndjson", "--record"])
@@ -140,6 +141,13 @@ impl Observer for TraceProc {
         };
         // Let the last calls drain (the drain timer is 2 ms).
         std::thread::sleep(Duration::from_millis(300));
+        if let Some(addr) = metrics_addr(&self.out) {
+            // The exposition is refreshed every 500 ms.
+            std::thread::sleep(Duration::from_millis(700));
+            let text = http_get(&addr, "/metrics")
+                .with_context(|| format!("scraping http://{addr}/metrics"))?;
+            std::fs::write(self.out.join("metrics.txt"), text)?;
+        }
         unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
         let t0 = Instant::now();
         let st = loop {
@@ -159,6 +167,26 @@ impl Observer for TraceProc {
         }
         Ok(())
     }
+}
+
+/// The metrics address nri-trace printed on its stderr, if any.
+fn metrics_addr(out: &Path) -> Option<String> {
+    let log = std::fs::read_to_string(TraceProc::paths(out).2).ok()?;
+    let rest = log.split("metrics on http://").nth(1)?;
+    Some(rest.split('/').next()?.to_string())
+}
+
+/// A plain HTTP/1.0 GET; the body.
+pub fn http_get(addr: &str, path: &str) -> Result<String> {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp)?;
+    let (head, body) = resp.split_once("\r\n\r\n").context("no HTTP header end")?;
+    anyhow::ensure!(head.starts_with("HTTP/1.0 200"), "{head}");
+    Ok(body.to_string())
 }
 
 /// Run `scenario` with `nri-trace <what>` attached; returns its output
