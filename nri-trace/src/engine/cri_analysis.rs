@@ -10,7 +10,10 @@ use std::collections::BTreeMap;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::hook_latency::{buckets, record, Buckets};
+use super::{
+    hook_latency::{buckets, record, Buckets},
+    window::{WindowStats, Windowed},
+};
 use crate::{
     capture::{CaptureEvent, ConnId, Loss, Timestamp},
     model::cri_call::{
@@ -54,6 +57,8 @@ pub struct MethodSummary {
     pub p50_ns: u64,
     pub p99_ns: u64,
     pub max_ns: u64,
+    /// Durations over the last minute of capture time.
+    pub last_minute: WindowStats,
 }
 
 struct MethodStats {
@@ -65,6 +70,7 @@ struct MethodStats {
     cancelled: u64,
     /// Durations in microseconds (2 significant digits, auto-resizing).
     hist: Histogram<u32>,
+    window: Windowed,
 }
 
 impl MethodStats {
@@ -77,6 +83,7 @@ impl MethodStats {
             errors: 0,
             cancelled: 0,
             hist: Histogram::new(2).expect("2 significant digits is valid"),
+            window: Windowed::default(),
         }
     }
 }
@@ -86,6 +93,8 @@ pub struct CriAnalysis {
     assembler: CriCallAssembler,
     obs: Vec<CriObservation>,
     methods: BTreeMap<String, MethodStats>,
+    /// Latest call end seen (capture time): where the window ends.
+    last_ns: u64,
 }
 
 impl Default for CriAnalysis {
@@ -100,6 +109,7 @@ impl CriAnalysis {
             assembler: CriCallAssembler::new(),
             obs: Vec::new(),
             methods: BTreeMap::new(),
+            last_ns: 0,
         }
     }
 
@@ -135,8 +145,11 @@ impl CriAnalysis {
                         CriOutcome::Cancelled | CriOutcome::DeadlineExceeded => m.cancelled += 1,
                         _ => {}
                     }
+                    let at = c.end.or(c.start).map_or(0, |t| t.mono_ns);
+                    self.last_ns = self.last_ns.max(at);
                     if let Some(d) = c.duration_ns {
                         record(&mut m.hist, d);
+                        m.window.record(at, d);
                     }
                     CriRecord::CriCall(c)
                 }
@@ -185,6 +198,7 @@ impl CriAnalysis {
                     } else {
                         m.hist.max() * 1000
                     },
+                    last_minute: m.window.stats(self.last_ns),
                 }
             })
             .collect()

@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use super::window::{WindowStats, Windowed};
 use crate::model::nri_call::{Caller, NriCall, Outcome};
 
 /// A delivery that starts within this long after the previous delivery of
@@ -72,6 +73,9 @@ pub struct HookSummary {
     pub runtime_p99_ns: u64,
     /// Total time spent queued behind earlier plugins.
     pub queued_total_ns: u64,
+    /// Own time over the last minute of capture time (before the latest
+    /// call seen).
+    pub last_minute: WindowStats,
 }
 
 struct Stats {
@@ -82,6 +86,7 @@ struct Stats {
     errors: u64,
     timeouts: u64,
     queued_total_ns: u64,
+    window: Windowed,
 }
 
 impl Stats {
@@ -98,6 +103,7 @@ impl Stats {
             errors: 0,
             timeouts: 0,
             queued_total_ns: 0,
+            window: Windowed::default(),
         }
     }
 }
@@ -151,6 +157,8 @@ pub(crate) fn buckets(h: &Histogram<u32>, bounds_ns: &[u64]) -> Buckets {
 pub struct HookTimer {
     open: HashMap<(String, String, String), Operation>,
     stats: BTreeMap<(String, String), Stats>,
+    /// Latest call end seen (capture time): where the window ends.
+    last_ns: u64,
 }
 
 impl HookTimer {
@@ -228,8 +236,11 @@ impl HookTimer {
         let own_ns = call
             .plugin_ns
             .or(call.duration_ns.filter(|_| call.end.is_some()));
+        let at = call.end.or(call.start).map_or(0, |t| t.mono_ns);
+        self.last_ns = self.last_ns.max(at);
         if let Some(d) = own_ns {
             record(&mut s.own, d);
+            s.window.record(at, d);
         }
         if let (Some(d), true) = (call.duration_ns, call.end.is_some()) {
             record(&mut s.runtime, d);
@@ -284,6 +295,7 @@ impl HookTimer {
                         s.runtime.value_at_quantile(0.99) * 1000
                     },
                     queued_total_ns: s.queued_total_ns,
+                    last_minute: s.window.stats(self.last_ns),
                 }
             })
             .collect()

@@ -149,7 +149,7 @@ pub fn summary_text(w: &mut impl Write, s: &[MethodSummary]) -> io::Result<()> {
     for m in s {
         writeln!(
             w,
-            "{:<26} {:>6} {:>6} {:>8} {:>7} {:>6} {:>9} {:>10} {:>10} {:>10}",
+            "{:<26} {:>6} {:>6} {:>8} {:>7} {:>6} {:>9} {:>10} {:>10} {:>10} {:>8} {:>10}",
             sanitize(&m.method),
             m.calls,
             m.known,
@@ -159,7 +159,9 @@ pub fn summary_text(w: &mut impl Write, s: &[MethodSummary]) -> io::Result<()> {
             m.cancelled,
             human_ns(m.p50_ns),
             human_ns(m.p99_ns),
-            human_ns(m.max_ns)
+            human_ns(m.max_ns),
+            m.last_minute.calls,
+            human_ns(m.last_minute.p99_ns)
         )?;
     }
     Ok(())

@@ -162,7 +162,7 @@ pub fn summary_text(w: &mut impl Write, s: &[HookSummary]) -> io::Result<()> {
     }
     writeln!(
         w,
-        "{:<18} {:<28} {:>6} {:>6} {:>8} {:>10} {:>10} {:>10} {:>10} {:>12} {:>10}",
+        "{:<18} {:<28} {:>6} {:>6} {:>8} {:>10} {:>10} {:>10} {:>10} {:>12} {:>10} {:>8} {:>10}",
         "PLUGIN",
         "HOOK",
         "CALLS",
@@ -173,12 +173,14 @@ pub fn summary_text(w: &mut impl Write, s: &[HookSummary]) -> io::Result<()> {
         "P99",
         "MAX",
         "RUNTIME P99",
-        "QUEUED"
+        "QUEUED",
+        "1M CALLS",
+        "1M P99"
     )?;
     for h in s {
         writeln!(
             w,
-            "{:<18} {:<28} {:>6} {:>6} {:>8} {:>10} {:>10} {:>10} {:>10} {:>12} {:>10}",
+            "{:<18} {:<28} {:>6} {:>6} {:>8} {:>10} {:>10} {:>10} {:>10} {:>12} {:>10} {:>8} {:>10}",
             sanitize(&h.plugin),
             h.hook,
             h.calls,
@@ -189,7 +191,9 @@ pub fn summary_text(w: &mut impl Write, s: &[HookSummary]) -> io::Result<()> {
             human_ns(h.p99_ns),
             human_ns(h.max_ns),
             human_ns(h.runtime_p99_ns),
-            human_ns(h.queued_total_ns)
+            human_ns(h.queued_total_ns),
+            h.last_minute.calls,
+            human_ns(h.last_minute.p99_ns)
         )?;
     }
     Ok(())
