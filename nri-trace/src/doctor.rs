@@ -11,6 +11,7 @@ use serde::Serialize;
 use crate::capture::{
     discovery,
     ebpf::{EbpfBackend, EbpfOptions, CAPTURE_PROGRAMS},
+    runtimes,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -237,6 +238,51 @@ pub fn load() -> Check {
     }
 }
 
+/// The container runtimes running here and the CRI / NRI sockets `trace`
+/// would follow (capture/runtimes.rs).
+pub fn runtimes() -> Check {
+    let name = "runtimes";
+    match runtimes::find_runtimes() {
+        Ok(rs) if rs.is_empty() => check(
+            name,
+            Status::Warn,
+            "no containerd or CRI-O process found",
+            "start the runtime, or give sockets to `trace` (docs/runtimes.md)",
+        ),
+        Ok(rs) => {
+            let what: Vec<String> = rs
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{:?} pid {}: CRI {}, NRI {}",
+                        r.kind,
+                        r.pid,
+                        r.cri_socket
+                            .as_ref()
+                            .map_or("none found".into(), |p| p.display().to_string()),
+                        r.nri_socket
+                            .as_ref()
+                            .map_or("none (NRI off?)".into(), |p| p.display().to_string())
+                    )
+                })
+                .collect();
+            let complete =
+                rs.len() == 1 && rs[0].cri_socket.is_some() && rs[0].nri_socket.is_some();
+            check(
+                name,
+                if complete { Status::Ok } else { Status::Warn },
+                what.join("; "),
+                if complete {
+                    ""
+                } else {
+                    "`trace` needs one runtime with both sockets, or --cri-socket and --nri-socket (docs/runtimes.md)"
+                },
+            )
+        }
+        Err(e) => check(name, Status::Warn, e.to_string(), "run as root"),
+    }
+}
+
 /// Run every check, in order.
 pub fn run() -> Vec<Check> {
     let mut v = vec![privileges(), kernel_version(), btf(), tracefs()];
@@ -246,5 +292,6 @@ pub fn run() -> Vec<Check> {
     for (label, path) in DEFAULT_SOCKETS {
         v.push(socket(label, path));
     }
+    v.push(runtimes());
     v
 }
