@@ -8,6 +8,7 @@
 //! Needs root, the eBPF object and the lab (mandatory under CI=true).
 
 mod lab_trace;
+mod trace_check;
 
 use std::path::Path;
 
@@ -15,10 +16,8 @@ use lab_trace::{TraceProc, Traced};
 use nri_trace::{
     engine::{
         contract::{
-            Certainty, NAME_RESERVATION_RETRY, PLUGIN_TIMEOUT, POD_UNKNOWN_TO_PLUGIN,
-            TEARDOWN_HOOK_FAILED,
+            NAME_RESERVATION_RETRY, PLUGIN_TIMEOUT, POD_UNKNOWN_TO_PLUGIN, TEARDOWN_HOOK_FAILED,
         },
-        correlate::{causes, NoCause},
         trace_analysis::{analyze, TraceRecord},
     },
     sinks::trace_lines,
@@ -27,6 +26,7 @@ use nri_trace_lab::{
     labctl::Lab,
     truth::{self, Truth},
 };
+use trace_check::findings;
 
 fn records(scenario: &str, out: &Path) -> Vec<TraceRecord> {
     let (_, rec, _) = TraceProc::paths(out);
@@ -42,126 +42,10 @@ fn records(scenario: &str, out: &Path) -> Vec<TraceRecord> {
     records
 }
 
-/// Every plugin delivery in the truth, made while the driver's CRI call
-/// that causes it was in flight, is a hook of the decoded span of that
-/// call: same plugin, event and object.
 fn check_correlation(scenario: &str, out: &Path) -> (usize, usize) {
     let records = records(scenario, out);
     let truth = truth::read(&out.join("truth.ndjson")).expect("truth");
-    let since = truth
-        .iter()
-        .find_map(|t| match t {
-            Truth::Note { mono_ns, text } if text == "observer attached" => Some(*mono_ns),
-            _ => None,
-        })
-        .expect("attach note");
-    let spans: Vec<_> = records
-        .iter()
-        .filter_map(|r| match r {
-            TraceRecord::CriSpan(s) => Some(&s.record),
-            _ => None,
-        })
-        .collect();
-    let (mut checked, mut problems) = (0, Vec::new());
-    for t in &truth {
-        let Truth::Nri {
-            plugin,
-            index,
-            event: Some(event),
-            pod,
-            container,
-            recv_mono_ns,
-            ..
-        } = t
-        else {
-            continue;
-        };
-        if *recv_mono_ns < since {
-            continue;
-        }
-        // The driver's call in flight that makes this event.
-        let cause = truth.iter().find_map(|c| match c {
-            Truth::Cri {
-                method,
-                start_mono_ns,
-                end_mono_ns,
-                ..
-            } if start_mono_ns <= recv_mono_ns
-                && recv_mono_ns <= end_mono_ns
-                && causes(event).contains(&method.as_str()) =>
-            {
-                Some((method.clone(), *start_mono_ns, *end_mono_ns))
-            }
-            _ => None,
-        });
-        let Some((method, t0, t1)) = cause else {
-            continue;
-        };
-        checked += 1;
-        let label = format!("{index}-{plugin}");
-        let object = container
-            .as_ref()
-            .map(|c| c.id.clone())
-            .or(pod.as_ref().map(|p| p.id.clone()))
-            .unwrap_or_default();
-        let found = spans.iter().any(|s| {
-            s.call.method.as_deref() == Some(method.as_str())
-                && s.call
-                    .start
-                    .is_some_and(|st| st.mono_ns >= t0 && st.mono_ns <= t1)
-                && s.hooks.iter().any(|h| {
-                    h.hook == *event
-                        && h.call.plugin.label() == label
-                        && (h.call.container.as_ref().is_some_and(|c| c.id == object)
-                            || h.call.pod.as_ref().is_some_and(|p| p.id == object))
-                })
-        });
-        if !found {
-            problems.push(format!(
-                "{label} {event} on {object}: not under the {method} span"
-            ));
-        }
-    }
-    // In these scenarios every event delivery has a CRI cause.
-    for r in &records {
-        if let TraceRecord::NriUncaused(u) = r {
-            if u.record.no_cri_cause == NoCause::NoCriCallInFlight {
-                problems.push(format!(
-                    "{} {} has no CRI cause",
-                    u.record.span.call.plugin.label(),
-                    u.record.span.hook
-                ));
-            }
-        }
-    }
-    assert!(
-        problems.is_empty(),
-        "{scenario}: {} problems:\n{}",
-        problems.len(),
-        problems.join("\n")
-    );
-    let hooks: usize = spans.iter().map(|s| s.hooks.len()).sum();
-    eprintln!(
-        "{scenario}: {checked} plugin deliveries checked, all under their CRI call; \
-         {} CRI spans, {hooks} hooks attached",
-        spans.len()
-    );
-    (checked, hooks)
-}
-
-/// The contract findings among the records: (rule, plugin, certain).
-fn findings(records: &[TraceRecord]) -> Vec<(&'static str, Option<String>, bool)> {
-    records
-        .iter()
-        .filter_map(|r| match r {
-            TraceRecord::Violation(v) => Some((
-                v.record.rule,
-                v.record.plugin.clone(),
-                v.record.certainty == Certainty::Certain,
-            )),
-            _ => None,
-        })
-        .collect()
+    trace_check::check_correlation(scenario, &records, &truth)
 }
 
 fn traced(scenario: &str) -> Option<(std::path::PathBuf, Vec<TraceRecord>)> {
