@@ -27,8 +27,11 @@ use trace_check::findings;
 const CRI: &str = "/var/lib/nri-trace-lab/run/containerd.sock";
 const NRI: &str = "/var/lib/nri-trace-lab/run/nri.sock";
 
-/// (scenario, the findings it must give: (rule, plugin)).
-const FIXTURES: &[(&str, &[(&str, Option<&str>)])] = &[
+/// A finding as (rule, plugin).
+type Finding = (&'static str, Option<&'static str>);
+
+/// (scenario, the findings it must give).
+const FIXTURES: &[(&str, &[Finding])] = &[
     ("happy", &[]),
     ("slow-plugin", &[]),
     (
@@ -68,7 +71,7 @@ fn dir(name: &str) -> std::path::PathBuf {
 }
 
 fn events(name: &str) -> Vec<CaptureEvent> {
-    recording::read_file(&dir(name).join("recording.ndjson.gz")).expect("recording fixture")
+    recording::read_file(dir(name).join("recording.ndjson.gz")).expect("recording fixture")
 }
 
 fn truth(name: &str) -> Vec<Truth> {
