@@ -478,7 +478,9 @@ impl ContractChecker {
             .timeout_nano
             .filter(|t| *t > 0)
             .map(|t| t as u64 / 2));
-        if let (Some(b), Some(own)) = (budget, h.own_ns) {
+        // A timed-out hook is the timeout rule's.
+        let own = h.own_ns.filter(|_| h.call.outcome != Outcome::TimedOut);
+        if let (Some(b), Some(own)) = (budget, own) {
             if own > b {
                 out.push(self.hook_finding(
                     HOOK_OVER_BUDGET,
@@ -1063,6 +1065,164 @@ mod tests {
         // nothing to judge.
         let v = check(&[plugin("late", "20", 3, &ALL), stop("s1", 200)]);
         assert_eq!(rules(&v), Vec::<&str>::new());
+    }
+
+    /// A container event of container `ctr` in pod `pod`, to plugin a.
+    fn ctr_hook(event: Event, pod: &str, ctr: &str, start: u64) -> HookSpan {
+        let mut h = to_plugin(hook(Some(event), "a", pod, start, start + 5), "a", "10", 2);
+        h.call.container = Some(crate::model::nri_call::ContainerRef {
+            id: ctr.into(),
+            name: "c0".into(),
+        });
+        h
+    }
+
+    #[test]
+    fn container_events_out_of_order() {
+        let records = vec![
+            plugin("a", "10", 2, &[]),
+            span(
+                cri(Some("StartContainer"), "s1", 100, 150),
+                vec![ctr_hook(Event::StartContainer, "s1", "c1", 110)],
+            ),
+            span(
+                cri(Some("CreateContainer"), "s1", 200, 250),
+                vec![ctr_hook(Event::CreateContainer, "s1", "c1", 210)],
+            ),
+        ];
+        let v = check(&records);
+        // (plugin a subscribed to nothing: the deliveries are also
+        // unsubscribed ones.)
+        assert!(
+            rules(&v).contains(&CONTAINER_EVENT_ORDER),
+            "{:?}",
+            rules(&v)
+        );
+        // In order: nothing about the order.
+        let ok = vec![
+            plugin("a", "10", 2, &["CREATE_CONTAINER", "START_CONTAINER"]),
+            span(
+                cri(Some("CreateContainer"), "s1", 100, 150),
+                vec![ctr_hook(Event::CreateContainer, "s1", "c1", 110)],
+            ),
+            span(
+                cri(Some("StartContainer"), "s1", 200, 250),
+                vec![ctr_hook(Event::StartContainer, "s1", "c1", 210)],
+            ),
+        ];
+        assert_eq!(rules(&check(&ok)), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn container_before_the_pod_is_ready_or_after_it_stopped() {
+        let all = [
+            "RUN_POD_SANDBOX",
+            "STOP_POD_SANDBOX",
+            "CREATE_CONTAINER",
+            "START_CONTAINER",
+        ];
+        let run = |end: u64| {
+            span(
+                cri(Some("RunPodSandbox"), "s1", 0, end + 10),
+                vec![to_plugin(
+                    hook(Some(Event::RunPodSandbox), "a", "s1", 10, end),
+                    "a",
+                    "10",
+                    2,
+                )],
+            )
+        };
+        // The RunPodSandbox hook ends at 300; a CreateContainer at 200.
+        let early = vec![
+            plugin("a", "10", 2, &all),
+            run(300),
+            span(
+                cri(Some("CreateContainer"), "s1", 190, 260),
+                vec![ctr_hook(Event::CreateContainer, "s1", "c1", 200)],
+            ),
+        ];
+        assert_eq!(rules(&check(&early)), vec![CONTAINER_BEFORE_POD_READY]);
+        let stopped = vec![
+            plugin("a", "10", 2, &all),
+            run(100),
+            span(
+                cri(Some("StopPodSandbox"), "s1", 200, 260),
+                vec![to_plugin(
+                    hook(Some(Event::StopPodSandbox), "a", "s1", 210, 220),
+                    "a",
+                    "10",
+                    2,
+                )],
+            ),
+            span(
+                cri(Some("CreateContainer"), "s1", 300, 360),
+                vec![ctr_hook(Event::CreateContainer, "s1", "c1", 310)],
+            ),
+        ];
+        assert_eq!(rules(&check(&stopped)), vec![CONTAINER_IN_STOPPED_POD]);
+        // Ready, then a container: nothing.
+        let fine = vec![
+            plugin("a", "10", 2, &all),
+            run(100),
+            span(
+                cri(Some("CreateContainer"), "s1", 200, 260),
+                vec![ctr_hook(Event::CreateContainer, "s1", "c1", 210)],
+            ),
+        ];
+        assert_eq!(rules(&check(&fine)), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn plugin_timeout_and_what_it_missed() {
+        let mut hung = to_plugin(
+            hook(Some(Event::RunPodSandbox), "hang", "s1", 10, 1010),
+            "hang",
+            "10",
+            2,
+        );
+        // As the NRI stage reports one: no end, no own time.
+        hung.call.outcome = Outcome::TimedOut;
+        hung.call.timeout_nano = Some(1_000_000_000);
+        hung.call.end = None;
+        hung.own_ns = None;
+        let later = |t: u64| {
+            span(
+                cri(Some("StopPodSandbox"), "s1", t, t + 50),
+                vec![to_plugin(
+                    hook(Some(Event::StopPodSandbox), "b", "s1", t + 10, t + 20),
+                    "b",
+                    "20",
+                    3,
+                )],
+            )
+        };
+        let records = vec![
+            plugin("hang", "10", 2, &ALL),
+            plugin("b", "20", 3, &ALL),
+            span(cri(Some("RunPodSandbox"), "s1", 0, 1100), vec![hung]),
+            TraceRecord::Nri(NriRecord::NriPluginGone {
+                conn: ConnId(2),
+                ts: ts(1010).unwrap(),
+                plugin: PluginId {
+                    name: Some("hang".into()),
+                    index: Some("10".into()),
+                    pid: None,
+                    comm: None,
+                    source: IdentitySource::RegisterPlugin,
+                },
+            }),
+            later(2000),
+        ];
+        let v = check(&records);
+        assert_eq!(rules(&v), vec![PLUGIN_TIMEOUT, PLUGIN_TIMEOUT]);
+        assert!(v[0].message.contains("(1000 ms)"), "{}", v[0].message);
+        assert!(
+            v[1].message.contains("missed 1 subscribed"),
+            "{}",
+            v[1].message
+        );
+        // Gone plugins are not "subscribed but not delivered".
+        assert!(!rules(&v).contains(&SUBSCRIBED_NOT_DELIVERED));
     }
 
     #[test]
