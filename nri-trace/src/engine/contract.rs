@@ -251,6 +251,12 @@ const CONTAINER_ORDER: [&str; 4] = [
     "REMOVE_CONTAINER",
 ];
 
+/// Most objects (pod or container per plugin, pods, pending retries) the
+/// checker remembers. Past it, the oldest state is dropped: memory stays
+/// bounded on a node that runs for months, at the price of not seeing an
+/// order violation across the forgotten part.
+pub const MAX_TRACKED: usize = 65_536;
+
 /// Pure checker of the contract rules.
 #[derive(Default)]
 pub struct ContractChecker {
@@ -321,6 +327,44 @@ impl ContractChecker {
 
     /// Feed one record (in the order the trace analysis emits them).
     pub fn on_record(&mut self, r: &TraceRecord, out: &mut Vec<Violation>) {
+        self.bound();
+        self.check_record(r, out);
+    }
+
+    /// Keep every map under [`MAX_TRACKED`]: drop the state of the objects
+    /// seen longest ago (by their first event).
+    fn bound(&mut self) {
+        if self.seen.len() > MAX_TRACKED {
+            let mut firsts: Vec<u64> = self
+                .seen
+                .values()
+                .map(|e| e.values().copied().min().unwrap_or(0))
+                .collect();
+            firsts.sort_unstable();
+            let cut = firsts[firsts.len() / 2];
+            self.seen
+                .retain(|_, e| e.values().copied().min().unwrap_or(0) > cut);
+        }
+        for m in [&mut self.pod_ready, &mut self.pod_stopped] {
+            if m.len() > MAX_TRACKED {
+                let mut v: Vec<u64> = m.values().copied().collect();
+                v.sort_unstable();
+                let cut = v[v.len() / 2];
+                m.retain(|_, t| *t > cut);
+            }
+        }
+        if self.fired.len() > MAX_TRACKED {
+            self.fired.clear();
+        }
+        if self.retries.len() > MAX_TRACKED {
+            self.retries.clear();
+        }
+        // Forgetting some announced pods would make findings up: a plugin
+        // with too many is no longer judged (its entry goes).
+        self.announced.retain(|_, p| p.len() <= MAX_TRACKED);
+    }
+
+    fn check_record(&mut self, r: &TraceRecord, out: &mut Vec<Violation>) {
         match r {
             TraceRecord::Nri(NriRecord::NriPlugin {
                 conn,

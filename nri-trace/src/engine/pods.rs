@@ -13,6 +13,9 @@ use crate::{capture::Timestamp, model::cri_call::CriOutcome};
 
 /// Most timeline entries kept per pod (the oldest go first).
 pub const MAX_TIMELINE: usize = 256;
+/// Most pods kept; past it the removed pods seen longest ago go first,
+/// then the pods seen longest ago.
+pub const MAX_PODS: usize = 4096;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -139,8 +142,35 @@ impl PodModel {
         c.sandbox_id.as_ref().map(|id| format!("sandbox {id}"))
     }
 
+    /// Keep at most [`MAX_PODS`] pods (and their index entries).
+    fn bound(&mut self) {
+        if self.pods.len() <= MAX_PODS {
+            return;
+        }
+        let mut order: Vec<(bool, u64, String)> = self
+            .pods
+            .iter()
+            .map(|(k, p)| {
+                (
+                    p.phase != PodPhase::Removed,
+                    p.last_seen.map_or(0, |t| t.mono_ns),
+                    k.clone(),
+                )
+            })
+            .collect();
+        order.sort();
+        for (_, _, k) in order.into_iter().take(self.pods.len() - MAX_PODS) {
+            self.pods.remove(&k);
+        }
+        let pods = &self.pods;
+        self.by_sandbox.retain(|_, k| pods.contains_key(k));
+        self.by_label.retain(|_, k| pods.contains_key(k));
+        self.by_container.retain(|_, k| pods.contains_key(k));
+    }
+
     /// Update the model with one record.
     pub fn on_record(&mut self, r: &TraceRecord) {
+        self.bound();
         match r {
             TraceRecord::CriSpan(_) => self.on_span(r),
             TraceRecord::Violation(v) => {
@@ -325,5 +355,29 @@ mod tests {
         assert_eq!(p.slowest().unwrap().method, "RunPodSandbox");
         m.on_record(&span("RemovePodSandbox", 300, 310, false, vec![]));
         assert_eq!(m.pods().next().unwrap().phase, PodPhase::Removed);
+    }
+
+    #[test]
+    fn bounded_retention_drops_removed_pods_first() {
+        let mut m = PodModel::new();
+        let mk = |i: u64, method: &str| {
+            let mut r = span(method, i * 10, i * 10 + 5, true, vec![]);
+            if let TraceRecord::CriSpan(s) = &mut r {
+                s.record.call.sandbox_id = Some(format!("s{i}"));
+                s.record.call.pod.as_mut().unwrap().name = format!("p{i}");
+            }
+            r
+        };
+        for i in 0..(MAX_PODS as u64 + 10) {
+            m.on_record(&mk(i, "RunPodSandbox"));
+            if i < 20 {
+                m.on_record(&mk(i, "RemovePodSandbox"));
+            }
+        }
+        m.on_record(&mk(99_999, "RunPodSandbox"));
+        assert!(m.len() <= MAX_PODS + 1);
+        // The removed ones went first; the live ones stayed.
+        assert!(m.pods().any(|p| p.name == "p25"));
+        assert!(!m.pods().any(|p| p.name == "p0"));
     }
 }
