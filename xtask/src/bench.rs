@@ -1,7 +1,7 @@
 //! `cargo xtask bench`: what nri-trace's probes cost, measured around real
 //! attachments, printed as markdown tables for docs/benchmarks.md.
 //!
-//! Six parts (see docs/benchmarks.md for how to read them):
+//! Seven parts (see docs/benchmarks.md for how to read them):
 //! - probe: syscalls of a process nri-trace does NOT track, with nothing,
 //!   the real capture, the design floors or a bpftrace pair attached.
 //! - traced: write(2) of the process nri-trace captures, without and with
@@ -16,6 +16,10 @@
 //! - cri-decode: the same for recorded CRI streams (HTTP/2, HPACK, gRPC),
 //!   with the cost of method inference beside it
 //!   (`nri-trace/benches/cri_decode.rs`; no probes, no root needed either).
+//! - trace-engine: the engine (`TraceAnalysis` + `PodModel`) over a long
+//!   recording (events/s, pod lifecycles/s), and its memory after 10,000
+//!   pod lifecycles against the 100 MiB target
+//!   (`nri-trace/benches/trace_engine.rs`; no probes, no root needed).
 //!
 //! Every probe measurement runs the criterion benchmark `nri-trace/benches/
 //! syscall_cost.rs` (built once) pinned to one CPU; everything attached runs
@@ -58,7 +62,7 @@ pub struct BenchArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "probe,traced,throughput,mix,nri-decode,cri-decode"
+        default_value = "probe,traced,throughput,mix,nri-decode,cri-decode,trace-engine"
     )]
     only: Vec<Part>,
     /// Very short criterion runs: checks the harness, the numbers are noise.
@@ -74,20 +78,21 @@ enum Part {
     Mix,
     NriDecode,
     CriDecode,
+    TraceEngine,
 }
 
 impl Part {
     /// Parts that attach probes: they need root, the tools and the eBPF
     /// build.
     fn attaches_probes(self) -> bool {
-        !matches!(self, Part::NriDecode | Part::CriDecode)
+        !matches!(self, Part::NriDecode | Part::CriDecode | Part::TraceEngine)
     }
 }
 
 pub fn run(a: BenchArgs) -> Result<()> {
     let started = Instant::now();
-    // Everything but the decode parts attaches probes: only then are root,
-    // the tools and the eBPF build needed.
+    // Everything but the decode and engine parts attaches probes: only then
+    // are root, the tools and the eBPF build needed.
     let ctx = if a.only.iter().any(|p| p.attaches_probes()) {
         Some(Ctx::prepare(a.quick)?)
     } else {
@@ -132,12 +137,20 @@ pub fn run(a: BenchArgs) -> Result<()> {
     if a.only.contains(&Part::CriDecode) {
         report.push(cri_decode_section(&cri_decode(a.quick)?));
     }
+    let engine = if a.only.contains(&Part::TraceEngine) {
+        let e = trace_engine(a.quick)?;
+        report.push(trace_engine_section(&e));
+        Some(e)
+    } else {
+        None
+    };
     // Only parts with a target (cri-decode has none) make rows.
-    if probe.is_some() || traced.is_some() || decode.is_some() {
+    if probe.is_some() || traced.is_some() || decode.is_some() || engine.is_some() {
         report.push(targets_section(
             probe.as_ref(),
             traced.as_ref(),
             decode.as_ref(),
+            engine.as_ref(),
         ));
     }
     report.push(format!("Load average at the end: {}\n", loadavg()));
@@ -1274,6 +1287,8 @@ fn cri_decode(quick: bool) -> Result<CriDecode> {
 struct DecodeRun {
     /// Its `<bench> input: ` lines, without the prefix.
     inputs: Vec<String>,
+    /// Everything it printed (stdout and stderr), line by line.
+    output: Vec<String>,
     /// The CPU the bench ran on, if pinned.
     cpu: Option<&'static str>,
     criterion_home: PathBuf,
@@ -1324,6 +1339,7 @@ fn run_decode_bench(bench: &str, ids: &[String], quick: bool) -> Result<DecodeRu
     }
     Ok(DecodeRun {
         inputs,
+        output: p.seen.clone(),
         cpu,
         criterion_home,
     })
@@ -1341,6 +1357,162 @@ fn input_number(input: &str, key: &str) -> Result<f64> {
     input_field(input, key)?
         .parse()
         .with_context(|| format!("{key}= is not a number in the input line: {input}"))
+}
+
+// ------------------------------------------------ part g: trace engine
+
+/// The criterion id of `nri-trace/benches/trace_engine.rs`'s throughput
+/// benchmark.
+const TRACE_ENGINE_ID: &str = "trace_engine/full";
+/// The issue's memory target after 10,000 pod lifecycles.
+const MEMORY_TARGET_MIB: f64 = 100.0;
+/// The lifecycles the memory target is stated for.
+const MEMORY_LIFECYCLES: f64 = 10_000.0;
+
+struct TraceEngine {
+    /// The bench's `trace_engine input:` line, as printed.
+    input: String,
+    reps: f64,
+    events: f64,
+    bytes: f64,
+    lifecycles: f64,
+    /// criterion median, ns per run over the whole long input.
+    ns: f64,
+    /// The bench's `trace_engine memory:` line, as printed.
+    memory: String,
+    mem_lifecycles: f64,
+    mem_events: f64,
+    mem_seconds: f64,
+    rss_before_kib: f64,
+    rss_after_kib: f64,
+    hwm_kib: f64,
+    pods_kept: f64,
+    /// (lifecycles, VmRSS KiB, seconds) along the memory run.
+    progress: Vec<(f64, f64, f64)>,
+    /// The CPU the bench ran on, if pinned.
+    cpu: Option<&'static str>,
+}
+
+impl TraceEngine {
+    fn memory_verdict(&self) -> &'static str {
+        if self.mem_lifecycles < MEMORY_LIFECYCLES {
+            "not measured"
+        } else if self.hwm_kib < MEMORY_TARGET_MIB * 1024.0 {
+            "met"
+        } else {
+            "MISSED"
+        }
+    }
+}
+
+/// Build and run the trace_engine bench (criterion, then its memory run),
+/// then read its median and its memory lines.
+fn trace_engine(quick: bool) -> Result<TraceEngine> {
+    let run = run_decode_bench("trace_engine", &[TRACE_ENGINE_ID.to_string()], quick)?;
+    let input = run.inputs[0].clone();
+    let line = |prefix: &str| {
+        run.output
+            .iter()
+            .find_map(|l| l.strip_prefix(prefix))
+            .map(str::to_string)
+            .with_context(|| format!("the trace_engine bench printed no `{prefix}` line"))
+    };
+    let memory = line("trace_engine memory: ")?;
+    let progress = line("trace_engine memory progress: ")?
+        .split_whitespace()
+        .map(|p| {
+            let v: Vec<f64> = p.split(':').filter_map(|x| x.parse().ok()).collect();
+            match v[..] {
+                [l, kib, t] => Ok((l, kib, t)),
+                _ => bail!("bad memory progress point {p:?}"),
+            }
+        })
+        .collect::<Result<_>>()?;
+    Ok(TraceEngine {
+        reps: input_number(&input, "reps")?,
+        events: input_number(&input, "events")?,
+        bytes: input_number(&input, "bytes")?,
+        lifecycles: input_number(&input, "lifecycles")?,
+        ns: run.median_ns(TRACE_ENGINE_ID)?,
+        input,
+        mem_lifecycles: input_number(&memory, "lifecycles")?,
+        mem_events: input_number(&memory, "events")?,
+        mem_seconds: input_number(&memory, "seconds")?,
+        rss_before_kib: input_number(&memory, "rss_before_kib")?,
+        rss_after_kib: input_number(&memory, "rss_after_kib")?,
+        hwm_kib: input_number(&memory, "hwm_kib")?,
+        pods_kept: input_number(&memory, "pods_kept")?,
+        memory,
+        progress,
+        cpu: run.cpu,
+    })
+}
+
+fn trace_engine_section(e: &TraceEngine) -> String {
+    let mib = |kib: f64| kib / 1024.0;
+    let mut s = format!(
+        "## Engine throughput and memory\n\n\
+         One run = the whole long input ({} repetitions of the happy trace recording, each \
+         with its own ids, connections and times) through a fresh `TraceAnalysis` and \
+         `PodModel`, on one core ({}); criterion median. MB/s = captured payload bytes (10^6) \
+         per second.\n\n\
+         Input: `{}`\n\n\
+         | benchmark | time per run (ms) | events/s | MB/s | pod lifecycles/s |\n\
+         | --- | ---: | ---: | ---: | ---: |\n\
+         | full | {:.1} | {:.0} | {:.1} | {:.0} |\n\n",
+        fmt_f0(e.reps),
+        e.cpu
+            .map_or("not pinned".to_string(), |c| format!("pinned to CPU {c}")),
+        e.input,
+        e.ns / 1e6,
+        e.events * 1e9 / e.ns,
+        e.bytes * 1e3 / e.ns,
+        e.lifecycles * 1e9 / e.ns,
+    );
+    s += &format!(
+        "Memory: a fresh process streams {} pod lifecycles ({} events, one repetition \
+         generated at a time) through one `TraceAnalysis` and one `PodModel`; \
+         /proc/self/status.\n\n\
+         Memory run: `{}`\n\n\
+         | | |\n| --- | ---: |\n\
+         | VmRSS, the recording loaded (before) | {:.1} MiB |\n\
+         | VmRSS after {} lifecycles | {:.1} MiB |\n\
+         | VmHWM (peak) | {:.1} MiB |\n\
+         | pods kept in the model | {} |\n\
+         | run time | {:.1} s ({:.0} events/s, {:.0} lifecycles/s) |\n\n",
+        fmt_f0(e.mem_lifecycles),
+        fmt_f0(e.mem_events),
+        e.memory,
+        mib(e.rss_before_kib),
+        fmt_f0(e.mem_lifecycles),
+        mib(e.rss_after_kib),
+        mib(e.hwm_kib),
+        fmt_f0(e.pods_kept),
+        e.mem_seconds,
+        e.mem_events / e.mem_seconds,
+        e.mem_lifecycles / e.mem_seconds,
+    );
+    s += "| lifecycles | VmRSS (MiB) | seconds | lifecycles/s since the previous row |\n\
+          | ---: | ---: | ---: | ---: |\n";
+    let mut prev = (0.0, 0.0);
+    for &(l, kib, t) in &e.progress {
+        s += &format!(
+            "| {} | {:.1} | {:.1} | {:.0} |\n",
+            fmt_f0(l),
+            mib(kib),
+            t,
+            (l - prev.0) / (t - prev.1)
+        );
+        prev = (l, t);
+    }
+    s += &format!(
+        "\nTarget: under {MEMORY_TARGET_MIB} MiB after {} pod lifecycles (VmHWM of the memory \
+         run): {:.1} MiB, **{}**.\n",
+        fmt_f0(MEMORY_LIFECYCLES),
+        mib(e.hwm_kib),
+        e.memory_verdict()
+    );
+    s
 }
 
 // ---------------------------------------------------------------- report
@@ -1739,7 +1911,12 @@ fn cri_decode_section(d: &CriDecode) -> String {
 }
 
 /// The targets of the issue, checked against what was measured.
-fn targets_section(p: Option<&ProbeCost>, t: Option<&TracedCost>, d: Option<&NriDecode>) -> String {
+fn targets_section(
+    p: Option<&ProbeCost>,
+    t: Option<&TracedCost>,
+    d: Option<&NriDecode>,
+    e: Option<&TraceEngine>,
+) -> String {
     let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
     let mut s = String::from("## Targets\n\n| target | measured | |\n| --- | --- | --- |\n");
     if let Some(p) = p {
@@ -1773,6 +1950,15 @@ fn targets_section(p: Option<&ProbeCost>, t: Option<&TracedCost>, d: Option<&Nri
             d.prost() / 1e3,
             d.rest() / d.prost(),
             verdict(d.rest() < d.prost())
+        );
+    }
+    if let Some(e) = e {
+        s += &format!(
+            "| engine memory after {} pod lifecycles under {} MiB (VmHWM) | {:.1} MiB | {} |\n",
+            fmt_f0(e.mem_lifecycles),
+            MEMORY_TARGET_MIB,
+            e.hwm_kib / 1024.0,
+            e.memory_verdict()
         );
     }
     s

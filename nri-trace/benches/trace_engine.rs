@@ -1,0 +1,774 @@
+//! Engine throughput on a long recording, and memory after 10,000 pod
+//! lifecycles (bounded retention).
+//!
+//! Input: `tests/fixtures/trace/happy/recording.ndjson.gz`, a real capture
+//! of the lab containerd's CRI socket and NRI socket (3 pods x 2
+//! containers, 3 NRI plugins, the plugins' ends included), loaded once.
+//! A *long recording* is that recording repeated, each repetition `r` made
+//! distinct so that the engine sees new pods, not replays of the same ones:
+//!
+//! - every timestamp (`mono_ns`, `wall_ns`) is shifted by `r` x (the
+//!   recording's span + 1 s);
+//! - every `ConnId` (`ConnOpen::other_end` included) is shifted by
+//!   `r` x 1,000,000;
+//! - every sandbox / container id (a run of exactly 64 lowercase hex
+//!   digits) and every pod uid (a lowercase 8-4-4-4-12 UUID) found in the
+//!   captured bytes gets its last 8 hex digits overwritten with `r` in hex,
+//!   wherever it occurs. Lengths do not change, so HTTP/2, gRPC, ttrpc and
+//!   protobuf framing stay valid. Ids are found once, per chunk; an id
+//!   split across two chunks would be missed, so the bench also counts the
+//!   ids in each (connection, direction) stream concatenated and prints how
+//!   many occurrences only the concatenation shows (`split=`).
+//!
+//! Before any timing the bench checks that the long input is sound:
+//! `trace_analysis::analyze` over 3 repetitions gives 3 x the records of
+//! the original recording, kind by kind (cri_span, nri_uncaused, ...), 3 x
+//! the NRI deliveries attached to CRI calls, 3 x the pods in the
+//! `PodModel`, and no contract finding (the happy path has none).
+//!
+//! Throughput (criterion group `trace_engine`, benchmark `full`): a fresh
+//! `TraceAnalysis` (the lab's CRI and NRI socket paths) and `PodModel` fed
+//! every event of a 100-repetition input (300 pod lifecycles), events
+//! borrowed, every record folded into the model as it comes out, then the
+//! end of the capture. What a run built is dropped after it, outside the
+//! timing (criterion `PerIteration`), as in the decode benches.
+//!
+//! Memory (not criterion, after it): a child process of this same
+//! executable (so that nothing the criterion part allocated is counted)
+//! loads the one recording, reads its VmRSS, then streams 3,334
+//! repetitions (10,002 pod lifecycles) through one `TraceAnalysis` and one
+//! `PodModel`, generating each repetition on the fly and dropping its
+//! events and records once folded, and reads VmRSS and VmHWM from
+//! /proc/self/status at the end (VmRSS and the time taken so far also at
+//! every tenth of the run: `trace_engine memory progress:`
+//! `lifecycles:VmRSS KiB:seconds ...`).
+//!
+//! Run with `cargo bench -p nri-trace --bench trace_engine` (or through
+//! `cargo xtask bench --only trace-engine`, which pins it to one CPU).
+//! Prints one `trace_engine input: ...` line before the benchmarks, a
+//! summary (events/s, pod lifecycles/s) after them, read back from
+//! criterion's estimates, then the `trace_engine memory: ...` and
+//! `trace_engine memory progress: ...` lines of the memory run. Nothing here
+//! asserts on time.
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    env, fs,
+    hint::black_box,
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant, SystemTime},
+};
+
+use criterion::{BatchSize, Criterion, SamplingMode, Throughput};
+use nri_trace::{
+    capture::{recording, CaptureEvent, ConnId, Direction, ProcessEvent, Timestamp},
+    engine::{
+        pods::PodModel,
+        trace_analysis::{self, TraceAnalysis, TraceRecord},
+    },
+    model::cri_call::CriOutcome,
+};
+
+/// The recording, relative to this crate.
+const FIXTURE: &str = "../tests/fixtures/trace/happy/recording.ndjson.gz";
+/// The lab's sockets, as recorded.
+const CRI_SOCKET: &str = "/var/lib/nri-trace-lab/run/containerd.sock";
+const NRI_SOCKET: &str = "/var/lib/nri-trace-lab/run/nri.sock";
+/// The criterion group; the benchmark id is `trace_engine/full`.
+const GROUP: &str = "trace_engine";
+const BENCH: &str = "full";
+/// Repetitions of the throughput input.
+const THROUGHPUT_REPS: u32 = 100;
+/// Repetitions of the soundness check.
+const CHECK_REPS: u32 = 3;
+/// Repetitions of the memory run: 3,334 x 3 pods >= 10,000 lifecycles.
+const MEMORY_REPS: u32 = 3334;
+/// The same when criterion runs as a test (no `--bench`): the code path
+/// only.
+const MEMORY_REPS_TEST: u32 = 4;
+/// Gap between two repetitions, past the recording's span.
+const GAP_NS: u64 = 1_000_000_000;
+/// ConnId shift per repetition.
+const CONN_STRIDE: u64 = 1_000_000;
+/// Set in the memory child: its repetition count.
+const MEMORY_ENV: &str = "NRI_TRACE_BENCH_TRACE_ENGINE_MEMORY";
+/// Memory checkpoints (VmRSS) over the memory run.
+const CHECKPOINTS: u32 = 10;
+
+fn main() {
+    if let Ok(reps) = env::var(MEMORY_ENV) {
+        memory(reps.parse().expect("repetition count"));
+        return;
+    }
+    let started = SystemTime::now();
+    let base = Base::load();
+    let check = base.check();
+    let events = base.long(THROUGHPUT_REPS);
+    let input = Input::measure(&events);
+    // One machine-readable line (`cargo xtask bench` parses it).
+    println!(
+        "trace_engine input: file={} reps={} events={} chunks={} bytes={} records={} \
+         cri_spans={} hooks_in_spans={} lifecycles={} base_events={} base_span_ns={} ids={} \
+         uids={} id_occurrences={} split={} check_reps={} check_spans={} check_base_spans={} \
+         check_hooks={} check_base_hooks={} check_pods={} check_base_pods={} \
+         check_violations={} check_base_kinds={}",
+        base.path.display(),
+        THROUGHPUT_REPS,
+        events.len(),
+        input.chunks,
+        input.bytes,
+        input.records,
+        input.spans,
+        input.hooks,
+        input.lifecycles,
+        base.events.len(),
+        base.span_ns,
+        base.ids.iter().filter(|i| i.len() == 64).count(),
+        base.ids.iter().filter(|i| i.len() == 36).count(),
+        base.occurrences,
+        base.split,
+        CHECK_REPS,
+        check.spans,
+        check.base_spans,
+        check.hooks,
+        check.base_hooks,
+        check.pods,
+        check.base_pods,
+        check.violations,
+        check.base_kinds,
+    );
+    // One run takes a few hundred ms: flat sampling (the same number of
+    // runs per sample), 20 samples.
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_secs(3))
+        .measurement_time(Duration::from_secs(20))
+        .sample_size(20)
+        .configure_from_args();
+    benches(&mut c, &events, &input);
+    c.final_summary();
+    // Without --bench (cargo test --benches), criterion runs each benchmark
+    // once as a test and writes no estimates.
+    let bench = env::args().any(|a| a == "--bench");
+    if bench {
+        print_summary(&input, started);
+    }
+    drop(events);
+    drop(base);
+    memory_child(if bench { MEMORY_REPS } else { MEMORY_REPS_TEST });
+}
+
+// ---------------------------------------------------------------- input
+
+/// The one recording, and where its ids are.
+struct Base {
+    path: PathBuf,
+    events: Vec<CaptureEvent>,
+    /// Last timestamp - first (mono_ns).
+    span_ns: u64,
+    /// The ids found (64 hex: sandbox, container, image...; 36: pod uids).
+    ids: Vec<Vec<u8>>,
+    /// Per event: where ids are in its chunk bytes, (offset, id index).
+    at: Vec<Vec<(usize, usize)>>,
+    /// Occurrences of the ids in the chunks.
+    occurrences: usize,
+    /// Occurrences seen only in the streams concatenated (split between
+    /// two chunks, so not rewritten).
+    split: usize,
+}
+
+fn is_hex(b: u8) -> bool {
+    b.is_ascii_digit() || (b'a'..=b'f').contains(&b)
+}
+
+/// Runs of exactly 64 lowercase hex digits and lowercase 8-4-4-4-12 UUIDs
+/// in `b`.
+fn scan_ids(b: &[u8], ids: &mut HashSet<Vec<u8>>) {
+    let mut i = 0;
+    while i < b.len() {
+        if !is_hex(b[i]) {
+            i += 1;
+            continue;
+        }
+        let mut j = i;
+        while j < b.len() && is_hex(b[j]) {
+            j += 1;
+        }
+        if j - i == 64 {
+            ids.insert(b[i..j].to_vec());
+        }
+        // A UUID starting here: 8 hex (the whole run), then -4-4-4-12.
+        if j - i == 8 && is_uuid(&b[i..]) && b.get(i + 36).is_none_or(|&c| !is_hex(c)) {
+            ids.insert(b[i..i + 36].to_vec());
+            j = i + 36;
+        }
+        i = j;
+    }
+}
+
+fn is_uuid(b: &[u8]) -> bool {
+    b.len() >= 36
+        && b[..36].iter().enumerate().all(|(k, &c)| match k {
+            8 | 13 | 18 | 23 => c == b'-',
+            _ => is_hex(c),
+        })
+}
+
+/// Every occurrence of an id of `by_len` (lengths 64 and 36) in `b`.
+fn find_ids(b: &[u8], by_len: &HashMap<&[u8], usize>) -> Vec<(usize, usize)> {
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let hit = [64, 36]
+            .into_iter()
+            .filter(|&n| i + n <= b.len())
+            .find_map(|n| by_len.get(&b[i..i + n]).map(|&k| (k, n)));
+        match hit {
+            Some((k, n)) => {
+                found.push((i, k));
+                i += n;
+            }
+            None => i += 1,
+        }
+    }
+    found
+}
+
+fn chunk_bytes(ev: &CaptureEvent) -> Option<&[u8]> {
+    match ev {
+        CaptureEvent::Chunk(c) => Some(&c.bytes),
+        _ => None,
+    }
+}
+
+fn ts_of(ev: &CaptureEvent) -> Option<Timestamp> {
+    match ev {
+        CaptureEvent::Open(o) => Some(o.ts),
+        CaptureEvent::Chunk(c) => Some(c.ts),
+        CaptureEvent::Close(c) => Some(c.ts),
+        CaptureEvent::Process(ProcessEvent::Fork { ts, .. } | ProcessEvent::Exit { ts, .. }) => {
+            Some(*ts)
+        }
+        CaptureEvent::Loss(_) => None,
+    }
+}
+
+impl Base {
+    fn load() -> Base {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(FIXTURE);
+        let events = recording::read_file(&path)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        let monos: Vec<u64> = events.iter().filter_map(ts_of).map(|t| t.mono_ns).collect();
+        let span_ns = monos.iter().max().unwrap() - monos.iter().min().unwrap();
+
+        let mut set = HashSet::new();
+        for b in events.iter().filter_map(chunk_bytes) {
+            scan_ids(b, &mut set);
+        }
+        let mut ids: Vec<Vec<u8>> = set.into_iter().collect();
+        ids.sort();
+        assert!(!ids.is_empty(), "no id in {}", path.display());
+        let by_len: HashMap<&[u8], usize> =
+            ids.iter().enumerate().map(|(k, id)| (&id[..], k)).collect();
+        let at: Vec<Vec<(usize, usize)>> = events
+            .iter()
+            .map(|e| chunk_bytes(e).map_or_else(Vec::new, |b| find_ids(b, &by_len)))
+            .collect();
+        let occurrences = at.iter().map(Vec::len).sum();
+
+        // The same over each (connection, direction) stream concatenated:
+        // an id split between two chunks shows only there.
+        let streams = streams(&events);
+        let mut whole = HashSet::new();
+        for s in streams.values() {
+            scan_ids(s, &mut whole);
+        }
+        let missed: Vec<String> = whole
+            .iter()
+            .filter(|id| !by_len.contains_key(&id[..]))
+            .map(|id| String::from_utf8_lossy(id).into_owned())
+            .collect();
+        let in_streams: usize = streams.values().map(|s| find_ids(s, &by_len).len()).sum();
+        let split = in_streams - occurrences + missed.len();
+        if split > 0 {
+            eprintln!(
+                "trace_engine: {split} id occurrences split between chunks (not rewritten); \
+                 ids seen only across chunks: {missed:?}"
+            );
+        }
+        Base {
+            path,
+            events,
+            span_ns,
+            ids,
+            at,
+            occurrences,
+            split,
+        }
+    }
+
+    /// Repetition `r` of the recording, made distinct.
+    fn repetition(&self, r: u32) -> Vec<CaptureEvent> {
+        let shift = u64::from(r) * (self.span_ns + GAP_NS);
+        let conn = |c: ConnId| ConnId(c.0 + u64::from(r) * CONN_STRIDE);
+        let ts = |t: Timestamp| Timestamp {
+            mono_ns: t.mono_ns + shift,
+            wall_ns: t.wall_ns + shift,
+        };
+        let tag = format!("{r:08x}");
+        let variants: Vec<Vec<u8>> = self
+            .ids
+            .iter()
+            .map(|id| {
+                let mut v = id.clone();
+                let n = v.len();
+                v[n - 8..].copy_from_slice(tag.as_bytes());
+                v
+            })
+            .collect();
+        self.events
+            .iter()
+            .zip(&self.at)
+            .map(|(ev, at)| {
+                let mut ev = ev.clone();
+                match &mut ev {
+                    CaptureEvent::Open(o) => {
+                        o.conn = conn(o.conn);
+                        o.ts = ts(o.ts);
+                        o.other_end = o.other_end.map(conn);
+                    }
+                    CaptureEvent::Chunk(c) => {
+                        c.conn = conn(c.conn);
+                        c.ts = ts(c.ts);
+                        for &(off, k) in at {
+                            let v = &variants[k];
+                            c.bytes[off..off + v.len()].copy_from_slice(v);
+                        }
+                    }
+                    CaptureEvent::Close(c) => {
+                        c.conn = conn(c.conn);
+                        c.ts = ts(c.ts);
+                    }
+                    CaptureEvent::Process(
+                        ProcessEvent::Fork { ts: t, .. } | ProcessEvent::Exit { ts: t, .. },
+                    ) => *t = ts(*t),
+                    CaptureEvent::Loss(_) => {}
+                }
+                ev
+            })
+            .collect()
+    }
+
+    /// Repetitions 0..reps, one after another.
+    fn long(&self, reps: u32) -> Vec<CaptureEvent> {
+        (0..reps).flat_map(|r| self.repetition(r)).collect()
+    }
+
+    /// The long input is sound: 3 repetitions give 3 x what the recording
+    /// gives, and nothing the recording does not.
+    fn check(&self) -> Check {
+        let n = CHECK_REPS as usize;
+        let long = self.long(CHECK_REPS);
+        let (base_records, _, _) = analyze(self.events.clone());
+        let (records, _, _) = analyze(long.clone());
+        // The `full` loop gives what analyze() gives.
+        let (got, _, model) = run_full(&long, new_analysis(), PodModel::new());
+        assert!(got == records, "the `full` loop differs from analyze()");
+
+        // Every id was rewritten, and each repetition's occur as often as
+        // the recording's ids: per stream, concatenated.
+        let before = streams(&self.events);
+        let after = streams(&long);
+        let by_len: HashMap<&[u8], usize> = self
+            .ids
+            .iter()
+            .enumerate()
+            .map(|(k, id)| (&id[..], k))
+            .collect();
+        let left: usize = after.values().map(|s| find_ids(s, &by_len).len()).sum();
+        assert_eq!(
+            left, self.split,
+            "ids of the recording left in the rewritten streams"
+        );
+        let in_before: usize = before.values().map(|s| find_ids(s, &by_len).len()).sum();
+        for r in 0..CHECK_REPS {
+            let rep = self.repetition(r);
+            let rep_ids = {
+                let mut set = HashSet::new();
+                for b in rep.iter().filter_map(chunk_bytes) {
+                    scan_ids(b, &mut set);
+                }
+                set
+            };
+            assert_eq!(
+                rep_ids.len(),
+                self.ids.len(),
+                "repetition {r}: another number of distinct ids than the recording"
+            );
+            assert!(
+                rep_ids.iter().all(|id| !by_len.contains_key(&id[..])),
+                "repetition {r}: an original id left"
+            );
+            let rep_by: HashMap<&[u8], usize> = rep_ids
+                .iter()
+                .enumerate()
+                .map(|(k, id)| (&id[..], k))
+                .collect();
+            let count: usize = streams(&rep)
+                .values()
+                .map(|s| find_ids(s, &rep_by).len())
+                .sum();
+            assert_eq!(
+                count, in_before,
+                "repetition {r}: ids occur another number of times"
+            );
+        }
+
+        let kinds = |rs: &[TraceRecord]| {
+            let mut k: BTreeMap<&'static str, usize> = BTreeMap::new();
+            for r in rs {
+                *k.entry(kind(r)).or_default() += 1;
+            }
+            k
+        };
+        let want: BTreeMap<&str, usize> = kinds(&base_records)
+            .into_iter()
+            .map(|(k, v)| (k, v * n))
+            .collect();
+        assert_eq!(
+            kinds(&records),
+            want,
+            "{CHECK_REPS} repetitions: records by kind"
+        );
+        assert_eq!(
+            hooks_in_spans(&records),
+            n * hooks_in_spans(&base_records),
+            "{CHECK_REPS} repetitions: NRI deliveries attached to CRI calls"
+        );
+        let mut base_model = PodModel::new();
+        for r in &base_records {
+            base_model.on_record(r);
+        }
+        assert!(!base_model.is_empty(), "no pod in the recording");
+        assert_eq!(
+            model.len(),
+            n * base_model.len(),
+            "{CHECK_REPS} repetitions: pods"
+        );
+        let violations = count(&records, "violation");
+        assert_eq!(
+            violations, 0,
+            "contract findings on the repeated happy path: the rewrite broke something"
+        );
+        assert_eq!(count(&base_records, "violation"), 0);
+        Check {
+            spans: count(&records, "cri_span"),
+            base_spans: count(&base_records, "cri_span"),
+            hooks: hooks_in_spans(&records),
+            base_hooks: hooks_in_spans(&base_records),
+            base_kinds: kinds(&base_records)
+                .iter()
+                .map(|(k, v)| format!("{k}:{v}"))
+                .collect::<Vec<_>>()
+                .join(","),
+            pods: model.len(),
+            base_pods: base_model.len(),
+            violations,
+        }
+    }
+}
+
+/// Chunk bytes per (connection, direction), in capture order.
+fn streams(events: &[CaptureEvent]) -> BTreeMap<(ConnId, bool), Vec<u8>> {
+    let mut s: BTreeMap<(ConnId, bool), Vec<u8>> = BTreeMap::new();
+    for e in events {
+        if let CaptureEvent::Chunk(c) = e {
+            s.entry((c.conn, c.direction == Direction::In))
+                .or_default()
+                .extend_from_slice(&c.bytes);
+        }
+    }
+    s
+}
+
+fn kind(r: &TraceRecord) -> &'static str {
+    match r {
+        TraceRecord::CriSpan(_) => "cri_span",
+        TraceRecord::NriUncaused(_) => "nri_uncaused",
+        TraceRecord::Nri(_) => "nri",
+        TraceRecord::Cri(_) => "cri",
+        TraceRecord::Violation(_) => "violation",
+    }
+}
+
+fn count(rs: &[TraceRecord], k: &str) -> usize {
+    rs.iter().filter(|r| kind(r) == k).count()
+}
+
+fn hooks_in_spans(rs: &[TraceRecord]) -> usize {
+    rs.iter()
+        .map(|r| match r {
+            TraceRecord::CriSpan(s) => s.record.hooks.len(),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// A successful RunPodSandbox: one pod lifecycle begins.
+fn is_pod_start(r: &TraceRecord) -> bool {
+    matches!(r, TraceRecord::CriSpan(s)
+        if s.record.call.method.as_deref() == Some("RunPodSandbox")
+            && s.record.call.outcome == CriOutcome::Ok)
+}
+
+/// What the soundness check found.
+struct Check {
+    spans: usize,
+    base_spans: usize,
+    /// NRI deliveries attached to CRI calls.
+    hooks: usize,
+    base_hooks: usize,
+    /// Records of the recording by kind, "kind:count,...".
+    base_kinds: String,
+    pods: usize,
+    base_pods: usize,
+    violations: usize,
+}
+
+/// The throughput input's figures.
+struct Input {
+    events: usize,
+    chunks: usize,
+    bytes: u64,
+    records: usize,
+    spans: usize,
+    hooks: usize,
+    /// Pods started (RunPodSandbox ok).
+    lifecycles: usize,
+}
+
+impl Input {
+    fn measure(events: &[CaptureEvent]) -> Input {
+        let (records, _, model) = run_full(events, new_analysis(), PodModel::new());
+        let lifecycles = records.iter().filter(|r| is_pod_start(r)).count();
+        assert_eq!(
+            lifecycles,
+            model.len(),
+            "pods in the model differ from the pods started"
+        );
+        assert_eq!(count(&records, "violation"), 0);
+        let (chunks, bytes) = events
+            .iter()
+            .filter_map(chunk_bytes)
+            .fold((0, 0), |(n, b), c| (n + 1, b + c.len() as u64));
+        Input {
+            events: events.len(),
+            chunks,
+            bytes,
+            records: records.len(),
+            spans: count(&records, "cri_span"),
+            hooks: hooks_in_spans(&records),
+            lifecycles,
+        }
+    }
+}
+
+fn new_analysis() -> TraceAnalysis {
+    TraceAnalysis::new(vec![CRI_SOCKET.into()], vec![NRI_SOCKET.into()])
+}
+
+fn analyze(
+    events: Vec<CaptureEvent>,
+) -> (
+    Vec<TraceRecord>,
+    Vec<nri_trace::engine::hook_latency::HookSummary>,
+    Vec<nri_trace::engine::cri_analysis::MethodSummary>,
+) {
+    trace_analysis::analyze(events, vec![CRI_SOCKET.into()], vec![NRI_SOCKET.into()])
+}
+
+// ------------------------------------------------------ measured code
+
+/// Every event borrowed, each record folded into the model as it comes
+/// out, then the end of the capture. Returns everything it built, so that
+/// dropping it is not measured.
+fn run_full(
+    events: &[CaptureEvent],
+    mut a: TraceAnalysis,
+    mut m: PodModel,
+) -> (Vec<TraceRecord>, TraceAnalysis, PodModel) {
+    let mut out = Vec::new();
+    let mut folded = 0;
+    for ev in events {
+        a.on_capture(ev, &mut out);
+        for r in &out[folded..] {
+            m.on_record(r);
+        }
+        folded = out.len();
+    }
+    a.finish(&mut out);
+    for r in &out[folded..] {
+        m.on_record(r);
+    }
+    (out, a, m)
+}
+
+fn benches(c: &mut Criterion, events: &[CaptureEvent], input: &Input) {
+    let mut g = c.benchmark_group(GROUP);
+    g.sampling_mode(SamplingMode::Flat);
+    g.throughput(Throughput::Elements(input.events as u64));
+    g.bench_function(BENCH, |b| {
+        b.iter_batched(
+            || (new_analysis(), PodModel::new()),
+            |(a, m)| run_full(black_box(events), a, m),
+            BatchSize::PerIteration,
+        )
+    });
+    g.finish();
+}
+
+// ------------------------------------------------------------- summary
+
+/// Where criterion writes (its own rule, minus `cargo metadata`: this
+/// workspace's target directory).
+fn criterion_dir() -> PathBuf {
+    if let Some(d) = env::var_os("CRITERION_HOME") {
+        return d.into();
+    }
+    if let Some(d) = env::var_os("CARGO_TARGET_DIR") {
+        return PathBuf::from(d).join("criterion");
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/criterion")
+}
+
+/// criterion's median (ns per run) of `trace_engine/full`, if this run
+/// wrote it.
+fn median_ns(since: SystemTime) -> Option<f64> {
+    let p = criterion_dir()
+        .join(GROUP)
+        .join(BENCH)
+        .join("new/estimates.json");
+    if fs::metadata(&p).and_then(|m| m.modified()).ok()? < since {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(&fs::read_to_string(&p).ok()?).ok()?;
+    v["median"]["point_estimate"].as_f64()
+}
+
+fn print_summary(input: &Input, since: SystemTime) {
+    println!(
+        "\ntrace_engine summary: criterion median; one run = {} repetitions of the recording, \
+         {} events ({} chunks, {} B), {} records ({} cri_span), {} pod lifecycles",
+        THROUGHPUT_REPS,
+        input.events,
+        input.chunks,
+        input.bytes,
+        input.records,
+        input.spans,
+        input.lifecycles
+    );
+    let Some(t) = median_ns(since) else {
+        println!("{BENCH}: not run");
+        return;
+    };
+    println!(
+        "{:<8} {:>12} {:>12} {:>10} {:>14}",
+        "bench", "ms per run", "events/s", "MB/s", "lifecycles/s"
+    );
+    println!(
+        "{BENCH:<8} {:>12.1} {:>12.0} {:>10.1} {:>14.0}",
+        t / 1e6,
+        input.events as f64 * 1e9 / t,
+        input.bytes as f64 * 1e3 / t,
+        input.lifecycles as f64 * 1e9 / t
+    );
+}
+
+// -------------------------------------------------------------- memory
+
+/// Run the memory measurement in a fresh process of this executable (it
+/// inherits the CPU affinity) and print what it printed.
+fn memory_child(reps: u32) {
+    let exe = env::current_exe().expect("this executable");
+    let out = Command::new(exe)
+        .env(MEMORY_ENV, reps.to_string())
+        .output()
+        .expect("starting the memory run");
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "the memory run failed: {}",
+        out.status
+    );
+}
+
+/// A field of /proc/self/status, in KiB.
+fn status_kib(key: &str) -> u64 {
+    fs::read_to_string("/proc/self/status")
+        .expect("/proc/self/status")
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in /proc/self/status"))
+}
+
+/// Stream `reps` repetitions through one analysis and one pod model,
+/// holding one repetition at a time.
+fn memory(reps: u32) {
+    let base = Base::load();
+    let rss_before = status_kib("VmRSS");
+    let hwm_before = status_kib("VmHWM");
+    let mut a = new_analysis();
+    let mut m = PodModel::new();
+    let mut out = Vec::new();
+    let (mut events, mut records, mut lifecycles, mut violations) = (0usize, 0usize, 0usize, 0);
+    let mut fold = |out: &mut Vec<TraceRecord>, m: &mut PodModel| {
+        for r in out.drain(..) {
+            records += 1;
+            lifecycles += usize::from(is_pod_start(&r));
+            violations += usize::from(matches!(r, TraceRecord::Violation(_)));
+            m.on_record(&r);
+        }
+    };
+    let mut checkpoints = Vec::new();
+    let every = reps.div_ceil(CHECKPOINTS).max(1);
+    let started = Instant::now();
+    for r in 0..reps {
+        let rep = base.repetition(r);
+        for ev in &rep {
+            a.on_capture(ev, &mut out);
+            fold(&mut out, &mut m);
+        }
+        events += rep.len();
+        drop(rep);
+        if (r + 1) % every == 0 && r + 1 < reps {
+            checkpoints.push((r + 1, status_kib("VmRSS"), started.elapsed().as_secs_f64()));
+        }
+    }
+    a.finish(&mut out);
+    fold(&mut out, &mut m);
+    let seconds = started.elapsed().as_secs_f64();
+    let rss_after = status_kib("VmRSS");
+    let hwm = status_kib("VmHWM");
+    checkpoints.push((reps, rss_after, seconds));
+    black_box(&a);
+    let pods_per_rep = lifecycles as f64 / f64::from(reps);
+    // Machine-readable (`cargo xtask bench` parses them).
+    println!(
+        "trace_engine memory: lifecycles={lifecycles} events={events} records={records} \
+         violations={violations} reps={reps} rss_before_kib={rss_before} \
+         hwm_before_kib={hwm_before} rss_after_kib={rss_after} hwm_kib={hwm} pods_kept={} \
+         seconds={seconds:.3}",
+        m.len()
+    );
+    // lifecycles:VmRSS KiB:seconds since the start of the run.
+    println!(
+        "trace_engine memory progress: {}",
+        checkpoints
+            .iter()
+            .map(|(r, kib, t)| format!("{:.0}:{kib}:{t:.3}", f64::from(*r) * pods_per_rep))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+}
