@@ -255,7 +255,10 @@ const CONTAINER_ORDER: [&str; 4] = [
 /// checker remembers. Past it, the oldest state is dropped: memory stays
 /// bounded on a node that runs for months, at the price of not seeing an
 /// order violation across the forgotten part.
-pub const MAX_TRACKED: usize = 65_536;
+pub const MAX_TRACKED: usize = 16_384;
+/// Most disconnected plugin connections remembered (timed-out ones are
+/// kept first: what they missed is reported at the end).
+pub const MAX_GONE_PLUGINS: usize = 64;
 
 /// Pure checker of the contract rules.
 #[derive(Default)]
@@ -277,6 +280,8 @@ pub struct ContractChecker {
     /// Plugin -> pods announced to it (Synchronize, RunPodSandbox); only for
     /// plugins whose Synchronize was seen.
     announced: HashMap<String, BTreeSet<String>>,
+    /// Plugin label -> its current connection.
+    by_label: HashMap<String, ConnId>,
 }
 
 impl ContractChecker {
@@ -321,8 +326,10 @@ impl ContractChecker {
         }
     }
 
+    /// The plugin connection with this label: the one that connected last
+    /// (a plugin that reconnected has had several).
     fn plugin_by_label(&self, label: &str) -> Option<&PluginState> {
-        self.plugins.values().find(|p| p.label == label)
+        self.by_label.get(label).and_then(|c| self.plugins.get(c))
     }
 
     /// Feed one record (in the order the trace analysis emits them).
@@ -344,6 +351,20 @@ impl ContractChecker {
             let cut = firsts[firsts.len() / 2];
             self.seen
                 .retain(|_, e| e.values().copied().min().unwrap_or(0) > cut);
+            self.seen.shrink_to_fit();
+        }
+        let gone = self.plugins.values().filter(|p| p.gone.is_some()).count();
+        if gone > MAX_GONE_PLUGINS {
+            // Oldest disconnections first, timed-out ones last.
+            let mut order: Vec<(bool, u64, ConnId)> = self
+                .plugins
+                .iter()
+                .filter_map(|(c, p)| Some((p.timed_out, p.gone?, *c)))
+                .collect();
+            order.sort();
+            for (_, _, c) in order.into_iter().take(gone - MAX_GONE_PLUGINS / 2) {
+                self.plugins.remove(&c);
+            }
         }
         for m in [&mut self.pod_ready, &mut self.pod_stopped] {
             if m.len() > MAX_TRACKED {
@@ -351,6 +372,7 @@ impl ContractChecker {
                 v.sort_unstable();
                 let cut = v[v.len() / 2];
                 m.retain(|_, t| *t > cut);
+                m.shrink_to_fit();
             }
         }
         if self.fired.len() > MAX_TRACKED {
@@ -376,10 +398,22 @@ impl ContractChecker {
                     since: ts.mono_ns,
                     ..Default::default()
                 });
-                p.label = plugin.label();
+                let old_label = std::mem::replace(&mut p.label, plugin.label());
                 p.index = plugin.index.clone();
                 if events.is_some() {
                     p.events = events.clone();
+                }
+                let label = p.label.clone();
+                if old_label != label && self.by_label.get(&old_label) == Some(conn) {
+                    self.by_label.remove(&old_label);
+                }
+                // A plugin that connects again supersedes its earlier
+                // connection (kept only if it timed out: what it missed is
+                // reported at the end).
+                if let Some(prev) = self.by_label.insert(label, *conn) {
+                    if prev != *conn && self.plugins.get(&prev).is_some_and(|p| !p.timed_out) {
+                        self.plugins.remove(&prev);
+                    }
                 }
             }
             TraceRecord::Nri(NriRecord::NriPluginGone { conn, ts, .. }) => {
@@ -746,7 +780,10 @@ impl ContractChecker {
             let op = first[&(hook, object.clone())];
             let op_start = op.call.start.map_or(0, |t| t.mono_ns);
             let op_end = s.call.end.map_or(u64::MAX, |t| t.mono_ns);
-            for p in self.plugins.values() {
+            for (conn, p) in &self.plugins {
+                if self.by_label.get(&p.label) != Some(conn) {
+                    continue;
+                }
                 if got.contains(&p.label)
                     || p.since > op_start
                     || p.gone.is_some_and(|g| g <= op_end)

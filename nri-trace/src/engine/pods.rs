@@ -14,8 +14,9 @@ use crate::{capture::Timestamp, model::cri_call::CriOutcome};
 /// Most timeline entries kept per pod (the oldest go first).
 pub const MAX_TIMELINE: usize = 256;
 /// Most pods kept; past it the removed pods seen longest ago go first,
-/// then the pods seen longest ago.
-pub const MAX_PODS: usize = 4096;
+/// then the pods seen longest ago, down to three quarters (so eviction is
+/// rare and its cost amortized).
+pub const MAX_PODS: usize = 2048;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -159,7 +160,7 @@ impl PodModel {
             })
             .collect();
         order.sort();
-        for (_, _, k) in order.into_iter().take(self.pods.len() - MAX_PODS) {
+        for (_, _, k) in order.into_iter().take(self.pods.len() - MAX_PODS * 3 / 4) {
             self.pods.remove(&k);
         }
         let pods = &self.pods;
@@ -376,8 +377,10 @@ mod tests {
         }
         m.on_record(&mk(99_999, "RunPodSandbox"));
         assert!(m.len() <= MAX_PODS + 1);
-        // The removed ones went first; the live ones stayed.
-        assert!(m.pods().any(|p| p.name == "p25"));
+        // The removed ones went first, then the oldest; the newest stayed.
         assert!(!m.pods().any(|p| p.name == "p0"));
+        assert!(!m.pods().any(|p| p.name == "p19"));
+        let newest = format!("p{}", MAX_PODS + 5);
+        assert!(m.pods().any(|p| p.name == newest));
     }
 }

@@ -25,7 +25,7 @@
 //!
 //! Pure and deterministic: the same capture events give the same calls.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
@@ -51,8 +51,9 @@ pub const HOLD_NS: u64 = 3_000_000_000;
 const MAX_STREAMS: usize = 4096;
 /// Most ambiguous calls held at once.
 const MAX_HELD: usize = 4096;
-/// Most sandbox / container ids remembered.
-const MAX_IDS: usize = 65536;
+/// Most sandbox / container ids remembered; past it, those known to be
+/// gone go first, then the oldest half.
+const MAX_IDS: usize = 16384;
 /// Most hidden-slot sets remembered (resolved or narrowing); past it they
 /// are forgotten (later calls are inferred afresh, never wrongly).
 const MAX_SLOT_SETS: usize = 4096;
@@ -253,12 +254,14 @@ struct ObjFacts {
     state: Option<ObjState>,
     /// Bumped by every call that may change the object.
     mutations: u64,
+    /// Order of first sight (for eviction).
+    seq: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
-    Sandbox,
-    Container,
+    Sandbox = 0,
+    Container = 1,
 }
 
 /// An ambiguous call waiting for evidence.
@@ -278,6 +281,10 @@ pub struct CriCallAssembler {
     conns: HashMap<ConnId, ConnState>,
     sandboxes: HashMap<String, ObjFacts>,
     containers: HashMap<String, ObjFacts>,
+    /// Counter for `ObjFacts::seq`.
+    next_seq: u64,
+    /// Per kind (`Kind as usize`): ids last known to exist (not gone).
+    live: [BTreeSet<String>; 2],
     /// Methods resolved per (connection, hidden `:path` slot set).
     slot_methods: HashMap<(ConnId, Vec<Slot>), (CriMethod, String)>,
     /// Methods still possible per slot set (intersection over its calls).
@@ -333,15 +340,30 @@ fn names(ms: &[CriMethod]) -> Vec<&'static str> {
     ms.iter().map(|m| m.name()).collect()
 }
 
-fn cap_insert<'a>(map: &'a mut HashMap<String, ObjFacts>, id: &str) -> Option<&'a mut ObjFacts> {
+fn cap_insert<'a>(
+    map: &'a mut HashMap<String, ObjFacts>,
+    id: &str,
+    next_seq: &mut u64,
+) -> Option<&'a mut ObjFacts> {
     if !map.contains_key(id) && map.len() >= MAX_IDS {
-        // Forget objects known to be gone first; otherwise stop learning.
+        // Forget objects known to be gone first, then the oldest half (by
+        // when they were first seen: deterministic, unlike map order).
         map.retain(|_, f| f.state != Some(ObjState::Gone));
         if map.len() >= MAX_IDS {
-            return None;
+            let mut seqs: Vec<u64> = map.values().map(|f| f.seq).collect();
+            seqs.sort_unstable();
+            let cut = seqs[seqs.len() / 2];
+            map.retain(|_, f| f.seq > cut);
         }
+        map.shrink_to_fit();
     }
-    Some(map.entry(id.to_owned()).or_default())
+    Some(map.entry(id.to_owned()).or_insert_with(|| {
+        *next_seq += 1;
+        ObjFacts {
+            seq: *next_seq,
+            ..Default::default()
+        }
+    }))
 }
 
 impl CriCallAssembler {
@@ -350,6 +372,8 @@ impl CriCallAssembler {
             conns: HashMap::new(),
             sandboxes: HashMap::new(),
             containers: HashMap::new(),
+            next_seq: 0,
+            live: Default::default(),
             slot_methods: HashMap::new(),
             slot_candidates: HashMap::new(),
             held: Vec::new(),
@@ -794,7 +818,7 @@ impl CriCallAssembler {
         match (m, resp) {
             (CriMethod::RunPodSandbox, Some(r)) => {
                 if let Some(id) = &r.sandbox_id {
-                    if let Some(f) = cap_insert(&mut self.sandboxes, id) {
+                    if let Some(f) = cap_insert(&mut self.sandboxes, id, &mut self.next_seq) {
                         f.pod = req.pod.clone();
                     }
                     observed.push((
@@ -806,7 +830,7 @@ impl CriCallAssembler {
             }
             (CriMethod::CreateContainer, Some(r)) => {
                 if let Some(id) = &r.container_id {
-                    if let Some(f) = cap_insert(&mut self.containers, id) {
+                    if let Some(f) = cap_insert(&mut self.containers, id, &mut self.next_seq) {
                         f.container = req.container.clone();
                         f.sandbox_id = req.sandbox_id.clone();
                     }
@@ -821,7 +845,7 @@ impl CriCallAssembler {
         }
         if let Some(r) = resp {
             for s in &r.sandboxes {
-                if let Some(f) = cap_insert(&mut self.sandboxes, &s.id) {
+                if let Some(f) = cap_insert(&mut self.sandboxes, &s.id, &mut self.next_seq) {
                     if f.pod.is_none() {
                         f.pod = s.pod.clone();
                     }
@@ -831,7 +855,7 @@ impl CriCallAssembler {
                 }
             }
             for c in &r.containers {
-                if let Some(f) = cap_insert(&mut self.containers, &c.id) {
+                if let Some(f) = cap_insert(&mut self.containers, &c.id, &mut self.next_seq) {
                     if f.container.is_none() {
                         f.container = c.container.clone();
                     }
@@ -843,28 +867,32 @@ impl CriCallAssembler {
                     observed.push((Kind::Container, c.id.clone(), ObjState::Container(state)));
                 }
             }
-            // An unfiltered list leaves out only what is gone.
+            // An unfiltered list leaves out only what is gone: of the objects
+            // last known to exist, those it does not list.
             if r.is_list && !req.filtered {
-                let (kind, listed, map): (Kind, Vec<&String>, &HashMap<String, ObjFacts>) =
-                    if m == CriMethod::ListPodSandbox {
-                        (
-                            Kind::Sandbox,
-                            r.sandboxes.iter().map(|s| &s.id).collect(),
-                            &self.sandboxes,
-                        )
-                    } else {
-                        (
-                            Kind::Container,
-                            r.containers.iter().map(|c| &c.id).collect(),
-                            &self.containers,
-                        )
-                    };
-                let mut gone: Vec<String> = map
+                let (kind, listed): (Kind, BTreeSet<&str>) = if m == CriMethod::ListPodSandbox {
+                    (
+                        Kind::Sandbox,
+                        r.sandboxes.iter().map(|s| s.id.as_str()).collect(),
+                    )
+                } else {
+                    (
+                        Kind::Container,
+                        r.containers.iter().map(|c| c.id.as_str()).collect(),
+                    )
+                };
+                let map = match kind {
+                    Kind::Sandbox => &self.sandboxes,
+                    Kind::Container => &self.containers,
+                };
+                let live = &mut self.live[kind as usize];
+                // Ids evicted from the facts go from the live set too.
+                live.retain(|id| map.contains_key(id));
+                let gone: Vec<String> = live
                     .iter()
-                    .filter(|(id, f)| f.state != Some(ObjState::Gone) && !listed.contains(id))
-                    .map(|(id, _)| id.clone())
+                    .filter(|id| !listed.contains(id.as_str()))
+                    .cloned()
                     .collect();
-                gone.sort();
                 observed.extend(gone.into_iter().map(|id| (kind, id, ObjState::Gone)));
             }
         }
@@ -932,15 +960,36 @@ impl CriCallAssembler {
         }
     }
 
+    fn facts(&mut self, kind: Kind, id: &str) -> Option<&mut ObjFacts> {
+        let map = match kind {
+            Kind::Sandbox => &mut self.sandboxes,
+            Kind::Container => &mut self.containers,
+        };
+        cap_insert(map, id, &mut self.next_seq)
+    }
+
     fn bump(&mut self, kind: Kind, id: &str) {
-        if let Some(f) = cap_insert(self.map(kind), id) {
+        if let Some(f) = self.facts(kind, id) {
             f.mutations += 1;
         }
     }
 
     fn set_state(&mut self, kind: Kind, id: &str, state: ObjState) {
-        if let Some(f) = cap_insert(self.map(kind), id) {
+        if let Some(f) = self.facts(kind, id) {
             f.state = Some(state);
+            let live = &mut self.live[kind as usize];
+            if state == ObjState::Gone {
+                live.remove(id);
+            } else if !live.contains(id) {
+                live.insert(id.to_owned());
+                if live.len() > MAX_IDS {
+                    let map = match kind {
+                        Kind::Sandbox => &self.sandboxes,
+                        Kind::Container => &self.containers,
+                    };
+                    live.retain(|id| map.contains_key(id));
+                }
+            }
         }
     }
 
