@@ -590,13 +590,27 @@ async fn serve_metrics(
             };
             let shared = shared.clone();
             tokio::spawn(async move {
-                // One request line is all we need; bounded, with a timeout.
+                // Read the request head (bounded, with a timeout): it may
+                // come in several segments.
                 let mut buf = [0u8; 1024];
-                let n =
-                    match tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf)).await {
-                        Ok(Ok(n)) => n,
-                        _ => return,
-                    };
+                let mut n = 0;
+                let read_head = async {
+                    while n < buf.len() {
+                        match conn.read(&mut buf[n..]).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(k) => n += k,
+                        }
+                        if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                            break;
+                        }
+                    }
+                };
+                if tokio::time::timeout(Duration::from_secs(5), read_head)
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
                 let req = String::from_utf8_lossy(&buf[..n]);
                 let (status, body) = if req.starts_with("GET /metrics") {
                     (

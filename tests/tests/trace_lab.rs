@@ -215,3 +215,25 @@ fn trace_late_registration() {
     // the race: later events for a pod it never got RunPodSandbox for.
     assert_eq!(race, !late_got_run && late_got_later, "{f:?}");
 }
+
+/// A container that ignores SIGTERM: StopContainer waits for the grace
+/// period and SIGKILL. Slow, but the NRI contract holds: no finding.
+#[test]
+fn trace_ignore_sigterm_finds_nothing() {
+    let Some((out, records)) = traced("ignore-sigterm") else {
+        return;
+    };
+    check_correlation("ignore-sigterm", &out);
+    assert_eq!(findings(&records), vec![]);
+}
+
+/// The NRI project's own logger plugin (Go) beside a test plugin: decoded,
+/// correlated, no finding.
+#[test]
+fn trace_upstream_witness_finds_nothing() {
+    let Some((out, records)) = traced("upstream-witness") else {
+        return;
+    };
+    check_correlation("upstream-witness", &out);
+    assert_eq!(findings(&records), vec![]);
+}
