@@ -23,3 +23,6 @@
 
 pub mod cri;
 pub mod nri;
+
+#[cfg(test)]
+pub(crate) mod test_rng;

@@ -1179,22 +1179,7 @@ mod tests {
             .collect()
     }
 
-    /// Deterministic xorshift64* PRNG.
-    struct Rng(u64);
-    impl Rng {
-        fn next_u64(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next_u64() % n.max(1) as u64) as usize
-        }
-        fn bytes(&mut self, n: usize) -> Vec<u8> {
-            (0..n).map(|_| self.next_u64() as u8).collect()
-        }
-    }
+    use crate::decode::test_rng::Rng;
 
     /// A client-direction stream, as (wire unit, events it completes).
     /// The first unit is the preface.

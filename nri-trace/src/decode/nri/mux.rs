@@ -274,26 +274,7 @@ mod tests {
         v
     }
 
-    /// Deterministic xorshift64* PRNG.
-    struct Rng(u64);
-    impl Rng {
-        fn next_u64(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next_u64() % n.max(1) as u64) as usize
-        }
-        fn bytes(&mut self, n: usize) -> Vec<u8> {
-            (0..n).map(|_| self.next_u64() as u8).collect()
-        }
-        fn bytes_below(&mut self, n: usize) -> Vec<u8> {
-            let len = self.below(n);
-            self.bytes(len)
-        }
-    }
+    use crate::decode::test_rng::Rng;
 
     /// A small valid trunk stream and its expected frames.
     fn sample() -> (Vec<u8>, Vec<MuxEvent>) {
