@@ -1141,6 +1141,7 @@ impl Iterator for FrameDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decode::test_rng::Rng;
 
     // ---- Test encodings (tests only). Frames are laid out by hand from
     // RFC 9113 §4.1 and §6; header blocks are the published HPACK blocks of
@@ -1178,8 +1179,6 @@ mod tests {
             .flat_map(|(i, v)| i.to_be_bytes().into_iter().chain(v.to_be_bytes()))
             .collect()
     }
-
-    use crate::decode::test_rng::Rng;
 
     /// A client-direction stream, as (wire unit, events it completes).
     /// The first unit is the preface.

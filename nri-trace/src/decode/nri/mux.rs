@@ -249,6 +249,7 @@ impl Iterator for MuxDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decode::test_rng::Rng;
 
     // ---- Test encoders (tests only). These follow mux.go and channel.go as
     // read; they are not a reference peer. Real-peer fixtures come later
@@ -273,8 +274,6 @@ mod tests {
         v.extend_from_slice(payload);
         v
     }
-
-    use crate::decode::test_rng::Rng;
 
     /// A small valid trunk stream and its expected frames.
     fn sample() -> (Vec<u8>, Vec<MuxEvent>) {

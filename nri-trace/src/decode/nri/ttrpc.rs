@@ -374,6 +374,7 @@ impl Iterator for MuxTtrpc {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decode::test_rng::Rng;
 
     // ---- Test encoders (tests only). These follow channel.go and mux.go as
     // read; they are not a reference peer. Real-peer fixtures come later
@@ -407,8 +408,6 @@ mod tests {
             .flat_map(|c| test_mux_frame(conn_id, c))
             .collect()
     }
-
-    use crate::decode::test_rng::Rng;
 
     fn msg(stream_id: u32, kind: MessageType, flags: u8, payload: &[u8]) -> TtrpcEvent {
         TtrpcEvent::Message(TtrpcMessage {
