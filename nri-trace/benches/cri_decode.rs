@@ -56,9 +56,11 @@
 //! after them, read back from criterion's estimates. Nothing here asserts
 //! on time.
 
+mod common;
+
 use std::{
     collections::HashMap,
-    env, fs,
+    env,
     hint::black_box,
     path::{Path, PathBuf},
     time::{Duration, SystemTime},
@@ -418,37 +420,10 @@ fn benches(c: &mut Criterion, inputs: &[Input]) {
 
 // ------------------------------------------------------------- summary
 
-/// Where criterion writes (its own rule, minus `cargo metadata`: this
-/// workspace's target directory).
-fn criterion_dir() -> PathBuf {
-    if let Some(d) = env::var_os("CRITERION_HOME") {
-        return d.into();
-    }
-    if let Some(d) = env::var_os("CARGO_TARGET_DIR") {
-        return PathBuf::from(d).join("criterion");
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/criterion")
-}
-
-/// criterion's median (ns per run) of `cri_decode/<name>/<input>`, if this
-/// run wrote it.
-fn median_ns(name: &str, input: &str, since: SystemTime) -> Option<f64> {
-    let p = criterion_dir()
-        .join(GROUP)
-        .join(name)
-        .join(input)
-        .join("new/estimates.json");
-    if fs::metadata(&p).and_then(|m| m.modified()).ok()? < since {
-        return None;
-    }
-    let v: serde_json::Value = serde_json::from_str(&fs::read_to_string(&p).ok()?).ok()?;
-    v["median"]["point_estimate"].as_f64()
-}
-
 fn print_summary(input: &Input, since: SystemTime) {
     let ns: Vec<Option<f64>> = BENCHES
         .iter()
-        .map(|b| median_ns(b, input.name, since))
+        .map(|b| common::median_ns(&[GROUP, b, input.name], since))
         .collect();
     println!(
         "\ncri_decode summary ({}): criterion medians; one run = the whole recording, {} B in \

@@ -51,6 +51,8 @@
 //! `trace_engine memory progress: ...` lines of the memory run. Nothing here
 //! asserts on time.
 
+mod common;
+
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     env, fs,
@@ -629,32 +631,6 @@ fn benches(c: &mut Criterion, events: &[CaptureEvent], input: &Input) {
 
 // ------------------------------------------------------------- summary
 
-/// Where criterion writes (its own rule, minus `cargo metadata`: this
-/// workspace's target directory).
-fn criterion_dir() -> PathBuf {
-    if let Some(d) = env::var_os("CRITERION_HOME") {
-        return d.into();
-    }
-    if let Some(d) = env::var_os("CARGO_TARGET_DIR") {
-        return PathBuf::from(d).join("criterion");
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/criterion")
-}
-
-/// criterion's median (ns per run) of `trace_engine/full`, if this run
-/// wrote it.
-fn median_ns(since: SystemTime) -> Option<f64> {
-    let p = criterion_dir()
-        .join(GROUP)
-        .join(BENCH)
-        .join("new/estimates.json");
-    if fs::metadata(&p).and_then(|m| m.modified()).ok()? < since {
-        return None;
-    }
-    let v: serde_json::Value = serde_json::from_str(&fs::read_to_string(&p).ok()?).ok()?;
-    v["median"]["point_estimate"].as_f64()
-}
-
 fn print_summary(input: &Input, since: SystemTime) {
     println!(
         "\ntrace_engine summary: criterion median; one run = {} repetitions of the recording, \
@@ -667,7 +643,7 @@ fn print_summary(input: &Input, since: SystemTime) {
         input.spans,
         input.lifecycles
     );
-    let Some(t) = median_ns(since) else {
+    let Some(t) = common::median_ns(&[GROUP, BENCH], since) else {
         println!("{BENCH}: not run");
         return;
     };
