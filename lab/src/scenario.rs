@@ -123,7 +123,7 @@ impl Run {
     fn attach_observer(&mut self) -> Result<()> {
         if let Some(o) = self.observer.as_mut() {
             o.attach(&self.lab, &self.out)?;
-            self.note("observer attached")?;
+            self.note(truth::OBSERVER_ATTACHED)?;
         }
         Ok(())
     }

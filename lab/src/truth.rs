@@ -204,11 +204,27 @@ impl TruthWriter {
     }
 }
 
+/// The note the scenario runner writes when its observer (nri-trace) has
+/// attached: what an observer sees starts there.
+pub const OBSERVER_ATTACHED: &str = "observer attached";
+
+/// When the observer attached, if it did.
+pub fn observer_attached_ns(truth: &[Truth]) -> Option<u64> {
+    truth.iter().find_map(|t| match t {
+        Truth::Note { mono_ns, text } if text == OBSERVER_ATTACHED => Some(*mono_ns),
+        _ => None,
+    })
+}
+
 /// Read every record of a truth file.
 pub fn read(path: &Path) -> std::io::Result<Vec<Truth>> {
-    let f = File::open(path)?;
+    read_from(BufReader::new(File::open(path)?))
+}
+
+/// Read every record of a truth stream (e.g. a decompressed fixture).
+pub fn read_from(r: impl BufRead) -> std::io::Result<Vec<Truth>> {
     let mut out = Vec::new();
-    for line in BufReader::new(f).lines() {
+    for line in r.lines() {
         let line = line?;
         if line.trim().is_empty() {
             continue;

@@ -33,7 +33,8 @@ fn check(scenario: &str, out: &Path) -> (Vec<CriRecord>, cri_check::CriReport) {
     cri_lines::summary_ndjson(&mut replayed, &summary).unwrap();
     lab_trace::assert_live_equals_replay(scenario, out, replayed);
     let truth = nri_trace_lab::truth::read(&out.join("truth.ndjson")).expect("truth");
-    let since = cri_check::attach_mono_ns(&truth).expect("attach note in the truth");
+    let since =
+        nri_trace_lab::truth::observer_attached_ns(&truth).expect("attach note in the truth");
     let calls = cri_check::calls(&records);
     let late = scenario.starts_with("cri-late-attach");
     let allow = cri_check::Allow {

@@ -9,6 +9,7 @@
 
 mod cri_check;
 mod replay_util;
+mod truth_file;
 
 use nri_trace::{
     capture::{recording, CaptureEvent, Chunk},
@@ -32,22 +33,13 @@ fn events(name: &str) -> Vec<CaptureEvent> {
 }
 
 fn truth(name: &str) -> Vec<Truth> {
-    use std::io::Read;
-    let p = cri_check::fixture_dir(name).join("truth.ndjson.gz");
-    let mut text = String::new();
-    flate2::read::MultiGzDecoder::new(std::fs::File::open(&p).expect("truth fixture"))
-        .read_to_string(&mut text)
-        .expect("truth fixture");
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).expect("truth line"))
-        .collect()
+    truth_file::read(&cri_check::fixture_dir(name).join("truth.ndjson.gz"))
 }
 
 fn check_fixture(name: &str, late: bool) -> cri_check::CriReport {
     let (records, _) = analyze(events(name));
     let truth = truth(name);
-    let since = cri_check::attach_mono_ns(&truth).expect("attach note");
+    let since = nri_trace_lab::truth::observer_attached_ns(&truth).expect("attach note");
     let allow = cri_check::Allow {
         deadline_hidden: late,
         identity_missing: false,
@@ -135,7 +127,7 @@ fn mid_stream_attach_never_mislabels() {
     for (name, _) in FIXTURES {
         let evs = events(name);
         let truth = truth(name);
-        let since = cri_check::attach_mono_ns(&truth).expect("attach note");
+        let since = nri_trace_lab::truth::observer_attached_ns(&truth).expect("attach note");
         let chunk_idx = replay_util::chunk_indices(&evs);
         let (mut known, mut inferred, mut unknown) = (0, 0, 0);
         for cut in chunk_idx.iter().step_by(5).copied() {
@@ -195,7 +187,7 @@ fn garbage_and_gaps_resynchronize() {
     for (name, _) in FIXTURES {
         let evs = events(name);
         let truth = truth(name);
-        let since = cri_check::attach_mono_ns(&truth).expect("attach note");
+        let since = nri_trace_lab::truth::observer_attached_ns(&truth).expect("attach note");
         let chunk_idx = replay_util::chunk_indices(&evs);
         for at in chunk_idx.iter().step_by(9).copied() {
             let CaptureEvent::Chunk(c) = &evs[at] else {

@@ -9,6 +9,7 @@
 
 mod lab_trace;
 mod nri_check;
+mod truth_file;
 
 use std::path::{Path, PathBuf};
 
@@ -34,8 +35,9 @@ fn check(scenario: &str, out: &Path) -> Vec<NriRecord> {
     nri_lines::summary_ndjson(&mut replayed, &summary).unwrap();
     lab_trace::assert_live_equals_replay(scenario, out, replayed);
 
-    let truth = nri_check::read_truth(&out.join("truth.ndjson"));
-    let since = nri_check::attach_mono_ns(&truth).expect("attach note in the truth");
+    let truth = truth_file::read(&out.join("truth.ndjson"));
+    let since =
+        nri_trace_lab::truth::observer_attached_ns(&truth).expect("attach note in the truth");
     let calls = nri_check::calls(&records);
     let follow = nri_check::plugin_end_since(&events);
     let report = nri_check::compare(&truth, &calls, since, &follow);
@@ -147,7 +149,7 @@ fn upstream_logger_decoded() {
     );
     // Every event the logger itself logged (truth notes "upstream-logger:
     // EVENT pod|container ID") is a call nri-trace decoded for it.
-    let truth = nri_check::read_truth(&out.join("truth.ndjson"));
+    let truth = truth_file::read(&out.join("truth.ndjson"));
     let mut logged = 0;
     for t in &truth {
         let nri_trace_lab::truth::Truth::Note { text, .. } = t else {

@@ -8,6 +8,7 @@
 
 mod nri_check;
 mod replay_util;
+mod truth_file;
 
 use std::path::Path;
 
@@ -27,8 +28,8 @@ fn check_fixture(scenario: &str) -> Vec<NriRecord> {
     let dir = nri_check::fixture_dir(scenario);
     let events = fixture_events(scenario);
     let (records, _) = nri_check::replay(&events, Path::new(LAB_NRI_SOCKET));
-    let truth = nri_check::read_truth(&dir.join("truth.ndjson.gz"));
-    let since = nri_check::attach_mono_ns(&truth).expect("attach note");
+    let truth = truth_file::read(&dir.join("truth.ndjson.gz"));
+    let since = nri_trace_lab::truth::observer_attached_ns(&truth).expect("attach note");
     let calls = nri_check::calls(&records);
     let follow = nri_check::plugin_end_since(&events);
     let report = nri_check::compare(&truth, &calls, since, &follow);

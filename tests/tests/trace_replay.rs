@@ -8,8 +8,9 @@
 
 mod replay_util;
 mod trace_check;
+mod truth_file;
 
-use std::{io::Read, path::Path};
+use std::path::Path;
 
 use nri_trace::{
     capture::{recording, CaptureEvent},
@@ -75,16 +76,7 @@ fn events(name: &str) -> Vec<CaptureEvent> {
 }
 
 fn truth(name: &str) -> Vec<Truth> {
-    let mut text = String::new();
-    flate2::read::MultiGzDecoder::new(
-        std::fs::File::open(dir(name).join("truth.ndjson.gz")).expect("truth fixture"),
-    )
-    .read_to_string(&mut text)
-    .expect("truth fixture");
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).expect("truth line"))
-        .collect()
+    truth_file::read(&dir(name).join("truth.ndjson.gz"))
 }
 
 fn replay(evs: Vec<CaptureEvent>) -> Vec<TraceRecord> {

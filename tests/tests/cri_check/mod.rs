@@ -260,14 +260,6 @@ pub fn compare(truth: &[Truth], calls: &[&CriCall], since: u64, allow: Allow) ->
     r
 }
 
-/// When the observer attached (a note in the truth).
-pub fn attach_mono_ns(truth: &[Truth]) -> Option<u64> {
-    truth.iter().find_map(|t| match t {
-        Truth::Note { mono_ns, text } if text == "observer attached" => Some(*mono_ns),
-        _ => None,
-    })
-}
-
 /// Committed fixtures: `tests/fixtures/cri/<name>/`.
 pub fn fixture_dir(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

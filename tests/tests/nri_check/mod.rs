@@ -58,14 +58,6 @@ pub fn calls(records: &[NriRecord]) -> Vec<&NriCall> {
         .collect()
 }
 
-/// When the observer attached (a note in the truth), if it did.
-pub fn attach_mono_ns(truth: &[Truth]) -> Option<u64> {
-    truth.iter().find_map(|t| match t {
-        Truth::Note { mono_ns, text } if text == "observer attached" => Some(*mono_ns),
-        _ => None,
-    })
-}
-
 /// What a comparison found.
 #[derive(Debug, Default)]
 pub struct Report {
@@ -231,25 +223,6 @@ impl Report {
         let q = |p: f64| d[((d.len() - 1) as f64 * p).round() as usize] / 1000;
         format!("{} / {} / {} / {}", q(0.5), q(0.9), q(0.99), q(1.0))
     }
-}
-
-/// Load a truth file (gzipped if it ends in .gz).
-pub fn read_truth(path: &Path) -> Vec<Truth> {
-    if path.extension().is_some_and(|e| e == "gz") {
-        use std::io::Read;
-        let f = std::fs::File::open(path)
-            .unwrap_or_else(|e| panic!("reading truth {}: {e}", path.display()));
-        let mut text = String::new();
-        flate2::read::MultiGzDecoder::new(f)
-            .read_to_string(&mut text)
-            .unwrap_or_else(|e| panic!("reading truth {}: {e}", path.display()));
-        return text
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|l| serde_json::from_str(l).expect("truth line"))
-            .collect();
-    }
-    truth::read(path).unwrap_or_else(|e| panic!("reading truth {}: {e}", path.display()))
 }
 
 /// Committed fixtures: `tests/fixtures/nri/<scenario>/`.

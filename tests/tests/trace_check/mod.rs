@@ -9,7 +9,7 @@ use nri_trace::engine::{
     correlate::{causes, NoCause},
     trace_analysis::TraceRecord,
 };
-use nri_trace_lab::truth::Truth;
+use nri_trace_lab::truth::{self, Truth};
 
 /// Every plugin delivery in the truth, made while the driver's CRI call
 /// that causes it was in flight, is a hook of the decoded span of that
@@ -19,13 +19,7 @@ pub fn check_correlation(
     records: &[TraceRecord],
     truth: &[Truth],
 ) -> (usize, usize) {
-    let since = truth
-        .iter()
-        .find_map(|t| match t {
-            Truth::Note { mono_ns, text } if text == "observer attached" => Some(*mono_ns),
-            _ => None,
-        })
-        .expect("attach note");
+    let since = truth::observer_attached_ns(truth).expect("attach note");
     let spans: Vec<_> = records
         .iter()
         .filter_map(|r| match r {
