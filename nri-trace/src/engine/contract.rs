@@ -353,19 +353,6 @@ impl ContractChecker {
                 .retain(|_, e| e.values().copied().min().unwrap_or(0) > cut);
             self.seen.shrink_to_fit();
         }
-        let gone = self.plugins.values().filter(|p| p.gone.is_some()).count();
-        if gone > MAX_GONE_PLUGINS {
-            // Oldest disconnections first, timed-out ones last.
-            let mut order: Vec<(bool, u64, ConnId)> = self
-                .plugins
-                .iter()
-                .filter_map(|(c, p)| Some((p.timed_out, p.gone?, *c)))
-                .collect();
-            order.sort();
-            for (_, _, c) in order.into_iter().take(gone - MAX_GONE_PLUGINS / 2) {
-                self.plugins.remove(&c);
-            }
-        }
         for m in [&mut self.pod_ready, &mut self.pod_stopped] {
             if m.len() > MAX_TRACKED {
                 let mut v: Vec<u64> = m.values().copied().collect();
@@ -381,9 +368,35 @@ impl ContractChecker {
         if self.retries.len() > MAX_TRACKED {
             self.retries.clear();
         }
-        // Forgetting some announced pods would make findings up: a plugin
-        // with too many is no longer judged (its entry goes).
-        self.announced.retain(|_, p| p.len() <= MAX_TRACKED);
+    }
+
+    /// At most [`MAX_GONE_PLUGINS`] disconnected plugin connections (called
+    /// when one more goes).
+    fn prune_gone_plugins(&mut self) {
+        let gone = self.plugins.values().filter(|p| p.gone.is_some()).count();
+        if gone > MAX_GONE_PLUGINS {
+            // Oldest disconnections first, timed-out ones last.
+            let mut order: Vec<(bool, u64, ConnId)> = self
+                .plugins
+                .iter()
+                .filter_map(|(c, p)| Some((p.timed_out, p.gone?, *c)))
+                .collect();
+            order.sort();
+            for (_, _, c) in order.into_iter().take(gone - MAX_GONE_PLUGINS / 2) {
+                self.plugins.remove(&c);
+            }
+        }
+    }
+
+    /// `pods` were announced to plugin `label`. Forgetting some announced
+    /// pods would make findings up: a plugin with too many is no longer
+    /// judged (its entry goes).
+    fn announce(&mut self, label: &str, pods: impl IntoIterator<Item = String>) {
+        let known = self.announced.entry(label.to_owned()).or_default();
+        known.extend(pods);
+        if known.len() > MAX_TRACKED {
+            self.announced.remove(label);
+        }
     }
 
     fn check_record(&mut self, r: &TraceRecord, out: &mut Vec<Violation>) {
@@ -420,6 +433,7 @@ impl ContractChecker {
                 if let Some(p) = self.plugins.get_mut(conn) {
                     p.gone = Some(ts.mono_ns);
                 }
+                self.prune_gone_plugins();
             }
             TraceRecord::Nri(NriRecord::NriResync { conn, .. }) => {
                 if let Some(p) = self.plugins.get_mut(conn) {
@@ -438,10 +452,10 @@ impl ContractChecker {
                     self.on_hook(h, None, out);
                 } else {
                     if h.call.method.as_deref() == Some("Synchronize") {
-                        self.announced
-                            .entry(h.call.plugin.label())
-                            .or_default()
-                            .extend(h.call.synchronized_pods.iter().cloned());
+                        self.announce(
+                            &h.call.plugin.label(),
+                            h.call.synchronized_pods.iter().cloned(),
+                        );
                     }
                     self.on_timeout(h, out);
                 }
@@ -626,10 +640,12 @@ impl ContractChecker {
         }
         // A pod the plugin was never told about (Synchronize race).
         if let Some(pod) = h.call.pod.as_ref().filter(|p| !p.id.is_empty()) {
-            if let Some(known) = self.announced.get_mut(&label) {
+            // `None`: the plugin's Synchronize was not seen, nothing to judge.
+            let known = self.announced.get(&label).map(|k| k.contains(&pod.id));
+            if let Some(known) = known {
                 if h.hook == "RUN_POD_SANDBOX" {
-                    known.insert(pod.id.clone());
-                } else if !known.contains(&pod.id)
+                    self.announce(&label, [pod.id.clone()]);
+                } else if !known
                     && self
                         .fired
                         .insert((POD_UNKNOWN_TO_PLUGIN, label.clone(), pod.id.clone()))
