@@ -305,46 +305,19 @@ impl HookTimer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        capture::{ConnId, Timestamp},
-        decode::nri::message::Event,
-        model::nri_call::{IdentitySource, PluginId, PodRef},
-    };
+    use crate::{decode::nri::message::Event, engine::test_calls::hook};
 
     fn call(plugin: &str, idx: &str, pod: &str, start_ms: u64, dur_ms: u64) -> NriCall {
-        let ts = |ms: u64| Timestamp {
-            mono_ns: ms * 1_000_000,
-            wall_ns: ms * 1_000_000,
-        };
-        NriCall {
-            conn: ConnId(1),
-            mux_conn: 1,
-            stream_id: 1,
-            plugin: PluginId {
-                name: Some(plugin.into()),
-                index: Some(idx.into()),
-                pid: None,
-                comm: None,
-                source: IdentitySource::RegisterPlugin,
-            },
-            caller: Caller::Runtime,
-            method: Some("StateChange".into()),
-            event: Some(Event::RunPodSandbox),
-            pod: Some(PodRef {
-                id: pod.into(),
-                ..Default::default()
-            }),
-            container: None,
-            start: Some(ts(start_ms)),
-            end: Some(ts(start_ms + dur_ms)),
-            duration_ns: Some(dur_ms * 1_000_000),
-            plugin_ns: None,
-            outcome: Outcome::Ok,
-            timeout_nano: None,
-            partial: false,
-            summary: String::new(),
-            synchronized_pods: Vec::new(),
-        }
+        let mut c = hook(
+            Some(Event::RunPodSandbox),
+            plugin,
+            pod,
+            start_ms,
+            start_ms + dur_ms,
+        )
+        .call;
+        c.plugin.index = Some(idx.into());
+        c
     }
 
     #[test]
