@@ -1314,13 +1314,8 @@ mod tests {
     fn garbage_never_panics() {
         let mut a = CriCallAssembler::new();
         let mut out = Vec::new();
-        let mut x: u64 = 0xdead_beef_cafe_f00d;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut rng = crate::decode::test_rng::Rng(0xdead_beef_cafe_f00d);
+        let mut next = || rng.next_u64();
         for i in 0..3000u64 {
             let r = next();
             let conn = ConnId(r % 3);

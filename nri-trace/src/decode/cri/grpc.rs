@@ -473,6 +473,7 @@ pub fn grpc_status_name(code: u32) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decode::test_rng::Rng;
 
     /// Test encoder: one Length-Prefixed-Message ("Requests").
     fn lpm(compressed: bool, payload: &[u8]) -> Vec<u8> {
@@ -747,34 +748,20 @@ mod tests {
         assert_eq!(grpc_status_name(17), "UNKNOWN_CODE");
     }
 
-    struct XorShift(u64);
-    impl XorShift {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn bytes(&mut self, max: usize) -> Vec<u8> {
-            let n = self.next() as usize % (max + 1);
-            (0..n).map(|_| self.next() as u8).collect()
-        }
-    }
-
     #[test]
     fn random_inputs_never_panic() {
-        let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         for _ in 0..2000 {
             let mut r = MessageReassembler::with_max_message(64);
             for _ in 0..8 {
-                let mut b = rng.bytes(40);
+                let mut b = rng.bytes_below(41);
                 // Often a plausible prefix.
-                if rng.next().is_multiple_of(2) && b.len() >= 5 {
+                if rng.next_u64().is_multiple_of(2) && b.len() >= 5 {
                     b[0] &= 1;
                     b[1..4].fill(0);
                     b[4] %= 80;
                 }
-                match rng.next() % 10 {
+                match rng.next_u64() % 10 {
                     0 => r.gap(),
                     1 => r.end_stream(),
                     _ => r.push(&b),
@@ -795,16 +782,18 @@ mod tests {
             ];
             let fields: Vec<(Vec<u8>, Vec<u8>)> = (0..4)
                 .map(|_| {
-                    let name = names[rng.next() as usize % names.len()].as_bytes().to_vec();
-                    (name, rng.bytes(12))
+                    let name = names[rng.next_u64() as usize % names.len()]
+                        .as_bytes()
+                        .to_vec();
+                    (name, rng.bytes_below(13))
                 })
                 .collect();
             let _ = RequestHead::from_fields(&fields);
             let _ = Trailers::from_fields(&fields);
-            let v = rng.bytes(12);
+            let v = rng.bytes_below(13);
             let _ = parse_timeout(&v);
             let _ = percent_decode(&v);
-            let _ = grpc_status_name(rng.next() as u32);
+            let _ = grpc_status_name(rng.next_u64() as u32);
         }
     }
 }

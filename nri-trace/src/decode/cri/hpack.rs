@@ -701,6 +701,7 @@ fn decode_string(block: &[u8], pos: &mut usize) -> Result<Vec<u8>, HpackError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decode::test_rng::Rng;
 
     fn hex(s: &str) -> Vec<u8> {
         let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
@@ -1234,16 +1235,6 @@ mod tests {
 
     // ---- robustness ----
 
-    struct XorShift(u64);
-    impl XorShift {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-    }
-
     fn check_bounds(d: &Decoder, got: &Result<HeaderBlock, HpackError>, lim: Limits) {
         assert!(d.capacity() <= lim.max_table_size);
         assert!(d.table_size() <= d.capacity());
@@ -1268,17 +1259,17 @@ mod tests {
             max_table_size: 512,
             max_header_list_size: 1024,
         };
-        let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         let mut synced = Decoder::new(lim);
         let mut attached = Decoder::attached(lim);
         let mut ok = 0;
         for round in 0..20_000 {
-            let len = (rng.next() % 64) as usize;
-            let mut block: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            let len = (rng.next_u64() % 64) as usize;
+            let mut block: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
             if round % 2 == 0 {
                 // Make short strings and small indexes likely.
                 for b in block.iter_mut().skip(1) {
-                    if rng.next().is_multiple_of(3) {
+                    if rng.next_u64().is_multiple_of(3) {
                         *b &= 0x07;
                     }
                 }
@@ -1287,8 +1278,8 @@ mod tests {
                 let got = d.decode(&block);
                 ok += usize::from(got.is_ok());
                 check_bounds(d, &got, lim);
-                if rng.next().is_multiple_of(50) {
-                    let age = (rng.next() % 20) as u32;
+                if rng.next_u64().is_multiple_of(50) {
+                    let age = (rng.next_u64() % 20) as u32;
                     let slot = Slot {
                         epoch: d.epoch,
                         age,
@@ -1333,15 +1324,15 @@ mod tests {
                 out.extend_from_slice(s);
             }
         }
-        let mut rng = XorShift(42);
+        let mut rng = Rng(42);
         let mut d = Decoder::new(limits(300));
         // The encoder's view of the table: (name, value), newest first.
         let mut table: VecDeque<(Vec<u8>, Vec<u8>)> = VecDeque::new();
         for _ in 0..2000 {
             let mut block = Vec::new();
             let mut want = Vec::new();
-            for _ in 0..(rng.next() % 6) {
-                let r = rng.next();
+            for _ in 0..(rng.next_u64() % 6) {
+                let r = rng.next_u64();
                 let pick = (r >> 8) as usize;
                 if r.is_multiple_of(4) && !table.is_empty() {
                     let i = pick % table.len();
@@ -1350,8 +1341,8 @@ mod tests {
                     want.push(Field::Known { name: n, value: v });
                     continue;
                 }
-                let name: Vec<u8> = (0..(r >> 20) % 12).map(|_| rng.next() as u8).collect();
-                let value: Vec<u8> = (0..(r >> 24) % 40).map(|_| rng.next() as u8).collect();
+                let name: Vec<u8> = (0..(r >> 20) % 12).map(|_| rng.next_u64() as u8).collect();
+                let value: Vec<u8> = (0..(r >> 24) % 40).map(|_| rng.next_u64() as u8).collect();
                 let (pattern, prefix, index_it) = match (r >> 4) % 3 {
                     0 => (0x40, 6, true),
                     1 => (0x00, 4, false),

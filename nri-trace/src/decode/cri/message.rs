@@ -771,16 +771,9 @@ mod tests {
 
     #[test]
     fn garbage_never_panics() {
-        let mut x: u64 = 0x1234_5678_9abc_def1;
+        let mut rng = crate::decode::test_rng::Rng(0x1234_5678_9abc_def1);
         for len in 0..200usize {
-            let bytes: Vec<u8> = (0..len)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
+            let bytes = rng.bytes(len);
             for &m in CriMethod::ALL {
                 let _ = decode_request(m, &bytes);
                 let _ = decode_response(m, &bytes);
