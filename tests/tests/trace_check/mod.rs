@@ -44,10 +44,16 @@ pub fn check_correlation(
         if *recv_mono_ns < since {
             continue;
         }
-        // The driver's call in flight that makes this event.
-        let cause = truth.iter().find_map(|c| match c {
+        // The driver's call in flight that makes this event, for this
+        // container (kubelet stops a pod's containers concurrently: another
+        // container's StopContainer may be in flight too), else a call on
+        // the pod that names no container.
+        let ctr_id = container.as_ref().map(|c| c.id.as_str());
+        let in_flight = truth.iter().filter_map(|c| match c {
             Truth::Cri {
                 method,
+                pod: cpod,
+                container: cctr,
                 start_mono_ns,
                 end_mono_ns,
                 ..
@@ -55,10 +61,24 @@ pub fn check_correlation(
                 && recv_mono_ns <= end_mono_ns
                 && causes(event).contains(&method.as_str()) =>
             {
-                Some((method.clone(), *start_mono_ns, *end_mono_ns))
+                let names = match (ctr_id, cctr.as_ref().and_then(|k| k.id.as_deref())) {
+                    (Some(want), Some(id)) => want == id,
+                    (_, None) => {
+                        cctr.is_none()
+                            || pod.as_ref().zip(cpod.as_ref()).is_some_and(|(p, cp)| {
+                                cp.sandbox_id.as_deref() == Some(p.id.as_str())
+                            })
+                    }
+                    (None, Some(_)) => false,
+                };
+                Some((names, method.clone(), *start_mono_ns, *end_mono_ns))
             }
             _ => None,
         });
+        let mut cands: Vec<_> = in_flight.collect();
+        // The call naming this object first, in truth order otherwise.
+        cands.sort_by_key(|c| !c.0);
+        let cause = cands.into_iter().next().map(|(_, m, t0, t1)| (m, t0, t1));
         let Some((method, t0, t1)) = cause else {
             continue;
         };
