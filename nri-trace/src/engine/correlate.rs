@@ -108,6 +108,12 @@ fn same_object(call: &CriCall, d: &HookSpan) -> bool {
     if id_eq(call.container_id.as_ref(), ctr.map(|c| c.id.as_str())) {
         return true;
     }
+    // A call on one container did not make another container's event, even
+    // in the same pod (kubelet stops a pod's containers concurrently): the
+    // pod's id matches only for calls that name no container.
+    if call.container_id.is_some() && ctr.is_some_and(|c| !c.id.is_empty()) {
+        return false;
+    }
     if id_eq(call.sandbox_id.as_ref(), pod.map(|p| p.id.as_str())) {
         return true;
     }
@@ -334,6 +340,42 @@ mod tests {
             .find(|s| s.call.method.as_deref() == Some("PodSandboxStatus"))
             .unwrap();
         assert!(status.hooks.is_empty());
+    }
+
+    #[test]
+    fn concurrent_calls_on_two_containers_of_a_pod_keep_their_own_events() {
+        let stop = |ctr: &str, start, end| {
+            let mut c = cri(Some("StopContainer"), "s1", start, end);
+            c.container_id = Some(ctr.into());
+            c
+        };
+        let delivery = |ctr: &str, start, end| {
+            let mut h = hook(Some(Event::StopContainer), "a", "s1", start, end);
+            h.call.container = Some(crate::model::nri_call::ContainerRef {
+                id: ctr.into(),
+                name: ctr.into(),
+            });
+            h
+        };
+        let mut c = Correlator::new();
+        let mut out = Vec::new();
+        // c2's stop overlaps c1's and ends first: it must not take c1's event.
+        c.on_nri(delivery("c1", 1900, 1910), &mut out);
+        c.on_nri(delivery("c2", 1950, 1960), &mut out);
+        c.on_cri(stop("c1", 0, 2000));
+        c.on_cri(stop("c2", 10, 1970));
+        out.extend(run(&mut c, 3000));
+        for o in &out {
+            let Correlated::Cri(s) = o else {
+                panic!("uncaused: {o:?}")
+            };
+            let own = s.call.container_id.as_deref();
+            assert_eq!(s.hooks.len(), 1, "{own:?}");
+            assert_eq!(
+                s.hooks[0].call.container.as_ref().map(|k| k.id.as_str()),
+                own
+            );
+        }
     }
 
     #[test]
