@@ -34,6 +34,9 @@ type Finding = (&'static str, Option<&'static str>);
 /// (scenario, the findings it must give).
 const FIXTURES: &[(&str, &[Finding])] = &[
     ("happy", &[]),
+    // A happy run in which two StopContainer calls of a pod overlapped so
+    // that one ended first (it once took the other's STOP_CONTAINER).
+    ("happy-concurrent-stops", &[]),
     ("slow-plugin", &[]),
     (
         "teardown-error",
