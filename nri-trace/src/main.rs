@@ -1,7 +1,11 @@
 //! The `nri-trace` command line (anyhow at this edge; library errors are
 //! typed and name their fix).
 
-use std::{io::Write, path::PathBuf, time::Duration};
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -19,9 +23,14 @@ use nri_trace::{
         cri_analysis::{CriAnalysis, CriRecord},
         nri_analysis::{NriAnalysis, NriRecord},
         pods::PodModel,
-        trace_analysis::{TraceAnalysis, TraceRecord},
+        trace_analysis::{TraceAnalysis, TraceEngine, TraceRecord},
     },
-    model::nri_call::{ENV_PLUGIN_IDX, ENV_PLUGIN_NAME},
+    model::{
+        nri_call::{ENV_PLUGIN_IDX, ENV_PLUGIN_NAME},
+        observation::Observation,
+        record_file::{self, RecordLine, RecordWriter, SessionInfo},
+        trace_decoder::TraceDecoder,
+    },
     output,
     sinks::{cri_lines, metrics, nri_lines, report, trace_lines},
 };
@@ -44,6 +53,16 @@ enum Format {
     Ndjson,
     /// Only a summary at the end (connections, chunks, bytes, losses).
     Count,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ReplayFormat {
+    /// `report`'s summary.
+    Report,
+    /// The records `trace` prints, as text.
+    Text,
+    /// The records `trace --format ndjson` prints.
+    Ndjson,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -173,12 +192,60 @@ enum Cmd {
         /// findings, capture loss) on ADDR, e.g. 127.0.0.1:9464.
         #[arg(long, value_name = "ADDR")]
         metrics_addr: Option<std::net::SocketAddr>,
+        /// While tracing live, also write the decoded observations to FILE
+        /// as `record` does (created 0600; redacted unless --no-redact).
+        #[arg(long, value_name = "FILE", conflicts_with = "replay")]
+        observations: Option<PathBuf>,
+        /// Keep secrets in the --observations file (see `record`).
+        #[arg(long, requires = "observations")]
+        no_redact: bool,
     },
-    /// Summarize a recording made with `trace --record`: pods and where
-    /// their time went, the slowest hooks, latency tables, findings.
-    Report {
-        /// The recording.
+    /// Record the decoded CRI and NRI calls of the runtime, live, as NDJSON
+    /// (one versioned record per line: docs/schema.md), for `replay` and
+    /// `report` here or elsewhere, or for a pipeline.
+    Record {
+        /// Write to FILE (created 0600) instead of standard output.
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// See `trace`.
+        #[arg(long, value_name = "PATH")]
+        cri_socket: Option<PathBuf>,
+        #[arg(long, value_name = "PATH")]
+        nri_socket: Option<PathBuf>,
+        /// Keep secrets (exec command lines, `NAME=value` in messages) in
+        /// the records; redacted by default.
+        #[arg(long)]
+        no_redact: bool,
+        /// Decode a raw capture (`trace --record FILE`) instead of tracing
+        /// live.
+        #[arg(long, value_name = "FILE")]
+        replay: Option<PathBuf>,
+        /// Capture only the runtime's end of plugin connections.
+        #[arg(long)]
+        no_plugin_end: bool,
+        /// Stop after this many seconds (default: until Ctrl-C or SIGTERM).
+        #[arg(long)]
+        duration: Option<f64>,
+        #[command(flatten)]
+        probe: ProbeArgs,
+    },
+    /// Feed a `record` file through the engine again: the report (or, with
+    /// --format, the trace records `trace` prints).
+    Replay {
+        /// The file `record` wrote (gzipped or not).
         file: PathBuf,
+        #[arg(long, value_enum, default_value = "report")]
+        format: ReplayFormat,
+        /// See `trace`.
+        #[arg(long, value_name = "MS")]
+        hook_budget_ms: Option<u64>,
+    },
+    /// Summarize a recording: pods and where their time went, the slowest
+    /// hooks, latency tables, findings. Reads a `record` file (or a raw
+    /// capture made with `trace --record`).
+    Report {
+        /// The recording [default: a `record` stream on standard input].
+        file: Option<PathBuf>,
         /// See `trace`.
         #[arg(long, value_name = "PATH")]
         cri_socket: Option<PathBuf>,
@@ -241,13 +308,13 @@ fn main() -> Result<()> {
                 out,
             } => {
                 let a = NriAnalysis::new(vec![socket.clone()]);
-                decode(a, out, None, "NRI", |probe| {
+                decode(a, out, None, None, "NRI", |probe| {
                     nri_config(&socket, pids, probe, no_plugin_end)
                 })
                 .await
             }
             Cmd::Cri { socket, out } => {
-                decode(CriAnalysis::new(), out, None, "CRI", |probe| {
+                decode(CriAnalysis::new(), out, None, None, "CRI", |probe| {
                     cri_config(&socket, probe)
                 })
                 .await
@@ -258,65 +325,79 @@ fn main() -> Result<()> {
                 no_plugin_end,
                 hook_budget_ms,
                 metrics_addr,
+                observations,
+                no_redact,
                 out,
             } => {
-                let (cri_socket, nri_socket) =
-                    trace_sockets(cri_socket, nri_socket, out.replay.as_deref())?;
-                let a = TraceAnalysis::new(vec![cri_socket.clone()], vec![nri_socket.clone()])
-                    .with_contract(ContractConfig {
-                        hook_budget_ns: hook_budget_ms.map(|ms| ms * 1_000_000),
-                    });
-                decode(a, out, metrics_addr, "CRI and NRI", |probe| {
-                    let cri = cri_config(&cri_socket, probe)?;
-                    let mut cfg = nri_config(&nri_socket, vec![], probe, no_plugin_end)?;
-                    cfg.sockets.extend(cri.sockets);
-                    // kubelet's end of the CRI connections is not followed.
-                    cfg.no_follow_sockets = vec![cri_socket.clone()];
-                    Ok(cfg)
+                let target = trace_target(cri_socket, nri_socket, out.replay.as_deref())?;
+                let mut a = TraceAnalysis::new(vec![target.cri.clone()], vec![target.nri.clone()])
+                    .with_contract(contract_config(hook_budget_ms));
+                let tap = match &observations {
+                    Some(path) => {
+                        a.tap();
+                        Some(record_writer(path, &target, !no_redact)?)
+                    }
+                    None => None,
+                };
+                decode(a, out, metrics_addr, tap, "CRI and NRI", |probe| {
+                    trace_config(&target, probe, no_plugin_end)
                 })
                 .await
             }
+            Cmd::Record {
+                output,
+                cri_socket,
+                nri_socket,
+                no_redact,
+                replay,
+                no_plugin_end,
+                duration,
+                probe,
+            } => {
+                let target = trace_target(cri_socket, nri_socket, replay.as_deref())?;
+                let out: Box<dyn Write> = match &output {
+                    Some(path) => Box::new(
+                        recording::create_private(path)
+                            .with_context(|| format!("creating {}", path.display()))?,
+                    ),
+                    None => Box::new(std::io::stdout().lock()),
+                };
+                let w = RecordWriter::new(out, &session_info(&target, !no_redact))
+                    .context("writing the record file")?;
+                match replay {
+                    Some(raw) => record_capture(&target, &raw, w),
+                    None => {
+                        eprintln!(
+                            "nri-trace: recording CRI {} and NRI {} to {}",
+                            target.cri.display(),
+                            target.nri.display(),
+                            output
+                                .as_ref()
+                                .map_or("standard output".into(), |p| p.display().to_string())
+                        );
+                        record(&target, w, no_plugin_end, duration, &probe).await
+                    }
+                }
+            }
+            Cmd::Replay {
+                file,
+                format,
+                hook_budget_ms,
+            } => replay_records(&file, format, contract_config(hook_budget_ms)),
             Cmd::Report {
                 file,
                 cri_socket,
                 nri_socket,
                 hook_budget_ms,
             } => {
-                let (cri, nri) = trace_sockets(cri_socket, nri_socket, Some(&file))?;
-                let mut a =
-                    TraceAnalysis::new(vec![cri], vec![nri]).with_contract(ContractConfig {
-                        hook_budget_ns: hook_budget_ms.map(|ms| ms * 1_000_000),
-                    });
-                let mut model = PodModel::new();
-                let mut findings = Vec::new();
-                let mut buf = Vec::new();
-                let mut take = |buf: &mut Vec<TraceRecord>| {
-                    for r in buf.drain(..) {
-                        model.on_record(&r);
-                        if let TraceRecord::Violation(v) = r {
-                            findings.push(v.record);
-                        }
+                let cfg = contract_config(hook_budget_ms);
+                match file {
+                    Some(f) if !record_file::is_record_file(&f).unwrap_or(false) => {
+                        report_capture(&f, cri_socket, nri_socket, cfg)
                     }
-                };
-                for ev in recording::open(&file)
-                    .with_context(|| format!("opening recording {}", file.display()))?
-                {
-                    let ev = ev.with_context(|| format!("reading recording {}", file.display()))?;
-                    a.on_capture(&ev, &mut buf);
-                    take(&mut buf);
+                    Some(f) => replay_records(&f, ReplayFormat::Report, cfg),
+                    None => replay_records(Path::new("-"), ReplayFormat::Report, cfg),
                 }
-                a.finish(&mut buf);
-                take(&mut buf);
-                let mut w = std::io::BufWriter::new(std::io::stdout().lock());
-                report::render(
-                    &mut w,
-                    &model,
-                    &findings,
-                    &a.hook_summary(),
-                    &a.method_summary(),
-                )?;
-                w.flush()?;
-                Ok(())
             }
             Cmd::Doctor { format } => doctor_cmd(format),
             Cmd::Hold {
@@ -424,6 +505,10 @@ trait Analyzer {
     fn metrics(&self) -> Option<String> {
         None
     }
+    /// The observations tapped since the last call (`trace --observations`).
+    fn take_observations(&mut self) -> Vec<Observation> {
+        Vec::new()
+    }
 }
 
 /// `Analyzer` for an analysis whose records and summary a `sinks` module
@@ -497,7 +582,10 @@ impl Analyzer for TraceAnalysis {
         }
     }
     fn metrics(&self) -> Option<String> {
-        Some(metrics::render(self))
+        Some(metrics::render(self.engine()))
+    }
+    fn take_observations(&mut self) -> Vec<Observation> {
+        self.take_tapped()
     }
 }
 analyzer!(CriAnalysis, CriRecord, cri_lines);
@@ -509,6 +597,8 @@ struct Printer<A: Analyzer, W: Write> {
     format: LineFormat,
     summary: bool,
     buf: Vec<A::Record>,
+    /// Where tapped observations go (`trace --observations`).
+    observations: Option<RecordWriter<std::fs::File>>,
 }
 
 impl<A: Analyzer> Printer<A, std::io::BufWriter<std::io::StdoutLock<'static>>> {
@@ -519,6 +609,7 @@ impl<A: Analyzer> Printer<A, std::io::BufWriter<std::io::StdoutLock<'static>>> {
             format,
             summary,
             buf: Vec::new(),
+            observations: None,
         }
     }
 }
@@ -533,12 +624,28 @@ impl<A: Analyzer, W: Write> Printer<A, W> {
         for r in self.buf.drain(..) {
             A::write_record(&mut self.w, &r, self.format)?;
         }
+        if let Some(o) = self.observations.as_mut() {
+            for obs in self.a.take_observations() {
+                o.write(obs).context("writing the observations")?;
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.w.flush()?;
+        if let Some(o) = self.observations.as_mut() {
+            o.flush().context("writing the observations")?;
+        }
         Ok(())
     }
 
     fn end(&mut self) -> Result<()> {
         self.a.finish(&mut self.buf);
         self.print()?;
+        if let Some(o) = self.observations.take() {
+            o.finish().context("writing the observations")?;
+        }
         if self.summary {
             self.a.write_summary(&mut self.w, self.format)?;
         }
@@ -554,10 +661,12 @@ async fn decode<A: Analyzer>(
     a: A,
     out: DecodeArgs,
     metrics_addr: Option<std::net::SocketAddr>,
+    observations: Option<RecordWriter<std::fs::File>>,
     what: &str,
     config: impl FnOnce(&ProbeArgs) -> Result<SessionConfig>,
 ) -> Result<()> {
     let mut p = Printer::stdout(a, out.format, !out.no_summary);
+    p.observations = observations;
     match &out.replay {
         Some(file) => replay(&mut p, file),
         None => {
@@ -688,7 +797,7 @@ async fn live<A: Analyzer, W: Write>(
             p.feed(&ev)?;
             dirty.set(true);
             if !more_queued {
-                p.w.flush()?;
+                p.flush()?;
             }
             Ok(())
         },
@@ -744,15 +853,27 @@ fn nri_config(
     })
 }
 
+/// The runtime `trace` and `record` follow.
+struct Target {
+    cri: PathBuf,
+    nri: PathBuf,
+    /// The runtime process, when found.
+    runtime: Option<(RuntimeKind, u32)>,
+}
+
 /// The CRI and NRI sockets `trace` follows: as given, else those of the
 /// one runtime running here (or, replaying, the ones the recording names).
-fn trace_sockets(
+fn trace_target(
     cri: Option<PathBuf>,
     nri: Option<PathBuf>,
     replay: Option<&std::path::Path>,
-) -> Result<(PathBuf, PathBuf)> {
+) -> Result<Target> {
     if let (Some(c), Some(n)) = (&cri, &nri) {
-        return Ok((c.clone(), n.clone()));
+        return Ok(Target {
+            cri: c.clone(),
+            nri: n.clone(),
+            runtime: None,
+        });
     }
     let found = match replay {
         Some(file) => {
@@ -814,7 +935,273 @@ fn trace_sockets(
             nri.display()
         );
     }
-    Ok((cri, nri))
+    Ok(Target {
+        cri,
+        nri,
+        runtime: replay.is_none().then_some((runtime.kind, runtime.pid)),
+    })
+}
+
+/// The session `trace` and `record` run: both sockets of the runtime.
+fn trace_config(target: &Target, probe: &ProbeArgs, no_plugin_end: bool) -> Result<SessionConfig> {
+    let cri = cri_config(&target.cri, probe)?;
+    let mut cfg = nri_config(&target.nri, vec![], probe, no_plugin_end)?;
+    cfg.sockets.extend(cri.sockets);
+    // kubelet's end of the CRI connections is not followed.
+    cfg.no_follow_sockets = vec![target.cri.clone()];
+    Ok(cfg)
+}
+
+fn contract_config(hook_budget_ms: Option<u64>) -> ContractConfig {
+    ContractConfig {
+        hook_budget_ns: hook_budget_ms.map(|ms| ms * 1_000_000),
+    }
+}
+
+/// A record file on `path` (created 0600: even redacted, it names every
+/// pod on the node), opened with its `session` line.
+fn record_writer(
+    path: &Path,
+    target: &Target,
+    redact: bool,
+) -> Result<RecordWriter<std::fs::File>> {
+    let f =
+        recording::create_private(path).with_context(|| format!("creating {}", path.display()))?;
+    RecordWriter::new(f, &session_info(target, redact))
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+fn session_info(target: &Target, redact: bool) -> SessionInfo {
+    SessionInfo {
+        tool: format!("nri-trace {}", env!("CARGO_PKG_VERSION")),
+        runtime: target.runtime.map(|(k, _)| {
+            match k {
+                RuntimeKind::Containerd => "containerd",
+                RuntimeKind::CriO => "cri-o",
+            }
+            .to_string()
+        }),
+        runtime_pid: target.runtime.map(|(_, pid)| pid),
+        cri_socket: target.cri.display().to_string(),
+        nri_socket: target.nri.display().to_string(),
+        started_unix_ns: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64),
+        redacted: redact,
+    }
+}
+
+/// `nri-trace record` live: decode, write observations, no engine.
+async fn record(
+    target: &Target,
+    w: RecordWriter<Box<dyn Write>>,
+    no_plugin_end: bool,
+    duration: Option<f64>,
+    probe: &ProbeArgs,
+) -> Result<()> {
+    let cfg = trace_config(target, probe, no_plugin_end)?;
+    let backend = EbpfBackend::load(&options(probe, ProgramSet::Capture))?;
+    let mut s = session::start(cfg, Box::new(backend)).await?;
+    eprintln!("nri-trace: ready (tracking pids {:?})", s.info.tracked_pids);
+    let rec = std::cell::RefCell::new(Recorder::new(target, w));
+    each_event(
+        &mut s,
+        duration,
+        |ev, more_queued| rec.borrow_mut().feed(&ev, more_queued),
+        || Ok(()),
+    )
+    .await?;
+    rec.into_inner().finish()?;
+    s.stop().await;
+    Ok(())
+}
+
+/// `nri-trace record --replay`: a raw capture decoded into a record file.
+fn record_capture(target: &Target, raw: &Path, w: RecordWriter<Box<dyn Write>>) -> Result<()> {
+    let mut rec = Recorder::new(target, w);
+    for ev in recording::open(raw).with_context(|| format!("opening {}", raw.display()))? {
+        let ev = ev.with_context(|| format!("reading {}", raw.display()))?;
+        rec.feed(&ev, true)?;
+    }
+    rec.finish()
+}
+
+/// Capture events decoded into a record file.
+struct Recorder {
+    decoder: TraceDecoder,
+    obs: Vec<Observation>,
+    w: RecordWriter<Box<dyn Write>>,
+    cri_calls: u64,
+    nri_calls: u64,
+}
+
+impl Recorder {
+    fn new(target: &Target, w: RecordWriter<Box<dyn Write>>) -> Self {
+        Recorder {
+            decoder: TraceDecoder::new(vec![target.cri.clone()], vec![target.nri.clone()]),
+            obs: Vec::new(),
+            w,
+            cri_calls: 0,
+            nri_calls: 0,
+        }
+    }
+
+    fn feed(&mut self, ev: &CaptureEvent, more_queued: bool) -> Result<()> {
+        self.decoder.on_capture(ev, &mut self.obs);
+        self.write()?;
+        if !more_queued {
+            self.w.flush().context("writing the record file")?;
+        }
+        Ok(())
+    }
+
+    fn write(&mut self) -> Result<()> {
+        for o in self.obs.drain(..) {
+            match &o {
+                Observation::CriCall(_) => self.cri_calls += 1,
+                Observation::NriCall(_) => self.nri_calls += 1,
+                _ => {}
+            }
+            self.w.write(o).context("writing the record file")?;
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<()> {
+        self.decoder.finish(&mut self.obs);
+        self.write()?;
+        eprintln!(
+            "nri-trace: recorded {} CRI calls and {} NRI calls",
+            self.cri_calls, self.nri_calls
+        );
+        self.w.finish().context("writing the record file")?;
+        Ok(())
+    }
+}
+
+/// `nri-trace replay` (and `report` of a record file): the observations
+/// of `file` ("-": standard input) through the engine, out as `format`.
+fn replay_records(file: &Path, format: ReplayFormat, cfg: ContractConfig) -> Result<()> {
+    let name = file.display().to_string();
+    let lines: Box<dyn Iterator<Item = Result<RecordLine, recording::RecordingError>>> =
+        if file == Path::new("-") {
+            Box::new(recording::RecordingReader::<_, RecordLine>::new(
+                std::io::BufReader::new(std::io::stdin()),
+            ))
+        } else {
+            Box::new(record_file::open(file).with_context(|| format!("opening {name}"))?)
+        };
+    let mut engine = TraceEngine::new(cfg);
+    let mut w = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut report_state = ReportState::default();
+    let mut buf = Vec::new();
+    let mut emit = |buf: &mut Vec<TraceRecord>, mut w: &mut dyn Write| -> Result<()> {
+        for r in buf.drain(..) {
+            match format {
+                ReplayFormat::Report => report_state.take(r),
+                ReplayFormat::Text => trace_lines::text(&mut w, &r)?,
+                ReplayFormat::Ndjson => trace_lines::ndjson(&mut w, &r)?,
+            }
+        }
+        Ok(())
+    };
+    let (mut session, mut ended, mut skipped) = (false, false, 0u64);
+    for line in lines {
+        let line = match line {
+            Ok(l) => l,
+            Err(e @ recording::RecordingError::Truncated { .. }) => {
+                eprintln!("nri-trace: {name}: {e}; replaying what came before");
+                break;
+            }
+            Err(e) => return Err(e).with_context(|| format!("reading {name}")),
+        };
+        match line {
+            RecordLine::Session(_) => session = true,
+            RecordLine::Observation(o) => {
+                if !session {
+                    anyhow::bail!(
+                        "{name} is not a `nri-trace record` file (no session line first):                          for a raw capture use `report FILE` or `trace --replay FILE`"
+                    );
+                }
+                engine.on_observation(o, &mut buf);
+                emit(&mut buf, &mut w)?;
+            }
+            RecordLine::SessionEnd(_) => ended = true,
+            RecordLine::Unknown(_) => skipped += 1,
+        }
+    }
+    if !session {
+        anyhow::bail!("{name} holds no `nri-trace record` session");
+    }
+    engine.finish(&mut buf);
+    emit(&mut buf, &mut w)?;
+    if !ended {
+        eprintln!("nri-trace: {name} has no session_end line: the recording was cut short");
+    }
+    if skipped > 0 {
+        eprintln!("nri-trace: {name}: {skipped} lines of kinds this build does not know, skipped");
+    }
+    let (h, m) = (engine.hook_summary(), engine.method_summary());
+    match format {
+        ReplayFormat::Report => {
+            report::render(&mut w, &report_state.model, &report_state.findings, &h, &m)?
+        }
+        ReplayFormat::Text => {
+            writeln!(w)?;
+            trace_lines::summary_text(&mut w, &h, &m)?
+        }
+        ReplayFormat::Ndjson => trace_lines::summary_ndjson(&mut w, &h, &m)?,
+    }
+    w.flush()?;
+    Ok(())
+}
+
+/// What the report is built from: the pod model and the findings.
+#[derive(Default)]
+struct ReportState {
+    model: PodModel,
+    findings: Vec<nri_trace::engine::contract::Violation>,
+}
+
+impl ReportState {
+    fn take(&mut self, r: TraceRecord) {
+        self.model.on_record(&r);
+        if let TraceRecord::Violation(v) = r {
+            self.findings.push(v.record);
+        }
+    }
+}
+
+/// `report` of a raw capture recording (`trace --record`).
+fn report_capture(
+    file: &Path,
+    cri_socket: Option<PathBuf>,
+    nri_socket: Option<PathBuf>,
+    cfg: ContractConfig,
+) -> Result<()> {
+    let target = trace_target(cri_socket, nri_socket, Some(file))?;
+    let mut a = TraceAnalysis::new(vec![target.cri], vec![target.nri]).with_contract(cfg);
+    let mut state = ReportState::default();
+    let mut buf = Vec::new();
+    for ev in
+        recording::open(file).with_context(|| format!("opening recording {}", file.display()))?
+    {
+        let ev = ev.with_context(|| format!("reading recording {}", file.display()))?;
+        a.on_capture(&ev, &mut buf);
+        buf.drain(..).for_each(|r| state.take(r));
+    }
+    a.finish(&mut buf);
+    buf.drain(..).for_each(|r| state.take(r));
+    let mut w = std::io::BufWriter::new(std::io::stdout().lock());
+    report::render(
+        &mut w,
+        &state.model,
+        &state.findings,
+        &a.hook_summary(),
+        &a.method_summary(),
+    )?;
+    w.flush()?;
+    Ok(())
 }
 
 fn cri_config(socket: &std::path::Path, probe: &ProbeArgs) -> Result<SessionConfig> {

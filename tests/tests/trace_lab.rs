@@ -8,6 +8,7 @@
 //! Needs root, the eBPF object and the lab (mandatory under CI=true).
 
 mod lab_trace;
+mod record_schema;
 mod trace_check;
 
 use std::path::Path;
@@ -39,7 +40,39 @@ fn records(scenario: &str, out: &Path) -> Vec<TraceRecord> {
     }
     trace_lines::summary_ndjson(&mut replayed, &hooks, &methods).unwrap();
     lab_trace::assert_live_equals_replay(scenario, out, replayed);
+    check_observations(scenario, out);
     records
+}
+
+/// The observations written while tracing: private, valid against the
+/// JSON Schema, and `nri-trace replay` of them prints what the live trace
+/// printed (the same records, findings and latency tables).
+fn check_observations(scenario: &str, out: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let obs = TraceProc::observations(out);
+    let mode = std::fs::metadata(&obs)
+        .expect("observations")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "{scenario}: {} mode", obs.display());
+    let bytes = std::fs::read(&obs).unwrap();
+    let types = record_schema::validate_lines(&record_schema::validator(), scenario, &bytes);
+    assert!(
+        types.contains_key("session") && types.contains_key("session_end"),
+        "{types:?}"
+    );
+    let replay = std::process::Command::new(lab_trace::bin("nri-trace"))
+        .arg("replay")
+        .arg(&obs)
+        .args(["--format", "ndjson"])
+        .output()
+        .expect("running nri-trace replay");
+    assert!(
+        replay.status.success(),
+        "{scenario}: nri-trace replay: {}",
+        String::from_utf8_lossy(&replay.stderr)
+    );
+    lab_trace::assert_live_equals_replay(scenario, out, replay.stdout);
 }
 
 fn check_correlation(scenario: &str, out: &Path) -> (usize, usize) {
@@ -236,4 +269,65 @@ fn trace_upstream_witness_finds_nothing() {
     };
     check_correlation("upstream-witness", &out);
     assert_eq!(findings(&records), vec![]);
+}
+
+/// A process holding the container's rootfs (its cwd) while the pod is torn
+/// down with a 12 s deadline: the teardown blocks until the deadline. No
+/// NRI contract rule is about a mount (that is `explain`'s work): every
+/// delivery is correlated, no finding, and each CRI call the driver saw
+/// fail is reported failed by nri-trace, at the same time.
+#[test]
+fn trace_busy_mount() {
+    let Some((out, records)) = traced("busy-mount") else {
+        return;
+    };
+    check_correlation("busy-mount", &out);
+    assert_eq!(findings(&records), vec![]);
+    let truth = truth::read(&out.join("truth.ndjson")).expect("truth");
+    let failed: Vec<_> = truth
+        .iter()
+        .filter_map(|t| match t {
+            Truth::Cri {
+                method,
+                start_mono_ns,
+                outcome,
+                ..
+            } if !matches!(outcome, truth::Outcome::Ok) => Some((method.clone(), *start_mono_ns)),
+            _ => None,
+        })
+        .collect();
+    assert!(!failed.is_empty(), "the teardown did not block: {truth:?}");
+    for (method, start) in &failed {
+        let span = records.iter().find_map(|r| match r {
+            TraceRecord::CriSpan(s)
+                if s.record.call.method.as_deref() == Some(method.as_str())
+                    && s.record
+                        .call
+                        .start
+                        .is_some_and(|t| t.mono_ns.abs_diff(*start) < 5_000_000) =>
+            {
+                Some(&s.record.call)
+            }
+            _ => None,
+        });
+        let span = span.unwrap_or_else(|| panic!("no {method} span at {start}"));
+        eprintln!("busy-mount: {method}: {:?}", span.outcome);
+        assert!(!span.outcome.is_ok(), "{method}: {:?}", span.outcome);
+    }
+}
+
+/// 100 pod lifecycles, 4 at a time, through 3 plugins: every delivery is
+/// under the CRI call that made it, no finding, nothing lost.
+#[test]
+fn trace_load_finds_nothing() {
+    let Some((out, records)) = traced("load") else {
+        return;
+    };
+    let (checked, _) = check_correlation("load", &out);
+    assert!(checked >= 100 * 3 * 8, "{checked} deliveries checked");
+    assert_eq!(findings(&records), vec![]);
+    let lost = records.iter().any(|r| {
+        matches!(r, TraceRecord::Nri(nri_trace::engine::nri_analysis::NriRecord::CaptureLoss(l)) if l.any())
+    });
+    assert!(!lost, "capture loss under load");
 }

@@ -25,7 +25,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use serde::{de, Deserialize, Deserializer};
+use serde::{de, Deserialize, Deserializer, Serialize};
 
 use super::{CaptureEvent, Syscall};
 
@@ -141,13 +141,19 @@ impl<W: Write> RecordingWriter<W> {
 
     /// Append one event as one line.
     pub fn write(&mut self, ev: &CaptureEvent) -> io::Result<()> {
-        encode_line(&mut self.line, ev)?;
+        self.write_record(ev, !matches!(ev, CaptureEvent::Chunk(_)))
+    }
+
+    /// Append one record of another kind (the same line format: `"v"`
+    /// first, then the record's fields), flushing if `flush`.
+    pub fn write_record<T: Serialize>(&mut self, r: &T, flush: bool) -> io::Result<()> {
+        encode_line(&mut self.line, r)?;
         let res = self.out.write_all(&self.line);
         if self.line.capacity() > RETAINED_BUFFER_BYTES {
             self.line = Vec::new();
         }
         res?;
-        if !matches!(ev, CaptureEvent::Chunk(_)) {
+        if flush {
             self.out.flush()?;
         }
         Ok(())
@@ -180,7 +186,7 @@ pub fn write_event(w: &mut impl Write, ev: &CaptureEvent) -> io::Result<()> {
 }
 
 /// Serialize `ev` into `line` (cleared first) as `{"v":N,"type":...}\n`.
-fn encode_line(line: &mut Vec<u8>, ev: &CaptureEvent) -> io::Result<()> {
+fn encode_line<T: Serialize>(line: &mut Vec<u8>, ev: &T) -> io::Result<()> {
     line.clear();
     serde_json::to_writer(&mut *line, ev).map_err(io::Error::from)?;
     // Add "v" by splicing it after the opening brace rather than going
@@ -189,7 +195,7 @@ fn encode_line(line: &mut Vec<u8>, ev: &CaptureEvent) -> io::Result<()> {
     // with its "type" tag, so it is never empty and the comma is right.
     if line.first() != Some(&b'{') || line.get(1) == Some(&b'}') {
         return Err(io::Error::other(
-            "capture event did not serialize to a non-empty JSON object",
+            "record did not serialize to a non-empty JSON object",
         ));
     }
     let prefix = format!("{{\"v\":{SCHEMA_VERSION},");
@@ -203,8 +209,9 @@ fn encode_line(line: &mut Vec<u8>, ev: &CaptureEvent) -> io::Result<()> {
 /// Yields one item per non-blank line: the event, or an error naming the
 /// line. After a content error it goes on with the next line; after a read
 /// error it ends.
-pub struct RecordingReader<R> {
+pub struct RecordingReader<R, T = CaptureEvent> {
     inner: R,
+    kind: std::marker::PhantomData<fn() -> T>,
     /// 1-based number of the line last read; 0 before the first.
     line: u64,
     buf: Vec<u8>,
@@ -224,12 +231,13 @@ enum RawLine {
     TooLong,
 }
 
-impl<R: BufRead> RecordingReader<R> {
+impl<R: BufRead, T: RecordType> RecordingReader<R, T> {
     /// A reader of `inner` with the default line cap
     /// ([`DEFAULT_MAX_LINE_BYTES`]).
     pub fn new(inner: R) -> Self {
         Self {
             inner,
+            kind: std::marker::PhantomData,
             line: 0,
             buf: Vec::new(),
             max_line: DEFAULT_MAX_LINE_BYTES,
@@ -295,8 +303,8 @@ impl<R: BufRead> RecordingReader<R> {
     }
 }
 
-impl<R: BufRead> Iterator for RecordingReader<R> {
-    type Item = Result<CaptureEvent, RecordingError>;
+impl<R: BufRead, T: RecordType> Iterator for RecordingReader<R, T> {
+    type Item = Result<T, RecordingError>;
 
     fn next(&mut self) -> Option<Self::Item> {
         while !self.done {
@@ -337,17 +345,23 @@ impl<R: BufRead> Iterator for RecordingReader<R> {
     }
 }
 
-impl<R: BufRead> FusedIterator for RecordingReader<R> {}
+impl<R: BufRead, T: RecordType> FusedIterator for RecordingReader<R, T> {}
 
 /// The events of the recording `r`, one item per non-blank line.
 pub fn read_events<R: BufRead>(r: R) -> RecordingReader<R> {
     RecordingReader::new(r)
 }
 
+/// A recording file being read (gunzipped if it is gzipped).
+pub type FileReader<T> = RecordingReader<BufReader<Box<dyn Read + Send>>, T>;
+
 /// Open the recording at `path` for streaming.
-pub fn open(
-    path: impl AsRef<Path>,
-) -> Result<RecordingReader<BufReader<Box<dyn Read + Send>>>, RecordingError> {
+pub fn open(path: impl AsRef<Path>) -> Result<FileReader<CaptureEvent>, RecordingError> {
+    open_as(path)
+}
+
+/// Open a file of `T` records (the same line format) for streaming.
+pub fn open_as<T: RecordType>(path: impl AsRef<Path>) -> Result<FileReader<T>, RecordingError> {
     let path = path.as_ref();
     let open_err = |source| RecordingError::Open {
         path: path.to_path_buf(),
@@ -380,9 +394,27 @@ pub fn read_file(path: impl AsRef<Path>) -> Result<Vec<CaptureEvent>, RecordingE
 struct VersionProbe {
     #[serde(default)]
     v: Option<u64>,
+    #[serde(default, rename = "type")]
+    kind: Option<String>,
 }
 
-fn parse_line(text: &[u8], line: u64, terminated: bool) -> Result<CaptureEvent, RecordingError> {
+/// What a line of a file in this format holds.
+pub trait RecordType: Sized {
+    /// Parse one line whose `"type"` is `kind`.
+    fn parse(kind: Option<&str>, text: &[u8]) -> serde_json::Result<Self>;
+}
+
+impl RecordType for CaptureEvent {
+    fn parse(_: Option<&str>, text: &[u8]) -> serde_json::Result<Self> {
+        serde_json::from_slice(text)
+    }
+}
+
+fn parse_line<T: RecordType>(
+    text: &[u8],
+    line: u64,
+    terminated: bool,
+) -> Result<T, RecordingError> {
     let invalid = |e: serde_json::Error| {
         if !terminated && e.classify() == serde_json::error::Category::Eof {
             return RecordingError::Truncated { line };
@@ -416,7 +448,7 @@ fn parse_line(text: &[u8], line: u64, terminated: bool) -> Result<CaptureEvent, 
             return Err(RecordingError::UnsupportedVersion { line, version });
         }
     }
-    serde_json::from_slice(text).map_err(invalid)
+    T::parse(probe.kind.as_deref(), text).map_err(invalid)
 }
 
 /// A bad hex string.

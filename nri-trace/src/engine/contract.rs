@@ -234,7 +234,7 @@ struct PluginState {
     label: String,
     index: Option<String>,
     /// From Configure; `None` when it registered before the trace.
-    events: Option<Vec<&'static str>>,
+    events: Option<Vec<String>>,
     since: u64,
     gone: Option<u64>,
     timed_out: bool,
@@ -742,7 +742,7 @@ impl ContractChecker {
                 .filter(|p| {
                     p.events
                         .as_ref()
-                        .is_some_and(|e| e.contains(&h.hook.as_str()))
+                        .is_some_and(|e| e.iter().any(|x| *x == h.hook))
                 })
                 .filter(|p| {
                     !s.hooks
@@ -811,7 +811,7 @@ impl ContractChecker {
                     continue;
                 }
                 let subscribed = match &p.events {
-                    Some(e) => e.contains(&hook),
+                    Some(e) => e.iter().any(|x| x == hook),
                     None => continue,
                 };
                 if !subscribed
@@ -847,7 +847,7 @@ impl ContractChecker {
                         .is_some_and(|g| g <= h.call.start.map_or(0, |t| t.mono_ns))
                     && p.events
                         .as_ref()
-                        .is_some_and(|e| e.contains(&h.hook.as_str()))
+                        .is_some_and(|e| e.iter().any(|x| *x == h.hook))
                     && h.call.plugin.index.as_ref() != p.index.as_ref()
                 {
                     p.missed_after_gone += 1;
@@ -934,7 +934,7 @@ mod tests {
                 comm: None,
                 source: IdentitySource::RegisterPlugin,
             },
-            events: Some(events.to_vec()),
+            events: Some(events.iter().map(|e| e.to_string()).collect()),
         })
     }
 
@@ -1338,7 +1338,7 @@ mod tests {
         (reserved.start, reserved.end) = (ts(1200), ts(1201));
         reserved.outcome = CriOutcome::Error {
             code: 2,
-            status: "UNKNOWN",
+            status: "UNKNOWN".into(),
             message: "failed to reserve sandbox name".into(),
         };
         let mut ok = first.clone();

@@ -136,7 +136,10 @@ fn cause_method(call: &CriCall, hook: &str) -> Option<Option<String>> {
     match (&call.method, &call.identified) {
         (Some(m), _) => causes.contains(&m.as_str()).then(|| Some(m.clone())),
         (None, Identified::Unknown { candidates }) => {
-            let fit: Vec<&&str> = candidates.iter().filter(|c| causes.contains(c)).collect();
+            let fit: Vec<&String> = candidates
+                .iter()
+                .filter(|c| causes.contains(&c.as_str()))
+                .collect();
             match fit.len() {
                 0 => None,
                 1 => Some(Some(fit[0].to_string())),
@@ -439,7 +442,7 @@ mod tests {
         );
         let mut call = cri(None, "s1", 5, 30);
         call.identified = Identified::Unknown {
-            candidates: vec!["StopPodSandbox", "RemovePodSandbox"],
+            candidates: vec!["StopPodSandbox".into(), "RemovePodSandbox".into()],
         };
         c.on_cri(call);
         out.extend(run(&mut c, 100));

@@ -88,78 +88,43 @@ impl MethodStats {
     }
 }
 
-/// Capture events to CRI records.
-pub struct CriAnalysis {
-    assembler: CriCallAssembler,
-    obs: Vec<CriObservation>,
+/// Per-method counts and latency of CRI calls (hdrhistogram), over the
+/// whole run and the last minute of capture time.
+#[derive(Default)]
+pub struct CriMethodStats {
     methods: BTreeMap<String, MethodStats>,
     /// Latest call end seen (capture time): where the window ends.
     last_ns: u64,
 }
 
-impl Default for CriAnalysis {
-    fn default() -> Self {
-        Self::new()
-    }
+/// Capture events to CRI records.
+pub struct CriAnalysis {
+    assembler: CriCallAssembler,
+    obs: Vec<CriObservation>,
+    stats: CriMethodStats,
 }
 
-impl CriAnalysis {
-    pub fn new() -> Self {
-        CriAnalysis {
-            assembler: CriCallAssembler::new(),
-            obs: Vec::new(),
-            methods: BTreeMap::new(),
-            last_ns: 0,
+impl CriMethodStats {
+    /// Account one finished call.
+    pub fn on_call(&mut self, c: &CriCall) {
+        let name = c.method.clone().unwrap_or_else(|| "(unknown)".into());
+        let m = self.methods.entry(name).or_insert_with(MethodStats::new);
+        m.calls += 1;
+        match c.identified {
+            Identified::Known => m.known += 1,
+            Identified::Inferred { .. } => m.inferred += 1,
+            Identified::Unknown { .. } => m.unknown += 1,
         }
-    }
-
-    /// Feed one capture event; append what it completes to `out`.
-    pub fn on_capture(&mut self, ev: &CaptureEvent, out: &mut Vec<CriRecord>) {
-        if let CaptureEvent::Loss(l) = ev {
-            out.push(CriRecord::CaptureLoss(*l));
+        match c.outcome {
+            CriOutcome::Error { .. } | CriOutcome::Reset { .. } => m.errors += 1,
+            CriOutcome::Cancelled | CriOutcome::DeadlineExceeded => m.cancelled += 1,
+            _ => {}
         }
-        self.assembler.on_capture(ev, &mut self.obs);
-        self.convert(out);
-    }
-
-    /// The capture ended: calls in flight and held calls come out.
-    pub fn finish(&mut self, out: &mut Vec<CriRecord>) {
-        self.assembler.finish(&mut self.obs);
-        self.convert(out);
-    }
-
-    fn convert(&mut self, out: &mut Vec<CriRecord>) {
-        for o in self.obs.drain(..) {
-            out.push(match o {
-                CriObservation::Call(c) => {
-                    let name = c.method.clone().unwrap_or_else(|| "(unknown)".into());
-                    let m = self.methods.entry(name).or_insert_with(MethodStats::new);
-                    m.calls += 1;
-                    match c.identified {
-                        Identified::Known => m.known += 1,
-                        Identified::Inferred { .. } => m.inferred += 1,
-                        Identified::Unknown { .. } => m.unknown += 1,
-                    }
-                    match c.outcome {
-                        CriOutcome::Error { .. } | CriOutcome::Reset { .. } => m.errors += 1,
-                        CriOutcome::Cancelled | CriOutcome::DeadlineExceeded => m.cancelled += 1,
-                        _ => {}
-                    }
-                    let at = c.end.or(c.start).map_or(0, |t| t.mono_ns);
-                    self.last_ns = self.last_ns.max(at);
-                    if let Some(d) = c.duration_ns {
-                        record(&mut m.hist, d);
-                        m.window.record(at, d);
-                    }
-                    CriRecord::CriCall(c)
-                }
-                CriObservation::Connection { conn, ts, client } => {
-                    CriRecord::CriConnection { conn, ts, client }
-                }
-                CriObservation::Resync { conn, ts, skipped } => {
-                    CriRecord::CriResync { conn, ts, skipped }
-                }
-            });
+        let at = c.end.or(c.start).map_or(0, |t| t.mono_ns);
+        self.last_ns = self.last_ns.max(at);
+        if let Some(d) = c.duration_ns {
+            record(&mut m.hist, d);
+            m.window.record(at, d);
         }
     }
 
@@ -202,6 +167,64 @@ impl CriAnalysis {
                 }
             })
             .collect()
+    }
+}
+
+impl Default for CriAnalysis {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CriAnalysis {
+    pub fn new() -> Self {
+        CriAnalysis {
+            assembler: CriCallAssembler::new(),
+            obs: Vec::new(),
+            stats: CriMethodStats::default(),
+        }
+    }
+
+    /// Feed one capture event; append what it completes to `out`.
+    pub fn on_capture(&mut self, ev: &CaptureEvent, out: &mut Vec<CriRecord>) {
+        if let CaptureEvent::Loss(l) = ev {
+            out.push(CriRecord::CaptureLoss(*l));
+        }
+        self.assembler.on_capture(ev, &mut self.obs);
+        self.convert(out);
+    }
+
+    /// The capture ended: calls in flight and held calls come out.
+    pub fn finish(&mut self, out: &mut Vec<CriRecord>) {
+        self.assembler.finish(&mut self.obs);
+        self.convert(out);
+    }
+
+    fn convert(&mut self, out: &mut Vec<CriRecord>) {
+        for o in self.obs.drain(..) {
+            out.push(match o {
+                CriObservation::Call(c) => {
+                    self.stats.on_call(&c);
+                    CriRecord::CriCall(c)
+                }
+                CriObservation::Connection { conn, ts, client } => {
+                    CriRecord::CriConnection { conn, ts, client }
+                }
+                CriObservation::Resync { conn, ts, skipped } => {
+                    CriRecord::CriResync { conn, ts, skipped }
+                }
+            });
+        }
+    }
+
+    /// Duration histograms per method at `bounds_ns`.
+    pub fn buckets(&self, bounds_ns: &[u64]) -> Vec<(String, Buckets)> {
+        self.stats.buckets(bounds_ns)
+    }
+
+    /// Per-method totals so far, by method name.
+    pub fn summary(&self) -> Vec<MethodSummary> {
+        self.stats.summary()
     }
 
     pub fn stats(&self) -> CriStats {

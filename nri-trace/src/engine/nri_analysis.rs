@@ -30,7 +30,7 @@ pub enum NriRecord {
         ts: Timestamp,
         plugin: PluginId,
         #[serde(skip_serializing_if = "Option::is_none")]
-        events: Option<Vec<&'static str>>,
+        events: Option<Vec<String>>,
     },
     /// An NRI connection closed.
     NriPluginGone {

@@ -2,26 +2,26 @@
 //! runtime traced together, CRI calls with the NRI deliveries they caused
 //! ([`super::correlate`]), the rest of both analyses alongside.
 //!
-//! Capture events are routed by connection: those of the CRI socket to the
-//! CRI analysis, all others (NRI socket, pre-launched plugins' socketpairs,
-//! followed plugin ends) to the NRI analysis. The same events give the same
-//! records, live or replayed.
+//! [`TraceEngine`] takes the model's [`Observation`]s (live from a
+//! [`TraceDecoder`], or read back from `nri-trace record`'s file) and
+//! gives [`TraceRecord`]s; [`TraceAnalysis`] is both stages on capture
+//! events. The same observations give the same records.
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    path::PathBuf,
-};
+use std::{collections::BTreeMap, path::PathBuf};
 
 use serde::Serialize;
 
 use super::{
     contract::{Certainty, ContractChecker, ContractConfig, Severity, Violation},
     correlate::{Correlated, Correlator, CriSpan, NoCause},
-    cri_analysis::{CriAnalysis, CriRecord, MethodSummary},
-    hook_latency::{Buckets, HookSpan, HookSummary},
-    nri_analysis::{NriAnalysis, NriRecord},
+    cri_analysis::{CriMethodStats, CriRecord, MethodSummary},
+    hook_latency::{Buckets, HookSpan, HookSummary, HookTimer},
+    nri_analysis::NriRecord,
 };
-use crate::capture::{CaptureEvent, ConnId, Loss};
+use crate::{
+    capture::{CaptureEvent, Loss},
+    model::{observation::Observation, trace_decoder::TraceDecoder},
+};
 
 /// One line of `nri-trace trace` output.
 #[allow(clippy::large_enum_variant)]
@@ -58,23 +58,13 @@ pub struct Uncaused {
     pub no_cri_cause: NoCause,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Route {
-    Cri,
-    Nri,
-    /// The client's end of a CRI connection (not analysed).
-    Ignore,
-}
-
-/// Capture events of one runtime's CRI and NRI sockets to trace records.
-pub struct TraceAnalysis {
-    cri_paths: Vec<PathBuf>,
-    routes: HashMap<ConnId, Route>,
-    cri: CriAnalysis,
-    nri: NriAnalysis,
+/// The engine proper: observations in, trace records out (CRI spans with
+/// their NRI hooks, uncaused NRI calls, the contract's findings), plus
+/// hook and CRI latency histograms. Pure: it reads only the observations.
+pub struct TraceEngine {
+    timer: HookTimer,
+    cri_stats: CriMethodStats,
     correlator: Correlator,
-    cri_buf: Vec<CriRecord>,
-    nri_buf: Vec<NriRecord>,
     settled: Vec<Correlated>,
     contract: ContractChecker,
     violations: Vec<Violation>,
@@ -84,120 +74,116 @@ pub struct TraceAnalysis {
     loss: Loss,
 }
 
-impl TraceAnalysis {
-    pub fn new(cri_paths: Vec<PathBuf>, nri_paths: Vec<PathBuf>) -> Self {
-        TraceAnalysis {
-            cri_paths,
-            routes: HashMap::new(),
-            cri: CriAnalysis::new(),
-            nri: NriAnalysis::new(nri_paths),
+impl Default for TraceEngine {
+    fn default() -> Self {
+        Self::new(ContractConfig::default())
+    }
+}
+
+impl TraceEngine {
+    pub fn new(cfg: ContractConfig) -> Self {
+        TraceEngine {
+            timer: HookTimer::new(),
+            cri_stats: CriMethodStats::default(),
             correlator: Correlator::new(),
-            cri_buf: Vec::new(),
-            nri_buf: Vec::new(),
             settled: Vec::new(),
-            contract: ContractChecker::new(ContractConfig::default()),
+            contract: ContractChecker::new(cfg),
             violations: Vec::new(),
             finding_counts: BTreeMap::new(),
             loss: Loss::default(),
         }
     }
 
-    /// With contract settings other than the defaults.
-    pub fn with_contract(mut self, cfg: ContractConfig) -> Self {
-        self.contract = ContractChecker::new(cfg);
-        self
-    }
-
-    /// Feed one capture event; append what settles to `out`.
-    pub fn on_capture(&mut self, ev: &CaptureEvent, out: &mut Vec<TraceRecord>) {
-        let (conn, now) = match ev {
-            CaptureEvent::Open(o) => {
-                let cri = o
-                    .socket_path
-                    .as_ref()
-                    .is_some_and(|p| self.cri_paths.iter().any(|c| c == p));
-                let peer_of_cri = o
-                    .other_end
-                    .is_some_and(|e| self.routes.get(&e) == Some(&Route::Cri));
-                let route = if peer_of_cri {
-                    Route::Ignore
-                } else if cri {
-                    Route::Cri
-                } else {
-                    Route::Nri
-                };
-                self.routes.insert(o.conn, route);
-                (Some(o.conn), Some(o.ts.mono_ns))
+    /// Feed one observation; append what settles to `out`.
+    pub fn on_observation(&mut self, o: Observation, out: &mut Vec<TraceRecord>) {
+        let fresh = match o {
+            Observation::CriCall(c) => {
+                self.cri_stats.on_call(&c);
+                self.correlator.on_cri(c);
+                None
             }
-            CaptureEvent::Chunk(c) => (Some(c.conn), Some(c.ts.mono_ns)),
-            CaptureEvent::Close(c) => (Some(c.conn), Some(c.ts.mono_ns)),
-            CaptureEvent::Process(_) | CaptureEvent::Loss(_) => (None, None),
+            Observation::NriCall(c) => {
+                let span = self.timer.on_call(c);
+                self.correlator.on_nri(span, &mut self.settled);
+                None
+            }
+            Observation::Clock {
+                now_ns,
+                cri_oldest_ns,
+            } => {
+                self.correlator
+                    .advance(now_ns, cri_oldest_ns, &mut self.settled);
+                None
+            }
+            Observation::CriConnection { conn, ts, client } => {
+                Some(TraceRecord::Cri(CriRecord::CriConnection {
+                    conn,
+                    ts,
+                    client,
+                }))
+            }
+            Observation::CriResync { conn, ts, skipped } => {
+                Some(TraceRecord::Cri(CriRecord::CriResync { conn, ts, skipped }))
+            }
+            Observation::NriPlugin {
+                conn,
+                ts,
+                plugin,
+                events,
+            } => Some(TraceRecord::Nri(NriRecord::NriPlugin {
+                conn,
+                ts,
+                plugin,
+                events,
+            })),
+            Observation::NriPluginGone { conn, ts, plugin } => {
+                Some(TraceRecord::Nri(NriRecord::NriPluginGone {
+                    conn,
+                    ts,
+                    plugin,
+                }))
+            }
+            Observation::NriResync {
+                conn,
+                ts,
+                mux_conn,
+                skipped,
+            } => Some(TraceRecord::Nri(NriRecord::NriResync {
+                conn,
+                ts,
+                mux_conn,
+                skipped,
+            })),
+            Observation::CaptureLoss(l) => Some(TraceRecord::Nri(NriRecord::CaptureLoss(l))),
         };
-        let route = conn.map_or(Route::Nri, |c| {
-            self.routes.get(&c).copied().unwrap_or(Route::Nri)
-        });
-        match route {
-            Route::Cri => self.cri.on_capture(ev, &mut self.cri_buf),
-            Route::Nri => self.nri.on_capture(ev, &mut self.nri_buf),
-            Route::Ignore => {}
-        }
-        if let CaptureEvent::Close(c) = ev {
-            self.routes.remove(&c.conn);
-        }
-        self.drain(now, out);
+        self.emit(fresh, out);
     }
 
-    /// The capture ended.
+    /// The observations ended.
     pub fn finish(&mut self, out: &mut Vec<TraceRecord>) {
-        self.cri.finish(&mut self.cri_buf);
-        self.nri.finish(&mut self.nri_buf);
-        self.drain(None, out);
         self.correlator.finish(&mut self.settled);
-        self.emit(Vec::new(), out);
+        self.emit(None, out);
         self.contract.finish(&mut self.violations);
         self.emit_violations(out);
     }
 
-    fn drain(&mut self, now: Option<u64>, out: &mut Vec<TraceRecord>) {
-        let mut fresh = Vec::new();
-        for r in self.nri_buf.drain(..) {
-            match r {
-                NriRecord::NriCall(span) => self.correlator.on_nri(span, &mut self.settled),
-                other => fresh.push(TraceRecord::Nri(other)),
-            }
-        }
-        for r in self.cri_buf.drain(..) {
-            match r {
-                CriRecord::CriCall(call) => self.correlator.on_cri(call),
-                other => fresh.push(TraceRecord::Cri(other)),
-            }
-        }
-        if let Some(now) = now {
-            let oldest = self.cri.oldest_unreported_start();
-            self.correlator.advance(now, oldest, &mut self.settled);
-        }
-        self.emit(fresh, out);
-    }
-
-    /// Move `fresh` and the settled records to `out`, each checked against
-    /// the contract; its findings follow.
-    fn emit(&mut self, mut fresh: Vec<TraceRecord>, out: &mut Vec<TraceRecord>) {
-        for c in self.settled.drain(..) {
-            fresh.push(match c {
-                Correlated::Cri(span) => TraceRecord::CriSpan(Tagged {
-                    kind: "cri_span",
-                    record: span,
-                }),
-                Correlated::Uncaused { span, why } => TraceRecord::NriUncaused(Tagged {
-                    kind: "nri_uncaused",
-                    record: Uncaused {
-                        span,
-                        no_cri_cause: why,
-                    },
-                }),
-            });
-        }
-        for r in fresh {
+    /// Move the settled records, then `fresh`, to `out`, each checked
+    /// against the contract; its findings follow.
+    fn emit(&mut self, fresh: Option<TraceRecord>, out: &mut Vec<TraceRecord>) {
+        let settled = self.settled.drain(..).map(|c| match c {
+            Correlated::Cri(span) => TraceRecord::CriSpan(Tagged {
+                kind: "cri_span",
+                record: span,
+            }),
+            Correlated::Uncaused { span, why } => TraceRecord::NriUncaused(Tagged {
+                kind: "nri_uncaused",
+                record: Uncaused {
+                    span,
+                    no_cri_cause: why,
+                },
+            }),
+        });
+        for r in settled.chain(fresh) {
             if let TraceRecord::Nri(NriRecord::CaptureLoss(l)) = &r {
                 self.loss = *l;
             }
@@ -223,7 +209,12 @@ impl TraceAnalysis {
 
     /// Per (plugin, hook) latency so far.
     pub fn hook_summary(&self) -> Vec<HookSummary> {
-        self.nri.summary()
+        self.timer.summary()
+    }
+
+    /// Per CRI method totals so far.
+    pub fn method_summary(&self) -> Vec<MethodSummary> {
+        self.cri_stats.summary()
     }
 
     /// Histograms for metrics: own time per (plugin, hook), duration per
@@ -233,7 +224,10 @@ impl TraceAnalysis {
         &self,
         bounds_ns: &[u64],
     ) -> (Vec<(String, String, Buckets)>, Vec<(String, Buckets)>) {
-        (self.nri.buckets(bounds_ns), self.cri.buckets(bounds_ns))
+        (
+            self.timer.buckets(bounds_ns),
+            self.cri_stats.buckets(bounds_ns),
+        )
     }
 
     /// Findings so far by (rule, severity, certain).
@@ -245,10 +239,80 @@ impl TraceAnalysis {
     pub fn loss(&self) -> Loss {
         self.loss
     }
+}
+
+/// Capture events of one runtime's CRI and NRI sockets to trace records:
+/// the [`TraceDecoder`] and the [`TraceEngine`] in one.
+pub struct TraceAnalysis {
+    decoder: TraceDecoder,
+    engine: TraceEngine,
+    obs: Vec<Observation>,
+    /// Copies of the observations, kept for the caller when tapped.
+    tapped: Option<Vec<Observation>>,
+}
+
+impl TraceAnalysis {
+    pub fn new(cri_paths: Vec<PathBuf>, nri_paths: Vec<PathBuf>) -> Self {
+        TraceAnalysis {
+            decoder: TraceDecoder::new(cri_paths, nri_paths),
+            engine: TraceEngine::default(),
+            obs: Vec::new(),
+            tapped: None,
+        }
+    }
+
+    /// Keep a copy of every observation for [`Self::take_tapped`] (to
+    /// record them while tracing).
+    pub fn tap(&mut self) {
+        self.tapped = Some(Vec::new());
+    }
+
+    /// The observations kept since the last call (none unless tapped).
+    pub fn take_tapped(&mut self) -> Vec<Observation> {
+        self.tapped.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    fn run_engine(&mut self, out: &mut Vec<TraceRecord>) {
+        if let Some(t) = self.tapped.as_mut() {
+            t.extend(self.obs.iter().cloned());
+        }
+        for o in self.obs.drain(..) {
+            self.engine.on_observation(o, out);
+        }
+    }
+
+    /// With contract settings other than the defaults.
+    pub fn with_contract(mut self, cfg: ContractConfig) -> Self {
+        self.engine = TraceEngine::new(cfg);
+        self
+    }
+
+    /// Feed one capture event; append what settles to `out`.
+    pub fn on_capture(&mut self, ev: &CaptureEvent, out: &mut Vec<TraceRecord>) {
+        self.decoder.on_capture(ev, &mut self.obs);
+        self.run_engine(out);
+    }
+
+    /// The capture ended.
+    pub fn finish(&mut self, out: &mut Vec<TraceRecord>) {
+        self.decoder.finish(&mut self.obs);
+        self.run_engine(out);
+        self.engine.finish(out);
+    }
+
+    /// The engine (summaries, histograms, finding counts).
+    pub fn engine(&self) -> &TraceEngine {
+        &self.engine
+    }
+
+    /// Per (plugin, hook) latency so far.
+    pub fn hook_summary(&self) -> Vec<HookSummary> {
+        self.engine.hook_summary()
+    }
 
     /// Per CRI method totals so far.
     pub fn method_summary(&self) -> Vec<MethodSummary> {
-        self.cri.summary()
+        self.engine.method_summary()
     }
 }
 
@@ -265,4 +329,18 @@ pub fn analyze(
     }
     a.finish(&mut out);
     (out, a.hook_summary(), a.method_summary())
+}
+
+/// Run the engine over recorded observations.
+pub fn analyze_observations(
+    observations: impl IntoIterator<Item = Observation>,
+    cfg: ContractConfig,
+) -> (Vec<TraceRecord>, TraceEngine) {
+    let mut e = TraceEngine::new(cfg);
+    let mut out = Vec::new();
+    for o in observations {
+        e.on_observation(o, &mut out);
+    }
+    e.finish(&mut out);
+    (out, e)
 }

@@ -27,7 +27,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::chunk_stamps::ChunkStamps;
 use crate::{
@@ -67,7 +67,7 @@ const GRPC_NOT_FOUND: u32 = 5;
 const DEADLINE_SLACK_NS: u64 = 5_000_000;
 
 /// How the method of a call is known.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "how", rename_all = "snake_case")]
 pub enum Identified {
     /// `:path` seen on the wire.
@@ -75,18 +75,18 @@ pub enum Identified {
     /// Recovered from other evidence (see the module doc).
     Inferred { evidence: String },
     /// Could not be told apart from these.
-    Unknown { candidates: Vec<&'static str> },
+    Unknown { candidates: Vec<String> },
 }
 
 /// How a call ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum CriOutcome {
     Ok,
     /// A gRPC status other than OK (from the server's trailers).
     Error {
         code: u32,
-        status: &'static str,
+        status: String,
         message: String,
     },
     /// The client's deadline expired: it reset the stream (RST_STREAM
@@ -97,9 +97,9 @@ pub enum CriOutcome {
     Cancelled,
     /// Another reset (by the server, or another error code).
     Reset {
-        by: &'static str,
+        by: String,
         error_code: u32,
-        error: &'static str,
+        error: String,
     },
     /// The connection closed before the call ended.
     ConnectionClosed,
@@ -117,7 +117,7 @@ impl CriOutcome {
 }
 
 /// One CRI call.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CriCall {
     pub conn: ConnId,
     pub stream_id: u32,
@@ -138,7 +138,7 @@ pub struct CriCall {
     pub deadline_ns: Option<u64>,
     pub outcome: CriOutcome,
     /// Set when the outcome itself is inferred (trailers hidden).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome_evidence: Option<String>,
     /// The request headers went before the attach (or were lost).
     pub partial: bool,
@@ -147,7 +147,7 @@ pub struct CriCall {
 
 /// What the assembler yields.
 #[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum CriObservation {
     Call(CriCall),
@@ -336,8 +336,8 @@ fn unknown_slots(b: &HeaderBlock) -> Vec<Slot> {
     v
 }
 
-fn names(ms: &[CriMethod]) -> Vec<&'static str> {
-    ms.iter().map(|m| m.name()).collect()
+fn names(ms: &[CriMethod]) -> Vec<String> {
+    ms.iter().map(|m| m.name().to_string()).collect()
 }
 
 fn cap_insert<'a>(
@@ -573,7 +573,7 @@ impl CriCallAssembler {
                         Some(code) => (
                             CriOutcome::Error {
                                 code,
-                                status: grpc_status_name(code),
+                                status: grpc_status_name(code).into(),
                                 message: trailers.grpc_message.clone().unwrap_or_default(),
                             },
                             None,
@@ -590,7 +590,7 @@ impl CriCallAssembler {
                             Some(message) => (
                                 CriOutcome::Error {
                                     code: 2,
-                                    status: "UNKNOWN",
+                                    status: "UNKNOWN".into(),
                                     message,
                                 },
                                 Some(
@@ -652,9 +652,10 @@ impl CriCallAssembler {
                         by: match by {
                             Side::Client => "client",
                             Side::Server => "server",
-                        },
+                        }
+                        .into(),
                         error_code: code,
-                        error: error_code_name(code).unwrap_or("UNKNOWN"),
+                        error: error_code_name(code).unwrap_or("UNKNOWN").into(),
                     },
                 };
                 let e = Ended {

@@ -5,6 +5,13 @@
 //! - [`cri_call`]: [`cri_call::CriCall`]s — every CRI gRPC call on the
 //!   runtime's CRI socket with its pod/container, deadline and outcome,
 //!   and how its method is known (seen, inferred with evidence, unknown).
+//! - [`observation`]: what the engine is fed ([`observation::Observation`]:
+//!   calls, plugin and connection events, loss, the capture clock), the
+//!   records `nri-trace record` writes.
+//! - [`record_file`]: the observations as `nri-trace record` writes them
+//!   (versioned NDJSON, docs/schema.md), and their redaction.
+//! - [`trace_decoder`]: one runtime's CRI and NRI sockets decoded together
+//!   into observations.
 //! - [`chunk_stamps`]: stream offsets to capture timestamps.
 //!
 //! This stage knows nothing of the engine or the sinks after it.
@@ -12,3 +19,6 @@
 pub mod chunk_stamps;
 pub mod cri_call;
 pub mod nri_call;
+pub mod observation;
+pub mod record_file;
+pub mod trace_decoder;

@@ -24,7 +24,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::chunk_stamps::ChunkStamps;
 use crate::{
@@ -44,7 +44,7 @@ pub const ENV_PLUGIN_NAME: &str = "NRI_PLUGIN_NAME";
 pub const ENV_PLUGIN_IDX: &str = "NRI_PLUGIN_IDX";
 
 /// Where a plugin's identity came from, best first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum IdentitySource {
     /// The plugin's RegisterPlugin request, seen on the wire.
@@ -60,7 +60,7 @@ pub enum IdentitySource {
 }
 
 /// Who is at the other end of an NRI connection.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PluginId {
     /// Plugin name (RegisterPlugin or NRI_PLUGIN_NAME).
     pub name: Option<String>,
@@ -115,7 +115,7 @@ impl PluginId {
 }
 
 /// Which side called.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Caller {
     /// The runtime called the plugin (Plugin service: events, Configure...).
@@ -125,7 +125,7 @@ pub enum Caller {
 }
 
 /// A pod as NRI describes it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodRef {
     pub id: String,
     pub name: String,
@@ -134,14 +134,14 @@ pub struct PodRef {
 }
 
 /// A container as NRI describes it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContainerRef {
     pub id: String,
     pub name: String,
 }
 
 /// How a call ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Outcome {
     Ok,
@@ -166,7 +166,7 @@ impl Outcome {
 }
 
 /// One NRI call: a request and how it ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NriCall {
     pub conn: ConnId,
     /// Multiplexer conn_id (1: Plugin service, 2: Runtime service).
@@ -176,7 +176,7 @@ pub struct NriCall {
     pub caller: Caller,
     /// Method name on the wire; `None` for a partial call (response only).
     pub method: Option<String>,
-    #[serde(serialize_with = "ser_event")]
+    #[serde(serialize_with = "ser_event", deserialize_with = "de_event")]
     pub event: Option<Event>,
     pub pod: Option<PodRef>,
     pub container: Option<ContainerRef>,
@@ -202,7 +202,7 @@ pub struct NriCall {
     /// (adjustments and updates, subscribed events, pods synchronized...).
     pub summary: String,
     /// Synchronize: the ids of the pods the runtime told the plugin about.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub synchronized_pods: Vec<String>,
 }
 
@@ -213,10 +213,20 @@ fn ser_event<S: serde::Serializer>(e: &Option<Event>, s: S) -> Result<S::Ok, S::
     }
 }
 
+/// The event by its protobuf name, as [`ser_event`] writes it.
+fn de_event<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Event>, D::Error> {
+    match Option::<String>::deserialize(d)? {
+        None => Ok(None),
+        Some(n) => Event::from_str_name(&n)
+            .map(Some)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown NRI event {n:?}"))),
+    }
+}
+
 /// What the assembler yields.
 // Observations are consumed at once; calls dominate the stream.
 #[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum NriObservation {
     /// A finished call.
@@ -228,8 +238,8 @@ pub enum NriObservation {
         ts: Timestamp,
         plugin: PluginId,
         /// Subscribed events (Configure response), when seen.
-        #[serde(skip_serializing_if = "Option::is_none")]
-        events: Option<Vec<&'static str>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        events: Option<Vec<String>>,
     },
     /// An NRI connection closed.
     PluginGone {
@@ -299,7 +309,7 @@ struct ConnState {
     /// NRI request seen): only then are partial calls and resyncs reported.
     nri: bool,
     announced: bool,
-    events: Option<Vec<&'static str>>,
+    events: Option<Vec<String>>,
     pending: BTreeMap<CallKey, PendingCall>,
 }
 
@@ -703,7 +713,12 @@ impl NriCallAssembler {
                         Ok(b) => {
                             let s = describe_response(&b);
                             if let ResponseBody::Configure(r) = &b {
-                                st.events = Some(event_names(r.events));
+                                st.events = Some(
+                                    event_names(r.events)
+                                        .into_iter()
+                                        .map(String::from)
+                                        .collect(),
+                                );
                                 st.announced = false;
                             }
                             if !s.is_empty() {

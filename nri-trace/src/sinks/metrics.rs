@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use crate::engine::{contract::Severity, hook_latency::Buckets, trace_analysis::TraceAnalysis};
+use crate::engine::{contract::Severity, hook_latency::Buckets, trace_analysis::TraceEngine};
 
 /// Histogram bounds, seconds: from 100 µs (a plain hook) to 2 min
 /// (kubelet's default runtime-request-timeout).
@@ -31,7 +31,7 @@ fn histogram(out: &mut String, name: &str, labels: &str, b: &Buckets) {
 }
 
 /// The exposition of `a`'s state now.
-pub fn render(a: &TraceAnalysis) -> String {
+pub fn render(a: &TraceEngine) -> String {
     let bounds_ns: Vec<u64> = BOUNDS_S.iter().map(|s| (s * 1e9) as u64).collect();
     let (hooks, methods) = a.buckets(&bounds_ns);
     let mut out = String::new();
@@ -125,8 +125,7 @@ mod tests {
 
     #[test]
     fn empty_analysis_renders_the_families() {
-        let a = TraceAnalysis::new(vec![], vec![]);
-        let text = render(&a);
+        let text = render(&TraceEngine::default());
         for family in [
             "nri_trace_hook_duration_seconds histogram",
             "nri_trace_cri_call_duration_seconds histogram",

@@ -91,6 +91,11 @@ impl TraceProc {
             out.join("nri-trace.stderr"),
         )
     }
+
+    /// The observations `trace --observations` wrote (the `record` format).
+    pub fn observations(out: &Path) -> PathBuf {
+        out.join("nri-trace.observations.ndjson")
+    }
 }
 
 impl Observer for TraceProc {
@@ -106,7 +111,10 @@ impl Observer for TraceProc {
             // on a test machine; the replay below uses the lab's paths, so
             // a wrong pick fails the live == replay check).
             // Metrics on a port the kernel picks (printed on stderr).
-            Traced::Both => cmd.args(["trace", "--metrics-addr", "127.0.0.1:0"]),
+            // The observations as `record` writes them, for the replay check.
+            Traced::Both => cmd
+                .args(["trace", "--metrics-addr", "127.0.0.1:0", "--observations"])
+                .arg(Self::observations(out)),
         };
         let child = cmd
             .args(["--format", "ndjson", "--record"])

@@ -61,14 +61,16 @@ pub fn check_correlation(
                 && recv_mono_ns <= end_mono_ns
                 && causes(event).contains(&method.as_str()) =>
             {
+                // A call on this pod: its sandbox id, or (RunPodSandbox,
+                // before the id exists) its uid and name. Under load other
+                // pods' calls are in flight too.
+                let same_pod = pod.as_ref().zip(cpod.as_ref()).is_some_and(|(p, cp)| {
+                    cp.sandbox_id.as_deref() == Some(p.id.as_str())
+                        || (cp.uid == p.uid && cp.name == p.name)
+                });
                 let names = match (ctr_id, cctr.as_ref().and_then(|k| k.id.as_deref())) {
                     (Some(want), Some(id)) => want == id,
-                    (_, None) => {
-                        cctr.is_none()
-                            || pod.as_ref().zip(cpod.as_ref()).is_some_and(|(p, cp)| {
-                                cp.sandbox_id.as_deref() == Some(p.id.as_str())
-                            })
-                    }
+                    (_, None) => same_pod,
                     (None, Some(_)) => false,
                 };
                 Some((names, method.clone(), *start_mono_ns, *end_mono_ns))

@@ -1,0 +1,121 @@
+//! What the model stage hands the engine: one time-ordered stream of CRI
+//! calls, NRI calls, connection and plugin events, capture loss, and the
+//! capture clock.
+//!
+//! This is the boundary `nri-trace record` writes (one [`Observation`] per
+//! NDJSON line, docs/schema.md) and `nri-trace replay` reads back: the
+//! engine sees the same stream live and replayed, so it gives the same
+//! findings. The [`Observation::Clock`] lines carry what the decoders know
+//! about time that no call shows (how far the capture has got, which CRI
+//! call is still being decoded), so the engine settles correlations at the
+//! same points in both.
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    cri_call::{CriCall, CriObservation},
+    nri_call::{NriCall, NriObservation, PluginId},
+};
+use crate::capture::{ConnId, Loss, Timestamp};
+
+/// One engine input.
+// Observations are handed over one by one; calls dominate the stream.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Observation {
+    /// A finished CRI call.
+    CriCall(CriCall),
+    /// A CRI connection seen for the first time.
+    CriConnection {
+        conn: ConnId,
+        ts: Timestamp,
+        client: Option<String>,
+    },
+    /// The CRI decoder skipped bytes to find a frame boundary.
+    CriResync {
+        conn: ConnId,
+        ts: Timestamp,
+        skipped: usize,
+    },
+    /// A finished NRI call.
+    NriCall(NriCall),
+    /// An NRI connection and its plugin (again when its identity or
+    /// subscription becomes known).
+    NriPlugin {
+        conn: ConnId,
+        ts: Timestamp,
+        plugin: PluginId,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        events: Option<Vec<String>>,
+    },
+    /// An NRI connection closed.
+    NriPluginGone {
+        conn: ConnId,
+        ts: Timestamp,
+        plugin: PluginId,
+    },
+    /// The NRI decoder skipped bytes (`mux_conn` 0: the multiplexer layer).
+    NriResync {
+        conn: ConnId,
+        ts: Timestamp,
+        mux_conn: u32,
+        skipped: usize,
+    },
+    /// The capture lost data (cumulative counters): calls may be missing.
+    CaptureLoss(Loss),
+    /// The capture has reached `now_ns` (monotonic); no CRI call still
+    /// being decoded started before `cri_oldest_ns`.
+    Clock {
+        now_ns: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cri_oldest_ns: Option<u64>,
+    },
+}
+
+impl From<CriObservation> for Observation {
+    fn from(o: CriObservation) -> Self {
+        match o {
+            CriObservation::Call(c) => Observation::CriCall(c),
+            CriObservation::Connection { conn, ts, client } => {
+                Observation::CriConnection { conn, ts, client }
+            }
+            CriObservation::Resync { conn, ts, skipped } => {
+                Observation::CriResync { conn, ts, skipped }
+            }
+        }
+    }
+}
+
+impl From<NriObservation> for Observation {
+    fn from(o: NriObservation) -> Self {
+        match o {
+            NriObservation::Call(c) => Observation::NriCall(c),
+            NriObservation::Plugin {
+                conn,
+                ts,
+                plugin,
+                events,
+            } => Observation::NriPlugin {
+                conn,
+                ts,
+                plugin,
+                events,
+            },
+            NriObservation::PluginGone { conn, ts, plugin } => {
+                Observation::NriPluginGone { conn, ts, plugin }
+            }
+            NriObservation::Resync {
+                conn,
+                ts,
+                mux_conn,
+                skipped,
+            } => Observation::NriResync {
+                conn,
+                ts,
+                mux_conn,
+                skipped,
+            },
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! The file `nri-trace record` writes and `nri-trace replay` reads: the
+//! model's [`Observation`] stream as NDJSON (docs/schema.md, JSON Schema
+//! in docs/schema/record.schema.json).
+//!
+//! Every line is one JSON object with `"v"` (the record version,
+//! [`SCHEMA_VERSION`]) first and a `"type"`: a `session` line opens the
+//! file (what was traced, whether secrets were redacted), observation
+//! lines follow in capture-time order, and a `session_end` line closes a
+//! file whose capture ended cleanly (a file without one was cut short).
+//! Lines use the raw recordings' reader ([`recording`]): capped in size,
+//! errors name their line, a newer version is refused. A reader of
+//! version 1 skips a `"type"` it does not know, so new kinds of record can
+//! be added without a version change.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::observation::Observation;
+pub use crate::capture::recording::SCHEMA_VERSION;
+use crate::capture::recording::{self, FileReader, RecordType, RecordingError};
+
+/// What the `session` line says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    /// "nri-trace 0.1.0".
+    pub tool: String,
+    /// "containerd" or "cri-o", when found.
+    #[serde(default)]
+    pub runtime: Option<String>,
+    #[serde(default)]
+    pub runtime_pid: Option<u32>,
+    pub cri_socket: String,
+    pub nri_socket: String,
+    /// Wall-clock start, nanoseconds since the Unix epoch.
+    pub started_unix_ns: u64,
+    /// Secrets were redacted ([`redact`]); false with `--no-redact`.
+    pub redacted: bool,
+}
+
+/// What the `session_end` line says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionEnd {
+    /// Observation lines written.
+    pub observations: u64,
+    /// Capture records lost (the last loss counters' `lost_records`).
+    pub lost_records: u64,
+}
+
+/// One line of the file.
+// Lines are handled one by one; observations dominate.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordLine {
+    Session(SessionInfo),
+    Observation(Observation),
+    SessionEnd(SessionEnd),
+    /// A line of a kind this build does not know (written by a later
+    /// build of the same version): skipped.
+    Unknown(String),
+}
+
+/// The `"type"` tags of the observation lines.
+pub const OBSERVATION_TYPES: &[&str] = &[
+    "cri_call",
+    "cri_connection",
+    "cri_resync",
+    "nri_call",
+    "nri_plugin",
+    "nri_plugin_gone",
+    "nri_resync",
+    "capture_loss",
+    "clock",
+];
+
+impl RecordType for RecordLine {
+    fn parse(kind: Option<&str>, text: &[u8]) -> serde_json::Result<Self> {
+        #[derive(Deserialize)]
+        struct Session {
+            #[serde(flatten)]
+            info: SessionInfo,
+        }
+        #[derive(Deserialize)]
+        struct End {
+            #[serde(flatten)]
+            end: SessionEnd,
+        }
+        Ok(match kind {
+            Some("session") => RecordLine::Session(serde_json::from_slice::<Session>(text)?.info),
+            Some("session_end") => RecordLine::SessionEnd(serde_json::from_slice::<End>(text)?.end),
+            Some(k) if !OBSERVATION_TYPES.contains(&k) => RecordLine::Unknown(k.to_string()),
+            // A missing "type" falls through to serde's own message.
+            _ => RecordLine::Observation(serde_json::from_slice(text)?),
+        })
+    }
+}
+
+/// A line as written: its type tag and body.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Header<'a> {
+    Session(&'a SessionInfo),
+    SessionEnd(&'a SessionEnd),
+}
+
+/// Writes a record file.
+pub struct RecordWriter<W: std::io::Write> {
+    out: recording::RecordingWriter<W>,
+    redact: bool,
+    written: u64,
+    lost_records: u64,
+}
+
+impl<W: std::io::Write> RecordWriter<W> {
+    /// Start a file on `inner` with its `session` line.
+    pub fn new(inner: W, info: &SessionInfo) -> std::io::Result<Self> {
+        let mut out = recording::RecordingWriter::new(inner);
+        out.write_record(&Header::Session(info), true)?;
+        Ok(RecordWriter {
+            out,
+            redact: info.redacted,
+            written: 0,
+            lost_records: 0,
+        })
+    }
+
+    /// Append one observation (redacted if the session says so). Lines
+    /// are buffered; `flush` when idle.
+    pub fn write(&mut self, o: Observation) -> std::io::Result<()> {
+        let o = if self.redact {
+            redact::observation(o)
+        } else {
+            o
+        };
+        if let Observation::CaptureLoss(l) = &o {
+            self.lost_records = l.lost_records;
+        }
+        self.written += 1;
+        self.out.write_record(&o, false)
+    }
+
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+
+    /// Write the `session_end` line and flush.
+    pub fn finish(mut self) -> std::io::Result<W> {
+        let end = SessionEnd {
+            observations: self.written,
+            lost_records: self.lost_records,
+        };
+        self.out.write_record(&Header::SessionEnd(&end), true)?;
+        self.out.finish()
+    }
+}
+
+/// Open a record file (gzipped or not) for streaming.
+pub fn open(path: impl AsRef<Path>) -> Result<FileReader<RecordLine>, RecordingError> {
+    recording::open_as(path)
+}
+
+/// Whether the file at `path` is a record file (its first line is a
+/// `session` line) rather than a raw capture recording.
+pub fn is_record_file(path: impl AsRef<Path>) -> Result<bool, RecordingError> {
+    Ok(matches!(
+        open(path)?.next(),
+        Some(Ok(RecordLine::Session(_)))
+    ))
+}
+
+/// Secrets out of observations: what `record` writes unless
+/// `--no-redact`.
+///
+/// Decoded calls carry no environment values, mount contents or
+/// annotations (NRI adjustments are summarized as counts, docs/nri.md);
+/// what can carry a secret is free text: an exec command line (CRI
+/// ExecSync/Exec summaries) and error messages that quote a
+/// `NAME=value` pair. Those are redacted; identities, methods, timings and
+/// outcomes are kept, so the engine gives the same findings.
+pub mod redact {
+    use super::Observation;
+    use crate::model::{cri_call::CriOutcome, nri_call::Outcome};
+
+    /// What a redacted value becomes.
+    pub const REDACTED: &str = "<redacted>";
+
+    /// `o` with its secrets redacted.
+    pub fn observation(o: Observation) -> Observation {
+        match o {
+            Observation::CriCall(mut c) => {
+                if matches!(c.method.as_deref(), Some("ExecSync" | "Exec")) {
+                    c.summary = exec_summary(&c.summary);
+                } else {
+                    c.summary = text(&c.summary);
+                }
+                if let CriOutcome::Error { message, .. } = &mut c.outcome {
+                    *message = text(message);
+                }
+                Observation::CriCall(c)
+            }
+            Observation::NriCall(mut c) => {
+                c.summary = text(&c.summary);
+                if let Outcome::Error { message, .. } = &mut c.outcome {
+                    *message = text(message);
+                }
+                Observation::NriCall(c)
+            }
+            other => other,
+        }
+    }
+
+    /// An exec summary (`cmd ["sh", "-c", "..."]`, decode/cri/message.rs)
+    /// keeps the program and drops its arguments.
+    fn exec_summary(s: &str) -> String {
+        let Some(rest) = s.strip_prefix("cmd [\"") else {
+            return text(s);
+        };
+        // The program: up to the first unescaped quote.
+        let mut prog = String::new();
+        let mut escaped = false;
+        for ch in rest.chars() {
+            match (escaped, ch) {
+                (false, '\\') => escaped = true,
+                (false, '"') => break,
+                _ => {
+                    escaped = false;
+                    prog.push(ch);
+                }
+            }
+        }
+        format!("cmd [{prog:?}, {REDACTED}]")
+    }
+
+    /// Free text with the value of every `NAME=value` redacted (NAME an
+    /// environment-variable-like word).
+    pub fn text(s: &str) -> String {
+        let mut out = String::with_capacity(s.len());
+        let mut rest = s;
+        while let Some(eq) = rest.find('=') {
+            let (before, after) = rest.split_at(eq);
+            let name_start = before
+                .char_indices()
+                .rev()
+                .take_while(|(_, c)| c.is_ascii_alphanumeric() || *c == '_')
+                .last()
+                .map(|(i, _)| i);
+            out.push_str(before);
+            out.push('=');
+            let after = &after[1..];
+            let is_name = name_start.is_some_and(|i| {
+                before[i..]
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            });
+            if is_name {
+                // The value: quoted, up to its closing quote; else up to
+                // whitespace, a quote or a separator.
+                let quote = after.chars().next().filter(|c| matches!(c, '"' | '\''));
+                let (open, end) = match quote {
+                    Some(q) => (1, after[1..].find(q).map_or(after.len(), |e| e + 1)),
+                    None => (
+                        0,
+                        after
+                            .find(|c: char| {
+                                c.is_whitespace() || matches!(c, '"' | '\'' | ',' | ';')
+                            })
+                            .unwrap_or(after.len()),
+                    ),
+                };
+                out.push_str(&after[..open]);
+                if end > open {
+                    out.push_str(REDACTED);
+                }
+                rest = &after[end..];
+            } else {
+                rest = after;
+            }
+        }
+        out.push_str(rest);
+        out
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn values_of_name_value_pairs_go() {
+            assert_eq!(
+                text("env TOKEN=abc123 and PASS=x,y"),
+                "env TOKEN=<redacted> and PASS=<redacted>,y"
+            );
+            assert_eq!(text("a == b; 3=4"), "a == b; 3=4");
+            assert_eq!(text("no pairs here"), "no pairs here");
+            assert_eq!(text("K=\"v w\" x"), "K=\"<redacted>\" x");
+            assert_eq!(text("K='v"), "K='<redacted>");
+            assert_eq!(text("ünï=1 x"), "ünï=1 x");
+        }
+
+        #[test]
+        fn exec_keeps_the_program_only() {
+            assert_eq!(
+                exec_summary(r#"cmd ["sh", "-c", "echo $SECRET"]"#),
+                r#"cmd ["sh", <redacted>]"#
+            );
+            assert_eq!(
+                exec_summary(r#"cmd ["a\"b"]"#),
+                r#"cmd ["a\"b", <redacted>]"#
+            );
+            assert_eq!(exec_summary("cmd []"), "cmd []");
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! One runtime's CRI and NRI sockets decoded together: capture events in,
+//! [`Observation`]s out, in capture-time order.
+//!
+//! Capture events are routed by connection: those of the CRI socket to the
+//! CRI assembler, all others (NRI socket, pre-launched plugins'
+//! socketpairs, followed plugin ends) to the NRI assembler; kubelet's end
+//! of a CRI connection is ignored.
+
+use std::{collections::HashMap, path::PathBuf};
+
+use super::{
+    cri_call::{CriCallAssembler, CriObservation},
+    nri_call::{NriCallAssembler, NriObservation},
+    observation::Observation,
+};
+use crate::capture::{CaptureEvent, ConnId};
+
+/// A [`Observation::Clock`] is written when capture time has moved on by
+/// this much since the last one (or a call came, or the oldest CRI call in
+/// decoding changed). The engine settles correlations 10 ms after a call
+/// (`engine::correlate::NRI_SETTLE_NS`): 1 ms keeps that timing while a
+/// busy stream of chunks does not become a stream of clock lines.
+pub const CLOCK_STEP_NS: u64 = 1_000_000;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Cri,
+    Nri,
+    /// The client's end of a CRI connection (not analysed).
+    Ignore,
+}
+
+/// Capture events of one runtime's sockets to observations.
+pub struct TraceDecoder {
+    cri_paths: Vec<PathBuf>,
+    routes: HashMap<ConnId, Route>,
+    cri: CriCallAssembler,
+    nri: NriCallAssembler,
+    cri_obs: Vec<CriObservation>,
+    nri_obs: Vec<NriObservation>,
+    /// The last clock written: (now, oldest CRI call in decoding).
+    last_clock: Option<(u64, Option<u64>)>,
+}
+
+impl TraceDecoder {
+    pub fn new(cri_paths: Vec<PathBuf>, nri_paths: Vec<PathBuf>) -> Self {
+        TraceDecoder {
+            cri_paths,
+            routes: HashMap::new(),
+            cri: CriCallAssembler::new(),
+            nri: NriCallAssembler::new(nri_paths),
+            cri_obs: Vec::new(),
+            nri_obs: Vec::new(),
+            last_clock: None,
+        }
+    }
+
+    /// Feed one capture event; append what it completes to `out` (NRI
+    /// first, then CRI, then the clock).
+    pub fn on_capture(&mut self, ev: &CaptureEvent, out: &mut Vec<Observation>) {
+        let (conn, now) = match ev {
+            CaptureEvent::Open(o) => {
+                let cri = o
+                    .socket_path
+                    .as_ref()
+                    .is_some_and(|p| self.cri_paths.iter().any(|c| c == p));
+                let peer_of_cri = o
+                    .other_end
+                    .is_some_and(|e| self.routes.get(&e) == Some(&Route::Cri));
+                let route = if peer_of_cri {
+                    Route::Ignore
+                } else if cri {
+                    Route::Cri
+                } else {
+                    Route::Nri
+                };
+                self.routes.insert(o.conn, route);
+                (Some(o.conn), Some(o.ts.mono_ns))
+            }
+            CaptureEvent::Chunk(c) => (Some(c.conn), Some(c.ts.mono_ns)),
+            CaptureEvent::Close(c) => (Some(c.conn), Some(c.ts.mono_ns)),
+            CaptureEvent::Process(_) | CaptureEvent::Loss(_) => (None, None),
+        };
+        if let CaptureEvent::Loss(l) = ev {
+            out.push(Observation::CaptureLoss(*l));
+        }
+        let route = conn.map_or(Route::Nri, |c| {
+            self.routes.get(&c).copied().unwrap_or(Route::Nri)
+        });
+        match route {
+            Route::Cri => self.cri.on_capture(ev, &mut self.cri_obs),
+            Route::Nri => self.nri.on_capture(ev, &mut self.nri_obs),
+            Route::Ignore => {}
+        }
+        if let CaptureEvent::Close(c) = ev {
+            self.routes.remove(&c.conn);
+        }
+        let calls = !self.cri_obs.is_empty() || !self.nri_obs.is_empty();
+        self.drain(out);
+        if let Some(now) = now {
+            let oldest = self.cri.oldest_unreported_start();
+            let due = match self.last_clock {
+                None => true,
+                Some((last, last_oldest)) => {
+                    calls || oldest != last_oldest || now >= last.saturating_add(CLOCK_STEP_NS)
+                }
+            };
+            if due {
+                self.last_clock = Some((now, oldest));
+                out.push(Observation::Clock {
+                    now_ns: now,
+                    cri_oldest_ns: oldest,
+                });
+            }
+        }
+    }
+
+    /// The capture ended: calls still in decoding come out.
+    pub fn finish(&mut self, out: &mut Vec<Observation>) {
+        self.cri.finish(&mut self.cri_obs);
+        self.nri.finish(&mut self.nri_obs);
+        self.drain(out);
+    }
+
+    fn drain(&mut self, out: &mut Vec<Observation>) {
+        out.extend(self.nri_obs.drain(..).map(Observation::from));
+        out.extend(self.cri_obs.drain(..).map(Observation::from));
+    }
+}
