@@ -733,13 +733,25 @@ cmd_status() {
 	echo "bridge $BRIDGE: $(ip link show "$BRIDGE" >/dev/null 2>&1 && echo present || echo absent)"
 }
 
+# Restart containerd only: its pods, shims and containers stay (what a
+# node's runtime upgrade or crash does); plugins it launched are launched
+# again, external ones must reconnect.
+cmd_restart() {
+	need_root
+	our_pid >/dev/null || die "containerd is not running: 'up' first"
+	stop_containerd
+	start_containerd
+	[[ -S $NRI_SOCK ]] || die "NRI socket $NRI_SOCK missing after restart (log: $LOG)"
+}
+
 case "${1:-}" in
 install) cmd_install ;;
 up) cmd_up ;;
 down) cmd_down ;;
+restart) cmd_restart ;;
 status) cmd_status ;;
 *)
-	echo "usage: $0 install|up|down|status" >&2
+	echo "usage: $0 install|up|down|restart|status" >&2
 	exit 2
 	;;
 esac

@@ -117,6 +117,11 @@ impl Lab {
         self.script(&["up"], Some(request_timeout))
     }
 
+    /// Restart containerd alone (pods, shims and containers stay).
+    pub fn restart(&self) -> Result<()> {
+        self.script(&["restart"], None)
+    }
+
     pub fn down(&self) -> Result<()> {
         self.script(&["down"], None)
     }

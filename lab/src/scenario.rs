@@ -36,6 +36,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("cri-deadline-retry-go", "as cri-deadline-retry with go-cri-client (grpc-go's client-side deadline, kubelet's stack)"),
     ("cri-late-attach-go", "as cri-late-attach with go-cri-client (grpc-go, kubelet's HPACK encoder; built offline from Debian's sources)"),
     ("upstream-witness", "the NRI project's own logger plugin (built offline from Debian's sources) witnesses 2 lifecycles beside a test plugin"),
+    ("runtime-restart", "containerd restarts while a pod runs (a pre-launched and an external plugin); the pod is torn down and another made after it"),
 ];
 
 /// Paths of the lab binaries (built together in one target dir).
@@ -213,11 +214,28 @@ impl Run {
         pred: impl Fn(&PluginEvent) -> bool,
         max: Duration,
     ) -> Result<()> {
+        self.wait_plugin_times(name, pred, 1, max)
+    }
+
+    /// Wait until the truth shows `pred` `times` times for plugin `name`
+    /// (a plugin started again shows its handshake again).
+    pub fn wait_plugin_times(
+        &self,
+        name: &str,
+        pred: impl Fn(&PluginEvent) -> bool,
+        times: usize,
+        max: Duration,
+    ) -> Result<()> {
         let t0 = std::time::Instant::now();
         loop {
-            let found = truth::read(&self.truth).unwrap_or_default().iter().any(
-                |t| matches!(t, Truth::Plugin { plugin, what, .. } if plugin == name && pred(what)),
-            );
+            let found = truth::read(&self.truth)
+                .unwrap_or_default()
+                .iter()
+                .filter(
+                    |t| matches!(t, Truth::Plugin { plugin, what, .. } if plugin == name && pred(what)),
+                )
+                .count()
+                >= times;
             if found {
                 return Ok(());
             }
@@ -468,6 +486,7 @@ fn drive(r: &mut Run) -> Result<()> {
             r.late_attach(c, "go-cri-client mix")?;
         }
         "upstream-witness" => upstream_witness(r)?,
+        "runtime-restart" => runtime_restart(r)?,
         "load" => {
             r.up("2s")?;
             for (name, idx) in [("alpha", "10"), ("beta", "20"), ("gamma", "30")] {
@@ -658,6 +677,47 @@ fn enum_style(camel: &str) -> String {
 /// mount while the pod is torn down, as an agent or a CSI driver holding a
 /// mount would. The truth records what the runtime answered; then the holder
 /// is killed and the pod removed for real.
+/// containerd restarted under a running pod: its pre-launched plugin is
+/// launched again by the new containerd, the external one (which exits when
+/// the runtime closes its connection) is started again as a DaemonSet
+/// would; then the old pod is torn down and a new one made.
+fn runtime_restart(r: &mut Run) -> Result<()> {
+    r.prelaunch(&PluginSpec {
+        name: "pre",
+        idx: "05",
+        args: &[],
+    })?;
+    r.up("2s")?;
+    let configured = |e: &PluginEvent| matches!(e, PluginEvent::Configured { .. });
+    r.wait_plugin("pre", configured, Duration::from_secs(10))?;
+    r.plugin("alpha", "10", &[])?;
+    let out = r.driver(&["up", "--name", "before"])?;
+    let before = sandbox_id_of(&out)?;
+    r.note("restarting containerd")?;
+    r.lab.restart()?;
+    r.note("containerd restarted")?;
+    r.wait_plugin_times("pre", configured, 2, Duration::from_secs(10))?;
+    let synced = |e: &PluginEvent| matches!(e, PluginEvent::Synchronized { .. });
+    r.reap_plugins();
+    let log = std::fs::File::create(r.out.join("plugin-10-alpha.again.log"))?;
+    let child = Command::new(&r.bins.plugin)
+        .args(r.plugin_args(&PluginSpec {
+            name: "alpha",
+            idx: "10",
+            args: &[],
+        }))
+        .arg("--socket")
+        .arg(r.lab.nri_socket())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()?;
+    r.plugins.push(child);
+    r.wait_plugin_times("alpha", synced, 2, Duration::from_secs(10))?;
+    r.driver(&["down", "--sandbox-id", &before])?;
+    r.lifecycle("after", 1, 1, 1)?;
+    Ok(())
+}
+
 fn busy_mount(r: &mut Run) -> Result<()> {
     r.up("2s")?;
     let out = r.driver(&["up", "--name", "busy"])?;
@@ -1213,6 +1273,51 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
             facts.push(format!(
                 "{n} CRI calls ok on one connection, observer attached mid-way"
             ));
+        }
+        "runtime-restart" => {
+            all_cri_ok(&t)?;
+            let restarted = t
+                .iter()
+                .find_map(|x| match x {
+                    Truth::Note { text, mono_ns } if text == "containerd restarted" => {
+                        Some(*mono_ns)
+                    }
+                    _ => None,
+                })
+                .context("no restart note")?;
+            // What each plugin heard of the pod made before the restart,
+            // after it: a fact of containerd's, not an expectation.
+            for p in ["pre", "alpha"] {
+                let after: Vec<String> = t
+                    .iter()
+                    .filter_map(|x| match x {
+                        Truth::Nri {
+                            plugin,
+                            event: Some(e),
+                            pod: Some(pod),
+                            recv_mono_ns,
+                            ..
+                        } if plugin == p && *recv_mono_ns > restarted && pod.name == "before" => {
+                            Some(e.clone())
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                let synced: Vec<usize> = t
+                    .iter()
+                    .filter_map(|x| match x {
+                        Truth::Plugin {
+                            plugin,
+                            what: PluginEvent::Synchronized { pods, .. },
+                            ..
+                        } if plugin == p => Some(pods.len()),
+                        _ => None,
+                    })
+                    .collect();
+                facts.push(format!(
+                    "{p}: Synchronize pod counts {synced:?}; events of pod 'before' after the restart: {after:?}"
+                ));
+            }
         }
         "load" => {
             let n = all_cri_ok(&t)?;

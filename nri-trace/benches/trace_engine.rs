@@ -248,9 +248,7 @@ fn ts_of(ev: &CaptureEvent) -> Option<Timestamp> {
         CaptureEvent::Open(o) => Some(o.ts),
         CaptureEvent::Chunk(c) => Some(c.ts),
         CaptureEvent::Close(c) => Some(c.ts),
-        CaptureEvent::Process(ProcessEvent::Fork { ts, .. } | ProcessEvent::Exit { ts, .. }) => {
-            Some(*ts)
-        }
+        CaptureEvent::Process(p) => Some(p.ts()),
         CaptureEvent::Loss(_) => None,
     }
 }
@@ -352,7 +350,10 @@ impl Base {
                         c.ts = ts(c.ts);
                     }
                     CaptureEvent::Process(
-                        ProcessEvent::Fork { ts: t, .. } | ProcessEvent::Exit { ts: t, .. },
+                        ProcessEvent::Fork { ts: t, .. }
+                        | ProcessEvent::Exit { ts: t, .. }
+                        | ProcessEvent::ListenerGone { ts: t, .. }
+                        | ProcessEvent::Listening { ts: t, .. },
                     ) => *t = ts(*t),
                     CaptureEvent::Loss(_) => {}
                 }
@@ -500,6 +501,7 @@ fn kind(r: &TraceRecord) -> &'static str {
         TraceRecord::Nri(_) => "nri",
         TraceRecord::Cri(_) => "cri",
         TraceRecord::Violation(_) => "violation",
+        TraceRecord::Runtime(_) => "runtime",
     }
 }
 

@@ -93,6 +93,12 @@ pub fn text(w: &mut impl Write, ev: &CaptureEvent, dump_max: usize) -> io::Resul
             writeln!(w, "{} process {parent} forked {child}", clock(ts))
         }
         CaptureEvent::Process(ProcessEvent::Exit { ts, tgid }) => writeln!(w, "{} process {tgid} exited", clock(ts)),
+        CaptureEvent::Process(ProcessEvent::ListenerGone { ts, tgid, path }) => {
+            writeln!(w, "{} listener {tgid} of {} exited: looking for its successor", clock(ts), sanitize(&path.display().to_string()))
+        }
+        CaptureEvent::Process(ProcessEvent::Listening { ts, tgid, path }) => {
+            writeln!(w, "{} process {tgid} now listens on {}: traced", clock(ts), sanitize(&path.display().to_string()))
+        }
         CaptureEvent::Loss(l) => writeln!(
             w,
             "!! LOST: {} records ({} bytes) dropped by a full ring buffer, {} unreadable chunks, {} fds not tracked (map full), {} malformed",

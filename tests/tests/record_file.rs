@@ -135,6 +135,8 @@ fn every_line_validates_against_the_json_schema() {
         "nri_plugin_gone",
         "nri_resync",
         "capture_loss",
+        "runtime_exited",
+        "runtime_started",
         "clock",
     ] {
         assert!(

@@ -18,6 +18,7 @@ use nri_trace::{
     engine::{
         contract::{
             NAME_RESERVATION_RETRY, PLUGIN_TIMEOUT, POD_UNKNOWN_TO_PLUGIN, TEARDOWN_HOOK_FAILED,
+            UNEXPLAINED_AFTER_RESTART,
         },
         trace_analysis::{analyze, TraceRecord},
     },
@@ -25,7 +26,7 @@ use nri_trace::{
 };
 use nri_trace_lab::{
     labctl::Lab,
-    truth::{self, Truth},
+    truth::{self, PluginEvent, Truth},
 };
 use trace_check::findings;
 
@@ -330,4 +331,89 @@ fn trace_load_finds_nothing() {
         matches!(r, TraceRecord::Nri(nri_trace::engine::nri_analysis::NriRecord::CaptureLoss(l)) if l.any())
     });
     assert!(!lost, "capture loss under load");
+}
+
+/// containerd restarts under a running pod: nri-trace follows the new
+/// runtime process (its sockets, its relaunched pre-launched plugin, the
+/// external plugin that connects again), every delivery after the restart
+/// is still under its CRI call, and the restart rule finds exactly what
+/// the plugins' own records show: a plugin that got events of the old pod
+/// after the restart without a Synchronize listing it, and each pod
+/// teardown event no plugin got although the CRI call succeeded.
+#[test]
+fn trace_runtime_restart() {
+    let Some((out, records)) = traced("runtime-restart") else {
+        return;
+    };
+    let changes: Vec<&str> = records
+        .iter()
+        .filter_map(|r| match r {
+            TraceRecord::Runtime(t) => Some(t.kind),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(changes, vec!["runtime_exited", "runtime_started"]);
+    check_correlation("runtime-restart", &out);
+    let truth = truth::read(&out.join("truth.ndjson")).expect("truth");
+    let restarted = truth
+        .iter()
+        .find_map(|t| match t {
+            Truth::Note { text, mono_ns } if text == "containerd restarted" => Some(*mono_ns),
+            _ => None,
+        })
+        .expect("restart note");
+    let after = |p: &str, e: &str| {
+        truth.iter().any(|t| {
+            matches!(t, Truth::Nri { plugin, event: Some(ev), pod: Some(pod), recv_mono_ns, .. }
+                if plugin == p && ev == e && pod.name == "before" && *recv_mono_ns > restarted)
+        })
+    };
+    let synced_after = |p: &str| {
+        // The plugin's second Synchronize (its first connection's came
+        // before the restart) listed the pod.
+        truth
+            .iter()
+            .filter_map(|t| match t {
+                Truth::Plugin {
+                    plugin,
+                    what: PluginEvent::Synchronized { pods, .. },
+                    ..
+                } if plugin == p => Some(pods.iter().any(|x| x.name == "before")),
+                _ => None,
+            })
+            .nth(1)
+            .unwrap_or(false)
+    };
+    let mut expected: Vec<(&str, Option<String>)> = Vec::new();
+    for (p, label) in [("pre", "05-pre"), ("alpha", "10-alpha")] {
+        let told = synced_after(p);
+        let got_old = [
+            "STOP_CONTAINER",
+            "REMOVE_CONTAINER",
+            "STOP_POD_SANDBOX",
+            "REMOVE_POD_SANDBOX",
+        ]
+        .iter()
+        .any(|e| after(p, e));
+        if got_old && !told {
+            expected.push((UNEXPLAINED_AFTER_RESTART, Some(label.to_string())));
+        }
+    }
+    for e in ["STOP_POD_SANDBOX", "REMOVE_POD_SANDBOX"] {
+        if !after("pre", e) && !after("alpha", e) {
+            expected.push((UNEXPLAINED_AFTER_RESTART, None));
+        }
+    }
+    let mut got: Vec<(&str, Option<String>)> = findings(&records)
+        .into_iter()
+        .map(|(r, p, _)| (r, p))
+        .collect();
+    got.sort();
+    expected.sort();
+    for r in &records {
+        if let TraceRecord::Violation(v) = r {
+            eprintln!("runtime-restart: {}: {}", v.record.rule, v.record.message);
+        }
+    }
+    assert_eq!(got, expected);
 }

@@ -17,7 +17,7 @@ use nri_trace::{
     engine::{
         contract::{
             HOOK_OVER_BUDGET, NAME_RESERVATION_RETRY, PLUGIN_TIMEOUT, POD_UNKNOWN_TO_PLUGIN,
-            TEARDOWN_HOOK_FAILED,
+            TEARDOWN_HOOK_FAILED, UNEXPLAINED_AFTER_RESTART,
         },
         trace_analysis::{analyze, TraceRecord},
     },
@@ -128,4 +128,35 @@ fn mid_stream_attach_on_the_happy_path_finds_nothing() {
         let f = findings(&got);
         assert!(f.is_empty(), "cut at event {cut}: {f:?}");
     }
+}
+
+/// containerd restarted under a running pod (lab `runtime-restart`): the
+/// capture followed the new runtime process; after the restart, the
+/// relaunched pre-launched plugin got the old pod's container events with
+/// no Synchronize (uncertain: its registration went before the capture
+/// found the new process), and the old pod's StopPodSandbox and
+/// RemovePodSandbox delivered no NRI event at all.
+#[test]
+fn runtime_restart_fixture() {
+    let name = "runtime-restart";
+    let records = replay(events(name));
+    let kinds: Vec<&str> = records
+        .iter()
+        .filter_map(|r| match r {
+            TraceRecord::Runtime(t) => Some(t.kind),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(kinds, vec!["runtime_exited", "runtime_started"]);
+    let (checked, _) = trace_check::check_correlation(name, &records, &truth(name));
+    assert!(checked > 0);
+    let got: Vec<(&str, Option<String>, bool)> = findings(&records);
+    assert_eq!(
+        got,
+        vec![
+            (UNEXPLAINED_AFTER_RESTART, Some("05-pre".to_string()), false),
+            (UNEXPLAINED_AFTER_RESTART, None, true),
+            (UNEXPLAINED_AFTER_RESTART, None, true),
+        ]
+    );
 }

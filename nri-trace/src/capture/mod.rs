@@ -198,6 +198,32 @@ pub enum ProcessEvent {
         ts: Timestamp,
         tgid: u32,
     },
+    /// The process listening on a traced socket exited (a runtime
+    /// stopping or restarting): the socket is looked for again.
+    ListenerGone {
+        ts: Timestamp,
+        tgid: u32,
+        path: PathBuf,
+    },
+    /// A new process listens on a traced socket whose listener had exited
+    /// (the runtime restarted); it is traced from now on.
+    Listening {
+        ts: Timestamp,
+        tgid: u32,
+        path: PathBuf,
+    },
+}
+
+impl ProcessEvent {
+    /// When it happened.
+    pub fn ts(&self) -> Timestamp {
+        match self {
+            ProcessEvent::Fork { ts, .. }
+            | ProcessEvent::Exit { ts, .. }
+            | ProcessEvent::ListenerGone { ts, .. }
+            | ProcessEvent::Listening { ts, .. } => *ts,
+        }
+    }
 }
 
 /// Cumulative loss counters (all CPUs), reported when they change.

@@ -9,7 +9,7 @@
 use std::{
     collections::{HashMap, HashSet, VecDeque},
     os::fd::{AsRawFd, RawFd},
-    path::PathBuf,
+    path::{Path, PathBuf},
     time::Duration,
 };
 
@@ -207,46 +207,17 @@ pub async fn start(
         tracked.push(pid);
     }
     for path in &cfg.sockets {
-        let found = discovery::find_listeners(path)?;
-        // Listening fds first, so accepts from now on are seen by the kernel;
-        // then register what /proc shows as already connected.
-        for l in &found {
-            backend.track_process(l.pid)?;
-            backend.track_fd(l.pid, l.listen_fd, FD_LISTEN)?;
-            tracker.add_listener(l.pid, l.listen_fd as i32, l.path.clone());
-            tracked.push(l.pid);
-        }
-        // Re-scan after tracking so nothing accepted in between is missed.
-        let found = discovery::find_listeners(path)?;
-        let scan_done = monotonic_ns();
-        for l in &found {
-            for c in &l.connections {
-                backend.track_fd(l.pid, c.fd, FD_CONN)?;
-                let peer = peer_of(l.pid, c.fd as i32, &cfg.peer_env);
-                let peer_pid = peer.as_ref().map(|p| p.pid);
-                if let Some(ev) = tracker.register_existing(
-                    l.pid,
-                    c.fd as i32,
-                    Some(l.path.clone()),
-                    peer,
-                    Some(c.inode),
-                    scan_done,
-                ) {
-                    if let CaptureEvent::Open(o) = &ev {
-                        if !cfg.no_follow_sockets.contains(&l.path) {
-                            to_follow.push(ToFollow {
-                                conn: o.conn,
-                                tgid: l.pid,
-                                inode: c.inode,
-                                peer_inode: None,
-                                candidate: peer_pid,
-                            });
-                        }
-                    }
-                    initial.push(ev);
-                }
-            }
-        }
+        let follow = !cfg.no_follow_sockets.contains(path);
+        let found = attach_listeners(
+            &mut *backend,
+            &mut tracker,
+            path,
+            &cfg.peer_env,
+            follow,
+            &mut to_follow,
+            &mut initial,
+        )?;
+        tracked.extend(found.iter().map(|l| l.pid));
         listeners.extend(found);
     }
     tracked.sort();
@@ -258,46 +229,18 @@ pub async fn start(
     // from now on is seen there; one made between that and this scan is
     // both, and the tracker keeps only this registration (its Open record
     // is older than `scan_done`).
-    let mut existing_socketpairs = Vec::new();
-    if let Some(var) = cfg.existing_socketpair_env.as_deref() {
-        match discovery::env_peer_sockets(&tracked, var) {
-            Ok(found) => {
-                let scan_done = monotonic_ns();
-                for s in found {
-                    // Already registered, e.g. as an accepted connection of a listener.
-                    if tracker.conn_of(s.pid, s.fd as i32).is_some() {
-                        continue;
-                    }
-                    backend.track_fd(s.pid, s.fd, FD_CONN)?;
-                    if let Some(ev) = tracker.register_existing(
-                        s.pid,
-                        s.fd as i32,
-                        None,
-                        peer_process(s.peer_pid, &cfg.peer_env),
-                        Some(s.inode),
-                        scan_done,
-                    ) {
-                        if let CaptureEvent::Open(o) = &ev {
-                            to_follow.push(ToFollow {
-                                conn: o.conn,
-                                tgid: s.pid,
-                                inode: s.inode,
-                                peer_inode: Some(s.peer_inode),
-                                candidate: Some(s.peer_pid),
-                            });
-                        }
-                        initial.push(ev);
-                    }
-                    existing_socketpairs.push(s);
-                }
-            }
-            // Not fatal: everything else is still captured. The usual cause
-            // is a kernel without unix_diag, which the message names.
-            Err(e) => log::warn!(
-                "pre-existing connections to processes with {var} set are not captured: {e}"
-            ),
-        }
-    }
+    let existing_socketpairs = match cfg.existing_socketpair_env.as_deref() {
+        Some(var) => attach_socketpairs(
+            &mut *backend,
+            &mut tracker,
+            &tracked,
+            var,
+            &cfg.peer_env,
+            &mut to_follow,
+            &mut initial,
+        )?,
+        None => Vec::new(),
+    };
 
     let follower = if cfg.follow_peer_ends {
         let mut f = Follower::new(&tracked, &cfg.peer_env);
@@ -321,10 +264,21 @@ pub async fn start(
         .filter(|l| cfg.no_follow_sockets.contains(&l.path))
         .map(|l| (l.pid, l.listen_fd as i32))
         .collect();
+    let reattach = Reattach {
+        listener_paths: listeners.iter().fold(HashMap::new(), |mut m, l| {
+            m.entry(l.pid).or_insert_with(Vec::new).push(l.path.clone());
+            m
+        }),
+        lost: Vec::new(),
+        next_scan_ns: 0,
+        existing_socketpair_env: cfg.existing_socketpair_env.clone(),
+        no_follow_sockets: cfg.no_follow_sockets.clone(),
+    };
     let resolver = Resolver {
         peer_env: cfg.peer_env,
         follower,
         no_follow,
+        reattach,
     };
     let task = tokio::spawn(async move {
         for ev in initial {
@@ -344,6 +298,247 @@ pub async fn start(
         stop: Some(stop_tx),
         task: Some(task),
     })
+}
+
+/// Track the processes listening on `path` and register the connections
+/// they hold (to be followed if `follow`); the listeners.
+fn attach_listeners(
+    backend: &mut dyn CaptureBackend,
+    tracker: &mut ConnTracker,
+    path: &Path,
+    peer_env: &[String],
+    follow: bool,
+    to_follow: &mut Vec<ToFollow>,
+    out: &mut Vec<CaptureEvent>,
+) -> Result<Vec<Listener>, SessionError> {
+    let found = discovery::find_listeners(path)?;
+    // Listening fds first, so accepts from now on are seen by the kernel;
+    // then register what /proc shows as already connected.
+    for l in &found {
+        backend.track_process(l.pid)?;
+        backend.track_fd(l.pid, l.listen_fd, FD_LISTEN)?;
+        tracker.add_listener(l.pid, l.listen_fd as i32, l.path.clone());
+    }
+    // Re-scan after tracking so nothing accepted in between is missed.
+    let found = discovery::find_listeners(path)?;
+    let scan_done = monotonic_ns();
+    for l in &found {
+        for c in &l.connections {
+            backend.track_fd(l.pid, c.fd, FD_CONN)?;
+            let peer = peer_of(l.pid, c.fd as i32, peer_env);
+            let peer_pid = peer.as_ref().map(|p| p.pid);
+            if let Some(ev) = tracker.register_existing(
+                l.pid,
+                c.fd as i32,
+                Some(l.path.clone()),
+                peer,
+                Some(c.inode),
+                scan_done,
+            ) {
+                if let (CaptureEvent::Open(o), true) = (&ev, follow) {
+                    to_follow.push(ToFollow {
+                        conn: o.conn,
+                        tgid: l.pid,
+                        inode: c.inode,
+                        peer_inode: None,
+                        candidate: peer_pid,
+                    });
+                }
+                out.push(ev);
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Register the connections of `tracked` processes whose peer has `var`
+/// in its environment (see [`SessionConfig::existing_socketpair_env`]).
+fn attach_socketpairs(
+    backend: &mut dyn CaptureBackend,
+    tracker: &mut ConnTracker,
+    tracked: &[u32],
+    var: &str,
+    peer_env: &[String],
+    to_follow: &mut Vec<ToFollow>,
+    out: &mut Vec<CaptureEvent>,
+) -> Result<Vec<EnvPeerSocket>, SessionError> {
+    // Every process in `tracked` is already tracked in the kernel, so a
+    // pair made from now on is seen there; one made between that and this
+    // scan is both, and the tracker keeps only this registration (its Open
+    // record is older than `scan_done`).
+    let mut registered = Vec::new();
+    match discovery::env_peer_sockets(tracked, var) {
+        Ok(found) => {
+            let scan_done = monotonic_ns();
+            for s in found {
+                // Already registered, e.g. as an accepted connection of a listener.
+                if tracker.conn_of(s.pid, s.fd as i32).is_some() {
+                    continue;
+                }
+                backend.track_fd(s.pid, s.fd, FD_CONN)?;
+                if let Some(ev) = tracker.register_existing(
+                    s.pid,
+                    s.fd as i32,
+                    None,
+                    peer_process(s.peer_pid, peer_env),
+                    Some(s.inode),
+                    scan_done,
+                ) {
+                    if let CaptureEvent::Open(o) = &ev {
+                        to_follow.push(ToFollow {
+                            conn: o.conn,
+                            tgid: s.pid,
+                            inode: s.inode,
+                            peer_inode: Some(s.peer_inode),
+                            candidate: Some(s.peer_pid),
+                        });
+                    }
+                    out.push(ev);
+                }
+                registered.push(s);
+            }
+        }
+        // Not fatal: everything else is still captured. The usual cause
+        // is a kernel without unix_diag, which the message names.
+        Err(e) => {
+            log::warn!("pre-existing connections to processes with {var} set are not captured: {e}")
+        }
+    }
+    Ok(registered)
+}
+
+/// How the connections of a new listener are completed (see [`Resolver`]).
+struct PeerRules<'a> {
+    peer_env: &'a [String],
+    follower: Option<&'a mut Follower>,
+    no_follow: &'a mut HashSet<(u32, i32)>,
+}
+
+/// How often a socket whose listener exited is looked for again.
+const REATTACH_SCAN_NS: u64 = 100_000_000;
+
+/// Following a runtime across restarts: when the process listening on a
+/// traced socket exits, the socket is looked for again until a process
+/// listens on it, which is then traced as the first one was.
+struct Reattach {
+    /// Listener pid -> the traced socket paths it listens on.
+    listener_paths: HashMap<u32, Vec<PathBuf>>,
+    /// Paths whose listener exited and none is found yet.
+    lost: Vec<PathBuf>,
+    next_scan_ns: u64,
+    existing_socketpair_env: Option<String>,
+    no_follow_sockets: Vec<PathBuf>,
+}
+
+impl Reattach {
+    /// Note the listeners among the exited processes of `out`, and
+    /// report each path they served as gone.
+    fn on_exits(&mut self, out: &mut Vec<CaptureEvent>) {
+        let mut gone = Vec::new();
+        for ev in out.iter() {
+            if let CaptureEvent::Process(ProcessEvent::Exit { ts, tgid }) = ev {
+                if let Some(paths) = self.listener_paths.remove(tgid) {
+                    gone.extend(paths.into_iter().map(|p| (*ts, *tgid, p)));
+                }
+            }
+        }
+        for (ts, tgid, path) in gone {
+            log::info!("listener of {} (pid {tgid}) exited", path.display());
+            out.push(CaptureEvent::Process(ProcessEvent::ListenerGone {
+                ts,
+                tgid,
+                path: path.clone(),
+            }));
+            if !self.lost.contains(&path) {
+                self.lost.push(path);
+            }
+        }
+    }
+
+    /// Look for lost sockets' new listeners (at most every
+    /// [`REATTACH_SCAN_NS`]) and trace them.
+    fn scan(
+        &mut self,
+        now: u64,
+        backend: &mut dyn CaptureBackend,
+        tracker: &mut ConnTracker,
+        peers: PeerRules<'_>,
+        out: &mut Vec<CaptureEvent>,
+    ) {
+        let PeerRules {
+            peer_env: resolver_env,
+            follower,
+            no_follow,
+        } = peers;
+        if self.lost.is_empty() || now < self.next_scan_ns {
+            return;
+        }
+        self.next_scan_ns = now + REATTACH_SCAN_NS;
+        let mut to_follow = Vec::new();
+        let mut new_pids = Vec::new();
+        let lost = std::mem::take(&mut self.lost);
+        for path in lost {
+            let follow = !self.no_follow_sockets.contains(&path);
+            let mut opened = Vec::new();
+            let found = attach_listeners(
+                backend,
+                tracker,
+                &path,
+                resolver_env,
+                follow,
+                &mut to_follow,
+                &mut opened,
+            );
+            match found {
+                Ok(found) if !found.is_empty() => {
+                    for l in &found {
+                        log::info!("{} is served again, by pid {}", path.display(), l.pid);
+                        out.push(CaptureEvent::Process(ProcessEvent::Listening {
+                            ts: tracker.ts(monotonic_ns()),
+                            tgid: l.pid,
+                            path: path.clone(),
+                        }));
+                        self.listener_paths
+                            .entry(l.pid)
+                            .or_default()
+                            .push(path.clone());
+                        if !follow {
+                            no_follow.insert((l.pid, l.listen_fd as i32));
+                        }
+                        new_pids.push(l.pid);
+                    }
+                    out.append(&mut opened);
+                }
+                Ok(_) => self.lost.push(path),
+                Err(e) => {
+                    log::debug!("looking for a listener on {}: {e}", path.display());
+                    self.lost.push(path);
+                }
+            }
+        }
+        new_pids.sort();
+        new_pids.dedup();
+        if new_pids.is_empty() {
+            return;
+        }
+        if let Some(var) = self.existing_socketpair_env.clone() {
+            if let Err(e) = attach_socketpairs(
+                backend,
+                tracker,
+                &new_pids,
+                &var,
+                resolver_env,
+                &mut to_follow,
+                out,
+            ) {
+                log::warn!("socketpairs of the new runtime process: {e}");
+            }
+        }
+        if let Some(f) = follower {
+            f.targets.extend(new_pids.iter().copied());
+            f.follow_existing(backend, tracker, out, &to_follow);
+        }
+    }
 }
 
 async fn drain_loop(
@@ -435,6 +630,21 @@ async fn drain_until_stopped(
             );
         }
         let now = monotonic_ns();
+        // A runtime that restarted: its sockets are served by a new process.
+        resolver.reattach.on_exits(&mut out);
+        if !stopping {
+            resolver.reattach.scan(
+                now,
+                &mut *backend,
+                &mut tracker,
+                PeerRules {
+                    peer_env: &resolver.peer_env,
+                    follower: resolver.follower.as_mut(),
+                    no_follow: &mut resolver.no_follow,
+                },
+                &mut out,
+            );
+        }
         // Syscalls whose last record never came (lost) are flushed after 1 s.
         tracker.flush_stale(now, 1_000_000_000, &mut out);
         if stopping || now.saturating_sub(last_loss_check) > 250_000_000 {
@@ -468,6 +678,7 @@ struct Resolver {
     follower: Option<Follower>,
     /// (tgid, listening fd) whose accepted connections are not followed.
     no_follow: HashSet<(u32, i32)>,
+    reattach: Reattach,
 }
 
 /// A traced connection found at start whose peer end is to be followed.

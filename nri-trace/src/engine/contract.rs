@@ -11,7 +11,7 @@
 //! [`Certainty::Uncertain`] with the reason; where it cannot see enough to
 //! judge (a pod created before the trace) it stays silent.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde::Serialize;
 
@@ -25,7 +25,7 @@ use crate::{
     capture::{ConnId, Timestamp},
     model::{
         cri_call::{CriCall, CriOutcome},
-        nri_call::Outcome,
+        nri_call::{IdentitySource, Outcome},
     },
 };
 
@@ -58,6 +58,7 @@ pub const PLUGIN_TIMEOUT: &str = "plugin-timeout";
 pub const HOOK_OVER_BUDGET: &str = "hook-over-budget";
 pub const NAME_RESERVATION_RETRY: &str = "cri-name-reservation-retry";
 pub const POD_UNKNOWN_TO_PLUGIN: &str = "pod-unknown-to-plugin";
+pub const UNEXPLAINED_AFTER_RESTART: &str = "event-unexplained-after-restart";
 
 /// Every rule this build checks (docs/contract.md).
 pub const RULES: &[Rule] = &[
@@ -101,6 +102,12 @@ pub const RULES: &[Rule] = &[
         id: POD_UNKNOWN_TO_PLUGIN,
         statement: "every pod a plugin receives events for was announced to it, in Synchronize or by RunPodSandbox",
         source: "nri issue 63, the Synchronize race (nri-63-synchronize-race.txt)",
+        severity: Severity::Error,
+    },
+    Rule {
+        id: UNEXPLAINED_AFTER_RESTART,
+        statement: "after a runtime restart, plugins still know the pods that existed before it: an event for such a pod reaches only plugins told of it since (Synchronize, RunPodSandbox), and its teardown events are still delivered",
+        source: "PROTOCOL-NOTES.md (containerd keeps NRI state in memory: after a restart RemovePodSandbox can be missed); nri pkg/adaptation Synchronize",
         severity: Severity::Error,
     },
     Rule {
@@ -241,6 +248,12 @@ struct PluginState {
     resynced: bool,
     /// Events it was subscribed to and missed after it was gone.
     missed_after_gone: u64,
+    /// Its RegisterPlugin was seen (so was its whole handshake).
+    registered: bool,
+    /// Pods its Synchronize listed, on this connection (`None`: none seen).
+    synced: Option<BTreeSet<String>>,
+    /// Pods it received RunPodSandbox for, on this connection.
+    run_pods: BTreeSet<String>,
 }
 
 const POD_ORDER: [&str; 3] = ["RUN_POD_SANDBOX", "STOP_POD_SANDBOX", "REMOVE_POD_SANDBOX"];
@@ -282,6 +295,12 @@ pub struct ContractChecker {
     announced: HashMap<String, BTreeSet<String>>,
     /// Plugin label -> its current connection.
     by_label: HashMap<String, ConnId>,
+    /// The last runtime restart: (when, the new runtime pid).
+    restart: Option<(u64, u32)>,
+    /// Pod ids seen in any call (bounded by [`MAX_TRACKED`]).
+    pods_seen: HashSet<String>,
+    /// `pods_seen` when the runtime last restarted.
+    pods_before_restart: HashSet<String>,
 }
 
 impl ContractChecker {
@@ -413,6 +432,7 @@ impl ContractChecker {
                 });
                 let old_label = std::mem::replace(&mut p.label, plugin.label());
                 p.index = plugin.index.clone();
+                p.registered |= plugin.source == IdentitySource::RegisterPlugin;
                 if events.is_some() {
                     p.events = events.clone();
                 }
@@ -456,11 +476,22 @@ impl ContractChecker {
                             &h.call.plugin.label(),
                             h.call.synchronized_pods.iter().cloned(),
                         );
+                        if let Some(p) = self.plugins.get_mut(&h.call.conn) {
+                            p.synced
+                                .get_or_insert_with(BTreeSet::new)
+                                .extend(h.call.synchronized_pods.iter().cloned());
+                        }
                     }
                     self.on_timeout(h, out);
                 }
             }
             TraceRecord::CriSpan(s) => self.on_span(&s.record, out),
+            TraceRecord::Runtime(r) => {
+                if r.kind == "runtime_started" {
+                    self.restart = Some((r.record.ts.mono_ns, r.record.pid));
+                    self.pods_before_restart = self.pods_seen.clone();
+                }
+            }
             TraceRecord::Cri(_) | TraceRecord::Violation(_) => {}
         }
     }
@@ -494,10 +525,14 @@ impl ContractChecker {
 
     fn on_span(&mut self, s: &CriSpan, out: &mut Vec<Violation>) {
         self.check_retry(&s.call, out);
+        if let Some(id) = &s.call.sandbox_id {
+            self.saw_pod(id);
+        }
         for h in &s.hooks {
             self.on_hook(h, Some(s), out);
         }
         self.check_missed(s, out);
+        self.check_missed_after_restart(s, out);
         if let Some(h) = s.hooks.iter().rfind(|h| h.hook == "RUN_POD_SANDBOX") {
             if let Some(p) = &h.call.pod {
                 let end = h.call.end.map_or(u64::MAX, |t| t.mono_ns);
@@ -538,13 +573,158 @@ impl ContractChecker {
         ));
     }
 
+    fn saw_pod(&mut self, id: &str) {
+        if self.pods_seen.len() >= MAX_TRACKED {
+            self.pods_seen.clear();
+        }
+        self.pods_seen.insert(id.to_owned());
+    }
+
+    /// A delivery, after a runtime restart, to a plugin connected since,
+    /// of an event of a pod from before the restart that was never
+    /// announced to it on this connection: reported (true) or not.
+    fn check_after_restart(&mut self, h: &HookSpan, label: &str, out: &mut Vec<Violation>) -> bool {
+        let (Some((restart, pid)), Some(pod)) = (self.restart, h.call.pod.as_ref()) else {
+            return false;
+        };
+        let Some(p) = self.plugins.get(&h.call.conn) else {
+            return false;
+        };
+        if p.since < restart
+            || h.call.event.is_none()
+            || h.hook == "RUN_POD_SANDBOX"
+            || !self.pods_before_restart.contains(&pod.id)
+            || p.run_pods.contains(&pod.id)
+            || p.synced.as_ref().is_some_and(|s| s.contains(&pod.id))
+        {
+            return false;
+        }
+        if !self
+            .fired
+            .insert((UNEXPLAINED_AFTER_RESTART, label.to_owned(), pod.id.clone()))
+        {
+            return true;
+        }
+        let how = match &p.synced {
+            Some(_) => "its Synchronize did not list it",
+            None => "it got no Synchronize",
+        };
+        let mut v = self.hook_finding(
+            UNEXPLAINED_AFTER_RESTART,
+            h,
+            label,
+            format!(
+                "{label} received {} for a pod from before the runtime restarted (new pid {pid}) \
+                 that it was never told about since: {how}, no RunPodSandbox",
+                h.hook
+            ),
+        );
+        if !p.registered {
+            v.certainty = Certainty::Uncertain {
+                why: "the plugin's registration was not seen: its Synchronize may have gone \
+                      before the capture followed it"
+                    .into(),
+            };
+        }
+        out.push(v);
+        true
+    }
+
+    /// A teardown CRI call, after a runtime restart, of a pod from before
+    /// it, that succeeded without delivering its event to any plugin
+    /// subscribed to it (containerd's NRI state is in memory).
+    fn check_missed_after_restart(&mut self, s: &CriSpan, out: &mut Vec<Violation>) {
+        let Some((restart, pid)) = self.restart else {
+            return;
+        };
+        let c = &s.call;
+        let event = match c.method.as_deref() {
+            Some("StopPodSandbox") => "STOP_POD_SANDBOX",
+            Some("RemovePodSandbox") => "REMOVE_POD_SANDBOX",
+            _ => return,
+        };
+        let (Some(id), Some(start)) = (c.sandbox_id.as_ref(), c.start) else {
+            return;
+        };
+        if start.mono_ns < restart
+            || !c.outcome.is_ok()
+            || !self.pods_before_restart.contains(id)
+            || s.hooks.iter().any(|h| h.hook == event)
+        {
+            return;
+        }
+        let missed: Vec<String> = self
+            .by_label
+            .iter()
+            .filter_map(|(label, conn)| self.plugins.get(conn).map(|p| (label, p)))
+            .filter(|(_, p)| p.gone.is_none() && p.since <= start.mono_ns)
+            .filter(|(_, p)| {
+                p.events
+                    .as_ref()
+                    .is_some_and(|e| e.iter().any(|x| x == event))
+            })
+            .filter(|(label, _)| {
+                !self
+                    .seen
+                    .get(&((*label).clone(), id.clone()))
+                    .is_some_and(|e| e.contains_key(event))
+            })
+            .map(|(label, _)| label.clone())
+            .collect();
+        if missed.is_empty()
+            || !self.fired.insert((
+                UNEXPLAINED_AFTER_RESTART,
+                String::new(),
+                format!("{event}{id}"),
+            ))
+        {
+            return;
+        }
+        let mut missed = missed;
+        missed.sort();
+        out.push(Violation {
+            rule: UNEXPLAINED_AFTER_RESTART,
+            severity: Severity::Error,
+            certainty: self.certainty(None),
+            ts: c.end.unwrap_or(start),
+            pod: c
+                .pod
+                .as_ref()
+                .map(|p| format!("{}/{}", p.namespace, p.name))
+                .or(Some(id.clone())),
+            plugin: None,
+            message: format!(
+                "{} of a pod from before the runtime restarted (new pid {pid}) succeeded but \
+                 delivered no {event}; subscribed: {}",
+                c.method.as_deref().unwrap_or("?"),
+                missed.join(", ")
+            ),
+            evidence: vec![cri_evidence(c)],
+        });
+    }
+
     fn on_hook(&mut self, h: &HookSpan, span: Option<&CriSpan>, out: &mut Vec<Violation>) {
         let label = h.call.plugin.label();
         let start = h.call.start.map_or(0, |t| t.mono_ns);
+        if let Some(pod) = h.call.pod.as_ref().filter(|p| !p.id.is_empty()) {
+            let id = pod.id.clone();
+            self.saw_pod(&id);
+            if h.hook == "RUN_POD_SANDBOX" {
+                if let Some(p) = self.plugins.get_mut(&h.call.conn) {
+                    // Past the bound, forget the oldest half: a pod from
+                    // before a restart is not created again after it.
+                    if p.run_pods.len() >= MAX_TRACKED {
+                        p.run_pods.clear();
+                    }
+                    p.run_pods.insert(id);
+                }
+            }
+        }
+        let after_restart = self.check_after_restart(h, &label, out);
         let plugin = self.plugin_by_label(&label);
         // Unsubscribed delivery.
         if let Some(events) = plugin.and_then(|p| p.events.as_ref()) {
-            if !events.iter().any(|e| *e == h.hook) && h.call.event.is_some() {
+            if !events.contains(&h.hook) && h.call.event.is_some() {
                 out.push(self.hook_finding(
                     UNSUBSCRIBED_DELIVERED,
                     h,
@@ -642,7 +822,8 @@ impl ContractChecker {
         if let Some(pod) = h.call.pod.as_ref().filter(|p| !p.id.is_empty()) {
             // `None`: the plugin's Synchronize was not seen, nothing to judge.
             let known = self.announced.get(&label).map(|k| k.contains(&pod.id));
-            if let Some(known) = known {
+            // After a restart, the restart rule speaks for such pods.
+            if let (Some(known), false) = (known, after_restart) {
                 if h.hook == "RUN_POD_SANDBOX" {
                     self.announce(&label, [pod.id.clone()]);
                 } else if !known
@@ -739,11 +920,7 @@ impl ContractChecker {
                 .plugins
                 .values()
                 .filter(|p| p.index > h.call.plugin.index && p.gone.is_none())
-                .filter(|p| {
-                    p.events
-                        .as_ref()
-                        .is_some_and(|e| e.iter().any(|x| *x == h.hook))
-                })
+                .filter(|p| p.events.as_ref().is_some_and(|e| e.contains(&h.hook)))
                 .filter(|p| {
                     !s.hooks
                         .iter()
@@ -845,9 +1022,7 @@ impl ContractChecker {
                 if p.timed_out
                     && p.gone
                         .is_some_and(|g| g <= h.call.start.map_or(0, |t| t.mono_ns))
-                    && p.events
-                        .as_ref()
-                        .is_some_and(|e| e.iter().any(|x| *x == h.hook))
+                    && p.events.as_ref().is_some_and(|e| e.contains(&h.hook))
                     && h.call.plugin.index.as_ref() != p.index.as_ref()
                 {
                     p.missed_after_gone += 1;
@@ -1361,5 +1536,144 @@ mod tests {
         assert!(v[0].message.contains("1 answered 'name reserved'"));
         assert!(v[0].message.contains("held up 3100 ms"));
         assert_eq!(v[0].evidence.len(), 3);
+    }
+
+    fn plugin_at(conn: u64, ms: u64, source: IdentitySource) -> TraceRecord {
+        TraceRecord::Nri(NriRecord::NriPlugin {
+            conn: ConnId(conn),
+            ts: ts(ms).unwrap(),
+            plugin: PluginId {
+                name: Some("a".into()),
+                index: Some("10".into()),
+                pid: None,
+                comm: None,
+                source,
+            },
+            events: Some(ALL.iter().map(|e| e.to_string()).collect()),
+        })
+    }
+
+    fn restart_at(ms: u64) -> TraceRecord {
+        TraceRecord::Runtime(Tagged {
+            kind: "runtime_started",
+            record: crate::engine::trace_analysis::RuntimeChange {
+                ts: ts(ms).unwrap(),
+                pid: 4242,
+            },
+        })
+    }
+
+    /// Pod s1 made before a restart at 200; plugin a connects again on
+    /// connection 3 at 250.
+    fn before_restart(source: IdentitySource) -> Vec<TraceRecord> {
+        vec![
+            plugin("a", "10", 2, &ALL),
+            span(
+                cri(Some("RunPodSandbox"), "s1", 100, 150),
+                vec![to_plugin(
+                    hook(Some(Event::RunPodSandbox), "a", "s1", 110, 120),
+                    "a",
+                    "10",
+                    2,
+                )],
+            ),
+            restart_at(200),
+            plugin_at(3, 250, source),
+        ]
+    }
+
+    fn stop_s1_on(conn: u64) -> TraceRecord {
+        span(
+            cri(Some("StopPodSandbox"), "s1", 300, 350),
+            vec![to_plugin(
+                hook(Some(Event::StopPodSandbox), "a", "s1", 310, 320),
+                "a",
+                "10",
+                conn,
+            )],
+        )
+    }
+
+    #[test]
+    fn old_pod_never_told_after_a_restart_is_unexplained() {
+        // Like containerd 1.7's pre-launched plugins: no Synchronize.
+        let mut r = before_restart(IdentitySource::RegisterPlugin);
+        r.push(stop_s1_on(3));
+        let v = check(&r);
+        assert_eq!(rules(&v), vec![UNEXPLAINED_AFTER_RESTART]);
+        assert_eq!(v[0].certainty, Certainty::Certain);
+        assert!(
+            v[0].message.contains("it got no Synchronize"),
+            "{}",
+            v[0].message
+        );
+        // Without the restart the same delivery is unremarkable.
+        let mut r = before_restart(IdentitySource::RegisterPlugin);
+        r.remove(2);
+        r.push(stop_s1_on(3));
+        assert_eq!(rules(&check(&r)), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn synchronized_or_new_pods_after_a_restart_are_explained() {
+        let mut r = before_restart(IdentitySource::RegisterPlugin);
+        r.push(synchronize("a", "10", 3, &["s1"]));
+        r.push(stop_s1_on(3));
+        // A pod made after the restart.
+        r.push(span(
+            cri(Some("RunPodSandbox"), "s2", 400, 450),
+            vec![to_plugin(
+                hook(Some(Event::RunPodSandbox), "a", "s2", 410, 420),
+                "a",
+                "10",
+                3,
+            )],
+        ));
+        r.push(span(
+            cri(Some("StopPodSandbox"), "s2", 500, 550),
+            vec![to_plugin(
+                hook(Some(Event::StopPodSandbox), "a", "s2", 510, 520),
+                "a",
+                "10",
+                3,
+            )],
+        ));
+        assert_eq!(rules(&check(&r)), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn unseen_registration_after_a_restart_is_uncertain() {
+        let mut r = before_restart(IdentitySource::PeerProcess);
+        r.push(stop_s1_on(3));
+        let v = check(&r);
+        assert_eq!(rules(&v), vec![UNEXPLAINED_AFTER_RESTART]);
+        assert!(matches!(v[0].certainty, Certainty::Uncertain { .. }));
+    }
+
+    #[test]
+    fn teardown_event_missing_after_a_restart() {
+        let mut r = before_restart(IdentitySource::RegisterPlugin);
+        r.push(synchronize("a", "10", 3, &["s1"]));
+        r.push(stop_s1_on(3));
+        r.push(span(cri(Some("RemovePodSandbox"), "s1", 400, 450), vec![]));
+        let v = check(&r);
+        assert_eq!(rules(&v), vec![UNEXPLAINED_AFTER_RESTART]);
+        assert!(
+            v[0].message
+                .contains("delivered no REMOVE_POD_SANDBOX; subscribed: 10-a"),
+            "{}",
+            v[0].message
+        );
+        // A failed RemovePodSandbox, or one with the event, is not it.
+        let mut r = before_restart(IdentitySource::RegisterPlugin);
+        r.push(synchronize("a", "10", 3, &["s1"]));
+        let mut failed = cri(Some("RemovePodSandbox"), "s1", 400, 450);
+        failed.outcome = CriOutcome::Error {
+            code: 2,
+            status: "UNKNOWN".into(),
+            message: "boom".into(),
+        };
+        r.push(span(failed, vec![]));
+        assert_eq!(rules(&check(&r)), Vec::<&str>::new());
     }
 }

@@ -19,7 +19,7 @@ use super::{
     nri_analysis::NriRecord,
 };
 use crate::{
-    capture::{CaptureEvent, Loss},
+    capture::{CaptureEvent, Loss, Timestamp},
     model::{observation::Observation, trace_decoder::TraceDecoder},
 };
 
@@ -39,6 +39,16 @@ pub enum TraceRecord {
     /// `{"type":"violation", ...}`: a contract rule broken
     /// (docs/contract.md).
     Violation(Tagged<Violation>),
+    /// `{"type":"runtime_exited"|"runtime_started", ...}`: the runtime
+    /// process went, or a new one took over its sockets (a restart).
+    Runtime(Tagged<RuntimeChange>),
+}
+
+/// The runtime process that exited, or that serves the sockets now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RuntimeChange {
+    pub ts: Timestamp,
+    pub pid: u32,
 }
 
 /// A record with its `type` tag.
@@ -155,6 +165,14 @@ impl TraceEngine {
                 skipped,
             })),
             Observation::CaptureLoss(l) => Some(TraceRecord::Nri(NriRecord::CaptureLoss(l))),
+            Observation::RuntimeExited { ts, pid } => Some(TraceRecord::Runtime(Tagged {
+                kind: "runtime_exited",
+                record: RuntimeChange { ts, pid },
+            })),
+            Observation::RuntimeStarted { ts, pid } => Some(TraceRecord::Runtime(Tagged {
+                kind: "runtime_started",
+                record: RuntimeChange { ts, pid },
+            })),
         };
         self.emit(fresh, out);
     }

@@ -64,6 +64,11 @@ pub enum Observation {
     },
     /// The capture lost data (cumulative counters): calls may be missing.
     CaptureLoss(Loss),
+    /// The runtime process serving the traced sockets exited.
+    RuntimeExited { ts: Timestamp, pid: u32 },
+    /// A new runtime process serves the traced sockets: the runtime
+    /// restarted (the capture follows it).
+    RuntimeStarted { ts: Timestamp, pid: u32 },
     /// The capture has reached `now_ns` (monotonic); no CRI call still
     /// being decoded started before `cri_oldest_ns`.
     Clock {

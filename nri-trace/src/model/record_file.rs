@@ -70,6 +70,8 @@ pub const OBSERVATION_TYPES: &[&str] = &[
     "nri_plugin_gone",
     "nri_resync",
     "capture_loss",
+    "runtime_exited",
+    "runtime_started",
     "clock",
 ];
 

@@ -6,14 +6,17 @@
 //! socketpairs, followed plugin ends) to the NRI assembler; kubelet's end
 //! of a CRI connection is ignored.
 
-use std::{collections::HashMap, path::PathBuf};
+use std::{
+    collections::{HashMap, HashSet},
+    path::PathBuf,
+};
 
 use super::{
     cri_call::{CriCallAssembler, CriObservation},
     nri_call::{NriCallAssembler, NriObservation},
     observation::Observation,
 };
-use crate::capture::{CaptureEvent, ConnId};
+use crate::capture::{CaptureEvent, ConnId, ProcessEvent};
 
 /// A [`Observation::Clock`] is written when capture time has moved on by
 /// this much since the last one (or a call came, or the oldest CRI call in
@@ -33,6 +36,11 @@ enum Route {
 /// Capture events of one runtime's sockets to observations.
 pub struct TraceDecoder {
     cri_paths: Vec<PathBuf>,
+    nri_paths: Vec<PathBuf>,
+    /// Runtime pids already reported exited / started (one runtime serves
+    /// both sockets: one observation each).
+    runtime_exits: HashSet<u32>,
+    runtime_starts: HashSet<u32>,
     routes: HashMap<ConnId, Route>,
     cri: CriCallAssembler,
     nri: NriCallAssembler,
@@ -46,6 +54,9 @@ impl TraceDecoder {
     pub fn new(cri_paths: Vec<PathBuf>, nri_paths: Vec<PathBuf>) -> Self {
         TraceDecoder {
             cri_paths,
+            nri_paths: nri_paths.clone(),
+            runtime_exits: HashSet::new(),
+            runtime_starts: HashSet::new(),
             routes: HashMap::new(),
             cri: CriCallAssembler::new(),
             nri: NriCallAssembler::new(nri_paths),
@@ -84,6 +95,7 @@ impl TraceDecoder {
         if let CaptureEvent::Loss(l) = ev {
             out.push(Observation::CaptureLoss(*l));
         }
+        self.runtime_change(ev, out);
         let route = conn.map_or(Route::Nri, |c| {
             self.routes.get(&c).copied().unwrap_or(Route::Nri)
         });
@@ -112,6 +124,37 @@ impl TraceDecoder {
                     cri_oldest_ns: oldest,
                 });
             }
+        }
+    }
+
+    /// The runtime's listener exited, or a new one serves its sockets.
+    fn runtime_change(&mut self, ev: &CaptureEvent, out: &mut Vec<Observation>) {
+        let CaptureEvent::Process(p) = ev else {
+            return;
+        };
+        let (ts, pid, path, exited) = match p {
+            ProcessEvent::ListenerGone { ts, tgid, path } => (*ts, *tgid, path, true),
+            ProcessEvent::Listening { ts, tgid, path } => (*ts, *tgid, path, false),
+            _ => return,
+        };
+        if !self.cri_paths.contains(path) && !self.nri_paths.contains(path) {
+            return;
+        }
+        let seen = if exited {
+            &mut self.runtime_exits
+        } else {
+            &mut self.runtime_starts
+        };
+        // Pids come back only after wrapping: a few are plenty.
+        if seen.len() > 64 {
+            seen.clear();
+        }
+        if seen.insert(pid) {
+            out.push(if exited {
+                Observation::RuntimeExited { ts, pid }
+            } else {
+                Observation::RuntimeStarted { ts, pid }
+            });
         }
     }
 

@@ -57,6 +57,19 @@ pub fn text(w: &mut impl Write, r: &TraceRecord) -> io::Result<()> {
         TraceRecord::Violation(v) => violation_text(w, &v.record, "!! "),
         TraceRecord::Nri(n) => nri_lines::text(w, n),
         TraceRecord::Cri(c) => cri_lines::text(w, c),
+        TraceRecord::Runtime(r) => {
+            let what = if r.kind == "runtime_exited" {
+                "exited"
+            } else {
+                "now serves the sockets (runtime restarted)"
+            };
+            writeln!(
+                w,
+                "{} == runtime pid {} {what}",
+                crate::output::clock(&r.record.ts),
+                r.record.pid
+            )
+        }
     }
 }
 
