@@ -518,6 +518,9 @@ pub fn demo(lab: Lab, bins: Bins, nri_trace: &Path, nri_args: &[String]) -> Resu
         let configured = |e: &PluginEvent| matches!(e, PluginEvent::Configured { .. });
         r.wait_plugin("audit", configured, Duration::from_secs(10))?;
         eprintln!("demo: lab up; pre-launched plugin 30-audit registered");
+        if std::io::IsTerminal::is_terminal(&std::io::stdout()) && nri_args.is_empty() {
+            return demo_tui(&mut r, nri_trace);
+        }
         let mut trace = Command::new(nri_trace)
             .arg("trace")
             .arg("--cri-socket")
@@ -550,6 +553,52 @@ pub fn demo(lab: Lab, bins: Bins, nri_trace: &Path, nri_args: &[String]) -> Resu
         "demo: done; ground truth of what the driver and plugins did: {}",
         out.join("truth.ndjson").display()
     );
+    Ok(())
+}
+
+/// The demo on a terminal: the TUI on the lab while a scenario mix runs
+/// (a slow plugin, a plugin that fails teardown, a plain one), until the
+/// user quits it. Nothing else writes to the terminal meanwhile.
+fn demo_tui(r: &mut Run, nri_trace: &Path) -> Result<()> {
+    eprintln!(
+        "demo: opening the TUI; plugins 05-failer, 10-slow, 20-plain join 30-audit and \
+         pods come and go until you quit it with q"
+    );
+    sleep(Duration::from_millis(1500));
+    // No socket flags: it finds the lab's containerd as it would a node's.
+    let mut tui = Command::new(nri_trace)
+        .arg("tui")
+        .spawn()
+        .with_context(|| format!("starting {}", nri_trace.display()))?;
+    // Attached before the plugins register, so it sees their names.
+    sleep(Duration::from_millis(1500));
+    r.plugin(
+        "failer",
+        "05",
+        &["--on", "STOP_POD_SANDBOX=error:demo teardown refusal"],
+    )?;
+    r.plugin("slow", "10", &["--on", "RUN_POD_SANDBOX=delay:300"])?;
+    r.plugin("plain", "20", &[])?;
+    let mut rounds = 0u32;
+    let mut failed = None;
+    let status = loop {
+        if let Some(st) = tui.try_wait()? {
+            break st;
+        }
+        // A round: two pods through their whole lifecycle, one at a time.
+        if failed.is_none() {
+            if let Err(e) = r.lifecycle("demo", 2, 1, 1) {
+                failed = Some(e);
+            }
+            rounds += 1;
+        } else {
+            sleep(Duration::from_millis(200));
+        }
+    };
+    eprintln!("demo: the TUI exited ({status}) after {rounds} rounds of 2 pods");
+    if let Some(e) = failed {
+        return Err(e.context("the demo's pod lifecycles"));
+    }
     Ok(())
 }
 

@@ -2,7 +2,7 @@
 //! typed and name their fix).
 
 use std::{
-    io::Write,
+    io::{IsTerminal, Write},
     path::{Path, PathBuf},
     time::Duration,
 };
@@ -32,7 +32,7 @@ use nri_trace::{
         trace_decoder::TraceDecoder,
     },
     output,
-    sinks::{cri_lines, metrics, nri_lines, report, trace_lines},
+    sinks::{cri_lines, metrics, nri_lines, report, trace_lines, tui},
 };
 use nri_trace_common::{DEFAULT_RING_BYTES, DEFAULT_SNAP};
 
@@ -43,8 +43,9 @@ use nri_trace_common::{DEFAULT_RING_BYTES, DEFAULT_SNAP};
     about = "Trace what a container runtime and its NRI plugins do to each pod, live, with eBPF"
 )]
 struct Cli {
+    /// Without a command, on a terminal: the live TUI (`nri-trace tui`).
     #[command(subcommand)]
-    cmd: Cmd,
+    cmd: Option<Cmd>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -55,9 +56,11 @@ enum Format {
     Count,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum ReplayFormat {
-    /// `report`'s summary.
+    /// The TUI (docs/tui.md); the default on a terminal.
+    Tui,
+    /// `report`'s summary; the default otherwise.
     Report,
     /// The records `trace` prints, as text.
     Text,
@@ -229,13 +232,40 @@ enum Cmd {
         #[command(flatten)]
         probe: ProbeArgs,
     },
-    /// Feed a `record` file through the engine again: the report (or, with
-    /// --format, the trace records `trace` prints).
+    /// The live TUI on the runtime found here (the default command on a
+    /// terminal): pods, timelines, plugins, findings, calls (docs/tui.md).
+    Tui {
+        /// See `trace`.
+        #[arg(long, value_name = "PATH")]
+        cri_socket: Option<PathBuf>,
+        #[arg(long, value_name = "PATH")]
+        nri_socket: Option<PathBuf>,
+        /// Also record the decoded calls to FILE, as `record` does.
+        #[arg(long, value_name = "FILE")]
+        observations: Option<PathBuf>,
+        /// Keep secrets in the --observations file (see `record`).
+        #[arg(long, requires = "observations")]
+        no_redact: bool,
+        /// Capture only the runtime's end of plugin connections.
+        #[arg(long)]
+        no_plugin_end: bool,
+        #[arg(long, value_name = "MS")]
+        hook_budget_ms: Option<u64>,
+        /// Where `e`/`E` write their exports.
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        export_dir: PathBuf,
+        #[command(flatten)]
+        probe: ProbeArgs,
+    },
+    /// Feed a recording through the engine again: a `record` file (or a
+    /// raw `trace --record` capture) to the TUI on a terminal, else to the
+    /// report (or, with --format, the records `trace` prints).
     Replay {
-        /// The file `record` wrote (gzipped or not).
+        /// The recording (gzipped or not).
         file: PathBuf,
-        #[arg(long, value_enum, default_value = "report")]
-        format: ReplayFormat,
+        /// [default: tui on a terminal, else report]
+        #[arg(long, value_enum)]
+        format: Option<ReplayFormat>,
         /// See `trace`.
         #[arg(long, value_name = "MS")]
         hook_budget_ms: Option<u64>,
@@ -279,8 +309,34 @@ fn main() -> Result<()> {
         .worker_threads(1)
         .enable_all()
         .build()?;
+    let cmd = match cli.cmd {
+        Some(c) => c,
+        None if std::io::stdout().is_terminal() && std::io::stdin().is_terminal() => Cmd::Tui {
+            cri_socket: None,
+            nri_socket: None,
+            observations: None,
+            no_redact: false,
+            no_plugin_end: false,
+            hook_budget_ms: None,
+            export_dir: PathBuf::from("."),
+            probe: ProbeArgs {
+                snap_len: DEFAULT_SNAP,
+                ring_bytes: DEFAULT_RING_BYTES,
+                wakeup_bytes: None,
+                drain_ms: 2,
+            },
+        },
+        None => {
+            use clap::CommandFactory;
+            Cli::command().print_help()?;
+            anyhow::bail!(
+                "no command given, and this is not a terminal (the TUI needs one): \
+                 choose a command, e.g. `nri-trace trace`"
+            );
+        }
+    };
     rt.block_on(async move {
-        match cli.cmd {
+        match cmd {
             Cmd::Capture {
                 sockets,
                 pids,
@@ -379,11 +435,48 @@ fn main() -> Result<()> {
                     }
                 }
             }
+            Cmd::Tui {
+                cri_socket,
+                nri_socket,
+                observations,
+                no_redact,
+                no_plugin_end,
+                hook_budget_ms,
+                export_dir,
+                probe,
+            } => {
+                let target = trace_target(cri_socket, nri_socket, None)?;
+                let tap = match &observations {
+                    Some(path) => Some(record_writer(path, &target, !no_redact)?),
+                    None => None,
+                };
+                let opts = tui::TuiOptions {
+                    export_dir,
+                    color: None,
+                };
+                tui_live(
+                    target,
+                    contract_config(hook_budget_ms),
+                    tap,
+                    opts,
+                    no_plugin_end,
+                    &probe,
+                )
+                .await
+            }
             Cmd::Replay {
                 file,
                 format,
                 hook_budget_ms,
-            } => replay_records(&file, format, contract_config(hook_budget_ms)),
+            } => {
+                let terminal = std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
+                let format = format.unwrap_or(if terminal {
+                    ReplayFormat::Tui
+                } else {
+                    ReplayFormat::Report
+                });
+                replay_records(&file, format, contract_config(hook_budget_ms))
+            }
             Cmd::Report {
                 file,
                 cri_socket,
@@ -393,7 +486,7 @@ fn main() -> Result<()> {
                 let cfg = contract_config(hook_budget_ms);
                 match file {
                     Some(f) if !record_file::is_record_file(&f).unwrap_or(false) => {
-                        report_capture(&f, cri_socket, nri_socket, cfg)
+                        replay_capture(&f, (cri_socket, nri_socket), ReplayFormat::Report, cfg)
                     }
                     Some(f) => replay_records(&f, ReplayFormat::Report, cfg),
                     None => replay_records(Path::new("-"), ReplayFormat::Report, cfg),
@@ -991,6 +1084,107 @@ fn session_info(target: &Target, redact: bool) -> SessionInfo {
     }
 }
 
+/// The live TUI: the capture feeds the TUI's state from a task while the
+/// TUI runs on a blocking thread; quitting it stops the capture.
+async fn tui_live(
+    target: Target,
+    cfg: ContractConfig,
+    mut tap: Option<RecordWriter<std::fs::File>>,
+    opts: tui::TuiOptions,
+    no_plugin_end: bool,
+    probe: &ProbeArgs,
+) -> Result<()> {
+    use std::sync::{Arc, Mutex};
+    let session_cfg = trace_config(&target, probe, no_plugin_end)?;
+    let backend = EbpfBackend::load(&options(probe, ProgramSet::Capture))?;
+    let mut s = session::start(session_cfg, Box::new(backend)).await?;
+    let mut a =
+        TraceAnalysis::new(vec![target.cri.clone()], vec![target.nri.clone()]).with_contract(cfg);
+    if tap.is_some() {
+        a.tap();
+    }
+    let shared = Arc::new(Mutex::new(tui::TuiState::default()));
+    let recording = tap.as_ref().map(|_| "observations".to_string());
+    let status = |events_per_s| tui::StatusInfo {
+        runtime: target
+            .runtime
+            .map(|(k, pid)| format!("{k:?} pid {pid}").to_lowercase()),
+        cri_sockets: vec![target.cri.display().to_string()],
+        nri_sockets: vec![target.nri.display().to_string()],
+        source: "live".into(),
+        recording: recording.clone(),
+        events_per_s,
+    };
+    shared.lock().expect("fresh lock").set_status(status(None));
+    let (quit_tx, mut quit) = tokio::sync::oneshot::channel();
+    let ui = {
+        let shared = shared.clone();
+        tokio::task::spawn_blocking(move || {
+            let r = tui::run(shared, opts);
+            let _ = quit_tx.send(());
+            r
+        })
+    };
+    fn lock(m: &Mutex<tui::TuiState>) -> std::sync::MutexGuard<'_, tui::TuiState> {
+        m.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    let mut ticks = tokio::time::interval(Duration::from_millis(500));
+    // Capture events per tick over the last 10 s (teardowns wait seconds
+    // in silence: one tick alone would swing to 0).
+    let mut per_tick: std::collections::VecDeque<u64> = std::collections::VecDeque::new();
+    let (mut events, started) = (0u64, std::time::Instant::now());
+    let mut buf = Vec::new();
+    let write_tap = |a: &mut TraceAnalysis, tap: &mut Option<RecordWriter<std::fs::File>>| {
+        if let Some(w) = tap.as_mut() {
+            for o in a.take_tapped() {
+                w.write(o).context("writing the observations")?;
+            }
+        }
+        anyhow::Ok(())
+    };
+    loop {
+        tokio::select! {
+            _ = &mut quit => break,
+            _ = ticks.tick() => {
+                per_tick.push_back(std::mem::take(&mut events));
+                if per_tick.len() > 20 {
+                    per_tick.pop_front();
+                }
+                let secs = (per_tick.len() as f64 * 0.5).min(started.elapsed().as_secs_f64());
+                let rate = (per_tick.iter().sum::<u64>() as f64 / secs.max(0.5)) as u64;
+                let mut st = lock(&shared);
+                st.set_now(session::monotonic_ns());
+                st.set_summaries(a.hook_summary(), a.method_summary());
+                st.set_status(status(Some(rate)));
+                drop(st);
+                if let Some(w) = tap.as_mut() {
+                    w.flush().context("writing the observations")?;
+                }
+            }
+            ev = s.events.recv() => {
+                let Some(ev) = ev else { break };
+                events += 1;
+                a.on_capture(&ev, &mut buf);
+                write_tap(&mut a, &mut tap)?;
+                let mut st = lock(&shared);
+                if let Some(t) = tui::event_mono_ns(&ev) {
+                    st.set_now(t);
+                }
+                for r in buf.drain(..) {
+                    st.on_record(&r);
+                }
+            }
+        }
+    }
+    s.stop().await;
+    a.finish(&mut buf);
+    write_tap(&mut a, &mut tap)?;
+    if let Some(w) = tap {
+        w.finish().context("writing the observations")?;
+    }
+    ui.await.context("the TUI thread")?.context("the TUI")
+}
+
 /// `nri-trace record` live: decode, write observations, no engine.
 async fn record(
     target: &Target,
@@ -1079,10 +1273,81 @@ impl Recorder {
     }
 }
 
+/// Where replayed records go.
+enum ReplaySink {
+    Report(ReportState),
+    Text,
+    Ndjson,
+    Tui(Box<tui::TuiState>),
+}
+
+impl ReplaySink {
+    fn new(format: ReplayFormat) -> Self {
+        match format {
+            ReplayFormat::Report => ReplaySink::Report(ReportState::default()),
+            ReplayFormat::Text => ReplaySink::Text,
+            ReplayFormat::Ndjson => ReplaySink::Ndjson,
+            ReplayFormat::Tui => ReplaySink::Tui(Box::default()),
+        }
+    }
+
+    fn take(&mut self, buf: &mut Vec<TraceRecord>, mut w: &mut dyn Write) -> Result<()> {
+        for r in buf.drain(..) {
+            match self {
+                ReplaySink::Report(st) => st.take(r),
+                ReplaySink::Text => trace_lines::text(&mut w, &r)?,
+                ReplaySink::Ndjson => trace_lines::ndjson(&mut w, &r)?,
+                ReplaySink::Tui(st) => st.on_record(&r),
+            }
+        }
+        Ok(())
+    }
+
+    /// Capture time reached `mono_ns` (the TUI's ages).
+    fn now(&mut self, mono_ns: u64) {
+        if let ReplaySink::Tui(st) = self {
+            st.set_now(mono_ns);
+        }
+    }
+
+    /// The end: summaries, and the TUI opened on the whole replay.
+    fn end(
+        self,
+        hooks: Vec<nri_trace::engine::hook_latency::HookSummary>,
+        methods: Vec<nri_trace::engine::cri_analysis::MethodSummary>,
+        status: tui::StatusInfo,
+    ) -> Result<()> {
+        let mut w = std::io::BufWriter::new(std::io::stdout().lock());
+        match self {
+            ReplaySink::Report(st) => {
+                report::render(&mut w, &st.model, &st.findings, &hooks, &methods)?
+            }
+            ReplaySink::Text => {
+                writeln!(w)?;
+                trace_lines::summary_text(&mut w, &hooks, &methods)?
+            }
+            ReplaySink::Ndjson => trace_lines::summary_ndjson(&mut w, &hooks, &methods)?,
+            ReplaySink::Tui(mut st) => {
+                drop(w);
+                st.set_summaries(hooks, methods);
+                st.set_status(status);
+                let shared = std::sync::Arc::new(std::sync::Mutex::new(*st));
+                return tui::run(shared, tui::TuiOptions::default()).context("the TUI");
+            }
+        }
+        w.flush()?;
+        Ok(())
+    }
+}
+
 /// `nri-trace replay` (and `report` of a record file): the observations
-/// of `file` ("-": standard input) through the engine, out as `format`.
+/// of `file` ("-": standard input) through the engine, out as `format`; a
+/// raw capture recording goes through the decoders first.
 fn replay_records(file: &Path, format: ReplayFormat, cfg: ContractConfig) -> Result<()> {
     let name = file.display().to_string();
+    if file != Path::new("-") && !record_file::is_record_file(file).unwrap_or(false) {
+        return replay_capture(file, (None, None), format, cfg);
+    }
     let lines: Box<dyn Iterator<Item = Result<RecordLine, recording::RecordingError>>> =
         if file == Path::new("-") {
             Box::new(recording::RecordingReader::<_, RecordLine>::new(
@@ -1092,20 +1357,10 @@ fn replay_records(file: &Path, format: ReplayFormat, cfg: ContractConfig) -> Res
             Box::new(record_file::open(file).with_context(|| format!("opening {name}"))?)
         };
     let mut engine = TraceEngine::new(cfg);
+    let mut sink = ReplaySink::new(format);
     let mut w = std::io::BufWriter::new(std::io::stdout().lock());
-    let mut report_state = ReportState::default();
     let mut buf = Vec::new();
-    let mut emit = |buf: &mut Vec<TraceRecord>, mut w: &mut dyn Write| -> Result<()> {
-        for r in buf.drain(..) {
-            match format {
-                ReplayFormat::Report => report_state.take(r),
-                ReplayFormat::Text => trace_lines::text(&mut w, &r)?,
-                ReplayFormat::Ndjson => trace_lines::ndjson(&mut w, &r)?,
-            }
-        }
-        Ok(())
-    };
-    let (mut session, mut ended, mut skipped) = (false, false, 0u64);
+    let (mut session, mut ended, mut skipped) = (None, false, 0u64);
     for line in lines {
         let line = match line {
             Ok(l) => l,
@@ -1116,44 +1371,84 @@ fn replay_records(file: &Path, format: ReplayFormat, cfg: ContractConfig) -> Res
             Err(e) => return Err(e).with_context(|| format!("reading {name}")),
         };
         match line {
-            RecordLine::Session(_) => session = true,
+            RecordLine::Session(s) => session = Some(s),
             RecordLine::Observation(o) => {
-                if !session {
+                if session.is_none() {
                     anyhow::bail!(
-                        "{name} is not a `nri-trace record` file (no session line first):                          for a raw capture use `report FILE` or `trace --replay FILE`"
+                        "{name} is not a `nri-trace record` file (no session line first)"
                     );
                 }
+                if let Observation::Clock { now_ns, .. } = &o {
+                    sink.now(*now_ns);
+                }
                 engine.on_observation(o, &mut buf);
-                emit(&mut buf, &mut w)?;
+                sink.take(&mut buf, &mut w)?;
             }
             RecordLine::SessionEnd(_) => ended = true,
             RecordLine::Unknown(_) => skipped += 1,
         }
     }
-    if !session {
+    let Some(session) = session else {
         anyhow::bail!("{name} holds no `nri-trace record` session");
-    }
+    };
     engine.finish(&mut buf);
-    emit(&mut buf, &mut w)?;
+    sink.take(&mut buf, &mut w)?;
+    w.flush()?;
+    drop(w);
     if !ended {
         eprintln!("nri-trace: {name} has no session_end line: the recording was cut short");
     }
     if skipped > 0 {
         eprintln!("nri-trace: {name}: {skipped} lines of kinds this build does not know, skipped");
     }
-    let (h, m) = (engine.hook_summary(), engine.method_summary());
-    match format {
-        ReplayFormat::Report => {
-            report::render(&mut w, &report_state.model, &report_state.findings, &h, &m)?
+    let status = tui::StatusInfo {
+        runtime: session.runtime.clone().map(|r| format!("{r} (recorded)")),
+        cri_sockets: vec![session.cri_socket.clone()],
+        nri_sockets: vec![session.nri_socket.clone()],
+        source: format!("replay {name}"),
+        recording: None,
+        events_per_s: None,
+    };
+    sink.end(engine.hook_summary(), engine.method_summary(), status)
+}
+
+/// `replay` (and `report`) of a raw capture recording (`trace --record`),
+/// on the sockets given or those the recording names.
+fn replay_capture(
+    file: &Path,
+    sockets: (Option<PathBuf>, Option<PathBuf>),
+    format: ReplayFormat,
+    cfg: ContractConfig,
+) -> Result<()> {
+    let target = trace_target(sockets.0, sockets.1, Some(file))?;
+    let mut a =
+        TraceAnalysis::new(vec![target.cri.clone()], vec![target.nri.clone()]).with_contract(cfg);
+    let mut sink = ReplaySink::new(format);
+    let mut w = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut buf = Vec::new();
+    for ev in
+        recording::open(file).with_context(|| format!("opening recording {}", file.display()))?
+    {
+        let ev = ev.with_context(|| format!("reading recording {}", file.display()))?;
+        if let Some(t) = tui::event_mono_ns(&ev) {
+            sink.now(t);
         }
-        ReplayFormat::Text => {
-            writeln!(w)?;
-            trace_lines::summary_text(&mut w, &h, &m)?
-        }
-        ReplayFormat::Ndjson => trace_lines::summary_ndjson(&mut w, &h, &m)?,
+        a.on_capture(&ev, &mut buf);
+        sink.take(&mut buf, &mut w)?;
     }
+    a.finish(&mut buf);
+    sink.take(&mut buf, &mut w)?;
     w.flush()?;
-    Ok(())
+    drop(w);
+    let status = tui::StatusInfo {
+        runtime: None,
+        cri_sockets: vec![target.cri.display().to_string()],
+        nri_sockets: vec![target.nri.display().to_string()],
+        source: format!("replay {}", file.display()),
+        recording: None,
+        events_per_s: None,
+    };
+    sink.end(a.hook_summary(), a.method_summary(), status)
 }
 
 /// What the report is built from: the pod model and the findings.
@@ -1170,38 +1465,6 @@ impl ReportState {
             self.findings.push(v.record);
         }
     }
-}
-
-/// `report` of a raw capture recording (`trace --record`).
-fn report_capture(
-    file: &Path,
-    cri_socket: Option<PathBuf>,
-    nri_socket: Option<PathBuf>,
-    cfg: ContractConfig,
-) -> Result<()> {
-    let target = trace_target(cri_socket, nri_socket, Some(file))?;
-    let mut a = TraceAnalysis::new(vec![target.cri], vec![target.nri]).with_contract(cfg);
-    let mut state = ReportState::default();
-    let mut buf = Vec::new();
-    for ev in
-        recording::open(file).with_context(|| format!("opening recording {}", file.display()))?
-    {
-        let ev = ev.with_context(|| format!("reading recording {}", file.display()))?;
-        a.on_capture(&ev, &mut buf);
-        buf.drain(..).for_each(|r| state.take(r));
-    }
-    a.finish(&mut buf);
-    buf.drain(..).for_each(|r| state.take(r));
-    let mut w = std::io::BufWriter::new(std::io::stdout().lock());
-    report::render(
-        &mut w,
-        &state.model,
-        &state.findings,
-        &a.hook_summary(),
-        &a.method_summary(),
-    )?;
-    w.flush()?;
-    Ok(())
 }
 
 fn cri_config(socket: &std::path::Path, probe: &ProbeArgs) -> Result<SessionConfig> {

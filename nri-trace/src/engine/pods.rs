@@ -91,7 +91,7 @@ impl PodView {
 }
 
 /// Pods by "namespace/name/uid/attempt", plus indexes by sandbox id.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct PodModel {
     pods: BTreeMap<String, PodView>,
     by_sandbox: BTreeMap<String, String>,

@@ -18,3 +18,4 @@ pub mod metrics;
 pub mod nri_lines;
 pub mod report;
 pub mod trace_lines;
+pub mod tui;

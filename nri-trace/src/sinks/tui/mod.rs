@@ -1,0 +1,250 @@
+//! The on-node terminal UI: which pods are stuck or slow, in which CRI
+//! call, in which plugin's hook, and which contract rule was broken.
+//!
+//! Built like tokio-console: a model apart from its views.
+//!
+//! - [`state::TuiState`]: what is shown, fed only with the engine's
+//!   records, its latency tables, a status and the capture clock; bounded.
+//! - [`app::App`]: UI state (view, selection, sort, filter, zoom, pause,
+//!   help); keys handled by the pure [`app::App::on_key`].
+//! - [`views`]: one module per view (pods, timeline, plugins, findings,
+//!   calls, status line, help); they render and decide nothing.
+//! - [`sanitize`]: untrusted text made inert before the terminal sees it.
+//! - [`export`]: the rows on screen, or the session's records, as NDJSON.
+//! - [`terminal`]: raw mode and the alternate screen, restored on `q`, on
+//!   panic and on SIGTERM.
+//!
+//! [`run`] is the blocking loop; the caller feeds the shared state from
+//! another thread. [`replay_state`] builds a state from a recording (tests,
+//! `nri-trace replay`). docs/tui.md describes the screens and keys.
+
+pub mod app;
+pub mod export;
+pub mod sanitize;
+pub mod state;
+pub mod terminal;
+pub mod views;
+
+use std::{
+    io::{self, IsTerminal},
+    path::PathBuf,
+    sync::{Arc, Mutex, MutexGuard},
+    time::{Duration, Instant},
+};
+
+use crossterm::event::{self, Event, KeyEventKind};
+use ratatui::{
+    layout::{Constraint, Layout},
+    Frame,
+};
+
+use crate::{
+    capture::{
+        runtimes::{runtime_from, RuntimeKind},
+        CaptureEvent,
+    },
+    engine::trace_analysis::TraceAnalysis,
+};
+use app::{Action, App, View};
+pub use state::{StatusInfo, TuiState};
+use views::Theme;
+
+/// How long a poll for a key waits.
+pub const POLL: Duration = Duration::from_millis(200);
+/// Redraw at least this often (live data, ages).
+pub const REDRAW: Duration = Duration::from_millis(250);
+
+/// How the TUI runs.
+#[derive(Debug, Clone)]
+pub struct TuiOptions {
+    /// Where exports are written.
+    pub export_dir: PathBuf,
+    /// Colors on or off; `None`: on unless `NO_COLOR` is set.
+    pub color: Option<bool>,
+}
+
+impl Default for TuiOptions {
+    fn default() -> Self {
+        TuiOptions {
+            export_dir: PathBuf::from("."),
+            color: None,
+        }
+    }
+}
+
+/// The state, even if a feeder panicked while holding it (the model stays
+/// readable; what it shows is at worst one record short).
+fn lock(shared: &Mutex<TuiState>) -> MutexGuard<'_, TuiState> {
+    shared.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Draw the whole screen: status line, tabs, the current view, footer,
+/// and the help on top when open.
+pub fn draw(f: &mut Frame, app: &App, st: &TuiState, th: &Theme) {
+    let [status, tabs, body, footer] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Length(1),
+        Constraint::Fill(1),
+        Constraint::Length(1),
+    ])
+    .areas(f.area());
+    views::status::render_status(f, status, st, th);
+    views::status::render_tabs(f, tabs, app, st, th);
+    match app.view {
+        View::Pods => views::pods::render(f, body, app, st, th),
+        View::Timeline => views::timeline::render(f, body, app, st, th),
+        View::Plugins => views::plugins::render(f, body, app, st, th),
+        View::Findings => views::findings::render(f, body, app, st, th),
+        View::Calls => views::calls::render(f, body, app, st, th),
+    }
+    views::status::render_footer(f, footer, app, th);
+    if app.help {
+        views::help::render(f, f.area(), th);
+    }
+}
+
+/// Run the TUI on this terminal until `q` (or SIGTERM, SIGHUP, SIGINT);
+/// `shared` is fed by the caller meanwhile. The terminal is restored on
+/// every way out, panics included.
+pub fn run(shared: Arc<Mutex<TuiState>>, opts: TuiOptions) -> io::Result<()> {
+    if !io::stdout().is_terminal() || !io::stdin().is_terminal() {
+        return Err(io::Error::other(
+            "the TUI needs a terminal; use `nri-trace trace` for line output",
+        ));
+    }
+    let signals = terminal::Signals::register()?;
+    let theme = opts
+        .color
+        .map_or_else(Theme::from_env, |color| Theme { color });
+    let mut app = App::new();
+    app.paused = lock(&shared).paused();
+    let (guard, mut term) = terminal::TerminalGuard::enter()?;
+    let mut last_draw: Option<Instant> = None;
+    let mut dirty = true;
+    let result = loop {
+        if signals.raised() {
+            break Ok(());
+        }
+        if terminal::panicked() {
+            break Err(io::Error::other("a panic stopped the TUI"));
+        }
+        if dirty || last_draw.is_none_or(|t| t.elapsed() >= REDRAW) {
+            // Page keys move by the body's height.
+            app.page = term.size()?.height.saturating_sub(6).max(1) as usize;
+            let st = lock(&shared);
+            term.draw(|f| draw(f, &app, &st, &theme))?;
+            drop(st);
+            last_draw = Some(Instant::now());
+            dirty = false;
+        }
+        if !event::poll(POLL)? {
+            continue;
+        }
+        match event::read()? {
+            Event::Key(k) if k.kind != KeyEventKind::Release => {
+                dirty = true;
+                let action = app.on_key(k, &lock(&shared));
+                match action {
+                    Action::None => {}
+                    Action::Quit => break Ok(()),
+                    Action::Pause(p) => lock(&shared).set_paused(p),
+                    Action::Export(scope) => {
+                        let st = lock(&shared);
+                        app.message =
+                            Some(match export::export(&app, &st, scope, &opts.export_dir) {
+                                Ok((path, n)) => {
+                                    format!("exported {n} rows to {}", path.display())
+                                }
+                                Err(e) => format!("export failed: {e}"),
+                            });
+                    }
+                }
+            }
+            Event::Resize(..) => dirty = true,
+            _ => {}
+        }
+    };
+    drop(term);
+    let restored = guard.restore();
+    result.and(restored)
+}
+
+/// The capture time of `ev`, kernel monotonic ns (loss reports have none).
+pub fn event_mono_ns(ev: &CaptureEvent) -> Option<u64> {
+    match ev {
+        CaptureEvent::Open(o) => Some(o.ts.mono_ns),
+        CaptureEvent::Chunk(c) => Some(c.ts.mono_ns),
+        CaptureEvent::Close(c) => Some(c.ts.mono_ns),
+        CaptureEvent::Process(p) => Some(p.ts().mono_ns),
+        CaptureEvent::Loss(_) => None,
+    }
+}
+
+/// The runtime's CRI and NRI sockets as a recording's opens name them
+/// (CRI-O when a `crio.sock` is among them, else containerd).
+pub fn replay_sockets(events: &[CaptureEvent]) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let mut paths: Vec<String> = events
+        .iter()
+        .filter_map(|ev| match ev {
+            CaptureEvent::Open(o) => o
+                .socket_path
+                .as_ref()
+                .map(|p| p.to_string_lossy().into_owned()),
+            _ => None,
+        })
+        .collect();
+    paths.sort();
+    paths.dedup();
+    let kind = if paths.iter().any(|p| p.ends_with("/crio.sock")) {
+        RuntimeKind::CriO
+    } else {
+        RuntimeKind::Containerd
+    };
+    let r = runtime_from(0, kind, &paths);
+    (
+        r.cri_socket.into_iter().collect(),
+        r.nri_socket.into_iter().collect(),
+    )
+}
+
+/// A state built from recorded capture events, as the live TUI would have
+/// it at the recording's end: every record, the latency tables, the
+/// capture clock at the last event, and a status naming the sockets.
+pub fn replay_state(
+    events: impl IntoIterator<Item = CaptureEvent>,
+    cri_paths: Vec<PathBuf>,
+    nri_paths: Vec<PathBuf>,
+) -> TuiState {
+    let mut st = TuiState::new();
+    let name = |p: &PathBuf| p.file_name().map(|n| n.to_string_lossy().into_owned());
+    let runtime = match cri_paths.first().and_then(name).as_deref() {
+        Some("crio.sock") => Some("CRI-O (recorded)".to_string()),
+        Some("containerd.sock") => Some("containerd (recorded)".to_string()),
+        _ => None,
+    };
+    st.set_status(StatusInfo {
+        runtime,
+        cri_sockets: cri_paths.iter().map(|p| p.display().to_string()).collect(),
+        nri_sockets: nri_paths.iter().map(|p| p.display().to_string()).collect(),
+        source: "replay".into(),
+        recording: None,
+        events_per_s: None,
+    });
+    let mut a = TraceAnalysis::new(cri_paths, nri_paths);
+    let mut out = Vec::new();
+    for ev in events {
+        if let Some(t) = event_mono_ns(&ev) {
+            st.set_now(t);
+        }
+        a.on_capture(&ev, &mut out);
+        for r in out.drain(..) {
+            st.on_record(&r);
+        }
+    }
+    a.finish(&mut out);
+    for r in out.drain(..) {
+        st.on_record(&r);
+    }
+    st.set_summaries(a.hook_summary(), a.method_summary());
+    st
+}

@@ -1,0 +1,154 @@
+//! Calls: the decoded CRI/NRI call log, oldest first, following the tail
+//! until a row above it is selected; filtered by kind (`c`) and text (`/`).
+
+use ratatui::{
+    layout::{Constraint, Rect},
+    style::Style,
+    text::{Line, Span},
+    widgets::{Block, Borders, Row, Table, TableState},
+    Frame,
+};
+
+use super::{clock_ms, dur_opt, matches, window_start, Theme};
+use crate::sinks::tui::{
+    app::{App, CallFilter, View},
+    sanitize::sanitize,
+    state::{CallKind, CallRow, TuiState},
+};
+
+/// The rows shown, oldest first.
+pub fn rows<'a>(app: &App, st: &'a TuiState) -> Vec<&'a CallRow> {
+    let filter = app.filter_of(View::Calls);
+    st.calls()
+        .iter()
+        .filter(|c| match app.call_filter {
+            CallFilter::All => true,
+            CallFilter::Cri => c.kind == CallKind::Cri,
+            CallFilter::Nri => c.kind == CallKind::Nri,
+            CallFilter::Problems => !c.ok,
+        })
+        .filter(|c| {
+            filter.is_empty()
+                || matches(&c.what, filter)
+                || matches(&c.plugin, filter)
+                || matches(&c.subject, filter)
+                || matches(&c.outcome, filter)
+                || matches(c.kind.label(), filter)
+        })
+        .collect()
+}
+
+pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
+    let all = rows(app, st);
+    // The selection past the end (the default) follows the tail.
+    let sel = app
+        .selected_of(View::Calls)
+        .min(all.len().saturating_sub(1));
+    let height = area.height.saturating_sub(2) as usize;
+    let start = window_start(sel, height);
+    let wide = area.width >= 120;
+    let body: Vec<Row> = all
+        .iter()
+        .skip(start)
+        .take(height)
+        .map(|c| {
+            let kind_style = match c.kind {
+                CallKind::Cri => th.header(),
+                CallKind::Nri => th.accent(),
+                CallKind::Loss | CallKind::Finding => th.bad(),
+                CallKind::Conn => th.dim(),
+            };
+            let what = if c.nested {
+                format!("└ {}", c.what)
+            } else {
+                c.what.clone()
+            };
+            let mut cells = vec![
+                Span::styled(c.ts.map(|t| clock_ms(&t)).unwrap_or_default(), th.dim()),
+                Span::styled(c.kind.label(), kind_style),
+            ];
+            if wide {
+                cells.push(Span::raw(what));
+                cells.push(Span::styled(c.plugin.clone(), th.accent()));
+            } else if c.plugin.is_empty() {
+                cells.push(Span::raw(what));
+            } else {
+                // Narrow screens: the plugin after what it was called for.
+                cells.push(Span::raw(format!("{what} {}", c.plugin)));
+            }
+            cells.push(Span::raw(c.subject.clone()));
+            cells.push(Span::raw(dur_opt(c.duration_ns)));
+            if wide {
+                cells.push(Span::styled(
+                    c.queued_ns
+                        .filter(|q| *q > 0)
+                        .map(super::dur)
+                        .unwrap_or_default(),
+                    th.dim(),
+                ));
+            }
+            cells.push(Span::styled(
+                c.outcome.clone(),
+                if c.ok { Style::new() } else { th.bad() },
+            ));
+            Row::new(cells)
+        })
+        .collect();
+    let (header, widths) = if wide {
+        (
+            vec![
+                "TIME", "KIND", "WHAT", "PLUGIN", "POD", "DUR", "QUEUED", "OUTCOME",
+            ],
+            vec![
+                Constraint::Length(12),
+                Constraint::Length(4),
+                Constraint::Fill(3),
+                Constraint::Fill(2),
+                Constraint::Fill(3),
+                Constraint::Length(7),
+                Constraint::Length(7),
+                Constraint::Fill(3),
+            ],
+        )
+    } else {
+        (
+            vec!["TIME", "KIND", "WHAT", "POD", "DUR", "OUTCOME"],
+            vec![
+                Constraint::Length(12),
+                Constraint::Length(4),
+                Constraint::Fill(4),
+                Constraint::Fill(3),
+                Constraint::Length(7),
+                Constraint::Fill(2),
+            ],
+        )
+    };
+    let mut title = vec![
+        Span::styled(format!(" Calls {} ", all.len()), th.header()),
+        Span::raw(format!("kind: {} ", app.call_filter.label())),
+    ];
+    let filter = app.filter_of(View::Calls);
+    if !filter.is_empty() {
+        title.push(Span::raw(format!("filter: {} ", sanitize(filter))));
+    }
+    let dropped = st.dropped().calls;
+    if dropped > 0 {
+        title.push(Span::styled(
+            format!("({dropped} oldest dropped)"),
+            th.dim(),
+        ));
+    }
+    let table = Table::new(body, widths)
+        .header(Row::new(header).style(th.header()))
+        .block(
+            Block::default()
+                .borders(Borders::TOP)
+                .title(Line::from(title)),
+        )
+        .row_highlight_style(th.selected());
+    let mut ts = TableState::default();
+    if !all.is_empty() {
+        ts.select(Some(sel - start));
+    }
+    f.render_stateful_widget(table, area, &mut ts);
+}

@@ -1,0 +1,268 @@
+//! Findings: the contract violations, newest first (rule, severity, pod,
+//! plugin, age); Enter shows the selected one's evidence and what its rule
+//! means.
+
+use ratatui::{
+    layout::{Constraint, Layout, Rect},
+    style::Style,
+    text::{Line, Span},
+    widgets::{Block, Borders, Paragraph, Row, Table, TableState, Wrap},
+    Frame,
+};
+
+use super::{age, clock_ms, matches, window_start, Theme};
+use crate::{
+    engine::contract::{self, Certainty, Severity},
+    sinks::tui::{
+        app::{App, View},
+        sanitize::sanitize,
+        state::{Finding, TuiState},
+    },
+};
+
+/// What rule `rule` means for whoever reads the finding (docs/contract.md);
+/// empty for a rule this build does not know.
+pub fn rule_explanation(rule: &str) -> &'static str {
+    match rule {
+        contract::POD_EVENT_ORDER => {
+            "Each plugin must see a pod's RunPodSandbox, StopPodSandbox, RemovePodSandbox in that order (nri PR 286 contract item 4)."
+        }
+        contract::CONTAINER_EVENT_ORDER => {
+            "Each plugin must see a container's Create, Start, Stop, Remove in that order (nri pkg/adaptation container lifecycle)."
+        }
+        contract::CONTAINER_BEFORE_POD_READY => {
+            "No workload container may be created or started before the RunPodSandbox hook completes (nri PR 286 contract item 5)."
+        }
+        contract::CONTAINER_IN_STOPPED_POD => {
+            "No container may be created or started in a pod after its StopPodSandbox (nri PR 286 contract items 2, 6)."
+        }
+        contract::UNSUBSCRIBED_DELIVERED => {
+            "A plugin only receives the events it subscribed to in Configure (nri pkg/api Configure, events mask)."
+        }
+        contract::SUBSCRIBED_NOT_DELIVERED => {
+            "Every connected plugin subscribed to an event receives it; one registering during an operation may miss it: the Synchronize race (nri issue 63)."
+        }
+        contract::POD_UNKNOWN_TO_PLUGIN => {
+            "Every pod a plugin receives events for was announced to it, in Synchronize or by RunPodSandbox; checked for plugins whose Synchronize nri-trace saw. A plugin that registered while the pod's RunPodSandbox was in flight gets its teardown events without ever having been told of it (nri issue 63, the Synchronize race)."
+        }
+        contract::TEARDOWN_HOOK_FAILED => {
+            "A plugin error or timeout on the teardown path must not block or fail the CRI operation nor stop delivery to later plugins; critical when the CRI call failed with it or later plugins were not called (nri PR 286 teardown clause; CRI-O issue 4221)."
+        }
+        contract::PLUGIN_TIMEOUT => {
+            "A plugin that does not answer within the request timeout is disconnected by the runtime and misses what follows; a second finding at the end counts what it missed (nri pkg/adaptation plugin request timeout)."
+        }
+        contract::HOOK_OVER_BUDGET => {
+            "A hook's own time stays under its budget: by default half the plugin request timeout the runtime sent with it (kubelet's runtime-request-timeout leaves the hooks a share of it)."
+        }
+        contract::NAME_RESERVATION_RETRY => {
+            "A pod or container is not requested again with the same name and attempt after the client's deadline: the retry runs into the runtime's name reservation until the first request ends; the finding says how long the pod was held up (CRI-O issue 4221; containerd name reservation)."
+        }
+        contract::UNEXPLAINED_AFTER_RESTART => {
+            "After a runtime restart, plugins must still know the pods that existed before it: an event of such a pod may only reach a plugin told of it since (its Synchronize listed it, or it got the pod's RunPodSandbox), and the pod's StopPodSandbox / RemovePodSandbox must still deliver their events. containerd keeps NRI state in memory: after a restart it was seen to drop them (PROTOCOL-NOTES.md; docs/contract.md)."
+        }
+        other => contract::rule(other).map_or("", |r| r.statement),
+    }
+}
+
+pub fn severity_name(s: Severity) -> &'static str {
+    match s {
+        Severity::Info => "info",
+        Severity::Warning => "warning",
+        Severity::Error => "error",
+        Severity::Critical => "critical",
+    }
+}
+
+fn severity_style(s: Severity, th: &Theme) -> Style {
+    match s {
+        Severity::Critical | Severity::Error => th.bad(),
+        Severity::Warning => th.warn(),
+        Severity::Info => th.dim(),
+    }
+}
+
+/// The findings shown, newest first, after the filter.
+pub fn rows<'a>(app: &App, st: &'a TuiState) -> Vec<&'a Finding> {
+    let filter = app.filter_of(View::Findings);
+    st.findings()
+        .iter()
+        .rev()
+        .filter(|f| {
+            let v = &f.violation;
+            filter.is_empty()
+                || matches(v.rule, filter)
+                || v.pod.as_deref().is_some_and(|p| matches(p, filter))
+                || v.plugin.as_deref().is_some_and(|p| matches(p, filter))
+                || matches(severity_name(v.severity), filter)
+                || matches(&v.message, filter)
+        })
+        .collect()
+}
+
+pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
+    let all = rows(app, st);
+    let sel = app
+        .selected_of(View::Findings)
+        .min(all.len().saturating_sub(1));
+    let (list_area, detail_area) = if app.finding_open && !all.is_empty() {
+        let [a, b] =
+            Layout::vertical([Constraint::Percentage(35), Constraint::Fill(1)]).areas(area);
+        (a, Some(b))
+    } else {
+        (area, None)
+    };
+    let dropped = st.dropped().findings;
+    let mut title = vec![Span::styled(
+        format!(" Findings {} ", all.len()),
+        th.header(),
+    )];
+    if dropped > 0 {
+        title.push(Span::styled(
+            format!("({dropped} oldest dropped) "),
+            th.warn(),
+        ));
+    }
+    let filter = app.filter_of(View::Findings);
+    if !filter.is_empty() {
+        title.push(Span::raw(format!("filter: {} ", sanitize(filter))));
+    }
+    if all.is_empty() {
+        title.push(Span::styled("none: no contract rule broken", th.good()));
+    }
+    let wide = area.width >= 120;
+    let height = list_area.height.saturating_sub(2) as usize;
+    let start = window_start(sel, height);
+    let body: Vec<Row> = all
+        .iter()
+        .skip(start)
+        .take(height)
+        .map(|fd| {
+            let v = &fd.violation;
+            let sev = match &v.certainty {
+                Certainty::Certain => severity_name(v.severity).to_string(),
+                Certainty::Uncertain { .. } => format!("{}?", severity_name(v.severity)),
+            };
+            let mut cells = vec![
+                Span::styled(sev, severity_style(v.severity, th)),
+                Span::raw(v.rule),
+                Span::raw(v.pod.as_deref().map(sanitize).unwrap_or_else(|| "-".into())),
+                Span::styled(
+                    v.plugin
+                        .as_deref()
+                        .map(sanitize)
+                        .unwrap_or_else(|| "-".into()),
+                    th.accent(),
+                ),
+                Span::raw(age(st.age_ns(Some(v.ts)))),
+            ];
+            if wide {
+                cells.push(Span::raw(sanitize(&v.message)));
+            }
+            Row::new(cells)
+        })
+        .collect();
+    let mut widths = vec![
+        Constraint::Length(8),
+        Constraint::Length(26),
+        Constraint::Fill(2),
+        Constraint::Length(10),
+        Constraint::Length(4),
+    ];
+    let mut header = vec!["SEV", "RULE", "POD", "PLUGIN", "AGE"];
+    // The message needs room; narrow screens show it under Enter.
+    if wide {
+        widths.push(Constraint::Fill(3));
+        header.push("MESSAGE");
+    }
+    let table = Table::new(body, widths)
+        .header(Row::new(header).style(th.header()))
+        .block(
+            Block::default()
+                .borders(Borders::TOP)
+                .title(Line::from(title)),
+        )
+        .row_highlight_style(th.selected());
+    let mut ts = TableState::default();
+    if !all.is_empty() {
+        ts.select(Some(sel - start));
+    }
+    f.render_stateful_widget(table, list_area, &mut ts);
+    if let (Some(d), Some(fd)) = (detail_area, all.get(sel)) {
+        render_detail(f, d, st, fd, th);
+    }
+}
+
+fn render_detail(f: &mut Frame, area: Rect, st: &TuiState, fd: &Finding, th: &Theme) {
+    let v = &fd.violation;
+    let rule = contract::rule(v.rule);
+    let mut lines = vec![
+        Line::from(vec![
+            Span::styled(v.rule, th.header()),
+            Span::raw("  "),
+            Span::styled(severity_name(v.severity), severity_style(v.severity, th)),
+            Span::raw(match &v.certainty {
+                Certainty::Certain => "  certain".to_string(),
+                Certainty::Uncertain { why } => format!("  uncertain: {}", sanitize(why)),
+            }),
+            Span::raw(format!("  at {}", clock_ms(&v.ts))),
+        ]),
+        Line::from(sanitize(&v.message)),
+        Line::from(vec![
+            Span::styled("pod ", th.dim()),
+            Span::raw(v.pod.as_deref().map(sanitize).unwrap_or_else(|| "-".into())),
+            Span::styled("  plugin ", th.dim()),
+            Span::raw(
+                v.plugin
+                    .as_deref()
+                    .map(sanitize)
+                    .unwrap_or_else(|| "-".into()),
+            ),
+            Span::styled("  age ", th.dim()),
+            Span::raw(age(st.age_ns(Some(v.ts)))),
+        ]),
+        Line::from(Span::styled("Evidence", th.header())),
+    ];
+    for e in &v.evidence {
+        let ok = e.outcome == "ok";
+        lines.push(Line::from(vec![
+            Span::raw(format!(
+                "  {} {} ",
+                e.start
+                    .map(|t| clock_ms(&t))
+                    .unwrap_or_else(|| "-".repeat(12)),
+                e.kind.to_uppercase()
+            )),
+            Span::raw(sanitize(&e.what)),
+            Span::raw("  "),
+            Span::styled(sanitize(&e.outcome), if ok { th.good() } else { th.bad() }),
+            Span::styled(format!("  [{} stream {}]", e.conn, e.stream_id), th.dim()),
+        ]));
+    }
+    lines.push(Line::from(Span::styled("Rule", th.header())));
+    lines.push(Line::from(rule_explanation(v.rule)));
+    if let Some(r) = rule {
+        lines.push(Line::from(Span::styled(
+            format!("source: {}", r.source),
+            th.dim(),
+        )));
+    }
+    let p = Paragraph::new(lines).wrap(Wrap { trim: false }).block(
+        Block::default()
+            .borders(Borders::TOP)
+            .title(" Evidence (Esc closes) "),
+    );
+    f.render_widget(p, area);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rule_has_an_explanation() {
+        for r in contract::RULES {
+            assert!(!rule_explanation(r.id).is_empty(), "{}", r.id);
+        }
+        assert_eq!(rule_explanation("no-such-rule"), "");
+    }
+}

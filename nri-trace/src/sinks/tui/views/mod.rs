@@ -1,0 +1,157 @@
+//! One module per view; each renders [`super::state::TuiState`] as the
+//! [`super::app::App`] says (selection, sort, filter, zoom) and decides
+//! nothing about the trace itself.
+
+pub mod calls;
+pub mod findings;
+pub mod help;
+pub mod plugins;
+pub mod pods;
+pub mod status;
+pub mod timeline;
+
+use ratatui::style::{Color, Modifier, Style};
+
+/// Styles, with or without colors (`NO_COLOR`: bold and reverse only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Theme {
+    pub color: bool,
+}
+
+impl Theme {
+    /// Colors unless `NO_COLOR` is set to a non-empty value (no-color.org).
+    pub fn from_env() -> Self {
+        Theme {
+            color: std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        }
+    }
+
+    pub fn plain() -> Self {
+        Theme { color: false }
+    }
+
+    pub fn colored() -> Self {
+        Theme { color: true }
+    }
+
+    fn fg(&self, c: Color) -> Style {
+        if self.color {
+            Style::new().fg(c)
+        } else {
+            Style::new()
+        }
+    }
+
+    pub fn header(&self) -> Style {
+        self.fg(Color::Cyan).add_modifier(Modifier::BOLD)
+    }
+
+    pub fn selected(&self) -> Style {
+        Style::new().add_modifier(Modifier::REVERSED)
+    }
+
+    /// Failures, stuck pods, errors.
+    pub fn bad(&self) -> Style {
+        self.fg(Color::Red).add_modifier(Modifier::BOLD)
+    }
+
+    /// Slow, warnings.
+    pub fn warn(&self) -> Style {
+        if self.color {
+            Style::new().fg(Color::Yellow)
+        } else {
+            Style::new().add_modifier(Modifier::BOLD)
+        }
+    }
+
+    pub fn good(&self) -> Style {
+        self.fg(Color::Green)
+    }
+
+    /// Secondary text.
+    pub fn dim(&self) -> Style {
+        self.fg(Color::DarkGray)
+    }
+
+    /// NRI hook bars and plugin names.
+    pub fn accent(&self) -> Style {
+        self.fg(Color::Magenta)
+    }
+}
+
+/// A duration, short: "812µs", "12.3ms", "1.50s", "2m03s".
+pub fn dur(ns: u64) -> String {
+    if ns < 1_000 {
+        format!("{ns}ns")
+    } else if ns < 1_000_000 {
+        format!("{}µs", ns / 1_000)
+    } else if ns < 100_000_000 {
+        format!("{:.1}ms", ns as f64 / 1e6)
+    } else if ns < 1_000_000_000 {
+        format!("{}ms", ns / 1_000_000)
+    } else if ns < 60_000_000_000 {
+        format!("{:.2}s", ns as f64 / 1e9)
+    } else {
+        let s = ns / 1_000_000_000;
+        format!("{}m{:02}s", s / 60, s % 60)
+    }
+}
+
+/// An optional duration, "-" when missing.
+pub fn dur_opt(ns: Option<u64>) -> String {
+    ns.map(dur).unwrap_or_else(|| "-".into())
+}
+
+/// An age, coarse: "42s", "5m", "3h", "2d".
+pub fn age(ns: u64) -> String {
+    let s = ns / 1_000_000_000;
+    if s < 120 {
+        format!("{s}s")
+    } else if s < 7_200 {
+        format!("{}m", s / 60)
+    } else if s < 172_800 {
+        format!("{}h", s / 3_600)
+    } else {
+        format!("{}d", s / 86_400)
+    }
+}
+
+/// HH:MM:SS.mmm of a wall-clock time (UTC).
+pub fn clock_ms(ts: &crate::capture::Timestamp) -> String {
+    let mut s = crate::output::clock(ts);
+    s.truncate(12);
+    s
+}
+
+/// First row to show so that `selected` is visible in `height` rows.
+pub fn window_start(selected: usize, height: usize) -> usize {
+    selected.saturating_sub(height.saturating_sub(1))
+}
+
+/// Whether `hay` contains `needle`, ignoring ASCII case (an empty needle
+/// matches).
+pub fn matches(hay: &str, needle: &str) -> bool {
+    needle.is_empty()
+        || hay
+            .to_ascii_lowercase()
+            .contains(&needle.to_ascii_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_ages_are_short() {
+        assert_eq!(dur(812_000), "812µs");
+        assert_eq!(dur(12_345_678), "12.3ms");
+        assert_eq!(dur(557_790_000), "557ms");
+        assert_eq!(dur(1_500_000_000), "1.50s");
+        assert_eq!(dur(123_000_000_000), "2m03s");
+        assert_eq!(age(42_000_000_000), "42s");
+        assert_eq!(age(600_000_000_000), "10m");
+        assert_eq!(window_start(3, 10), 0);
+        assert_eq!(window_start(30, 10), 21);
+        assert!(matches("Kube-System/web", "kube-system"));
+    }
+}
