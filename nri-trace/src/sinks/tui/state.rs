@@ -197,6 +197,8 @@ pub fn pod_flag(p: &PodView) -> Option<PodFlag> {
 /// The TUI's model.
 #[derive(Debug, Default, Clone)]
 pub struct TuiState {
+    /// "containerd v1.7.24", from the runtime's last Configure request.
+    runtime_version: Option<String>,
     pods: PodModel,
     findings: VecDeque<Finding>,
     calls: VecDeque<CallRow>,
@@ -395,6 +397,11 @@ impl TuiState {
         &self.methods
     }
 
+    /// The runtime's name and version as its Configure request gave them.
+    pub fn runtime_version(&self) -> Option<&str> {
+        self.runtime_version.as_deref()
+    }
+
     pub fn status(&self) -> &StatusInfo {
         &self.status
     }
@@ -589,6 +596,15 @@ impl TuiState {
             }
             TraceRecord::NriUncaused(u) => {
                 let h = &u.record.span;
+                // Configure's summary: "runtime NAME VERSION; ..." (model/nri_call.rs).
+                if h.call.method.as_deref() == Some("Configure") {
+                    if let Some(rest) = h.call.summary.strip_prefix("runtime ") {
+                        let v = rest.split([',', ';']).next().unwrap_or(rest).trim();
+                        if !v.is_empty() {
+                            self.runtime_version = Some(sanitize(v));
+                        }
+                    }
+                }
                 self.counts.nri_calls += 1;
                 self.counts.uncaused += 1;
                 self.count_call(h.call.end.or(h.call.start), 1);

@@ -29,13 +29,23 @@ fn pieces(st: &TuiState, wide: bool, th: &Theme) -> Vec<(String, Style)> {
     if st.paused() {
         v.push((format!("PAUSED ({} held)", st.pending()), th.warn()));
     }
-    v.push((
-        s.runtime
-            .as_deref()
-            .map(sanitize)
-            .unwrap_or_else(|| "runtime ?".into()),
-        th.header(),
-    ));
+    // "containerd v1.7.24 (pid 812)": the version from the NRI handshake.
+    let runtime = match (st.runtime_version(), s.runtime.as_deref()) {
+        // A replay says so in its own piece.
+        (Some(v), Some(_)) if s.source.starts_with("replay") => v.to_string(),
+        (Some(v), Some(r)) => {
+            // "containerd pid 812" + "containerd v1.7.24": name once.
+            let name = v.split(' ').next().unwrap_or(v);
+            match r.to_lowercase().strip_prefix(&name.to_lowercase()) {
+                Some(rest) => format!("{v}{}", sanitize(rest)),
+                None => format!("{v} ({})", sanitize(r)),
+            }
+        }
+        (Some(v), None) => v.to_string(),
+        (None, Some(r)) => sanitize(r),
+        (None, None) => "runtime ?".into(),
+    };
+    v.push((runtime, th.header()));
     let plugins: Vec<_> = st.plugins().collect();
     let up = plugins.iter().filter(|p| p.connected).count();
     let mut labels: Vec<&str> = plugins.iter().map(|p| p.label.as_str()).collect();
