@@ -55,6 +55,7 @@ pub struct MethodSummary {
     /// Client deadline expiries and cancellations.
     pub cancelled: u64,
     pub p50_ns: u64,
+    pub p90_ns: u64,
     pub p99_ns: u64,
     pub max_ns: u64,
     /// Durations over the last minute of capture time.
@@ -157,6 +158,7 @@ impl CriMethodStats {
                     errors: m.errors,
                     cancelled: m.cancelled,
                     p50_ns: q(0.5),
+                    p90_ns: q(0.9),
                     p99_ns: q(0.99),
                     max_ns: if m.hist.is_empty() {
                         0

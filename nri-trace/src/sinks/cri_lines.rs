@@ -134,7 +134,7 @@ pub fn summary_text(w: &mut impl Write, s: &[MethodSummary]) -> io::Result<()> {
     }
     writeln!(
         w,
-        "{:<26} {:>6} {:>6} {:>8} {:>7} {:>6} {:>9} {:>10} {:>10} {:>10}",
+        "{:<26} {:>6} {:>6} {:>8} {:>7} {:>6} {:>9} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10}",
         "METHOD",
         "CALLS",
         "KNOWN",
@@ -143,13 +143,16 @@ pub fn summary_text(w: &mut impl Write, s: &[MethodSummary]) -> io::Result<()> {
         "ERRORS",
         "CANCELLED",
         "P50",
+        "P90",
         "P99",
-        "MAX"
+        "MAX",
+        "1M CALLS",
+        "1M P99"
     )?;
     for m in s {
         writeln!(
             w,
-            "{:<26} {:>6} {:>6} {:>8} {:>7} {:>6} {:>9} {:>10} {:>10} {:>10} {:>8} {:>10}",
+            "{:<26} {:>6} {:>6} {:>8} {:>7} {:>6} {:>9} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10}",
             sanitize(&m.method),
             m.calls,
             m.known,
@@ -158,6 +161,7 @@ pub fn summary_text(w: &mut impl Write, s: &[MethodSummary]) -> io::Result<()> {
             m.errors,
             m.cancelled,
             human_ns(m.p50_ns),
+            human_ns(m.p90_ns),
             human_ns(m.p99_ns),
             human_ns(m.max_ns),
             m.last_minute.calls,
