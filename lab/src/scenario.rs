@@ -814,6 +814,14 @@ fn busy_mount(r: &mut Run) -> Result<()> {
             ),
         }
     ))?;
+    // A test may look at the node while the pod is stuck (`explain`).
+    if let Some(secs) = std::env::var("NRI_TRACE_LAB_HOLD_SECS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    {
+        r.note(&format!("holder kept {secs} s more"))?;
+        sleep(Duration::from_secs(secs));
+    }
     let _ = holder.kill();
     let _ = holder.wait();
     r.note("holder killed")?;

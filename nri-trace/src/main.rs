@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use nri_trace::{
     capture::{
         ebpf::{EbpfBackend, EbpfOptions, ProgramSet},
-        recording,
+        holders, recording,
         runtimes::{self, RuntimeKind},
         session::{self, SessionConfig},
         CaptureEvent,
@@ -23,6 +23,7 @@ use nri_trace::{
         cri_analysis::{CriAnalysis, CriRecord},
         nri_analysis::{NriAnalysis, NriRecord},
         pods::PodModel,
+        teardown::TeardownLog,
         trace_analysis::{TraceAnalysis, TraceEngine, TraceRecord},
     },
     model::{
@@ -32,7 +33,7 @@ use nri_trace::{
         trace_decoder::TraceDecoder,
     },
     output,
-    sinks::{cri_lines, metrics, nri_lines, report, trace_lines, tui},
+    sinks::{cri_lines, explain_text, metrics, nri_lines, report, trace_lines, tui},
 };
 use nri_trace_common::{DEFAULT_RING_BYTES, DEFAULT_SNAP};
 
@@ -284,6 +285,23 @@ enum Cmd {
         #[arg(long, value_name = "MS")]
         hook_budget_ms: Option<u64>,
     },
+    /// Why is this pod (stuck in Terminating) not gone? Its teardown in a
+    /// recording: the blocker in one sentence with its evidence (a failed
+    /// or timed-out CRI call, a plugin hook that failed, a call kubelet
+    /// never made), and what this node still holds of its containers.
+    Explain {
+        /// The pod: namespace/name, name, or sandbox id (or its start).
+        pod: String,
+        /// The recording: a `record` file (or `tui --observations`,
+        /// `trace --observations`), or a raw `trace --record` capture.
+        #[arg(long, value_name = "FILE")]
+        from: PathBuf,
+        #[arg(long, value_enum, default_value = "text")]
+        format: LineFormat,
+        /// Do not look at this node's processes and cgroups.
+        #[arg(long)]
+        no_proc: bool,
+    },
     /// Check that this node can run nri-trace, and say what to fix.
     Doctor {
         #[arg(long, value_enum, default_value = "text")]
@@ -475,7 +493,11 @@ fn main() -> Result<()> {
                 } else {
                     ReplayFormat::Report
                 });
-                replay_records(&file, format, contract_config(hook_budget_ms))
+                replay_records(
+                    &file,
+                    ReplaySink::new(format),
+                    contract_config(hook_budget_ms),
+                )
             }
             Cmd::Report {
                 file,
@@ -485,13 +507,28 @@ fn main() -> Result<()> {
             } => {
                 let cfg = contract_config(hook_budget_ms);
                 match file {
-                    Some(f) if !record_file::is_record_file(&f).unwrap_or(false) => {
-                        replay_capture(&f, (cri_socket, nri_socket), ReplayFormat::Report, cfg)
+                    Some(f) if !record_file::is_record_file(&f).unwrap_or(false) => replay_capture(
+                        &f,
+                        (cri_socket, nri_socket),
+                        ReplaySink::new(ReplayFormat::Report),
+                        cfg,
+                    ),
+                    Some(f) => replay_records(&f, ReplaySink::new(ReplayFormat::Report), cfg),
+                    None => {
+                        replay_records(Path::new("-"), ReplaySink::new(ReplayFormat::Report), cfg)
                     }
-                    Some(f) => replay_records(&f, ReplayFormat::Report, cfg),
-                    None => replay_records(Path::new("-"), ReplayFormat::Report, cfg),
                 }
             }
+            Cmd::Explain {
+                pod,
+                from,
+                format,
+                no_proc,
+            } => replay_records(
+                &from,
+                ReplaySink::Explain(Box::default(), pod, format, !no_proc),
+                ContractConfig::default(),
+            ),
             Cmd::Doctor { format } => doctor_cmd(format),
             Cmd::Hold {
                 programs,
@@ -1279,6 +1316,9 @@ enum ReplaySink {
     Text,
     Ndjson,
     Tui(Box<tui::TuiState>),
+    /// `explain POD`: the teardown log, the pod, the format, and whether
+    /// to inspect this node.
+    Explain(Box<TeardownLog>, String, LineFormat, bool),
 }
 
 impl ReplaySink {
@@ -1298,6 +1338,7 @@ impl ReplaySink {
                 ReplaySink::Text => trace_lines::text(&mut w, &r)?,
                 ReplaySink::Ndjson => trace_lines::ndjson(&mut w, &r)?,
                 ReplaySink::Tui(st) => st.on_record(&r),
+                ReplaySink::Explain(log, ..) => log.on_record(&r),
             }
         }
         Ok(())
@@ -1327,6 +1368,10 @@ impl ReplaySink {
                 trace_lines::summary_text(&mut w, &hooks, &methods)?
             }
             ReplaySink::Ndjson => trace_lines::summary_ndjson(&mut w, &hooks, &methods)?,
+            ReplaySink::Explain(log, pod, format, inspect) => {
+                drop(w);
+                return explain(&log, &pod, format, inspect);
+            }
             ReplaySink::Tui(mut st) => {
                 drop(w);
                 st.set_summaries(hooks, methods);
@@ -1343,10 +1388,10 @@ impl ReplaySink {
 /// `nri-trace replay` (and `report` of a record file): the observations
 /// of `file` ("-": standard input) through the engine, out as `format`; a
 /// raw capture recording goes through the decoders first.
-fn replay_records(file: &Path, format: ReplayFormat, cfg: ContractConfig) -> Result<()> {
+fn replay_records(file: &Path, mut sink: ReplaySink, cfg: ContractConfig) -> Result<()> {
     let name = file.display().to_string();
     if file != Path::new("-") && !record_file::is_record_file(file).unwrap_or(false) {
-        return replay_capture(file, (None, None), format, cfg);
+        return replay_capture(file, (None, None), sink, cfg);
     }
     let lines: Box<dyn Iterator<Item = Result<RecordLine, recording::RecordingError>>> =
         if file == Path::new("-") {
@@ -1357,7 +1402,6 @@ fn replay_records(file: &Path, format: ReplayFormat, cfg: ContractConfig) -> Res
             Box::new(record_file::open(file).with_context(|| format!("opening {name}"))?)
         };
     let mut engine = TraceEngine::new(cfg);
-    let mut sink = ReplaySink::new(format);
     let mut w = std::io::BufWriter::new(std::io::stdout().lock());
     let mut buf = Vec::new();
     let (mut session, mut ended, mut skipped) = (None, false, 0u64);
@@ -1417,13 +1461,12 @@ fn replay_records(file: &Path, format: ReplayFormat, cfg: ContractConfig) -> Res
 fn replay_capture(
     file: &Path,
     sockets: (Option<PathBuf>, Option<PathBuf>),
-    format: ReplayFormat,
+    mut sink: ReplaySink,
     cfg: ContractConfig,
 ) -> Result<()> {
     let target = trace_target(sockets.0, sockets.1, Some(file))?;
     let mut a =
         TraceAnalysis::new(vec![target.cri.clone()], vec![target.nri.clone()]).with_contract(cfg);
-    let mut sink = ReplaySink::new(format);
     let mut w = std::io::BufWriter::new(std::io::stdout().lock());
     let mut buf = Vec::new();
     for ev in
@@ -1449,6 +1492,66 @@ fn replay_capture(
         events_per_s: None,
     };
     sink.end(a.hook_summary(), a.method_summary(), status)
+}
+
+/// `explain`: the pod's teardown, completed with what this node shows of
+/// its containers when it is not gone.
+fn explain(log: &TeardownLog, pod: &str, format: LineFormat, inspect: bool) -> Result<()> {
+    let Some(e) = log.explain(pod, 0) else {
+        let known = log.pods();
+        anyhow::bail!(
+            "no call of pod {pod:?} in the recording ({} pods seen{}): give namespace/name, \
+             the name, or the sandbox id",
+            known.len(),
+            if known.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ": {}",
+                    known
+                        .iter()
+                        .take(10)
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }
+        );
+    };
+    let facts: Option<Vec<explain_text::ContainerFacts>> =
+        (inspect && e.verdict != nri_trace::engine::teardown::Verdict::Gone).then(|| {
+            e.containers
+                .iter()
+                .map(|(id, name)| {
+                    let rootfs = holders::rootfs_mounts(id);
+                    let held = rootfs.iter().flat_map(|r| holders::holding(r)).collect();
+                    let (cgroup, processes) = holders::in_cgroup(id);
+                    explain_text::ContainerFacts {
+                        id: id.clone(),
+                        name: name.clone(),
+                        rootfs: rootfs.iter().map(|p| p.display().to_string()).collect(),
+                        holders: held,
+                        cgroup: cgroup.map(|p| p.display().to_string()),
+                        processes,
+                    }
+                })
+                .collect()
+        });
+    let mut w = std::io::BufWriter::new(std::io::stdout().lock());
+    match format {
+        LineFormat::Text => explain_text::text(&mut w, &e, facts.as_deref())?,
+        LineFormat::Ndjson => {
+            let mut v = serde_json::to_value(explain_text::Explained {
+                explanation: &e,
+                node: facts.as_deref(),
+            })?;
+            // The sentence with the node's facts in it.
+            v["sentence"] = explain_text::sentence(&e, facts.as_deref()).into();
+            writeln!(w, "{}", serde_json::to_string(&v)?)?;
+        }
+    }
+    w.flush()?;
+    Ok(())
 }
 
 /// What the report is built from: the pod model and the findings.

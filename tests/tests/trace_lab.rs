@@ -276,12 +276,22 @@ fn trace_upstream_witness_finds_nothing() {
 /// down with a 12 s deadline: the teardown blocks until the deadline. No
 /// NRI contract rule is about a mount (that is `explain`'s work): every
 /// delivery is correlated, no finding, and each CRI call the driver saw
-/// fail is reported failed by nri-trace, at the same time.
+/// fail is reported failed by nri-trace, at the same time. While the pod
+/// is stuck (the scenario keeps the holder 10 s more), `nri-trace explain`
+/// on the observations recorded so far names the blocked call and the
+/// holder: its pid and the rootfs it holds.
 #[test]
 fn trace_busy_mount() {
+    // The scenario's hold; only busy-mount reads it.
+    std::env::set_var("NRI_TRACE_LAB_HOLD_SECS", "10");
+    let out_dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("trace-lab")
+        .join("busy-mount");
+    let explained = std::thread::spawn(move || explain_while_held(&out_dir));
     let Some((out, records)) = traced("busy-mount") else {
         return;
     };
+    let explained = explained.join().expect("explain thread");
     check_correlation("busy-mount", &out);
     assert_eq!(findings(&records), vec![]);
     let truth = truth::read(&out.join("truth.ndjson")).expect("truth");
@@ -315,6 +325,60 @@ fn trace_busy_mount() {
         eprintln!("busy-mount: {method}: {:?}", span.outcome);
         assert!(!span.outcome.is_ok(), "{method}: {:?}", span.outcome);
     }
+    // explain, while the mount was held: the holder the scenario started.
+    let (holder_pid, rootfs) = truth
+        .iter()
+        .find_map(|t| match t {
+            Truth::Note { text, .. } if text.starts_with("holder pid ") => {
+                let mut w = text.split_whitespace();
+                let pid: u32 = w.nth(2)?.parse().ok()?;
+                Some((pid, text.rsplit(' ').next()?.to_string()))
+            }
+            _ => None,
+        })
+        .expect("holder note");
+    let e = explained.expect("explain ran while the pod was stuck");
+    eprintln!("busy-mount: explain: {e}");
+    let v: serde_json::Value = serde_json::from_str(&e).expect("explain --format ndjson");
+    assert_eq!(v["verdict"], "blocked", "{v}");
+    let sentence = v["sentence"].as_str().unwrap();
+    assert!(
+        sentence.contains("StopContainer of container main did not complete"),
+        "{sentence}"
+    );
+    assert!(
+        sentence.contains(&format!(
+            "pid {holder_pid} (sleep) holds container main's rootfs {rootfs} (its cwd"
+        )),
+        "{sentence}"
+    );
+}
+
+/// Wait for the scenario's failed teardown with the mount held, then run
+/// `nri-trace explain busy` on the observations written so far.
+fn explain_while_held(out: &Path) -> Option<String> {
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < std::time::Duration::from_secs(120) {
+        let held = truth::read(&out.join("truth.ndjson"))
+            .unwrap_or_default()
+            .iter()
+            .any(|t| matches!(t, Truth::Note { text, .. } if text.starts_with("holder kept")));
+        if held {
+            let o = std::process::Command::new(lab_trace::bin("nri-trace"))
+                .args(["explain", "busy", "--format", "ndjson", "--from"])
+                .arg(TraceProc::observations(out))
+                .output()
+                .ok()?;
+            assert!(
+                o.status.success(),
+                "explain: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            return Some(String::from_utf8_lossy(&o.stdout).into_owned());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    None
 }
 
 /// 100 pod lifecycles, 4 at a time, through 3 plugins: every delivery is

@@ -160,3 +160,51 @@ fn runtime_restart_fixture() {
         ]
     );
 }
+
+/// `explain` of the committed recordings: every pod of these scenarios is
+/// gone, with its teardown steps; teardown-error's failed hook is shown
+/// under its step and in the pod's findings.
+#[test]
+fn explain_says_every_pod_of_the_fixtures_is_gone() {
+    use nri_trace::engine::teardown::{TeardownLog, Verdict};
+    for name in ["happy", "teardown-error", "runtime-restart", "slow-plugin"] {
+        let mut log = TeardownLog::new();
+        for r in replay(events(name)) {
+            log.on_record(&r);
+        }
+        let pods = log.pods();
+        assert!(!pods.is_empty(), "{name}");
+        for p in &pods {
+            let e = log.explain(p, 0).expect("explained");
+            assert_eq!(e.verdict, Verdict::Gone, "{name} {p}: {}", e.sentence);
+            assert!(
+                e.sentence.contains("RemovePodSandbox succeeded"),
+                "{}",
+                e.sentence
+            );
+            assert!(
+                e.steps.iter().any(|s| s.method == "StopPodSandbox"),
+                "{name} {p}: {:?}",
+                e.steps
+            );
+        }
+    }
+    let mut log = TeardownLog::new();
+    for r in replay(events("teardown-error")) {
+        log.on_record(&r);
+    }
+    let e = log.explain("tderr-0", 0).unwrap();
+    let stop = e
+        .steps
+        .iter()
+        .find(|s| s.method == "StopPodSandbox")
+        .unwrap();
+    assert_eq!(
+        stop.failed_hooks,
+        vec!["05-failer STOP_POD_SANDBOX: error 2: teardown refused".to_string()]
+    );
+    assert!(e
+        .findings
+        .iter()
+        .any(|f| f.starts_with("teardown-hook-failed")));
+}

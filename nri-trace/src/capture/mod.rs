@@ -19,6 +19,7 @@
 pub mod backend;
 pub mod discovery;
 pub mod ebpf;
+pub mod holders;
 pub mod record;
 pub mod recording;
 pub mod runtimes;

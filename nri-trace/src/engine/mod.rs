@@ -11,6 +11,7 @@
 //!   stream; [`contract::Violation`]s with evidence (docs/contract.md).
 //! - [`pods`]: the pod model (identity, phase, timeline, findings) the
 //!   views render.
+//! - [`teardown`]: each pod's teardown and what blocks it (`explain`).
 //! - [`window`]: latency over the last minute of capture time.
 //! - [`trace_analysis`]: one runtime's CRI and NRI sockets together.
 //! - [`cri_analysis`]: capture events to CRI records, live or replayed, and
@@ -22,6 +23,7 @@ pub mod cri_analysis;
 pub mod hook_latency;
 pub mod nri_analysis;
 pub mod pods;
+pub mod teardown;
 pub mod trace_analysis;
 pub mod window;
 

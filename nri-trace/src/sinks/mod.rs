@@ -14,6 +14,7 @@
 //! (`crate::output` prints the raw capture stream of `nri-trace capture`.)
 
 pub mod cri_lines;
+pub mod explain_text;
 pub mod metrics;
 pub mod nri_lines;
 pub mod report;

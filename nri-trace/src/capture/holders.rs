@@ -1,0 +1,206 @@
+//! What on this node still holds a container: processes whose working
+//! directory, root or open files are inside its rootfs mount (an unmount
+//! would fail with EBUSY), and processes still alive in its cgroup, with
+//! their state (D: uninterruptible sleep, Z: zombie) and wait channel.
+//! Read from /proc and /sys/fs/cgroup when `explain` runs; read-only.
+//!
+//! Paths are what the host's mount namespace shows: a process in another
+//! mount namespace (the container's own) shows its paths relative to its
+//! own root, so only host processes are found holding a rootfs this way;
+//! the container's processes are found through its cgroup.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
+
+use serde::Serialize;
+
+/// A process that holds something of a container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Holder {
+    pub pid: u32,
+    pub comm: String,
+    /// "cwd", "root", "fd 7", or "in cgroup".
+    pub what: String,
+    /// The path it holds (the rootfs or a file in it; the cgroup dir).
+    pub path: String,
+    /// /proc/PID/stat state: R, S, D (uninterruptible), Z (zombie), T...
+    pub state: String,
+    /// /proc/PID/wchan: where in the kernel it sleeps ("0": running).
+    pub wchan: String,
+}
+
+/// Most processes reported per container (a node may run thousands).
+const MAX_HOLDERS: usize = 32;
+
+fn comm(pid: u32) -> String {
+    fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The state letter from /proc/PID/stat (after the parenthesized comm,
+/// which may itself hold spaces and parentheses).
+fn state(pid: u32) -> String {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rfind(')')
+                .and_then(|i| s[i + 1..].split_whitespace().next().map(str::to_string))
+        })
+        .unwrap_or_default()
+}
+
+fn wchan(pid: u32) -> String {
+    fs::read_to_string(format!("/proc/{pid}/wchan"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn holder(pid: u32, what: String, path: String) -> Holder {
+    Holder {
+        pid,
+        comm: comm(pid),
+        what,
+        path,
+        state: state(pid),
+        wchan: wchan(pid),
+    }
+}
+
+/// Mount points (from the host's mountinfo) of container `id`'s rootfs:
+/// containerd mounts it at `.../<id>/rootfs`, CRI-O under
+/// `.../overlay/<layer>/merged` with the id in its options (not found
+/// here).
+pub fn rootfs_mounts(id: &str) -> Vec<PathBuf> {
+    let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    let suffix = format!("/{id}/rootfs");
+    let mut v: Vec<PathBuf> = info
+        .lines()
+        // Field 5 is the mount point (proc(5)); octal escapes for spaces.
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| m.ends_with(&suffix))
+        .map(PathBuf::from)
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+fn numeric_dirs(dir: &str) -> Vec<u32> {
+    let Ok(rd) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// Processes whose cwd, root or an open file is at or under `dir`.
+pub fn holding(dir: &Path) -> Vec<Holder> {
+    let mut out = Vec::new();
+    let under = |p: &Path| p.starts_with(dir);
+    let mut pids = numeric_dirs("/proc");
+    pids.sort_unstable();
+    for pid in pids {
+        if out.len() >= MAX_HOLDERS {
+            break;
+        }
+        for what in ["cwd", "root"] {
+            if let Ok(p) = fs::read_link(format!("/proc/{pid}/{what}")) {
+                if under(&p) {
+                    out.push(holder(pid, what.into(), p.display().to_string()));
+                }
+            }
+        }
+        let fd_dir = format!("/proc/{pid}/fd");
+        let mut fds = numeric_dirs(&fd_dir);
+        fds.sort_unstable();
+        for fd in fds {
+            if let Ok(p) = fs::read_link(format!("{fd_dir}/{fd}")) {
+                if under(&p) {
+                    out.push(holder(pid, format!("fd {fd}"), p.display().to_string()));
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The cgroup directory of container `id` under `root` (cgroup v2: a
+/// directory whose name holds the id, e.g. `cri-containerd-<id>.scope`
+/// or `<id>`), at most `depth` levels down.
+pub fn cgroup_dir(root: &Path, id: &str, depth: usize) -> Option<PathBuf> {
+    if depth == 0 {
+        return None;
+    }
+    let rd = fs::read_dir(root).ok()?;
+    let mut subdirs = Vec::new();
+    for e in rd.flatten() {
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let name = e.file_name();
+        if name.to_string_lossy().contains(id) {
+            return Some(e.path());
+        }
+        subdirs.push(e.path());
+    }
+    subdirs.sort();
+    subdirs
+        .into_iter()
+        .find_map(|d| cgroup_dir(&d, id, depth - 1))
+}
+
+/// Processes still in container `id`'s cgroup, with where it is.
+pub fn in_cgroup(id: &str) -> (Option<PathBuf>, Vec<Holder>) {
+    let Some(dir) = cgroup_dir(Path::new("/sys/fs/cgroup"), id, 8) else {
+        return (None, Vec::new());
+    };
+    let procs = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    let holders = procs
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .take(MAX_HOLDERS)
+        .map(|pid| holder(pid, "in cgroup".into(), dir.display().to_string()))
+        .collect();
+    (Some(dir), holders)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_a_process_whose_cwd_is_in_a_directory() {
+        let dir = std::env::temp_dir().join(format!("nri-trace-holders-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .current_dir(&dir)
+            .spawn()
+            .unwrap();
+        // The child's cwd is set before exec; give it the moment to exec.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let h = holding(&dir);
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = fs::remove_dir(&dir);
+        let found = h.iter().find(|h| h.pid == child.id()).expect("the sleep");
+        assert_eq!(found.what, "cwd");
+        assert_eq!(found.comm, "sleep");
+        assert!(!found.state.is_empty());
+    }
+
+    #[test]
+    fn state_letter_survives_odd_comms() {
+        // Our own stat: running or sleeping.
+        let s = state(std::process::id());
+        assert!(matches!(s.as_str(), "R" | "S"), "{s}");
+        assert!(rootfs_mounts("no-such-container-id").is_empty());
+    }
+}

@@ -1,0 +1,623 @@
+//! Why is this pod not gone? The teardown of each pod as the trace records
+//! show it (StopContainer, StopPodSandbox, RemovePodSandbox and the NRI
+//! hooks under them), and [`TeardownLog::explain`]: the blocker in one
+//! sentence with its evidence, or, when nothing shows one, what was seen
+//! last and what was not seen.
+//!
+//! kubelet removes a pod once no container runs, its volumes are unmounted
+//! and its cgroup is gone (pod-stuck-terminating-zh.txt; PROTOCOL-NOTES.md):
+//! it stops each container (StopContainer), stops the sandbox
+//! (StopPodSandbox), then removes it (RemovePodSandbox). A pod stuck in
+//! Terminating is stuck at one of those steps: a call that failed or timed
+//! out, a plugin hook on the way that failed or never returned, or a call
+//! kubelet never made. Pure: built from the records only (what the node's
+//! processes hold is `capture::holders`' part).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use serde::Serialize;
+
+use super::{correlate::CriSpan, trace_analysis::TraceRecord};
+use crate::{
+    capture::Timestamp,
+    model::{cri_call::CriOutcome, nri_call::Outcome},
+};
+
+/// Most pods whose teardown is kept; the ones seen longest ago go first.
+pub const MAX_PODS: usize = 4096;
+/// Most teardown steps kept per pod (kubelet retries add steps).
+const MAX_STEPS: usize = 64;
+
+/// One teardown CRI call and what happened under it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Step {
+    pub method: String,
+    /// The container it is about, for container calls.
+    pub container: Option<String>,
+    pub container_id: Option<String>,
+    pub start: Option<Timestamp>,
+    pub duration_ns: Option<u64>,
+    /// "ok", or the failure ("deadline exceeded", "error 4 DEADLINE_EXCEEDED: ...").
+    pub outcome: String,
+    pub ok: bool,
+    /// NRI hooks under it that failed or timed out: "05-failer STOP_POD_SANDBOX: error 2 ...".
+    pub failed_hooks: Vec<String>,
+    /// Its NRI hooks, all: "10-slow STOP_POD_SANDBOX 502 ms".
+    pub hooks: Vec<String>,
+}
+
+/// The verdict on a pod's teardown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// RemovePodSandbox succeeded: nothing holds it any more.
+    Gone,
+    /// A teardown step failed, or a hook under it failed.
+    Blocked,
+    /// The last step succeeded; the next one has not been seen.
+    Waiting,
+    /// No teardown call of this pod was seen.
+    NotTornDown,
+}
+
+/// What `explain` says about one pod.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Explanation {
+    /// "namespace/name".
+    pub pod: String,
+    pub sandbox_id: Option<String>,
+    pub verdict: Verdict,
+    /// The blocker (or the pod's fate) in one sentence.
+    pub sentence: String,
+    /// The calls that show it, one per line.
+    pub evidence: Vec<String>,
+    /// The teardown calls seen, in order.
+    pub steps: Vec<Step>,
+    /// The step kubelet makes next, when one is expected.
+    pub expected_next: Option<String>,
+    /// How long the expected step has been waited for (capture time).
+    pub waited_ns: Option<u64>,
+    /// Contract findings against the pod (rule: message).
+    pub findings: Vec<String>,
+    /// Container ids of the pod (for the node inspection).
+    pub containers: Vec<(String, String)>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct PodTeardown {
+    label: String,
+    sandbox_id: Option<String>,
+    /// Container id -> name.
+    containers: BTreeMap<String, String>,
+    steps: VecDeque<Step>,
+    findings: Vec<String>,
+    last_seen: u64,
+    /// The last call of any kind: (method, end or start).
+    last_call: Option<(String, Option<Timestamp>)>,
+}
+
+/// The teardown of every pod, from trace records.
+#[derive(Debug, Default)]
+pub struct TeardownLog {
+    /// Sandbox id (or "ns/name" before one is known) -> teardown.
+    pods: HashMap<String, PodTeardown>,
+    /// Container id -> sandbox id.
+    by_container: HashMap<String, String>,
+    /// "ns/name" -> sandbox ids, newest last.
+    by_label: HashMap<String, Vec<String>>,
+    /// Latest capture time seen.
+    now_ns: u64,
+}
+
+fn human(ns: u64) -> String {
+    if ns >= 10_000_000_000 {
+        format!("{:.0} s", ns as f64 / 1e9)
+    } else if ns >= 1_000_000_000 {
+        format!("{:.1} s", ns as f64 / 1e9)
+    } else {
+        format!("{:.1} ms", ns as f64 / 1e6)
+    }
+}
+
+fn cri_outcome(o: &CriOutcome) -> String {
+    match o {
+        CriOutcome::Ok => "ok".into(),
+        CriOutcome::Error {
+            code,
+            status,
+            message,
+        } => format!("error {code} {status}: {message}"),
+        CriOutcome::DeadlineExceeded => "the client's deadline expired".into(),
+        CriOutcome::Cancelled => "cancelled by the client".into(),
+        CriOutcome::Reset { by, error, .. } => format!("reset by the {by} ({error})"),
+        CriOutcome::ConnectionClosed => "the connection closed before an answer".into(),
+        CriOutcome::NoResponse => "no answer yet".into(),
+        CriOutcome::Unknown => "ended, outcome unknown".into(),
+    }
+}
+
+fn nri_outcome(o: &Outcome) -> String {
+    match o {
+        Outcome::Ok => "ok".into(),
+        Outcome::Error { code, message } => format!("error {code}: {message}"),
+        Outcome::TimedOut => "timed out (the runtime gave up on it)".into(),
+        Outcome::ConnectionClosed => "connection closed before it answered".into(),
+        Outcome::NoResponse => "has not answered".into(),
+    }
+}
+
+const TEARDOWN: [&str; 4] = [
+    "StopContainer",
+    "RemoveContainer",
+    "StopPodSandbox",
+    "RemovePodSandbox",
+];
+
+impl TeardownLog {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Take one trace record.
+    pub fn on_record(&mut self, r: &TraceRecord) {
+        match r {
+            TraceRecord::CriSpan(s) => self.on_span(&s.record),
+            TraceRecord::Violation(v) => {
+                let v = &v.record;
+                if let Some(key) = v.pod.as_ref().and_then(|l| self.key_of_label(l)) {
+                    if let Some(p) = self.pods.get_mut(&key) {
+                        if p.findings.len() < MAX_STEPS {
+                            p.findings.push(format!("{}: {}", v.rule, v.message));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn key_of_label(&self, label: &str) -> Option<String> {
+        if self.pods.contains_key(label) {
+            return Some(label.to_string());
+        }
+        self.by_label.get(label).and_then(|v| v.last()).cloned()
+    }
+
+    fn on_span(&mut self, s: &CriSpan) {
+        let c = &s.call;
+        let at = c.end.or(c.start).map_or(0, |t| t.mono_ns);
+        self.now_ns = self.now_ns.max(at);
+        let sandbox = c.sandbox_id.clone().or_else(|| {
+            c.container_id
+                .as_ref()
+                .and_then(|id| self.by_container.get(id).cloned())
+        });
+        let label = c
+            .pod
+            .as_ref()
+            .map(|p| format!("{}/{}", p.namespace, p.name));
+        let Some(key) = sandbox.clone().or(label.clone()) else {
+            return;
+        };
+        self.bound();
+        let p = self.pods.entry(key.clone()).or_default();
+        if let Some(l) = &label {
+            p.label = l.clone();
+            let ids = self.by_label.entry(l.clone()).or_default();
+            if !ids.contains(&key) {
+                ids.push(key.clone());
+                if ids.len() > 8 {
+                    ids.remove(0);
+                }
+            }
+        } else if p.label.is_empty() {
+            p.label = key.clone();
+        }
+        p.sandbox_id = sandbox.or(p.sandbox_id.take());
+        p.last_seen = p.last_seen.max(at);
+        let method = c.method.clone().unwrap_or_else(|| "(unknown)".into());
+        p.last_call = Some((method.clone(), c.end.or(c.start)));
+        if let (Some(id), Some(sb)) = (&c.container_id, &p.sandbox_id) {
+            let name = c
+                .container
+                .as_ref()
+                .map(|k| k.name.clone())
+                .or_else(|| p.containers.get(id).cloned())
+                .unwrap_or_else(|| id.chars().take(12).collect());
+            p.containers.insert(id.clone(), name);
+            if p.containers.len() > MAX_STEPS {
+                let first = p.containers.keys().next().cloned();
+                first.map(|k| p.containers.remove(&k));
+            }
+            self.by_container.insert(id.clone(), sb.clone());
+        }
+        if !TEARDOWN.contains(&method.as_str()) {
+            return;
+        }
+        let hooks: Vec<String> = s
+            .hooks
+            .iter()
+            .map(|h| {
+                let mut l = format!(
+                    "{} {} {}",
+                    h.call.plugin.label(),
+                    h.hook,
+                    h.own_ns.map(human).unwrap_or_else(|| "-".into())
+                );
+                if !h.call.outcome.is_ok() {
+                    l.push_str(&format!(" {}", nri_outcome(&h.call.outcome)));
+                }
+                l
+            })
+            .collect();
+        let failed_hooks = s
+            .hooks
+            .iter()
+            .filter(|h| !h.call.outcome.is_ok())
+            .map(|h| {
+                format!(
+                    "{} {}: {}",
+                    h.call.plugin.label(),
+                    h.hook,
+                    nri_outcome(&h.call.outcome)
+                )
+            })
+            .collect();
+        let step = Step {
+            method,
+            container: c
+                .container_id
+                .as_ref()
+                .and_then(|id| p.containers.get(id).cloned()),
+            container_id: c.container_id.clone(),
+            start: c.start,
+            duration_ns: c.duration_ns,
+            outcome: cri_outcome(&c.outcome),
+            ok: c.outcome.is_ok(),
+            failed_hooks,
+            hooks,
+        };
+        if p.steps.len() >= MAX_STEPS {
+            p.steps.pop_front();
+        }
+        p.steps.push_back(step);
+    }
+
+    /// At most [`MAX_PODS`] pods: the ones seen longest ago go.
+    fn bound(&mut self) {
+        if self.pods.len() < MAX_PODS {
+            return;
+        }
+        let mut seen: Vec<(u64, String)> = self
+            .pods
+            .iter()
+            .map(|(k, p)| (p.last_seen, k.clone()))
+            .collect();
+        seen.sort();
+        for (_, k) in seen.into_iter().take(MAX_PODS / 4) {
+            self.pods.remove(&k);
+        }
+        let pods = &self.pods;
+        self.by_container.retain(|_, sb| pods.contains_key(sb));
+        self.by_label.retain(|_, ids| {
+            ids.retain(|k| pods.contains_key(k));
+            !ids.is_empty()
+        });
+    }
+
+    /// The pods known, "namespace/name" (or sandbox id).
+    pub fn pods(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.pods.values().map(|p| p.label.clone()).collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// Explain the teardown of `pod` ("namespace/name", "name", or a
+    /// sandbox id or its prefix) as of capture time `now_ns` (0: the last
+    /// record's time). `None` when no call of it was seen.
+    pub fn explain(&self, pod: &str, now_ns: u64) -> Option<Explanation> {
+        let now = if now_ns == 0 { self.now_ns } else { now_ns };
+        let key = self.find(pod)?;
+        let p = &self.pods[&key];
+        let steps: Vec<Step> = p.steps.iter().cloned().collect();
+        let mut e = Explanation {
+            pod: p.label.clone(),
+            sandbox_id: p.sandbox_id.clone(),
+            verdict: Verdict::NotTornDown,
+            sentence: String::new(),
+            evidence: Vec::new(),
+            steps: steps.clone(),
+            expected_next: None,
+            waited_ns: None,
+            findings: p.findings.clone(),
+            containers: p
+                .containers
+                .iter()
+                .map(|(id, n)| (id.clone(), n.clone()))
+                .collect(),
+        };
+        let step_line = |s: &Step| {
+            format!(
+                "CRI {}{} at {} took {}: {}",
+                s.method,
+                s.container
+                    .as_ref()
+                    .map(|c| format!(" ({c})"))
+                    .unwrap_or_default(),
+                s.start
+                    .map(|t| crate::output::clock(&t))
+                    .unwrap_or_default(),
+                s.duration_ns.map(human).unwrap_or_else(|| "-".into()),
+                s.outcome
+            )
+        };
+        // Gone: RemovePodSandbox succeeded.
+        if let Some(rm) = steps
+            .iter()
+            .rfind(|s| s.method == "RemovePodSandbox" && s.ok)
+        {
+            let first = steps.first().and_then(|s| s.start).map_or(0, |t| t.mono_ns);
+            let end = rm.start.map_or(0, |t| t.mono_ns) + rm.duration_ns.unwrap_or(0);
+            let per_step: Vec<String> = steps
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{}{} {}",
+                        s.method,
+                        s.container
+                            .as_ref()
+                            .map(|c| format!(" ({c})"))
+                            .unwrap_or_default(),
+                        s.duration_ns.map(human).unwrap_or_else(|| "-".into())
+                    )
+                })
+                .collect();
+            e.verdict = Verdict::Gone;
+            e.sentence = format!(
+                "{} is gone: RemovePodSandbox succeeded; the teardown took {} ({})",
+                p.label,
+                human(end.saturating_sub(first)),
+                per_step.join(", ")
+            );
+            e.evidence = steps.iter().map(step_line).collect();
+            return Some(e);
+        }
+        let Some(last) = steps.last() else {
+            let (m, t) = p.last_call.clone().unwrap_or_default();
+            e.sentence = format!(
+                "no teardown call of {} was seen (no StopContainer, StopPodSandbox or \
+                 RemovePodSandbox); its last call was {m}{}",
+                p.label,
+                t.map(|t| format!(" at {}", crate::output::clock(&t)))
+                    .unwrap_or_default()
+            );
+            e.expected_next = Some("StopPodSandbox".into());
+            e.waited_ns = t.map(|t| now.saturating_sub(t.mono_ns));
+            return Some(e);
+        };
+        // A failed hook under the last failed (or any) teardown step.
+        if let Some(s) = steps.iter().rev().find(|s| !s.failed_hooks.is_empty()) {
+            e.verdict = Verdict::Blocked;
+            e.sentence = format!(
+                "{}: plugin hook {} during {}{}",
+                p.label,
+                s.failed_hooks[0],
+                s.method,
+                if s.ok {
+                    format!(" (the CRI call still succeeded: {})", s.outcome)
+                } else {
+                    format!(", and {} failed: {}", s.method, s.outcome)
+                }
+            );
+            e.evidence = std::iter::once(step_line(s))
+                .chain(s.failed_hooks.iter().map(|h| format!("NRI {h}")))
+                .collect();
+            if s.ok {
+                // The teardown went on; what comes next still matters.
+                let (next, waited) = self.next_step(p, last, now);
+                e.expected_next = next;
+                e.waited_ns = waited;
+            }
+            return Some(e);
+        }
+        if !last.ok {
+            e.verdict = Verdict::Blocked;
+            e.sentence = format!(
+                "{}: {}{} did not complete: {} after {}",
+                p.label,
+                last.method,
+                last.container
+                    .as_ref()
+                    .map(|c| format!(" of container {c}"))
+                    .unwrap_or_default(),
+                last.outcome,
+                last.duration_ns.map(human).unwrap_or_else(|| "-".into())
+            );
+            e.evidence = vec![step_line(last)];
+            e.expected_next = Some(format!("{} again (kubelet retries)", last.method));
+            e.waited_ns = last
+                .start
+                .map(|t| now.saturating_sub(t.mono_ns + last.duration_ns.unwrap_or(0)));
+            return Some(e);
+        }
+        let (next, waited) = self.next_step(p, last, now);
+        e.verdict = Verdict::Waiting;
+        e.sentence = format!(
+            "{}: {} succeeded{}, but kubelet has not called {} since{}",
+            p.label,
+            last.method,
+            last.start
+                .map(|t| format!(" at {}", crate::output::clock(&t)))
+                .unwrap_or_default(),
+            next.as_deref().unwrap_or("?"),
+            waited
+                .map(|w| format!(" ({} ago)", human(w)))
+                .unwrap_or_default()
+        );
+        e.evidence = steps.iter().map(step_line).collect();
+        e.expected_next = next;
+        e.waited_ns = waited;
+        Some(e)
+    }
+
+    /// The step kubelet makes after `last`, and how long it has been
+    /// waited for.
+    fn next_step(&self, p: &PodTeardown, last: &Step, now: u64) -> (Option<String>, Option<u64>) {
+        let next = match last.method.as_str() {
+            "StopContainer" | "RemoveContainer" => "StopPodSandbox",
+            "StopPodSandbox" => "RemovePodSandbox",
+            _ => return (None, None),
+        };
+        let ended = last
+            .start
+            .map(|t| t.mono_ns + last.duration_ns.unwrap_or(0));
+        let _ = p;
+        (Some(next.into()), ended.map(|e| now.saturating_sub(e)))
+    }
+
+    fn find(&self, pod: &str) -> Option<String> {
+        if let Some(k) = self.key_of_label(pod) {
+            return Some(k);
+        }
+        // "name" alone, or a sandbox id prefix: only when it is unique.
+        let hits: Vec<&String> = self
+            .pods
+            .iter()
+            .filter(|(k, p)| {
+                p.label.rsplit('/').next() == Some(pod) || (pod.len() >= 6 && k.starts_with(pod))
+            })
+            .map(|(k, _)| k)
+            .collect();
+        // Several pods of that name (recreated): the one seen last.
+        hits.into_iter()
+            .max_by_key(|k| self.pods[*k].last_seen)
+            .cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        decode::{cri::message::PodMeta, nri::message::Event},
+        engine::{test_calls::*, trace_analysis::Tagged},
+    };
+
+    fn span(
+        call: crate::model::cri_call::CriCall,
+        hooks: Vec<crate::engine::hook_latency::HookSpan>,
+    ) -> TraceRecord {
+        TraceRecord::CriSpan(Tagged {
+            kind: "cri_span",
+            record: CriSpan {
+                call,
+                hooks,
+                nri_ns: 0,
+                nri_permille: None,
+            },
+        })
+    }
+
+    fn run_pod() -> TraceRecord {
+        let mut c = cri(Some("RunPodSandbox"), "sb1", 100, 150);
+        c.pod = Some(PodMeta {
+            name: "web".into(),
+            namespace: "ns".into(),
+            uid: "u".into(),
+            attempt: 0,
+        });
+        span(c, vec![])
+    }
+
+    fn log(records: &[TraceRecord]) -> TeardownLog {
+        let mut l = TeardownLog::new();
+        records.iter().for_each(|r| l.on_record(r));
+        l
+    }
+
+    #[test]
+    fn removed_pod_is_gone_with_step_times() {
+        let l = log(&[
+            run_pod(),
+            span(cri(Some("StopPodSandbox"), "sb1", 1000, 1035), vec![]),
+            span(cri(Some("RemovePodSandbox"), "sb1", 1100, 1103), vec![]),
+        ]);
+        let e = l.explain("ns/web", 0).unwrap();
+        assert_eq!(e.verdict, Verdict::Gone);
+        assert!(e.sentence.contains("ns/web is gone"), "{}", e.sentence);
+        assert!(
+            e.sentence.contains("StopPodSandbox 35.0 ms"),
+            "{}",
+            e.sentence
+        );
+        // By name alone and by sandbox id prefix too.
+        assert_eq!(l.explain("web", 0).unwrap().verdict, Verdict::Gone);
+        assert_eq!(l.explain("sb1", 0).map(|e| e.pod), Some("ns/web".into()));
+    }
+
+    #[test]
+    fn failed_teardown_hook_is_the_blocker() {
+        let mut h = hook(Some(Event::StopPodSandbox), "failer", "sb1", 1010, 1011);
+        h.call.outcome = Outcome::Error {
+            code: 2,
+            message: "refused".into(),
+        };
+        let l = log(&[
+            run_pod(),
+            span(cri(Some("StopPodSandbox"), "sb1", 1000, 1035), vec![h]),
+        ]);
+        let e = l.explain("ns/web", 5000 * MS).unwrap();
+        assert_eq!(e.verdict, Verdict::Blocked);
+        assert!(
+            e.sentence
+                .contains("10-failer STOP_POD_SANDBOX: error 2: refused"),
+            "{}",
+            e.sentence
+        );
+        assert_eq!(e.expected_next.as_deref(), Some("RemovePodSandbox"));
+        assert_eq!(e.waited_ns, Some((5000 - 1035) * MS));
+    }
+
+    #[test]
+    fn failed_call_and_missing_call() {
+        let mut stop = cri(Some("StopContainer"), "sb1", 1000, 13000);
+        stop.sandbox_id = None;
+        stop.container_id = Some("c1".into());
+        stop.outcome = CriOutcome::DeadlineExceeded;
+        let mut create = cri(Some("CreateContainer"), "sb1", 200, 250);
+        create.container_id = Some("c1".into());
+        create.container = Some(crate::decode::cri::message::ContainerMeta {
+            name: "main".into(),
+            attempt: 0,
+        });
+        let l = log(&[run_pod(), span(create.clone(), vec![]), span(stop, vec![])]);
+        let e = l.explain("ns/web", 0).unwrap();
+        assert_eq!(e.verdict, Verdict::Blocked);
+        assert!(
+            e.sentence
+                .contains("StopContainer of container main did not complete: the client's deadline expired after 12 s"),
+            "{}",
+            e.sentence
+        );
+        assert_eq!(e.containers, vec![("c1".into(), "main".into())]);
+        // Stopped, never removed.
+        let l = log(&[
+            run_pod(),
+            span(create, vec![]),
+            span(cri(Some("StopPodSandbox"), "sb1", 1000, 1035), vec![]),
+        ]);
+        let e = l.explain("ns/web", 61_035 * MS).unwrap();
+        assert_eq!(e.verdict, Verdict::Waiting);
+        assert!(
+            e.sentence
+                .contains("kubelet has not called RemovePodSandbox since (60 s ago)"),
+            "{}",
+            e.sentence
+        );
+        // Never torn down.
+        let e = log(&[run_pod()]).explain("web", 0).unwrap();
+        assert_eq!(e.verdict, Verdict::NotTornDown);
+        assert!(log(&[run_pod()]).explain("other", 0).is_none());
+    }
+}
