@@ -191,7 +191,7 @@ fn nri_evidence(h: &HookSpan) -> Evidence {
         stream_id: h.call.stream_id,
         what: format!("{} -> {}", h.hook, h.call.plugin.label()),
         start: h.call.start,
-        outcome: outcome_name(&h.call.outcome),
+        outcome: h.call.outcome.describe(),
     }
 }
 
@@ -202,23 +202,7 @@ fn cri_evidence(c: &CriCall) -> Evidence {
         stream_id: c.stream_id,
         what: c.method.clone().unwrap_or_else(|| "(unknown)".into()),
         start: c.start,
-        outcome: match &c.outcome {
-            CriOutcome::Ok => "ok".into(),
-            CriOutcome::Error {
-                status, message, ..
-            } => format!("{status}: {message}"),
-            other => format!("{other:?}").to_lowercase(),
-        },
-    }
-}
-
-fn outcome_name(o: &Outcome) -> String {
-    match o {
-        Outcome::Ok => "ok".into(),
-        Outcome::Error { code, message } => format!("error {code}: {message}"),
-        Outcome::TimedOut => "timed out".into(),
-        Outcome::ConnectionClosed => "connection closed".into(),
-        Outcome::NoResponse => "no response".into(),
+        outcome: c.outcome.describe(),
     }
 }
 
@@ -895,11 +879,7 @@ impl ContractChecker {
     fn report_teardown(&mut self, h: &HookSpan, span: Option<&CriSpan>, out: &mut Vec<Violation>) {
         let label = h.call.plugin.label();
         let mut evidence = vec![nri_evidence(h)];
-        let mut message = format!(
-            "{label} failed {} ({})",
-            h.hook,
-            outcome_name(&h.call.outcome)
-        );
+        let mut message = format!("{label} failed {} ({})", h.hook, h.call.outcome.describe());
         let mut severity = Severity::Warning;
         if let Some(s) = span {
             evidence.insert(0, cri_evidence(&s.call));
@@ -1110,18 +1090,6 @@ mod tests {
                 source: IdentitySource::RegisterPlugin,
             },
             events: Some(events.iter().map(|e| e.to_string()).collect()),
-        })
-    }
-
-    fn span(call: CriCall, hooks: Vec<HookSpan>) -> TraceRecord {
-        TraceRecord::CriSpan(Tagged {
-            kind: "cri_span",
-            record: CriSpan {
-                call,
-                hooks,
-                nri_ns: 0,
-                nri_permille: None,
-            },
         })
     }
 

@@ -18,10 +18,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use serde::Serialize;
 
 use super::{correlate::CriSpan, trace_analysis::TraceRecord};
-use crate::{
-    capture::Timestamp,
-    model::{cri_call::CriOutcome, nri_call::Outcome},
-};
+use crate::capture::Timestamp;
 
 /// Most pods whose teardown is kept; the ones seen longest ago go first.
 pub const MAX_PODS: usize = 4096;
@@ -116,33 +113,6 @@ fn human(ns: u64) -> String {
         format!("{:.1} s", ns as f64 / 1e9)
     } else {
         format!("{:.1} ms", ns as f64 / 1e6)
-    }
-}
-
-fn cri_outcome(o: &CriOutcome) -> String {
-    match o {
-        CriOutcome::Ok => "ok".into(),
-        CriOutcome::Error {
-            code,
-            status,
-            message,
-        } => format!("error {code} {status}: {message}"),
-        CriOutcome::DeadlineExceeded => "the client's deadline expired".into(),
-        CriOutcome::Cancelled => "cancelled by the client".into(),
-        CriOutcome::Reset { by, error, .. } => format!("reset by the {by} ({error})"),
-        CriOutcome::ConnectionClosed => "the connection closed before an answer".into(),
-        CriOutcome::NoResponse => "no answer yet".into(),
-        CriOutcome::Unknown => "ended, outcome unknown".into(),
-    }
-}
-
-fn nri_outcome(o: &Outcome) -> String {
-    match o {
-        Outcome::Ok => "ok".into(),
-        Outcome::Error { code, message } => format!("error {code}: {message}"),
-        Outcome::TimedOut => "timed out (the runtime gave up on it)".into(),
-        Outcome::ConnectionClosed => "connection closed before it answered".into(),
-        Outcome::NoResponse => "has not answered".into(),
     }
 }
 
@@ -245,7 +215,7 @@ impl TeardownLog {
                     h.own_ns.map(human).unwrap_or_else(|| "-".into())
                 );
                 if !h.call.outcome.is_ok() {
-                    l.push_str(&format!(" {}", nri_outcome(&h.call.outcome)));
+                    l.push_str(&format!(" {}", h.call.outcome.describe()));
                 }
                 l
             })
@@ -259,7 +229,7 @@ impl TeardownLog {
                     "{} {}: {}",
                     h.call.plugin.label(),
                     h.hook,
-                    nri_outcome(&h.call.outcome)
+                    h.call.outcome.describe()
                 )
             })
             .collect();
@@ -272,7 +242,7 @@ impl TeardownLog {
             container_id: c.container_id.clone(),
             start: c.start,
             duration_ns: c.duration_ns,
-            outcome: cri_outcome(&c.outcome),
+            outcome: c.outcome.describe(),
             ok: c.outcome.is_ok(),
             failed_hooks,
             hooks,
@@ -501,23 +471,9 @@ mod tests {
     use super::*;
     use crate::{
         decode::{cri::message::PodMeta, nri::message::Event},
-        engine::{test_calls::*, trace_analysis::Tagged},
+        engine::test_calls::*,
+        model::{cri_call::CriOutcome, nri_call::Outcome},
     };
-
-    fn span(
-        call: crate::model::cri_call::CriCall,
-        hooks: Vec<crate::engine::hook_latency::HookSpan>,
-    ) -> TraceRecord {
-        TraceRecord::CriSpan(Tagged {
-            kind: "cri_span",
-            record: CriSpan {
-                call,
-                hooks,
-                nri_ns: 0,
-                nri_permille: None,
-            },
-        })
-    }
 
     fn run_pod() -> TraceRecord {
         let mut c = cri(Some("RunPodSandbox"), "sb1", 100, 150);

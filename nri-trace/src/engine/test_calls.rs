@@ -82,6 +82,23 @@ pub fn hook(event: Option<Event>, plugin: &str, pod: &str, start: u64, end: u64)
     }
 }
 
+/// A CRI span record of `call` with these hooks.
+pub fn span(call: CriCall, hooks: Vec<HookSpan>) -> crate::engine::trace_analysis::TraceRecord {
+    use crate::engine::{
+        correlate::CriSpan,
+        trace_analysis::{Tagged, TraceRecord},
+    };
+    TraceRecord::CriSpan(Tagged {
+        kind: "cri_span",
+        record: CriSpan {
+            call,
+            hooks,
+            nri_ns: 0,
+            nri_permille: None,
+        },
+    })
+}
+
 /// `h` as delivered to plugin `idx`-`name` on connection `conn`.
 pub fn to_plugin(mut h: HookSpan, name: &str, idx: &str, conn: u64) -> HookSpan {
     h.call.plugin.name = Some(name.into());

@@ -114,6 +114,24 @@ impl CriOutcome {
     pub fn is_ok(&self) -> bool {
         matches!(self, CriOutcome::Ok)
     }
+
+    /// In words, for evidence and explanations.
+    pub fn describe(&self) -> String {
+        match self {
+            CriOutcome::Ok => "ok".into(),
+            CriOutcome::Error {
+                code,
+                status,
+                message,
+            } => format!("error {code} {status}: {message}"),
+            CriOutcome::DeadlineExceeded => "the client's deadline expired".into(),
+            CriOutcome::Cancelled => "cancelled by the client".into(),
+            CriOutcome::Reset { by, error, .. } => format!("reset by the {by} ({error})"),
+            CriOutcome::ConnectionClosed => "the connection closed before an answer".into(),
+            CriOutcome::NoResponse => "no answer yet".into(),
+            CriOutcome::Unknown => "ended, outcome unknown".into(),
+        }
+    }
 }
 
 /// One CRI call.

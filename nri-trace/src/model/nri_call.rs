@@ -163,6 +163,17 @@ impl Outcome {
     pub fn is_ok(&self) -> bool {
         matches!(self, Outcome::Ok)
     }
+
+    /// In words, for evidence and explanations ("error 2: refused").
+    pub fn describe(&self) -> String {
+        match self {
+            Outcome::Ok => "ok".into(),
+            Outcome::Error { code, message } => format!("error {code}: {message}"),
+            Outcome::TimedOut => "timed out".into(),
+            Outcome::ConnectionClosed => "connection closed".into(),
+            Outcome::NoResponse => "no response".into(),
+        }
+    }
 }
 
 /// One NRI call: a request and how it ended.
