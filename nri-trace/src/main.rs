@@ -1497,7 +1497,17 @@ fn replay_capture(
 /// `explain`: the pod's teardown, completed with what this node shows of
 /// its containers when it is not gone.
 fn explain(log: &TeardownLog, pod: &str, format: LineFormat, inspect: bool) -> Result<()> {
-    let Some(e) = log.explain(pod, 0) else {
+    // On the node, "now" is now (waits run up to this moment), when the
+    // recording is from this boot: the same wall-minus-monotonic offset.
+    let (last, offset) = log.last_seen();
+    let now = session::monotonic_ns();
+    let same_boot = (offset - session::wall_offset_ns()).abs() < 1_000_000_000;
+    let at = if inspect && same_boot && now >= last {
+        now
+    } else {
+        0
+    };
+    let Some(e) = log.explain(pod, at) else {
         let known = log.pods();
         anyhow::bail!(
             "no call of pod {pod:?} in the recording ({} pods seen{}): give namespace/name, \

@@ -287,6 +287,9 @@ fn trace_busy_mount() {
     let out_dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join("trace-lab")
         .join("busy-mount");
+    // A previous run's files must not pass for this one's.
+    let _ = std::fs::remove_file(out_dir.join("truth.ndjson"));
+    let _ = std::fs::remove_file(TraceProc::observations(&out_dir));
     let explained = std::thread::spawn(move || explain_while_held(&out_dir));
     let Some((out, records)) = traced("busy-mount") else {
         return;
@@ -341,6 +344,8 @@ fn trace_busy_mount() {
     eprintln!("busy-mount: explain: {e}");
     let v: serde_json::Value = serde_json::from_str(&e).expect("explain --format ndjson");
     assert_eq!(v["verdict"], "blocked", "{v}");
+    // Waited from the failed call to the moment explain ran (on the node).
+    assert!(v["waited_ns"].as_u64().unwrap_or(0) > 0, "{v}");
     let sentence = v["sentence"].as_str().unwrap();
     assert!(
         sentence.contains("StopContainer of container main did not complete"),

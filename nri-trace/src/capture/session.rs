@@ -133,6 +133,12 @@ pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
 }
 
+/// CLOCK_REALTIME minus CLOCK_MONOTONIC now: the offset capture
+/// timestamps' wall clock is derived with.
+pub fn wall_offset_ns() -> i128 {
+    clock_ns(libc::CLOCK_REALTIME) as i128 - monotonic_ns() as i128
+}
+
 fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -191,7 +197,7 @@ pub async fn start(
     if cfg.sockets.is_empty() && cfg.pids.is_empty() {
         return Err(SessionError::NoTarget);
     }
-    let wall_offset = clock_ns(libc::CLOCK_REALTIME) as i128 - monotonic_ns() as i128;
+    let wall_offset = wall_offset_ns();
     let mut tracker = ConnTracker::new(wall_offset);
     let mut initial = Vec::new();
     let mut listeners = Vec::new();

@@ -104,6 +104,8 @@ pub struct TeardownLog {
     by_label: HashMap<String, Vec<String>>,
     /// Latest capture time seen.
     now_ns: u64,
+    /// Its wall clock minus its monotonic clock (which boot it is from).
+    wall_offset_ns: i128,
 }
 
 fn human(ns: u64) -> String {
@@ -156,7 +158,12 @@ impl TeardownLog {
     fn on_span(&mut self, s: &CriSpan) {
         let c = &s.call;
         let at = c.end.or(c.start).map_or(0, |t| t.mono_ns);
-        self.now_ns = self.now_ns.max(at);
+        if at > self.now_ns {
+            self.now_ns = at;
+            if let Some(t) = c.end.or(c.start) {
+                self.wall_offset_ns = t.wall_ns as i128 - t.mono_ns as i128;
+            }
+        }
         let sandbox = c.sandbox_id.clone().or_else(|| {
             c.container_id
                 .as_ref()
@@ -273,6 +280,13 @@ impl TeardownLog {
             ids.retain(|k| pods.contains_key(k));
             !ids.is_empty()
         });
+    }
+
+    /// The latest capture time seen, and the recording's wall clock minus
+    /// its monotonic clock (the same as this boot's when it was recorded
+    /// since this boot).
+    pub fn last_seen(&self) -> (u64, i128) {
+        (self.now_ns, self.wall_offset_ns)
     }
 
     /// The pods known, "namespace/name" (or sandbox id).
