@@ -17,8 +17,8 @@ use lab_trace::{TraceProc, Traced};
 use nri_trace::{
     engine::{
         contract::{
-            NAME_RESERVATION_RETRY, PLUGIN_TIMEOUT, POD_UNKNOWN_TO_PLUGIN, TEARDOWN_HOOK_FAILED,
-            UNEXPLAINED_AFTER_RESTART,
+            HOOK_OVER_BUDGET, NAME_RESERVATION_RETRY, PLUGIN_TIMEOUT, POD_UNKNOWN_TO_PLUGIN,
+            TEARDOWN_HOOK_FAILED, UNEXPLAINED_AFTER_RESTART,
         },
         trace_analysis::{analyze, TraceRecord},
     },
@@ -181,9 +181,15 @@ fn trace_teardown_error_found() {
     assert_eq!(named, !observer_got_stop);
 }
 
-#[test]
-fn trace_name_reservation_retry_found() {
-    let Some((_, records)) = traced("cri-deadline-retry") else {
+/// A RunPodSandbox held 3 s by a plugin, a 1 s client deadline, retries:
+/// the name-reservation finding, certain; the slow hook over its budget
+/// (containerd passes the CRI deadline left as the hook's timeout); when
+/// containerd's own deadline fires first, plugin-timeout (a race). Nothing
+/// else: in particular the plugin, which got the RunPodSandbox (still busy
+/// with it when containerd gave up and sent StopPodSandbox), is not "never
+/// told" of the pod.
+fn check_deadline_retry(scenario: &str) {
+    let Some((_, records)) = traced(scenario) else {
         return;
     };
     let f = findings(&records);
@@ -191,6 +197,41 @@ fn trace_name_reservation_retry_found() {
         f.iter().any(|(r, _, c)| *r == NAME_RESERVATION_RETRY && *c),
         "{f:?}"
     );
+    assert!(
+        f.iter().all(
+            |(r, _, _)| [NAME_RESERVATION_RETRY, HOOK_OVER_BUDGET, PLUGIN_TIMEOUT].contains(r)
+        ),
+        "{scenario}: {f:?}"
+    );
+}
+
+#[test]
+fn trace_name_reservation_retry_found() {
+    check_deadline_retry("cri-deadline-retry");
+}
+
+/// The same with grpc-go's client (kubelet's gRPC stack).
+#[test]
+fn trace_name_reservation_retry_found_go() {
+    check_deadline_retry("cri-deadline-retry-go");
+}
+
+/// `trace` attached to a CRI connection mid-stream (its HPACK table holds
+/// entries it never saw), tonic and grpc-go clients: no plugins, no
+/// finding, and the calls after the attach are still traced as spans.
+#[test]
+fn trace_cri_late_attach_finds_nothing() {
+    for scenario in ["cri-late-attach", "cri-late-attach-go"] {
+        let Some((_, records)) = traced(scenario) else {
+            return;
+        };
+        assert_eq!(findings(&records), vec![], "{scenario}");
+        let spans = records
+            .iter()
+            .filter(|r| matches!(r, TraceRecord::CriSpan(_)))
+            .count();
+        assert!(spans >= 40, "{scenario}: {spans} CRI spans");
+    }
 }
 
 #[test]

@@ -206,6 +206,21 @@ fn cri_evidence(c: &CriCall) -> Evidence {
     }
 }
 
+/// The capture time a record is about (its end).
+fn record_time(r: &TraceRecord) -> Option<u64> {
+    let t = match r {
+        TraceRecord::CriSpan(s) => s.record.call.end.or(s.record.call.start),
+        TraceRecord::NriUncaused(u) => u.record.span.call.end.or(u.record.span.call.start),
+        TraceRecord::Nri(NriRecord::NriCall(h)) => h.call.end.or(h.call.start),
+        TraceRecord::Nri(NriRecord::NriPlugin { ts, .. })
+        | TraceRecord::Nri(NriRecord::NriPluginGone { ts, .. })
+        | TraceRecord::Nri(NriRecord::NriResync { ts, .. }) => Some(*ts),
+        TraceRecord::Runtime(r) => Some(r.record.ts),
+        _ => None,
+    };
+    t.map(|t| t.mono_ns)
+}
+
 fn pod_of_hook(h: &HookSpan) -> Option<String> {
     h.call
         .pod
@@ -253,6 +268,12 @@ const CONTAINER_ORDER: [&str; 4] = [
 /// bounded on a node that runs for months, at the price of not seeing an
 /// order violation across the forgotten part.
 pub const MAX_TRACKED: usize = 16_384;
+/// How long (capture time) a pod-unknown-to-plugin finding is held before
+/// it is reported: a RunPodSandbox delivery that started before the event
+/// but answered after it (containerd gives up on a hook at the CRI
+/// deadline and goes on, the plugin still busy) settles later, and would
+/// show the plugin was told after all.
+pub const UNKNOWN_POD_HOLD_NS: u64 = 30_000_000_000;
 /// Most disconnected plugin connections remembered (timed-out ones are
 /// kept first: what they missed is reported at the end).
 pub const MAX_GONE_PLUGINS: usize = 64;
@@ -285,6 +306,11 @@ pub struct ContractChecker {
     pods_seen: HashSet<String>,
     /// `pods_seen` when the runtime last restarted.
     pods_before_restart: HashSet<String>,
+    /// pod-unknown-to-plugin findings held back (see
+    /// [`UNKNOWN_POD_HOLD_NS`]): (event start, plugin, pod id, finding).
+    unknown_pending: Vec<(u64, String, String, Violation)>,
+    /// The latest capture time in the records.
+    clock_ns: u64,
 }
 
 impl ContractChecker {
@@ -338,7 +364,23 @@ impl ContractChecker {
     /// Feed one record (in the order the trace analysis emits them).
     pub fn on_record(&mut self, r: &TraceRecord, out: &mut Vec<Violation>) {
         self.bound();
+        if let Some(t) = record_time(r) {
+            self.clock_ns = self.clock_ns.max(t);
+        }
         self.check_record(r, out);
+        self.release_unknown(self.clock_ns.saturating_sub(UNKNOWN_POD_HOLD_NS), out);
+    }
+
+    /// Report the held pod-unknown findings of events before `before`.
+    fn release_unknown(&mut self, before: u64, out: &mut Vec<Violation>) {
+        if self.unknown_pending.iter().all(|p| p.0 >= before) {
+            return;
+        }
+        let (due, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.unknown_pending)
+            .into_iter()
+            .partition(|p| p.0 < before);
+        self.unknown_pending = keep;
+        out.extend(due.into_iter().map(|p| p.3));
     }
 
     /// Keep every map under [`MAX_TRACKED`]: drop the state of the objects
@@ -482,6 +524,7 @@ impl ContractChecker {
 
     /// The stream ended: what can only be told at the end.
     pub fn finish(&mut self, out: &mut Vec<Violation>) {
+        self.release_unknown(u64::MAX, out);
         let gone: Vec<&PluginState> = self
             .plugins
             .values()
@@ -810,12 +853,16 @@ impl ContractChecker {
             if let (Some(known), false) = (known, after_restart) {
                 if h.hook == "RUN_POD_SANDBOX" {
                     self.announce(&label, [pod.id.clone()]);
+                    // Told before the held event after all: no finding.
+                    self.unknown_pending
+                        .retain(|p| !(p.1 == label && p.2 == pod.id && start <= p.0));
                 } else if !known
+                    && self.unknown_pending.len() < MAX_TRACKED
                     && self
                         .fired
                         .insert((POD_UNKNOWN_TO_PLUGIN, label.clone(), pod.id.clone()))
                 {
-                    out.push(self.hook_finding(
+                    let v = self.hook_finding(
                         POD_UNKNOWN_TO_PLUGIN,
                         h,
                         &label,
@@ -825,7 +872,9 @@ impl ContractChecker {
                              being created: the Synchronize race)",
                             h.hook
                         ),
-                    ));
+                    );
+                    self.unknown_pending
+                        .push((start, label.clone(), pod.id.clone(), v));
                 }
             }
         }
@@ -1305,6 +1354,41 @@ mod tests {
         // nothing to judge.
         let v = check(&[plugin("late", "20", 3, &ALL), stop("s1", 200)]);
         assert_eq!(rules(&v), Vec::<&str>::new());
+        // A RunPodSandbox delivery that began before the stop but answered
+        // after it (its record settles later): the plugin was told.
+        let late_run = TraceRecord::NriUncaused(Tagged {
+            kind: "nri_uncaused",
+            record: crate::engine::trace_analysis::Uncaused {
+                span: to_plugin(
+                    hook(Some(Event::RunPodSandbox), "late", "s1", 150, 3150),
+                    "late",
+                    "20",
+                    3,
+                ),
+                no_cri_cause: NoCause::NoCriCallInFlight,
+            },
+        });
+        let v = check(&[
+            plugin("late", "20", 3, &ALL),
+            synchronize("late", "20", 3, &["s0"]),
+            stop("s1", 200),
+            late_run.clone(),
+        ]);
+        assert_eq!(rules(&v), Vec::<&str>::new());
+        // Held no longer than UNKNOWN_POD_HOLD_NS of capture time: a record
+        // 31 s later releases it, before the end.
+        let mut c = ContractChecker::new(ContractConfig::default());
+        let mut out = Vec::new();
+        for r in [
+            plugin("late", "20", 3, &ALL),
+            synchronize("late", "20", 3, &["s0"]),
+            stop("s1", 200),
+        ] {
+            c.on_record(&r, &mut out);
+        }
+        assert!(out.is_empty());
+        c.on_record(&stop("s0", 31_300), &mut out);
+        assert_eq!(rules(&out), vec![POD_UNKNOWN_TO_PLUGIN]);
     }
 
     /// A container event of container `ctr` in pod `pod`, to plugin a.
