@@ -94,7 +94,7 @@ struct PodTeardown {
 }
 
 /// The teardown of every pod, from trace records.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct TeardownLog {
     /// Sandbox id (or "ns/name" before one is known) -> teardown.
     pods: HashMap<String, PodTeardown>,

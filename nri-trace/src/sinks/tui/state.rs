@@ -197,6 +197,8 @@ pub fn pod_flag(p: &PodView) -> Option<PodFlag> {
 /// The TUI's model.
 #[derive(Debug, Default, Clone)]
 pub struct TuiState {
+    /// Each pod's teardown, for the timeline's verdict (`explain`).
+    teardown: crate::engine::teardown::TeardownLog,
     /// "containerd v1.7.24", from the runtime's last Configure request.
     runtime_version: Option<String>,
     pods: PodModel,
@@ -357,6 +359,11 @@ impl TuiState {
 
     pub fn pods(&self) -> &PodModel {
         &self.pods
+    }
+
+    /// Each pod's teardown (what `nri-trace explain` says of it).
+    pub fn teardown(&self) -> &crate::engine::teardown::TeardownLog {
+        &self.teardown
     }
 
     /// Findings, oldest first.
@@ -522,6 +529,7 @@ impl TuiState {
     fn apply(&mut self, r: &TraceRecord) {
         self.counts.records += 1;
         self.pods.on_record(r);
+        self.teardown.on_record(r);
         push_bounded(
             &mut self.session,
             r.clone(),

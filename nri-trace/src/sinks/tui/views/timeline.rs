@@ -13,7 +13,7 @@ use ratatui::{
 
 use super::{dur, dur_opt, Theme};
 use crate::{
-    engine::pods::PodView,
+    engine::{pods::PodView, teardown::Verdict},
     sinks::tui::{
         app::{App, PodKey, View},
         sanitize::sanitize,
@@ -237,6 +237,24 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
         ),
     ]);
     let mut lines = Vec::new();
+    // Where its teardown stands (`nri-trace explain`), once it began.
+    let key = pod.sandbox_id.clone().unwrap_or_else(|| pod.label());
+    if let Some(e) = st
+        .teardown()
+        .explain(&key, st.now_ns())
+        .filter(|e| e.verdict != Verdict::NotTornDown)
+    {
+        let style = match e.verdict {
+            Verdict::Blocked => th.bad(),
+            Verdict::Waiting => th.warn(),
+            _ => th.dim(),
+        };
+        lines.push(Line::from(Span::styled(
+            fit(&format!("teardown: {}", sanitize(&e.sentence)), width),
+            style,
+        )));
+    }
+    let explained = lines.len();
     // The axis: offsets from the pod's first call.
     let mut axis = vec![' '; axis_w];
     let mut c = 0;
@@ -254,7 +272,7 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
         Span::styled(fit("", label_w + value_w + 2), th.dim()),
         Span::styled(axis.into_iter().collect::<String>(), th.dim()),
     ]));
-    let height = area.height.saturating_sub(2) as usize;
+    let height = area.height.saturating_sub(2 + explained as u16) as usize;
     let first = app
         .selected_of(View::Timeline)
         .min(rows.len().saturating_sub(height.max(1)));
