@@ -329,21 +329,12 @@ fn main() -> Result<()> {
         .build()?;
     let cmd = match cli.cmd {
         Some(c) => c,
-        None if std::io::stdout().is_terminal() && std::io::stdin().is_terminal() => Cmd::Tui {
-            cri_socket: None,
-            nri_socket: None,
-            observations: None,
-            no_redact: false,
-            no_plugin_end: false,
-            hook_budget_ms: None,
-            export_dir: PathBuf::from("."),
-            probe: ProbeArgs {
-                snap_len: DEFAULT_SNAP,
-                ring_bytes: DEFAULT_RING_BYTES,
-                wakeup_bytes: None,
-                drain_ms: 2,
-            },
-        },
+        // `nri-trace tui` with its defaults, as clap gives them.
+        None if std::io::stdout().is_terminal() && std::io::stdin().is_terminal() => {
+            Cli::parse_from(["nri-trace", "tui"])
+                .cmd
+                .expect("`tui` parses to a command")
+        }
         None => {
             use clap::CommandFactory;
             Cli::command().print_help()?;
@@ -1162,9 +1153,6 @@ async fn tui_live(
             r
         })
     };
-    fn lock(m: &Mutex<tui::TuiState>) -> std::sync::MutexGuard<'_, tui::TuiState> {
-        m.lock().unwrap_or_else(|e| e.into_inner())
-    }
     let mut ticks = tokio::time::interval(Duration::from_millis(500));
     // Capture events per tick over the last 10 s (teardowns wait seconds
     // in silence: one tick alone would swing to 0).
@@ -1189,7 +1177,7 @@ async fn tui_live(
                 }
                 let secs = (per_tick.len() as f64 * 0.5).min(started.elapsed().as_secs_f64());
                 let rate = (per_tick.iter().sum::<u64>() as f64 / secs.max(0.5)) as u64;
-                let mut st = lock(&shared);
+                let mut st = tui::lock(&shared);
                 st.set_now(session::monotonic_ns());
                 st.set_summaries(a.hook_summary(), a.method_summary());
                 st.set_status(status(Some(rate)));
@@ -1203,7 +1191,7 @@ async fn tui_live(
                 events += 1;
                 a.on_capture(&ev, &mut buf);
                 write_tap(&mut a, &mut tap)?;
-                let mut st = lock(&shared);
+                let mut st = tui::lock(&shared);
                 if let Some(t) = tui::event_mono_ns(&ev) {
                     st.set_now(t);
                 }

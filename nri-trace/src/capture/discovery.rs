@@ -462,7 +462,7 @@ fn scan_holders(inodes: &HashSet<u64>) -> HolderScan {
 }
 
 /// Parses a /proc directory entry name as a pid (`None` for "self", "net", ...).
-fn pid_from_name(name: &OsStr) -> Option<u32> {
+pub(crate) fn pid_from_name(name: &OsStr) -> Option<u32> {
     let s = name.to_str()?;
     parse_dec_u64(s).and_then(|v| u32::try_from(v).ok())
 }
@@ -552,7 +552,7 @@ pub struct ProcessInfo {
 
 /// Reads comm, cmdline and exe of `pid`; `None` if the process is gone.
 pub fn process_info(pid: u32) -> Option<ProcessInfo> {
-    let comm = fs::read(format!("/proc/{pid}/comm")).ok()?;
+    let comm = read_comm(pid)?;
     let cmdline = fs::read(format!("/proc/{pid}/cmdline"))
         .map(|b| parse_nul_separated(&b))
         .unwrap_or_default();
@@ -561,10 +561,17 @@ pub fn process_info(pid: u32) -> Option<ProcessInfo> {
         .map(|p| p.to_string_lossy().into_owned());
     Some(ProcessInfo {
         pid,
-        comm: parse_comm(&comm),
+        comm,
         cmdline,
         exe,
     })
+}
+
+/// `/proc/<pid>/comm`; `None` if the process is gone.
+pub(crate) fn read_comm(pid: u32) -> Option<String> {
+    fs::read(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|b| parse_comm(&b))
 }
 
 /// Decodes `/proc/<pid>/comm`, dropping the newline the kernel appends.

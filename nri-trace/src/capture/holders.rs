@@ -16,6 +16,8 @@ use std::{
 
 use serde::Serialize;
 
+use super::discovery;
+
 /// A process that holds something of a container.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Holder {
@@ -33,12 +35,6 @@ pub struct Holder {
 
 /// Most processes reported per container (a node may run thousands).
 const MAX_HOLDERS: usize = 32;
-
-fn comm(pid: u32) -> String {
-    fs::read_to_string(format!("/proc/{pid}/comm"))
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
-}
 
 /// The state letter from /proc/PID/stat (after the parenthesized comm,
 /// which may itself hold spaces and parentheses).
@@ -61,7 +57,7 @@ fn wchan(pid: u32) -> String {
 fn holder(pid: u32, what: String, path: String) -> Holder {
     Holder {
         pid,
-        comm: comm(pid),
+        comm: discovery::read_comm(pid).unwrap_or_default(),
         what,
         path,
         state: state(pid),
@@ -95,7 +91,7 @@ fn numeric_dirs(dir: &str) -> Vec<u32> {
         return Vec::new();
     };
     rd.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter_map(|e| discovery::pid_from_name(&e.file_name()))
         .collect()
 }
 

@@ -399,7 +399,7 @@ impl TeardownLog {
                 .collect();
             if s.ok {
                 // The teardown went on; what comes next still matters.
-                let (next, waited) = self.next_step(p, last, now);
+                let (next, waited) = Self::next_step(last, now);
                 e.expected_next = next;
                 e.waited_ns = waited;
             }
@@ -425,7 +425,7 @@ impl TeardownLog {
                 .map(|t| now.saturating_sub(t.mono_ns + last.duration_ns.unwrap_or(0)));
             return Some(e);
         }
-        let (next, waited) = self.next_step(p, last, now);
+        let (next, waited) = Self::next_step(last, now);
         e.verdict = Verdict::Waiting;
         e.sentence = format!(
             "{}: {} succeeded{}, but kubelet has not called {} since{}",
@@ -447,7 +447,7 @@ impl TeardownLog {
 
     /// The step kubelet makes after `last`, and how long it has been
     /// waited for.
-    fn next_step(&self, p: &PodTeardown, last: &Step, now: u64) -> (Option<String>, Option<u64>) {
+    fn next_step(last: &Step, now: u64) -> (Option<String>, Option<u64>) {
         let next = match last.method.as_str() {
             "StopContainer" | "RemoveContainer" => "StopPodSandbox",
             "StopPodSandbox" => "RemovePodSandbox",
@@ -456,7 +456,6 @@ impl TeardownLog {
         let ended = last
             .start
             .map(|t| t.mono_ns + last.duration_ns.unwrap_or(0));
-        let _ = p;
         (Some(next.into()), ended.map(|e| now.saturating_sub(e)))
     }
 

@@ -74,7 +74,7 @@ impl Default for TuiOptions {
 
 /// The state, even if a feeder panicked while holding it (the model stays
 /// readable; what it shows is at worst one record short).
-fn lock(shared: &Mutex<TuiState>) -> MutexGuard<'_, TuiState> {
+pub fn lock(shared: &Mutex<TuiState>) -> MutexGuard<'_, TuiState> {
     shared.lock().unwrap_or_else(|e| e.into_inner())
 }
 
