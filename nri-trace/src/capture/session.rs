@@ -277,6 +277,7 @@ pub async fn start(
         }),
         lost: Vec::new(),
         next_scan_ns: 0,
+        fast_until_ns: 0,
         existing_socketpair_env: cfg.existing_socketpair_env.clone(),
         no_follow_sockets: cfg.no_follow_sockets.clone(),
     };
@@ -422,6 +423,12 @@ struct PeerRules<'a> {
 
 /// How often a socket whose listener exited is looked for again.
 const REATTACH_SCAN_NS: u64 = 100_000_000;
+/// Once one of a runtime's sockets is served again, the others are looked
+/// for at every drain (for this long): the runtime is starting, and a
+/// plugin that connects before its socket is traced again shows up
+/// without its registration (seen in CI: containerd served nri.sock a few
+/// ms after containerd.sock, and a plugin connected within the 100 ms).
+const REATTACH_FAST_NS: u64 = 5_000_000_000;
 
 /// Following a runtime across restarts: when the process listening on a
 /// traced socket exits, the socket is looked for again until a process
@@ -432,6 +439,8 @@ struct Reattach {
     /// Paths whose listener exited and none is found yet.
     lost: Vec<PathBuf>,
     next_scan_ns: u64,
+    /// Until when lost sockets are looked for at every drain.
+    fast_until_ns: u64,
     existing_socketpair_env: Option<String>,
     no_follow_sockets: Vec<PathBuf>,
 }
@@ -479,7 +488,7 @@ impl Reattach {
         if self.lost.is_empty() || now < self.next_scan_ns {
             return;
         }
-        self.next_scan_ns = now + REATTACH_SCAN_NS;
+
         let mut to_follow = Vec::new();
         let mut new_pids = Vec::new();
         let lost = std::mem::take(&mut self.lost);
@@ -522,6 +531,16 @@ impl Reattach {
                 }
             }
         }
+        // Every REATTACH_SCAN_NS while the runtime is down; at every drain
+        // for a while once part of it is back.
+        if !new_pids.is_empty() {
+            self.fast_until_ns = now + REATTACH_FAST_NS;
+        }
+        self.next_scan_ns = if now < self.fast_until_ns {
+            now
+        } else {
+            now + REATTACH_SCAN_NS
+        };
         new_pids.sort();
         new_pids.dedup();
         if new_pids.is_empty() {
