@@ -49,6 +49,9 @@ pub enum RecordKind {
     Fork = 4,
     /// The last thread of a tracked process exited.
     ProcessExit = 5,
+    /// A sandbox event (signal, exit, unmount, ...) of the runtime's process
+    /// tree; a [`SandboxRecord`] follows the header.
+    Sandbox = 6,
 }
 
 impl RecordKind {
@@ -59,6 +62,7 @@ impl RecordKind {
             3 => Self::Close,
             4 => Self::Fork,
             5 => Self::ProcessExit,
+            6 => Self::Sandbox,
             _ => return None,
         })
     }
@@ -87,7 +91,61 @@ pub enum Syscall {
     Dup3 = 16,
     /// Not a syscall: task_newtask / sched_process_exit tracepoints.
     Sched = 17,
+    /// Not a syscall: signal/signal_generate (kill, tgkill,
+    /// pidfd_send_signal and kernel-sent signals alike).
+    Signal = 18,
+    /// Not a syscall: sched_process_exit of a watched process.
+    Exit = 19,
+    Umount2 = 20,
+    Unlinkat = 21,
+    Unlink = 22,
+    Rmdir = 23,
+    Mount = 24,
+    Unshare = 25,
+    Setns = 26,
+    /// Not a syscall: task_newtask with CLONE_NEW* flags (clone, clone3).
+    CloneNs = 27,
+    /// Not a syscall: cgroup/cgroup_mkdir.
+    CgroupMkdir = 28,
+    /// Not a syscall: cgroup/cgroup_rmdir.
+    CgroupRmdir = 29,
 }
+
+/// Every `Syscall`, in numbering order (for tests and name lookups).
+pub const ALL_SYSCALLS: [Syscall; 29] = {
+    use Syscall::*;
+    [
+        Read,
+        Readv,
+        Recvfrom,
+        Recvmsg,
+        Write,
+        Writev,
+        Sendto,
+        Sendmsg,
+        Close,
+        Accept,
+        Accept4,
+        Connect,
+        Socketpair,
+        Dup,
+        Dup2,
+        Dup3,
+        Sched,
+        Signal,
+        Exit,
+        Umount2,
+        Unlinkat,
+        Unlink,
+        Rmdir,
+        Mount,
+        Unshare,
+        Setns,
+        CloneNs,
+        CgroupMkdir,
+        CgroupRmdir,
+    ]
+};
 
 impl Syscall {
     pub fn from_u16(v: u16) -> Option<Self> {
@@ -110,6 +168,18 @@ impl Syscall {
             15 => Dup2,
             16 => Dup3,
             17 => Sched,
+            18 => Signal,
+            19 => Exit,
+            20 => Umount2,
+            21 => Unlinkat,
+            22 => Unlink,
+            23 => Rmdir,
+            24 => Mount,
+            25 => Unshare,
+            26 => Setns,
+            27 => CloneNs,
+            28 => CgroupMkdir,
+            29 => CgroupRmdir,
             _ => return None,
         })
     }
@@ -143,6 +213,18 @@ impl Syscall {
             Dup2 => "dup2",
             Dup3 => "dup3",
             Sched => "sched",
+            Signal => "signal",
+            Exit => "exit",
+            Umount2 => "umount2",
+            Unlinkat => "unlinkat",
+            Unlink => "unlink",
+            Rmdir => "rmdir",
+            Mount => "mount",
+            Unshare => "unshare",
+            Setns => "setns",
+            CloneNs => "clone_ns",
+            CgroupMkdir => "cgroup_mkdir",
+            CgroupRmdir => "cgroup_rmdir",
         }
     }
 
@@ -150,27 +232,7 @@ impl Syscall {
     /// than number them, so they stay readable and do not depend on our
     /// numbering. Exact, case-sensitive match.
     pub fn from_name(name: &str) -> Option<Self> {
-        use Syscall::*;
-        Some(match name {
-            "read" => Read,
-            "readv" => Readv,
-            "recvfrom" => Recvfrom,
-            "recvmsg" => Recvmsg,
-            "write" => Write,
-            "writev" => Writev,
-            "sendto" => Sendto,
-            "sendmsg" => Sendmsg,
-            "close" => Close,
-            "accept" => Accept,
-            "accept4" => Accept4,
-            "connect" => Connect,
-            "socketpair" => Socketpair,
-            "dup" => Dup,
-            "dup2" => Dup2,
-            "dup3" => Dup3,
-            "sched" => Sched,
-            _ => return None,
-        })
+        ALL_SYSCALLS.into_iter().find(|s| s.name() == name)
     }
 }
 
@@ -275,7 +337,81 @@ pub struct Config {
     /// below it, records are written with BPF_RB_NO_WAKEUP and the reader's
     /// timed drain picks them up.
     pub wakeup_bytes: u32,
+    /// Byte offset of `exit_code` in the kernel's `struct task_struct`
+    /// (from its BTF); 0: unknown, exits are reported without a code.
+    pub exit_code_off: u32,
+    /// Sandbox records allowed per CPU per second; the rest are counted in
+    /// `counter::SANDBOX_SUPPRESSED` (never a flood).
+    pub sandbox_rate: u32,
+    /// Bit `1 << sig` set: signals of that number sent to the runtime's
+    /// process tree are reported (not SIGCHLD, SIGURG, ...: a flood).
+    pub signal_mask: u64,
 }
+
+impl Config {
+    /// The sandbox defaults: 1000 records/s per CPU; HUP, INT, QUIT, ABRT,
+    /// KILL, TERM, STOP (include/uapi/asm-generic/signal.h numbers).
+    pub const DEFAULT_SANDBOX_RATE: u32 = 1000;
+    pub const DEFAULT_SIGNAL_MASK: u64 =
+        (1 << 1) | (1 << 2) | (1 << 3) | (1 << 6) | (1 << 9) | (1 << 15) | (1 << 19);
+}
+
+/// Size of the `POD_TASKS` map: processes of the runtime's tree (runtime,
+/// shims, runc, containers) whose sandbox events are reported.
+pub const POD_TASK_SLOTS: u32 = 32768;
+
+/// `POD_TASKS` value bit: report this process's exit (set when a signal
+/// in `Config::signal_mask` was sent to it, or by userspace).
+pub const TASK_WATCH_EXIT: u32 = 1;
+
+/// Bytes of each path a [`SandboxRecord`] carries; longer paths are cut
+/// (`SANDBOX_PATH_CUT`). Pod paths (kubelet pod dirs, netns files,
+/// container rootfs and cgroups) fit.
+pub const SANDBOX_PATH_LEN: usize = 256;
+
+/// `SandboxRecord::flags`: `path` was cut at `SANDBOX_PATH_LEN`.
+pub const SANDBOX_PATH_CUT: u32 = 1;
+/// `SandboxRecord::flags`: `path2` was cut.
+pub const SANDBOX_PATH2_CUT: u32 = 2;
+/// `SandboxRecord::flags`: the exit code could not be read.
+pub const SANDBOX_NO_CODE: u32 = 4;
+
+/// Payload of a `RecordKind::Sandbox` record. What each field means
+/// depends on the header's `Syscall`:
+///
+/// | syscall | `arg` | `target` | `aux` | `path` / `path2` |
+/// |---|---|---|---|---|
+/// | signal | signal number | target pid | si_code | - |
+/// | exit | exit code (wait status form) | pid | - | - |
+/// | umount2 | flags | - | - | target |
+/// | unlinkat | flags | - | dirfd | path |
+/// | unlink, rmdir | - | - | - | path |
+/// | mount | flags | - | - | target / source |
+/// | unshare | flags | - | - | - |
+/// | setns | nstype | - | fd | - |
+/// | clone_ns | clone flags | child pid | - | - |
+/// | cgroup_mkdir/rmdir | cgroup id | level | hierarchy | cgroup path |
+///
+/// The header's `ret` is the syscall's return value (negative errno), or
+/// the signal's result (`TRACE_SIGNAL_*`, 0 delivered).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SandboxRecord {
+    /// bpf_get_current_cgroup_id() of the calling task (for exit: the
+    /// exiting task).
+    pub cgroup_id: u64,
+    pub arg: u64,
+    pub target: u32,
+    pub aux: i32,
+    /// The calling task's comm, NUL padded.
+    pub comm: [u8; 16],
+    pub flags: u32,
+    pub _pad: u32,
+    pub path: [u8; SANDBOX_PATH_LEN],
+    pub path2: [u8; SANDBOX_PATH_LEN],
+}
+
+pub const SANDBOX_RECORD_LEN: usize = core::mem::size_of::<SandboxRecord>();
 
 /// Indexes of the per-CPU `COUNTERS` array.
 pub mod counter {
@@ -287,7 +423,11 @@ pub mod counter {
     pub const READ_FAULTS: u32 = 2;
     /// Tracked fds that could not be added because `FDS` was full.
     pub const FD_MAP_FULL: u32 = 3;
-    pub const COUNT: u32 = 4;
+    /// Sandbox records not sent: over `Config::sandbox_rate`.
+    pub const SANDBOX_SUPPRESSED: u32 = 4;
+    /// New processes of the runtime's tree not followed: `POD_TASKS` full.
+    pub const POD_MAP_FULL: u32 = 5;
+    pub const COUNT: u32 = 6;
 }
 
 #[cfg(feature = "user")]
@@ -308,7 +448,9 @@ mod tests {
         // The eBPF side and userspace must agree on these exact sizes.
         assert_eq!(RECORD_HEADER_LEN, 48);
         assert_eq!(core::mem::size_of::<FdKey>(), 8);
-        assert_eq!(core::mem::size_of::<Config>(), 8);
+        assert_eq!(core::mem::size_of::<Config>(), 24);
+        assert_eq!(SANDBOX_RECORD_LEN, 48 + 2 * SANDBOX_PATH_LEN);
+        assert_eq!(core::mem::align_of::<SandboxRecord>(), 8);
         assert_eq!(core::mem::size_of::<FdState>(), 16);
         assert_eq!(core::mem::align_of::<RecordHeader>(), 8);
         assert!(TGID_SLOTS.is_power_of_two());
@@ -317,11 +459,13 @@ mod tests {
 
     #[test]
     fn enums_round_trip() {
-        for v in 1..=17u16 {
+        for v in 1..=29u16 {
             assert_eq!(Syscall::from_u16(v).unwrap() as u16, v);
+            assert_eq!(ALL_SYSCALLS[v as usize - 1] as u16, v);
         }
+        assert!(Syscall::from_u16(30).is_none());
         assert!(Syscall::from_u16(0).is_none());
-        for v in 1..=5u16 {
+        for v in 1..=6u16 {
             assert_eq!(RecordKind::from_u16(v).unwrap() as u16, v);
         }
         assert!(Syscall::Recvmsg.is_inbound() && !Syscall::Sendmsg.is_inbound());
@@ -329,7 +473,7 @@ mod tests {
 
     #[test]
     fn syscall_names_round_trip() {
-        for v in 1..=17u16 {
+        for v in 1..=29u16 {
             let s = Syscall::from_u16(v).unwrap();
             assert_eq!(Syscall::from_name(s.name()), Some(s));
         }

@@ -17,6 +17,8 @@
 #![no_std]
 #![no_main]
 
+mod sandbox;
+
 use core::ffi::c_void;
 
 use aya_ebpf::{
@@ -106,6 +108,9 @@ fn config() -> Config {
         None => Config {
             snap_len: DEFAULT_SNAP,
             wakeup_bytes: 0,
+            exit_code_off: 0,
+            sandbox_rate: Config::DEFAULT_SANDBOX_RATE,
+            signal_mask: Config::DEFAULT_SIGNAL_MASK,
         },
     }
 }

@@ -351,7 +351,10 @@ fn frame(
             CaptureEvent::Close(c) => {
                 conns.remove(&c.conn);
             }
-            CaptureEvent::Open(_) | CaptureEvent::Process(_) | CaptureEvent::Loss(_) => {}
+            CaptureEvent::Open(_)
+            | CaptureEvent::Process(_)
+            | CaptureEvent::Loss(_)
+            | CaptureEvent::Sandbox(_) => {}
         }
     }
     conns

@@ -249,6 +249,7 @@ fn ts_of(ev: &CaptureEvent) -> Option<Timestamp> {
         CaptureEvent::Chunk(c) => Some(c.ts),
         CaptureEvent::Close(c) => Some(c.ts),
         CaptureEvent::Process(p) => Some(p.ts()),
+        CaptureEvent::Sandbox(s) => Some(s.ts),
         CaptureEvent::Loss(_) => None,
     }
 }
@@ -355,6 +356,7 @@ impl Base {
                         | ProcessEvent::ListenerGone { ts: t, .. }
                         | ProcessEvent::Listening { ts: t, .. },
                     ) => *t = ts(*t),
+                    CaptureEvent::Sandbox(s) => s.ts = ts(s.ts),
                     CaptureEvent::Loss(_) => {}
                 }
                 ev
@@ -502,6 +504,7 @@ fn kind(r: &TraceRecord) -> &'static str {
         TraceRecord::Cri(_) => "cri",
         TraceRecord::Violation(_) => "violation",
         TraceRecord::Runtime(_) => "runtime",
+        TraceRecord::Sandbox(_) => "sandbox",
     }
 }
 

@@ -89,6 +89,11 @@ struct ProbeArgs {
     /// Drain the ring buffer at least this often, in milliseconds.
     #[arg(long, default_value_t = 2)]
     drain_ms: u64,
+    /// Do not watch the runtime's process tree (signals, exits, unmounts,
+    /// unlinks, namespaces, cgroups; docs/explain.md). `trace`, `record`
+    /// and `tui` watch it by default, the other commands never do.
+    #[arg(long)]
+    no_sandbox: bool,
 }
 
 /// What the decoding commands (`nri`, `cri`, `trace`) share.
@@ -315,6 +320,9 @@ enum Cmd {
         /// Track this pid (the filter then has one entry, as in real use).
         #[arg(long)]
         pid: Option<u32>,
+        /// Also attach the sandbox probes (watching --pid's process tree).
+        #[arg(long)]
+        sandbox: bool,
         #[arg(long)]
         duration: f64,
     },
@@ -524,18 +532,21 @@ fn main() -> Result<()> {
             Cmd::Hold {
                 programs,
                 pid,
+                sandbox,
                 duration,
-            } => hold(programs, pid, duration).await,
+            } => hold(programs, pid, sandbox, duration).await,
         }
     })
 }
 
-fn options(p: &ProbeArgs, programs: ProgramSet) -> EbpfOptions {
+/// The probes a session needs (`sandbox`: `SessionConfig::sandbox`).
+fn options(p: &ProbeArgs, programs: ProgramSet, sandbox: bool) -> EbpfOptions {
     EbpfOptions {
         ring_bytes: p.ring_bytes,
         snap_len: p.snap_len,
         wakeup_bytes: p.wakeup_bytes.unwrap_or(p.ring_bytes / 4),
         programs,
+        sandbox,
     }
 }
 
@@ -564,7 +575,7 @@ async fn capture(
     duration: Option<f64>,
     probe: ProbeArgs,
 ) -> Result<()> {
-    let backend = EbpfBackend::load(&options(&probe, ProgramSet::Capture))?;
+    let backend = EbpfBackend::load(&options(&probe, ProgramSet::Capture, false))?;
     let cfg = SessionConfig {
         sockets,
         pids,
@@ -895,7 +906,7 @@ async fn live<A: Analyzer, W: Write>(
         )),
         None => None,
     };
-    let backend = EbpfBackend::load(&options(probe, ProgramSet::Capture))?;
+    let backend = EbpfBackend::load(&options(probe, ProgramSet::Capture, cfg.sandbox))?;
     let mut s = session::start(cfg, Box::new(backend)).await?;
     for l in &s.info.listeners {
         eprintln!(
@@ -1070,6 +1081,7 @@ fn trace_config(target: &Target, probe: &ProbeArgs, no_plugin_end: bool) -> Resu
     cfg.sockets.extend(cri.sockets);
     // kubelet's end of the CRI connections is not followed.
     cfg.no_follow_sockets = vec![target.cri.clone()];
+    cfg.sandbox = !probe.no_sandbox;
     Ok(cfg)
 }
 
@@ -1124,7 +1136,7 @@ async fn tui_live(
 ) -> Result<()> {
     use std::sync::{Arc, Mutex};
     let session_cfg = trace_config(&target, probe, no_plugin_end)?;
-    let backend = EbpfBackend::load(&options(probe, ProgramSet::Capture))?;
+    let backend = EbpfBackend::load(&options(probe, ProgramSet::Capture, session_cfg.sandbox))?;
     let mut s = session::start(session_cfg, Box::new(backend)).await?;
     let mut a =
         TraceAnalysis::new(vec![target.cri.clone()], vec![target.nri.clone()]).with_contract(cfg);
@@ -1219,7 +1231,7 @@ async fn record(
     probe: &ProbeArgs,
 ) -> Result<()> {
     let cfg = trace_config(target, probe, no_plugin_end)?;
-    let backend = EbpfBackend::load(&options(probe, ProgramSet::Capture))?;
+    let backend = EbpfBackend::load(&options(probe, ProgramSet::Capture, cfg.sandbox))?;
     let mut s = session::start(cfg, Box::new(backend)).await?;
     eprintln!("nri-trace: ready (tracking pids {:?})", s.info.tracked_pids);
     let rec = std::cell::RefCell::new(Recorder::new(target, w));
@@ -1518,7 +1530,15 @@ fn explain(log: &TeardownLog, pod: &str, format: LineFormat, inspect: bool) -> R
     };
     let facts: Option<Vec<explain_text::ContainerFacts>> =
         (inspect && e.verdict != nri_trace::engine::teardown::Verdict::Gone).then(|| {
-            e.containers
+            let signalled = |name: &str| -> Vec<holders::Holder> {
+                e.alive_after_kill
+                    .iter()
+                    .filter(|(_, c)| c == name)
+                    .filter_map(|(pid, _)| holders::process(*pid, "sent SIGKILL"))
+                    .collect()
+            };
+            let mut facts: Vec<explain_text::ContainerFacts> = e
+                .containers
                 .iter()
                 .map(|(id, name)| {
                     let rootfs = holders::rootfs_mounts(id);
@@ -1531,9 +1551,26 @@ fn explain(log: &TeardownLog, pod: &str, format: LineFormat, inspect: bool) -> R
                         holders: held,
                         cgroup: cgroup.map(|p| p.display().to_string()),
                         processes,
+                        signalled: signalled(name),
                     }
                 })
-                .collect()
+                .collect();
+            // Signalled processes of no known container (the sandbox's).
+            for (_, c) in &e.alive_after_kill {
+                if !e.containers.iter().any(|(_, n)| n == c) && !facts.iter().any(|f| &f.name == c)
+                {
+                    facts.push(explain_text::ContainerFacts {
+                        id: String::new(),
+                        name: c.clone(),
+                        rootfs: vec![],
+                        holders: vec![],
+                        cgroup: None,
+                        processes: vec![],
+                        signalled: signalled(c),
+                    });
+                }
+            }
+            facts
         });
     let mut w = std::io::BufWriter::new(std::io::stdout().lock());
     match format {
@@ -1641,15 +1678,19 @@ fn doctor_cmd(format: Format) -> Result<()> {
     Ok(())
 }
 
-async fn hold(programs: ProgramSet, pid: Option<u32>, duration: f64) -> Result<()> {
+async fn hold(programs: ProgramSet, pid: Option<u32>, sandbox: bool, duration: f64) -> Result<()> {
     use nri_trace::capture::backend::CaptureBackend;
     let mut b = EbpfBackend::load(&EbpfOptions {
         programs,
+        sandbox,
         ..Default::default()
     })
     .context("loading programs")?;
     if let Some(p) = pid {
         b.track_process(p)?;
+        if sandbox {
+            b.watch_tasks(&nri_trace::capture::sandbox::runtime_tree(&[p]))?;
+        }
     }
     println!("ready");
     std::io::stdout().flush()?;

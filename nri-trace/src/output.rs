@@ -101,9 +101,10 @@ pub fn text(w: &mut impl Write, ev: &CaptureEvent, dump_max: usize) -> io::Resul
         }
         CaptureEvent::Loss(l) => writeln!(
             w,
-            "!! LOST: {} records ({} bytes) dropped by a full ring buffer, {} unreadable chunks, {} fds not tracked (map full), {} malformed",
-            l.lost_records, l.lost_bytes, l.read_faults, l.fd_map_full, l.malformed
+            "!! LOST: {} records ({} bytes) dropped by a full ring buffer, {} unreadable chunks, {} fds not tracked (map full), {} malformed, {} sandbox records over the rate limit, {} processes not followed (map full)",
+            l.lost_records, l.lost_bytes, l.read_faults, l.fd_map_full, l.malformed, l.sandbox_suppressed, l.pod_map_full
         ),
+        CaptureEvent::Sandbox(s) => writeln!(w, "{} ~~ {}", clock(&s.ts), sanitize(&s.describe())),
     }
 }
 
@@ -131,7 +132,7 @@ impl Counts {
                 self.chunks_after_gap += c.gap_before as u64;
             }
             CaptureEvent::Loss(l) => self.loss = *l,
-            CaptureEvent::Process(_) => {}
+            CaptureEvent::Process(_) | CaptureEvent::Sandbox(_) => {}
         }
     }
 }

@@ -42,6 +42,11 @@ pub trait CaptureBackend: Send {
     fn track_fd(&mut self, tgid: u32, fd: u32, flags: u32) -> Result<(), BackendError>;
     /// Start tracking connections a tracked process makes to this path.
     fn track_connect_path(&mut self, path: &Path) -> Result<(), BackendError>;
+    /// Report the sandbox events of these processes and of the processes
+    /// they make (a backend without sandbox probes ignores it).
+    fn watch_tasks(&mut self, _tgids: &[u32]) -> Result<(), BackendError> {
+        Ok(())
+    }
     /// Cumulative loss counters over all CPUs.
     fn loss(&self) -> Result<Loss, BackendError>;
     /// Hand every record now available to `f`; returns how many.

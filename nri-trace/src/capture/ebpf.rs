@@ -48,6 +48,23 @@ pub const CAPTURE_PROGRAMS: &[(&str, &str, &str)] = &[
     ("sched_exit", "sched", "sched_process_exit"),
 ];
 
+/// (program, tracepoint category, tracepoint) of the sandbox probes
+/// (nri-trace-ebpf/src/sandbox.rs), attached with `EbpfOptions::sandbox`.
+pub const SANDBOX_PROGRAMS: &[(&str, &str, &str)] = &[
+    ("sandbox_newtask", "task", "task_newtask"),
+    ("sandbox_exit", "sched", "sched_process_exit"),
+    ("sandbox_signal", "signal", "signal_generate"),
+    ("exit_umount2", "syscalls", "sys_exit_umount"),
+    ("exit_unlinkat", "syscalls", "sys_exit_unlinkat"),
+    ("exit_unlink", "syscalls", "sys_exit_unlink"),
+    ("exit_rmdir", "syscalls", "sys_exit_rmdir"),
+    ("exit_mount", "syscalls", "sys_exit_mount"),
+    ("exit_unshare", "syscalls", "sys_exit_unshare"),
+    ("exit_setns", "syscalls", "sys_exit_setns"),
+    ("sandbox_cgroup_mkdir", "cgroup", "cgroup_mkdir"),
+    ("sandbox_cgroup_rmdir", "cgroup", "cgroup_rmdir"),
+];
+
 /// Which programs to attach. Only `Capture` captures anything; the others
 /// exist to measure design floors in benchmarks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -71,6 +88,9 @@ pub struct EbpfOptions {
     /// Wake the reader once this many bytes wait; 0 wakes it per record.
     pub wakeup_bytes: u32,
     pub programs: ProgramSet,
+    /// Also attach the sandbox probes (`SANDBOX_PROGRAMS`); with
+    /// `FloorClassic`, an empty program on their tracepoints too.
+    pub sandbox: bool,
 }
 
 impl Default for EbpfOptions {
@@ -80,6 +100,7 @@ impl Default for EbpfOptions {
             snap_len: DEFAULT_SNAP,
             wakeup_bytes: DEFAULT_RING_BYTES / 4,
             programs: ProgramSet::Capture,
+            sandbox: false,
         }
     }
 }
@@ -91,6 +112,8 @@ pub struct EbpfBackend {
     filter: Array<MapData, u32>,
     connect_paths: HashMap<MapData, SunPath, u32>,
     counters: PerCpuArray<MapData, u64>,
+    /// The runtime's process tree, for the sandbox probes.
+    pod_tasks: HashMap<MapData, u32, u32>,
     /// Userspace copy of which tracked tgids share each filter slot.
     slots: BTreeMap<u32, BTreeSet<u32>>,
     // Keeps programs and links alive; dropped last.
@@ -158,10 +181,19 @@ impl EbpfBackend {
                 for (name, cat, tp) in CAPTURE_PROGRAMS {
                     attach_tp(&mut ebpf, name, &[(cat, tp)])?;
                 }
+                if opts.sandbox {
+                    for (name, cat, tp) in SANDBOX_PROGRAMS {
+                        attach_tp(&mut ebpf, name, &[(cat, tp)])?;
+                    }
+                }
             }
             ProgramSet::FloorClassic => {
-                let tps: Vec<(&str, &str)> =
-                    CAPTURE_PROGRAMS.iter().map(|(_, c, t)| (*c, *t)).collect();
+                let sandbox = if opts.sandbox { SANDBOX_PROGRAMS } else { &[] };
+                let tps: Vec<(&str, &str)> = CAPTURE_PROGRAMS
+                    .iter()
+                    .chain(sandbox)
+                    .map(|(_, c, t)| (*c, *t))
+                    .collect();
                 attach_tp(&mut ebpf, "floor_empty", &tps)?;
             }
             ProgramSet::FloorRaw => attach_raw(&mut ebpf, "floor_raw_empty")?,
@@ -181,6 +213,9 @@ impl EbpfBackend {
                 Config {
                     snap_len: opts.snap_len.clamp(1, MAX_SNAP),
                     wakeup_bytes: opts.wakeup_bytes,
+                    exit_code_off: if opts.sandbox { exit_code_offset() } else { 0 },
+                    sandbox_rate: Config::DEFAULT_SANDBOX_RATE,
+                    signal_mask: Config::DEFAULT_SIGNAL_MASK,
                 },
                 0,
             )
@@ -196,6 +231,8 @@ impl EbpfBackend {
                 .map_err(map_err("CONNECT_PATHS"))?,
             counters: PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?)
                 .map_err(map_err("COUNTERS"))?,
+            pod_tasks: HashMap::try_from(take(&mut ebpf, "POD_TASKS")?)
+                .map_err(map_err("POD_TASKS"))?,
             slots: BTreeMap::new(),
             _ebpf: ebpf,
         })
@@ -209,6 +246,18 @@ impl EbpfBackend {
             Some(_) => TGID_SLOT_SHARED,
         };
         self.filter.set(slot, v, 0).map_err(map_err("TGID_FILTER"))
+    }
+}
+
+/// `task_struct.exit_code`'s offset from the kernel's BTF; 0 (exit codes
+/// unknown) when it cannot be read.
+fn exit_code_offset() -> u32 {
+    match super::btf::kernel_member_offset("task_struct", "exit_code") {
+        Ok(off) => off,
+        Err(e) => {
+            log::warn!("{e}");
+            0
+        }
     }
 }
 
@@ -335,6 +384,25 @@ impl CaptureBackend for EbpfBackend {
             .map_err(map_err("CONNECT_PATHS"))
     }
 
+    fn watch_tasks(&mut self, tgids: &[u32]) -> Result<(), BackendError> {
+        for &t in tgids {
+            // BPF_NOEXIST: a process already watched keeps its bits.
+            match self.pod_tasks.insert(t, 0, 1) {
+                Ok(()) => {}
+                Err(aya::maps::MapError::SyscallError(e))
+                    if e.io_error.raw_os_error() == Some(libc::EEXIST) => {}
+                Err(aya::maps::MapError::SyscallError(e)) => {
+                    return Err(BackendError::Map {
+                        map: "POD_TASKS",
+                        error: format!("adding pid {t}: {}", e.io_error),
+                    })
+                }
+                Err(e) => return Err(map_err("POD_TASKS")(e)),
+            }
+        }
+        Ok(())
+    }
+
     fn loss(&self) -> Result<Loss, BackendError> {
         let sum = |i: u32| -> Result<u64, BackendError> {
             Ok(self
@@ -350,6 +418,8 @@ impl CaptureBackend for EbpfBackend {
             read_faults: sum(counter::READ_FAULTS)?,
             fd_map_full: sum(counter::FD_MAP_FULL)?,
             malformed: 0,
+            sandbox_suppressed: sum(counter::SANDBOX_SUPPRESSED)?,
+            pod_map_full: sum(counter::POD_MAP_FULL)?,
         })
     }
 

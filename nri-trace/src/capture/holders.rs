@@ -54,6 +54,13 @@ fn wchan(pid: u32) -> String {
         .unwrap_or_default()
 }
 
+/// What /proc shows of `pid` now (None: it is gone).
+pub fn process(pid: u32, what: &str) -> Option<Holder> {
+    Path::new(&format!("/proc/{pid}"))
+        .exists()
+        .then(|| holder(pid, what.into(), String::new()))
+}
+
 fn holder(pid: u32, what: String, path: String) -> Holder {
     Holder {
         pid,

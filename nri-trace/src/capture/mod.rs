@@ -17,12 +17,14 @@
 //! can serve as test fixtures.
 
 pub mod backend;
+pub mod btf;
 pub mod discovery;
 pub mod ebpf;
 pub mod holders;
 pub mod record;
 pub mod recording;
 pub mod runtimes;
+pub mod sandbox;
 pub mod session;
 pub mod tracker;
 
@@ -240,6 +242,17 @@ pub struct Loss {
     pub fd_map_full: u64,
     /// Records userspace could not parse (should stay 0).
     pub malformed: u64,
+    /// Sandbox records the kernel did not send: over the per-CPU rate
+    /// limit (`--sandbox`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub sandbox_suppressed: u64,
+    /// New processes of the runtime's tree not followed: map full.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pod_map_full: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl Loss {
@@ -257,4 +270,6 @@ pub enum CaptureEvent {
     Close(ConnClose),
     Process(ProcessEvent),
     Loss(Loss),
+    /// A signal, exit, unmount, ... of the runtime's process tree.
+    Sandbox(sandbox::SandboxEvent),
 }

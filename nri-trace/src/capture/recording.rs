@@ -654,7 +654,27 @@ mod tests {
             read_faults: 2,
             fd_map_full: 3,
             malformed: 4,
+            sandbox_suppressed: 5,
+            pod_map_full: 6,
         }));
+        v.push(CaptureEvent::Sandbox(
+            crate::capture::sandbox::SandboxEvent {
+                ts: ts(7),
+                tgid: 101,
+                tid: 102,
+                comm: "containerd-shim".into(),
+                cgroup_id: 1,
+                cgroup: Some("/system.slice/containerd.service".into()),
+                op: crate::capture::sandbox::SandboxOp::Signal {
+                    sig: 9,
+                    target: 4242,
+                    target_comm: Some("cat".into()),
+                    target_cgroup: None,
+                    result: 0,
+                },
+                truncated: false,
+            },
+        ));
         v
     }
 

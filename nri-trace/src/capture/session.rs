@@ -74,6 +74,10 @@ pub struct SessionConfig {
     /// not followed (e.g. the CRI socket when CRI and NRI are traced
     /// together: kubelet's end would cost kubelet and add nothing).
     pub no_follow_sockets: Vec<PathBuf>,
+    /// Report the sandbox events of the runtime's process tree (the
+    /// tracked processes, shims, kubelet and their descendants): the
+    /// backend must have its sandbox probes attached.
+    pub sandbox: bool,
 }
 
 impl Default for SessionConfig {
@@ -88,6 +92,7 @@ impl Default for SessionConfig {
             existing_socketpair_env: None,
             follow_peer_ends: false,
             no_follow_sockets: vec![],
+            sandbox: false,
         }
     }
 }
@@ -228,6 +233,14 @@ pub async fn start(
     }
     tracked.sort();
     tracked.dedup();
+    let sandbox = if cfg.sandbox {
+        let tree = super::sandbox::runtime_tree(&tracked);
+        log::debug!("watching the sandbox events of {} processes", tree.len());
+        backend.watch_tasks(&tree)?;
+        Some(super::sandbox::SandboxContext::new())
+    } else {
+        None
+    };
 
     // Connections made before we attached that no listener accounts for:
     // the socketpairs a runtime created to launch plugins itself. Every
@@ -286,6 +299,7 @@ pub async fn start(
         follower,
         no_follow,
         reattach,
+        sandbox,
     };
     let task = tokio::spawn(async move {
         for ev in initial {
@@ -670,6 +684,21 @@ async fn drain_until_stopped(
                 &mut out,
             );
         }
+        if let Some(ctx) = resolver.sandbox.as_mut() {
+            for ev in out.iter_mut() {
+                match ev {
+                    CaptureEvent::Sandbox(s) => ctx.enrich(s, now),
+                    // A restarted runtime: watch its tree too.
+                    CaptureEvent::Process(ProcessEvent::Listening { tgid, .. }) => {
+                        let tree = super::sandbox::runtime_tree(&[*tgid]);
+                        if let Err(e) = backend.watch_tasks(&tree) {
+                            log::warn!("watching the restarted runtime's processes: {e}");
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
         // Syscalls whose last record never came (lost) are flushed after 1 s.
         tracker.flush_stale(now, 1_000_000_000, &mut out);
         if stopping || now.saturating_sub(last_loss_check) > 250_000_000 {
@@ -704,6 +733,8 @@ struct Resolver {
     /// (tgid, listening fd) whose accepted connections are not followed.
     no_follow: HashSet<(u32, i32)>,
     reattach: Reattach,
+    /// Present when `SessionConfig::sandbox` is set.
+    sandbox: Option<super::sandbox::SandboxContext>,
 }
 
 /// A traced connection found at start whose peer end is to be followed.

@@ -280,6 +280,11 @@ impl ConnTracker {
                 child: r.aux as u32,
             })),
             RecordKind::ProcessExit => self.on_exit(r.tgid, r.ts_ns, out),
+            RecordKind::Sandbox => {
+                if let Some(ev) = super::sandbox::from_record(r, self.ts(r.ts_ns)) {
+                    out.push(CaptureEvent::Sandbox(ev));
+                }
+            }
         }
     }
 

@@ -518,7 +518,7 @@ impl ContractChecker {
                     self.pods_before_restart = self.pods_seen.clone();
                 }
             }
-            TraceRecord::Cri(_) | TraceRecord::Violation(_) => {}
+            TraceRecord::Cri(_) | TraceRecord::Violation(_) | TraceRecord::Sandbox(_) => {}
         }
     }
 

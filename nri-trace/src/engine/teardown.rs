@@ -12,18 +12,32 @@
 //! out, a plugin hook on the way that failed or never returned, or a call
 //! kubelet never made. Pure: built from the records only (what the node's
 //! processes hold is `capture::holders`' part).
+//!
+//! With the sandbox probes (`TraceRecord::Sandbox`), the kernel's side of
+//! the teardown joins it: the signals sent to the pod's processes and
+//! their exits, its unmounts, unlinks and rmdirs with their errno, its
+//! cgroups going. An event belongs to a pod when a container or sandbox id
+//! of it appears in its paths or cgroup (containerd and CRI-O name rootfs,
+//! bundle and cgroup directories after them). They name the blocker below
+//! the CRI call: a process alive after SIGKILL, an unmount failing EBUSY,
+//! a directory or cgroup that cannot be removed.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde::Serialize;
 
 use super::{correlate::CriSpan, trace_analysis::TraceRecord};
-use crate::capture::Timestamp;
+use crate::capture::{
+    sandbox::{errno_text, SandboxEvent, SandboxOp},
+    Timestamp,
+};
 
 /// Most pods whose teardown is kept; the ones seen longest ago go first.
 pub const MAX_PODS: usize = 4096;
 /// Most teardown steps kept per pod (kubelet retries add steps).
 const MAX_STEPS: usize = 64;
+/// Most kernel events kept per pod (the newest).
+const MAX_KERNEL: usize = 256;
 
 /// One teardown CRI call and what happened under it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -78,6 +92,12 @@ pub struct Explanation {
     pub findings: Vec<String>,
     /// Container ids of the pod (for the node inspection).
     pub containers: Vec<(String, String)>,
+    /// What the kernel saw of the pod (sandbox probes), oldest first:
+    /// "12:00:01.123 containerd-shim[812] sent SIGKILL to pid 4242 (cat)".
+    pub kernel: Vec<String>,
+    /// Processes of the pod that were sent SIGKILL and were not seen to
+    /// exit (for the node inspection): (pid, container name).
+    pub alive_after_kill: Vec<(u32, String)>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -91,6 +111,8 @@ struct PodTeardown {
     last_seen: u64,
     /// The last call of any kind: (method, end or start).
     last_call: Option<(String, Option<Timestamp>)>,
+    /// Kernel events of the pod's processes and paths, oldest first.
+    kernel: VecDeque<SandboxEvent>,
 }
 
 /// The teardown of every pod, from trace records.
@@ -134,6 +156,7 @@ impl TeardownLog {
     pub fn on_record(&mut self, r: &TraceRecord) {
         match r {
             TraceRecord::CriSpan(s) => self.on_span(&s.record),
+            TraceRecord::Sandbox(s) => self.on_kernel(&s.record),
             TraceRecord::Violation(v) => {
                 let v = &v.record;
                 if let Some(key) = v.pod.as_ref().and_then(|l| self.key_of_label(l)) {
@@ -260,6 +283,59 @@ impl TeardownLog {
         p.steps.push_back(step);
     }
 
+    /// The pod a kernel event is about: a container or sandbox id of a
+    /// known pod in its paths or cgroup (or, for an exit, in the cgroup the
+    /// process was in when it was signalled).
+    fn on_kernel(&mut self, ev: &SandboxEvent) {
+        let mut texts: Vec<&str> = Vec::new();
+        texts.extend(ev.cgroup.as_deref());
+        match &ev.op {
+            SandboxOp::Signal { target_cgroup, .. } => {
+                // The target's cgroup, not the sender's.
+                texts.clear();
+                texts.extend(target_cgroup.as_deref());
+            }
+            SandboxOp::Umount { path, .. }
+            | SandboxOp::Unlink { path, .. }
+            | SandboxOp::CgroupMkdir { path, .. }
+            | SandboxOp::CgroupRmdir { path, .. } => texts.push(path),
+            SandboxOp::NsBind { target, .. } => texts.push(target),
+            // Namespace events name no pod path: the caller's cgroup.
+            SandboxOp::Exit { .. }
+            | SandboxOp::Unshare { .. }
+            | SandboxOp::Setns { .. }
+            | SandboxOp::CloneNs { .. } => {}
+        }
+        let key = texts.iter().flat_map(|t| hex_ids(t)).find_map(|id| {
+            if self.pods.contains_key(id) {
+                Some(id.to_string())
+            } else {
+                self.by_container.get(id).cloned()
+            }
+        });
+        // An exit of a process signalled earlier: the pod of that signal.
+        let key = key.or_else(|| match ev.op {
+            SandboxOp::Exit { .. } => self.pods.iter().find_map(|(k, p)| {
+                p.kernel
+                    .iter()
+                    .any(|e| matches!(e.op, SandboxOp::Signal { target, .. } if target == ev.tgid))
+                    .then(|| k.clone())
+            }),
+            _ => None,
+        });
+        let Some(p) = key.and_then(|k| self.pods.get_mut(&k)) else {
+            return;
+        };
+        if p.kernel.len() >= MAX_KERNEL {
+            p.kernel.pop_front();
+        }
+        p.kernel.push_back(ev.clone());
+        p.last_seen = p.last_seen.max(ev.ts.mono_ns);
+        if ev.ts.mono_ns > self.now_ns {
+            self.now_ns = ev.ts.mono_ns;
+        }
+    }
+
     /// At most [`MAX_PODS`] pods: the ones seen longest ago go.
     fn bound(&mut self) {
         if self.pods.len() < MAX_PODS {
@@ -302,6 +378,24 @@ impl TeardownLog {
     /// record's time). `None` when no call of it was seen.
     pub fn explain(&self, pod: &str, now_ns: u64) -> Option<Explanation> {
         let now = if now_ns == 0 { self.now_ns } else { now_ns };
+        let mut e = self.explain_calls(pod, now)?;
+        let key = self.find(pod)?;
+        if e.verdict == Verdict::Gone {
+            return Some(e);
+        }
+        // The kernel's side names the blocker below the CRI call.
+        if let Some(c) = kernel_cause(&self.pods[&key], now) {
+            if e.verdict == Verdict::Waiting || e.verdict == Verdict::NotTornDown {
+                e.verdict = Verdict::Blocked;
+            }
+            e.sentence = format!("{}; {}", e.sentence, c.sentence);
+            e.evidence
+                .extend(c.evidence.into_iter().map(|l| format!("kernel: {l}")));
+        }
+        Some(e)
+    }
+
+    fn explain_calls(&self, pod: &str, now: u64) -> Option<Explanation> {
         let key = self.find(pod)?;
         let p = &self.pods[&key];
         let steps: Vec<Step> = p.steps.iter().cloned().collect();
@@ -320,7 +414,17 @@ impl TeardownLog {
                 .iter()
                 .map(|(id, n)| (id.clone(), n.clone()))
                 .collect(),
+            kernel: p
+                .kernel
+                .iter()
+                .map(|k| format!("{} {}", crate::output::clock(&k.ts), k.describe()))
+                .collect(),
+            alive_after_kill: Vec::new(),
         };
+        let cause = kernel_cause(p, now);
+        if let Some(c) = &cause {
+            e.alive_after_kill = c.alive.clone();
+        }
         let step_line = |s: &Step| {
             format!(
                 "CRI {}{} at {} took {}: {}",
@@ -479,6 +583,177 @@ impl TeardownLog {
     }
 }
 
+/// 64-hex-digit ids (containerd and CRI-O container and sandbox ids) in
+/// a path: "/run/containerd/.../k8s.io/<id>/rootfs",
+/// "kubepods-besteffort-pod<uid>.slice/cri-containerd-<id>.scope".
+fn hex_ids(s: &str) -> impl Iterator<Item = &str> {
+    let b = s.as_bytes();
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        while i < b.len() {
+            let start = i;
+            while i < b.len() && b[i].is_ascii_hexdigit() && !b[i].is_ascii_uppercase() {
+                i += 1;
+            }
+            if i - start == 64 {
+                return s.get(start..i);
+            }
+            if i == start {
+                i += 1;
+            }
+        }
+        None
+    })
+}
+
+/// What the kernel names as the pod's blocker.
+struct KernelCause {
+    sentence: String,
+    evidence: Vec<String>,
+    alive: Vec<(u32, String)>,
+}
+
+fn container_of(p: &PodTeardown, cgroup: Option<&str>) -> String {
+    cgroup
+        .into_iter()
+        .flat_map(hex_ids)
+        .find_map(|id| {
+            p.containers
+                .get(id)
+                .cloned()
+                .or_else(|| (p.sandbox_id.as_deref() == Some(id)).then(|| "(sandbox)".to_string()))
+        })
+        .unwrap_or_else(|| "?".into())
+}
+
+/// The first blocker the kernel events show, in kubelet's order of
+/// teardown: processes that outlived SIGKILL, then unmounts that failed,
+/// then paths and cgroups that could not be removed. A failure that a
+/// later success on the same path undid does not count.
+fn kernel_cause(p: &PodTeardown, now: u64) -> Option<KernelCause> {
+    let line = |e: &SandboxEvent| format!("{} {}", crate::output::clock(&e.ts), e.describe());
+    let k = &p.kernel;
+    // SIGKILL delivered, no exit since.
+    let mut alive: Vec<(&SandboxEvent, u32, String)> = Vec::new();
+    for (i, e) in k.iter().enumerate() {
+        if let SandboxOp::Signal {
+            sig: 9,
+            target,
+            result: 0,
+            target_comm,
+            target_cgroup,
+        } = &e.op
+        {
+            let exited = k
+                .iter()
+                .skip(i + 1)
+                .any(|x| x.tgid == *target && matches!(x.op, SandboxOp::Exit { .. }));
+            let seen = alive.iter().any(|(_, t, _)| t == target);
+            if !exited && !seen {
+                let name = format!(
+                    "pid {target}{} of container {}",
+                    target_comm
+                        .as_ref()
+                        .map(|c| format!(" ({c})"))
+                        .unwrap_or_default(),
+                    container_of(p, target_cgroup.as_deref())
+                );
+                alive.push((e, *target, name));
+            }
+        }
+    }
+    if let Some((first, _, name)) = alive.first() {
+        let ago = now.saturating_sub(first.ts.mono_ns);
+        return Some(KernelCause {
+            sentence: format!(
+                "{name} is still alive {} after SIGKILL from {}[{}]{}",
+                human(ago),
+                first.comm,
+                first.tgid,
+                if alive.len() > 1 {
+                    format!(" ({} processes in all)", alive.len())
+                } else {
+                    String::new()
+                }
+            ),
+            evidence: alive.iter().map(|(e, ..)| line(e)).collect(),
+            alive: alive
+                .iter()
+                .map(|(e, pid, _)| {
+                    let c = match &e.op {
+                        SandboxOp::Signal { target_cgroup, .. } => {
+                            container_of(p, target_cgroup.as_deref())
+                        }
+                        _ => "?".into(),
+                    };
+                    (*pid, c)
+                })
+                .collect(),
+        });
+    }
+    // A failed unmount or removal, not redone successfully later.
+    let undone = |i: usize, path: &str| {
+        k.iter().skip(i + 1).any(|x| match &x.op {
+            SandboxOp::Umount {
+                path: p2, errno: 0, ..
+            }
+            | SandboxOp::Unlink {
+                path: p2, errno: 0, ..
+            } => p2 == path,
+            _ => false,
+        })
+    };
+    for (i, e) in k.iter().enumerate() {
+        if let SandboxOp::Umount { path, errno, .. } = &e.op {
+            if *errno != 0 && *errno != libc::EINVAL && *errno != libc::ENOENT && !undone(i, path) {
+                return Some(KernelCause {
+                    sentence: format!(
+                        "unmounting {path} failed with {} ({}[{}], {} ago)",
+                        errno_text(*errno),
+                        e.comm,
+                        e.tgid,
+                        human(now.saturating_sub(e.ts.mono_ns))
+                    ),
+                    evidence: vec![line(e)],
+                    alive: Vec::new(),
+                });
+            }
+        }
+    }
+    for (i, e) in k.iter().enumerate() {
+        if let SandboxOp::Unlink { path, dir, errno } = &e.op {
+            // ENOENT: already gone; EISDIR/ENOTEMPTY on a first unlink of a
+            // directory tree: os.RemoveAll's normal probing.
+            let benign = matches!(*errno, 0 | libc::ENOENT | libc::EISDIR)
+                || (*errno == libc::ENOTEMPTY && !path.contains("cgroup"));
+            if benign || undone(i, path) {
+                continue;
+            }
+            let what = if path.contains("/cgroup") {
+                "the cgroup"
+            } else if path.contains("netns") {
+                "the network namespace file"
+            } else if *dir {
+                "the directory"
+            } else {
+                "the file"
+            };
+            return Some(KernelCause {
+                sentence: format!(
+                    "removing {what} {path} failed with {} ({}[{}], {} ago)",
+                    errno_text(*errno),
+                    e.comm,
+                    e.tgid,
+                    human(now.saturating_sub(e.ts.mono_ns))
+                ),
+                evidence: vec![line(e)],
+                alive: Vec::new(),
+            });
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -588,5 +863,156 @@ mod tests {
         let e = log(&[run_pod()]).explain("web", 0).unwrap();
         assert_eq!(e.verdict, Verdict::NotTornDown);
         assert!(log(&[run_pod()]).explain("other", 0).is_none());
+    }
+
+    const CID: &str = "c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1";
+
+    fn kernel(ms: u64, tgid: u32, comm: &str, op: SandboxOp) -> TraceRecord {
+        TraceRecord::Sandbox(crate::engine::trace_analysis::Tagged {
+            kind: "sandbox",
+            record: SandboxEvent {
+                ts: Timestamp {
+                    mono_ns: ms * MS,
+                    wall_ns: ms * MS,
+                },
+                tgid,
+                tid: tgid,
+                comm: comm.into(),
+                cgroup_id: 0,
+                cgroup: (op == SandboxOp::Exit { status: Some(9) })
+                    .then(|| format!("/k8s.io/{CID}")),
+                op,
+                truncated: false,
+            },
+        })
+    }
+
+    fn stuck_stop() -> Vec<TraceRecord> {
+        let mut create = cri(Some("CreateContainer"), "sb1", 200, 250);
+        create.container_id = Some(CID.into());
+        create.container = Some(crate::decode::cri::message::ContainerMeta {
+            name: "main".into(),
+            attempt: 0,
+        });
+        let mut stop = cri(Some("StopContainer"), "sb1", 1000, 11000);
+        stop.sandbox_id = None;
+        stop.container_id = Some(CID.into());
+        stop.outcome = CriOutcome::DeadlineExceeded;
+        vec![run_pod(), span(create, vec![]), span(stop, vec![])]
+    }
+
+    fn signal(ms: u64, sig: i32, target: u32) -> TraceRecord {
+        kernel(
+            ms,
+            7,
+            "containerd-shim",
+            SandboxOp::Signal {
+                sig,
+                target,
+                target_comm: Some("cat".into()),
+                target_cgroup: Some(format!("/k8s.io/{CID}")),
+                result: 0,
+            },
+        )
+    }
+
+    #[test]
+    fn a_process_alive_after_sigkill_is_the_blocker() {
+        let mut r = stuck_stop();
+        r.push(signal(1001, 15, 4242));
+        r.push(signal(3001, 9, 4242));
+        let e = log(&r).explain("ns/web", 15_001 * MS).unwrap();
+        assert_eq!(e.verdict, Verdict::Blocked);
+        assert!(
+            e.sentence.contains(
+                "pid 4242 (cat) of container main is still alive 12 s after SIGKILL from containerd-shim[7]"
+            ),
+            "{}",
+            e.sentence
+        );
+        assert_eq!(e.alive_after_kill, vec![(4242, "main".to_string())]);
+        assert_eq!(e.kernel.len(), 2);
+        assert!(e.evidence.iter().any(|l| l.starts_with("kernel: ")));
+        // Once it exits, the kernel names no blocker; the CRI call still does.
+        r.push(kernel(
+            12000,
+            4242,
+            "cat",
+            SandboxOp::Exit { status: Some(9) },
+        ));
+        let e = log(&r).explain("ns/web", 15_001 * MS).unwrap();
+        assert!(!e.sentence.contains("still alive"), "{}", e.sentence);
+        assert!(
+            e.kernel.last().unwrap().contains("killed by SIGKILL"),
+            "{:?}",
+            e.kernel
+        );
+    }
+
+    #[test]
+    fn failed_unmounts_and_removals_are_named_unless_redone() {
+        let rootfs = format!("/run/containerd/io.containerd.runtime.v2.task/k8s.io/{CID}/rootfs");
+        let umount = |ms, errno| {
+            kernel(
+                ms,
+                8,
+                "containerd",
+                SandboxOp::Umount {
+                    path: rootfs.clone(),
+                    flags: 0,
+                    errno,
+                },
+            )
+        };
+        let mut r = stuck_stop();
+        r.push(umount(1100, libc::EBUSY));
+        let e = log(&r).explain("ns/web", 0).unwrap();
+        assert!(
+            e.sentence
+                .contains(&format!("unmounting {rootfs} failed with EBUSY")),
+            "{}",
+            e.sentence
+        );
+        r.push(umount(1200, 0));
+        assert!(!log(&r)
+            .explain("ns/web", 0)
+            .unwrap()
+            .sentence
+            .contains("unmounting"));
+        let mut r = stuck_stop();
+        r.push(kernel(
+            1300,
+            9,
+            "runc",
+            SandboxOp::Unlink {
+                path: format!("/sys/fs/cgroup/memory/k8s.io/{CID}"),
+                dir: true,
+                errno: libc::EBUSY,
+            },
+        ));
+        let e = log(&r).explain("web", 0).unwrap();
+        assert!(e.sentence.contains("removing the cgroup"), "{}", e.sentence);
+        // An event naming no pod of the log is not kept.
+        let mut r = stuck_stop();
+        r.push(kernel(
+            1300,
+            9,
+            "runc",
+            SandboxOp::Unlink {
+                path: "/tmp/x".into(),
+                dir: false,
+                errno: libc::EPERM,
+            },
+        ));
+        assert!(log(&r).explain("web", 0).unwrap().kernel.is_empty());
+    }
+
+    #[test]
+    fn hex_ids_in_paths() {
+        let p = format!("/kubepods.slice/cri-containerd-{CID}.scope/x{CID}y");
+        assert_eq!(hex_ids(&p).count(), 2);
+        assert_eq!(hex_ids(&CID[1..]).count(), 0);
+        assert_eq!(hex_ids(&format!("{CID}0")).count(), 0);
+        assert_eq!(hex_ids("").count(), 0);
     }
 }

@@ -19,7 +19,7 @@ use super::{
     nri_analysis::NriRecord,
 };
 use crate::{
-    capture::{CaptureEvent, Loss, Timestamp},
+    capture::{sandbox::SandboxEvent, CaptureEvent, Loss, Timestamp},
     model::{observation::Observation, trace_decoder::TraceDecoder},
 };
 
@@ -42,6 +42,9 @@ pub enum TraceRecord {
     /// `{"type":"runtime_exited"|"runtime_started", ...}`: the runtime
     /// process went, or a new one took over its sockets (a restart).
     Runtime(Tagged<RuntimeChange>),
+    /// `{"type":"sandbox","op":...}`: a signal, exit, unmount, ... of the
+    /// runtime's process tree.
+    Sandbox(Tagged<SandboxEvent>),
 }
 
 /// The runtime process that exited, or that serves the sockets now.
@@ -172,6 +175,10 @@ impl TraceEngine {
             Observation::RuntimeStarted { ts, pid } => Some(TraceRecord::Runtime(Tagged {
                 kind: "runtime_started",
                 record: RuntimeChange { ts, pid },
+            })),
+            Observation::Sandbox(s) => Some(TraceRecord::Sandbox(Tagged {
+                kind: "sandbox",
+                record: s,
             })),
         };
         self.emit(fresh, out);

@@ -492,7 +492,7 @@ impl NriCallAssembler {
                     }
                 }
             }
-            CaptureEvent::Process(_) | CaptureEvent::Loss(_) => {}
+            CaptureEvent::Process(_) | CaptureEvent::Loss(_) | CaptureEvent::Sandbox(_) => {}
         }
     }
 

@@ -16,7 +16,7 @@ use super::{
     cri_call::{CriCall, CriObservation},
     nri_call::{NriCall, NriObservation, PluginId},
 };
-use crate::capture::{ConnId, Loss, Timestamp};
+use crate::capture::{sandbox::SandboxEvent, ConnId, Loss, Timestamp};
 
 /// One engine input.
 // Observations are handed over one by one; calls dominate the stream.
@@ -69,6 +69,9 @@ pub enum Observation {
     /// A new runtime process serves the traced sockets: the runtime
     /// restarted (the capture follows it).
     RuntimeStarted { ts: Timestamp, pid: u32 },
+    /// A signal, exit, unmount, unlink, namespace or cgroup event of the
+    /// runtime's process tree (`--sandbox`).
+    Sandbox(SandboxEvent),
     /// The capture has reached `now_ns` (monotonic); no CRI call still
     /// being decoded started before `cri_oldest_ns`.
     Clock {

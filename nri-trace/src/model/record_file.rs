@@ -72,6 +72,7 @@ pub const OBSERVATION_TYPES: &[&str] = &[
     "capture_loss",
     "runtime_exited",
     "runtime_started",
+    "sandbox",
     "clock",
 ];
 

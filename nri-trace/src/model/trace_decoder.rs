@@ -90,10 +90,18 @@ impl TraceDecoder {
             }
             CaptureEvent::Chunk(c) => (Some(c.conn), Some(c.ts.mono_ns)),
             CaptureEvent::Close(c) => (Some(c.conn), Some(c.ts.mono_ns)),
-            CaptureEvent::Process(_) | CaptureEvent::Loss(_) => (None, None),
+            CaptureEvent::Process(_) | CaptureEvent::Loss(_) | CaptureEvent::Sandbox(_) => {
+                (None, None)
+            }
         };
-        if let CaptureEvent::Loss(l) = ev {
-            out.push(Observation::CaptureLoss(*l));
+        match ev {
+            CaptureEvent::Loss(l) => out.push(Observation::CaptureLoss(*l)),
+            // Kernel events, not connection bytes: nothing to decode.
+            CaptureEvent::Sandbox(s) => {
+                out.push(Observation::Sandbox(s.clone()));
+                return;
+            }
+            _ => {}
         }
         self.runtime_change(ev, out);
         let route = conn.map_or(Route::Nri, |c| {

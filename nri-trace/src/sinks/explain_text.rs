@@ -25,6 +25,10 @@ pub struct ContainerFacts {
     pub cgroup: Option<String>,
     /// Processes still in that cgroup.
     pub processes: Vec<Holder>,
+    /// Its processes the kernel saw sent SIGKILL and not exit, as /proc
+    /// shows them now (gone ones are left out).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signalled: Vec<Holder>,
 }
 
 /// The explanation with the node's facts, as `--format json` prints it.
@@ -57,6 +61,19 @@ pub fn sentence(e: &Explanation, node: Option<&[ContainerFacts]>) -> String {
         return s;
     }
     for c in node.unwrap_or_default() {
+        for p in &c.signalled {
+            s.push_str(&format!(
+                "; on this node pid {} ({}) is in state {}{}",
+                p.pid,
+                sanitize(&p.comm),
+                p.state,
+                if p.wchan.is_empty() || p.wchan == "0" {
+                    String::new()
+                } else {
+                    format!(" waiting in {}", sanitize(&p.wchan))
+                }
+            ));
+        }
         if let Some(h) = c.holders.first() {
             s.push_str(&format!(
                 "; on this node pid {} ({}) holds container {}'s rootfs {} (its {}, state {})",
@@ -132,6 +149,12 @@ pub fn text(
             }
         }
     }
+    if !e.kernel.is_empty() {
+        writeln!(w, "  kernel (signals, exits, unmounts, removals):")?;
+        for l in &e.kernel {
+            writeln!(w, "    {}", sanitize(l))?;
+        }
+    }
     if !e.findings.is_empty() {
         writeln!(w, "  findings:")?;
         for f in &e.findings {
@@ -159,7 +182,7 @@ pub fn text(
                     sanitize(&c.name),
                     short(&c.id)
                 )?;
-                for h in c.holders.iter().chain(&c.processes) {
+                for h in c.signalled.iter().chain(&c.holders).chain(&c.processes) {
                     writeln!(
                         w,
                         "      pid {} ({}) {} {} state {} wchan {}",

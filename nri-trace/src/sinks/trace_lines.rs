@@ -57,6 +57,12 @@ pub fn text(w: &mut impl Write, r: &TraceRecord) -> io::Result<()> {
         TraceRecord::Violation(v) => violation_text(w, &v.record, "!! "),
         TraceRecord::Nri(n) => nri_lines::text(w, n),
         TraceRecord::Cri(c) => cri_lines::text(w, c),
+        TraceRecord::Sandbox(s) => writeln!(
+            w,
+            "{} ~~ {}",
+            crate::output::clock(&s.record.ts),
+            crate::output::sanitize(&s.record.describe())
+        ),
         TraceRecord::Runtime(r) => {
             let what = if r.kind == "runtime_exited" {
                 "exited"

@@ -346,6 +346,7 @@ pub fn session_config() -> SessionConfig {
         existing_socketpair_env: None,
         follow_peer_ends: false,
         no_follow_sockets: vec![],
+        sandbox: false,
     }
 }
 

@@ -696,7 +696,7 @@ impl TuiState {
                 NriRecord::CaptureLoss(l) => self.on_loss(l),
             },
             // The runtime restarting: shown by the findings it leads to.
-            TraceRecord::Runtime(_) => {}
+            TraceRecord::Runtime(_) | TraceRecord::Sandbox(_) => {}
             TraceRecord::Cri(c) => match c {
                 CriRecord::CriCall(call) => {
                     // The trace analysis turns calls into spans; a bare call

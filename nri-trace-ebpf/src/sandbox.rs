@@ -1,0 +1,446 @@
+//! Sandbox probes: what makes and unmakes a pod, seen from the kernel.
+//!
+//! kubelet removes a pod once no container runs, its mounts are gone and
+//! its cgroup is removed (pod-stuck-terminating-zh.txt). These programs
+//! report the steps of that from the runtime's process tree (`POD_TASKS`:
+//! the runtime, its shims, runc and the containers, followed through fork):
+//! signals sent to those processes, the exits of signalled ones with their
+//! code, unmounts, unlinks and rmdirs with their errno, namespace creation
+//! and entry, netns bind mounts, and cgroup directory creation and removal.
+//!
+//! Never a flood: every program first checks a hash map (one lookup for any
+//! other process), only rare syscalls are probed (none of the read/write
+//! family), signals are limited to `Config::signal_mask` (no SIGCHLD, no
+//! Go's SIGURG preemption), exits to signalled processes, paths to absolute
+//! ones, and at most `Config::sandbox_rate` records per CPU per second go
+//! out; the rest are counted (`counter::SANDBOX_SUPPRESSED`).
+
+use core::ffi::c_void;
+
+use aya_ebpf::{
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        generated::{
+            bpf_get_current_cgroup_id, bpf_get_current_task, bpf_probe_read_kernel_str,
+            bpf_probe_read_user_str, bpf_ringbuf_output,
+        },
+    },
+    macros::{map, tracepoint},
+    maps::{HashMap, PerCpuArray, RingBuf},
+    programs::TracePointContext,
+    EbpfContext,
+};
+use nri_trace_common::{
+    counter, Config, RecordHeader, RecordKind, SandboxRecord, Syscall, POD_TASK_SLOTS,
+    RECORD_HEADER_LEN, SANDBOX_NO_CODE, SANDBOX_PATH2_CUT, SANDBOX_PATH_CUT, SANDBOX_PATH_LEN,
+    SANDBOX_RECORD_LEN, TASK_WATCH_EXIT,
+};
+
+use crate::{bump, config, ret_of, syscall_args, wake_flags, EVENTS, SCRATCH};
+
+/// The runtime's process tree: tgid -> `TASK_*` bits. Seeded by userspace
+/// (runtime, shims, kubelet), grown by `sandbox_newtask`, shrunk by
+/// `sandbox_exit`.
+#[map]
+static POD_TASKS: HashMap<u32, u32> = HashMap::with_max_entries(POD_TASK_SLOTS, 0);
+
+#[repr(C)]
+pub struct Rate {
+    window_start: u64,
+    count: u64,
+}
+
+/// Per-CPU one-second window of sandbox records sent.
+#[map]
+static SANDBOX_RATE: PerCpuArray<Rate> = PerCpuArray::with_max_entries(1, 0);
+
+/// CLONE_NEW* bits (include/uapi/linux/sched.h): NEWNS, NEWCGROUP, NEWUTS,
+/// NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME.
+const CLONE_NEW_MASK: u64 = 0x0002_0000
+    | 0x0200_0000
+    | 0x0400_0000
+    | 0x0800_0000
+    | 0x1000_0000
+    | 0x2000_0000
+    | 0x4000_0000
+    | 0x80;
+const CLONE_THREAD: u64 = 0x0001_0000;
+/// include/uapi/linux/mount.h.
+const MS_BIND: u64 = 4096;
+
+#[inline(always)]
+fn pod_task(tgid: u32) -> bool {
+    unsafe { POD_TASKS.get(&tgid) }.is_some()
+}
+
+#[inline(always)]
+fn admit(now: u64, cfg: &Config) -> bool {
+    let Some(r) = SANDBOX_RATE.get_ptr_mut(0) else {
+        return false;
+    };
+    let r = unsafe { &mut *r };
+    if now.wrapping_sub(r.window_start) >= 1_000_000_000 {
+        r.window_start = now;
+        r.count = 0;
+    }
+    if r.count >= cfg.sandbox_rate as u64 {
+        bump(counter::SANDBOX_SUPPRESSED, 1);
+        return false;
+    }
+    r.count += 1;
+    true
+}
+
+/// A record under construction in the per-CPU scratch buffer.
+struct Draft {
+    hdr: *mut RecordHeader,
+    rec: *mut SandboxRecord,
+    cfg: Config,
+}
+
+/// Start a sandbox record, or None when over the rate limit.
+#[inline(always)]
+fn draft(sc: Syscall, ret: i64) -> Option<Draft> {
+    let cfg = config();
+    let now = unsafe { bpf_ktime_get_ns() };
+    if !admit(now, &cfg) {
+        return None;
+    }
+    let s = SCRATCH.get_ptr_mut(0)?;
+    let s = unsafe { &mut *s };
+    let pid_tgid = bpf_get_current_pid_tgid();
+    s.hdr = RecordHeader {
+        kind: RecordKind::Sandbox as u16,
+        syscall: sc as u16,
+        flags: 0,
+        ts_ns: now,
+        tgid: (pid_tgid >> 32) as u32,
+        tid: pid_tgid as u32,
+        fd: -1,
+        aux: 0,
+        ret,
+        offset: 0,
+        len: SANDBOX_RECORD_LEN as u32,
+    };
+    // The payload area is 8-aligned (after a 48-byte header).
+    let rec = s.data.as_mut_ptr() as *mut SandboxRecord;
+    unsafe {
+        (*rec).cgroup_id = bpf_get_current_cgroup_id();
+        (*rec).arg = 0;
+        (*rec).target = 0;
+        (*rec).aux = 0;
+        (*rec).comm = bpf_get_current_comm().unwrap_or([0; 16]);
+        (*rec).flags = 0;
+        (*rec)._pad = 0;
+        (*rec).path[0] = 0;
+        (*rec).path2[0] = 0;
+    }
+    Some(Draft {
+        hdr: &raw mut s.hdr,
+        rec,
+        cfg,
+    })
+}
+
+impl Draft {
+    fn rec(&mut self) -> &mut SandboxRecord {
+        unsafe { &mut *self.rec }
+    }
+
+    /// Copy a NUL-terminated user string into `path` (or `path2`).
+    #[inline(always)]
+    fn user_path(&mut self, src: u64, second: bool) -> bool {
+        let rec = self.rec();
+        let (dst, cut) = if second {
+            (&mut rec.path2, SANDBOX_PATH2_CUT)
+        } else {
+            (&mut rec.path, SANDBOX_PATH_CUT)
+        };
+        let n = unsafe {
+            bpf_probe_read_user_str(
+                dst.as_mut_ptr() as *mut c_void,
+                SANDBOX_PATH_LEN as u32,
+                src as *const c_void,
+            )
+        };
+        if n <= 0 {
+            dst[0] = 0;
+            return false;
+        }
+        if n as usize >= SANDBOX_PATH_LEN {
+            rec.flags |= cut;
+        }
+        true
+    }
+
+    #[inline(always)]
+    fn send(self) {
+        let size = RECORD_HEADER_LEN + SANDBOX_RECORD_LEN;
+        let ts = unsafe { (*self.hdr).ts_ns };
+        let r = unsafe {
+            bpf_ringbuf_output(
+                &EVENTS as *const RingBuf as *mut c_void,
+                self.hdr as *mut c_void,
+                size as u64,
+                wake_flags(ts, self.cfg.wakeup_bytes),
+            )
+        };
+        if r != 0 {
+            bump(counter::LOST_RECORDS, 1);
+        }
+    }
+}
+
+/// task/task_newtask (runs in the parent): follow new processes of the
+/// tree, and report the ones made in new namespaces (runc's clone3 of the
+/// container init, containerd's pinned netns thread).
+#[tracepoint]
+pub fn sandbox_newtask(ctx: TracePointContext) -> u32 {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if !pod_task(tgid) {
+        return 0;
+    }
+    // Format (events/task/task_newtask/format): pid at 8, clone_flags at 32.
+    let flags: u64 = unsafe { ctx.read_at(32) }.unwrap_or(CLONE_THREAD);
+    let child: u32 = unsafe { ctx.read_at::<i32>(8) }.unwrap_or(0) as u32;
+    if flags & CLONE_THREAD == 0 && POD_TASKS.insert(&child, &0, 0).is_err() {
+        bump(counter::POD_MAP_FULL, 1);
+    }
+    if flags & CLONE_NEW_MASK != 0 {
+        if let Some(mut d) = draft(Syscall::CloneNs, child as i64) {
+            d.rec().arg = flags;
+            d.rec().target = child;
+            d.send();
+        }
+    }
+    0
+}
+
+/// sched/sched_process_exit: forget the process; report the exit of a
+/// watched one (signalled, see `sandbox_signal`) with its exit code.
+#[tracepoint]
+pub fn sandbox_exit(ctx: TracePointContext) -> u32 {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let Some(bits) = (unsafe { POD_TASKS.get(&tgid) }).copied() else {
+        return 0;
+    };
+    // `bool group_dead` at offset 32: the last thread is exiting.
+    let group_dead: u8 = unsafe { ctx.read_at(32) }.unwrap_or(0);
+    if group_dead == 0 {
+        return 0;
+    }
+    let _ = POD_TASKS.remove(&tgid);
+    if bits & TASK_WATCH_EXIT == 0 {
+        return 0;
+    }
+    let Some(mut d) = draft(Syscall::Exit, 0) else {
+        return 0;
+    };
+    d.rec().target = tgid;
+    // task->exit_code is set before this tracepoint (kernel/exit.c
+    // do_exit); its offset comes from the kernel's BTF.
+    let off = d.cfg.exit_code_off;
+    let code = if off == 0 {
+        None
+    } else {
+        let task = unsafe { bpf_get_current_task() };
+        unsafe { bpf_probe_read_kernel((task + off as u64) as *const i32) }.ok()
+    };
+    match code {
+        Some(c) => d.rec().arg = c as u32 as u64,
+        None => d.rec().flags |= SANDBOX_NO_CODE,
+    }
+    d.send();
+    0
+}
+
+/// signal/signal_generate: kill, tgkill, pidfd_send_signal and signals the
+/// kernel sends (a dying pid namespace's SIGKILLs) to the tree's processes.
+#[tracepoint]
+pub fn sandbox_signal(ctx: TracePointContext) -> u32 {
+    // Format (events/signal/signal_generate/format): sig 8, code 16,
+    // pid 36, result 44.
+    let sig: i32 = unsafe { ctx.read_at(8) }.unwrap_or(0);
+    if !(1..64).contains(&sig) {
+        return 0;
+    }
+    let cfg = config();
+    if cfg.signal_mask & (1u64 << sig) == 0 {
+        return 0;
+    }
+    let pid: u32 = unsafe { ctx.read_at::<i32>(36) }.unwrap_or(0) as u32;
+    let Some(bits) = POD_TASKS.get_ptr_mut(&pid) else {
+        return 0;
+    };
+    let result: i32 = unsafe { ctx.read_at(44) }.unwrap_or(-1);
+    // Delivered (TRACE_SIGNAL_DELIVERED = 0) and not SIGSTOP: watch for
+    // the exit it should cause.
+    if result == 0 && sig != 19 {
+        unsafe { *bits |= TASK_WATCH_EXIT };
+    }
+    if let Some(mut d) = draft(Syscall::Signal, result as i64) {
+        d.rec().arg = sig as u64;
+        d.rec().target = pid;
+        d.rec().aux = unsafe { ctx.read_at(16) }.unwrap_or(0);
+        d.send();
+    }
+    0
+}
+
+/// A path syscall of the tree: report it when its path is absolute.
+/// Relative paths (Go's os.RemoveAll walking a directory with unlinkat on
+/// a dirfd, workloads' own files) are not what names a pod's blocker.
+#[inline(always)]
+fn path_syscall(ctx: &TracePointContext, sc: Syscall, path_arg: usize) -> u32 {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if !pod_task(tgid) {
+        return 0;
+    }
+    let Some(args) = syscall_args() else { return 0 };
+    let ptr = args[path_arg & 3];
+    let Ok(first) = (unsafe { aya_ebpf::helpers::bpf_probe_read_user(ptr as *const u8) }) else {
+        return 0;
+    };
+    if first != b'/' {
+        return 0;
+    }
+    let Some(mut d) = draft(sc, ret_of(ctx)) else {
+        return 0;
+    };
+    d.user_path(ptr, false);
+    match sc {
+        Syscall::Umount2 => d.rec().arg = args[1],
+        Syscall::Unlinkat => {
+            d.rec().aux = args[0] as i32;
+            d.rec().arg = args[2];
+        }
+        _ => {}
+    }
+    d.send();
+    0
+}
+
+#[tracepoint]
+pub fn exit_umount2(ctx: TracePointContext) -> u32 {
+    path_syscall(&ctx, Syscall::Umount2, 0)
+}
+
+#[tracepoint]
+pub fn exit_unlinkat(ctx: TracePointContext) -> u32 {
+    path_syscall(&ctx, Syscall::Unlinkat, 1)
+}
+
+#[tracepoint]
+pub fn exit_unlink(ctx: TracePointContext) -> u32 {
+    path_syscall(&ctx, Syscall::Unlink, 0)
+}
+
+#[tracepoint]
+pub fn exit_rmdir(ctx: TracePointContext) -> u32 {
+    path_syscall(&ctx, Syscall::Rmdir, 0)
+}
+
+/// mount(2) bind mounts of a /proc path: how a runtime pins a namespace to
+/// a file (containerd's netns under /var/run/netns, CRI-O's pinns).
+#[tracepoint]
+pub fn exit_mount(ctx: TracePointContext) -> u32 {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if !pod_task(tgid) {
+        return 0;
+    }
+    let Some(args) = syscall_args() else { return 0 };
+    if args[3] & MS_BIND == 0 {
+        return 0;
+    }
+    let Ok(head) = (unsafe { aya_ebpf::helpers::bpf_probe_read_user(args[0] as *const [u8; 6]) })
+    else {
+        return 0;
+    };
+    if &head != b"/proc/" {
+        return 0;
+    }
+    let Some(mut d) = draft(Syscall::Mount, ret_of(&ctx)) else {
+        return 0;
+    };
+    d.rec().arg = args[3];
+    d.user_path(args[1], false);
+    d.user_path(args[0], true);
+    d.send();
+    0
+}
+
+/// unshare(2) with CLONE_NEW* flags, and setns(2): namespace creation and
+/// entry by the tree (runc, containerd's netns pinning, `exec` into a
+/// container).
+#[inline(always)]
+fn ns_syscall(ctx: &TracePointContext, sc: Syscall) -> u32 {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if !pod_task(tgid) {
+        return 0;
+    }
+    let Some(args) = syscall_args() else { return 0 };
+    let (arg, aux) = match sc {
+        Syscall::Unshare => (args[0], 0),
+        _ => (args[1], args[0] as i32),
+    };
+    if sc == Syscall::Unshare && arg & CLONE_NEW_MASK == 0 {
+        return 0;
+    }
+    if let Some(mut d) = draft(sc, ret_of(ctx)) {
+        d.rec().arg = arg;
+        d.rec().aux = aux;
+        d.send();
+    }
+    0
+}
+
+#[tracepoint]
+pub fn exit_unshare(ctx: TracePointContext) -> u32 {
+    ns_syscall(&ctx, Syscall::Unshare)
+}
+
+#[tracepoint]
+pub fn exit_setns(ctx: TracePointContext) -> u32 {
+    ns_syscall(&ctx, Syscall::Setns)
+}
+
+/// cgroup/cgroup_mkdir and cgroup_rmdir (successful ones only: a failed
+/// rmdir shows as the rmdir syscall's errno). Rare on a node (services,
+/// sessions, pods), so every one is reported within the rate limit: with
+/// the systemd cgroup driver, systemd (not the runtime's tree) makes them.
+#[inline(always)]
+fn cgroup_event(ctx: &TracePointContext, sc: Syscall) -> u32 {
+    let Some(mut d) = draft(sc, 0) else { return 0 };
+    // Format (events/cgroup/cgroup_mkdir/format): root 8, level 12, id 16,
+    // __data_loc path 24 (offset in the low 16 bits, length in the high).
+    let root: i32 = unsafe { ctx.read_at(8) }.unwrap_or(0);
+    let level: i32 = unsafe { ctx.read_at(12) }.unwrap_or(0);
+    let id: u64 = unsafe { ctx.read_at(16) }.unwrap_or(0);
+    let loc: u32 = unsafe { ctx.read_at(24) }.unwrap_or(0);
+    d.rec().arg = id;
+    d.rec().target = level as u32;
+    d.rec().aux = root;
+    let rec = d.rec();
+    let n = unsafe {
+        bpf_probe_read_kernel_str(
+            rec.path.as_mut_ptr() as *mut c_void,
+            SANDBOX_PATH_LEN as u32,
+            ctx.as_ptr().add((loc & 0xffff) as usize) as *const c_void,
+        )
+    };
+    if n as usize >= SANDBOX_PATH_LEN {
+        rec.flags |= SANDBOX_PATH_CUT;
+    }
+    d.send();
+    0
+}
+
+#[tracepoint]
+pub fn sandbox_cgroup_mkdir(ctx: TracePointContext) -> u32 {
+    cgroup_event(&ctx, Syscall::CgroupMkdir)
+}
+
+#[tracepoint]
+pub fn sandbox_cgroup_rmdir(ctx: TracePointContext) -> u32 {
+    cgroup_event(&ctx, Syscall::CgroupRmdir)
+}

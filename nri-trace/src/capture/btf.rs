@@ -1,0 +1,1028 @@
+//! Member offsets of kernel structs, read from the kernel's BTF at runtime.
+//!
+//! The eBPF programs are built with aya-ebpf, which has no CO-RE
+//! relocations, so a program that reads a kernel struct member (the
+//! `sched_process_exit` tracepoint reads `task_struct.exit_code` with
+//! `bpf_probe_read_kernel(task + offset)`) gets the member's byte offset from
+//! user space, which looks it up here in `/sys/kernel/btf/vmlinux`.
+//!
+//! This is a small parser of our own, not `aya_obj::btf`: aya 0.14 re-exports
+//! only `Btf` and `BtfError` from aya-obj 0.3, and even aya-obj keeps what is
+//! needed crate-private (`Btf::type_by_id`, `Struct::members`, `BtfMember`'s
+//! fields are `pub(crate)`), so its public API can find a type id by name
+//! but not a struct's members or their offsets.
+//!
+//! The format follows the kernel's `Documentation/bpf/btf.rst` ("BTF Type
+//! and String Encoding"): a header (`struct btf_header`), a type section of
+//! `struct btf_type` records, each followed by kind-specific data, and a
+//! string section of NUL-terminated names. Type ids start at 1 (0 is
+//! `void`) in the order of the type section.
+//!
+//! The blob is untrusted input: no function here panics on any input, no
+//! allocation is sized from a length in the blob, and every loop is bounded
+//! (by the blob's size, by [`MAX_ANON_DEPTH`], [`MAX_MODIFIER_CHAIN`] and
+//! [`MAX_MEMBER_VISITS`]). Bad input is a [`BtfError`].
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// Where the running kernel exposes its BTF (CONFIG_DEBUG_INFO_BTF).
+pub const KERNEL_BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
+
+/// Largest kernel BTF file read (vmlinux BTF is a few MiB).
+pub const MAX_BTF_FILE_SIZE: u64 = 256 << 20;
+
+/// How deep anonymous struct/union members are searched (kernel structs
+/// nest them 3-4 deep at most).
+pub const MAX_ANON_DEPTH: u32 = 8;
+
+/// How many typedef/const/volatile/restrict/type-tag links are followed to
+/// the type under them.
+pub const MAX_MODIFIER_CHAIN: u32 = 32;
+
+/// How many struct/union members one lookup visits at most, over all
+/// candidate structs and nested anonymous members (task_struct has ~250).
+pub const MAX_MEMBER_VISITS: u32 = 1 << 22;
+
+/// Errors of BTF lookups; every message says what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum BtfError {
+    /// The kernel BTF file could not be read.
+    #[error(
+        "kernel BTF {} not readable ({source}): is CONFIG_DEBUG_INFO_BTF enabled? \
+         exit codes will be shown as unknown",
+        path.display()
+    )]
+    Unreadable {
+        /// The file that was read.
+        path: PathBuf,
+        /// Why it could not be read.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The kernel BTF file is larger than [`MAX_BTF_FILE_SIZE`].
+    #[error(
+        "kernel BTF {} is larger than {limit} bytes: not a BTF blob? \
+         exit codes will be shown as unknown",
+        path.display()
+    )]
+    TooLarge {
+        /// The file that was read.
+        path: PathBuf,
+        /// The size limit.
+        limit: u64,
+    },
+    /// The blob does not start with the BTF magic 0xeB9F in either byte order.
+    #[error(
+        "not a BTF blob: magic {found:#06x}, expected 0xeb9f; \
+         pass a raw BTF file such as {KERNEL_BTF_PATH}"
+    )]
+    BadMagic {
+        /// The first two bytes, little-endian.
+        found: u16,
+    },
+    /// A BTF version other than 1.
+    #[error(
+        "unsupported BTF version {0} (only version 1 is known): update nri-trace's BTF parser"
+    )]
+    UnsupportedVersion(u8),
+    /// Part of the blob lies beyond its end.
+    #[error(
+        "BTF blob truncated: {what} ends at byte {end} but the blob has {len} bytes; \
+         pass the whole file (e.g. {KERNEL_BTF_PATH})"
+    )]
+    Truncated {
+        /// What was being read.
+        what: &'static str,
+        /// Where it would end.
+        end: u64,
+        /// The size of the blob (or of the section read).
+        len: u64,
+    },
+    /// The blob breaks a rule of the BTF format.
+    #[error("malformed BTF: {0}; is this a raw BTF file such as {KERNEL_BTF_PATH}?")]
+    Malformed(String),
+    /// A type kind this parser does not know, so the rest of the type
+    /// section cannot be walked.
+    #[error(
+        "unknown BTF kind {kind} at type id {id}: the kernel's BTF is newer than \
+         nri-trace's parser; update nri-trace (exit codes will be shown as unknown)"
+    )]
+    UnknownKind {
+        /// The kind number.
+        kind: u32,
+        /// The type id of the record.
+        id: u32,
+    },
+    /// No struct of that name.
+    #[error(
+        "struct {name} not found in BTF: this kernel is not supported for \
+         reading it; values read from it will be shown as unknown"
+    )]
+    StructNotFound {
+        /// The struct that was looked for.
+        name: String,
+    },
+    /// The struct (and its anonymous members) has no member of that name.
+    #[error(
+        "struct {struct_name} has no member {member} in BTF (searched its anonymous \
+         members too): this kernel's layout is not supported; \
+         values read from it will be shown as unknown"
+    )]
+    MemberNotFound {
+        /// The struct searched.
+        struct_name: String,
+        /// The member looked for.
+        member: String,
+    },
+    /// The member is a bitfield (or not byte-aligned), so it has no byte offset.
+    #[error(
+        "{struct_name}.{member} is a bitfield at bit {bit_offset}: it has no byte offset \
+         to read with bpf_probe_read_kernel; read the containing word instead"
+    )]
+    Bitfield {
+        /// The struct searched.
+        struct_name: String,
+        /// The member.
+        member: String,
+        /// The member's bit offset from the start of the struct.
+        bit_offset: u64,
+    },
+}
+
+/// Byte offset of `member` in `struct struct_name`, from a raw BTF blob (as
+/// in `/sys/kernel/btf/vmlinux`). Members of anonymous struct/union members
+/// are found too (up to [`MAX_ANON_DEPTH`] deep), with the offsets of the
+/// anonymous members added. A bitfield member is an error.
+pub fn member_offset(btf: &[u8], struct_name: &str, member: &str) -> Result<u32, BtfError> {
+    BtfIndex::parse(btf)?.member_offset(struct_name, member)
+}
+
+/// [`member_offset`] in the running kernel's BTF, [`KERNEL_BTF_PATH`].
+pub fn kernel_member_offset(struct_name: &str, member: &str) -> Result<u32, BtfError> {
+    let blob = read_btf_file(Path::new(KERNEL_BTF_PATH))?;
+    member_offset(&blob, struct_name, member)
+}
+
+/// Reads a BTF file (at most [`MAX_BTF_FILE_SIZE`] bytes); parse it with
+/// [`BtfIndex::parse`] to look up several members with one read.
+pub fn read_btf_file(path: &Path) -> Result<Vec<u8>, BtfError> {
+    let unreadable = |source| BtfError::Unreadable {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(unreadable)?;
+    let mut blob = Vec::new();
+    // sysfs files may report a size of 0 or 4096: read to the end, bounded.
+    file.take(MAX_BTF_FILE_SIZE + 1)
+        .read_to_end(&mut blob)
+        .map_err(unreadable)?;
+    if blob.len() as u64 > MAX_BTF_FILE_SIZE {
+        return Err(BtfError::TooLarge {
+            path: path.to_path_buf(),
+            limit: MAX_BTF_FILE_SIZE,
+        });
+    }
+    Ok(blob)
+}
+
+// Kinds (btf.rst, "BTF Type and String Encoding").
+const KIND_INT: u32 = 1;
+const KIND_PTR: u32 = 2;
+const KIND_ARRAY: u32 = 3;
+const KIND_STRUCT: u32 = 4;
+const KIND_UNION: u32 = 5;
+const KIND_ENUM: u32 = 6;
+const KIND_FWD: u32 = 7;
+const KIND_TYPEDEF: u32 = 8;
+const KIND_VOLATILE: u32 = 9;
+const KIND_CONST: u32 = 10;
+const KIND_RESTRICT: u32 = 11;
+const KIND_FUNC: u32 = 12;
+const KIND_FUNC_PROTO: u32 = 13;
+const KIND_VAR: u32 = 14;
+const KIND_DATASEC: u32 = 15;
+const KIND_FLOAT: u32 = 16;
+const KIND_DECL_TAG: u32 = 17;
+const KIND_TYPE_TAG: u32 = 18;
+const KIND_ENUM64: u32 = 19;
+
+const MAGIC: u16 = 0xeb9f;
+/// `sizeof(struct btf_header)` of version 1.
+const HEADER_LEN: usize = 24;
+/// `sizeof(struct btf_type)`.
+const TYPE_LEN: usize = 12;
+/// `sizeof(struct btf_member)`.
+const MEMBER_LEN: usize = 12;
+
+/// A parsed BTF blob: its sections and the position of every type record,
+/// to look members up by name.
+#[derive(Debug)]
+pub struct BtfIndex<'a> {
+    big_endian: bool,
+    /// The type section.
+    types: &'a [u8],
+    /// The string section; starts and ends with a NUL.
+    strings: &'a [u8],
+    /// Offset in `types` of the record of type id `i + 1`.
+    offsets: Vec<u32>,
+}
+
+/// One `struct btf_type` record.
+#[derive(Clone, Copy, Debug)]
+struct TypeRec<'a> {
+    id: u32,
+    name_off: u32,
+    kind: u32,
+    kind_flag: bool,
+    /// `size` or `type`, by kind.
+    size_or_type: u32,
+    /// The kind-specific data after the record.
+    extra: &'a [u8],
+}
+
+impl<'a> BtfIndex<'a> {
+    /// Checks the header and string section and walks the type section.
+    pub fn parse(blob: &'a [u8]) -> Result<Self, BtfError> {
+        let blob_len = blob.len() as u64;
+        let Some(magic) = blob.get(0..2) else {
+            return Err(BtfError::Truncated {
+                what: "header",
+                end: HEADER_LEN as u64,
+                len: blob_len,
+            });
+        };
+        // The magic tells the byte order (btf.rst: "magic" is 0xeB9F, and
+        // the blob is in the byte order of the machine that wrote it).
+        let big_endian = match [magic[0], magic[1]] {
+            m if u16::from_le_bytes(m) == MAGIC => false,
+            m if u16::from_be_bytes(m) == MAGIC => true,
+            m => {
+                return Err(BtfError::BadMagic {
+                    found: u16::from_le_bytes(m),
+                })
+            }
+        };
+        if blob.len() < HEADER_LEN {
+            return Err(BtfError::Truncated {
+                what: "header",
+                end: HEADER_LEN as u64,
+                len: blob_len,
+            });
+        }
+        let version = blob[2];
+        if version != 1 {
+            return Err(BtfError::UnsupportedVersion(version));
+        }
+        let word = |at: usize| read_u32(blob, at, big_endian).unwrap_or(0);
+        let hdr_len = word(4);
+        let (type_off, type_len) = (word(8), word(12));
+        let (str_off, str_len) = (word(16), word(20));
+        if (hdr_len as usize) < HEADER_LEN {
+            return Err(BtfError::Malformed(format!(
+                "header length {hdr_len} is shorter than {HEADER_LEN}"
+            )));
+        }
+        let section = |what: &'static str, off: u32, len: u32| -> Result<&'a [u8], BtfError> {
+            // u64: no overflow from three u32s.
+            let start = u64::from(hdr_len) + u64::from(off);
+            let end = start + u64::from(len);
+            if end > blob_len {
+                return Err(BtfError::Truncated {
+                    what,
+                    end,
+                    len: blob_len,
+                });
+            }
+            // end <= blob.len(), so both fit in usize.
+            blob.get(start as usize..end as usize)
+                .ok_or(BtfError::Truncated {
+                    what,
+                    end,
+                    len: blob_len,
+                })
+        };
+        let types = section("type section", type_off, type_len)?;
+        let strings = section("string section", str_off, str_len)?;
+        // btf.rst: the first string is the empty string (name_off 0), and
+        // the kernel requires the section to end with a NUL.
+        if strings.first() != Some(&0) || strings.last() != Some(&0) {
+            return Err(BtfError::Malformed(
+                "string section does not start and end with a NUL".into(),
+            ));
+        }
+
+        let mut index = BtfIndex {
+            big_endian,
+            types,
+            strings,
+            offsets: Vec::new(),
+        };
+        // Each step advances at least TYPE_LEN bytes, so this runs at most
+        // types.len() / TYPE_LEN times.
+        let mut pos = 0usize;
+        while pos < types.len() {
+            let id = index.offsets.len() as u32 + 1;
+            let rec = index.record_at(pos, id)?;
+            // pos < types.len() <= u32::MAX (type_len is a u32).
+            index.offsets.push(pos as u32);
+            // record_at checked that the record and its data are in `types`.
+            pos += TYPE_LEN + rec.extra.len();
+        }
+        Ok(index)
+    }
+
+    /// Number of types (the largest type id).
+    pub fn type_count(&self) -> u32 {
+        self.offsets.len() as u32
+    }
+
+    /// Size in bytes of `struct name` (the first complete one of that name).
+    pub fn struct_size(&self, name: &str) -> Result<u32, BtfError> {
+        for id in 1..=self.type_count() {
+            let rec = self.type_by_id(id)?;
+            if rec.kind == KIND_STRUCT && self.name_is(rec.name_off, name)? {
+                return Ok(rec.size_or_type);
+            }
+        }
+        Err(BtfError::StructNotFound { name: name.into() })
+    }
+
+    /// Byte offset of `member` in `struct struct_name`; see [`member_offset`].
+    ///
+    /// If several structs have that name (BTF of modules or unusual
+    /// kernels), the first one that has the member answers.
+    pub fn member_offset(&self, struct_name: &str, member: &str) -> Result<u32, BtfError> {
+        let mut budget = MAX_MEMBER_VISITS;
+        let mut found_struct = false;
+        for id in 1..=self.type_count() {
+            let rec = self.type_by_id(id)?;
+            if rec.kind != KIND_STRUCT || !self.name_is(rec.name_off, struct_name)? {
+                continue;
+            }
+            found_struct = true;
+            if let Some(bits) = self.find_member(rec, struct_name, member, 0, 0, &mut budget)? {
+                return u32::try_from(bits / 8).map_err(|_| {
+                    BtfError::Malformed(format!(
+                        "offset of {struct_name}.{member} ({bits} bits) does not fit in 32 bits"
+                    ))
+                });
+            }
+        }
+        if found_struct {
+            Err(BtfError::MemberNotFound {
+                struct_name: struct_name.into(),
+                member: member.into(),
+            })
+        } else {
+            Err(BtfError::StructNotFound {
+                name: struct_name.into(),
+            })
+        }
+    }
+
+    /// Searches the members of struct/union `rec`, placed at bit `base`,
+    /// for `member`; returns its bit offset from the outermost struct.
+    fn find_member(
+        &self,
+        rec: TypeRec<'_>,
+        struct_name: &str,
+        member: &str,
+        base: u64,
+        depth: u32,
+        budget: &mut u32,
+    ) -> Result<Option<u64>, BtfError> {
+        // vlen <= 0xffff, and `extra` holds exactly vlen members.
+        for m in rec.extra.chunks_exact(MEMBER_LEN) {
+            *budget = budget.checked_sub(1).ok_or_else(|| {
+                BtfError::Malformed(format!(
+                    "more than {MAX_MEMBER_VISITS} members visited looking for \
+                     {struct_name}.{member} (anonymous members nested in a loop?)"
+                ))
+            })?;
+            let name_off = self.u32_in(m, 0);
+            let member_type = self.u32_in(m, 4);
+            let raw_offset = self.u32_in(m, 8);
+            // btf.rst, BTF_KIND_STRUCT: with kind_flag the offset is
+            // bitfield size << 24 | bit offset, else just the bit offset.
+            let (bit_offset, bitfield_size) = if rec.kind_flag {
+                (raw_offset & 0x00ff_ffff, raw_offset >> 24)
+            } else {
+                (raw_offset, 0)
+            };
+            let bit_offset = base + u64::from(bit_offset);
+            let name = self.name(name_off)?;
+            if name == member.as_bytes() {
+                // Without kind_flag a bitfield is an int type narrower than
+                // its size; with kind_flag such an int is malformed: either
+                // way there is no byte offset to give.
+                let bitfield = bitfield_size != 0
+                    || bit_offset & 7 != 0
+                    || self.is_int_bitfield(member_type)?;
+                if bitfield {
+                    return Err(BtfError::Bitfield {
+                        struct_name: struct_name.into(),
+                        member: member.into(),
+                        bit_offset,
+                    });
+                }
+                return Ok(Some(bit_offset));
+            }
+            if !name.is_empty() || bitfield_size != 0 {
+                continue;
+            }
+            // An anonymous member: search it if it is a struct or union
+            // (unnamed bitfields used as padding are ints).
+            let inner = self.resolve(member_type)?;
+            let Some(inner) = inner else { continue };
+            if inner.kind != KIND_STRUCT && inner.kind != KIND_UNION {
+                continue;
+            }
+            if depth >= MAX_ANON_DEPTH {
+                return Err(BtfError::Malformed(format!(
+                    "anonymous members nested more than {MAX_ANON_DEPTH} deep in \
+                     {struct_name} (type id {})",
+                    inner.id
+                )));
+            }
+            if let Some(found) =
+                self.find_member(inner, struct_name, member, bit_offset, depth + 1, budget)?
+            {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Whether `type_id` is an int narrower than its storage or not at its
+    /// start: how a bitfield member is encoded when the struct has no
+    /// kind_flag (btf.rst, BTF_KIND_INT: BTF_INT_OFFSET and BTF_INT_BITS).
+    fn is_int_bitfield(&self, type_id: u32) -> Result<bool, BtfError> {
+        let Some(rec) = self.resolve(type_id)? else {
+            return Ok(false);
+        };
+        if rec.kind != KIND_INT {
+            return Ok(false);
+        }
+        let encoding = self.u32_in(rec.extra, 0);
+        let bits = encoding & 0xff;
+        let offset = (encoding >> 16) & 0xff;
+        Ok(offset != 0 || u64::from(bits) != u64::from(rec.size_or_type) * 8)
+    }
+
+    /// The type under typedefs and qualifiers; `None` for `void`.
+    fn resolve(&self, mut type_id: u32) -> Result<Option<TypeRec<'a>>, BtfError> {
+        for _ in 0..MAX_MODIFIER_CHAIN {
+            if type_id == 0 {
+                return Ok(None);
+            }
+            let rec = self.type_by_id(type_id)?;
+            match rec.kind {
+                KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => {
+                    type_id = rec.size_or_type;
+                }
+                _ => return Ok(Some(rec)),
+            }
+        }
+        Err(BtfError::Malformed(format!(
+            "more than {MAX_MODIFIER_CHAIN} typedefs/qualifiers in a row at type id {type_id}"
+        )))
+    }
+
+    fn type_by_id(&self, id: u32) -> Result<TypeRec<'a>, BtfError> {
+        let pos = id
+            .checked_sub(1)
+            .and_then(|i| self.offsets.get(i as usize))
+            .ok_or_else(|| {
+                BtfError::Malformed(format!(
+                    "type id {id} out of range (1..={})",
+                    self.type_count()
+                ))
+            })?;
+        self.record_at(*pos as usize, id)
+    }
+
+    /// The record at `pos` in the type section, with its kind-specific data.
+    fn record_at(&self, pos: usize, id: u32) -> Result<TypeRec<'a>, BtfError> {
+        let types = self.types;
+        let truncated = |end: u64| BtfError::Truncated {
+            what: "type record",
+            end,
+            len: types.len() as u64,
+        };
+        let head_end = pos.saturating_add(TYPE_LEN);
+        let head = types
+            .get(pos..head_end)
+            .ok_or_else(|| truncated(pos as u64 + TYPE_LEN as u64))?;
+        let name_off = self.u32_in(head, 0);
+        let info = self.u32_in(head, 4);
+        let size_or_type = self.u32_in(head, 8);
+        // btf.rst: vlen bits 0-15, kind bits 24-28, kind_flag bit 31.
+        let vlen = info & 0xffff;
+        let kind = (info >> 24) & 0x1f;
+        let kind_flag = info >> 31 != 0;
+        let extra_len = match kind {
+            KIND_INT => 4,
+            KIND_PTR | KIND_FWD | KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT
+            | KIND_FUNC | KIND_FLOAT | KIND_TYPE_TAG => 0,
+            KIND_ARRAY => 12,
+            KIND_STRUCT | KIND_UNION => 12 * vlen,
+            KIND_ENUM => 8 * vlen,
+            KIND_FUNC_PROTO => 8 * vlen,
+            KIND_VAR => 4,
+            KIND_DATASEC => 12 * vlen,
+            KIND_DECL_TAG => 4,
+            KIND_ENUM64 => 12 * vlen,
+            _ => return Err(BtfError::UnknownKind { kind, id }),
+        } as usize;
+        let extra = types
+            .get(head_end..head_end.saturating_add(extra_len))
+            .ok_or_else(|| truncated(head_end as u64 + extra_len as u64))?;
+        Ok(TypeRec {
+            id,
+            name_off,
+            kind,
+            kind_flag,
+            size_or_type,
+            extra,
+        })
+    }
+
+    /// The NUL-terminated string at `off` in the string section, without
+    /// the NUL.
+    fn name(&self, off: u32) -> Result<&'a [u8], BtfError> {
+        let rest = self.strings.get(off as usize..).ok_or_else(|| {
+            BtfError::Malformed(format!(
+                "name offset {off} beyond the string section ({} bytes)",
+                self.strings.len()
+            ))
+        })?;
+        // The section ends with a NUL (checked in parse), so rest has one
+        // unless it is empty (off == len), which the get above allows.
+        let end = rest.iter().position(|&b| b == 0).ok_or_else(|| {
+            BtfError::Malformed(format!(
+                "name offset {off} at the end of the string section"
+            ))
+        })?;
+        Ok(&rest[..end])
+    }
+
+    fn name_is(&self, off: u32, want: &str) -> Result<bool, BtfError> {
+        Ok(self.name(off)? == want.as_bytes())
+    }
+
+    /// The u32 at `at` in `bytes` in the blob's byte order; 0 if out of
+    /// range (callers pass slices they sized).
+    fn u32_in(&self, bytes: &[u8], at: usize) -> u32 {
+        read_u32(bytes, at, self.big_endian).unwrap_or(0)
+    }
+}
+
+fn read_u32(bytes: &[u8], at: usize, big_endian: bool) -> Option<u32> {
+    let b: [u8; 4] = bytes.get(at..at.checked_add(4)?)?.try_into().ok()?;
+    Some(if big_endian {
+        u32::from_be_bytes(b)
+    } else {
+        u32::from_le_bytes(b)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel BTF, or `None` (with the reason printed) when this
+    /// machine has none; under CI=true a missing file fails the test.
+    fn kernel_btf() -> Option<Vec<u8>> {
+        match read_btf_file(Path::new(KERNEL_BTF_PATH)) {
+            Ok(blob) => Some(blob),
+            Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
+                panic!("CI=true and the kernel BTF is not usable: {e}")
+            }
+            Err(e) => {
+                eprintln!("skipping: {e}");
+                None
+            }
+        }
+    }
+
+    #[test]
+    fn kernel_task_struct_offsets() {
+        let Some(blob) = kernel_btf() else { return };
+        let btf = BtfIndex::parse(&blob).expect("parse kernel BTF");
+        let size = btf.struct_size("task_struct").unwrap();
+        let exit_code = btf.member_offset("task_struct", "exit_code").unwrap();
+        let pid = btf.member_offset("task_struct", "pid").unwrap();
+        let tgid = btf.member_offset("task_struct", "tgid").unwrap();
+        eprintln!("task_struct size {size}: exit_code {exit_code}, pid {pid}, tgid {tgid}");
+        // pid_t pid; pid_t tgid; are adjacent in every kernel since 2.6.
+        assert_eq!(pid + 4, tgid);
+        assert_eq!(exit_code % 4, 0, "exit_code is an int");
+        for off in [exit_code, pid, tgid] {
+            assert!(
+                off > 0 && off + 4 <= size,
+                "offset {off} outside task_struct ({size})"
+            );
+        }
+        // The free functions agree with the index.
+        assert_eq!(
+            member_offset(&blob, "task_struct", "exit_code").unwrap(),
+            exit_code
+        );
+        assert_eq!(kernel_member_offset("task_struct", "tgid").unwrap(), tgid);
+        // Bitfields and missing names are errors.
+        assert!(matches!(
+            btf.member_offset("task_struct", "in_execve"),
+            Err(BtfError::Bitfield { .. }) | Err(BtfError::MemberNotFound { .. })
+        ));
+        assert!(matches!(
+            btf.member_offset("task_struct", "no_such_member"),
+            Err(BtfError::MemberNotFound { .. })
+        ));
+        assert!(matches!(
+            btf.member_offset("no_such_struct_xyz", "pid"),
+            Err(BtfError::StructNotFound { .. })
+        ));
+    }
+
+    /// Every named, non-bitfield member of task_struct against bpftool's
+    /// dump of the same file, when bpftool is installed.
+    #[test]
+    fn kernel_offsets_match_bpftool() {
+        let Some(blob) = kernel_btf() else { return };
+        let out = std::process::Command::new("bpftool")
+            .args(["btf", "dump", "file", KERNEL_BTF_PATH, "format", "raw"])
+            .output();
+        let out = match out {
+            Ok(out) if out.status.success() => out,
+            _ => {
+                eprintln!("skipping: bpftool not installed or failed");
+                return;
+            }
+        };
+        let text = String::from_utf8_lossy(&out.stdout);
+        let btf = BtfIndex::parse(&blob).unwrap();
+        let mut lines = text
+            .lines()
+            .skip_while(|l| !l.contains("STRUCT 'task_struct' "));
+        let header = lines.next().expect("bpftool dumps task_struct");
+        assert!(header.contains(&format!("size={}", btf.struct_size("task_struct").unwrap())));
+        let mut checked = 0;
+        for line in lines.take_while(|l| l.starts_with('\t')) {
+            let mut parts = line.split_whitespace();
+            let name = parts.next().unwrap().trim_matches('\'');
+            let bits: u64 = parts
+                .find_map(|p| p.strip_prefix("bits_offset="))
+                .unwrap()
+                .parse()
+                .unwrap();
+            if name == "(anon)" || line.contains("bitfield_size=") || bits & 7 != 0 {
+                continue;
+            }
+            let ours = btf.member_offset("task_struct", name).unwrap();
+            assert_eq!(u64::from(ours), bits / 8, "task_struct.{name}");
+            checked += 1;
+        }
+        assert!(checked > 100, "only {checked} members compared");
+    }
+
+    /// sk_buff keeps its list pointers, tstamp and _skb_refdst/destructor in
+    /// anonymous unions (and an anonymous struct inside one).
+    #[test]
+    fn kernel_anonymous_union_members() {
+        let Some(blob) = kernel_btf() else { return };
+        let btf = BtfIndex::parse(&blob).unwrap();
+        let size = btf.struct_size("sk_buff").unwrap();
+        let next = btf.member_offset("sk_buff", "next").unwrap();
+        let prev = btf.member_offset("sk_buff", "prev").unwrap();
+        let tstamp = btf.member_offset("sk_buff", "tstamp").unwrap();
+        let refdst = btf.member_offset("sk_buff", "_skb_refdst").unwrap();
+        let destructor = btf.member_offset("sk_buff", "destructor").unwrap();
+        eprintln!(
+            "sk_buff size {size}: next {next}, prev {prev}, tstamp {tstamp}, \
+             _skb_refdst {refdst}, destructor {destructor}"
+        );
+        assert_eq!(next, 0);
+        assert_eq!(prev, 8);
+        assert_eq!(refdst + 8, destructor);
+        assert!(tstamp > 0 && destructor + 8 <= size);
+    }
+
+    /// Garbage, empty and truncated blobs and random corruption of the
+    /// real one give errors, not panics.
+    #[test]
+    fn kernel_blob_truncated_and_corrupted() {
+        let Some(blob) = kernel_btf() else { return };
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        for _ in 0..40 {
+            let len = (rng.next() % blob.len() as u64) as usize;
+            let cut = &blob[..len];
+            assert!(member_offset(cut, "task_struct", "exit_code").is_err());
+        }
+        let mut mutated = blob.clone();
+        for _ in 0..40 {
+            mutated.copy_from_slice(&blob);
+            for _ in 0..1 + rng.next() % 8 {
+                // Bias towards the header and the start of the type section.
+                let span = if rng.next() & 1 == 0 {
+                    4096
+                } else {
+                    mutated.len()
+                };
+                let at = (rng.next() % span as u64) as usize;
+                mutated[at] = rng.next() as u8;
+            }
+            let _ = member_offset(&mutated, "task_struct", "exit_code");
+        }
+    }
+
+    // ---- synthetic blobs ----
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+
+    /// Builds a BTF blob in either byte order.
+    struct Builder {
+        be: bool,
+        types: Vec<u8>,
+        strings: Vec<u8>,
+        next_id: u32,
+    }
+
+    impl Builder {
+        fn new(be: bool) -> Self {
+            Builder {
+                be,
+                types: Vec::new(),
+                strings: vec![0],
+                next_id: 1,
+            }
+        }
+        fn u32(&mut self, v: u32) {
+            let b = if self.be {
+                v.to_be_bytes()
+            } else {
+                v.to_le_bytes()
+            };
+            self.types.extend_from_slice(&b);
+        }
+        fn str(&mut self, s: &str) -> u32 {
+            if s.is_empty() {
+                return 0;
+            }
+            let off = self.strings.len() as u32;
+            self.strings.extend_from_slice(s.as_bytes());
+            self.strings.push(0);
+            off
+        }
+        fn head(&mut self, name: &str, kind: u32, vlen: u32, kflag: bool, size: u32) -> u32 {
+            let n = self.str(name);
+            self.u32(n);
+            self.u32(vlen | kind << 24 | u32::from(kflag) << 31);
+            self.u32(size);
+            self.next_id += 1;
+            self.next_id - 1
+        }
+        fn int(&mut self, name: &str, size: u32, bits: u32) -> u32 {
+            let id = self.head(name, KIND_INT, 0, false, size);
+            self.u32(bits);
+            id
+        }
+        /// Members: (name, type, bit offset, bitfield size).
+        fn compound(
+            &mut self,
+            kind: u32,
+            name: &str,
+            size: u32,
+            kflag: bool,
+            members: &[(&str, u32, u32, u32)],
+        ) -> u32 {
+            let id = self.head(name, kind, members.len() as u32, kflag, size);
+            for &(m, ty, off, bits) in members {
+                let n = self.str(m);
+                self.u32(n);
+                self.u32(ty);
+                self.u32(if kflag { bits << 24 | off } else { off });
+            }
+            id
+        }
+        fn finish(&self) -> Vec<u8> {
+            let w = |v: u32| {
+                if self.be {
+                    v.to_be_bytes()
+                } else {
+                    v.to_le_bytes()
+                }
+            };
+            let mut out = Vec::new();
+            out.extend_from_slice(&if self.be {
+                MAGIC.to_be_bytes()
+            } else {
+                MAGIC.to_le_bytes()
+            });
+            out.extend_from_slice(&[1, 0]);
+            out.extend_from_slice(&w(24));
+            out.extend_from_slice(&w(0));
+            out.extend_from_slice(&w(self.types.len() as u32));
+            out.extend_from_slice(&w(self.types.len() as u32));
+            out.extend_from_slice(&w(self.strings.len() as u32));
+            out.extend_from_slice(&self.types);
+            out.extend_from_slice(&self.strings);
+            out
+        }
+    }
+
+    /// ```c
+    /// struct outer {                  // 32 bytes
+    ///     int a;                      // 0
+    ///     union {                     // 4
+    ///         int b;                  // 4
+    ///         struct { int c; int d; };   // 4, 8
+    ///     };
+    ///     const my_u32 e;             // 12 (typedef behind const)
+    ///     int f:3;                    // bit 128
+    ///     int g;                      // 20
+    ///     char h;                     // 24, int of 8 bits
+    ///     int old_bf;                 // bit 200, old-style bitfield (int of 5 bits)
+    /// };
+    /// ```
+    fn sample(be: bool, kflag: bool) -> Vec<u8> {
+        let mut b = Builder::new(be);
+        let int = b.int("int", 4, 32); // 1
+        let ch = b.int("char", 1, 8); // 2
+        let td = b.head("my_u32", KIND_TYPEDEF, 0, false, int); // 3
+        let cst = b.head("", KIND_CONST, 0, false, td); // 4
+        let inner = b.compound(
+            KIND_STRUCT,
+            "",
+            8,
+            false,
+            &[("c", int, 0, 0), ("d", int, 32, 0)],
+        );
+        let un = b.compound(
+            KIND_UNION,
+            "",
+            8,
+            false,
+            &[("b", int, 0, 0), ("", inner, 0, 0)],
+        );
+        let small = b.int("int", 4, 5); // an old-style 5-bit bitfield base
+        b.head("outer", KIND_FWD, 0, false, 0);
+        b.head("proto", KIND_FUNC_PROTO, 2, false, 0);
+        b.u32(0);
+        b.u32(int);
+        b.u32(0);
+        b.u32(int);
+        let members: &[(&str, u32, u32, u32)] = &[
+            ("a", int, 0, 0),
+            ("", un, 32, 0),
+            ("e", cst, 96, 0),
+            ("f", int, 128, 3),
+            ("g", int, 160, 0),
+            ("h", ch, 192, 0),
+            ("old_bf", small, 200, 0),
+        ];
+        if kflag {
+            b.compound(KIND_STRUCT, "outer", 32, true, members);
+        } else {
+            // Without kind_flag f is a plain member at bit 128 of a 3-bit int.
+            let three = b.int("int", 4, 3);
+            let mut m = members.to_vec();
+            m[3] = ("f", three, 128, 0);
+            b.compound(KIND_STRUCT, "outer", 32, false, &m);
+        }
+        b.finish()
+    }
+
+    #[test]
+    fn synthetic_offsets_and_anonymous_members() {
+        for be in [false, true] {
+            for kflag in [false, true] {
+                let blob = sample(be, kflag);
+                let off = |m| member_offset(&blob, "outer", m);
+                assert_eq!(off("a").unwrap(), 0);
+                assert_eq!(off("b").unwrap(), 4, "member of an anonymous union");
+                assert_eq!(off("c").unwrap(), 4, "struct in an anonymous union");
+                assert_eq!(off("d").unwrap(), 8);
+                assert_eq!(off("e").unwrap(), 12);
+                assert_eq!(off("g").unwrap(), 20);
+                assert_eq!(off("h").unwrap(), 24);
+                assert!(matches!(
+                    off("f"),
+                    Err(BtfError::Bitfield {
+                        bit_offset: 128,
+                        ..
+                    })
+                ));
+                assert!(matches!(off("old_bf"), Err(BtfError::Bitfield { .. })));
+                assert!(matches!(off("zz"), Err(BtfError::MemberNotFound { .. })));
+                // FWD "outer" and the anonymous types are not structs named so.
+                assert!(matches!(
+                    member_offset(&blob, "inner", "c"),
+                    Err(BtfError::StructNotFound { .. })
+                ));
+                assert_eq!(
+                    BtfIndex::parse(&blob)
+                        .unwrap()
+                        .struct_size("outer")
+                        .unwrap(),
+                    32
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn anonymous_member_cycle_is_an_error() {
+        let mut b = Builder::new(false);
+        let int = b.int("int", 4, 32);
+        // Type 2: an anonymous struct whose anonymous member is itself.
+        b.compound(KIND_STRUCT, "", 4, false, &[("", 2, 0, 0), ("", 2, 0, 0)]);
+        b.compound(
+            KIND_STRUCT,
+            "loop",
+            8,
+            false,
+            &[("", 2, 0, 0), ("x", int, 32, 0)],
+        );
+        let blob = b.finish();
+        assert!(matches!(
+            member_offset(&blob, "loop", "x"),
+            Err(BtfError::Malformed(_))
+        ));
+        // Typedef chain pointing to itself.
+        let mut b = Builder::new(false);
+        b.head("t", KIND_TYPEDEF, 0, false, 1);
+        b.compound(KIND_STRUCT, "s", 4, false, &[("", 1, 0, 0)]);
+        let blob = b.finish();
+        assert!(matches!(
+            member_offset(&blob, "s", "x"),
+            Err(BtfError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn bad_blobs_are_errors() {
+        let e = |blob: &[u8]| member_offset(blob, "outer", "a").unwrap_err();
+        assert!(matches!(e(&[]), BtfError::Truncated { .. }));
+        assert!(matches!(e(&[0x9f]), BtfError::Truncated { .. }));
+        assert!(matches!(e(&[0u8; 64]), BtfError::BadMagic { found: 0 }));
+        assert!(matches!(
+            e(b"\x7fELF garbage garbage garbage"),
+            BtfError::BadMagic { .. }
+        ));
+        let good = sample(false, true);
+        let mut v2 = good.clone();
+        v2[2] = 2;
+        assert!(matches!(e(&v2), BtfError::UnsupportedVersion(2)));
+        // Unknown kind 31 as the first type.
+        let mut unknown = good.clone();
+        unknown[24 + 7] = 31;
+        assert!(matches!(
+            e(&unknown),
+            BtfError::UnknownKind { kind: 31, id: 1 }
+        ));
+        // Section lengths beyond the blob.
+        let mut long = good.clone();
+        long[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(e(&long), BtfError::Truncated { .. }));
+        let mut hdr = good.clone();
+        hdr[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(e(&hdr), BtfError::Truncated { .. }));
+        // Every prefix of a good blob is an error (sections run past its end).
+        for len in 0..good.len() {
+            assert!(
+                member_offset(&good[..len], "outer", "a").is_err(),
+                "prefix {len}"
+            );
+        }
+        // Random garbage and random corruption never panic.
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for _ in 0..20_000 {
+            let mut blob = good.clone();
+            for _ in 0..1 + rng.next() % 6 {
+                let at = (rng.next() % blob.len() as u64) as usize;
+                blob[at] = rng.next() as u8;
+            }
+            let _ = member_offset(&blob, "outer", "d");
+            let len = (rng.next() % 200) as usize;
+            let junk: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            let _ = member_offset(&junk, "outer", "d");
+        }
+    }
+
+    #[test]
+    fn error_messages_say_what_to_do() {
+        let e = read_btf_file(Path::new("/nonexistent/btf/vmlinux")).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("CONFIG_DEBUG_INFO_BTF"), "{msg}");
+        assert!(msg.contains("exit codes will be shown as unknown"), "{msg}");
+    }
+}

@@ -1,0 +1,758 @@
+//! Sandbox events: what the kernel saw the runtime's process tree do to a
+//! pod (signals, exits, unmounts, unlinks, namespaces, cgroups), from the
+//! probes in nri-trace-ebpf/src/sandbox.rs.
+//!
+//! [`from_record`] parses a ring-buffer record (pure); [`SandboxContext`]
+//! adds what only the live node can tell (cgroup paths of cgroup ids, the
+//! target of a signal) and finds the process tree to watch
+//! ([`runtime_tree`]).
+
+use std::{
+    collections::{HashMap, HashSet},
+    os::unix::fs::MetadataExt,
+    path::Path,
+};
+
+use nri_trace_common::{
+    Syscall, SANDBOX_NO_CODE, SANDBOX_PATH2_CUT, SANDBOX_PATH_CUT, SANDBOX_PATH_LEN,
+    SANDBOX_RECORD_LEN,
+};
+use serde::{Deserialize, Serialize};
+
+use super::{discovery, record::RawRecord, Timestamp};
+
+/// One sandbox event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxEvent {
+    pub ts: Timestamp,
+    /// The process (and thread) that made the call or sent the signal; for
+    /// `exit`, the process that exited.
+    pub tgid: u32,
+    pub tid: u32,
+    pub comm: String,
+    /// Its cgroup id (cgroup v2 inode number).
+    pub cgroup_id: u64,
+    /// Its cgroup path below the cgroup2 mount, when the node could tell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
+    #[serde(flatten)]
+    pub op: SandboxOp,
+    /// A path was longer than the probes copy (256 bytes) and is cut.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
+/// What happened. `errno` is 0 on success.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum SandboxOp {
+    /// A signal sent to a process of the tree (kill, tgkill,
+    /// pidfd_send_signal, or by the kernel).
+    Signal {
+        sig: i32,
+        target: u32,
+        /// The target's comm and cgroup, read from /proc when the event
+        /// was drained (None when it was already gone).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        target_comm: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        target_cgroup: Option<String>,
+        /// The kernel's result: 0 delivered, 1 ignored, 2 already pending,
+        /// 3 overflow, 4 lost (include/trace/events/signal.h).
+        result: i32,
+    },
+    /// A signalled process exited. `status` is in wait(2) form: the
+    /// killing signal in the low 7 bits, or the exit code in bits 8-15.
+    Exit {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status: Option<i32>,
+    },
+    Umount {
+        path: String,
+        flags: u64,
+        errno: i32,
+    },
+    /// unlink, rmdir, or unlinkat (with AT_REMOVEDIR: `dir`).
+    Unlink {
+        path: String,
+        dir: bool,
+        errno: i32,
+    },
+    /// A bind mount of a /proc namespace file (a pinned netns).
+    NsBind {
+        target: String,
+        source: String,
+        errno: i32,
+    },
+    Unshare {
+        flags: u64,
+        errno: i32,
+    },
+    Setns {
+        nstype: u64,
+        errno: i32,
+    },
+    /// A process made in new namespaces (clone/clone3 with CLONE_NEW*).
+    CloneNs {
+        child: u32,
+        flags: u64,
+    },
+    CgroupMkdir {
+        id: u64,
+        path: String,
+    },
+    CgroupRmdir {
+        id: u64,
+        path: String,
+    },
+}
+
+/// A signal's name (x86_64 numbering, include/uapi/asm-generic/signal.h).
+pub fn signal_name(sig: i32) -> String {
+    const NAMES: [&str; 32] = [
+        "0",
+        "SIGHUP",
+        "SIGINT",
+        "SIGQUIT",
+        "SIGILL",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGKILL",
+        "SIGUSR1",
+        "SIGSEGV",
+        "SIGUSR2",
+        "SIGPIPE",
+        "SIGALRM",
+        "SIGTERM",
+        "SIGSTKFLT",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGSTOP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGWINCH",
+        "SIGIO",
+        "SIGPWR",
+        "SIGSYS",
+    ];
+    usize::try_from(sig)
+        .ok()
+        .and_then(|i| NAMES.get(i))
+        .map_or_else(|| format!("signal {sig}"), |n| n.to_string())
+}
+
+/// An errno as "EBUSY (Device or resource busy)"; "ok" for 0.
+pub fn errno_text(errno: i32) -> String {
+    let name = match errno {
+        0 => return "ok".into(),
+        libc::EPERM => "EPERM",
+        libc::ENOENT => "ENOENT",
+        libc::EINTR => "EINTR",
+        libc::EACCES => "EACCES",
+        libc::EBUSY => "EBUSY",
+        libc::EEXIST => "EEXIST",
+        libc::ENOTDIR => "ENOTDIR",
+        libc::EISDIR => "EISDIR",
+        libc::EINVAL => "EINVAL",
+        libc::EROFS => "EROFS",
+        libc::ENOTEMPTY => "ENOTEMPTY",
+        _ => "",
+    };
+    let text = std::io::Error::from_raw_os_error(errno).to_string();
+    // "Device or resource busy (os error 16)" -> "Device or resource busy".
+    let text = text.split(" (os error").next().unwrap_or_default();
+    if name.is_empty() {
+        format!("errno {errno} ({text})")
+    } else {
+        format!("{name} ({text})")
+    }
+}
+
+/// A wait(2) status in words: "killed by SIGKILL", "exit code 0".
+pub fn status_text(status: i32) -> String {
+    let sig = status & 0x7f;
+    if sig != 0 {
+        format!(
+            "killed by {}{}",
+            signal_name(sig),
+            if status & 0x80 != 0 {
+                " (core dumped)"
+            } else {
+                ""
+            }
+        )
+    } else {
+        format!("exit code {}", (status >> 8) & 0xff)
+    }
+}
+
+/// CLONE_NEW* flags in words: "mnt,pid,net".
+pub fn namespaces_text(flags: u64) -> String {
+    const NS: [(u64, &str); 8] = [
+        (0x0002_0000, "mnt"),
+        (0x0200_0000, "cgroup"),
+        (0x0400_0000, "uts"),
+        (0x0800_0000, "ipc"),
+        (0x1000_0000, "user"),
+        (0x2000_0000, "pid"),
+        (0x4000_0000, "net"),
+        (0x80, "time"),
+    ];
+    let v: Vec<&str> = NS
+        .iter()
+        .filter(|(b, _)| flags & b != 0)
+        .map(|(_, n)| *n)
+        .collect();
+    if v.is_empty() {
+        "no new namespace".into()
+    } else {
+        v.join(",")
+    }
+}
+
+impl SandboxEvent {
+    /// One line in words (unsanitized: sinks sanitize).
+    pub fn describe(&self) -> String {
+        let who = format!("{}[{}]", self.comm, self.tgid);
+        match &self.op {
+            SandboxOp::Signal {
+                sig,
+                target,
+                target_comm,
+                result,
+                ..
+            } => format!(
+                "{who} sent {} to pid {target}{}{}",
+                signal_name(*sig),
+                target_comm
+                    .as_ref()
+                    .map(|c| format!(" ({c})"))
+                    .unwrap_or_default(),
+                match result {
+                    0 => String::new(),
+                    1 => ": ignored".into(),
+                    2 => ": already pending".into(),
+                    r => format!(": not delivered ({r})"),
+                }
+            ),
+            SandboxOp::Exit { status } => format!(
+                "pid {} ({}) exited: {}",
+                self.tgid,
+                self.comm,
+                status.map_or_else(|| "status unknown".into(), status_text)
+            ),
+            SandboxOp::Umount { path, errno, .. } => {
+                format!("{who} unmount {path}: {}", errno_text(*errno))
+            }
+            SandboxOp::Unlink { path, dir, errno } => format!(
+                "{who} {} {path}: {}",
+                if *dir { "rmdir" } else { "unlink" },
+                errno_text(*errno)
+            ),
+            SandboxOp::NsBind {
+                target,
+                source,
+                errno,
+            } => format!(
+                "{who} bind-mount {source} on {target}: {}",
+                errno_text(*errno)
+            ),
+            SandboxOp::Unshare { flags, errno } => format!(
+                "{who} unshare({}): {}",
+                namespaces_text(*flags),
+                errno_text(*errno)
+            ),
+            SandboxOp::Setns { nstype, errno } => format!(
+                "{who} setns({}): {}",
+                if *nstype == 0 {
+                    "any".into()
+                } else {
+                    namespaces_text(*nstype)
+                },
+                errno_text(*errno)
+            ),
+            SandboxOp::CloneNs { child, flags } => format!(
+                "{who} made pid {child} in new namespaces ({})",
+                namespaces_text(*flags)
+            ),
+            SandboxOp::CgroupMkdir { path, .. } => format!("cgroup {path} created by {who}"),
+            SandboxOp::CgroupRmdir { path, .. } => format!("cgroup {path} removed by {who}"),
+        }
+    }
+}
+
+/// A NUL-terminated, possibly cut, byte string from the kernel, as text.
+fn c_str(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+fn errno_of(ret: i64) -> i32 {
+    if ret < 0 {
+        (-ret).min(i32::MAX as i64) as i32
+    } else {
+        0
+    }
+}
+
+/// Parse a `RecordKind::Sandbox` record; None when its payload is short or
+/// its syscall is not a sandbox one.
+pub fn from_record(r: &RawRecord<'_>, ts: Timestamp) -> Option<SandboxEvent> {
+    let p = r.payload;
+    if p.len() < SANDBOX_RECORD_LEN {
+        return None;
+    }
+    let u64_at = |o: usize| u64::from_ne_bytes(p[o..o + 8].try_into().expect("8 bytes"));
+    let u32_at = |o: usize| u32::from_ne_bytes(p[o..o + 4].try_into().expect("4 bytes"));
+    // Offsets of SandboxRecord's repr(C) fields (asserted in the tests).
+    let cgroup_id = u64_at(0);
+    let arg = u64_at(8);
+    let target = u32_at(16);
+    let aux = u32_at(20) as i32;
+    let comm = c_str(&p[24..40]);
+    let flags = u32_at(40);
+    let path = c_str(&p[48..48 + SANDBOX_PATH_LEN]);
+    let path2 = c_str(&p[48 + SANDBOX_PATH_LEN..48 + 2 * SANDBOX_PATH_LEN]);
+    let errno = errno_of(r.ret);
+    const AT_REMOVEDIR: u64 = 0x200; // include/uapi/linux/fcntl.h
+    let op = match r.syscall {
+        Syscall::Signal => SandboxOp::Signal {
+            sig: arg as i32,
+            target,
+            target_comm: None,
+            target_cgroup: None,
+            result: r.ret as i32,
+        },
+        Syscall::Exit => SandboxOp::Exit {
+            status: (flags & SANDBOX_NO_CODE == 0).then_some(arg as u32 as i32),
+        },
+        Syscall::Umount2 => SandboxOp::Umount {
+            path,
+            flags: arg,
+            errno,
+        },
+        Syscall::Unlinkat => SandboxOp::Unlink {
+            path,
+            dir: arg & AT_REMOVEDIR != 0,
+            errno,
+        },
+        Syscall::Unlink => SandboxOp::Unlink {
+            path,
+            dir: false,
+            errno,
+        },
+        Syscall::Rmdir => SandboxOp::Unlink {
+            path,
+            dir: true,
+            errno,
+        },
+        Syscall::Mount => SandboxOp::NsBind {
+            target: path,
+            source: path2,
+            errno,
+        },
+        Syscall::Unshare => SandboxOp::Unshare { flags: arg, errno },
+        Syscall::Setns => SandboxOp::Setns { nstype: arg, errno },
+        Syscall::CloneNs => SandboxOp::CloneNs {
+            child: target,
+            flags: arg,
+        },
+        Syscall::CgroupMkdir => SandboxOp::CgroupMkdir { id: arg, path },
+        Syscall::CgroupRmdir => SandboxOp::CgroupRmdir { id: arg, path },
+        _ => return None,
+    };
+    let _ = aux;
+    Some(SandboxEvent {
+        ts,
+        tgid: r.tgid,
+        tid: r.tid,
+        comm,
+        cgroup_id,
+        cgroup: None,
+        op,
+        truncated: flags & (SANDBOX_PATH_CUT | SANDBOX_PATH2_CUT) != 0,
+    })
+}
+
+/// Where cgroup v2 (the unified hierarchy) is mounted: /sys/fs/cgroup, or
+/// /sys/fs/cgroup/unified on a hybrid (v1 + v2) node; from mountinfo.
+fn cgroup2_mount() -> Option<std::path::PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    text.lines().find_map(|l| {
+        // "id parent maj:min root mountpoint opts - fstype source opts"
+        let (left, right) = l.split_once(" - ")?;
+        (right.split_whitespace().next()? == "cgroup2")
+            .then(|| left.split_whitespace().nth(4).map(std::path::PathBuf::from))?
+    })
+}
+/// Most cgroups indexed; a node has hundreds to a few thousand.
+const MAX_CGROUPS: usize = 65536;
+/// Most signal targets remembered.
+const MAX_PIDS: usize = 16384;
+
+/// What the live node adds to sandbox events.
+#[derive(Debug, Default)]
+pub struct SandboxContext {
+    /// cgroup id (inode of its directory) -> path below the mount.
+    cgroups: HashMap<u64, String>,
+    /// When the cgroup tree was last walked (monotonic ns).
+    walked_ns: u64,
+    /// pid -> (comm, cgroup path), read when a signal to it was seen.
+    pids: HashMap<u32, (Option<String>, Option<String>)>,
+}
+
+impl SandboxContext {
+    pub fn new() -> Self {
+        let mut c = Self::default();
+        c.walk(0);
+        c
+    }
+
+    /// Index every cgroup directory by id (its inode number).
+    fn walk(&mut self, now_ns: u64) {
+        self.walked_ns = now_ns;
+        let Some(root) = cgroup2_mount() else {
+            return;
+        };
+        let root = root.as_path();
+        let mut stack = vec![(root.to_path_buf(), 0usize)];
+        while let Some((dir, depth)) = stack.pop() {
+            if self.cgroups.len() >= MAX_CGROUPS {
+                break;
+            }
+            let Ok(md) = std::fs::metadata(&dir) else {
+                continue;
+            };
+            let rel = dir
+                .strip_prefix(root)
+                .map(|p| format!("/{}", p.display()))
+                .unwrap_or_default();
+            let _: &Path = &dir;
+            self.cgroups.insert(md.ino(), rel);
+            if depth >= 12 {
+                continue;
+            }
+            let Ok(rd) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in rd.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push((e.path(), depth + 1));
+                }
+            }
+        }
+    }
+
+    fn cgroup_path(&mut self, id: u64, now_ns: u64) -> Option<String> {
+        if let Some(p) = self.cgroups.get(&id) {
+            return Some(p.clone());
+        }
+        // Unknown: walk again, at most once a second.
+        if now_ns.saturating_sub(self.walked_ns) >= 1_000_000_000 {
+            self.walk(now_ns);
+        }
+        self.cgroups.get(&id).cloned()
+    }
+
+    /// Fill in what the node can tell about `ev`, now (`now_ns`).
+    pub fn enrich(&mut self, ev: &mut SandboxEvent, now_ns: u64) {
+        match &mut ev.op {
+            // New cgroups are found by the next walk: the tracepoint's ids
+            // are per hierarchy, and a v1 one may equal a v2 id.
+            SandboxOp::CgroupRmdir { id, .. } => {
+                self.cgroups.remove(id);
+            }
+            SandboxOp::Signal {
+                target,
+                target_comm,
+                target_cgroup,
+                ..
+            } => {
+                if !self.pids.contains_key(target) {
+                    if self.pids.len() >= MAX_PIDS {
+                        self.pids.clear();
+                    }
+                    self.pids.insert(
+                        *target,
+                        (discovery::read_comm(*target), proc_cgroup(*target)),
+                    );
+                }
+                if let Some((c, g)) = self.pids.get(target) {
+                    *target_comm = c.clone();
+                    *target_cgroup = g.clone();
+                }
+            }
+            SandboxOp::Exit { .. } => {
+                // Gone from /proc by now, most likely: what was read when
+                // it was signalled.
+                if let Some((_, g)) = self.pids.remove(&ev.tgid) {
+                    ev.cgroup = g;
+                }
+            }
+            _ => {}
+        }
+        if ev.cgroup.is_none() && ev.cgroup_id != 0 {
+            ev.cgroup = self
+                .cgroup_path(ev.cgroup_id, now_ns)
+                .filter(|p| p != "/")
+                // The v2 root on a v1 (or hybrid) node: the v1 path.
+                .or_else(|| proc_cgroup(ev.tgid));
+        }
+    }
+}
+
+/// The cgroup path of a process: its v2 one ("0::/path" in
+/// /proc/PID/cgroup), or on a v1 node (where the v2 one is "/") the
+/// first v1 hierarchy's that is not the root.
+pub fn proc_cgroup(pid: u32) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    cgroup_of(&text)
+}
+
+fn cgroup_of(text: &str) -> Option<String> {
+    let path = |l: &str| l.splitn(3, ':').nth(2).map(str::to_string);
+    let v2 = text.lines().find(|l| l.starts_with("0::")).and_then(path);
+    match v2 {
+        Some(p) if p != "/" => Some(p),
+        _ => text
+            .lines()
+            .filter(|l| !l.starts_with("0::"))
+            .filter_map(path)
+            .find(|p| p != "/")
+            .or(v2),
+    }
+}
+
+/// Process names whose trees make and unmake pods: the runtimes, their
+/// shims and monitors, and kubelet. A shim daemonizes (its parent becomes
+/// init), so it is not found as a descendant of the runtime.
+const TREE_ROOTS: &[&str] = &[
+    "containerd",
+    "containerd-shim",
+    "containerd-shim-runc-v2",
+    "crio",
+    "conmon",
+    "kubelet",
+];
+
+/// `roots` (the runtime's pids) plus every running process named in
+/// `TREE_ROOTS`, and all their descendants: the processes whose sandbox
+/// events count. New ones are followed in the kernel (task_newtask).
+pub fn runtime_tree(roots: &[u32]) -> Vec<u32> {
+    let mut parent_of: Vec<(u32, u32)> = Vec::new();
+    let mut tree: HashSet<u32> = roots.iter().copied().collect();
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // "pid (comm) state ppid ...": comm may hold spaces and parens.
+            let Some(close) = stat.rfind(')') else {
+                continue;
+            };
+            let comm = stat
+                .get(stat.find('(').map_or(0, |i| i + 1)..close)
+                .unwrap_or("");
+            let ppid = stat[close + 1..]
+                .split_whitespace()
+                .nth(1)
+                .and_then(|s| s.parse::<u32>().ok())
+                .unwrap_or(0);
+            if TREE_ROOTS.contains(&comm) || comm.starts_with("containerd-shim") {
+                tree.insert(pid);
+            }
+            parent_of.push((pid, ppid));
+        }
+    }
+    // Descendants: repeat until no new child joins (bounded by depth).
+    for _ in 0..32 {
+        let before = tree.len();
+        for &(pid, ppid) in &parent_of {
+            if tree.contains(&ppid) {
+                tree.insert(pid);
+            }
+        }
+        if tree.len() == before {
+            break;
+        }
+    }
+    let mut v: Vec<u32> = tree.into_iter().collect();
+    v.sort_unstable();
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nri_trace_common::{RecordHeader, RecordKind, SandboxRecord};
+    use std::mem::offset_of;
+
+    #[test]
+    fn offsets_match_repr_c() {
+        assert_eq!(offset_of!(SandboxRecord, cgroup_id), 0);
+        assert_eq!(offset_of!(SandboxRecord, arg), 8);
+        assert_eq!(offset_of!(SandboxRecord, target), 16);
+        assert_eq!(offset_of!(SandboxRecord, aux), 20);
+        assert_eq!(offset_of!(SandboxRecord, comm), 24);
+        assert_eq!(offset_of!(SandboxRecord, flags), 40);
+        assert_eq!(offset_of!(SandboxRecord, path), 48);
+        assert_eq!(offset_of!(SandboxRecord, path2), 48 + SANDBOX_PATH_LEN);
+    }
+
+    fn payload(arg: u64, target: u32, flags: u32, path: &[u8], path2: &[u8]) -> Vec<u8> {
+        let mut p = vec![0u8; SANDBOX_RECORD_LEN];
+        p[0..8].copy_from_slice(&77u64.to_ne_bytes());
+        p[8..16].copy_from_slice(&arg.to_ne_bytes());
+        p[16..20].copy_from_slice(&target.to_ne_bytes());
+        p[24..30].copy_from_slice(b"runc\0\0");
+        p[40..44].copy_from_slice(&flags.to_ne_bytes());
+        p[48..48 + path.len()].copy_from_slice(path);
+        let o = 48 + SANDBOX_PATH_LEN;
+        p[o..o + path2.len()].copy_from_slice(path2);
+        p
+    }
+
+    fn parse(sc: Syscall, ret: i64, p: &[u8]) -> Option<SandboxEvent> {
+        let h = RecordHeader {
+            kind: RecordKind::Sandbox as u16,
+            syscall: sc as u16,
+            flags: 0,
+            ts_ns: 5,
+            tgid: 10,
+            tid: 11,
+            fd: -1,
+            aux: 0,
+            ret,
+            offset: 0,
+            len: p.len() as u32,
+        };
+        let bytes = super::super::record::encode(&h, p);
+        let r = super::super::record::parse(&bytes).unwrap();
+        from_record(
+            &r,
+            Timestamp {
+                mono_ns: 5,
+                wall_ns: 6,
+            },
+        )
+    }
+
+    #[test]
+    fn records_parse_into_events() {
+        let e = parse(
+            Syscall::Umount2,
+            -16,
+            &payload(2, 0, 0, b"/run/x/rootfs\0", b""),
+        )
+        .unwrap();
+        assert_eq!(
+            e.op,
+            SandboxOp::Umount {
+                path: "/run/x/rootfs".into(),
+                flags: 2,
+                errno: 16
+            }
+        );
+        assert_eq!((e.tgid, e.comm.as_str(), e.cgroup_id), (10, "runc", 77));
+        let e = parse(Syscall::Signal, 0, &payload(9, 42, 0, b"", b"")).unwrap();
+        assert!(matches!(
+            e.op,
+            SandboxOp::Signal {
+                sig: 9,
+                target: 42,
+                result: 0,
+                ..
+            }
+        ));
+        let e = parse(Syscall::Exit, 0, &payload(9, 42, 0, b"", b"")).unwrap();
+        assert_eq!(e.op, SandboxOp::Exit { status: Some(9) });
+        let e = parse(Syscall::Exit, 0, &payload(0, 42, SANDBOX_NO_CODE, b"", b"")).unwrap();
+        assert_eq!(e.op, SandboxOp::Exit { status: None });
+        let e = parse(Syscall::Unlinkat, 0, &payload(0x200, 0, 0, b"/a\0", b"")).unwrap();
+        assert!(matches!(
+            e.op,
+            SandboxOp::Unlink {
+                dir: true,
+                errno: 0,
+                ..
+            }
+        ));
+        let e = parse(
+            Syscall::Mount,
+            0,
+            &payload(
+                4096,
+                0,
+                SANDBOX_PATH2_CUT,
+                b"/run/netns/cni-1\0",
+                b"/proc/1/ns/net\0",
+            ),
+        )
+        .unwrap();
+        assert!(e.truncated);
+        assert!(matches!(&e.op, SandboxOp::NsBind { source, .. } if source == "/proc/1/ns/net"));
+    }
+
+    #[test]
+    fn bad_records_are_refused() {
+        let p = payload(0, 0, 0, b"/x\0", b"");
+        assert!(parse(Syscall::Write, 0, &p).is_none());
+        assert!(parse(Syscall::Umount2, 0, &p[..SANDBOX_RECORD_LEN - 1]).is_none());
+        // A path without NUL (cut by the kernel) still parses.
+        let full = vec![b'a'; SANDBOX_PATH_LEN];
+        let e = parse(Syscall::Rmdir, -39, &payload(0, 0, 0, &full, b"")).unwrap();
+        assert!(
+            matches!(&e.op, SandboxOp::Unlink { path, errno: 39, .. } if path.len() == SANDBOX_PATH_LEN)
+        );
+    }
+
+    #[test]
+    fn cgroup_paths_on_v1_and_v2_nodes() {
+        assert_eq!(
+            cgroup_of("0::/k8s.io/abc\n").as_deref(),
+            Some("/k8s.io/abc")
+        );
+        let hybrid = "9:name=systemd:/\n4:memory:/k8s.io/abc\n0::/\n";
+        assert_eq!(cgroup_of(hybrid).as_deref(), Some("/k8s.io/abc"));
+        assert_eq!(cgroup_of("1:cpu:/\n0::/\n").as_deref(), Some("/"));
+        assert_eq!(cgroup_of("garbage"), None);
+    }
+
+    #[test]
+    fn events_round_trip_as_json() {
+        let e = parse(Syscall::Signal, 0, &payload(15, 42, 0, b"", b"")).unwrap();
+        let j = serde_json::to_string(&e).unwrap();
+        assert!(j.contains(r#""op":"signal""#), "{j}");
+        assert_eq!(serde_json::from_str::<SandboxEvent>(&j).unwrap(), e);
+    }
+
+    #[test]
+    fn runtime_tree_holds_roots_and_their_children() {
+        let me = std::process::id();
+        let tree = runtime_tree(&[me]);
+        assert!(tree.contains(&me));
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let tree = runtime_tree(&[me]);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(
+            tree.contains(&child.id()),
+            "child {} not in {tree:?}",
+            child.id()
+        );
+    }
+}
