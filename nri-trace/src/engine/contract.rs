@@ -518,7 +518,10 @@ impl ContractChecker {
                     self.pods_before_restart = self.pods_seen.clone();
                 }
             }
-            TraceRecord::Cri(_) | TraceRecord::Violation(_) | TraceRecord::Sandbox(_) => {}
+            TraceRecord::Cri(_)
+            | TraceRecord::Violation(_)
+            | TraceRecord::Sandbox(_)
+            | TraceRecord::Nri(NriRecord::NriPending(_)) => {}
         }
     }
 

@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::hook_latency::{Buckets, HookSpan, HookSummary, HookTimer};
 use crate::{
     capture::{CaptureEvent, ConnId, Loss, Timestamp},
-    model::nri_call::{AssemblerStats, NriCallAssembler, NriObservation, PluginId},
+    model::nri_call::{AssemblerStats, NriCall, NriCallAssembler, NriObservation, PluginId},
 };
 
 /// One line of `nri-trace nri` output.
@@ -47,6 +47,8 @@ pub enum NriRecord {
     },
     /// The capture lost data (cumulative counters): calls may be missing.
     CaptureLoss(Loss),
+    /// A teardown hook was called; its `nri_call` follows when it ends.
+    NriPending(NriCall),
 }
 
 /// Capture events to NRI records.
@@ -85,6 +87,7 @@ impl NriAnalysis {
         for o in self.obs.drain(..) {
             out.push(match o {
                 NriObservation::Call(c) => NriRecord::NriCall(self.timer.on_call(c)),
+                NriObservation::Pending(c) => NriRecord::NriPending(c),
                 NriObservation::Plugin {
                     conn,
                     ts,

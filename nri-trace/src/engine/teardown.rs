@@ -26,11 +26,12 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde::Serialize;
 
-use super::{correlate::CriSpan, trace_analysis::TraceRecord};
+use super::{correlate::CriSpan, nri_analysis::NriRecord, trace_analysis::TraceRecord};
 use crate::capture::{
     sandbox::{errno_text, SandboxEvent, SandboxOp},
     Timestamp,
 };
+use crate::model::nri_call::NriCall;
 
 /// Most pods whose teardown is kept; the ones seen longest ago go first.
 pub const MAX_PODS: usize = 4096;
@@ -113,6 +114,9 @@ struct PodTeardown {
     last_call: Option<(String, Option<Timestamp>)>,
     /// Kernel events of the pod's processes and paths, oldest first.
     kernel: VecDeque<SandboxEvent>,
+    /// Teardown hooks called and not ended yet, by (connection, mux
+    /// conn, stream id).
+    pending_hooks: BTreeMap<(u64, u32, u32), NriCall>,
 }
 
 /// The teardown of every pod, from trace records.
@@ -155,7 +159,15 @@ impl TeardownLog {
     /// Take one trace record.
     pub fn on_record(&mut self, r: &TraceRecord) {
         match r {
-            TraceRecord::CriSpan(s) => self.on_span(&s.record),
+            TraceRecord::CriSpan(s) => {
+                for h in &s.record.hooks {
+                    self.hook_ended(&h.call);
+                }
+                self.on_span(&s.record)
+            }
+            TraceRecord::NriUncaused(u) => self.hook_ended(&u.record.span.call),
+            TraceRecord::Nri(NriRecord::NriCall(h)) => self.hook_ended(&h.call),
+            TraceRecord::Nri(NriRecord::NriPending(c)) => self.hook_called(c),
             TraceRecord::Sandbox(s) => self.on_kernel(&s.record),
             TraceRecord::Violation(v) => {
                 let v = &v.record;
@@ -283,6 +295,38 @@ impl TeardownLog {
         p.steps.push_back(step);
     }
 
+    fn hook_called(&mut self, c: &NriCall) {
+        let key = c
+            .pod
+            .as_ref()
+            .map(|p| p.id.clone())
+            .filter(|id| self.pods.contains_key(id))
+            .or_else(|| {
+                c.container
+                    .as_ref()
+                    .and_then(|k| self.by_container.get(&k.id).cloned())
+            });
+        if let Some(p) = key.and_then(|k| self.pods.get_mut(&k)) {
+            if p.pending_hooks.len() < MAX_STEPS {
+                p.pending_hooks
+                    .insert((c.conn.0, c.mux_conn, c.stream_id), c.clone());
+            }
+        }
+    }
+
+    fn hook_ended(&mut self, c: &NriCall) {
+        let key = (c.conn.0, c.mux_conn, c.stream_id);
+        let pod = c.pod.as_ref().map(|p| p.id.as_str());
+        match pod.and_then(|id| self.pods.get_mut(id)) {
+            Some(p) => {
+                p.pending_hooks.remove(&key);
+            }
+            None => self.pods.values_mut().for_each(|p| {
+                p.pending_hooks.remove(&key);
+            }),
+        }
+    }
+
     /// The pod a kernel event is about: a container or sandbox id of a
     /// known pod in its paths or cgroup (or, for an exit, in the cgroup the
     /// process was in when it was signalled).
@@ -383,14 +427,15 @@ impl TeardownLog {
         if e.verdict == Verdict::Gone {
             return Some(e);
         }
-        // The kernel's side names the blocker below the CRI call.
-        if let Some(c) = kernel_cause(&self.pods[&key], now) {
+        // A hook not returned, or the kernel's side, names the blocker
+        // below the CRI call.
+        let p = &self.pods[&key];
+        if let Some(c) = hook_cause(p, now).or_else(|| kernel_cause(p, now)) {
             if e.verdict == Verdict::Waiting || e.verdict == Verdict::NotTornDown {
                 e.verdict = Verdict::Blocked;
             }
             e.sentence = format!("{}; {}", e.sentence, c.sentence);
-            e.evidence
-                .extend(c.evidence.into_iter().map(|l| format!("kernel: {l}")));
+            e.evidence.extend(c.evidence);
         }
         Some(e)
     }
@@ -606,6 +651,35 @@ fn hex_ids(s: &str) -> impl Iterator<Item = &str> {
     })
 }
 
+/// A teardown hook that has not returned: the oldest.
+fn hook_cause(p: &PodTeardown, now: u64) -> Option<KernelCause> {
+    let c = p
+        .pending_hooks
+        .values()
+        .min_by_key(|c| c.start.map_or(0, |t| t.mono_ns))?;
+    let start = c.start?;
+    let timeout = c
+        .timeout_nano
+        .filter(|t| *t > 0)
+        .map(|t| format!(" (the runtime's timeout for it: {})", human(t as u64)))
+        .unwrap_or_default();
+    Some(KernelCause {
+        sentence: format!(
+            "NRI plugin {}'s {} hook has not returned for {}{timeout}",
+            c.plugin.label(),
+            c.event.map(|e| e.as_str_name()).unwrap_or("?"),
+            human(now.saturating_sub(start.mono_ns))
+        ),
+        evidence: vec![format!(
+            "{} NRI {} {} called, no response since",
+            crate::output::clock(&start),
+            c.plugin.label(),
+            c.event.map(|e| e.as_str_name()).unwrap_or("?"),
+        )],
+        alive: Vec::new(),
+    })
+}
+
 /// What the kernel names as the pod's blocker.
 struct KernelCause {
     sentence: String,
@@ -631,7 +705,8 @@ fn container_of(p: &PodTeardown, cgroup: Option<&str>) -> String {
 /// then paths and cgroups that could not be removed. A failure that a
 /// later success on the same path undid does not count.
 fn kernel_cause(p: &PodTeardown, now: u64) -> Option<KernelCause> {
-    let line = |e: &SandboxEvent| format!("{} {}", crate::output::clock(&e.ts), e.describe());
+    let line =
+        |e: &SandboxEvent| format!("kernel: {} {}", crate::output::clock(&e.ts), e.describe());
     let k = &p.kernel;
     // SIGKILL delivered, no exit since.
     let mut alive: Vec<(&SandboxEvent, u32, String)> = Vec::new();
@@ -1014,5 +1089,34 @@ mod tests {
         assert_eq!(hex_ids(&CID[1..]).count(), 0);
         assert_eq!(hex_ids(&format!("{CID}0")).count(), 0);
         assert_eq!(hex_ids("").count(), 0);
+    }
+
+    #[test]
+    fn a_teardown_hook_not_returned_is_the_blocker_until_it_ends() {
+        let mut stop = cri(Some("StopPodSandbox"), "sb1", 1000, 6000);
+        stop.outcome = CriOutcome::DeadlineExceeded;
+        let h = hook(Some(Event::StopPodSandbox), "hung", "sb1", 1010, 31010);
+        let mut pending = h.call.clone();
+        pending.end = None;
+        pending.duration_ns = None;
+        pending.timeout_nano = Some(30_000_000_000);
+        let mut r = vec![
+            run_pod(),
+            TraceRecord::Nri(NriRecord::NriPending(pending)),
+            span(stop, vec![]),
+        ];
+        let e = log(&r).explain("ns/web", 21_010 * MS).unwrap();
+        assert_eq!(e.verdict, Verdict::Blocked);
+        assert!(
+            e.sentence.contains(
+                "NRI plugin 10-hung's STOP_POD_SANDBOX hook has not returned for 20 s (the runtime's timeout for it: 30 s)"
+            ),
+            "{}",
+            e.sentence
+        );
+        // It ended (timed out): no longer pending.
+        r.push(TraceRecord::Nri(NriRecord::NriCall(h)));
+        let e = log(&r).explain("ns/web", 40_000 * MS).unwrap();
+        assert!(!e.sentence.contains("has not returned"), "{}", e.sentence);
     }
 }

@@ -168,6 +168,7 @@ impl TraceEngine {
                 skipped,
             })),
             Observation::CaptureLoss(l) => Some(TraceRecord::Nri(NriRecord::CaptureLoss(l))),
+            Observation::NriPending(c) => Some(TraceRecord::Nri(NriRecord::NriPending(c))),
             Observation::RuntimeExited { ts, pid } => Some(TraceRecord::Runtime(Tagged {
                 kind: "runtime_exited",
                 record: RuntimeChange { ts, pid },

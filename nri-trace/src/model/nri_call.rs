@@ -242,6 +242,10 @@ fn de_event<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Event>, D::
 pub enum NriObservation {
     /// A finished call.
     Call(NriCall),
+    /// A teardown hook was called (StopContainer, RemoveContainer,
+    /// StopPodSandbox, RemovePodSandbox): its `Call` follows when it ends.
+    /// Until then, a stuck pod may be waiting on it (`explain`).
+    Pending(NriCall),
     /// An NRI connection was seen for the first time (or its plugin
     /// identity improved, e.g. on RegisterPlugin).
     Plugin {
@@ -266,6 +270,22 @@ pub enum NriObservation {
         mux_conn: u32,
         skipped: usize,
     },
+}
+
+impl PendingCall {
+    /// What a `Pending` observation shows of it (no Synchronize list).
+    fn started(&self) -> PendingCall {
+        PendingCall {
+            method: self.method,
+            event: self.event,
+            pod: self.pod.clone(),
+            container: self.container.clone(),
+            start: self.start,
+            timeout_nano: self.timeout_nano,
+            summary: self.summary.clone(),
+            synchronized_pods: Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -655,6 +675,30 @@ impl NriCallAssembler {
                             Outcome::NoResponse,
                         )));
                     }
+                }
+                let teardown = matches!(
+                    p.event,
+                    Some(
+                        Event::StopContainer
+                            | Event::RemoveContainer
+                            | Event::StopPodSandbox
+                            | Event::RemovePodSandbox
+                    )
+                );
+                if teardown {
+                    let st = &self.conns[&c.conn];
+                    let mut started = complete_call(
+                        c.conn,
+                        st,
+                        mux_conn,
+                        m.stream_id,
+                        c.direction,
+                        p.started(),
+                        None,
+                        Outcome::NoResponse,
+                    );
+                    started.duration_ns = None;
+                    out.push(NriObservation::Pending(started));
                 }
                 let Some(st) = self.conns.get_mut(&c.conn) else {
                     return;

@@ -40,6 +40,10 @@ pub enum Observation {
     },
     /// A finished NRI call.
     NriCall(NriCall),
+    /// An NRI teardown hook was called (StopContainer, RemoveContainer,
+    /// StopPodSandbox, RemovePodSandbox); its `nri_call` follows when it
+    /// ends. Until then a stuck pod may wait on it.
+    NriPending(NriCall),
     /// An NRI connection and its plugin (again when its identity or
     /// subscription becomes known).
     NriPlugin {
@@ -99,6 +103,7 @@ impl From<NriObservation> for Observation {
     fn from(o: NriObservation) -> Self {
         match o {
             NriObservation::Call(c) => Observation::NriCall(c),
+            NriObservation::Pending(c) => Observation::NriPending(c),
             NriObservation::Plugin {
                 conn,
                 ts,

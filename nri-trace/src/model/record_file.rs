@@ -66,6 +66,7 @@ pub const OBSERVATION_TYPES: &[&str] = &[
     "cri_connection",
     "cri_resync",
     "nri_call",
+    "nri_pending",
     "nri_plugin",
     "nri_plugin_gone",
     "nri_resync",

@@ -143,8 +143,15 @@ pub fn text(w: &mut impl Write, r: &NriRecord) -> io::Result<()> {
         ),
         NriRecord::CaptureLoss(l) => writeln!(
             w,
-            "!! capture loss: {} records ({} bytes) lost, {} read faults, {} fds untracked: calls may be missing",
-            l.lost_records, l.lost_bytes, l.read_faults, l.fd_map_full
+            "!! capture loss: {} records ({} bytes) lost, {} read faults, {} fds untracked, {} sandbox records over the rate limit: calls may be missing",
+            l.lost_records, l.lost_bytes, l.read_faults, l.fd_map_full, l.sandbox_suppressed
+        ),
+        NriRecord::NriPending(c) => writeln!(
+            w,
+            "{} NRI -> {} {} called (teardown hook; its end follows)",
+            c.start.map(|t| clock(&t)).unwrap_or_default(),
+            sanitize(&c.plugin.label()),
+            c.event.map(|e| e.as_str_name()).unwrap_or("?")
         ),
     }
 }

@@ -694,6 +694,8 @@ impl TuiState {
                     );
                 }
                 NriRecord::CaptureLoss(l) => self.on_loss(l),
+                // Shown when it ends (its nri_call).
+                NriRecord::NriPending(_) => {}
             },
             // The runtime restarting: shown by the findings it leads to.
             TraceRecord::Runtime(_) | TraceRecord::Sandbox(_) => {}
