@@ -276,6 +276,44 @@ pub struct ContainerSpec {
     pub working_dir: String,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
+    /// Host directories bind-mounted into the container (CRI `Mount`s,
+    /// propagation private, read-write), in order.
+    pub mounts: Vec<MountSpec>,
+}
+
+/// A host path mounted into a container, as kubelet passes a hostPath
+/// volume: containerd bind-mounts it recursively (`rbind`), so a mount
+/// that exists on the host path at StartContainer comes along.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountSpec {
+    pub host_path: String,
+    pub container_path: String,
+}
+
+impl MountSpec {
+    /// `HOST:CONTAINER` (both absolute).
+    pub fn parse(s: &str) -> std::result::Result<Self, String> {
+        let (h, c) = s
+            .split_once(':')
+            .ok_or_else(|| format!("expected HOST:CONTAINER, got {s:?}"))?;
+        if !h.starts_with('/') || !c.starts_with('/') {
+            return Err(format!("both paths must be absolute in {s:?}"));
+        }
+        Ok(Self {
+            host_path: h.into(),
+            container_path: c.into(),
+        })
+    }
+
+    pub fn to_cri(&self) -> cri::Mount {
+        cri::Mount {
+            container_path: self.container_path.clone(),
+            host_path: self.host_path.clone(),
+            readonly: false,
+            propagation: cri::MountPropagation::PropagationPrivate as i32,
+            ..Default::default()
+        }
+    }
 }
 
 impl ContainerSpec {
@@ -291,6 +329,7 @@ impl ContainerSpec {
             working_dir: String::new(),
             labels: BTreeMap::new(),
             annotations: BTreeMap::new(),
+            mounts: vec![],
         }
     }
 
@@ -360,6 +399,7 @@ impl ContainerSpec {
                 .collect(),
             labels,
             annotations,
+            mounts: self.mounts.iter().map(MountSpec::to_cri).collect(),
             log_path: self.log_path(pod),
             linux: Some(cri::LinuxContainerConfig {
                 resources: None,
@@ -1695,6 +1735,21 @@ mod tests {
         assert_eq!(ns_mode(no.network), cri::NamespaceMode::Node);
         let p2 = PodSpec::new("p", "lab", false).with_log_root(Some(Path::new("/l")));
         assert_eq!(c.to_config(&p2).log_path, "main/2.log");
+        assert!(cfg.mounts.is_empty());
+        let mut m = ContainerSpec::new("m");
+        m.mounts
+            .push(MountSpec::parse("/var/lib/x/fuse:/hang").unwrap());
+        let mounts = m.to_config(&p).mounts;
+        assert_eq!(mounts.len(), 1);
+        assert_eq!(mounts[0].host_path, "/var/lib/x/fuse");
+        assert_eq!(mounts[0].container_path, "/hang");
+        assert_eq!(
+            mounts[0].propagation,
+            cri::MountPropagation::PropagationPrivate as i32
+        );
+        assert!(!mounts[0].readonly);
+        assert!(MountSpec::parse("/a").is_err());
+        assert!(MountSpec::parse("a:/b").is_err());
         let ig = ContainerSpec::ignoring_sigterm("x");
         assert_eq!(ig.command[0], "sh");
         assert!(ig.command[2].contains("trap \"\" TERM"));

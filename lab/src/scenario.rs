@@ -37,6 +37,8 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("cri-late-attach-go", "as cri-late-attach with go-cri-client (grpc-go, kubelet's HPACK encoder; built offline from Debian's sources)"),
     ("upstream-witness", "the NRI project's own logger plugin (built offline from Debian's sources) witnesses 2 lifecycles beside a test plugin"),
     ("runtime-restart", "containerd restarts while a pod runs (a pre-launched and an external plugin); the pod is torn down and another made after it"),
+    ("unkillable", "a container process blocked in a FUSE read that is never answered survives StopContainer's SIGKILL in state D"),
+    ("hung-teardown-hook", "a plugin's StopPodSandbox hook never returns (30 s plugin timeout); the CRI StopPodSandbox outlives its 5 s deadline"),
 ];
 
 /// Paths of the lab binaries (built together in one target dir).
@@ -47,6 +49,11 @@ pub struct Bins {
 }
 
 impl Bins {
+    /// fuse-hang, built beside the driver (same package, same target dir).
+    pub fn fuse_hang(&self) -> PathBuf {
+        self.driver.with_file_name("fuse-hang")
+    }
+
     /// The binaries next to the running executable.
     pub fn beside_current_exe() -> Result<Self> {
         let exe = std::env::current_exe()?;
@@ -452,6 +459,8 @@ fn drive(r: &mut Run) -> Result<()> {
             r.driver(&["ignore-sigterm", "--grace-secs", "2"])?;
         }
         "busy-mount" => busy_mount(r)?,
+        "unkillable" => unkillable(r)?,
+        "hung-teardown-hook" => hung_teardown_hook(r)?,
         "cri-late-attach" => {
             let mut c = r.driver_cmd(&[]);
             c.args(["mix", "--pods", "3"]);
@@ -722,10 +731,6 @@ fn enum_style(camel: &str) -> String {
     s
 }
 
-/// A host process keeps its working directory inside the container's rootfs
-/// mount while the pod is torn down, as an agent or a CSI driver holding a
-/// mount would. The truth records what the runtime answered; then the holder
-/// is killed and the pod removed for real.
 /// containerd restarted under a running pod: its pre-launched plugin is
 /// launched again by the new containerd, the external one (which exits when
 /// the runtime closes its connection) is started again as a DaemonSet
@@ -767,6 +772,10 @@ fn runtime_restart(r: &mut Run) -> Result<()> {
     Ok(())
 }
 
+/// A host process keeps its working directory inside the container's rootfs
+/// mount while the pod is torn down, as an agent or a CSI driver holding a
+/// mount would. The truth records what the runtime answered; then the holder
+/// is killed and the pod removed for real.
 fn busy_mount(r: &mut Run) -> Result<()> {
     r.up("2s")?;
     let out = r.driver(&["up", "--name", "busy"])?;
@@ -829,6 +838,423 @@ fn busy_mount(r: &mut Run) -> Result<()> {
     if first.is_err() {
         r.driver(&["down", "--sandbox-id", &sandbox])?;
     }
+    Ok(())
+}
+
+/// `NRI_TRACE_LAB_HOLD_SECS`: how long a scenario keeps its pod stuck after
+/// the failed teardown, so that a test can look at the node meanwhile.
+fn hold_secs() -> Option<u64> {
+    std::env::var("NRI_TRACE_LAB_HOLD_SECS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+}
+
+/// A child process killed (and reaped) when the guard goes, e.g. a
+/// background cri-driver when the scenario fails before waiting for it.
+struct KillOnDrop(Option<Child>);
+
+impl KillOnDrop {
+    /// Wait for it; its stdout, or an error with its stderr.
+    fn wait(&mut self, what: &str) -> Result<String> {
+        let child = self.0.take().context("already waited for")?;
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            bail!(
+                "{what} failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A running `fuse-hang MOUNTPOINT` (src/bin/fuse-hang.rs). Dropping it
+/// (also when a scenario fails half-way, or panics) stops the server, which
+/// aborts its FUSE connection so that a reader stuck in state D can die of
+/// its pending SIGKILL, and detaches the mount: neither a D-state process
+/// nor a mount under the lab dir outlives the scenario.
+struct FuseHang {
+    child: Option<Child>,
+    pid: u32,
+    mnt: PathBuf,
+    /// Its stdout: one JSON object per line.
+    events: PathBuf,
+}
+
+impl FuseHang {
+    /// Start it and wait until it has mounted.
+    fn start(bin: &Path, mnt: &Path, out: &Path) -> Result<Self> {
+        ensure!(
+            bin.is_file(),
+            "{} not found (build it: cargo build -p nri-trace-lab --bins)",
+            bin.display()
+        );
+        let events = out.join("fuse-hang.ndjson");
+        let mut cmd = Command::new(bin);
+        // Should this process die without dropping the guard (SIGKILL),
+        // fuse-hang still stops: its reader is freed, its mount detached.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        let child = cmd
+            .arg(mnt)
+            .stdout(std::fs::File::create(&events)?)
+            .stderr(std::fs::File::create(out.join("fuse-hang.log"))?)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let mut g = Self {
+            pid: child.id(),
+            child: Some(child),
+            mnt: mnt.to_path_buf(),
+            events,
+        };
+        let t0 = std::time::Instant::now();
+        while !g.events().iter().any(|v| v.get("mounted").is_some()) {
+            if let Some(st) = g.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                let log = std::fs::read_to_string(out.join("fuse-hang.log")).unwrap_or_default();
+                bail!("fuse-hang exited ({st}) before mounting: {}", log.trim());
+            }
+            ensure!(
+                t0.elapsed() < Duration::from_secs(10),
+                "fuse-hang did not mount {} within 10 s",
+                mnt.display()
+            );
+            sleep(Duration::from_millis(20));
+        }
+        Ok(g)
+    }
+
+    fn events(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.events)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// The pid of the first reader whose READ it holds.
+    fn held_reader(&self, max: Duration) -> Result<u32> {
+        let t0 = std::time::Instant::now();
+        loop {
+            let pid = self.events().iter().find_map(|v| {
+                v.get("held")?;
+                v.get("pid")?.as_u64()
+            });
+            if let Some(pid) = pid {
+                return Ok(pid as u32);
+            }
+            ensure!(
+                t0.elapsed() < max,
+                "no read of {}/hang reached fuse-hang within {max:?}",
+                self.mnt.display()
+            );
+            sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGTERM (it closes /dev/fuse, then detaches the mount); SIGKILL
+    /// after 5 s.
+    fn stop(&mut self) -> Result<std::process::ExitStatus> {
+        let mut c = self.child.take().context("fuse-hang already stopped")?;
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        let t0 = std::time::Instant::now();
+        loop {
+            if let Some(st) = c.try_wait()? {
+                return Ok(st);
+            }
+            if t0.elapsed() > Duration::from_secs(5) {
+                let _ = c.kill();
+                return Ok(c.wait()?);
+            }
+            sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for FuseHang {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            if let Err(e) = self.stop() {
+                eprintln!("fuse-hang: stopping: {e:#}");
+            }
+        }
+        // fuse-hang detaches its mount when it stops; not when it was killed.
+        if let Ok(p) = std::ffi::CString::new(self.mnt.as_os_str().as_encoded_bytes()) {
+            unsafe { libc::umount2(p.as_ptr(), libc::MNT_DETACH) };
+        }
+        let _ = std::fs::remove_dir(&self.mnt);
+    }
+}
+
+/// (state, comm) of a process, from /proc/PID/stat.
+fn proc_state(pid: u32) -> Option<(char, String)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let comm = stat.get(open + 1..close)?.to_string();
+    let state = stat.get(close + 1..)?.trim_start().chars().next()?;
+    Some((state, comm))
+}
+
+/// Is SIGKILL pending for the thread or its process (/proc/PID/status)?
+fn sigkill_pending(pid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().any(|l| {
+        let Some((k, v)) = l.split_once(':') else {
+            return false;
+        };
+        (k == "SigPnd" || k == "ShdPnd")
+            && u64::from_str_radix(v.trim(), 16).is_ok_and(|m| m & (1 << (libc::SIGKILL - 1)) != 0)
+    })
+}
+
+/// The kernel function the process sleeps in, when /proc shows it.
+fn wchan(pid: u32) -> String {
+    match std::fs::read_to_string(format!("/proc/{pid}/wchan")) {
+        Ok(w) if !w.trim().is_empty() && w.trim() != "0" => w.trim().to_string(),
+        _ => "?".into(),
+    }
+}
+
+/// A container process reads a file of a FUSE mount (fuse-hang, mounted
+/// on the host and passed in as a hostPath-like CRI mount) whose daemon
+/// read the request and never answers it. StopContainer (grace 2 s) sends
+/// SIGTERM to the container's PID 1 (`sh`, which ignores it as its PID
+/// namespace's init), then SIGKILL; `sh` dies and the kernel kills the
+/// rest of the PID namespace, but the reader sits in
+/// `request_wait_answer`'s uninterruptible wait with SIGKILL pending
+/// (state D), `sh` cannot finish exiting until it is gone, and the task
+/// never exits: StopContainer runs into the 12 s CRI deadline (10 s request
+/// timeout + the grace). Then, after the optional hold, fuse-hang is
+/// stopped: its connection is aborted, the reader dies, and the pod is torn
+/// down for real.
+///
+/// Notes written (exact formats; PID is the reader's host pid):
+/// - `fuse-hang pid N serves MNT`
+/// - `reader pid PID (COMM) of container ID blocked in a FUSE read of
+///   MNT/hang: state S, wchan W` (before the teardown: an interruptible wait)
+/// - `stuck pid PID (COMM) in state D: SIGKILL pending yes|no, wchan W`
+/// - `teardown with the reader stuck: failed: ...` (or `succeeded`)
+/// - `stuck pid PID kept N s more` (only with NRI_TRACE_LAB_HOLD_SECS)
+/// - `pid PID before the release: state D`
+/// - `fuse-hang stopped (EXIT STATUS): pid PID gone after N ms`
+fn unkillable(r: &mut Run) -> Result<()> {
+    r.up("2s")?;
+    let mnt = r.lab.dir.join("fuse-hang");
+    let mut fuse = FuseHang::start(&r.bins.fuse_hang(), &mnt, &r.out)?;
+    r.note(&format!(
+        "fuse-hang pid {} serves {}",
+        fuse.pid,
+        mnt.display()
+    ))?;
+    let mount = format!("{}:/hang", mnt.display());
+    let out = r.driver(&[
+        "up",
+        "--name",
+        "unkillable",
+        "--mount",
+        &mount,
+        "--",
+        "sh",
+        "-c",
+        "cat /hang/hang; sleep 3600",
+    ])?;
+    let sandbox = sandbox_id_of(&out)?;
+    let container = container_id_of(&out)?;
+    let pid = fuse.held_reader(Duration::from_secs(20))?;
+    let (state, comm) = proc_state(pid).with_context(|| format!("reader pid {pid} is gone"))?;
+    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    ensure!(
+        cgroup.contains(&container),
+        "reader pid {pid} ({comm}) is not in container {container}'s cgroup: {cgroup}"
+    );
+    r.note(&format!(
+        "reader pid {pid} ({comm}) of container {container} blocked in a FUSE read of {}/hang: state {state}, wchan {}",
+        mnt.display(),
+        wchan(pid)
+    ))?;
+    // A 10 s CRI deadline (kubelet's is 2 min), StopContainer 10 s + grace.
+    let mut down = KillOnDrop(Some(r.driver_spawn(&[
+        "--request-timeout-ms",
+        "10000",
+        "down",
+        "--sandbox-id",
+        &sandbox,
+        "--grace-secs",
+        "2",
+    ])?));
+    let t0 = std::time::Instant::now();
+    let comm = loop {
+        match proc_state(pid) {
+            Some(('D', comm)) => break comm,
+            Some(_) => {}
+            None => bail!("reader pid {pid} exited: the SIGKILL did end it"),
+        }
+        ensure!(
+            t0.elapsed() < Duration::from_secs(20),
+            "reader pid {pid} not in state D 20 s into the teardown ({:?})",
+            proc_state(pid)
+        );
+        sleep(Duration::from_millis(50));
+    };
+    r.note(&format!(
+        "stuck pid {pid} ({comm}) in state D: SIGKILL pending {}, wchan {}",
+        if sigkill_pending(pid) { "yes" } else { "no" },
+        wchan(pid)
+    ))?;
+    let first = down.wait("cri-driver down");
+    r.note(&format!(
+        "teardown with the reader stuck: {}",
+        match &first {
+            Ok(_) => "succeeded".to_string(),
+            Err(e) => format!(
+                "failed: {}",
+                format!("{e:#}").lines().last().unwrap_or_default()
+            ),
+        }
+    ))?;
+    if let Some(secs) = hold_secs() {
+        r.note(&format!("stuck pid {pid} kept {secs} s more"))?;
+        sleep(Duration::from_secs(secs));
+    }
+    let before = proc_state(pid).map_or("gone".to_string(), |(s, _)| format!("state {s}"));
+    r.note(&format!("pid {pid} before the release: {before}"))?;
+    // Release: the server's connection is aborted, the read fails, and the
+    // pending SIGKILL ends the reader.
+    let t = std::time::Instant::now();
+    let st = fuse.stop()?;
+    while proc_state(pid).is_some_and(|(s, _)| s != 'Z') {
+        ensure!(
+            t.elapsed() < Duration::from_secs(10),
+            "pid {pid} still there 10 s after fuse-hang stopped ({:?})",
+            proc_state(pid)
+        );
+        sleep(Duration::from_millis(20));
+    }
+    r.note(&format!(
+        "fuse-hang stopped ({st}): pid {pid} gone after {} ms",
+        t.elapsed().as_millis()
+    ))?;
+    drop(fuse);
+    r.driver(&["down", "--sandbox-id", &sandbox])?;
+    Ok(())
+}
+
+/// A plugin's StopPodSandbox hook never returns while the pod is torn down
+/// with a 5 s CRI deadline (plugin request timeout 30 s): plugin `hung`
+/// (idx 10) hangs on STOP_POD_SANDBOX, `plain` (idx 20) answers everything.
+/// The pod has its own network namespace (the lab's bridge CNI network).
+///
+/// What containerd 1.7.24 did (lab runs; `verify` prints the facts of each
+/// run):
+/// - StopPodSandbox stops the sandbox container first, then calls the NRI
+///   StopPodSandbox hook synchronously: `hung` received it 30-100 ms into
+///   the call and never answered.
+/// - The hook's NRI call runs under the CRI request's context (with the
+///   30 s plugin timeout under it), so it ends when the CRI call does, at
+///   5 s; the 30 s plugin timeout never comes into play (whatever the
+///   hold). How it ends is a race between the client's deadline and the
+///   server's own one (from the grpc-timeout header):
+///   - in about 6 runs of 10 the server's deadline comes first: `closing
+///     plugin 10-hung, failed to handle event 2: context deadline
+///     exceeded`; containerd disconnects `hung`, then sends `plain` the
+///     event with the expired context and either takes its answer or
+///     disconnects it too with the same message (both seen; which one
+///     looked random, perhaps Go's select between two ready cases);
+///   - otherwise the client's cancel comes first: `NRI sandbox stop
+///     notification failed error="context canceled"`; that error does not
+///     make the NRI adaptation close a plugin: `hung` stays connected, and
+///     `plain` is skipped for this event (it never gets STOP_POD_SANDBOX).
+/// - containerd then tears the network down with the expired context and
+///   fails: "failed to destroy network for sandbox ...: plugin
+///   type="loopback" failed (delete): ... context deadline exceeded". The
+///   client sees either its own deadline or (when this error comes back
+///   first) that error, code Unknown, at ~5 s. With a host-network pod
+///   there is no network to fail on and containerd "returns successfully"
+///   right at the deadline: in 1 of ~16 runs the client got that OK before
+///   its own timer fired, so this scenario uses a network namespace to make
+///   the first StopPodSandbox fail every time.
+/// - The unanswered request stays open on `hung`'s connection if it is
+///   still connected (ttrpc has no cancel message).
+/// - The next StopPodSandbox succeeds (the network teardown, ~30-60 ms)
+///   without calling any NRI hook again; RemoveContainer and
+///   RemovePodSandbox go to the plugins still connected.
+///
+/// So the pod is stuck only while the CRI call is in flight; with
+/// NRI_TRACE_LAB_HOLD_SECS the scenario still waits that long after the
+/// failed call (the hook unanswered, the pod not yet stopped for CRI)
+/// before tearing down again, as busy-mount does. The hold does not need
+/// to stay under the 30 s plugin timeout: containerd abandoned the hook at
+/// the CRI deadline already.
+///
+/// Notes written (exact formats):
+/// - `pod hung-teardown sandbox ID`
+/// - `StopPodSandbox hook of plugin hung pending for sandbox ID`
+///   (written while the CRI StopPodSandbox is in flight)
+/// - `teardown with the hook hung: failed: ...` (or `succeeded`)
+/// - `hung hook kept N s more` (only with NRI_TRACE_LAB_HOLD_SECS)
+fn hung_teardown_hook(r: &mut Run) -> Result<()> {
+    r.up("30s")?;
+    r.plugin("hung", "10", &["--on", "STOP_POD_SANDBOX=hang"])?;
+    r.plugin("plain", "20", &[])?;
+    let out = r.driver(&["up", "--name", "hung-teardown", "--netns"])?;
+    let sandbox = sandbox_id_of(&out)?;
+    r.note(&format!("pod hung-teardown sandbox {sandbox}"))?;
+    let mut down = KillOnDrop(Some(r.driver_spawn(&[
+        "--request-timeout-ms",
+        "5000",
+        "down",
+        "--sandbox-id",
+        &sandbox,
+    ])?));
+    // The plugin records a hung request at once (see nri_plugin/plugin.rs).
+    let t0 = std::time::Instant::now();
+    loop {
+        let hooked = truth::read(&r.truth).unwrap_or_default().iter().any(|t| {
+            matches!(t, Truth::Nri { plugin, event: Some(e), reply_mono_ns: None, .. }
+                if plugin == "hung" && e == "STOP_POD_SANDBOX")
+        });
+        if hooked {
+            break;
+        }
+        ensure!(
+            t0.elapsed() < Duration::from_secs(10),
+            "plugin hung got no StopPodSandbox within 10 s"
+        );
+        sleep(Duration::from_millis(20));
+    }
+    r.note(&format!(
+        "StopPodSandbox hook of plugin hung pending for sandbox {sandbox}"
+    ))?;
+    let first = down.wait("cri-driver down");
+    r.note(&format!(
+        "teardown with the hook hung: {}",
+        match &first {
+            Ok(_) => "succeeded".to_string(),
+            Err(e) => format!(
+                "failed: {}",
+                format!("{e:#}").lines().last().unwrap_or_default()
+            ),
+        }
+    ))?;
+    if let Some(secs) = hold_secs() {
+        r.note(&format!("hung hook kept {secs} s more"))?;
+        sleep(Duration::from_secs(secs));
+    }
+    r.driver(&["down", "--sandbox-id", &sandbox])?;
     Ok(())
 }
 
@@ -999,6 +1425,16 @@ fn all_cri_ok(t: &[Truth]) -> Result<usize> {
         );
     }
     Ok(calls.len())
+}
+
+/// The scenario's notes, in order.
+fn notes(t: &[Truth]) -> Vec<&str> {
+    t.iter()
+        .filter_map(|x| match x {
+            Truth::Note { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
 }
 
 fn ms(ns: u64) -> f64 {
@@ -1268,6 +1704,166 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
             facts.push(outcome.to_string());
             for c in cri_calls(&t).iter().filter(|c| !matches!(c.3, Outcome::Ok)) {
                 facts.push(format!("CRI {} failed: {:?}", c.0, c.3));
+            }
+        }
+        "unkillable" => {
+            let notes = notes(&t);
+            let note = |prefix: &str| {
+                notes
+                    .iter()
+                    .find(|n| n.starts_with(prefix))
+                    .with_context(|| format!("no note {prefix:?}..."))
+            };
+            facts.push(note("reader pid ")?.to_string());
+            let stuck = note("stuck pid ")?;
+            ensure!(stuck.contains("in state D"), "{stuck}");
+            facts.push(stuck.to_string());
+            let outcome = note("teardown with the reader stuck: ")?;
+            ensure!(
+                outcome.contains(": failed: "),
+                "the teardown did not fail: {outcome}"
+            );
+            facts.push(outcome.to_string());
+            let calls = cri_calls(&t);
+            let stop = calls
+                .iter()
+                .find(|c| c.0 == "StopContainer")
+                .context("no StopContainer")?;
+            ensure!(
+                matches!(stop.3, Outcome::DeadlineExceeded),
+                "the first StopContainer ended {:?}, not at its deadline",
+                stop.3
+            );
+            facts.push(format!(
+                "the first StopContainer ran into its deadline after {:.1} ms",
+                ms(stop.2)
+            ));
+            let before = note("pid ")?;
+            ensure!(
+                before.ends_with("before the release: state D"),
+                "not stuck until the release: {before}"
+            );
+            facts.push(before.to_string());
+            facts.push(note("fuse-hang stopped")?.to_string());
+            let removed = calls
+                .iter()
+                .any(|c| c.0 == "RemovePodSandbox" && matches!(c.3, Outcome::Ok));
+            ensure!(removed, "the pod was never removed");
+            let after: Vec<String> = calls
+                .iter()
+                .skip_while(|c| !std::ptr::eq(*c, stop))
+                .skip(1)
+                .map(|c| format!("{} {:?}", c.0, c.3))
+                .collect();
+            facts.push(format!("CRI calls after it: {}", after.join(", ")));
+        }
+        "hung-teardown-hook" => {
+            let calls = cri_calls(&t);
+            let stops: Vec<_> = calls.iter().filter(|c| c.0 == "StopPodSandbox").collect();
+            let first = stops.first().context("no StopPodSandbox")?;
+            // The client's deadline, or the runtime's error from the network
+            // teardown it tried with the expired context (see
+            // hung_teardown_hook): failed, either way.
+            ensure!(
+                !matches!(first.3, Outcome::Ok),
+                "the first StopPodSandbox succeeded ({:.1} ms)",
+                ms(first.2)
+            );
+            let hung = deliveries(&t, "hung");
+            let hook = hung
+                .iter()
+                .find(|x| x.event == Some("STOP_POD_SANDBOX"))
+                .context("plugin hung never got StopPodSandbox")?;
+            ensure!(hook.reply.is_none(), "plugin hung answered StopPodSandbox");
+            // The call's start and end, for the hook's place in it.
+            let (start, end) = t
+                .iter()
+                .find_map(|x| match x {
+                    Truth::Cri {
+                        method,
+                        start_mono_ns,
+                        end_mono_ns,
+                        ..
+                    } if method == "StopPodSandbox" => Some((*start_mono_ns, *end_mono_ns)),
+                    _ => None,
+                })
+                .context("no StopPodSandbox")?;
+            ensure!(
+                (start..=end).contains(&hook.recv),
+                "the hook was not delivered during the first StopPodSandbox"
+            );
+            facts.push(format!(
+                "plugin hung received StopPodSandbox({:?}) {:.1} ms into the CRI call and never answered",
+                hook.pod,
+                ms(hook.recv - start)
+            ));
+            facts.push(format!(
+                "the first CRI StopPodSandbox failed after {:.1} ms: {}",
+                ms(first.2),
+                match first.3 {
+                    Outcome::DeadlineExceeded => "client deadline exceeded".to_string(),
+                    o => format!("{o:?}"),
+                }
+            ));
+            let removed = calls
+                .iter()
+                .any(|c| c.0 == "RemovePodSandbox" && matches!(c.3, Outcome::Ok));
+            ensure!(removed, "the pod was never removed");
+            let later: Vec<String> = stops
+                .iter()
+                .skip(1)
+                .map(|c| format!("{:?} in {:.1} ms", c.3, ms(c.2)))
+                .collect();
+            facts.push(format!(
+                "later StopPodSandbox: {}; RemovePodSandbox ok",
+                later.join(", ")
+            ));
+            // containerd's doing, reported as found (it varies from run to
+            // run: see hung_teardown_hook).
+            let removal = t
+                .iter()
+                .rev()
+                .find_map(|x| match x {
+                    Truth::Cri {
+                        method,
+                        start_mono_ns,
+                        ..
+                    } if method == "RemovePodSandbox" => Some(*start_mono_ns),
+                    _ => None,
+                })
+                .unwrap_or(u64::MAX);
+            let rel = |at: u64| {
+                let d = at as f64 - end as f64;
+                format!("{:+.1} ms from the deadline", d / 1e6)
+            };
+            for p in ["hung", "plain"] {
+                let stop = deliveries(&t, p)
+                    .into_iter()
+                    .filter(|x| x.event == Some("STOP_POD_SANDBOX"))
+                    .map(|x| rel(x.recv))
+                    .collect::<Vec<_>>();
+                let gone = t.iter().find_map(|x| match x {
+                    Truth::Plugin {
+                        plugin,
+                        mono_ns,
+                        what: PluginEvent::Disconnected { reason },
+                        ..
+                    } if plugin == p => Some((*mono_ns, reason.as_str())),
+                    _ => None,
+                });
+                facts.push(format!(
+                    "{p}: StopPodSandbox deliveries at {stop:?}; {}",
+                    match gone {
+                        Some((at, reason)) if at < removal => format!(
+                            "disconnected before the pod was removed, {} ({reason})",
+                            rel(at)
+                        ),
+                        Some((_, reason)) => {
+                            format!("stayed connected until after the pod was removed ({reason})")
+                        }
+                        None => "never disconnected".into(),
+                    }
+                ));
             }
         }
         "upstream-witness" => {

@@ -123,6 +123,16 @@ fn busy_mount() {
 }
 
 #[test]
+fn unkillable() {
+    run_scenario("unkillable");
+}
+
+#[test]
+fn hung_teardown_hook() {
+    run_scenario("hung-teardown-hook");
+}
+
+#[test]
 fn load() {
     run_scenario("load");
 }

@@ -12,6 +12,7 @@
 //! cri-driver --truth /tmp/t.ndjson retry --deadline-ms 1 --retry-deadline-ms 240000
 //! cri-driver --truth /tmp/t.ndjson ignore-sigterm --grace-secs 3
 //! cri-driver --truth /tmp/t.ndjson up --name p1 --netns     # {"sandbox_id":..., "container_id":...}
+//! cri-driver --truth /tmp/t.ndjson up --name p2 --mount /mnt/f:/hang -- sh -c 'cat /hang/hang'
 //! cri-driver --truth /tmp/t.ndjson down --sandbox-id ID
 //! cri-driver --truth /tmp/t.ndjson mix --pods 2 --pause-file /tmp/go  # warm, {"phase":"paused"}, main
 //! ```
@@ -27,7 +28,7 @@ use std::{
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use nri_trace_lab::{
-    cri::{self, api, ContainerSpec, Driver, PodSpec, RetryPolicy},
+    cri::{self, api, ContainerSpec, Driver, MountSpec, PodSpec, RetryPolicy},
     truth::{self, ContainerRef, Outcome, PodRef, TruthWriter},
 };
 use serde_json::{json, Value};
@@ -131,6 +132,10 @@ struct ContainerArgs {
     /// Environment variable K=V (repeatable).
     #[arg(long = "env", value_parser = parse_kv)]
     env: Vec<(String, String)>,
+    /// Bind-mount host directory HOST at CONTAINER (a CRI Mount, as a
+    /// hostPath volume; recursive, private, read-write; repeatable).
+    #[arg(long = "mount", value_name = "HOST:CONTAINER", value_parser = MountSpec::parse)]
+    mounts: Vec<MountSpec>,
     /// Command of the containers [default: sleep 3600].
     #[arg(last = true, value_name = "COMMAND")]
     command: Vec<String>,
@@ -283,6 +288,7 @@ fn container_spec(name: String, a: &ContainerArgs) -> ContainerSpec {
         c.command = a.command.clone();
     }
     c.env = a.env.clone();
+    c.mounts = a.mounts.clone();
     c
 }
 
@@ -1194,6 +1200,50 @@ mod tests {
             }
             s => panic!("parsed as {s:?}"),
         }
+    }
+
+    #[test]
+    fn up_with_mount_and_command() {
+        let cli = Cli::try_parse_from([
+            "cri-driver",
+            "--truth",
+            "/tmp/t",
+            "up",
+            "--name",
+            "u",
+            "--mount",
+            "/var/lib/l/fuse:/hang",
+            "--",
+            "sh",
+            "-c",
+            "cat /hang/hang; sleep 3600",
+        ])
+        .unwrap();
+        match cli.scenario {
+            Scenario::Up(a) => {
+                let c = container_spec("main".into(), &a.container);
+                assert_eq!(c.command, ["sh", "-c", "cat /hang/hang; sleep 3600"]);
+                assert_eq!(
+                    c.mounts,
+                    [MountSpec {
+                        host_path: "/var/lib/l/fuse".into(),
+                        container_path: "/hang".into()
+                    }]
+                );
+            }
+            s => panic!("parsed as {s:?}"),
+        }
+        assert!(Cli::try_parse_from([
+            "cri-driver",
+            "--truth",
+            "/t",
+            "up",
+            "--name",
+            "u",
+            "--mount",
+            "x"
+        ])
+        .is_err());
     }
 
     #[tokio::test]

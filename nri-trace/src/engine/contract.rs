@@ -15,10 +15,14 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde::Serialize;
 
+pub use super::sandbox_rules::{
+    PROCESS_SURVIVES_SIGKILL, TEARDOWN_REMOVE_FAILED, TEARDOWN_UNMOUNT_FAILED,
+};
 use super::{
     correlate::{CriSpan, NoCause},
     hook_latency::HookSpan,
     nri_analysis::NriRecord,
+    sandbox_rules::SandboxRules,
     trace_analysis::TraceRecord,
 };
 use crate::{
@@ -134,6 +138,24 @@ pub const RULES: &[Rule] = &[
         source: "CRI-O issue 4221; containerd name reservation (PROTOCOL-NOTES.md)",
         severity: Severity::Warning,
     },
+    Rule {
+        id: PROCESS_SURVIVES_SIGKILL,
+        statement: "a pod process sent SIGKILL exits within 5 s: one still alive is stuck in the kernel (state D: I/O, NFS, FUSE) and keeps its pod in Terminating",
+        source: "pod-stuck-terminating-zh.txt (kubelet waits for every container to stop); sandbox probes (docs/explain.md)",
+        severity: Severity::Critical,
+    },
+    Rule {
+        id: TEARDOWN_UNMOUNT_FAILED,
+        statement: "an unmount of a pod's path (container rootfs, volume, netns) succeeds, or is redone successfully within 5 s",
+        source: "pod-stuck-terminating-zh.txt (device or resource busy); sandbox probes (docs/explain.md)",
+        severity: Severity::Error,
+    },
+    Rule {
+        id: TEARDOWN_REMOVE_FAILED,
+        statement: "a pod's directories, netns file and cgroups can be removed (the rmdir or unlink succeeds, or is redone successfully within 5 s)",
+        source: "pod-stuck-terminating-zh.txt (kubelet waits for the pod cgroup to go); sandbox probes (docs/explain.md)",
+        severity: Severity::Error,
+    },
 ];
 
 pub fn rule(id: &str) -> Option<&'static Rule> {
@@ -216,6 +238,7 @@ fn record_time(r: &TraceRecord) -> Option<u64> {
         | TraceRecord::Nri(NriRecord::NriPluginGone { ts, .. })
         | TraceRecord::Nri(NriRecord::NriResync { ts, .. }) => Some(*ts),
         TraceRecord::Runtime(r) => Some(r.record.ts),
+        TraceRecord::Sandbox(s) => Some(s.record.ts),
         _ => None,
     };
     t.map(|t| t.mono_ns)
@@ -311,6 +334,8 @@ pub struct ContractChecker {
     unknown_pending: Vec<(u64, String, String, Violation)>,
     /// The latest capture time in the records.
     clock_ns: u64,
+    /// The kernel side of teardowns (sandbox probes).
+    sandbox: SandboxRules,
 }
 
 impl ContractChecker {
@@ -369,6 +394,7 @@ impl ContractChecker {
         }
         self.check_record(r, out);
         self.release_unknown(self.clock_ns.saturating_sub(UNKNOWN_POD_HOLD_NS), out);
+        self.sandbox.release(self.clock_ns, out);
     }
 
     /// Report the held pod-unknown findings of events before `before`.
@@ -520,14 +546,19 @@ impl ContractChecker {
             }
             TraceRecord::Cri(_)
             | TraceRecord::Violation(_)
-            | TraceRecord::Sandbox(_)
             | TraceRecord::Nri(NriRecord::NriPending(_)) => {}
+            TraceRecord::Sandbox(s) => {
+                let certainty = self.certainty(None);
+                self.sandbox.on_event(&s.record, &certainty);
+            }
         }
     }
 
     /// The stream ended: what can only be told at the end.
     pub fn finish(&mut self, out: &mut Vec<Violation>) {
         self.release_unknown(u64::MAX, out);
+        self.sandbox.release(self.clock_ns, out);
+        self.sandbox.finish();
         let gone: Vec<&PluginState> = self
             .plugins
             .values()
@@ -555,6 +586,14 @@ impl ContractChecker {
 
     fn on_span(&mut self, s: &CriSpan, out: &mut Vec<Violation>) {
         self.check_retry(&s.call, out);
+        self.sandbox.learn(
+            s.call.sandbox_id.as_deref(),
+            s.call.container_id.as_deref(),
+            s.call
+                .pod
+                .as_ref()
+                .map(|p| format!("{}/{}", p.namespace, p.name)),
+        );
         if let Some(id) = &s.call.sandbox_id {
             self.saw_pod(id);
         }

@@ -23,6 +23,7 @@ pub mod cri_analysis;
 pub mod hook_latency;
 pub mod nri_analysis;
 pub mod pods;
+pub mod sandbox_rules;
 pub mod teardown;
 pub mod trace_analysis;
 pub mod window;

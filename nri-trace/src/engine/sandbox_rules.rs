@@ -1,0 +1,359 @@
+//! Contract rules on the kernel's side of a pod's teardown (the sandbox
+//! probes' records): what keeps a pod in Terminating below the CRI and NRI
+//! calls. kubelet removes a pod only once no container runs, its volumes
+//! are unmounted and its cgroup is gone (pod-stuck-terminating-zh.txt).
+//!
+//! Each finding is held [`SETTLE_NS`] of capture time: a process sent
+//! SIGKILL exits within it, and a runtime retries a failed unmount or
+//! removal (containerd's and kubelet's loops) within it; only what is still
+//! true then is reported. Pure: capture time comes from the records.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::contract::{Certainty, Evidence, Severity, Violation};
+use crate::capture::{
+    sandbox::{errno_text, SandboxEvent, SandboxOp},
+    ConnId,
+};
+
+pub const PROCESS_SURVIVES_SIGKILL: &str = "process-survives-sigkill";
+pub const TEARDOWN_UNMOUNT_FAILED: &str = "teardown-unmount-failed";
+pub const TEARDOWN_REMOVE_FAILED: &str = "teardown-remove-failed";
+
+/// How long a SIGKILLed process may take to exit, and a failed unmount or
+/// removal to be redone, before it is a finding.
+pub const SETTLE_NS: u64 = 5_000_000_000;
+
+/// Most held findings and killed processes remembered.
+const MAX_HELD: usize = 4096;
+
+/// A finding waiting for [`SETTLE_NS`] to pass.
+struct Held {
+    due: u64,
+    /// The pid whose exit, or the path whose successful redo, cancels it.
+    cancel: Cancel,
+    violation: Violation,
+}
+
+#[derive(PartialEq, Eq)]
+enum Cancel {
+    Exit(u32),
+    Redo(String),
+}
+
+/// The pods that kernel events name, and the held findings.
+#[derive(Default)]
+pub struct SandboxRules {
+    /// Container or sandbox id -> the pod ("namespace/name", or the
+    /// sandbox id when its name is not known).
+    pods: HashMap<String, String>,
+    held: Vec<Held>,
+}
+
+fn kernel_evidence(e: &SandboxEvent, outcome: String) -> Evidence {
+    Evidence {
+        kind: "kernel",
+        conn: ConnId(0),
+        stream_id: 0,
+        what: e.describe(),
+        start: Some(e.ts),
+        outcome,
+    }
+}
+
+/// 64-hex ids in a path (containerd and CRI-O container and sandbox ids).
+fn ids(s: &str) -> impl Iterator<Item = &str> {
+    s.split(|c: char| !c.is_ascii_hexdigit() || c.is_ascii_uppercase())
+        .filter(|w| w.len() == 64)
+}
+
+impl SandboxRules {
+    /// A pod's ids, from its CRI calls.
+    pub fn learn(
+        &mut self,
+        sandbox_id: Option<&str>,
+        container_id: Option<&str>,
+        pod: Option<String>,
+    ) {
+        let Some(sb) = sandbox_id else { return };
+        if self.pods.len() >= super::contract::MAX_TRACKED {
+            self.pods.clear();
+        }
+        let label = pod
+            .or_else(|| self.pods.get(sb).cloned())
+            .unwrap_or_else(|| sb.to_string());
+        self.pods.insert(sb.to_string(), label.clone());
+        if let Some(c) = container_id {
+            self.pods.insert(c.to_string(), label);
+        }
+    }
+
+    fn pod_of(&self, texts: &[&str]) -> Option<String> {
+        texts
+            .iter()
+            .flat_map(|t| ids(t))
+            .find_map(|id| self.pods.get(id).cloned())
+    }
+
+    /// Take one kernel event (capture time `now`); `certainty` of the
+    /// findings it leads to.
+    pub fn on_event(&mut self, e: &SandboxEvent, certainty: &Certainty) {
+        let finding = |rule, pod, message, outcome| Violation {
+            rule,
+            severity: super::contract::rule(rule).map_or(Severity::Error, |r| r.severity),
+            certainty: certainty.clone(),
+            ts: e.ts,
+            pod,
+            plugin: None,
+            message,
+            evidence: vec![kernel_evidence(e, outcome)],
+        };
+        let due = e.ts.mono_ns.saturating_add(SETTLE_NS);
+        let held = match &e.op {
+            SandboxOp::Signal {
+                sig: 9,
+                target,
+                result: 0,
+                target_comm,
+                target_cgroup,
+            } => {
+                let Some(pod) = self.pod_of(&[target_cgroup.as_deref().unwrap_or("")]) else {
+                    return;
+                };
+                if self.held.iter().any(|h| h.cancel == Cancel::Exit(*target)) {
+                    return;
+                }
+                Some(Held {
+                    due,
+                    cancel: Cancel::Exit(*target),
+                    violation: finding(
+                        PROCESS_SURVIVES_SIGKILL,
+                        Some(pod),
+                        format!(
+                            "pid {target}{} was still alive {} s after SIGKILL from {}[{}]: \
+                             stuck in the kernel (see its state and wchan: nri-trace explain)",
+                            target_comm
+                                .as_ref()
+                                .map(|c| format!(" ({c})"))
+                                .unwrap_or_default(),
+                            SETTLE_NS / 1_000_000_000,
+                            e.comm,
+                            e.tgid
+                        ),
+                        "no exit".into(),
+                    ),
+                })
+            }
+            SandboxOp::Exit { .. } => {
+                self.held.retain(|h| h.cancel != Cancel::Exit(e.tgid));
+                None
+            }
+            SandboxOp::Umount { path, errno, .. } | SandboxOp::Unlink { path, errno, .. } => {
+                if *errno == 0 {
+                    self.held.retain(|h| h.cancel != Cancel::Redo(path.clone()));
+                    return;
+                }
+                let umount = matches!(e.op, SandboxOp::Umount { .. });
+                // Not mounted / already gone: nothing holds the pod. A
+                // directory that is not empty yet is os.RemoveAll probing,
+                // except for a cgroup (which has only its control files).
+                let benign = matches!(*errno, libc::ENOENT | libc::EINVAL | libc::EISDIR)
+                    || (*errno == libc::ENOTEMPTY && !path.contains("cgroup"));
+                let pod = self.pod_of(&[path]);
+                let (Some(pod), false) = (pod, benign) else {
+                    return;
+                };
+                if self
+                    .held
+                    .iter()
+                    .any(|h| h.cancel == Cancel::Redo(path.clone()))
+                {
+                    return;
+                }
+                let (rule, what) = if umount {
+                    (TEARDOWN_UNMOUNT_FAILED, "unmounting")
+                } else {
+                    (TEARDOWN_REMOVE_FAILED, "removing")
+                };
+                Some(Held {
+                    due,
+                    cancel: Cancel::Redo(path.clone()),
+                    violation: finding(
+                        rule,
+                        Some(pod),
+                        format!(
+                            "{what} {path} failed with {} ({}[{}]) and was not redone within {} s",
+                            errno_text(*errno),
+                            e.comm,
+                            e.tgid,
+                            SETTLE_NS / 1_000_000_000
+                        ),
+                        errno_text(*errno),
+                    ),
+                })
+            }
+            _ => None,
+        };
+        if let Some(h) = held {
+            if self.held.len() < MAX_HELD {
+                self.held.push(h);
+            }
+        }
+    }
+
+    /// Report the held findings due by capture time `now`.
+    pub fn release(&mut self, now: u64, out: &mut Vec<Violation>) {
+        if self.held.iter().all(|h| h.due > now) {
+            return;
+        }
+        let (due, keep): (Vec<Held>, Vec<Held>) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|h| h.due <= now);
+        self.held = keep;
+        // In the order they were seen.
+        let mut due: BTreeMap<u64, Vec<Violation>> =
+            due.into_iter().fold(BTreeMap::new(), |mut m, h| {
+                m.entry(h.violation.ts.mono_ns)
+                    .or_default()
+                    .push(h.violation);
+                m
+            });
+        out.extend(std::mem::take(&mut due).into_values().flatten());
+    }
+
+    /// The stream ended: held findings whose time has not come are dropped
+    /// (the capture did not see long enough to tell).
+    pub fn finish(&mut self) {
+        self.held.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::Timestamp;
+
+    const CID: &str = "c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1";
+
+    fn ev(s: u64, tgid: u32, op: SandboxOp) -> SandboxEvent {
+        SandboxEvent {
+            ts: Timestamp {
+                mono_ns: s * 1_000_000_000,
+                wall_ns: 0,
+            },
+            tgid,
+            tid: tgid,
+            comm: "containerd-shim".into(),
+            cgroup_id: 0,
+            cgroup: None,
+            op,
+            truncated: false,
+        }
+    }
+
+    fn kill(s: u64, target: u32) -> SandboxEvent {
+        ev(
+            s,
+            7,
+            SandboxOp::Signal {
+                sig: 9,
+                target,
+                target_comm: Some("cat".into()),
+                target_cgroup: Some(format!("/k8s.io/{CID}")),
+                result: 0,
+            },
+        )
+    }
+
+    fn rules() -> SandboxRules {
+        let mut r = SandboxRules::default();
+        r.learn(Some("sb"), Some(CID), Some("ns/web".into()));
+        r
+    }
+
+    #[test]
+    fn sigkill_without_exit_fires_after_the_settle_time() {
+        let mut r = rules();
+        let mut out = vec![];
+        r.on_event(&kill(10, 42), &Certainty::Certain);
+        r.release(14_000_000_000, &mut out);
+        assert!(out.is_empty());
+        r.release(15_000_000_000, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].rule, PROCESS_SURVIVES_SIGKILL);
+        assert_eq!(out[0].pod.as_deref(), Some("ns/web"));
+        assert!(
+            out[0].message.contains("pid 42 (cat)"),
+            "{}",
+            out[0].message
+        );
+        // An exit in time cancels it; a pod nobody knows is not judged.
+        let mut r = rules();
+        r.on_event(&kill(10, 42), &Certainty::Certain);
+        r.on_event(
+            &ev(11, 42, SandboxOp::Exit { status: Some(9) }),
+            &Certainty::Certain,
+        );
+        let mut out = vec![];
+        r.release(u64::MAX, &mut out);
+        assert!(out.is_empty());
+        let mut r = SandboxRules::default();
+        r.on_event(&kill(10, 42), &Certainty::Certain);
+        r.release(u64::MAX, &mut out);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn failed_unmount_fires_unless_redone() {
+        let path = format!("/run/containerd/io.containerd.runtime.v2.task/k8s.io/{CID}/rootfs");
+        let um = |s, errno| {
+            ev(
+                s,
+                8,
+                SandboxOp::Umount {
+                    path: path.clone(),
+                    flags: 0,
+                    errno,
+                },
+            )
+        };
+        let mut r = rules();
+        r.on_event(&um(1, libc::EBUSY), &Certainty::Certain);
+        r.on_event(&um(2, libc::EBUSY), &Certainty::Certain);
+        let mut out = vec![];
+        r.release(u64::MAX, &mut out);
+        assert_eq!(out.len(), 1, "one finding per path");
+        assert_eq!(out[0].rule, TEARDOWN_UNMOUNT_FAILED);
+        assert!(out[0].message.contains("EBUSY"), "{}", out[0].message);
+        let mut r = rules();
+        r.on_event(&um(1, libc::EBUSY), &Certainty::Certain);
+        r.on_event(&um(3, 0), &Certainty::Certain);
+        let mut out = vec![];
+        r.release(u64::MAX, &mut out);
+        assert!(out.is_empty());
+        // Not mounted: benign.
+        let mut r = rules();
+        r.on_event(&um(1, libc::EINVAL), &Certainty::Certain);
+        r.release(u64::MAX, &mut out);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn failed_cgroup_removal_fires() {
+        let mut r = rules();
+        let e = ev(
+            1,
+            9,
+            SandboxOp::Unlink {
+                path: format!("/sys/fs/cgroup/memory/k8s.io/{CID}"),
+                dir: true,
+                errno: libc::EBUSY,
+            },
+        );
+        r.on_event(&e, &Certainty::Certain);
+        let mut out = vec![];
+        r.release(u64::MAX, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].rule, TEARDOWN_REMOVE_FAILED);
+    }
+}
