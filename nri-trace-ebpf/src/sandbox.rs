@@ -340,8 +340,10 @@ pub fn exit_rmdir(ctx: TracePointContext) -> u32 {
     path_syscall(&ctx, Syscall::Rmdir, 0)
 }
 
-/// mount(2) bind mounts of a /proc path: how a runtime pins a namespace to
-/// a file (containerd's netns under /var/run/netns, CRI-O's pinns).
+/// mount(2) bind mounts of a /proc/.../ns/ file: how a runtime pins a
+/// namespace to a file (containerd's netns under /var/run/netns, CRI-O's
+/// pinns). runc's own /proc binds (masked paths, its cloned binary) are
+/// not namespaces and are left out.
 #[tracepoint]
 pub fn exit_mount(ctx: TracePointContext) -> u32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
@@ -352,11 +354,25 @@ pub fn exit_mount(ctx: TracePointContext) -> u32 {
     if args[3] & MS_BIND == 0 {
         return 0;
     }
-    let Ok(head) = (unsafe { aya_ebpf::helpers::bpf_probe_read_user(args[0] as *const [u8; 6]) })
+    // "/proc/<pid>/task/<tid>/ns/net" fits in 48 bytes.
+    let Ok(head) = (unsafe { aya_ebpf::helpers::bpf_probe_read_user(args[0] as *const [u8; 48]) })
     else {
         return 0;
     };
-    if &head != b"/proc/" {
+    if &head[..6] != b"/proc/" {
+        return 0;
+    }
+    let mut ns = false;
+    for i in 6..44 {
+        if head[i] == b'/' && head[i + 1] == b'n' && head[i + 2] == b's' && head[i + 3] == b'/' {
+            ns = true;
+            break;
+        }
+        if head[i] == 0 {
+            break;
+        }
+    }
+    if !ns {
         return 0;
     }
     let Some(mut d) = draft(Syscall::Mount, ret_of(&ctx)) else {

@@ -15,10 +15,12 @@ use std::path::Path;
 
 use lab_trace::{TraceProc, Traced};
 use nri_trace::{
+    capture::sandbox::SandboxOp,
     engine::{
         contract::{
             HOOK_OVER_BUDGET, NAME_RESERVATION_RETRY, PLUGIN_TIMEOUT, POD_UNKNOWN_TO_PLUGIN,
-            TEARDOWN_HOOK_FAILED, UNEXPLAINED_AFTER_RESTART,
+            PROCESS_SURVIVES_SIGKILL, TEARDOWN_HOOK_FAILED, TEARDOWN_UNMOUNT_FAILED,
+            UNEXPLAINED_AFTER_RESTART,
         },
         trace_analysis::{analyze, TraceRecord},
     },
@@ -76,6 +78,21 @@ fn check_observations(scenario: &str, out: &Path) {
     lab_trace::assert_live_equals_replay(scenario, out, replay.stdout);
 }
 
+/// `nri-trace explain POD --format ndjson` on a run's observations.
+fn explain(out: &Path, pod: &str) -> serde_json::Value {
+    let o = std::process::Command::new(lab_trace::bin("nri-trace"))
+        .args(["explain", pod, "--format", "ndjson", "--from"])
+        .arg(TraceProc::observations(out))
+        .output()
+        .expect("running nri-trace explain");
+    assert!(
+        o.status.success(),
+        "explain {pod}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).expect("explain --format ndjson")
+}
+
 fn check_correlation(scenario: &str, out: &Path) -> (usize, usize) {
     let records = records(scenario, out);
     let truth = truth::read(&out.join("truth.ndjson")).expect("truth");
@@ -98,6 +115,32 @@ fn trace_happy_hooks_under_their_cri_calls() {
     assert!(checked > 0 && hooks >= checked);
     // The happy path breaks no rule.
     assert_eq!(findings(&records), vec![]);
+    // explain: each pod is gone, with each step's time, and the kernel saw
+    // its processes go: the containers' SIGTERM, the pause SIGKILL, exits.
+    for pod in ["happy-0", "happy-1", "happy-2"] {
+        let v = explain(&out, pod);
+        assert_eq!(v["verdict"], "gone", "{v}");
+        let s = v["sentence"].as_str().unwrap();
+        for step in [
+            "StopContainer (c0) ",
+            "StopPodSandbox ",
+            "RemovePodSandbox ",
+        ] {
+            assert!(s.contains(step), "{pod}: no {step:?} in {s}");
+        }
+        let kernel: Vec<&str> = v["kernel"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|l| l.as_str())
+            .collect();
+        for what in ["sent SIGTERM to pid ", "(pause) exited: killed by SIGKILL"] {
+            assert!(
+                kernel.iter().any(|l| l.contains(what)),
+                "{pod}: no {what:?} in {kernel:#?}"
+            );
+        }
+    }
     // `report` on the recording: the three pods, all removed, no finding.
     let (_, rec, _) = TraceProc::paths(&out);
     let report = std::process::Command::new(lab_trace::bin("nri-trace"))
@@ -155,6 +198,16 @@ fn trace_teardown_error_found() {
         return;
     };
     check_correlation("teardown-error", &out);
+    // containerd goes on past the failing hook: the pod is gone, and
+    // explain says which hook failed on the way.
+    let v = explain(&out, "tderr-0");
+    assert_eq!(v["verdict"], "gone", "{v}");
+    let s = v["sentence"].as_str().unwrap();
+    assert!(
+        s.contains("on the way, plugin hook 05-failer STOP_POD_SANDBOX: error ")
+            && s.contains("teardown refused during StopPodSandbox"),
+        "{s}"
+    );
     let f = findings(&records);
     let teardown: Vec<_> = f
         .iter()
@@ -292,7 +345,9 @@ fn trace_late_registration() {
 }
 
 /// A container that ignores SIGTERM: StopContainer waits for the grace
-/// period and SIGKILL. Slow, but the NRI contract holds: no finding.
+/// period and SIGKILL. Slow, but the NRI contract holds: no finding. The
+/// kernel shows why it was slow: explain lists the SIGTERM the kernel
+/// reports ignored, the SIGKILL 2 s later and the exit it caused.
 #[test]
 fn trace_ignore_sigterm_finds_nothing() {
     let Some((out, records)) = traced("ignore-sigterm") else {
@@ -300,6 +355,25 @@ fn trace_ignore_sigterm_finds_nothing() {
     };
     check_correlation("ignore-sigterm", &out);
     assert_eq!(findings(&records), vec![]);
+    let v = explain(&out, "ignore-sigterm-0");
+    assert_eq!(v["verdict"], "gone", "{v}");
+    let kernel: Vec<&str> = v["kernel"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l.as_str())
+        .collect();
+    let at = |what: &str| {
+        kernel
+            .iter()
+            .position(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("no {what:?} in {kernel:#?}"))
+    };
+    let term = at("sent SIGTERM to pid ");
+    assert!(kernel[term].ends_with(": ignored"), "{}", kernel[term]);
+    let kill = at("sent SIGKILL to pid ");
+    let exit = at("exited: killed by SIGKILL");
+    assert!(term < kill && kill < exit, "{kernel:#?}");
 }
 
 /// The NRI project's own logger plugin (Go) beside a test plugin: decoded,
@@ -314,13 +388,14 @@ fn trace_upstream_witness_finds_nothing() {
 }
 
 /// A process holding the container's rootfs (its cwd) while the pod is torn
-/// down with a 12 s deadline: the teardown blocks until the deadline. No
-/// NRI contract rule is about a mount (that is `explain`'s work): every
-/// delivery is correlated, no finding, and each CRI call the driver saw
-/// fail is reported failed by nri-trace, at the same time. While the pod
-/// is stuck (the scenario keeps the holder 10 s more), `nri-trace explain`
-/// on the observations recorded so far names the blocked call and the
-/// holder: its pid and the rootfs it holds.
+/// down with a 12 s deadline: the teardown blocks until the deadline.
+/// Every delivery is correlated; no NRI rule fires, the kernel rule
+/// teardown-unmount-failed does (the shim's unmount fails with EBUSY); each
+/// CRI call the driver saw fail is reported failed by nri-trace, at the
+/// same time. While the pod is stuck (the scenario keeps the holder 10 s
+/// more), `nri-trace explain` on the observations recorded so far names the
+/// blocked call, the failed unmount and the holder: its pid and the rootfs
+/// it holds.
 #[test]
 fn trace_busy_mount() {
     // The scenario's hold; only busy-mount reads it.
@@ -331,13 +406,18 @@ fn trace_busy_mount() {
     // A previous run's files must not pass for this one's.
     let _ = std::fs::remove_file(out_dir.join("truth.ndjson"));
     let _ = std::fs::remove_file(TraceProc::observations(&out_dir));
-    let explained = std::thread::spawn(move || explain_while_held(&out_dir));
+    let explained = std::thread::spawn(move || explain_while_held(&out_dir, "busy", "holder kept"));
     let Some((out, records)) = traced("busy-mount") else {
         return;
     };
     let explained = explained.join().expect("explain thread");
     check_correlation("busy-mount", &out);
-    assert_eq!(findings(&records), vec![]);
+    // No NRI rule; the kernel's side: the shim's unmount of the rootfs
+    // fails with EBUSY (retried every 50 ms, one finding).
+    assert_eq!(
+        findings(&records),
+        vec![(TEARDOWN_UNMOUNT_FAILED, None, true)]
+    );
     let truth = truth::read(&out.join("truth.ndjson")).expect("truth");
     let failed: Vec<_> = truth
         .iter()
@@ -398,20 +478,28 @@ fn trace_busy_mount() {
         )),
         "{sentence}"
     );
+    assert!(
+        sentence.contains(&format!("unmounting {rootfs} failed with EBUSY")),
+        "{sentence}"
+    );
 }
 
-/// Wait for the scenario's failed teardown with the mount held, then run
-/// `nri-trace explain busy` on the observations written so far.
-fn explain_while_held(out: &Path) -> Option<String> {
+/// Wait for the scenario's note starting with `held` and saying what it
+/// keeps (" kept ": the pod is stuck from then on),
+/// then run `nri-trace explain POD` on the observations written so far.
+fn explain_while_held(out: &Path, pod: &str, held: &str) -> Option<String> {
     let t0 = std::time::Instant::now();
     while t0.elapsed() < std::time::Duration::from_secs(120) {
-        let held = truth::read(&out.join("truth.ndjson"))
+        let is_held = truth::read(&out.join("truth.ndjson"))
             .unwrap_or_default()
             .iter()
-            .any(|t| matches!(t, Truth::Note { text, .. } if text.starts_with("holder kept")));
-        if held {
+            .any(|t| matches!(t, Truth::Note { text, .. } if text.starts_with(held) && text.contains(" kept ")));
+        if is_held {
+            // The held note is written before the hold: let the capture
+            // drain what led to it.
+            std::thread::sleep(std::time::Duration::from_millis(500));
             let o = std::process::Command::new(lab_trace::bin("nri-trace"))
-                .args(["explain", "busy", "--format", "ndjson", "--from"])
+                .args(["explain", pod, "--format", "ndjson", "--from"])
                 .arg(TraceProc::observations(out))
                 .output()
                 .ok()?;
@@ -425,6 +513,142 @@ fn explain_while_held(out: &Path) -> Option<String> {
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
     None
+}
+
+/// Start `scenario` traced, with the pod held stuck for 10 s once the note
+/// `held` is written, and `nri-trace explain POD` run on the node then.
+fn traced_and_explained(
+    scenario: &str,
+    pod: &'static str,
+    held: &'static str,
+) -> Option<(std::path::PathBuf, Vec<TraceRecord>, serde_json::Value)> {
+    std::env::set_var("NRI_TRACE_LAB_HOLD_SECS", "10");
+    let out_dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("trace-lab")
+        .join(scenario);
+    let _ = std::fs::remove_file(out_dir.join("truth.ndjson"));
+    let _ = std::fs::remove_file(TraceProc::observations(&out_dir));
+    let explained = std::thread::spawn(move || explain_while_held(&out_dir, pod, held));
+    let (out, records) = traced(scenario)?;
+    let e = explained
+        .join()
+        .expect("explain thread")
+        .expect("explain ran while the pod was stuck");
+    eprintln!("{scenario}: explain: {e}");
+    let v: serde_json::Value = serde_json::from_str(&e).expect("explain --format ndjson");
+    Some((out, records, v))
+}
+
+/// A note's text that starts with `prefix`.
+fn note<'a>(truth: &'a [Truth], prefix: &str) -> &'a str {
+    truth
+        .iter()
+        .find_map(|t| match t {
+            Truth::Note { text, .. } if text.starts_with(prefix) => Some(text.as_str()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no note {prefix:?}"))
+}
+
+/// A container process stuck in a FUSE read (state D) survives SIGKILL:
+/// StopContainer runs into its deadline. The sandbox probes see the SIGKILL
+/// and no exit: the finding process-survives-sigkill, for that pod; and
+/// `explain`, while the pod is stuck, names the pid the scenario saw in
+/// state D, alive after SIGKILL, with its state from /proc.
+#[test]
+fn trace_unkillable() {
+    let Some((out, records, v)) = traced_and_explained("unkillable", "unkillable", "stuck pid ")
+    else {
+        return;
+    };
+    check_correlation("unkillable", &out);
+    let truth = truth::read(&out.join("truth.ndjson")).expect("truth");
+    let pid: u32 = note(&truth, "stuck pid ")
+        .split_whitespace()
+        .nth(2)
+        .and_then(|p| p.parse().ok())
+        .expect("stuck pid");
+    assert_eq!(v["verdict"], "blocked", "{v}");
+    let sentence = v["sentence"].as_str().unwrap();
+    assert!(
+        sentence.contains(&format!("pid {pid} (cat) of container ")),
+        "{sentence}"
+    );
+    assert!(sentence.contains(" after SIGKILL "), "{sentence}");
+    assert!(
+        sentence.contains(&format!("on this node pid {pid} (cat) is in state D")),
+        "{sentence}"
+    );
+    let f = findings(&records);
+    assert!(
+        f.iter()
+            .any(|(rule, _, _)| *rule == PROCESS_SURVIVES_SIGKILL),
+        "{f:?}"
+    );
+    assert!(
+        f.iter()
+            .all(|(rule, _, _)| *rule == PROCESS_SURVIVES_SIGKILL),
+        "{f:?}"
+    );
+    // After the release the process exits, killed by the SIGKILL.
+    let exited = records.iter().any(|r| {
+        matches!(r, TraceRecord::Sandbox(s) if s.record.tgid == pid
+            && s.record.op == SandboxOp::Exit { status: Some(9) })
+    });
+    assert!(exited, "no exit of pid {pid} killed by SIGKILL");
+}
+
+/// An NRI plugin hangs in StopPodSandbox: the CRI call fails at its 5 s
+/// deadline while the hook's request is unanswered (or containerd closed
+/// the plugin at the deadline: both happen, see the scenario). `explain`
+/// while the pod is stuck names the plugin and its StopPodSandbox hook.
+/// containerd may then deliver StopPodSandbox to the next plugin after the
+/// CRI call is over (with the expired context): that delivery has no CRI
+/// cause, and nri-trace says so; any other uncaused delivery is an error.
+#[test]
+fn trace_hung_teardown_hook() {
+    let Some((_out, records, v)) =
+        traced_and_explained("hung-teardown-hook", "hung-teardown", "hung hook kept")
+    else {
+        return;
+    };
+    let stop_end = records
+        .iter()
+        .find_map(|r| match r {
+            TraceRecord::CriSpan(s)
+                if s.record.call.method.as_deref() == Some("StopPodSandbox")
+                    && !s.record.call.outcome.is_ok() =>
+            {
+                s.record.call.end
+            }
+            _ => None,
+        })
+        .expect("a failed StopPodSandbox span")
+        .mono_ns;
+    for r in &records {
+        if let TraceRecord::NriUncaused(u) = r {
+            if u.record.no_cri_cause != nri_trace::engine::correlate::NoCause::NoCriCallInFlight {
+                continue; // plugin lifecycle calls (register, configure, ...)
+            }
+            let c = &u.record.span.call;
+            assert_eq!(u.record.span.hook, "STOP_POD_SANDBOX", "{c:?}");
+            assert!(
+                c.start.is_some_and(|t| t.mono_ns + 50_000_000 >= stop_end),
+                "uncaused before the CRI call ended: {c:?}"
+            );
+        }
+    }
+    assert_eq!(v["verdict"], "blocked", "{v}");
+    let sentence = v["sentence"].as_str().unwrap();
+    assert!(
+        sentence.contains("10-hung") && sentence.contains("STOP_POD_SANDBOX"),
+        "{sentence}"
+    );
+    assert!(
+        sentence.contains("hook has not returned for")
+            || sentence.contains("plugin hook 10-hung STOP_POD_SANDBOX: "),
+        "{sentence}"
+    );
 }
 
 /// 100 pod lifecycles, 4 at a time, through 3 plugins: every delivery is

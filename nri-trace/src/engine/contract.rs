@@ -397,6 +397,14 @@ impl ContractChecker {
         self.sandbox.release(self.clock_ns, out);
     }
 
+    /// The capture has reached `now_ns` (a clock observation): findings
+    /// of the kernel rules held until then are due, even when no record
+    /// came (a pod stuck in silence).
+    pub fn advance(&mut self, now_ns: u64, out: &mut Vec<Violation>) {
+        self.clock_ns = self.clock_ns.max(now_ns);
+        self.sandbox.release(self.clock_ns, out);
+    }
+
     /// Report the held pod-unknown findings of events before `before`.
     fn release_unknown(&mut self, before: u64, out: &mut Vec<Violation>) {
         if self.unknown_pending.iter().all(|p| p.0 >= before) {

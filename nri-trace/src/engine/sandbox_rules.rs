@@ -48,6 +48,9 @@ pub struct SandboxRules {
     /// sandbox id when its name is not known).
     pods: HashMap<String, String>,
     held: Vec<Held>,
+    /// What has fired already: a retry loop (containerd's shim retries an
+    /// unmount every 50 ms) is one finding.
+    fired: std::collections::HashSet<String>,
 }
 
 fn kernel_evidence(e: &SandboxEvent, outcome: String) -> Evidence {
@@ -210,6 +213,19 @@ impl SandboxRules {
             .into_iter()
             .partition(|h| h.due <= now);
         self.held = keep;
+        if self.fired.len() >= MAX_HELD {
+            self.fired.clear();
+        }
+        let fired = &mut self.fired;
+        let due: Vec<Held> = due
+            .into_iter()
+            .filter(|h| {
+                fired.insert(match &h.cancel {
+                    Cancel::Exit(pid) => format!("pid {pid}"),
+                    Cancel::Redo(path) => path.clone(),
+                })
+            })
+            .collect();
         // In the order they were seen.
         let mut due: BTreeMap<u64, Vec<Violation>> =
             due.into_iter().fold(BTreeMap::new(), |mut m, h| {
@@ -321,6 +337,9 @@ mod tests {
         r.on_event(&um(1, libc::EBUSY), &Certainty::Certain);
         r.on_event(&um(2, libc::EBUSY), &Certainty::Certain);
         let mut out = vec![];
+        r.release(7_000_000_000, &mut out);
+        // The retry loop goes on: still one finding for the path.
+        r.on_event(&um(8, libc::EBUSY), &Certainty::Certain);
         r.release(u64::MAX, &mut out);
         assert_eq!(out.len(), 1, "one finding per path");
         assert_eq!(out[0].rule, TEARDOWN_UNMOUNT_FAILED);

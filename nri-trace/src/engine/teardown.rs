@@ -112,8 +112,9 @@ struct PodTeardown {
     last_seen: u64,
     /// The last call of any kind: (method, end or start).
     last_call: Option<(String, Option<Timestamp>)>,
-    /// Kernel events of the pod's processes and paths, oldest first.
-    kernel: VecDeque<SandboxEvent>,
+    /// Kernel events of the pod's processes and paths, oldest first, with
+    /// how often each was repeated right after (retry loops) and when last.
+    kernel: VecDeque<(SandboxEvent, u32, Timestamp)>,
     /// Teardown hooks called and not ended yet, by (connection, mux
     /// conn, stream id).
     pending_hooks: BTreeMap<(u64, u32, u32), NriCall>,
@@ -331,6 +332,17 @@ impl TeardownLog {
     /// known pod in its paths or cgroup (or, for an exit, in the cgroup the
     /// process was in when it was signalled).
     fn on_kernel(&mut self, ev: &SandboxEvent) {
+        // The teardown's events: what makes a pod is left out.
+        if matches!(
+            ev.op,
+            SandboxOp::CgroupMkdir { .. }
+                | SandboxOp::NsBind { .. }
+                | SandboxOp::Unshare { .. }
+                | SandboxOp::Setns { .. }
+                | SandboxOp::CloneNs { .. }
+        ) {
+            return;
+        }
         let mut texts: Vec<&str> = Vec::new();
         texts.extend(ev.cgroup.as_deref());
         match &ev.op {
@@ -362,7 +374,7 @@ impl TeardownLog {
             SandboxOp::Exit { .. } => self.pods.iter().find_map(|(k, p)| {
                 p.kernel
                     .iter()
-                    .any(|e| matches!(e.op, SandboxOp::Signal { target, .. } if target == ev.tgid))
+                    .any(|(e, ..)| matches!(e.op, SandboxOp::Signal { target, .. } if target == ev.tgid))
                     .then(|| k.clone())
             }),
             _ => None,
@@ -370,10 +382,19 @@ impl TeardownLog {
         let Some(p) = key.and_then(|k| self.pods.get_mut(&k)) else {
             return;
         };
-        if p.kernel.len() >= MAX_KERNEL {
-            p.kernel.pop_front();
+        match p.kernel.back_mut() {
+            // The same call with the same result again: a retry loop.
+            Some((last, n, at)) if last.op == ev.op && last.tgid == ev.tgid => {
+                *n += 1;
+                *at = ev.ts;
+            }
+            _ => {
+                if p.kernel.len() >= MAX_KERNEL {
+                    p.kernel.pop_front();
+                }
+                p.kernel.push_back((ev.clone(), 0, ev.ts));
+            }
         }
-        p.kernel.push_back(ev.clone());
         p.last_seen = p.last_seen.max(ev.ts.mono_ns);
         if ev.ts.mono_ns > self.now_ns {
             self.now_ns = ev.ts.mono_ns;
@@ -462,7 +483,14 @@ impl TeardownLog {
             kernel: p
                 .kernel
                 .iter()
-                .map(|k| format!("{} {}", crate::output::clock(&k.ts), k.describe()))
+                .map(|(k, n, at)| {
+                    let again = if *n > 0 {
+                        format!(" (again {n} times, until {})", crate::output::clock(at))
+                    } else {
+                        String::new()
+                    };
+                    format!("{} {}{again}", crate::output::clock(&k.ts), k.describe())
+                })
                 .collect(),
             alive_after_kill: Vec::new(),
         };
@@ -507,11 +535,29 @@ impl TeardownLog {
                 })
                 .collect();
             e.verdict = Verdict::Gone;
+            // Hooks that failed on the way did not keep it (the runtime
+            // went on), but the SRE should know.
+            let failed: Vec<String> = steps
+                .iter()
+                .flat_map(|s| {
+                    s.failed_hooks
+                        .iter()
+                        .map(move |h| format!("{h} during {}", s.method))
+                })
+                .collect();
             e.sentence = format!(
-                "{} is gone: RemovePodSandbox succeeded; the teardown took {} ({})",
+                "{} is gone: RemovePodSandbox succeeded; the teardown took {} ({}){}",
                 p.label,
                 human(end.saturating_sub(first)),
-                per_step.join(", ")
+                per_step.join(", "),
+                if failed.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; on the way, plugin hook {} (the runtime went on)",
+                        failed.join(", ")
+                    )
+                }
             );
             e.evidence = steps.iter().map(step_line).collect();
             return Some(e);
@@ -707,7 +753,7 @@ fn container_of(p: &PodTeardown, cgroup: Option<&str>) -> String {
 fn kernel_cause(p: &PodTeardown, now: u64) -> Option<KernelCause> {
     let line =
         |e: &SandboxEvent| format!("kernel: {} {}", crate::output::clock(&e.ts), e.describe());
-    let k = &p.kernel;
+    let k: Vec<&SandboxEvent> = p.kernel.iter().map(|(e, ..)| e).collect();
     // SIGKILL delivered, no exit since.
     let mut alive: Vec<(&SandboxEvent, u32, String)> = Vec::new();
     for (i, e) in k.iter().enumerate() {
@@ -739,12 +785,25 @@ fn kernel_cause(p: &PodTeardown, now: u64) -> Option<KernelCause> {
     }
     if let Some((first, _, name)) = alive.first() {
         let ago = now.saturating_sub(first.ts.mono_ns);
+        // Sent while its sender was exiting: the kernel killing what is
+        // left of a pid namespace whose init died (zap_pid_ns_processes).
+        let init_exited = k.iter().any(|x| {
+            x.tgid == first.tgid
+                && x.ts.mono_ns <= first.ts.mono_ns
+                && matches!(x.op, SandboxOp::Exit { .. })
+        });
+        let from = if init_exited {
+            format!(
+                "sent by the kernel as its pid namespace's init {}[{}] exited",
+                first.comm, first.tgid
+            )
+        } else {
+            format!("from {}[{}]", first.comm, first.tgid)
+        };
         return Some(KernelCause {
             sentence: format!(
-                "{name} is still alive {} after SIGKILL from {}[{}]{}",
+                "{name} is still alive {} after SIGKILL {from}{}",
                 human(ago),
-                first.comm,
-                first.tgid,
                 if alive.len() > 1 {
                     format!(" ({} processes in all)", alive.len())
                 } else {

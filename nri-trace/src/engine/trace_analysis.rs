@@ -126,6 +126,7 @@ impl TraceEngine {
             } => {
                 self.correlator
                     .advance(now_ns, cri_oldest_ns, &mut self.settled);
+                self.contract.advance(now_ns, &mut self.violations);
                 None
             }
             Observation::CriConnection { conn, ts, client } => {
