@@ -84,6 +84,13 @@ fn untraced(c: &mut Criterion) {
     g.bench_function("getppid", |b| {
         b.iter(|| unsafe { libc::syscall(libc::SYS_getppid) })
     });
+    // A syscall the sandbox probes do probe (a path syscall of any process
+    // pays their tracepoint and one hash lookup): unlinkat of an absolute
+    // path that does not exist (ENOENT, nothing changes).
+    let missing = c"/nonexistent-nri-trace-bench/x";
+    g.bench_function("unlinkat_enoent", |b| {
+        b.iter(|| unsafe { libc::unlinkat(libc::AT_FDCWD, black_box(missing.as_ptr()), 0) })
+    });
     g.finish();
 }
 

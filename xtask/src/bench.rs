@@ -568,16 +568,25 @@ enum State {
     FloorRaw,
     FloorRawFiltered,
     BpftracePair,
+    /// The capture programs and the sandbox probes, with their maps set as
+    /// a live session sets them (`nri-trace hold --programs capture
+    /// --sandbox`: the idle listener tracked, its process tree watched).
+    Sandbox,
+    /// Empty programs on every tracepoint of the capture and the sandbox
+    /// probes: the floor of `Sandbox`.
+    FloorSandbox,
 }
 
 impl State {
-    const ALL: [State; 6] = [
+    const ALL: [State; 8] = [
         State::None,
         State::NriTrace,
         State::FloorClassic,
         State::FloorRaw,
         State::FloorRawFiltered,
         State::BpftracePair,
+        State::Sandbox,
+        State::FloorSandbox,
     ];
 
     fn label(self) -> &'static str {
@@ -588,18 +597,23 @@ impl State {
             State::FloorRaw => "floor-raw (empty raw sys_exit)",
             State::FloorRawFiltered => "floor-raw-filtered (raw sys_exit + tgid filter)",
             State::BpftracePair => "bpftrace sys_enter_write + sys_exit_write, pid filter",
+            State::Sandbox => "nri-trace capture + sandbox probes",
+            State::FloorSandbox => "floor-sandbox (empty programs, capture + sandbox tracepoints)",
         }
     }
 }
 
 const UNTRACED_WRITE: &str = "untraced/write_devnull_64";
 const UNTRACED_GETPPID: &str = "untraced/getppid";
+const UNTRACED_UNLINKAT: &str = "untraced/unlinkat_enoent";
 
 /// One state's measurements, one entry per round (ns per call).
 struct ProbeRow {
     state: State,
     write: Vec<f64>,
     getppid: Vec<f64>,
+    /// unlinkat of a missing absolute path: probed by the sandbox probes.
+    unlinkat: Vec<f64>,
 }
 
 struct ProbeCost {
@@ -629,6 +643,10 @@ impl ProbeCost {
     fn added(&self, s: State) -> (f64, f64) {
         self.diff(s, State::None)
     }
+    /// Added unlinkat cost of `s` over `base` (paired per round).
+    fn diff_unlinkat(&self, s: State, base: State) -> f64 {
+        paired_diff(&self.row(s).unlinkat, &self.row(base).unlinkat)
+    }
 }
 
 fn probe_cost(ctx: &Ctx, rounds: usize) -> Result<ProbeCost> {
@@ -640,24 +658,26 @@ fn probe_cost(ctx: &Ctx, rounds: usize) -> Result<ProbeCost> {
             state,
             write: vec![],
             getppid: vec![],
+            unlinkat: vec![],
         })
         .collect();
     for round in 1..=rounds {
         for row in rows.iter_mut() {
-            let (w, g) = measure_state(ctx, row.state, idle_pid, &sock)?;
+            let (w, g, u) = measure_state(ctx, row.state, idle_pid, &sock)?;
             eprintln!(
-                "bench: probe round {round}/{rounds}: {:<52} write {w:7.1} ns  getppid {g:7.1} ns",
+                "bench: probe round {round}/{rounds}: {:<52} write {w:7.1} ns  getppid {g:7.1} ns  unlinkat {u:7.1} ns",
                 row.state.label()
             );
             row.write.push(w);
             row.getppid.push(g);
+            row.unlinkat.push(u);
         }
     }
     Ok(ProbeCost { rows })
 }
 
 /// Attach `state`, run the untraced benchmarks, detach.
-fn measure_state(ctx: &Ctx, state: State, idle_pid: u32, sock: &Path) -> Result<(f64, f64)> {
+fn measure_state(ctx: &Ctx, state: State, idle_pid: u32, sock: &Path) -> Result<(f64, f64, f64)> {
     let mut attached = attach(ctx, state, idle_pid, sock)?;
     if attached.is_some() {
         thread::sleep(SETTLE);
@@ -681,8 +701,8 @@ fn measure_state(ctx: &Ctx, state: State, idle_pid: u32, sock: &Path) -> Result<
 /// Start what `state` attaches and wait until it says it is attached.
 fn attach(ctx: &Ctx, state: State, pid: u32, sock: &Path) -> Result<Option<Proc>> {
     let pid_s = pid.to_string();
-    let hold = |programs: &str| -> Result<Option<Proc>> {
-        let mut cmd = ctx.nri_trace_cmd(&[
+    let hold = |programs: &str, sandbox: bool| -> Result<Option<Proc>> {
+        let mut args = vec![
             "hold",
             "--programs",
             programs,
@@ -690,7 +710,11 @@ fn attach(ctx: &Ctx, state: State, pid: u32, sock: &Path) -> Result<Option<Proc>
             &pid_s,
             "--duration",
             "3600",
-        ]);
+        ];
+        if sandbox {
+            args.push("--sandbox");
+        }
+        let mut cmd = ctx.nri_trace_cmd(&args);
         let mut p = Proc::spawn(&format!("nri-trace hold {programs}"), &mut cmd)?;
         p.wait_for("ready", Duration::from_secs(30))?;
         Ok(Some(p))
@@ -698,9 +722,11 @@ fn attach(ctx: &Ctx, state: State, pid: u32, sock: &Path) -> Result<Option<Proc>
     match state {
         State::None => Ok(None),
         State::NriTrace => Ok(Some(start_capture(ctx, sock)?)),
-        State::FloorClassic => hold("floor-classic"),
-        State::FloorRaw => hold("floor-raw"),
-        State::FloorRawFiltered => hold("floor-raw-filtered"),
+        State::FloorClassic => hold("floor-classic", false),
+        State::FloorRaw => hold("floor-raw", false),
+        State::FloorRawFiltered => hold("floor-raw-filtered", false),
+        State::Sandbox => hold("capture", true),
+        State::FloorSandbox => hold("floor-classic", true),
         State::BpftracePair => {
             let prog = format!(
                 "tracepoint:syscalls:sys_enter_write /pid == {pid}/ {{}} \
@@ -715,14 +741,15 @@ fn attach(ctx: &Ctx, state: State, pid: u32, sock: &Path) -> Result<Option<Proc>
     }
 }
 
-/// Run the untraced group; (write, getppid) medians in ns.
-fn run_untraced(ctx: &Ctx) -> Result<(f64, f64)> {
-    ctx.forget(&[UNTRACED_WRITE, UNTRACED_GETPPID]);
+/// Run the untraced group; (write, getppid, unlinkat) medians in ns.
+fn run_untraced(ctx: &Ctx) -> Result<(f64, f64, f64)> {
+    ctx.forget(&[UNTRACED_WRITE, UNTRACED_GETPPID, UNTRACED_UNLINKAT]);
     let mut p = Proc::spawn("bench (untraced)", &mut ctx.bench_cmd())?;
     p.wait_success(Duration::from_secs(300))?;
     Ok((
         ctx.median_ns(UNTRACED_WRITE)?,
         ctx.median_ns(UNTRACED_GETPPID)?,
+        ctx.median_ns(UNTRACED_UNLINKAT)?,
     ))
 }
 
@@ -1648,18 +1675,20 @@ fn probe_section(p: &ProbeCost) -> String {
         "## Probe cost for an untraced process\n\n\
          criterion medians (ns per call), median over rounds (min-max of the rounds); \
          added = median over rounds of (this state - `none` of the same round).\n\n\
-         | probes attached | write 64 B to /dev/null | added | getppid | added |\n\
-         | --- | ---: | ---: | ---: | ---: |\n",
+         | probes attached | write 64 B to /dev/null | added | getppid | added | unlinkat ENOENT | added |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
     );
     for r in &p.rows {
         let (aw, ag) = p.added(r.state);
         s += &format!(
-            "| {} | {} | {:+.1} | {} | {:+.1} |\n",
+            "| {} | {} | {:+.1} | {} | {:+.1} | {} | {:+.1} |\n",
             r.state.label(),
             fmt_spread(&r.write),
             aw,
             fmt_spread(&r.getppid),
-            ag
+            ag,
+            fmt_spread(&r.unlinkat),
+            p.diff_unlinkat(r.state, State::None)
         );
     }
     s
@@ -2012,6 +2041,19 @@ fn targets_section(
             verdict(dw <= 35.0),
             verdict(dg <= 35.0),
             verdict(bw < 0.0)
+        );
+        let (sw, sg) = p.diff(State::Sandbox, State::FloorSandbox);
+        let su = p.diff_unlinkat(State::Sandbox, State::FloorSandbox);
+        let (sbw, _) = p.diff(State::Sandbox, State::BpftracePair);
+        s += &format!(
+            "| nri-trace + sandbox probes within 35 ns of floor-sandbox, write | {sw:+.1} ns | {} |\n\
+             | nri-trace + sandbox probes within 35 ns of floor-sandbox, getppid | {sg:+.1} ns | {} |\n\
+             | nri-trace + sandbox probes within 35 ns of floor-sandbox, unlinkat (a probed path syscall) | {su:+.1} ns | {} |\n\
+             | nri-trace + sandbox probes below the bpftrace pair, write | {sbw:+.1} ns vs the pair | {} |\n",
+            verdict(sw <= 35.0),
+            verdict(sg <= 35.0),
+            verdict(su <= 35.0),
+            verdict(sbw < 0.0)
         );
     }
     if let Some(t) = t {

@@ -189,11 +189,16 @@ impl EbpfBackend {
             }
             ProgramSet::FloorClassic => {
                 let sandbox = if opts.sandbox { SANDBOX_PROGRAMS } else { &[] };
-                let tps: Vec<(&str, &str)> = CAPTURE_PROGRAMS
+                let mut tps: Vec<(&str, &str)> = CAPTURE_PROGRAMS
                     .iter()
                     .chain(sandbox)
                     .map(|(_, c, t)| (*c, *t))
                     .collect();
+                // task_newtask and sched_process_exit carry a program of
+                // each set; a program attaches once per tracepoint, so the
+                // floor has one there (neither is in the measured loops).
+                tps.sort_unstable();
+                tps.dedup();
                 attach_tp(&mut ebpf, "floor_empty", &tps)?;
             }
             ProgramSet::FloorRaw => attach_raw(&mut ebpf, "floor_raw_empty")?,
