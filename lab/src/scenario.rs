@@ -814,14 +814,7 @@ fn busy_mount(r: &mut Run) -> Result<()> {
     ]);
     r.note(&format!(
         "teardown with the mount held: {}",
-        match &first {
-            Ok(_) => "succeeded".to_string(),
-            // The driver's last line says which call failed and why.
-            Err(e) => format!(
-                "failed: {}",
-                format!("{e:#}").lines().last().unwrap_or_default()
-            ),
-        }
+        outcome(&first)
     ))?;
     // A test may look at the node while the pod is stuck (`explain`).
     if let Some(secs) = std::env::var("NRI_TRACE_LAB_HOLD_SECS")
@@ -1118,13 +1111,7 @@ fn unkillable(r: &mut Run) -> Result<()> {
     let first = down.wait("cri-driver down");
     r.note(&format!(
         "teardown with the reader stuck: {}",
-        match &first {
-            Ok(_) => "succeeded".to_string(),
-            Err(e) => format!(
-                "failed: {}",
-                format!("{e:#}").lines().last().unwrap_or_default()
-            ),
-        }
+        outcome(&first)
     ))?;
     if let Some(secs) = hold_secs() {
         r.note(&format!("stuck pid {pid} kept {secs} s more"))?;
@@ -1240,22 +1227,25 @@ fn hung_teardown_hook(r: &mut Run) -> Result<()> {
         "StopPodSandbox hook of plugin hung pending for sandbox {sandbox}"
     ))?;
     let first = down.wait("cri-driver down");
-    r.note(&format!(
-        "teardown with the hook hung: {}",
-        match &first {
-            Ok(_) => "succeeded".to_string(),
-            Err(e) => format!(
-                "failed: {}",
-                format!("{e:#}").lines().last().unwrap_or_default()
-            ),
-        }
-    ))?;
+    r.note(&format!("teardown with the hook hung: {}", outcome(&first)))?;
     if let Some(secs) = hold_secs() {
         r.note(&format!("hung hook kept {secs} s more"))?;
         sleep(Duration::from_secs(secs));
     }
     r.driver(&["down", "--sandbox-id", &sandbox])?;
     Ok(())
+}
+
+/// A driver run's outcome for a note: "succeeded", or "failed: " and the
+/// driver's last line (which call failed and why).
+fn outcome<T>(r: &Result<T>) -> String {
+    match r {
+        Ok(_) => "succeeded".to_string(),
+        Err(e) => format!(
+            "failed: {}",
+            format!("{e:#}").lines().last().unwrap_or_default()
+        ),
+    }
 }
 
 fn wait_child(c: &mut Child, what: &str) -> Result<String> {

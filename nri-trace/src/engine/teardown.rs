@@ -746,13 +746,32 @@ fn container_of(p: &PodTeardown, cgroup: Option<&str>) -> String {
         .unwrap_or_else(|| "?".into())
 }
 
+/// "`what` failed with EBUSY (...) (runc[9], 3 s ago)", with the event.
+fn failed(what: String, e: &SandboxEvent, errno: i32, now: u64) -> KernelCause {
+    KernelCause {
+        sentence: format!(
+            "{what} failed with {} ({}[{}], {} ago)",
+            errno_text(errno),
+            e.comm,
+            e.tgid,
+            human(now.saturating_sub(e.ts.mono_ns))
+        ),
+        evidence: vec![kernel_line(e)],
+        alive: Vec::new(),
+    }
+}
+
+/// A kernel event as an evidence line.
+fn kernel_line(e: &SandboxEvent) -> String {
+    format!("kernel: {} {}", crate::output::clock(&e.ts), e.describe())
+}
+
 /// The first blocker the kernel events show, in kubelet's order of
 /// teardown: processes that outlived SIGKILL, then unmounts that failed,
 /// then paths and cgroups that could not be removed. A failure that a
 /// later success on the same path undid does not count.
 fn kernel_cause(p: &PodTeardown, now: u64) -> Option<KernelCause> {
-    let line =
-        |e: &SandboxEvent| format!("kernel: {} {}", crate::output::clock(&e.ts), e.describe());
+    let line = kernel_line;
     let k: Vec<&SandboxEvent> = p.kernel.iter().map(|(e, ..)| e).collect();
     // SIGKILL delivered, no exit since.
     let mut alive: Vec<(&SandboxEvent, u32, String)> = Vec::new();
@@ -840,17 +859,7 @@ fn kernel_cause(p: &PodTeardown, now: u64) -> Option<KernelCause> {
     for (i, e) in k.iter().enumerate() {
         if let SandboxOp::Umount { path, errno, .. } = &e.op {
             if *errno != 0 && *errno != libc::EINVAL && *errno != libc::ENOENT && !undone(i, path) {
-                return Some(KernelCause {
-                    sentence: format!(
-                        "unmounting {path} failed with {} ({}[{}], {} ago)",
-                        errno_text(*errno),
-                        e.comm,
-                        e.tgid,
-                        human(now.saturating_sub(e.ts.mono_ns))
-                    ),
-                    evidence: vec![line(e)],
-                    alive: Vec::new(),
-                });
+                return Some(failed(format!("unmounting {path}"), e, *errno, now));
             }
         }
     }
@@ -872,17 +881,7 @@ fn kernel_cause(p: &PodTeardown, now: u64) -> Option<KernelCause> {
             } else {
                 "the file"
             };
-            return Some(KernelCause {
-                sentence: format!(
-                    "removing {what} {path} failed with {} ({}[{}], {} ago)",
-                    errno_text(*errno),
-                    e.comm,
-                    e.tgid,
-                    human(now.saturating_sub(e.ts.mono_ns))
-                ),
-                evidence: vec![line(e)],
-                alive: Vec::new(),
-            });
+            return Some(failed(format!("removing {what} {path}"), e, *errno, now));
         }
     }
     None

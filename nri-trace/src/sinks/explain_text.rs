@@ -48,6 +48,15 @@ fn human(ns: u64) -> String {
     }
 }
 
+/// " waiting in <wchan>", or nothing for a running process.
+fn waiting_in(p: &Holder) -> String {
+    if p.wchan.is_empty() || p.wchan == "0" {
+        String::new()
+    } else {
+        format!(" waiting in {}", sanitize(&p.wchan))
+    }
+}
+
 fn short(id: &str) -> &str {
     &id[..id.len().min(12)]
 }
@@ -67,11 +76,7 @@ pub fn sentence(e: &Explanation, node: Option<&[ContainerFacts]>) -> String {
                 p.pid,
                 sanitize(&p.comm),
                 p.state,
-                if p.wchan.is_empty() || p.wchan == "0" {
-                    String::new()
-                } else {
-                    format!(" waiting in {}", sanitize(&p.wchan))
-                }
+                waiting_in(p)
             ));
         }
         if let Some(h) = c.holders.first() {
@@ -93,11 +98,7 @@ pub fn sentence(e: &Explanation, node: Option<&[ContainerFacts]>) -> String {
                 p.pid,
                 sanitize(&p.comm),
                 p.state,
-                if p.wchan.is_empty() || p.wchan == "0" {
-                    String::new()
-                } else {
-                    format!(" waiting in {}", sanitize(&p.wchan))
-                }
+                waiting_in(p)
             ));
         }
     }
