@@ -24,7 +24,7 @@ use core::ffi::c_void;
 use aya_ebpf::{
     bindings::{BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
-        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
+        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
         bpf_probe_read_user_str_bytes,
         generated::{
             bpf_get_current_task_btf, bpf_loop, bpf_probe_read_user as raw_probe_read_user,
@@ -124,18 +124,15 @@ fn syscall_args() -> Option<[u64; 4]> {
     const DX: usize = 12 * 8;
     const SI: usize = 13 * 8;
     const DI: usize = 14 * 8;
-    // One read of r10..=di (8 words) instead of four helper calls.
-    let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as usize;
-    if regs == 0 {
+    // bpf_task_pt_regs returns a BTF pointer (PTR_TO_BTF_ID of struct
+    // pt_regs): the verifier lets the program load from it directly (the
+    // JIT emits fault-checked loads), no bpf_probe_read_kernel call.
+    let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as *const u8;
+    if regs.is_null() {
         return None;
     }
-    let words: [u64; 8] = unsafe { bpf_probe_read_kernel((regs + R10) as *const [u64; 8]) }.ok()?;
-    Some([
-        words[(DI - R10) / 8],
-        words[(SI - R10) / 8],
-        words[(DX - R10) / 8],
-        words[0],
-    ])
+    let word = |off: usize| unsafe { core::ptr::read_volatile(regs.add(off) as *const u64) };
+    Some([word(DI), word(SI), word(DX), word(R10)])
 }
 
 /// Per-CPU time of the last forced wakeup (see `wake_flags`).
@@ -357,8 +354,21 @@ fn capture_payload(
     let cfg = config();
     let snap = cfg.snap_len.min(MAX_SNAP);
     let total = (ret as u64).min(snap as u64) as u32;
+    let flags = if (ret as u64) > total as u64 {
+        FLAG_TRUNCATED
+    } else {
+        0
+    };
+    let hdr = header(RecordKind::Data, sc, pid_tgid, fd as i32, seq as i32, ret);
+    // Most NRI/CRI syscalls move one buffer of less than a chunk: copy it
+    // here, before building the loop state, and skip bpf_loop and its
+    // indirect callback calls.
+    if seg.len >= total as u64 && total as usize <= MAX_CHUNK {
+        emit_chunk(&hdr, seg.base, total, 0, flags | FLAG_LAST, cfg.wakeup_bytes);
+        return;
+    }
     let mut st = CopyState {
-        hdr: header(RecordKind::Data, sc, pid_tgid, fd as i32, seq as i32, ret),
+        hdr,
         base: seg.base,
         left: seg.len,
         iov_ptr: iov.base,
@@ -366,19 +376,9 @@ fn capture_payload(
         idx: 0,
         total,
         off: 0,
-        flags: if (ret as u64) > total as u64 {
-            FLAG_TRUNCATED
-        } else {
-            0
-        },
+        flags,
         wakeup: cfg.wakeup_bytes,
     };
-    // Most NRI/CRI syscalls move one buffer of less than a chunk: copy it
-    // here and skip bpf_loop and its indirect callback calls.
-    if st.left >= st.total as u64 && st.total as usize <= MAX_CHUNK {
-        emit_chunk(&st.hdr, st.base, st.total, 0, st.flags | FLAG_LAST, st.wakeup);
-        return;
-    }
     const STEPS: u32 = MAX_SNAP / MAX_CHUNK as u32 + MAX_IOV;
     unsafe {
         bpf_loop(
