@@ -203,13 +203,21 @@ pub mod redact {
                 Observation::CriCall(c)
             }
             Observation::NriCall(mut c) => {
-                c.summary = text(&c.summary);
-                if let Outcome::Error { message, .. } = &mut c.outcome {
-                    *message = text(message);
-                }
+                nri_call(&mut c);
                 Observation::NriCall(c)
             }
+            Observation::NriPending(mut c) => {
+                nri_call(&mut c);
+                Observation::NriPending(c)
+            }
             other => other,
+        }
+    }
+
+    fn nri_call(c: &mut crate::model::nri_call::NriCall) {
+        c.summary = text(&c.summary);
+        if let Outcome::Error { message, .. } = &mut c.outcome {
+            *message = text(message);
         }
     }
 

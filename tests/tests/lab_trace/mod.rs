@@ -111,9 +111,19 @@ impl Observer for TraceProc {
             // on a test machine; the replay below uses the lab's paths, so
             // a wrong pick fails the live == replay check).
             // Metrics on a port the kernel picks (printed on stderr).
-            // The observations as `record` writes them, for the replay check.
+            // The observations as `record` writes them, for the replay check;
+            // not redacted, since the check wants the live output back byte
+            // for byte and containerd's own errors can hold `name="value"`
+            // text (`plugin type="loopback" failed`, hung-teardown-hook).
+            // Redaction is checked on the lab recordings in record_file.rs.
             Traced::Both => cmd
-                .args(["trace", "--metrics-addr", "127.0.0.1:0", "--observations"])
+                .args([
+                    "trace",
+                    "--metrics-addr",
+                    "127.0.0.1:0",
+                    "--no-redact",
+                    "--observations",
+                ])
                 .arg(Self::observations(out)),
         };
         let child = cmd
