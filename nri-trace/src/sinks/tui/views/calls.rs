@@ -4,12 +4,12 @@
 use ratatui::{
     layout::{Constraint, Rect},
     style::Style,
-    text::{Line, Span},
-    widgets::{Block, Borders, Row, Table, TableState},
+    text::Span,
+    widgets::Row,
     Frame,
 };
 
-use super::{clock_ms, dur_opt, matches, window_start, Theme};
+use super::{clock_ms, dur_opt, list_table, matches, window_start, Theme};
 use crate::sinks::tui::{
     app::{App, CallFilter, View},
     sanitize::sanitize,
@@ -138,17 +138,6 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
             th.dim(),
         ));
     }
-    let table = Table::new(body, widths)
-        .header(Row::new(header).style(th.header()))
-        .block(
-            Block::default()
-                .borders(Borders::TOP)
-                .title(Line::from(title)),
-        )
-        .row_highlight_style(th.selected());
-    let mut ts = TableState::default();
-    if !all.is_empty() {
-        ts.select(Some(sel - start));
-    }
-    f.render_stateful_widget(table, area, &mut ts);
+    let selected = (!all.is_empty()).then(|| sel - start);
+    list_table(f, area, body, widths, Row::new(header), title, selected, th);
 }

@@ -6,11 +6,11 @@ use ratatui::{
     layout::{Constraint, Layout, Rect},
     style::Style,
     text::{Line, Span},
-    widgets::{Block, Borders, Paragraph, Row, Table, TableState, Wrap},
+    widgets::{Block, Borders, Paragraph, Row, Wrap},
     Frame,
 };
 
-use super::{age, clock_ms, matches, window_start, Theme};
+use super::{age, clock_ms, list_table, matches, window_start, Theme};
 use crate::{
     engine::contract::{self, Certainty, Severity},
     sinks::tui::{
@@ -174,19 +174,17 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
         widths.push(Constraint::Fill(3));
         header.push("MESSAGE");
     }
-    let table = Table::new(body, widths)
-        .header(Row::new(header).style(th.header()))
-        .block(
-            Block::default()
-                .borders(Borders::TOP)
-                .title(Line::from(title)),
-        )
-        .row_highlight_style(th.selected());
-    let mut ts = TableState::default();
-    if !all.is_empty() {
-        ts.select(Some(sel - start));
-    }
-    f.render_stateful_widget(table, list_area, &mut ts);
+    let selected = (!all.is_empty()).then(|| sel - start);
+    list_table(
+        f,
+        list_area,
+        body,
+        widths,
+        Row::new(header),
+        title,
+        selected,
+        th,
+    );
     if let (Some(d), Some(fd)) = (detail_area, all.get(sel)) {
         render_detail(f, d, st, fd, th);
     }

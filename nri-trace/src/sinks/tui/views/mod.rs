@@ -10,7 +10,36 @@ pub mod pods;
 pub mod status;
 pub mod timeline;
 
-use ratatui::style::{Color, Modifier, Style};
+use ratatui::{
+    layout::{Constraint, Rect},
+    style::{Color, Modifier, Style},
+    text::Line,
+    widgets::{Block, Borders, Row, Table, TableState},
+    Frame,
+};
+
+/// A list of rows under `header` and a top border titled `title`, with the
+/// `selected` row (counted from the first one shown) highlighted: the
+/// table every list view draws.
+#[allow(clippy::too_many_arguments)]
+pub fn list_table<'a>(
+    f: &mut Frame,
+    area: Rect,
+    rows: Vec<Row<'a>>,
+    widths: impl IntoIterator<Item = Constraint>,
+    header: Row<'a>,
+    title: impl Into<Line<'a>>,
+    selected: Option<usize>,
+    th: &Theme,
+) {
+    let table = Table::new(rows, widths)
+        .header(header.style(th.header()))
+        .block(Block::default().borders(Borders::TOP).title(title.into()))
+        .row_highlight_style(th.selected());
+    let mut ts = TableState::default();
+    ts.select(selected);
+    f.render_stateful_widget(table, area, &mut ts);
+}
 
 /// Styles, with or without colors (`NO_COLOR`: bold and reverse only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,11 +5,11 @@
 use ratatui::{
     layout::{Constraint, Layout, Rect},
     text::{Line, Span},
-    widgets::{Block, Borders, Row, Table, TableState},
+    widgets::{Block, Borders, Row},
     Frame,
 };
 
-use super::{window_start, Theme};
+use super::{list_table, window_start, Theme};
 
 /// A percentile, "-" when nothing was measured (a timed-out hook has no
 /// own time).
@@ -120,20 +120,11 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
         Span::styled(format!(" Hooks {} ", hooks.len()), th.header()),
         Span::styled("own time per (plugin, hook)", th.dim()),
     ]);
-    let table = Table::new(rows, widths)
-        .header(
-            Row::new([
-                "PLUGIN", "HOOK", "CALLS", "P50", "P99", "MAX", "TMO", "ERR", "RECENT",
-            ])
-            .style(th.header()),
-        )
-        .block(Block::default().borders(Borders::TOP).title(title))
-        .row_highlight_style(th.selected());
-    let mut ts = TableState::default();
-    if sel < hooks.len() {
-        ts.select(Some(hsel - start));
-    }
-    f.render_stateful_widget(table, hook_area, &mut ts);
+    let header = Row::new([
+        "PLUGIN", "HOOK", "CALLS", "P50", "P99", "MAX", "TMO", "ERR", "RECENT",
+    ]);
+    let selected = (sel < hooks.len()).then(|| hsel - start);
+    list_table(f, hook_area, rows, widths, header, title, selected, th);
 
     let height = method_area.height.saturating_sub(2) as usize;
     let msel = sel
@@ -173,34 +164,22 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
         Constraint::Length(7),
         Constraint::Length(5),
     ];
-    let table = Table::new(rows, widths)
-        .header(
-            Row::new([
-                "CRI METHOD",
-                "CALLS",
-                "ERR",
-                "CANC",
-                "P50",
-                "P99",
-                "MAX",
-                "1M",
-            ])
-            .style(th.header()),
-        )
-        .block(
-            Block::default()
-                .borders(Borders::TOP)
-                .title(Line::from(vec![Span::styled(
-                    format!(" CRI methods {} ", methods.len()),
-                    th.header(),
-                )])),
-        )
-        .row_highlight_style(th.selected());
-    let mut ts = TableState::default();
-    if sel >= hooks.len() && !methods.is_empty() {
-        ts.select(Some(msel - start));
-    }
-    f.render_stateful_widget(table, method_area, &mut ts);
+    let header = Row::new([
+        "CRI METHOD",
+        "CALLS",
+        "ERR",
+        "CANC",
+        "P50",
+        "P99",
+        "MAX",
+        "1M",
+    ]);
+    let title = Line::from(vec![Span::styled(
+        format!(" CRI methods {} ", methods.len()),
+        th.header(),
+    )]);
+    let selected = (sel >= hooks.len() && !methods.is_empty()).then(|| msel - start);
+    list_table(f, method_area, rows, widths, header, title, selected, th);
 }
 
 #[cfg(test)]

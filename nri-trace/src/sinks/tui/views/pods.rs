@@ -4,13 +4,13 @@
 
 use ratatui::{
     layout::{Constraint, Rect},
-    text::{Line, Span},
-    widgets::{Block, Borders, Row, Table, TableState},
+    text::Span,
+    widgets::Row,
     Frame,
 };
 use serde::Serialize;
 
-use super::{age, dur, dur_opt, matches, window_start, Theme};
+use super::{age, dur, dur_opt, list_table, matches, window_start, Theme};
 use crate::{
     engine::pods::{PodPhase, PodView},
     sinks::tui::{
@@ -134,9 +134,6 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
         title.push(Span::raw(format!("filter: {} ", sanitize(filter))));
     }
     let wide = area.width >= 120;
-    let block = Block::default()
-        .borders(Borders::TOP)
-        .title(Line::from(title));
     let height = area.height.saturating_sub(2) as usize;
     let sel = app
         .selected_of(View::Pods)
@@ -216,13 +213,6 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
         header.extend(["CALLS", "CRI TIME"]);
         widths.extend([Constraint::Length(5), Constraint::Length(9)]);
     }
-    let table = Table::new(body, widths)
-        .header(Row::new(header).style(th.header()))
-        .block(block)
-        .row_highlight_style(th.selected());
-    let mut ts = TableState::default();
-    if !pods.is_empty() {
-        ts.select(Some(sel - start));
-    }
-    f.render_stateful_widget(table, area, &mut ts);
+    let selected = (!pods.is_empty()).then(|| sel - start);
+    list_table(f, area, body, widths, Row::new(header), title, selected, th);
 }
