@@ -149,7 +149,7 @@ impl Draft {
 
     /// Copy a NUL-terminated user string into `path` (or `path2`).
     #[inline(always)]
-    fn user_path(&mut self, src: u64, second: bool) -> bool {
+    fn user_path(&mut self, src: u64, second: bool) {
         let rec = self.rec();
         let (dst, cut) = if second {
             (&mut rec.path2, SANDBOX_PATH2_CUT)
@@ -165,12 +165,11 @@ impl Draft {
         };
         if n <= 0 {
             dst[0] = 0;
-            return false;
+            return;
         }
         if n as usize >= SANDBOX_PATH_LEN {
             rec.flags |= cut;
         }
-        true
     }
 
     #[inline(always)]

@@ -568,6 +568,34 @@ pub fn process_info(pid: u32) -> Option<ProcessInfo> {
 }
 
 /// `/proc/<pid>/comm`; `None` if the process is gone.
+/// What /proc/PID/stat says of a process that discovery and the node
+/// inspection use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ProcStat {
+    pub comm: String,
+    /// R, S, D (uninterruptible), Z (zombie), T...
+    pub state: String,
+    pub ppid: u32,
+}
+
+/// `/proc/PID/stat` of `pid`, parsed ([`parse_stat`]).
+pub(crate) fn proc_stat(pid: u32) -> Option<ProcStat> {
+    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// "pid (comm) state ppid ...": the comm may hold spaces and parentheses,
+/// so the fields after it start at the last ')' (proc(5)).
+pub(crate) fn parse_stat(text: &str) -> Option<ProcStat> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let mut rest = text.get(close + 1..)?.split_whitespace();
+    Some(ProcStat {
+        comm: text.get(open + 1..close)?.to_string(),
+        state: rest.next()?.to_string(),
+        ppid: rest.next()?.parse().ok()?,
+    })
+}
+
 pub(crate) fn read_comm(pid: u32) -> Option<String> {
     fs::read(format!("/proc/{pid}/comm"))
         .ok()
@@ -1164,6 +1192,19 @@ fn match_env_peers(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn stat_fields_survive_odd_comms() {
+        let st = parse_stat("42 (a) b (c)) S 7 42 42 0 -1").unwrap();
+        assert_eq!(
+            (st.comm.as_str(), st.state.as_str(), st.ppid),
+            ("a) b (c)", "S", 7)
+        );
+        assert_eq!(parse_stat("42 (x) R"), None);
+        assert_eq!(parse_stat("garbage"), None);
+        let me = proc_stat(std::process::id()).expect("our own stat");
+        assert_eq!(me.ppid, std::os::unix::process::parent_id());
+    }
     use super::*;
     use std::os::unix::fs::symlink;
     use std::os::unix::net::{UnixListener, UnixStream};

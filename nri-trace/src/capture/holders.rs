@@ -36,15 +36,10 @@ pub struct Holder {
 /// Most processes reported per container (a node may run thousands).
 const MAX_HOLDERS: usize = 32;
 
-/// The state letter from /proc/PID/stat (after the parenthesized comm,
-/// which may itself hold spaces and parentheses).
+/// The state letter from /proc/PID/stat.
 fn state(pid: u32) -> String {
-    fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rfind(')')
-                .and_then(|i| s[i + 1..].split_whitespace().next().map(str::to_string))
-        })
+    discovery::proc_stat(pid)
+        .map(|s| s.state)
         .unwrap_or_default()
 }
 

@@ -218,6 +218,43 @@ pub fn namespaces_text(flags: u64) -> String {
     }
 }
 
+/// 64-hex-digit ids (containerd and CRI-O container and sandbox ids) in
+/// a path: "/run/containerd/.../k8s.io/<id>/rootfs",
+/// "kubepods-besteffort-pod<uid>.slice/cri-containerd-<id>.scope".
+pub fn ids_in(path: &str) -> impl Iterator<Item = &str> {
+    path.split(|c: char| !c.is_ascii_hexdigit() || c.is_ascii_uppercase())
+        .filter(|w| w.len() == 64)
+}
+
+impl SandboxOp {
+    /// An unmount's or a removal's path and errno.
+    pub fn path_result(&self) -> Option<(&str, i32)> {
+        match self {
+            SandboxOp::Umount { path, errno, .. } | SandboxOp::Unlink { path, errno, .. } => {
+                Some((path, *errno))
+            }
+            _ => None,
+        }
+    }
+
+    /// An unmount or a removal that failed in a way that can hold a pod
+    /// (its path and errno). Not: EINVAL on an unmount (not mounted),
+    /// ENOENT (already gone), EISDIR and, but for a cgroup (which holds
+    /// only its control files), ENOTEMPTY on a removal: os.RemoveAll's
+    /// normal probing of a directory tree.
+    pub fn failure(&self) -> Option<(&str, i32)> {
+        let (path, errno) = self.path_result()?;
+        let benign = match self {
+            SandboxOp::Umount { .. } => matches!(errno, 0 | libc::EINVAL | libc::ENOENT),
+            _ => {
+                matches!(errno, 0 | libc::ENOENT | libc::EISDIR)
+                    || (errno == libc::ENOTEMPTY && !path.contains("cgroup"))
+            }
+        };
+        (!benign).then_some((path, errno))
+    }
+}
+
 impl SandboxEvent {
     /// One line in words (unsanitized: sinks sanitize).
     pub fn describe(&self) -> String {
@@ -316,7 +353,8 @@ pub fn from_record(r: &RawRecord<'_>, ts: Timestamp) -> Option<SandboxEvent> {
     let cgroup_id = u64_at(0);
     let arg = u64_at(8);
     let target = u32_at(16);
-    let aux = u32_at(20) as i32;
+    // `aux` (offset 20: dirfd, setns fd, si_code, cgroup hierarchy) is
+    // not shown: the path, flags and errno say what matters.
     let comm = c_str(&p[24..40]);
     let flags = u32_at(40);
     let path = c_str(&p[48..48 + SANDBOX_PATH_LEN]);
@@ -369,7 +407,6 @@ pub fn from_record(r: &RawRecord<'_>, ts: Timestamp) -> Option<SandboxEvent> {
         Syscall::CgroupRmdir => SandboxOp::CgroupRmdir { id: arg, path },
         _ => return None,
     };
-    let _ = aux;
     Some(SandboxEvent {
         ts,
         tgid: r.tgid,
@@ -551,28 +588,17 @@ pub fn runtime_tree(roots: &[u32]) -> Vec<u32> {
     let mut tree: HashSet<u32> = roots.iter().copied().collect();
     if let Ok(rd) = std::fs::read_dir("/proc") {
         for e in rd.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            let Some(pid) = discovery::pid_from_name(&e.file_name()) else {
                 continue;
             };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            let Some(stat) = discovery::proc_stat(pid) else {
                 continue;
             };
-            // "pid (comm) state ppid ...": comm may hold spaces and parens.
-            let Some(close) = stat.rfind(')') else {
-                continue;
-            };
-            let comm = stat
-                .get(stat.find('(').map_or(0, |i| i + 1)..close)
-                .unwrap_or("");
-            let ppid = stat[close + 1..]
-                .split_whitespace()
-                .nth(1)
-                .and_then(|s| s.parse::<u32>().ok())
-                .unwrap_or(0);
+            let comm = stat.comm.as_str();
             if TREE_ROOTS.contains(&comm) || comm.starts_with("containerd-shim") {
                 tree.insert(pid);
             }
-            parent_of.push((pid, ppid));
+            parent_of.push((pid, stat.ppid));
         }
     }
     // Descendants: repeat until no new child joins (bounded by depth).
@@ -715,6 +741,40 @@ mod tests {
         assert!(
             matches!(&e.op, SandboxOp::Unlink { path, errno: 39, .. } if path.len() == SANDBOX_PATH_LEN)
         );
+    }
+
+    #[test]
+    fn ids_in_paths() {
+        let cid = "c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1";
+        let p = format!("/kubepods.slice/cri-containerd-{cid}.scope/x{cid}y");
+        assert_eq!(ids_in(&p).count(), 2);
+        assert_eq!(ids_in(&cid[1..]).count(), 0);
+        assert_eq!(ids_in(&format!("{cid}0")).count(), 0);
+        assert_eq!(ids_in(&cid.to_uppercase()).count(), 0);
+        assert_eq!(ids_in("").count(), 0);
+    }
+
+    #[test]
+    fn failures_that_hold_a_pod() {
+        let um = |errno| SandboxOp::Umount {
+            path: "/r".into(),
+            flags: 0,
+            errno,
+        };
+        let rm = |path: &str, errno| SandboxOp::Unlink {
+            path: path.into(),
+            dir: true,
+            errno,
+        };
+        assert_eq!(um(libc::EBUSY).failure(), Some(("/r", libc::EBUSY)));
+        for ok in [0, libc::EINVAL, libc::ENOENT] {
+            assert_eq!(um(ok).failure(), None);
+        }
+        assert_eq!(rm("/d", libc::ENOTEMPTY).failure(), None);
+        assert_eq!(rm("/d", libc::EISDIR).failure(), None);
+        assert!(rm("/sys/fs/cgroup/x", libc::ENOTEMPTY).failure().is_some());
+        assert!(rm("/d", libc::EBUSY).failure().is_some());
+        assert_eq!(rm("/d", 0).path_result(), Some(("/d", 0)));
     }
 
     #[test]

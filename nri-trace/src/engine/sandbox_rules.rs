@@ -8,11 +8,11 @@
 //! removal (containerd's and kubelet's loops) within it; only what is still
 //! true then is reported. Pure: capture time comes from the records.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use super::contract::{Certainty, Evidence, Severity, Violation};
 use crate::capture::{
-    sandbox::{errno_text, SandboxEvent, SandboxOp},
+    sandbox::{errno_text, ids_in, SandboxEvent, SandboxOp},
     ConnId,
 };
 
@@ -64,12 +64,6 @@ fn kernel_evidence(e: &SandboxEvent, outcome: String) -> Evidence {
     }
 }
 
-/// 64-hex ids in a path (containerd and CRI-O container and sandbox ids).
-fn ids(s: &str) -> impl Iterator<Item = &str> {
-    s.split(|c: char| !c.is_ascii_hexdigit() || c.is_ascii_uppercase())
-        .filter(|w| w.len() == 64)
-}
-
 impl SandboxRules {
     /// A pod's ids, from its CRI calls.
     pub fn learn(
@@ -94,7 +88,7 @@ impl SandboxRules {
     fn pod_of(&self, texts: &[&str]) -> Option<String> {
         texts
             .iter()
-            .flat_map(|t| ids(t))
+            .flat_map(|t| ids_in(t))
             .find_map(|id| self.pods.get(id).cloned())
     }
 
@@ -151,28 +145,23 @@ impl SandboxRules {
                 self.held.retain(|h| h.cancel != Cancel::Exit(e.tgid));
                 None
             }
-            SandboxOp::Umount { path, errno, .. } | SandboxOp::Unlink { path, errno, .. } => {
-                if *errno == 0 {
-                    self.held.retain(|h| h.cancel != Cancel::Redo(path.clone()));
+            SandboxOp::Umount { .. } | SandboxOp::Unlink { .. } => {
+                if let Some((path, 0)) = e.op.path_result() {
+                    self.held
+                        .retain(|h| h.cancel != Cancel::Redo(path.to_string()));
+                    return;
+                }
+                let Some((path, errno)) = e.op.failure() else {
+                    return;
+                };
+                let Some(pod) = self.pod_of(&[path]) else {
+                    return;
+                };
+                let cancel = Cancel::Redo(path.to_string());
+                if self.held.iter().any(|h| h.cancel == cancel) {
                     return;
                 }
                 let umount = matches!(e.op, SandboxOp::Umount { .. });
-                // Not mounted / already gone: nothing holds the pod. A
-                // directory that is not empty yet is os.RemoveAll probing,
-                // except for a cgroup (which has only its control files).
-                let benign = matches!(*errno, libc::ENOENT | libc::EINVAL | libc::EISDIR)
-                    || (*errno == libc::ENOTEMPTY && !path.contains("cgroup"));
-                let pod = self.pod_of(&[path]);
-                let (Some(pod), false) = (pod, benign) else {
-                    return;
-                };
-                if self
-                    .held
-                    .iter()
-                    .any(|h| h.cancel == Cancel::Redo(path.clone()))
-                {
-                    return;
-                }
                 let (rule, what) = if umount {
                     (TEARDOWN_UNMOUNT_FAILED, "unmounting")
                 } else {
@@ -180,18 +169,18 @@ impl SandboxRules {
                 };
                 Some(Held {
                     due,
-                    cancel: Cancel::Redo(path.clone()),
+                    cancel,
                     violation: finding(
                         rule,
                         Some(pod),
                         format!(
                             "{what} {path} failed with {} ({}[{}]) and was not redone within {} s",
-                            errno_text(*errno),
+                            errno_text(errno),
                             e.comm,
                             e.tgid,
                             SETTLE_NS / 1_000_000_000
                         ),
-                        errno_text(*errno),
+                        errno_text(errno),
                     ),
                 })
             }
@@ -226,15 +215,11 @@ impl SandboxRules {
                 })
             })
             .collect();
-        // In the order they were seen.
-        let mut due: BTreeMap<u64, Vec<Violation>> =
-            due.into_iter().fold(BTreeMap::new(), |mut m, h| {
-                m.entry(h.violation.ts.mono_ns)
-                    .or_default()
-                    .push(h.violation);
-                m
-            });
-        out.extend(std::mem::take(&mut due).into_values().flatten());
+        // In the order they were seen (a stable sort keeps equal times in
+        // arrival order).
+        let mut due: Vec<Violation> = due.into_iter().map(|h| h.violation).collect();
+        due.sort_by_key(|v| v.ts.mono_ns);
+        out.extend(due);
     }
 
     /// The stream ended: held findings whose time has not come are dropped

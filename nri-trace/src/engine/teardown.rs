@@ -28,7 +28,7 @@ use serde::Serialize;
 
 use super::{correlate::CriSpan, nri_analysis::NriRecord, trace_analysis::TraceRecord};
 use crate::capture::{
-    sandbox::{errno_text, SandboxEvent, SandboxOp},
+    sandbox::{errno_text, ids_in, SandboxEvent, SandboxOp},
     Timestamp,
 };
 use crate::model::nri_call::NriCall;
@@ -362,7 +362,7 @@ impl TeardownLog {
             | SandboxOp::Setns { .. }
             | SandboxOp::CloneNs { .. } => {}
         }
-        let key = texts.iter().flat_map(|t| hex_ids(t)).find_map(|id| {
+        let key = texts.iter().flat_map(|t| ids_in(t)).find_map(|id| {
             if self.pods.contains_key(id) {
                 Some(id.to_string())
             } else {
@@ -443,15 +443,18 @@ impl TeardownLog {
     /// record's time). `None` when no call of it was seen.
     pub fn explain(&self, pod: &str, now_ns: u64) -> Option<Explanation> {
         let now = if now_ns == 0 { self.now_ns } else { now_ns };
-        let mut e = self.explain_calls(pod, now)?;
-        let key = self.find(pod)?;
+        let p = &self.pods[&self.find(pod)?];
+        let mut e = Self::explain_calls(p, now);
+        let kernel = kernel_cause(p, now);
+        if let Some(c) = &kernel {
+            e.alive_after_kill = c.alive.clone();
+        }
         if e.verdict == Verdict::Gone {
             return Some(e);
         }
         // A hook not returned, or the kernel's side, names the blocker
         // below the CRI call.
-        let p = &self.pods[&key];
-        if let Some(c) = hook_cause(p, now).or_else(|| kernel_cause(p, now)) {
+        if let Some(c) = hook_cause(p, now).or(kernel) {
             if e.verdict == Verdict::Waiting || e.verdict == Verdict::NotTornDown {
                 e.verdict = Verdict::Blocked;
             }
@@ -461,9 +464,8 @@ impl TeardownLog {
         Some(e)
     }
 
-    fn explain_calls(&self, pod: &str, now: u64) -> Option<Explanation> {
-        let key = self.find(pod)?;
-        let p = &self.pods[&key];
+    /// What the CRI calls and their hooks say of `p`.
+    fn explain_calls(p: &PodTeardown, now: u64) -> Explanation {
         let steps: Vec<Step> = p.steps.iter().cloned().collect();
         let mut e = Explanation {
             pod: p.label.clone(),
@@ -494,10 +496,6 @@ impl TeardownLog {
                 .collect(),
             alive_after_kill: Vec::new(),
         };
-        let cause = kernel_cause(p, now);
-        if let Some(c) = &cause {
-            e.alive_after_kill = c.alive.clone();
-        }
         let step_line = |s: &Step| {
             format!(
                 "CRI {}{} at {} took {}: {}",
@@ -560,7 +558,7 @@ impl TeardownLog {
                 }
             );
             e.evidence = steps.iter().map(step_line).collect();
-            return Some(e);
+            return e;
         }
         let Some(last) = steps.last() else {
             let (m, t) = p.last_call.clone().unwrap_or_default();
@@ -573,7 +571,7 @@ impl TeardownLog {
             );
             e.expected_next = Some("StopPodSandbox".into());
             e.waited_ns = t.map(|t| now.saturating_sub(t.mono_ns));
-            return Some(e);
+            return e;
         };
         // A failed hook under the last failed (or any) teardown step.
         if let Some(s) = steps.iter().rev().find(|s| !s.failed_hooks.is_empty()) {
@@ -598,7 +596,7 @@ impl TeardownLog {
                 e.expected_next = next;
                 e.waited_ns = waited;
             }
-            return Some(e);
+            return e;
         }
         if !last.ok {
             e.verdict = Verdict::Blocked;
@@ -618,7 +616,7 @@ impl TeardownLog {
             e.waited_ns = last
                 .start
                 .map(|t| now.saturating_sub(t.mono_ns + last.duration_ns.unwrap_or(0)));
-            return Some(e);
+            return e;
         }
         let (next, waited) = Self::next_step(last, now);
         e.verdict = Verdict::Waiting;
@@ -637,7 +635,7 @@ impl TeardownLog {
         e.evidence = steps.iter().map(step_line).collect();
         e.expected_next = next;
         e.waited_ns = waited;
-        Some(e)
+        e
     }
 
     /// The step kubelet makes after `last`, and how long it has been
@@ -672,29 +670,6 @@ impl TeardownLog {
             .max_by_key(|k| self.pods[*k].last_seen)
             .cloned()
     }
-}
-
-/// 64-hex-digit ids (containerd and CRI-O container and sandbox ids) in
-/// a path: "/run/containerd/.../k8s.io/<id>/rootfs",
-/// "kubepods-besteffort-pod<uid>.slice/cri-containerd-<id>.scope".
-fn hex_ids(s: &str) -> impl Iterator<Item = &str> {
-    let b = s.as_bytes();
-    let mut i = 0;
-    std::iter::from_fn(move || {
-        while i < b.len() {
-            let start = i;
-            while i < b.len() && b[i].is_ascii_hexdigit() && !b[i].is_ascii_uppercase() {
-                i += 1;
-            }
-            if i - start == 64 {
-                return s.get(start..i);
-            }
-            if i == start {
-                i += 1;
-            }
-        }
-        None
-    })
 }
 
 /// A teardown hook that has not returned: the oldest.
@@ -736,7 +711,7 @@ struct KernelCause {
 fn container_of(p: &PodTeardown, cgroup: Option<&str>) -> String {
     cgroup
         .into_iter()
-        .flat_map(hex_ids)
+        .flat_map(ids_in)
         .find_map(|id| {
             p.containers
                 .get(id)
@@ -771,7 +746,6 @@ fn kernel_line(e: &SandboxEvent) -> String {
 /// then paths and cgroups that could not be removed. A failure that a
 /// later success on the same path undid does not count.
 fn kernel_cause(p: &PodTeardown, now: u64) -> Option<KernelCause> {
-    let line = kernel_line;
     let k: Vec<&SandboxEvent> = p.kernel.iter().map(|(e, ..)| e).collect();
     // SIGKILL delivered, no exit since.
     let mut alive: Vec<(&SandboxEvent, u32, String)> = Vec::new();
@@ -829,7 +803,7 @@ fn kernel_cause(p: &PodTeardown, now: u64) -> Option<KernelCause> {
                     String::new()
                 }
             ),
-            evidence: alive.iter().map(|(e, ..)| line(e)).collect(),
+            evidence: alive.iter().map(|(e, ..)| kernel_line(e)).collect(),
             alive: alive
                 .iter()
                 .map(|(e, pid, _)| {
@@ -844,32 +818,23 @@ fn kernel_cause(p: &PodTeardown, now: u64) -> Option<KernelCause> {
                 .collect(),
         });
     }
-    // A failed unmount or removal, not redone successfully later.
+    // A failed unmount or removal (SandboxOp::failure), not redone
+    // successfully later; unmounts first.
     let undone = |i: usize, path: &str| {
-        k.iter().skip(i + 1).any(|x| match &x.op {
-            SandboxOp::Umount {
-                path: p2, errno: 0, ..
-            }
-            | SandboxOp::Unlink {
-                path: p2, errno: 0, ..
-            } => p2 == path,
-            _ => false,
-        })
+        k.iter()
+            .skip(i + 1)
+            .any(|x| x.op.path_result() == Some((path, 0)))
     };
     for (i, e) in k.iter().enumerate() {
-        if let SandboxOp::Umount { path, errno, .. } = &e.op {
-            if *errno != 0 && *errno != libc::EINVAL && *errno != libc::ENOENT && !undone(i, path) {
-                return Some(failed(format!("unmounting {path}"), e, *errno, now));
+        if let (SandboxOp::Umount { .. }, Some((path, errno))) = (&e.op, e.op.failure()) {
+            if !undone(i, path) {
+                return Some(failed(format!("unmounting {path}"), e, errno, now));
             }
         }
     }
     for (i, e) in k.iter().enumerate() {
-        if let SandboxOp::Unlink { path, dir, errno } = &e.op {
-            // ENOENT: already gone; EISDIR/ENOTEMPTY on a first unlink of a
-            // directory tree: os.RemoveAll's normal probing.
-            let benign = matches!(*errno, 0 | libc::ENOENT | libc::EISDIR)
-                || (*errno == libc::ENOTEMPTY && !path.contains("cgroup"));
-            if benign || undone(i, path) {
+        if let (SandboxOp::Unlink { dir, .. }, Some((path, errno))) = (&e.op, e.op.failure()) {
+            if undone(i, path) {
                 continue;
             }
             let what = if path.contains("/cgroup") {
@@ -881,7 +846,7 @@ fn kernel_cause(p: &PodTeardown, now: u64) -> Option<KernelCause> {
             } else {
                 "the file"
             };
-            return Some(failed(format!("removing {what} {path}"), e, *errno, now));
+            return Some(failed(format!("removing {what} {path}"), e, errno, now));
         }
     }
     None
@@ -1138,15 +1103,6 @@ mod tests {
             },
         ));
         assert!(log(&r).explain("web", 0).unwrap().kernel.is_empty());
-    }
-
-    #[test]
-    fn hex_ids_in_paths() {
-        let p = format!("/kubepods.slice/cri-containerd-{CID}.scope/x{CID}y");
-        assert_eq!(hex_ids(&p).count(), 2);
-        assert_eq!(hex_ids(&CID[1..]).count(), 0);
-        assert_eq!(hex_ids(&format!("{CID}0")).count(), 0);
-        assert_eq!(hex_ids("").count(), 0);
     }
 
     #[test]
