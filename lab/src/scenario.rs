@@ -817,13 +817,7 @@ fn busy_mount(r: &mut Run) -> Result<()> {
         outcome(&first)
     ))?;
     // A test may look at the node while the pod is stuck (`explain`).
-    if let Some(secs) = std::env::var("NRI_TRACE_LAB_HOLD_SECS")
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-    {
-        r.note(&format!("holder kept {secs} s more"))?;
-        sleep(Duration::from_secs(secs));
-    }
+    hold_stuck(r, "holder")?;
     let _ = holder.kill();
     let _ = holder.wait();
     r.note("holder killed")?;
@@ -834,12 +828,18 @@ fn busy_mount(r: &mut Run) -> Result<()> {
     Ok(())
 }
 
-/// `NRI_TRACE_LAB_HOLD_SECS`: how long a scenario keeps its pod stuck after
-/// the failed teardown, so that a test can look at the node meanwhile.
-fn hold_secs() -> Option<u64> {
-    std::env::var("NRI_TRACE_LAB_HOLD_SECS")
+/// Keep the pod stuck for `NRI_TRACE_LAB_HOLD_SECS` after its failed
+/// teardown, so that a test can look at the node meanwhile; the note
+/// "`what` kept N s more" says when the hold starts.
+fn hold_stuck(r: &Run, what: &str) -> Result<()> {
+    let secs = std::env::var("NRI_TRACE_LAB_HOLD_SECS")
         .ok()
-        .and_then(|s| s.parse::<u64>().ok())
+        .and_then(|s| s.parse::<u64>().ok());
+    if let Some(secs) = secs {
+        r.note(&format!("{what} kept {secs} s more"))?;
+        sleep(Duration::from_secs(secs));
+    }
+    Ok(())
 }
 
 /// A child process killed (and reaped) when the guard goes, e.g. a
@@ -1113,10 +1113,7 @@ fn unkillable(r: &mut Run) -> Result<()> {
         "teardown with the reader stuck: {}",
         outcome(&first)
     ))?;
-    if let Some(secs) = hold_secs() {
-        r.note(&format!("stuck pid {pid} kept {secs} s more"))?;
-        sleep(Duration::from_secs(secs));
-    }
+    hold_stuck(r, &format!("stuck pid {pid}"))?;
     let before = proc_state(pid).map_or("gone".to_string(), |(s, _)| format!("state {s}"));
     r.note(&format!("pid {pid} before the release: {before}"))?;
     // Release: the server's connection is aborted, the read fails, and the
@@ -1228,10 +1225,7 @@ fn hung_teardown_hook(r: &mut Run) -> Result<()> {
     ))?;
     let first = down.wait("cri-driver down");
     r.note(&format!("teardown with the hook hung: {}", outcome(&first)))?;
-    if let Some(secs) = hold_secs() {
-        r.note(&format!("hung hook kept {secs} s more"))?;
-        sleep(Duration::from_secs(secs));
-    }
+    hold_stuck(r, "hung hook")?;
     r.driver(&["down", "--sandbox-id", &sandbox])?;
     Ok(())
 }

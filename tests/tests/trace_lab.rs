@@ -398,19 +398,9 @@ fn trace_upstream_witness_finds_nothing() {
 /// it holds.
 #[test]
 fn trace_busy_mount() {
-    // The scenario's hold; only busy-mount reads it.
-    std::env::set_var("NRI_TRACE_LAB_HOLD_SECS", "10");
-    let out_dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join("trace-lab")
-        .join("busy-mount");
-    // A previous run's files must not pass for this one's.
-    let _ = std::fs::remove_file(out_dir.join("truth.ndjson"));
-    let _ = std::fs::remove_file(TraceProc::observations(&out_dir));
-    let explained = std::thread::spawn(move || explain_while_held(&out_dir, "busy", "holder kept"));
-    let Some((out, records)) = traced("busy-mount") else {
+    let Some((out, records, v)) = traced_and_explained("busy-mount", "busy", "holder") else {
         return;
     };
-    let explained = explained.join().expect("explain thread");
     check_correlation("busy-mount", &out);
     // No NRI rule; the kernel's side: the shim's unmount of the rootfs
     // fails with EBUSY (retried every 50 ms, one finding).
@@ -461,9 +451,6 @@ fn trace_busy_mount() {
             _ => None,
         })
         .expect("holder note");
-    let e = explained.expect("explain ran while the pod was stuck");
-    eprintln!("busy-mount: explain: {e}");
-    let v: serde_json::Value = serde_json::from_str(&e).expect("explain --format ndjson");
     assert_eq!(v["verdict"], "blocked", "{v}");
     // Waited from the failed call to the moment explain ran (on the node).
     assert!(v["waited_ns"].as_u64().unwrap_or(0) > 0, "{v}");
@@ -487,7 +474,7 @@ fn trace_busy_mount() {
 /// Wait for the scenario's note starting with `held` and saying what it
 /// keeps (" kept ": the pod is stuck from then on),
 /// then run `nri-trace explain POD` on the observations written so far.
-fn explain_while_held(out: &Path, pod: &str, held: &str) -> Option<String> {
+fn explain_while_held(out: &Path, pod: &str, held: &str) -> Option<serde_json::Value> {
     let t0 = std::time::Instant::now();
     while t0.elapsed() < std::time::Duration::from_secs(120) {
         let is_held = truth::read(&out.join("truth.ndjson"))
@@ -498,17 +485,7 @@ fn explain_while_held(out: &Path, pod: &str, held: &str) -> Option<String> {
             // The held note is written before the hold: let the capture
             // drain what led to it.
             std::thread::sleep(std::time::Duration::from_millis(500));
-            let o = std::process::Command::new(lab_trace::bin("nri-trace"))
-                .args(["explain", pod, "--format", "ndjson", "--from"])
-                .arg(TraceProc::observations(out))
-                .output()
-                .ok()?;
-            assert!(
-                o.status.success(),
-                "explain: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-            return Some(String::from_utf8_lossy(&o.stdout).into_owned());
+            return Some(explain(out, pod));
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
@@ -522,20 +499,21 @@ fn traced_and_explained(
     pod: &'static str,
     held: &'static str,
 ) -> Option<(std::path::PathBuf, Vec<TraceRecord>, serde_json::Value)> {
+    // The scenarios that keep a pod stuck read it (lab/src/scenario.rs).
     std::env::set_var("NRI_TRACE_LAB_HOLD_SECS", "10");
     let out_dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join("trace-lab")
         .join(scenario);
+    // A previous run's files must not pass for this one's.
     let _ = std::fs::remove_file(out_dir.join("truth.ndjson"));
     let _ = std::fs::remove_file(TraceProc::observations(&out_dir));
     let explained = std::thread::spawn(move || explain_while_held(&out_dir, pod, held));
     let (out, records) = traced(scenario)?;
-    let e = explained
+    let v = explained
         .join()
         .expect("explain thread")
         .expect("explain ran while the pod was stuck");
-    eprintln!("{scenario}: explain: {e}");
-    let v: serde_json::Value = serde_json::from_str(&e).expect("explain --format ndjson");
+    eprintln!("{scenario}: explain: {v}");
     Some((out, records, v))
 }
 
