@@ -39,6 +39,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("runtime-restart", "containerd restarts while a pod runs (a pre-launched and an external plugin); the pod is torn down and another made after it"),
     ("unkillable", "a container process blocked in a FUSE read that is never answered survives StopContainer's SIGKILL in state D"),
     ("hung-teardown-hook", "a plugin's StopPodSandbox hook never returns (30 s plugin timeout); the CRI StopPodSandbox outlives its 5 s deadline"),
+    ("hung-teardown-client-gone", "a plugin's StopPodSandbox hook never returns; the CRI client is killed 1 s into the call (8 s deadline): containerd keeps the plugin connected with the request open"),
 ];
 
 /// Paths of the lab binaries (built together in one target dir).
@@ -461,6 +462,7 @@ fn drive(r: &mut Run) -> Result<()> {
         "busy-mount" => busy_mount(r)?,
         "unkillable" => unkillable(r)?,
         "hung-teardown-hook" => hung_teardown_hook(r)?,
+        "hung-teardown-client-gone" => hung_teardown_client_gone(r)?,
         "cri-late-attach" => {
             let mut c = r.driver_cmd(&[]);
             c.args(["mix", "--pods", "3"]);
@@ -1204,7 +1206,17 @@ fn hung_teardown_hook(r: &mut Run) -> Result<()> {
         "--sandbox-id",
         &sandbox,
     ])?));
-    // The plugin records a hung request at once (see nri_plugin/plugin.rs).
+    wait_hung_stop(r, &sandbox)?;
+    let first = down.wait("cri-driver down");
+    r.note(&format!("teardown with the hook hung: {}", outcome(&first)))?;
+    hold_stuck(r, "hung hook")?;
+    r.driver(&["down", "--sandbox-id", &sandbox])?;
+    Ok(())
+}
+
+/// Wait until plugin `hung` holds a StopPodSandbox request unanswered (it
+/// records one at once: nri_plugin/plugin.rs), and note it.
+fn wait_hung_stop(r: &Run, sandbox: &str) -> Result<()> {
     let t0 = std::time::Instant::now();
     loop {
         let hooked = truth::read(&r.truth).unwrap_or_default().iter().any(|t| {
@@ -1222,12 +1234,51 @@ fn hung_teardown_hook(r: &mut Run) -> Result<()> {
     }
     r.note(&format!(
         "StopPodSandbox hook of plugin hung pending for sandbox {sandbox}"
-    ))?;
-    let first = down.wait("cri-driver down");
-    r.note(&format!("teardown with the hook hung: {}", outcome(&first)))?;
-    hold_stuck(r, "hung hook")?;
-    r.driver(&["down", "--sandbox-id", &sandbox])?;
-    Ok(())
+    ))
+}
+
+/// hung-teardown-client-gone: as hung-teardown-hook, but the CRI client
+/// goes away (killed, as kubelet is when it restarts) 1 s into the
+/// StopPodSandbox whose hook hangs, long before the call's 8 s deadline.
+/// containerd's context is then cancelled, not expired, and its NRI
+/// adaptation closes a plugin only on an expired one (nri
+/// `pkg/adaptation/plugin.go` `isFatalError`: `context.DeadlineExceeded`,
+/// not `context.Canceled`): `hung` stays connected with the request open
+/// (ttrpc has no cancel message), and nothing on the NRI wire marks when
+/// containerd stopped waiting. Once the request's deadline has passed
+/// (8.5 s after the hook came) a second `down` stops and removes the pod;
+/// `hung` gets the later events on the same connection.
+///
+/// Notes written (exact formats):
+/// - `pod client-gone sandbox ID`
+/// - `StopPodSandbox hook of plugin hung pending for sandbox ID`
+/// - `cri-driver killed during StopPodSandbox`
+/// - `second teardown: succeeded` (or `failed: ...`)
+fn hung_teardown_client_gone(r: &mut Run) -> Result<()> {
+    r.up("30s")?;
+    r.plugin("hung", "10", &["--on", "STOP_POD_SANDBOX=hang"])?;
+    r.plugin("plain", "20", &[])?;
+    let out = r.driver(&["up", "--name", "client-gone"])?;
+    let sandbox = sandbox_id_of(&out)?;
+    r.note(&format!("pod client-gone sandbox {sandbox}"))?;
+    let down = KillOnDrop(Some(r.driver_spawn(&[
+        "--request-timeout-ms",
+        "8000",
+        "down",
+        "--sandbox-id",
+        &sandbox,
+    ])?));
+    wait_hung_stop(r, &sandbox)?;
+    // The hook came less than 8 s before its deadline (the StopPodSandbox
+    // call's, which began before it).
+    let hooked = std::time::Instant::now();
+    sleep(Duration::from_secs(1));
+    drop(down);
+    r.note("cri-driver killed during StopPodSandbox")?;
+    sleep(Duration::from_millis(8500).saturating_sub(hooked.elapsed()));
+    let second = r.driver(&["down", "--sandbox-id", &sandbox]);
+    r.note(&format!("second teardown: {}", outcome(&second)))?;
+    second.map(|_| ())
 }
 
 /// A driver run's outcome for a note: "succeeded", or "failed: " and the
@@ -1849,6 +1900,55 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
                     }
                 ));
             }
+        }
+        "hung-teardown-client-gone" => {
+            let note_at = |want: &str| {
+                t.iter().find_map(|x| match x {
+                    Truth::Note { text, mono_ns } if text == want => Some(*mono_ns),
+                    _ => None,
+                })
+            };
+            let killed = note_at("cri-driver killed during StopPodSandbox")
+                .context("no note of the driver's kill")?;
+            let hung = deliveries(&t, "hung");
+            let hook = hung
+                .iter()
+                .find(|x| x.event == Some("STOP_POD_SANDBOX"))
+                .context("plugin hung never got StopPodSandbox")?;
+            ensure!(hook.reply.is_none(), "plugin hung answered StopPodSandbox");
+            ensure!(hook.recv < killed, "the hook came after the kill");
+            // Still connected: later events reach it.
+            let later: Vec<&str> = hung
+                .iter()
+                .filter(|x| x.recv > killed)
+                .filter_map(|x| x.event)
+                .collect();
+            ensure!(
+                !later.is_empty(),
+                "plugin hung got nothing after the client went"
+            );
+            let gone = t.iter().find_map(|x| match x {
+                Truth::Plugin {
+                    plugin,
+                    mono_ns,
+                    what: PluginEvent::Disconnected { .. },
+                    ..
+                } if plugin == "hung" => Some(*mono_ns),
+                _ => None,
+            });
+            ensure!(
+                gone.is_none_or(|g| hung.iter().all(|x| x.recv < g)),
+                "plugin hung was disconnected before its last delivery"
+            );
+            let removed = cri_calls(&t)
+                .iter()
+                .any(|c| c.0 == "RemovePodSandbox" && matches!(c.3, Outcome::Ok));
+            ensure!(removed, "the pod was never removed");
+            facts.push(format!(
+                "plugin hung received StopPodSandbox {:.1} ms before the client was killed and never answered; it stayed connected and got {} after",
+                ms(killed - hook.recv),
+                later.join(", ")
+            ));
         }
         "upstream-witness" => {
             all_cri_ok(&t)?;

@@ -133,6 +133,11 @@ fn hung_teardown_hook() {
 }
 
 #[test]
+fn hung_teardown_client_gone() {
+    run_scenario("hung-teardown-client-gone");
+}
+
+#[test]
 fn load() {
     run_scenario("load");
 }

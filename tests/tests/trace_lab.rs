@@ -30,7 +30,7 @@ use nri_trace_lab::{
     labctl::Lab,
     truth::{self, PluginEvent, Truth},
 };
-use trace_check::findings;
+use trace_check::{finding_messages, findings};
 
 fn records(scenario: &str, out: &Path) -> Vec<TraceRecord> {
     let (_, rec, _) = TraceProc::paths(out);
@@ -189,6 +189,13 @@ fn trace_plugin_timeout_found() {
         f.iter()
             .any(|(r, p, c)| *r == PLUGIN_TIMEOUT && p.as_deref() == Some("10-hang") && *c),
         "{f:?}"
+    );
+    // containerd's own timer fired: it closed the plugin's connection.
+    let m = finding_messages(&records, PLUGIN_TIMEOUT);
+    assert!(
+        m.iter()
+            .any(|m| m.ends_with("the runtime closed its connection")),
+        "{m:?}"
     );
 }
 
@@ -590,19 +597,36 @@ fn trace_hung_teardown_hook() {
     else {
         return;
     };
-    let stop_end = records
+    let stop = records
         .iter()
         .find_map(|r| match r {
             TraceRecord::CriSpan(s)
                 if s.record.call.method.as_deref() == Some("StopPodSandbox")
                     && !s.record.call.outcome.is_ok() =>
             {
-                s.record.call.end
+                Some(&s.record)
             }
             _ => None,
         })
-        .expect("a failed StopPodSandbox span")
-        .mono_ns;
+        .expect("a failed StopPodSandbox span");
+    let stop_end = stop.call.end.expect("its end").mono_ns;
+    // The hung hook is in the span, timed out, whether containerd closed
+    // 10-hung's connection (its deadline fired first) or left it open (the
+    // client's cancel came first).
+    let hung: Vec<_> = stop
+        .hooks
+        .iter()
+        .filter(|h| h.call.plugin.label() == "10-hung")
+        .map(|h| (h.hook.as_str(), &h.call.outcome))
+        .collect();
+    assert_eq!(
+        hung,
+        vec![(
+            "STOP_POD_SANDBOX",
+            &nri_trace::model::nri_call::Outcome::TimedOut
+        )],
+        "{stop:?}"
+    );
     for r in &records {
         if let TraceRecord::NriUncaused(u) = r {
             if u.record.no_cri_cause != nri_trace::engine::correlate::NoCause::NoCriCallInFlight {
@@ -626,6 +650,80 @@ fn trace_hung_teardown_hook() {
         sentence.contains("hook has not returned for")
             || sentence.contains("plugin hook 10-hung STOP_POD_SANDBOX: "),
         "{sentence}"
+    );
+}
+
+/// The CRI client is killed while 10-hung holds StopPodSandbox: containerd
+/// gives up without closing the plugin's connection (its context was
+/// cancelled, not expired), so nothing on the wire ends the hook. It comes
+/// out timed out at its deadline, inside the StopPodSandbox span that the
+/// client's going ended, on a connection that goes on carrying events.
+#[test]
+fn trace_hung_teardown_client_gone() {
+    let Some((_out, records)) = traced("hung-teardown-client-gone") else {
+        return;
+    };
+    let stop = records
+        .iter()
+        .find_map(|r| match r {
+            TraceRecord::CriSpan(s)
+                if s.record.call.method.as_deref() == Some("StopPodSandbox") =>
+            {
+                Some(&s.record)
+            }
+            _ => None,
+        })
+        .expect("a StopPodSandbox span");
+    assert!(!stop.call.outcome.is_ok(), "{stop:?}");
+    let hung: Vec<_> = stop
+        .hooks
+        .iter()
+        .filter(|h| h.call.plugin.label() == "10-hung")
+        .collect();
+    assert_eq!(hung.len(), 1, "{stop:?}");
+    let hook = &hung[0].call;
+    assert_eq!(hung[0].hook, "STOP_POD_SANDBOX");
+    assert_eq!(
+        hook.outcome,
+        nri_trace::model::nri_call::Outcome::TimedOut,
+        "{hook:?}"
+    );
+    // No close ended it: its duration is its own deadline (the 8 s left of
+    // the CRI call's when containerd called the plugin).
+    assert_eq!(hook.end, None, "{hook:?}");
+    let timeout = hook.timeout_nano.expect("a deadline") as u64;
+    assert_eq!(hook.duration_ns, Some(timeout), "{hook:?}");
+    assert!(
+        (7_000_000_000..=8_000_000_000).contains(&timeout),
+        "{hook:?}"
+    );
+    // The same connection carries 10-hung's later events, and no
+    // plugin-gone record for it came before them.
+    let later: Vec<&str> = records
+        .iter()
+        .filter_map(|r| match r {
+            TraceRecord::CriSpan(s) => Some(&s.record.hooks),
+            _ => None,
+        })
+        .flatten()
+        .filter(|h| h.call.conn == hook.conn && h.call.start > hook.start)
+        .map(|h| h.hook.as_str())
+        .collect();
+    assert!(later.contains(&"REMOVE_POD_SANDBOX"), "{later:?}");
+    let gone_before = records.iter().any(|r| {
+        matches!(r, TraceRecord::Nri(nri_trace::engine::nri_analysis::NriRecord::NriPluginGone { conn, ts, .. })
+            if *conn == hook.conn && hook.start.is_some_and(|s| ts.mono_ns < s.mono_ns + timeout))
+    });
+    assert!(
+        !gone_before,
+        "10-hung's connection closed before the deadline"
+    );
+    let m = finding_messages(&records, PLUGIN_TIMEOUT);
+    assert!(
+        m.iter()
+            .any(|m| m.starts_with("10-hung did not answer STOP_POD_SANDBOX")
+                && m.ends_with("with the connection left open")),
+        "{m:?}"
     );
 }
 

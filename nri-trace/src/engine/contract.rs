@@ -628,19 +628,28 @@ impl ContractChecker {
     fn report_timeout(&mut self, h: &HookSpan, out: &mut Vec<Violation>) {
         let label = h.call.plugin.label();
         let conn = h.call.conn;
+        let mut closed = false;
         if let Some(p) = self.plugins.get_mut(&conn) {
             p.timed_out = true;
+            closed = p.gone.is_some();
         }
         let key = (PLUGIN_TIMEOUT, label.clone(), format!("{:?}", h.call.start));
         if !self.fired.insert(key) {
             return;
         }
+        // containerd closes the connection only when its own timer fired;
+        // on a cancelled CRI call it keeps it (model::nri_call module docs).
+        let then = if closed {
+            "the runtime closed its connection"
+        } else {
+            "the runtime gave up on it with the connection left open"
+        };
         out.push(self.hook_finding(
             PLUGIN_TIMEOUT,
             h,
             &label,
             format!(
-                "{label} did not answer {} within its timeout{}; the runtime closed its connection",
+                "{label} did not answer {} within its timeout{}; {then}",
                 h.hook,
                 h.call
                     .timeout_nano

@@ -18,8 +18,10 @@
 //!
 //! Inputs arrive in completion order, not start order: a CRI call is held
 //! until the NRI calls it may contain are in ([`NRI_SETTLE_NS`] of capture
-//! time past its end), and a delivery until no CRI call that could contain
-//! it is still unreported. Pure and deterministic.
+//! time past its end, and no delivery begun before its end still open: a
+//! hung hook comes out of the NRI stage only at its deadline, after the CRI
+//! call it hung), and a delivery until no CRI call that could contain it is
+//! still unreported. Pure and deterministic.
 
 use serde::Serialize;
 
@@ -186,13 +188,23 @@ impl Correlator {
     }
 
     /// Capture time is now `now`; the CRI stage still has calls begun at
-    /// `cri_oldest` and later unreported. Release what has settled.
-    pub fn advance(&mut self, now: u64, cri_oldest: Option<u64>, out: &mut Vec<Correlated>) {
+    /// `cri_oldest` and later unreported; the NRI stage still has event
+    /// deliveries begun at `nri_open` and later unanswered. Release what has
+    /// settled.
+    pub fn advance(
+        &mut self,
+        now: u64,
+        cri_oldest: Option<u64>,
+        nri_open: Option<u64>,
+        out: &mut Vec<Correlated>,
+    ) {
         // CRI calls whose NRI calls are all in.
         let mut i = 0;
         while i < self.calls.len() {
             let end = end_of(&self.calls[i]);
-            if end.saturating_add(NRI_SETTLE_NS) <= now {
+            let settled =
+                end.saturating_add(NRI_SETTLE_NS) <= now && nri_open.is_none_or(|o| o > end);
+            if settled {
                 let call = self.calls.remove(i);
                 out.push(Correlated::Cri(self.claim(call)));
             } else {
@@ -230,7 +242,7 @@ impl Correlator {
 
     /// The capture ended: everything comes out.
     pub fn finish(&mut self, out: &mut Vec<Correlated>) {
-        self.advance(u64::MAX, None, out);
+        self.advance(u64::MAX, None, None, out);
     }
 
     /// Take the deliveries `call` made.
@@ -300,13 +312,15 @@ fn end_of(call: &CriCall) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{decode::cri::message::PodMeta, decode::nri::message::Event};
+    use crate::{
+        decode::cri::message::PodMeta, decode::nri::message::Event, model::nri_call::Outcome,
+    };
 
     use super::super::test_calls::*;
 
     fn run(c: &mut Correlator, until: u64) -> Vec<Correlated> {
         let mut out = Vec::new();
-        c.advance(until * MS, None, &mut out);
+        c.advance(until * MS, None, None, &mut out);
         out
     }
 
@@ -414,7 +428,7 @@ mod tests {
             &mut out,
         );
         // A CRI call begun at 5 ms is still in flight: the delivery waits.
-        c.advance(1000 * MS, Some(5 * MS), &mut out);
+        c.advance(1000 * MS, Some(5 * MS), None, &mut out);
         assert!(out.is_empty());
         let mut run_call = cri(Some("RunPodSandbox"), "s1", 5, 2000);
         run_call.sandbox_id = None;
@@ -425,11 +439,40 @@ mod tests {
             attempt: 0,
         });
         c.on_cri(run_call);
-        c.advance(3000 * MS, None, &mut out);
+        c.advance(3000 * MS, None, None, &mut out);
         match &out[..] {
             [Correlated::Cri(s)] => assert_eq!(s.hooks.len(), 1, "matched by pod uid"),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A hook that hangs past the CRI call's end comes out of the NRI stage
+    /// only at its deadline: the call waits for it while it is open.
+    #[test]
+    fn waits_for_deliveries_still_open() {
+        let mut c = Correlator::new();
+        let mut out = Vec::new();
+        c.on_cri(cri(Some("StopPodSandbox"), "s1", 5, 5000));
+        // The delivery begun at 40 ms is open well past the call's end.
+        c.advance(5200 * MS, None, Some(40 * MS), &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        let mut hung = hook(Some(Event::StopPodSandbox), "a", "s1", 40, 40);
+        hung.call.end = None;
+        hung.call.duration_ns = Some(4960 * MS);
+        hung.call.outcome = Outcome::TimedOut;
+        c.on_nri(hung, &mut out);
+        c.advance(5200 * MS, None, None, &mut out);
+        match &out[..] {
+            [Correlated::Cri(s)] => {
+                assert_eq!(s.hooks.len(), 1);
+                assert_eq!(s.hooks[0].call.outcome, Outcome::TimedOut);
+            }
+            other => panic!("{other:?}"),
+        }
+        // An open delivery begun after a call's end does not hold it.
+        c.on_cri(cri(Some("StopPodSandbox"), "s2", 6000, 6010));
+        c.advance(6100 * MS, None, Some(6050 * MS), &mut out);
+        assert_eq!(out.len(), 2, "{out:?}");
     }
 
     #[test]

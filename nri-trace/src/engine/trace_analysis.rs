@@ -123,9 +123,10 @@ impl TraceEngine {
             Observation::Clock {
                 now_ns,
                 cri_oldest_ns,
+                nri_open_ns,
             } => {
                 self.correlator
-                    .advance(now_ns, cri_oldest_ns, &mut self.settled);
+                    .advance(now_ns, cri_oldest_ns, nri_open_ns, &mut self.settled);
                 self.contract.advance(now_ns, &mut self.violations);
                 None
             }

@@ -20,7 +20,12 @@
 //! runtime closes the plugin's connection (nri `pkg/adaptation/plugin.go`,
 //! "closing plugin"). A request still unanswered when its connection closes
 //! is [`Outcome::TimedOut`] if its `timeout_nano` had (nearly) run out, else
-//! [`Outcome::ConnectionClosed`].
+//! [`Outcome::ConnectionClosed`]. The runtime closes only when its own timer
+//! fired (`isFatalError`: `context.DeadlineExceeded`); when the CRI caller
+//! cancelled first (`context.Canceled`) its call returns and the connection
+//! stays open. So a request whose deadline has passed by
+//! [`DEADLINE_GRACE_NS`] of capture time is [`Outcome::TimedOut`] too, with
+//! no end (nothing on the wire marks it) and its `timeout_nano` as duration.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -150,8 +155,9 @@ pub enum Outcome {
         code: i32,
         message: String,
     },
-    /// No response, and the connection was closed once the request's
-    /// timeout had run out: the runtime gave up on the plugin.
+    /// No response by the request's deadline (`timeout_nano`): the caller
+    /// gave up on it. Either the connection was closed once the timeout had
+    /// run out, or the deadline passed with the connection left open.
     TimedOut,
     /// No response, and the connection was closed before the timeout.
     ConnectionClosed,
@@ -318,6 +324,21 @@ const PLUGIN_REPLY_WAIT_NS: u64 = 5_000_000;
 /// Most calls awaiting a response per connection.
 const MAX_PENDING_PER_CONN: usize = 1024;
 
+/// How far past a request's deadline the capture stream moves before the
+/// call is taken as given up by its caller without a close. containerd
+/// closes right when its timer fires; this leaves that close time to be
+/// seen first (it tells [`Outcome::TimedOut`] from a plain close).
+pub const DEADLINE_GRACE_NS: u64 = 100_000_000;
+
+/// Deliveries open longer than this are not waited for by
+/// [`NriCallAssembler::oldest_open_delivery`] (a garbled `timeout_nano`
+/// must not hold the correlation of every later call).
+const MAX_AWAITED_TIMEOUT_NS: u64 = 120_000_000_000;
+
+/// Keys remembered per connection of calls given up at their deadline, so
+/// a late answer is counted, not taken for a call of its own.
+const MAX_GIVEN_UP_PER_CONN: usize = 64;
+
 /// Key of a call within one connection: mux conn_id, stream id, and the
 /// direction of the request ([`dir_index`]).
 type CallKey = (u32, u32, usize);
@@ -342,6 +363,8 @@ struct ConnState {
     announced: bool,
     events: Option<Vec<String>>,
     pending: BTreeMap<CallKey, PendingCall>,
+    /// Calls completed at their deadline, oldest first (bounded).
+    given_up: std::collections::VecDeque<CallKey>,
 }
 
 impl ConnState {
@@ -361,6 +384,7 @@ impl ConnState {
             announced: false,
             events: None,
             pending: BTreeMap::new(),
+            given_up: std::collections::VecDeque::new(),
         }
     }
 }
@@ -415,6 +439,9 @@ pub struct AssemblerStats {
     pub unmatched_ignored: u64,
     /// ttrpc data / unknown-type messages (NRI uses unary calls only).
     pub other_messages: u64,
+    /// Responses to calls already reported timed out (their deadline had
+    /// passed): the caller no longer waited for them.
+    pub answered_after_deadline: u64,
 }
 
 /// Turns capture events of NRI connections into [`NriObservation`]s.
@@ -427,6 +454,9 @@ pub struct NriCallAssembler {
     /// runtime's read of the same bytes has. Held until the reply shows or
     /// the stream moves [`PLUGIN_REPLY_WAIT_NS`] past the call's end.
     awaiting_reply: Vec<NriCall>,
+    /// No pending call's deadline (plus grace) comes before this: the
+    /// pending calls need no scan until capture time passes it.
+    next_deadline: u64,
     stats: AssemblerStats,
 }
 
@@ -439,6 +469,7 @@ impl NriCallAssembler {
             nri_paths,
             conns: HashMap::new(),
             awaiting_reply: Vec::new(),
+            next_deadline: u64::MAX,
             stats: AssemblerStats::default(),
         }
     }
@@ -452,6 +483,26 @@ impl NriCallAssembler {
         self.conns.values().map(|c| c.pending.len()).sum()
     }
 
+    /// Start of the oldest event delivery (runtime to plugin) still waiting
+    /// for its response, among those bound to end: by their deadline
+    /// (see [`DEADLINE_GRACE_NS`]), their connection's close, or the
+    /// capture's end. A later stage that pairs deliveries with what caused
+    /// them waits for these.
+    pub fn oldest_open_delivery(&self) -> Option<u64> {
+        self.conns
+            .values()
+            .filter(|st| st.mirror_of.is_none())
+            .flat_map(|st| st.pending.iter())
+            .filter(|((_, _, dir), p)| {
+                caller_of(dir_of_index(*dir)) == Caller::Runtime
+                    && p.event.is_some()
+                    && p.timeout_nano > 0
+                    && p.timeout_nano as u64 <= MAX_AWAITED_TIMEOUT_NS
+            })
+            .map(|(_, p)| p.start.mono_ns)
+            .min()
+    }
+
     /// Feed one capture event.
     pub fn on_capture(&mut self, ev: &CaptureEvent, out: &mut Vec<NriObservation>) {
         let now = match ev {
@@ -462,6 +513,7 @@ impl NriCallAssembler {
         };
         if let Some(now) = now {
             self.release_awaiting(Some(now), out);
+            self.give_up_overdue(now, out);
         }
         match ev {
             CaptureEvent::Open(o) => {
@@ -700,6 +752,9 @@ impl NriCallAssembler {
                     started.duration_ns = None;
                     out.push(NriObservation::Pending(started));
                 }
+                if let Some(d) = deadline(&p) {
+                    self.next_deadline = self.next_deadline.min(d);
+                }
                 let Some(st) = self.conns.get_mut(&c.conn) else {
                     return;
                 };
@@ -736,6 +791,11 @@ impl NriCallAssembler {
                 };
                 let key = (mux_conn, m.stream_id, dir_index(opposite(c.direction)));
                 let Some(mut p) = st.pending.remove(&key) else {
+                    if let Some(i) = st.given_up.iter().position(|k| *k == key) {
+                        st.given_up.remove(i);
+                        self.stats.answered_after_deadline += 1;
+                        return;
+                    }
                     if !st.nri {
                         self.stats.unmatched_ignored += 1;
                         return;
@@ -828,6 +888,58 @@ impl NriCallAssembler {
 }
 
 impl NriCallAssembler {
+    /// Calls whose deadline passed [`DEADLINE_GRACE_NS`] before `now` with
+    /// no response and no close: their caller gave up on them (see the
+    /// module docs). Reported [`Outcome::TimedOut`], in connection order.
+    fn give_up_overdue(&mut self, now: u64, out: &mut Vec<NriObservation>) {
+        if now <= self.next_deadline {
+            return;
+        }
+        let mut conns: Vec<ConnId> = self.conns.keys().copied().collect();
+        conns.sort();
+        let mut next = u64::MAX;
+        for id in conns {
+            let Some(st) = self.conns.get_mut(&id) else {
+                continue;
+            };
+            let overdue: Vec<CallKey> = st
+                .pending
+                .iter()
+                .filter(|(_, p)| deadline(p).is_some_and(|d| now > d))
+                .map(|(k, _)| *k)
+                .collect();
+            for key in overdue {
+                let Some(p) = st.pending.remove(&key) else {
+                    continue;
+                };
+                if st.given_up.len() >= MAX_GIVEN_UP_PER_CONN {
+                    st.given_up.pop_front();
+                }
+                st.given_up.push_back(key);
+                let waited = p.timeout_nano as u64;
+                let (mux_conn, stream_id, dir) = key;
+                let mut call = complete_call(
+                    id,
+                    st,
+                    mux_conn,
+                    stream_id,
+                    dir_of_index(dir),
+                    p,
+                    None,
+                    Outcome::TimedOut,
+                );
+                call.duration_ns = Some(waited);
+                out.push(NriObservation::Call(call));
+            }
+            next = st
+                .pending
+                .values()
+                .filter_map(deadline)
+                .fold(next, u64::min);
+        }
+        self.next_deadline = next;
+    }
+
     /// Release held calls whose wait is over (all of them for `None`), in
     /// the order they were answered.
     fn release_awaiting(&mut self, now: Option<u64>, out: &mut Vec<NriObservation>) {
@@ -905,6 +1017,17 @@ fn caller_of(d: Direction) -> Caller {
         Direction::Out => Caller::Runtime,
         Direction::In => Caller::Plugin,
     }
+}
+
+/// When capture time past which `p` counts as given up by its caller
+/// (deadline plus [`DEADLINE_GRACE_NS`]); `None` without a timeout.
+fn deadline(p: &PendingCall) -> Option<u64> {
+    (p.timeout_nano > 0).then(|| {
+        p.start
+            .mono_ns
+            .saturating_add(p.timeout_nano as u64)
+            .saturating_add(DEADLINE_GRACE_NS)
+    })
 }
 
 /// Tolerance of the timeout test: the runtime starts its timer before the
@@ -1207,19 +1330,30 @@ mod tests {
     /// Mux frame (conn_id 1) of a ttrpc request message (test-only framing
     /// per mux.go / channel.go).
     fn request_frame(stream_id: u32) -> Vec<u8> {
+        call_frame(stream_id, "Shutdown", vec![], 0)
+    }
+
+    /// Mux frame (conn_id 1) of a ttrpc request of Plugin `method`.
+    fn call_frame(stream_id: u32, method: &str, payload: Vec<u8>, timeout_nano: i64) -> Vec<u8> {
         let req = envelope::Request {
             service: message::PLUGIN_SERVICE.into(),
-            method: "Shutdown".into(),
-            payload: vec![],
-            timeout_nano: 0,
+            method: method.into(),
+            payload,
+            timeout_nano,
             metadata: vec![],
         }
         .encode_to_vec();
+        message_frame(stream_id, 1, &req)
+    }
+
+    /// Mux frame (conn_id 1) of one ttrpc message of `kind` (1 request,
+    /// 2 response).
+    fn message_frame(stream_id: u32, kind: u8, body: &[u8]) -> Vec<u8> {
         let mut t = Vec::new();
-        t.extend_from_slice(&(req.len() as u32).to_be_bytes());
+        t.extend_from_slice(&(body.len() as u32).to_be_bytes());
         t.extend_from_slice(&stream_id.to_be_bytes());
-        t.extend_from_slice(&[1, 0]);
-        t.extend_from_slice(&req);
+        t.extend_from_slice(&[kind, 0]);
+        t.extend_from_slice(body);
         let mut f = Vec::new();
         f.extend_from_slice(&1u32.to_be_bytes());
         f.extend_from_slice(&(t.len() as u32).to_be_bytes());
@@ -1251,6 +1385,60 @@ mod tests {
         assert!(dropped.iter().all(|c| c.outcome == Outcome::NoResponse));
         // The oldest went first.
         assert_eq!(dropped[0].stream_id, 1);
+    }
+
+    /// A hung StopPodSandbox delivery whose caller gave up without closing
+    /// (the CRI client cancelled: nri `isFatalError` is false for
+    /// `context.Canceled`): timed out at its deadline, and its late answer
+    /// is counted, not taken for a call.
+    #[test]
+    fn deadline_passing_without_close_is_a_timeout() {
+        const S: u64 = 1_000_000_000;
+        let mut a = NriCallAssembler::new(vec!["/nri.sock".into()]);
+        let mut out = Vec::new();
+        a.on_capture(&open(1), &mut out);
+        let ev = api::StopPodSandboxRequest {
+            pod: Some(api::PodSandbox {
+                id: "s1".into(),
+                ..Default::default()
+            }),
+        }
+        .encode_to_vec();
+        let req = call_frame(1, "StopPodSandbox", ev, 5 * S as i64);
+        a.on_capture(&chunk(1, Direction::Out, S, req), &mut out);
+        assert_eq!(a.oldest_open_delivery(), Some(S));
+        let calls = |out: &[NriObservation]| -> Vec<NriCall> {
+            out.iter()
+                .filter_map(|o| match o {
+                    NriObservation::Call(c) => Some(c.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        // Just past the deadline: containerd's own close may still come.
+        let other = |at| chunk(2, Direction::Out, at, vec![0]);
+        a.on_capture(&other(6 * S + DEADLINE_GRACE_NS / 2), &mut out);
+        assert!(calls(&out).is_empty(), "{out:?}");
+        a.on_capture(&other(6 * S + DEADLINE_GRACE_NS + 1), &mut out);
+        let done = calls(&out);
+        assert_eq!(done.len(), 1, "{out:?}");
+        assert_eq!(done[0].outcome, Outcome::TimedOut);
+        assert_eq!(done[0].event, Some(Event::StopPodSandbox));
+        assert_eq!(done[0].end, None);
+        assert_eq!(done[0].duration_ns, Some(5 * S));
+        assert_eq!(a.oldest_open_delivery(), None);
+        assert_eq!(a.in_flight(), 0);
+        // The plugin answers 10 s later.
+        out.clear();
+        let resp = envelope::Response {
+            status: None,
+            payload: vec![],
+        }
+        .encode_to_vec();
+        let late = message_frame(1, 2, &resp);
+        a.on_capture(&chunk(1, Direction::In, 16 * S, late), &mut out);
+        assert!(calls(&out).is_empty(), "{out:?}");
+        assert_eq!(a.stats().answered_after_deadline, 1);
     }
 
     #[test]

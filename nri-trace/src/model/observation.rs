@@ -77,11 +77,14 @@ pub enum Observation {
     /// runtime's process tree (`--sandbox`).
     Sandbox(SandboxEvent),
     /// The capture has reached `now_ns` (monotonic); no CRI call still
-    /// being decoded started before `cri_oldest_ns`.
+    /// being decoded started before `cri_oldest_ns`, and no NRI event
+    /// delivery still awaiting its response before `nri_open_ns`.
     Clock {
         now_ns: u64,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cri_oldest_ns: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        nri_open_ns: Option<u64>,
     },
 }
 

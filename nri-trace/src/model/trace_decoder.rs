@@ -20,7 +20,7 @@ use crate::capture::{CaptureEvent, ConnId, ProcessEvent};
 
 /// A [`Observation::Clock`] is written when capture time has moved on by
 /// this much since the last one (or a call came, or the oldest CRI call in
-/// decoding changed). The engine settles correlations 10 ms after a call
+/// decoding or open NRI delivery changed). The engine settles correlations 10 ms after a call
 /// (`engine::correlate::NRI_SETTLE_NS`): 1 ms keeps that timing while a
 /// busy stream of chunks does not become a stream of clock lines.
 pub const CLOCK_STEP_NS: u64 = 1_000_000;
@@ -46,8 +46,9 @@ pub struct TraceDecoder {
     nri: NriCallAssembler,
     cri_obs: Vec<CriObservation>,
     nri_obs: Vec<NriObservation>,
-    /// The last clock written: (now, oldest CRI call in decoding).
-    last_clock: Option<(u64, Option<u64>)>,
+    /// The last clock written: (now, oldest CRI call in decoding, oldest
+    /// open NRI delivery).
+    last_clock: Option<(u64, Option<u64>, Option<u64>)>,
 }
 
 impl TraceDecoder {
@@ -119,17 +120,22 @@ impl TraceDecoder {
         self.drain(out);
         if let Some(now) = now {
             let oldest = self.cri.oldest_unreported_start();
+            let nri_open = self.nri.oldest_open_delivery();
             let due = match self.last_clock {
                 None => true,
-                Some((last, last_oldest)) => {
-                    calls || oldest != last_oldest || now >= last.saturating_add(CLOCK_STEP_NS)
+                Some((last, last_oldest, last_open)) => {
+                    calls
+                        || oldest != last_oldest
+                        || nri_open != last_open
+                        || now >= last.saturating_add(CLOCK_STEP_NS)
                 }
             };
             if due {
-                self.last_clock = Some((now, oldest));
+                self.last_clock = Some((now, oldest, nri_open));
                 out.push(Observation::Clock {
                     now_ns: now,
                     cri_oldest_ns: oldest,
+                    nri_open_ns: nri_open,
                 });
             }
         }

@@ -49,7 +49,7 @@ pub fn outcome_text(o: &Outcome) -> String {
         Outcome::Error { code, message } => {
             format!("ERROR code {code}: {}", sanitize(message))
         }
-        Outcome::TimedOut => "TIMED OUT (runtime closed the connection)".into(),
+        Outcome::TimedOut => "TIMED OUT (no response by its deadline)".into(),
         Outcome::ConnectionClosed => "CONNECTION CLOSED before a response".into(),
         Outcome::NoResponse => "no response yet (capture ended)".into(),
     }

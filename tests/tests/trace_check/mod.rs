@@ -150,3 +150,14 @@ pub fn findings(records: &[TraceRecord]) -> Vec<(&'static str, Option<String>, b
         })
         .collect()
 }
+
+/// The messages of the findings of `rule`.
+pub fn finding_messages<'a>(records: &'a [TraceRecord], rule: &str) -> Vec<&'a str> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            TraceRecord::Violation(v) if v.record.rule == rule => Some(v.record.message.as_str()),
+            _ => None,
+        })
+        .collect()
+}
