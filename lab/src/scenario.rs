@@ -1358,6 +1358,16 @@ fn deliveries<'a>(t: &'a [Truth], plugin_name: &str) -> Vec<Delivery<'a>> {
         .collect()
 }
 
+/// Plugin hung's StopPodSandbox delivery, which it never answered.
+fn unanswered_stop<'a, 'b>(hung: &'b [Delivery<'a>]) -> Result<&'b Delivery<'a>> {
+    let hook = hung
+        .iter()
+        .find(|x| x.event == Some("STOP_POD_SANDBOX"))
+        .context("plugin hung never got StopPodSandbox")?;
+    ensure!(hook.reply.is_none(), "plugin hung answered StopPodSandbox");
+    Ok(hook)
+}
+
 /// (method, pod name, duration ns, outcome, retry) of every CRI call.
 fn cri_calls(t: &[Truth]) -> Vec<(&str, Option<&str>, u64, &Outcome, u32)> {
     t.iter()
@@ -1805,11 +1815,7 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
                 ms(first.2)
             );
             let hung = deliveries(&t, "hung");
-            let hook = hung
-                .iter()
-                .find(|x| x.event == Some("STOP_POD_SANDBOX"))
-                .context("plugin hung never got StopPodSandbox")?;
-            ensure!(hook.reply.is_none(), "plugin hung answered StopPodSandbox");
+            let hook = unanswered_stop(&hung)?;
             // The call's start and end, for the hook's place in it.
             let (start, end) = t
                 .iter()
@@ -1911,11 +1917,7 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
             let killed = note_at("cri-driver killed during StopPodSandbox")
                 .context("no note of the driver's kill")?;
             let hung = deliveries(&t, "hung");
-            let hook = hung
-                .iter()
-                .find(|x| x.event == Some("STOP_POD_SANDBOX"))
-                .context("plugin hung never got StopPodSandbox")?;
-            ensure!(hook.reply.is_none(), "plugin hung answered StopPodSandbox");
+            let hook = unanswered_stop(&hung)?;
             ensure!(hook.recv < killed, "the hook came after the kill");
             // Still connected: later events reach it.
             let later: Vec<&str> = hung

@@ -531,7 +531,7 @@ impl NriCallAssembler {
             CaptureEvent::Chunk(c) => self.on_chunk(c, out),
             CaptureEvent::Close(c) => {
                 if let Some(mut st) = self.conns.remove(&c.conn) {
-                    for ((mux_conn, stream_id, dir), p) in std::mem::take(&mut st.pending) {
+                    for (key, p) in std::mem::take(&mut st.pending) {
                         let waited = c.ts.mono_ns.saturating_sub(p.start.mono_ns);
                         let outcome = if c.reason == CloseReason::Untracked {
                             // The capture stopped, not the connection.
@@ -541,19 +541,15 @@ impl NriCallAssembler {
                         } else {
                             Outcome::ConnectionClosed
                         };
-                        let mut call = complete_call(
+                        // How long the runtime waited before it closed.
+                        out.push(NriObservation::Call(unanswered(
                             c.conn,
                             &st,
-                            mux_conn,
-                            stream_id,
-                            dir_of_index(dir),
+                            key,
                             p,
-                            None,
                             outcome,
-                        );
-                        // How long the runtime waited before it closed.
-                        call.duration_ns = Some(waited);
-                        out.push(NriObservation::Call(call));
+                            Some(waited),
+                        )));
                     }
                     if st.nri && c.reason != CloseReason::Untracked {
                         out.push(NriObservation::PluginGone {
@@ -580,16 +576,14 @@ impl NriCallAssembler {
             };
             let pending = std::mem::take(&mut st.pending);
             let st = &self.conns[&id];
-            for ((mux_conn, stream_id, dir), p) in pending {
-                out.push(NriObservation::Call(complete_call(
+            for (key, p) in pending {
+                out.push(NriObservation::Call(unanswered(
                     id,
                     st,
-                    mux_conn,
-                    stream_id,
-                    dir_of_index(dir),
+                    key,
                     p,
-                    None,
                     Outcome::NoResponse,
+                    None,
                 )));
             }
         }
@@ -714,17 +708,15 @@ impl NriCallAssembler {
                 // connection with this many is garbage or lost responses;
                 // the oldest (lowest stream id) goes as unanswered.
                 if st.pending.len() >= MAX_PENDING_PER_CONN && !st.pending.contains_key(&key) {
-                    if let Some(((om, os, od), old)) = st.pending.pop_first() {
+                    if let Some((old_key, old)) = st.pending.pop_first() {
                         let st = &self.conns[&c.conn];
-                        out.push(NriObservation::Call(complete_call(
+                        out.push(NriObservation::Call(unanswered(
                             c.conn,
                             st,
-                            om,
-                            os,
-                            dir_of_index(od),
+                            old_key,
                             old,
-                            None,
                             Outcome::NoResponse,
+                            None,
                         )));
                     }
                 }
@@ -916,20 +908,15 @@ impl NriCallAssembler {
                     st.given_up.pop_front();
                 }
                 st.given_up.push_back(key);
-                let waited = p.timeout_nano as u64;
-                let (mux_conn, stream_id, dir) = key;
-                let mut call = complete_call(
+                let waited = Some(p.timeout_nano as u64);
+                out.push(NriObservation::Call(unanswered(
                     id,
                     st,
-                    mux_conn,
-                    stream_id,
-                    dir_of_index(dir),
+                    key,
                     p,
-                    None,
                     Outcome::TimedOut,
-                );
-                call.duration_ns = Some(waited);
-                out.push(NriObservation::Call(call));
+                    waited,
+                )));
             }
             next = st
                 .pending
@@ -1039,6 +1026,33 @@ fn timed_out(waited_ns: u64, timeout_nano: i64) -> bool {
     let t = timeout_nano as u64;
     let slack = (t / 20).min(50_000_000);
     waited_ns + slack >= t
+}
+
+/// `p`, under `key` on connection `conn`, ended without a response:
+/// `waited` is how long its caller is known to have waited, if at all.
+fn unanswered(
+    conn: ConnId,
+    st: &ConnState,
+    key: CallKey,
+    p: PendingCall,
+    outcome: Outcome,
+    waited: Option<u64>,
+) -> NriCall {
+    let (mux_conn, stream_id, dir) = key;
+    let mut call = complete_call(
+        conn,
+        st,
+        mux_conn,
+        stream_id,
+        dir_of_index(dir),
+        p,
+        None,
+        outcome,
+    );
+    if waited.is_some() {
+        call.duration_ns = waited;
+    }
+    call
 }
 
 #[allow(clippy::too_many_arguments)]
