@@ -521,6 +521,10 @@ fn idle_listener(work: &Path) -> Result<(Proc, PathBuf)> {
 fn start_capture(ctx: &Ctx, sock: &Path) -> Result<Proc> {
     let sock = sock.to_str().context("socket path is not UTF-8")?;
     let mut cmd = ctx.nri_trace_cmd(&["capture", "--socket", sock, "--format", "count"]);
+    // Probe options to compare (e.g. "--ring-bytes 4194304"), by hand.
+    if let Ok(extra) = std::env::var("NRI_TRACE_BENCH_CAPTURE_ARGS") {
+        cmd.args(extra.split_whitespace());
+    }
     let mut p = Proc::spawn("nri-trace capture", &mut cmd)?;
     p.wait_for("nri-trace: capturing", Duration::from_secs(30))?;
     Ok(p)
