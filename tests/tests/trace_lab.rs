@@ -481,22 +481,31 @@ fn trace_busy_mount() {
 /// Wait for the scenario's note starting with `held` and saying what it
 /// keeps (" kept ": the pod is stuck from then on),
 /// then run `nri-trace explain POD` on the observations written so far.
-fn explain_while_held(out: &Path, pod: &str, held: &str) -> Option<serde_json::Value> {
-    let t0 = std::time::Instant::now();
-    while t0.elapsed() < std::time::Duration::from_secs(120) {
+fn explain_while_held(
+    out: &Path,
+    pod: &str,
+    held: &str,
+    traced_done: &std::sync::atomic::AtomicBool,
+) -> Option<serde_json::Value> {
+    // No time limit of its own: the traced run may first wait for the lab
+    // lock (other lab tests run in parallel), and it ends either way.
+    loop {
+        let done = traced_done.load(std::sync::atomic::Ordering::SeqCst);
         let is_held = truth::read(&out.join("truth.ndjson"))
             .unwrap_or_default()
             .iter()
             .any(|t| matches!(t, Truth::Note { text, .. } if text.starts_with(held) && text.contains(" kept ")));
-        if is_held {
+        if is_held && !done {
             // The held note is written before the hold: let the capture
             // drain what led to it.
             std::thread::sleep(std::time::Duration::from_millis(500));
             return Some(explain(out, pod));
         }
+        if done {
+            return None;
+        }
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    None
 }
 
 /// Start `scenario` traced, with the pod held stuck for 10 s once the note
@@ -514,12 +523,15 @@ fn traced_and_explained(
     // A previous run's files must not pass for this one's.
     let _ = std::fs::remove_file(out_dir.join("truth.ndjson"));
     let _ = std::fs::remove_file(TraceProc::observations(&out_dir));
-    let explained = std::thread::spawn(move || explain_while_held(&out_dir, pod, held));
-    let (out, records) = traced(scenario)?;
-    let v = explained
-        .join()
-        .expect("explain thread")
-        .expect("explain ran while the pod was stuck");
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let traced_done = done.clone();
+    let explained =
+        std::thread::spawn(move || explain_while_held(&out_dir, pod, held, &traced_done));
+    let run = traced(scenario);
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let explained = explained.join().expect("explain thread");
+    let (out, records) = run?;
+    let v = explained.expect("explain ran while the pod was stuck");
     eprintln!("{scenario}: explain: {v}");
     Some((out, records, v))
 }
