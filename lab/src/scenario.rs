@@ -1401,6 +1401,27 @@ fn plugin_events<'a>(t: &'a [Truth], name: &str) -> Vec<&'a PluginEvent> {
         .collect()
 }
 
+/// When plugin `name` was disconnected first, and why.
+fn disconnected_at<'a>(t: &'a [Truth], name: &str) -> Option<(u64, &'a str)> {
+    t.iter().find_map(|x| match x {
+        Truth::Plugin {
+            plugin,
+            mono_ns,
+            what: PluginEvent::Disconnected { reason },
+            ..
+        } if plugin == name => Some((*mono_ns, reason.as_str())),
+        _ => None,
+    })
+}
+
+/// When the note `text` was written.
+fn note_at(t: &[Truth], text: &str) -> Option<u64> {
+    t.iter().find_map(|x| match x {
+        Truth::Note { text: n, mono_ns } if n == text => Some(*mono_ns),
+        _ => None,
+    })
+}
+
 fn pods_of(t: &[Truth], prefix: &str) -> Vec<String> {
     let mut v: Vec<String> = cri_calls(t)
         .iter()
@@ -1883,15 +1904,7 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
                     .filter(|x| x.event == Some("STOP_POD_SANDBOX"))
                     .map(|x| rel(x.recv))
                     .collect::<Vec<_>>();
-                let gone = t.iter().find_map(|x| match x {
-                    Truth::Plugin {
-                        plugin,
-                        mono_ns,
-                        what: PluginEvent::Disconnected { reason },
-                        ..
-                    } if plugin == p => Some((*mono_ns, reason.as_str())),
-                    _ => None,
-                });
+                let gone = disconnected_at(&t, p);
                 facts.push(format!(
                     "{p}: StopPodSandbox deliveries at {stop:?}; {}",
                     match gone {
@@ -1908,13 +1921,7 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
             }
         }
         "hung-teardown-client-gone" => {
-            let note_at = |want: &str| {
-                t.iter().find_map(|x| match x {
-                    Truth::Note { text, mono_ns } if text == want => Some(*mono_ns),
-                    _ => None,
-                })
-            };
-            let killed = note_at("cri-driver killed during StopPodSandbox")
+            let killed = note_at(&t, "cri-driver killed during StopPodSandbox")
                 .context("no note of the driver's kill")?;
             let hung = deliveries(&t, "hung");
             let hook = unanswered_stop(&hung)?;
@@ -1929,17 +1936,9 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
                 !later.is_empty(),
                 "plugin hung got nothing after the client went"
             );
-            let gone = t.iter().find_map(|x| match x {
-                Truth::Plugin {
-                    plugin,
-                    mono_ns,
-                    what: PluginEvent::Disconnected { .. },
-                    ..
-                } if plugin == "hung" => Some(*mono_ns),
-                _ => None,
-            });
+            let gone = disconnected_at(&t, "hung");
             ensure!(
-                gone.is_none_or(|g| hung.iter().all(|x| x.recv < g)),
+                gone.is_none_or(|(g, _)| hung.iter().all(|x| x.recv < g)),
                 "plugin hung was disconnected before its last delivery"
             );
             let removed = cri_calls(&t)
@@ -2015,15 +2014,7 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
         }
         "runtime-restart" => {
             all_cri_ok(&t)?;
-            let restarted = t
-                .iter()
-                .find_map(|x| match x {
-                    Truth::Note { text, mono_ns } if text == "containerd restarted" => {
-                        Some(*mono_ns)
-                    }
-                    _ => None,
-                })
-                .context("no restart note")?;
+            let restarted = note_at(&t, "containerd restarted").context("no restart note")?;
             // What each plugin heard of the pod made before the restart,
             // after it: a fact of containerd's, not an expectation.
             for p in ["pre", "alpha"] {

@@ -11,7 +11,7 @@ mod lab_trace;
 mod record_schema;
 mod trace_check;
 
-use std::path::Path;
+use std::{ffi::OsStr, path::Path};
 
 use lab_trace::{TraceProc, Traced};
 use nri_trace::{
@@ -64,33 +64,53 @@ fn check_observations(scenario: &str, out: &Path) {
         types.contains_key("session") && types.contains_key("session_end"),
         "{types:?}"
     );
-    let replay = std::process::Command::new(lab_trace::bin("nri-trace"))
-        .arg("replay")
-        .arg(&obs)
-        .args(["--format", "ndjson"])
+    let args = [
+        OsStr::new("replay"),
+        obs.as_os_str(),
+        OsStr::new("--format"),
+        OsStr::new("ndjson"),
+    ];
+    let replay = nri_trace_stdout(&format!("{scenario}: replay"), args);
+    lab_trace::assert_live_equals_replay(scenario, out, replay);
+}
+
+/// `nri-trace ARGS`, which must succeed: its stdout.
+fn nri_trace_stdout<I, S>(what: &str, args: I) -> Vec<u8>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let o = std::process::Command::new(lab_trace::bin("nri-trace"))
+        .args(args)
         .output()
-        .expect("running nri-trace replay");
+        .unwrap_or_else(|e| panic!("running nri-trace ({what}): {e}"));
     assert!(
-        replay.status.success(),
-        "{scenario}: nri-trace replay: {}",
-        String::from_utf8_lossy(&replay.stderr)
+        o.status.success(),
+        "nri-trace {what}: {}",
+        String::from_utf8_lossy(&o.stderr)
     );
-    lab_trace::assert_live_equals_replay(scenario, out, replay.stdout);
+    o.stdout
+}
+
+/// The kernel events an explain result lists (`kernel`).
+fn kernel_lines(v: &serde_json::Value) -> Vec<&str> {
+    v["kernel"]
+        .as_array()
+        .expect("explain's kernel list")
+        .iter()
+        .filter_map(|l| l.as_str())
+        .collect()
 }
 
 /// `nri-trace explain POD --format ndjson` on a run's observations.
 fn explain(out: &Path, pod: &str) -> serde_json::Value {
-    let o = std::process::Command::new(lab_trace::bin("nri-trace"))
-        .args(["explain", pod, "--format", "ndjson", "--from"])
-        .arg(TraceProc::observations(out))
-        .output()
-        .expect("running nri-trace explain");
-    assert!(
-        o.status.success(),
-        "explain {pod}: {}",
-        String::from_utf8_lossy(&o.stderr)
+    let obs = TraceProc::observations(out);
+    let args = ["explain", pod, "--format", "ndjson", "--from"].map(OsStr::new);
+    let stdout = nri_trace_stdout(
+        &format!("explain {pod}"),
+        args.into_iter().chain([obs.as_os_str()]),
     );
-    serde_json::from_slice(&o.stdout).expect("explain --format ndjson")
+    serde_json::from_slice(&stdout).expect("explain --format ndjson")
 }
 
 fn check_correlation(scenario: &str, out: &Path) -> (usize, usize) {
@@ -128,12 +148,7 @@ fn trace_happy_hooks_under_their_cri_calls() {
         ] {
             assert!(s.contains(step), "{pod}: no {step:?} in {s}");
         }
-        let kernel: Vec<&str> = v["kernel"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|l| l.as_str())
-            .collect();
+        let kernel = kernel_lines(&v);
         for what in ["sent SIGTERM to pid ", "(pause) exited: killed by SIGKILL"] {
             assert!(
                 kernel.iter().any(|l| l.contains(what)),
@@ -364,12 +379,7 @@ fn trace_ignore_sigterm_finds_nothing() {
     assert_eq!(findings(&records), vec![]);
     let v = explain(&out, "ignore-sigterm-0");
     assert_eq!(v["verdict"], "gone", "{v}");
-    let kernel: Vec<&str> = v["kernel"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|l| l.as_str())
-        .collect();
+    let kernel = kernel_lines(&v);
     let at = |what: &str| {
         kernel
             .iter()
@@ -489,23 +499,20 @@ fn explain_while_held(
 ) -> Option<serde_json::Value> {
     // No time limit of its own: the traced run may first wait for the lab
     // lock (other lab tests run in parallel), and it ends either way.
-    loop {
-        let done = traced_done.load(std::sync::atomic::Ordering::SeqCst);
+    while !traced_done.load(std::sync::atomic::Ordering::SeqCst) {
         let is_held = truth::read(&out.join("truth.ndjson"))
             .unwrap_or_default()
             .iter()
             .any(|t| matches!(t, Truth::Note { text, .. } if text.starts_with(held) && text.contains(" kept ")));
-        if is_held && !done {
+        if is_held {
             // The held note is written before the hold: let the capture
             // drain what led to it.
             std::thread::sleep(std::time::Duration::from_millis(500));
             return Some(explain(out, pod));
         }
-        if done {
-            return None;
-        }
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
+    None
 }
 
 /// Start `scenario` traced, with the pod held stuck for 10 s once the note

@@ -1049,9 +1049,8 @@ fn unanswered(
         None,
         outcome,
     );
-    if waited.is_some() {
-        call.duration_ns = waited;
-    }
+    // No end: the duration is only what the caller is known to have waited.
+    call.duration_ns = waited;
     call
 }
 

@@ -20,9 +20,10 @@ use crate::capture::{CaptureEvent, ConnId, ProcessEvent};
 
 /// A [`Observation::Clock`] is written when capture time has moved on by
 /// this much since the last one (or a call came, or the oldest CRI call in
-/// decoding or open NRI delivery changed). The engine settles correlations 10 ms after a call
-/// (`engine::correlate::NRI_SETTLE_NS`): 1 ms keeps that timing while a
-/// busy stream of chunks does not become a stream of clock lines.
+/// decoding or open NRI delivery changed). The engine settles correlations
+/// 10 ms after a call (`engine::correlate::NRI_SETTLE_NS`): 1 ms keeps that
+/// timing while a busy stream of chunks does not become a stream of clock
+/// lines.
 pub const CLOCK_STEP_NS: u64 = 1_000_000;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
