@@ -52,6 +52,10 @@ pub enum RecordKind {
     /// A sandbox event (signal, exit, unmount, ...) of the runtime's process
     /// tree; a [`SandboxRecord`] follows the header.
     Sandbox = 6,
+    /// A process bound a watched socket path (`LISTEN_PATHS`) and is now
+    /// tracked, with that fd as a listener: `fd` is the socket, `aux` the
+    /// path's value in `LISTEN_PATHS`.
+    Bound = 7,
 }
 
 impl RecordKind {
@@ -63,6 +67,7 @@ impl RecordKind {
             4 => Self::Fork,
             5 => Self::ProcessExit,
             6 => Self::Sandbox,
+            7 => Self::Bound,
             _ => return None,
         })
     }
@@ -109,10 +114,11 @@ pub enum Syscall {
     CgroupMkdir = 28,
     /// Not a syscall: cgroup/cgroup_rmdir.
     CgroupRmdir = 29,
+    Bind = 30,
 }
 
 /// Every `Syscall`, in numbering order (for tests and name lookups).
-pub const ALL_SYSCALLS: [Syscall; 29] = {
+pub const ALL_SYSCALLS: [Syscall; 30] = {
     use Syscall::*;
     [
         Read,
@@ -144,6 +150,7 @@ pub const ALL_SYSCALLS: [Syscall; 29] = {
         CloneNs,
         CgroupMkdir,
         CgroupRmdir,
+        Bind,
     ]
 };
 
@@ -180,6 +187,7 @@ impl Syscall {
             27 => CloneNs,
             28 => CgroupMkdir,
             29 => CgroupRmdir,
+            30 => Bind,
             _ => return None,
         })
     }
@@ -225,6 +233,7 @@ impl Syscall {
             CloneNs => "clone_ns",
             CgroupMkdir => "cgroup_mkdir",
             CgroupRmdir => "cgroup_rmdir",
+            Bind => "bind",
         }
     }
 

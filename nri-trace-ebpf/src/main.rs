@@ -62,6 +62,13 @@ static FDS: HashMap<FdKey, FdState> = HashMap::with_max_entries(65536, 0);
 #[map]
 static CONNECT_PATHS: HashMap<SunPath, u32> = HashMap::with_max_entries(64, 0);
 
+/// Listening socket paths whose bind() by *any* process starts tracking
+/// that process and the socket as a listener: a restarted runtime is
+/// traced from its first accept (the value is userspace's name for the
+/// path, returned in the record's `aux`).
+#[map]
+static LISTEN_PATHS: HashMap<SunPath, u32> = HashMap::with_max_entries(64, 0);
+
 #[map]
 static CONFIG: Array<Config> = Array::with_max_entries(1, 0);
 
@@ -634,6 +641,21 @@ pub fn exit_accept4(ctx: TracePointContext) -> u32 {
     accept_exit(&ctx, Syscall::Accept4)
 }
 
+/// The path of the AF_UNIX `struct sockaddr_un` at `addr` (sa_family, a
+/// u16, then sun_path[108]); None for another family or a fault.
+#[inline(always)]
+fn unix_path(addr: u64) -> Option<SunPath> {
+    let family = unsafe { bpf_probe_read_user(addr as *const u16) }.ok()?;
+    if family != 1 {
+        return None; // not AF_UNIX
+    }
+    let mut key = SunPath {
+        bytes: [0u8; SUN_PATH_LEN],
+    };
+    unsafe { bpf_probe_read_user_str_bytes((addr + 2) as *const u8, &mut key.bytes) }.ok()?;
+    Some(key)
+}
+
 #[tracepoint]
 pub fn exit_connect(ctx: TracePointContext) -> u32 {
     // A non-blocking unix connect completes at once or fails with EAGAIN;
@@ -646,23 +668,63 @@ pub fn exit_connect(ctx: TracePointContext) -> u32 {
         return 0;
     }
     let Some(args) = syscall_args() else { return 0 };
-    // struct sockaddr_un: sa_family (u16) then sun_path[108].
-    let Ok(family) = (unsafe { bpf_probe_read_user(args[1] as *const u16) }) else {
+    let Some(key) = unix_path(args[1]) else {
         return 0;
     };
-    if family != 1 {
-        return 0; // not AF_UNIX
-    }
-    let mut key = SunPath {
-        bytes: [0u8; SUN_PATH_LEN],
-    };
-    if unsafe { bpf_probe_read_user_str_bytes((args[1] + 2) as *const u8, &mut key.bytes) }.is_err()
-    {
-        return 0;
-    }
     if unsafe { CONNECT_PATHS.get(&key) }.is_some() {
         track_fd(Syscall::Connect, pid_tgid, args[0] as i32, 0);
     }
+    0
+}
+
+/// bind() of a watched path, by any process (the runtime that binds it
+/// again after a restart is not tracked yet; bind is rare, so the
+/// unfiltered program costs the node nothing measurable). Tracking starts
+/// here, in the kernel, so the connections accepted right after the new
+/// runtime's listen() are captured from their first byte: a userspace
+/// scan for the new listener came up to 100 ms late, and a plugin that
+/// connected in between lost its registration (CI, runtime-restart).
+#[tracepoint]
+pub fn exit_bind(ctx: TracePointContext) -> u32 {
+    if ret_of(&ctx) != 0 {
+        return 0;
+    }
+    let Some(args) = syscall_args() else { return 0 };
+    let Some(key) = unix_path(args[1]) else {
+        return 0;
+    };
+    let Some(&name) = (unsafe { LISTEN_PATHS.get(&key) }) else {
+        return 0;
+    };
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if TRACKED_TGIDS.insert(&tgid, &1, 0).is_err() {
+        return 0;
+    }
+    // The filter slot: this tgid if free, else "shared" (ask
+    // TRACKED_TGIDS), which is right for every tgid of the slot.
+    // Userspace adds the tgid to its own view of the slot when it reads
+    // the record (EbpfBackend::track_process).
+    if let Some(slot) = TGID_FILTER.get_ptr_mut(tgid & (TGID_SLOTS - 1)) {
+        unsafe {
+            if *slot == 0 {
+                *slot = tgid;
+            } else if *slot != tgid {
+                *slot = TGID_SLOT_SHARED;
+            }
+        }
+    }
+    let fd = args[0] as i32;
+    let key = FdKey {
+        tgid,
+        fd: fd as u32,
+    };
+    if FDS.insert(&key, &FdState::new(FD_LISTEN), 0).is_err() {
+        bump(counter::FD_MAP_FULL, 1);
+        return 0;
+    }
+    let hdr = header(RecordKind::Bound, Syscall::Bind, pid_tgid, fd, name as i32, 0);
+    emit_header(&hdr, 0);
     0
 }
 

@@ -493,6 +493,92 @@ async fn connection_opened_before_capture() {
     assert_closed(NAME, &evs, conn, CloseReason::Closed);
 }
 
+/// A listener exits and a new process binds the same path at once (a
+/// runtime restarting): the kernel tracks the new process from its bind(),
+/// so a connection accepted right after its listen() is captured from the
+/// first byte, as an accept on that path. A scan of /proc for the new
+/// listener (every 100 ms) would miss the start of it, or all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listener_restarted_is_traced_from_bind() {
+    const NAME: &str = "listener_restarted_is_traced_from_bind";
+    if !guard(NAME) {
+        return;
+    }
+    let script = "read:300,write:500,readv:2000,writev:100";
+    let path = socket_path(NAME);
+    let _rm = RmOnDrop(path.clone());
+    let mut first = Peer::serve(NAME, &path, script, &[]);
+    let old = first.pid();
+    let mut cfg = session_config();
+    cfg.sockets = vec![path.clone()];
+    let cap = Capture::start(NAME, cfg, ebpf_options()).await;
+    first.kill();
+    cap.wait_for("the first listener gone", TIMEOUT, |evs| {
+        evs.iter().any(|e| {
+            matches!(e, CaptureEvent::Process(ProcessEvent::ListenerGone { tgid, .. }) if *tgid == old)
+        })
+    })
+    .await;
+
+    // The new listener, and a client right after its listen().
+    let mut second = Peer::serve(NAME, &path, script, &[]);
+    let client = connect(&path);
+    let sent = pattern(0x5e, script_in_len(script));
+    let expected = expect_script(script, &sent);
+    let (send, out_len) = (sent.clone(), expected.out.len());
+    let got = blocking(NAME, move || {
+        let got = exchange(&client, send, out_len);
+        expect_eof(&client);
+        got
+    })
+    .await;
+    assert_bytes_eq("replies", &got, &expected.out);
+    second.wait_success().await;
+    let evs = cap.finish().await;
+
+    let changes: Vec<(bool, u32, &std::path::Path)> = evs
+        .iter()
+        .filter_map(|e| match e {
+            CaptureEvent::Process(ProcessEvent::ListenerGone { tgid, path, .. }) => {
+                Some((false, *tgid, path.as_path()))
+            }
+            CaptureEvent::Process(ProcessEvent::Listening { tgid, path, .. }) => {
+                Some((true, *tgid, path.as_path()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        changes,
+        vec![
+            (false, old, path.as_path()),
+            (true, second.pid(), path.as_path()),
+            // It exits after its one connection.
+            (false, second.pid(), path.as_path()),
+        ],
+        "{NAME}: listener changes"
+    );
+    // (Not `single_accept`: the connection can open and close within one
+    // drain, and then its peer is not looked up.)
+    let opens = opens(&evs);
+    assert_eq!(opens.len(), 1, "{NAME}: Opens:\n{}", describe(&evs));
+    let o = opens[0];
+    assert!(matches!(o.origin, Origin::Accept { .. }), "{NAME}: {o:?}");
+    assert_eq!(o.tgid, second.pid(), "{NAME}: {o:?}");
+    assert_eq!(
+        o.socket_path.as_deref(),
+        Some(path.as_path()),
+        "{NAME}: {o:?}"
+    );
+    let conn = o.conn;
+    assert_bytes_eq("In", &stream(&evs, conn, Direction::In), &sent);
+    assert_bytes_eq("Out", &stream(&evs, conn, Direction::Out), &expected.out);
+    assert_complete(NAME, &evs, conn);
+    assert_chunks_follow_steps(NAME, &evs, conn, Direction::In, &expected.steps);
+    assert_chunks_follow_steps(NAME, &evs, conn, Direction::Out, &expected.steps);
+    assert_closed(NAME, &evs, conn, CloseReason::Closed);
+}
+
 /// e. socketpair + fork in a process tracked by pid: the parent's end is
 /// captured, the fork is reported.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -42,6 +42,10 @@ pub trait CaptureBackend: Send {
     fn track_fd(&mut self, tgid: u32, fd: u32, flags: u32) -> Result<(), BackendError>;
     /// Start tracking connections a tracked process makes to this path.
     fn track_connect_path(&mut self, path: &Path) -> Result<(), BackendError>;
+    /// Start tracking any process that binds this listening path, with
+    /// that socket as a listener, from the bind on (a restarted runtime);
+    /// its record carries `name` (see `RecordKind::Bound`).
+    fn watch_bind_path(&mut self, path: &Path, name: u32) -> Result<(), BackendError>;
     /// Report the sandbox events of these processes and of the processes
     /// they make (a backend without sandbox probes ignores it).
     fn watch_tasks(&mut self, _tgids: &[u32]) -> Result<(), BackendError> {

@@ -40,6 +40,7 @@ pub const CAPTURE_PROGRAMS: &[(&str, &str, &str)] = &[
     ("exit_accept", "syscalls", "sys_exit_accept"),
     ("exit_accept4", "syscalls", "sys_exit_accept4"),
     ("exit_connect", "syscalls", "sys_exit_connect"),
+    ("exit_bind", "syscalls", "sys_exit_bind"),
     ("exit_socketpair", "syscalls", "sys_exit_socketpair"),
     ("exit_dup", "syscalls", "sys_exit_dup"),
     ("exit_dup2", "syscalls", "sys_exit_dup2"),
@@ -111,6 +112,7 @@ pub struct EbpfBackend {
     tgids: HashMap<MapData, u32, u32>,
     filter: Array<MapData, u32>,
     connect_paths: HashMap<MapData, SunPath, u32>,
+    listen_paths: HashMap<MapData, SunPath, u32>,
     counters: PerCpuArray<MapData, u64>,
     /// The runtime's process tree, for the sandbox probes.
     pod_tasks: HashMap<MapData, u32, u32>,
@@ -234,6 +236,8 @@ impl EbpfBackend {
                 .map_err(map_err("TGID_FILTER"))?,
             connect_paths: HashMap::try_from(take(&mut ebpf, "CONNECT_PATHS")?)
                 .map_err(map_err("CONNECT_PATHS"))?,
+            listen_paths: HashMap::try_from(take(&mut ebpf, "LISTEN_PATHS")?)
+                .map_err(map_err("LISTEN_PATHS"))?,
             counters: PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?)
                 .map_err(map_err("COUNTERS"))?,
             pod_tasks: HashMap::try_from(take(&mut ebpf, "POD_TASKS")?)
@@ -252,6 +256,19 @@ impl EbpfBackend {
         };
         self.filter.set(slot, v, 0).map_err(map_err("TGID_FILTER"))
     }
+}
+
+/// `path` as the kernel programs compare it: sun_path's bytes, NUL-padded.
+fn sun_path(path: &Path) -> Result<SunPath, BackendError> {
+    let bytes = path.as_os_str().as_encoded_bytes();
+    if bytes.len() >= SUN_PATH_LEN {
+        return Err(BackendError::PathTooLong(path.display().to_string()));
+    }
+    let mut key = SunPath {
+        bytes: [0; SUN_PATH_LEN],
+    };
+    key.bytes[..bytes.len()].copy_from_slice(bytes);
+    Ok(key)
 }
 
 /// `task_struct.exit_code`'s offset from the kernel's BTF; 0 (exit codes
@@ -376,17 +393,15 @@ impl CaptureBackend for EbpfBackend {
     }
 
     fn track_connect_path(&mut self, path: &Path) -> Result<(), BackendError> {
-        let bytes = path.as_os_str().as_encoded_bytes();
-        if bytes.len() >= SUN_PATH_LEN {
-            return Err(BackendError::PathTooLong(path.display().to_string()));
-        }
-        let mut key = SunPath {
-            bytes: [0; SUN_PATH_LEN],
-        };
-        key.bytes[..bytes.len()].copy_from_slice(bytes);
         self.connect_paths
-            .insert(key, 1, 0)
+            .insert(sun_path(path)?, 1, 0)
             .map_err(map_err("CONNECT_PATHS"))
+    }
+
+    fn watch_bind_path(&mut self, path: &Path, name: u32) -> Result<(), BackendError> {
+        self.listen_paths
+            .insert(sun_path(path)?, name, 0)
+            .map_err(map_err("LISTEN_PATHS"))
     }
 
     fn watch_tasks(&mut self, tgids: &[u32]) -> Result<(), BackendError> {

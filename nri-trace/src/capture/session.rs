@@ -21,7 +21,7 @@ use super::{
     backend::{BackendError, CaptureBackend},
     discovery::{self, DiscoveryError, EnvPeerSocket, Listener},
     record,
-    tracker::{ConnFacts, ConnTracker, NewConn},
+    tracker::{BoundListener, ConnFacts, ConnTracker, NewConn},
     CaptureEvent, ConnId, Loss, Origin, Peer, ProcessEvent,
 };
 
@@ -230,6 +230,12 @@ pub async fn start(
         )?;
         tracked.extend(found.iter().map(|l| l.pid));
         listeners.extend(found);
+    }
+    // The kernel tracks whoever binds one of these paths again (a runtime
+    // restarting) from the bind on; a /proc scan would come late.
+    for l in &listeners {
+        let name = tracker.add_bind_path(l.path.clone());
+        backend.watch_bind_path(&l.path, name)?;
     }
     tracked.sort();
     tracked.dedup();
@@ -461,34 +467,79 @@ struct Reattach {
 
 impl Reattach {
     /// Note the listeners among the exited processes of `out`, and
-    /// report each path they served as gone.
+    /// report each path they served as gone, right after the exit (before
+    /// a new listener's `Listening` in the same batch).
     fn on_exits(&mut self, out: &mut Vec<CaptureEvent>) {
-        let mut gone = Vec::new();
-        for ev in out.iter() {
-            if let CaptureEvent::Process(ProcessEvent::Exit { ts, tgid }) = ev {
-                if let Some(paths) = self.listener_paths.remove(tgid) {
-                    gone.extend(paths.into_iter().map(|p| (*ts, *tgid, p)));
-                }
-            }
+        if !out
+            .iter()
+            .any(|ev| matches!(ev, CaptureEvent::Process(ProcessEvent::Exit { tgid, .. }) if self.listener_paths.contains_key(tgid)))
+        {
+            return;
         }
-        for (ts, tgid, path) in gone {
-            log::info!("listener of {} (pid {tgid}) exited", path.display());
-            out.push(CaptureEvent::Process(ProcessEvent::ListenerGone {
-                ts,
-                tgid,
-                path: path.clone(),
-            }));
-            if !self.lost.contains(&path) {
-                self.lost.push(path);
+        for ev in std::mem::take(out) {
+            let exited = match &ev {
+                CaptureEvent::Process(ProcessEvent::Exit { ts, tgid }) => Some((*ts, *tgid)),
+                _ => None,
+            };
+            out.push(ev);
+            let Some((ts, tgid)) = exited else { continue };
+            let Some(paths) = self.listener_paths.remove(&tgid) else {
+                continue;
+            };
+            for path in paths {
+                log::info!("listener of {} (pid {tgid}) exited", path.display());
+                out.push(CaptureEvent::Process(ProcessEvent::ListenerGone {
+                    ts,
+                    tgid,
+                    path: path.clone(),
+                }));
+                // Looked for again, unless another process serves it.
+                let served = self.listener_paths.values().any(|ps| ps.contains(&path));
+                if !served && !self.lost.contains(&path) {
+                    self.lost.push(path);
+                }
             }
         }
     }
 
-    /// Look for lost sockets' new listeners (at most every
-    /// [`REATTACH_SCAN_NS`]) and trace them.
+    /// Note the listeners the kernel started tracking at their bind (see
+    /// [`ConnTracker::take_bound`]): served again, as a scan would find;
+    /// their pids.
+    fn on_bound(
+        &mut self,
+        bound: Vec<BoundListener>,
+        backend: &mut dyn CaptureBackend,
+        no_follow: &mut HashSet<(u32, i32)>,
+    ) -> Vec<u32> {
+        let mut new_pids = Vec::new();
+        for b in bound {
+            log::info!("{} is bound again, by pid {}", b.path.display(), b.tgid);
+            // The kernel tracks it already; this keeps the backend's own
+            // view of its filter in step.
+            if let Err(e) = backend.track_process(b.tgid) {
+                log::warn!("tracking pid {}: {e}", b.tgid);
+            }
+            if self.no_follow_sockets.contains(&b.path) {
+                no_follow.insert((b.tgid, b.fd));
+            }
+            self.lost.retain(|p| *p != b.path);
+            let paths = self.listener_paths.entry(b.tgid).or_default();
+            if !paths.contains(&b.path) {
+                paths.push(b.path);
+            }
+            new_pids.push(b.tgid);
+        }
+        new_pids
+    }
+
+    /// Trace the lost sockets' new listeners: `bound_pids` (those the
+    /// kernel saw bind, see `on_bound`), and those a scan of /proc finds
+    /// (at most every [`REATTACH_SCAN_NS`]; for a path bound in a way the
+    /// kernel program does not match, e.g. relative to another directory).
     fn scan(
         &mut self,
         now: u64,
+        bound_pids: Vec<u32>,
         backend: &mut dyn CaptureBackend,
         tracker: &mut ConnTracker,
         peers: PeerRules<'_>,
@@ -499,62 +550,60 @@ impl Reattach {
             follower,
             no_follow,
         } = peers;
-        if self.lost.is_empty() || now < self.next_scan_ns {
-            return;
-        }
-
         let mut to_follow = Vec::new();
-        let mut new_pids = Vec::new();
-        let lost = std::mem::take(&mut self.lost);
-        for path in lost {
-            let follow = !self.no_follow_sockets.contains(&path);
-            let mut opened = Vec::new();
-            let found = attach_listeners(
-                backend,
-                tracker,
-                &path,
-                resolver_env,
-                follow,
-                &mut to_follow,
-                &mut opened,
-            );
-            match found {
-                Ok(found) if !found.is_empty() => {
-                    for l in &found {
-                        log::info!("{} is served again, by pid {}", path.display(), l.pid);
-                        out.push(CaptureEvent::Process(ProcessEvent::Listening {
-                            ts: tracker.ts(monotonic_ns()),
-                            tgid: l.pid,
-                            path: path.clone(),
-                        }));
-                        self.listener_paths
-                            .entry(l.pid)
-                            .or_default()
-                            .push(path.clone());
-                        if !follow {
-                            no_follow.insert((l.pid, l.listen_fd as i32));
+        let mut new_pids = bound_pids;
+        if !self.lost.is_empty() && now >= self.next_scan_ns {
+            let lost = std::mem::take(&mut self.lost);
+            for path in lost {
+                let follow = !self.no_follow_sockets.contains(&path);
+                let mut opened = Vec::new();
+                let found = attach_listeners(
+                    backend,
+                    tracker,
+                    &path,
+                    resolver_env,
+                    follow,
+                    &mut to_follow,
+                    &mut opened,
+                );
+                match found {
+                    Ok(found) if !found.is_empty() => {
+                        for l in &found {
+                            log::info!("{} is served again, by pid {}", path.display(), l.pid);
+                            out.push(CaptureEvent::Process(ProcessEvent::Listening {
+                                ts: tracker.ts(monotonic_ns()),
+                                tgid: l.pid,
+                                path: path.clone(),
+                            }));
+                            self.listener_paths
+                                .entry(l.pid)
+                                .or_default()
+                                .push(path.clone());
+                            if !follow {
+                                no_follow.insert((l.pid, l.listen_fd as i32));
+                            }
+                            new_pids.push(l.pid);
                         }
-                        new_pids.push(l.pid);
+                        out.append(&mut opened);
                     }
-                    out.append(&mut opened);
-                }
-                Ok(_) => self.lost.push(path),
-                Err(e) => {
-                    log::debug!("looking for a listener on {}: {e}", path.display());
-                    self.lost.push(path);
+                    Ok(_) => self.lost.push(path),
+                    Err(e) => {
+                        log::debug!("looking for a listener on {}: {e}", path.display());
+                        self.lost.push(path);
+                    }
                 }
             }
+            // Every REATTACH_SCAN_NS while the runtime is down; at every
+            // drain for a while once part of it is back.
+            self.next_scan_ns = if now < self.fast_until_ns || !new_pids.is_empty() {
+                now
+            } else {
+                now + REATTACH_SCAN_NS
+            };
         }
-        // Every REATTACH_SCAN_NS while the runtime is down; at every drain
-        // for a while once part of it is back.
         if !new_pids.is_empty() {
             self.fast_until_ns = now + REATTACH_FAST_NS;
         }
-        self.next_scan_ns = if now < self.fast_until_ns {
-            now
-        } else {
-            now + REATTACH_SCAN_NS
-        };
         new_pids.sort();
         new_pids.dedup();
         if new_pids.is_empty() {
@@ -654,7 +703,18 @@ async fn drain_until_stopped(
                 }
             }
         }
+        // A runtime that restarted: its sockets are served by a new process,
+        // which the kernel may track already from its bind(); before the
+        // follower looks at the batch's connections (the new listener's
+        // accepts are its to follow).
+        resolver.reattach.on_exits(&mut out);
+        let bound_pids = resolver.reattach.on_bound(
+            tracker.take_bound(),
+            &mut *backend,
+            &mut resolver.no_follow,
+        );
         if let Some(f) = resolver.follower.as_mut() {
+            f.targets.extend(bound_pids.iter().copied());
             let mut new_conns = new_conns;
             new_conns.retain(|n| match n.origin {
                 Origin::Accept { listen_fd } => !resolver.no_follow.contains(&(n.tgid, listen_fd)),
@@ -669,11 +729,10 @@ async fn drain_until_stopped(
             );
         }
         let now = monotonic_ns();
-        // A runtime that restarted: its sockets are served by a new process.
-        resolver.reattach.on_exits(&mut out);
         if !stopping {
             resolver.reattach.scan(
                 now,
+                bound_pids,
                 &mut *backend,
                 &mut tracker,
                 PeerRules {

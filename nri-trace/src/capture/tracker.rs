@@ -64,6 +64,12 @@ pub struct ConnTracker {
     listen_paths: HashMap<(u32, i32), PathBuf>,
     /// Paths whose connect() is tracked (one path: attribute it).
     connect_paths: Vec<PathBuf>,
+    /// Listening paths whose bind() the kernel watches, indexed by the
+    /// name a `RecordKind::Bound` record carries.
+    bind_paths: Vec<PathBuf>,
+    /// Listeners the kernel started tracking at their bind, not yet taken
+    /// by `take_bound`.
+    bound: Vec<BoundListener>,
     /// Existing connections registered from /proc, with the scan time: an
     /// Open record for the same fd from before the scan is the same
     /// connection, not a new one.
@@ -86,6 +92,15 @@ pub struct ConnFacts {
     pub peer: Option<Peer>,
     /// The socket inode behind the fd.
     pub inode: Option<u64>,
+}
+
+/// A listening socket the kernel started tracking when its process bound
+/// a watched path ([`ConnTracker::take_bound`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BoundListener {
+    pub tgid: u32,
+    pub fd: i32,
+    pub path: PathBuf,
 }
 
 /// A connection the kernel reported opening in the batch just resolved, and
@@ -112,6 +127,8 @@ impl ConnTracker {
             pending: HashMap::new(),
             listen_paths: HashMap::new(),
             connect_paths: Vec::new(),
+            bind_paths: Vec::new(),
+            bound: Vec::new(),
             existing_since: HashMap::new(),
             unresolved: Vec::new(),
             peer_procs: HashSet::new(),
@@ -133,6 +150,25 @@ impl ConnTracker {
 
     pub fn add_connect_path(&mut self, path: PathBuf) {
         self.connect_paths.push(path);
+    }
+
+    /// The name under which the kernel is to report a bind() of `path`
+    /// (`CaptureBackend::watch_bind_path`).
+    pub fn add_bind_path(&mut self, path: PathBuf) -> u32 {
+        let i = match self.bind_paths.iter().position(|p| *p == path) {
+            Some(i) => i,
+            None => {
+                self.bind_paths.push(path);
+                self.bind_paths.len() - 1
+            }
+        };
+        i as u32
+    }
+
+    /// The listeners the kernel started tracking at their bind() since the
+    /// last call (each also reported as `ProcessEvent::Listening`).
+    pub fn take_bound(&mut self) -> Vec<BoundListener> {
+        std::mem::take(&mut self.bound)
     }
 
     pub fn open_connections(&self) -> usize {
@@ -285,7 +321,33 @@ impl ConnTracker {
                     out.push(CaptureEvent::Sandbox(ev));
                 }
             }
+            RecordKind::Bound => self.on_bound(r, out),
         }
+    }
+
+    fn on_bound(&mut self, r: &RawRecord<'_>, out: &mut Vec<CaptureEvent>) {
+        let Some(path) = usize::try_from(r.aux)
+            .ok()
+            .and_then(|i| self.bind_paths.get(i))
+            .cloned()
+        else {
+            return;
+        };
+        let key = (r.tgid, r.fd);
+        if self.listen_paths.get(&key) == Some(&path) {
+            return; // a /proc scan found this listener first
+        }
+        self.listen_paths.insert(key, path.clone());
+        out.push(CaptureEvent::Process(ProcessEvent::Listening {
+            ts: self.ts(r.ts_ns),
+            tgid: r.tgid,
+            path: path.clone(),
+        }));
+        self.bound.push(BoundListener {
+            tgid: r.tgid,
+            fd: r.fd,
+            path,
+        });
     }
 
     fn on_open(&mut self, r: &RawRecord<'_>, out: &mut Vec<CaptureEvent>) {
@@ -714,6 +776,59 @@ mod tests {
             matches!(&ev[0], CaptureEvent::Close(c) if c.conn == o.conn && c.reason == CloseReason::Closed)
         );
         assert_eq!(t.open_connections(), 0);
+    }
+
+    #[test]
+    fn bound_listener_reported_once_and_its_accepts_get_the_path() {
+        let mut t = ConnTracker::new(0);
+        let name = t.add_bind_path("/run/nri.sock".into());
+        assert_eq!(t.add_bind_path("/run/nri.sock".into()), name);
+        let other = t.add_bind_path("/run/cri.sock".into());
+        assert_ne!(other, name);
+        let bound = |tgid: u32, aux: i32| Rec {
+            tgid,
+            tid: tgid,
+            aux,
+            ..rec(RecordKind::Bound, Syscall::Bind, 3)
+        };
+        // A name the tracker never gave out is ignored.
+        assert!(feed(&mut t, &bound(9, 7)).is_empty());
+        assert!(t.take_bound().is_empty());
+        let ev = feed(&mut t, &bound(9, name as i32));
+        assert!(
+            matches!(&ev[..], [CaptureEvent::Process(ProcessEvent::Listening { tgid: 9, path, .. })]
+                if path.as_path() == std::path::Path::new("/run/nri.sock")),
+            "{ev:?}"
+        );
+        assert_eq!(
+            t.take_bound(),
+            vec![BoundListener {
+                tgid: 9,
+                fd: 3,
+                path: "/run/nri.sock".into()
+            }]
+        );
+        // Accepts on it are connections of that path.
+        let ev = feed(
+            &mut t,
+            &Rec {
+                tgid: 9,
+                tid: 9,
+                aux: 3,
+                ..rec(RecordKind::Open, Syscall::Accept4, 8)
+            },
+        );
+        let CaptureEvent::Open(o) = &ev[0] else {
+            panic!("{ev:?}")
+        };
+        assert_eq!(
+            o.socket_path.as_deref(),
+            Some(std::path::Path::new("/run/nri.sock"))
+        );
+        // A listener a /proc scan registered first is not reported again.
+        t.add_listener(10, 3, "/run/cri.sock".into());
+        assert!(feed(&mut t, &bound(10, other as i32)).is_empty());
+        assert!(t.take_bound().is_empty());
     }
 
     #[test]
