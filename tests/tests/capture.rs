@@ -16,8 +16,8 @@ use std::{collections::BTreeSet, time::Duration};
 
 use common::*;
 use nri_trace::capture::{
-    ebpf::EbpfOptions, CaptureEvent, CloseReason, ConnId, Direction, Loss, Origin, ProcessEvent,
-    Syscall,
+    ebpf::EbpfOptions, CaptureEvent, CloseReason, ConnId, ConnOpen, Direction, Loss, Origin,
+    ProcessEvent, Syscall,
 };
 use nri_trace_common::{DEFAULT_SNAP, MAX_CHUNK};
 
@@ -32,6 +32,28 @@ const ALL_DATA_SYSCALLS: [Syscall; 8] = [
     Syscall::Sendmsg,
 ];
 
+/// The one connection of the capture: its Open, checked as one of
+/// `pid`'s connections on `path`.
+#[track_caller]
+fn single_open<'a>(
+    name: &str,
+    evs: &'a [CaptureEvent],
+    pid: u32,
+    path: &std::path::Path,
+) -> &'a ConnOpen {
+    let opens = opens(evs);
+    assert_eq!(
+        opens.len(),
+        1,
+        "{name}: expected one Open, got:\n{}",
+        describe(evs)
+    );
+    let o = opens[0];
+    assert_eq!(o.tgid, pid, "{name}: Open of another process: {o:?}");
+    assert_eq!(o.socket_path.as_deref(), Some(path), "{name}: socket path");
+    o
+}
+
 /// The one connection the peer accepted: its Open, checked as an accept on
 /// `path` by this test process.
 #[track_caller]
@@ -41,21 +63,19 @@ fn single_accept(
     peer_pid: u32,
     path: &std::path::Path,
 ) -> ConnId {
-    let opens = opens(evs);
-    assert_eq!(
-        opens.len(),
-        1,
-        "{name}: expected one Open, got:\n{}",
-        describe(evs)
-    );
-    let o = opens[0];
+    let o = single_open(name, evs, peer_pid, path);
     assert!(
         matches!(o.origin, Origin::Accept { .. }),
         "{name}: origin {:?}",
         o.origin
     );
-    assert_eq!(o.tgid, peer_pid, "{name}: Open of another process");
-    assert_eq!(o.socket_path.as_deref(), Some(path), "{name}: socket path");
+    assert_peer_is_us(name, o);
+    o.conn
+}
+
+/// The connection's peer is this test process.
+#[track_caller]
+fn assert_peer_is_us(name: &str, o: &ConnOpen) {
     let peer = o
         .peer
         .as_ref()
@@ -65,7 +85,6 @@ fn single_accept(
         std::process::id(),
         "{name}: the peer is this test process"
     );
-    o.conn
 }
 
 /// Exactly one Close for `conn`, with `reason`, after its last chunk.
@@ -155,12 +174,7 @@ async fn every_syscall_family() {
     })
     .await;
     let (send, out_len) = (sent.clone(), expected.out.len());
-    let got = blocking(NAME, move || {
-        let got = exchange(&client, send, out_len);
-        expect_eof(&client);
-        got
-    })
-    .await;
+    let got = exchange_to_end(NAME, client, send, out_len).await;
     assert_bytes_eq(
         "unix-peer's own output (not the capture)",
         &got,
@@ -437,27 +451,15 @@ async fn connection_opened_before_capture() {
     // After: let the server go on, and exchange the rest.
     peer.send_line("go");
     let (post_send, post_len) = (sent[PRE_IN..].to_vec(), expected.out.len() - PRE_OUT);
-    let post = blocking(NAME, move || {
-        let got = exchange(&client, post_send, post_len);
-        expect_eof(&client);
-        got
-    })
-    .await;
+    let post = exchange_to_end(NAME, client, post_send, post_len).await;
     assert_bytes_eq("later replies", &post, &expected.out[PRE_OUT..]);
     peer.wait_success().await;
     let evs = cap.finish().await;
 
-    let opens = opens(&evs);
-    assert_eq!(opens.len(), 1, "{NAME}: Opens:\n{}", describe(&evs));
-    let o = opens[0];
+    let o = single_open(NAME, &evs, peer.pid(), &path);
     assert_eq!(o.origin, Origin::Existing, "{NAME}: {o:?}");
-    assert_eq!((o.tgid, o.fd), (peer.pid(), existing_fd));
-    assert_eq!(o.socket_path.as_deref(), Some(path.as_path()));
-    assert_eq!(
-        o.peer.as_ref().map(|p| p.pid),
-        Some(std::process::id()),
-        "{NAME}: peer of the existing connection"
-    );
+    assert_eq!(o.fd, existing_fd, "{NAME}: {o:?}");
+    assert_peer_is_us(NAME, o);
     let conn = o.conn;
     assert_bytes_eq(
         "In after start",
@@ -526,12 +528,7 @@ async fn listener_restarted_is_traced_from_bind() {
     let sent = pattern(0x5e, script_in_len(script));
     let expected = expect_script(script, &sent);
     let (send, out_len) = (sent.clone(), expected.out.len());
-    let got = blocking(NAME, move || {
-        let got = exchange(&client, send, out_len);
-        expect_eof(&client);
-        got
-    })
-    .await;
+    let got = exchange_to_end(NAME, client, send, out_len).await;
     assert_bytes_eq("replies", &got, &expected.out);
     second.wait_success().await;
     let evs = cap.finish().await;
@@ -702,12 +699,7 @@ async fn snap_length_truncation() {
     })
     .await;
     let send = sent.clone();
-    let got = blocking(NAME, move || {
-        let got = exchange(&client, send, 5000);
-        expect_eof(&client);
-        got
-    })
-    .await;
+    let got = exchange_to_end(NAME, client, send, 5000).await;
     assert_bytes_eq("unix-peer's own output", &got, &expected.out);
     peer.wait_success().await;
     let evs = cap.finish().await;
@@ -775,12 +767,7 @@ async fn lost_records_are_counted() {
     })
     .await;
     let (last, out_len) = (sent[MSGS * MSG..].to_vec(), expected.out.len());
-    let got = blocking(NAME, move || {
-        let got = exchange(&client, last, out_len);
-        expect_eof(&client);
-        got
-    })
-    .await;
+    let got = exchange_to_end(NAME, client, last, out_len).await;
     assert_bytes_eq("unix-peer's own output", &got, &expected.out);
     peer.wait_success().await;
     let evs = cap.finish().await;

@@ -571,6 +571,22 @@ pub fn exchange(s: &std::os::unix::net::UnixStream, send: Vec<u8>, recv_len: usi
     got
 }
 
+/// `exchange` on a blocking thread, then the end of stream: the whole
+/// conversation of a client whose server closes after its script.
+pub async fn exchange_to_end(
+    what: &str,
+    client: std::os::unix::net::UnixStream,
+    send: Vec<u8>,
+    recv_len: usize,
+) -> Vec<u8> {
+    blocking(what, move || {
+        let got = exchange(&client, send, recv_len);
+        expect_eof(&client);
+        got
+    })
+    .await
+}
+
 /// The server closed the connection: the next read returns end of stream.
 pub fn expect_eof(s: &std::os::unix::net::UnixStream) {
     use std::io::Read;
