@@ -1,11 +1,14 @@
 //! `cargo xtask bench`: what nri-trace's probes cost, measured around real
 //! attachments, printed as markdown tables for docs/benchmarks.md.
 //!
-//! Seven parts (see docs/benchmarks.md for how to read them):
+//! Nine parts (see docs/benchmarks.md for how to read them):
 //! - probe: syscalls of a process nri-trace does NOT track, with nothing,
 //!   the real capture, the design floors or a bpftrace pair attached.
 //! - traced: write(2) of the process nri-trace captures, without and with
 //!   the capture.
+//! - paced: write(2) of the captured process at 10,000 writes/s, without
+//!   and with the capture: the per-write cost when the capture keeps up
+//!   and its reader is mostly idle.
 //! - throughput: how fast a captured writer can go before records are lost.
 //! - mix: the system-wide syscall mix, and what each design would cost over
 //!   it (with the break-even share of probed syscalls, from the probe part).
@@ -65,7 +68,7 @@ pub struct BenchArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "probe,traced,throughput,mix,nri-decode,cri-decode,trace-engine,tui-frame"
+        default_value = "probe,traced,paced,throughput,mix,nri-decode,cri-decode,trace-engine,tui-frame"
     )]
     only: Vec<Part>,
     /// Very short criterion runs: checks the harness, the numbers are noise.
@@ -77,6 +80,7 @@ pub struct BenchArgs {
 enum Part {
     Probe,
     Traced,
+    Paced,
     Throughput,
     Mix,
     NriDecode,
@@ -122,6 +126,14 @@ pub fn run(a: BenchArgs) -> Result<()> {
         }
         _ => None,
     };
+    let paced = match &ctx {
+        Some(ctx) if a.only.contains(&Part::Paced) => {
+            let p = paced_cost(ctx, a.rounds, a.throughput_seconds)?;
+            report.push(paced_section(&p, a.throughput_seconds));
+            Some(p)
+        }
+        _ => None,
+    };
     if let Some(ctx) = ctx.as_ref().filter(|_| a.only.contains(&Part::Throughput)) {
         let t = throughput(ctx, a.throughput_seconds, a.loss_steps)?;
         report.push(throughput_section(&t, a.throughput_seconds));
@@ -155,10 +167,16 @@ pub fn run(a: BenchArgs) -> Result<()> {
         report.push(tui_frame_section(&tui_frame(a.quick)?));
     }
     // Only parts with a target (cri-decode has none) make rows.
-    if probe.is_some() || traced.is_some() || decode.is_some() || engine.is_some() {
+    if probe.is_some()
+        || traced.is_some()
+        || paced.is_some()
+        || decode.is_some()
+        || engine.is_some()
+    {
         report.push(targets_section(
             probe.as_ref(),
             traced.as_ref(),
+            paced.as_ref(),
             decode.as_ref(),
             engine.as_ref(),
         ));
@@ -894,6 +912,83 @@ fn check_captured(s: &Summary, expect_data: bool) -> Result<()> {
         );
     }
     Ok(())
+}
+
+// ------------------------------------------------------ part b2: paced
+
+/// The paced part's rate: the capture keeps up with it at every size (see
+/// the throughput part), so its reader drains a few records per wakeup
+/// instead of competing with the writer flat out.
+const PACED_WRITES_S: f64 = 10_000.0;
+const PACED_SIZES: [u64; 3] = [64, 4096, 65536];
+
+struct PacedCost {
+    /// Per size: per-round mean ns in write(2) without and with capture.
+    baseline: Vec<Vec<f64>>,
+    captured: Vec<Vec<f64>>,
+    /// Per size: the captured runs' writes, chunks and lost records, summed.
+    writes: Vec<u64>,
+    chunks: Vec<u64>,
+    lost: Vec<u64>,
+}
+
+impl PacedCost {
+    /// Median over rounds of (captured - baseline), run back to back.
+    fn added(&self, i: usize) -> f64 {
+        paired_diff(&self.captured[i], &self.baseline[i])
+    }
+}
+
+fn paced_cost(ctx: &Ctx, rounds: usize, seconds: f64) -> Result<PacedCost> {
+    let n = PACED_SIZES.len();
+    let mut p = PacedCost {
+        baseline: vec![vec![]; n],
+        captured: vec![vec![]; n],
+        writes: vec![0; n],
+        chunks: vec![0; n],
+        lost: vec![0; n],
+    };
+    for _ in 0..rounds {
+        for (i, &size) in PACED_SIZES.iter().enumerate() {
+            let rate = size as f64 * PACED_WRITES_S;
+            let base = run_writer(ctx, size, seconds, rate, false)?;
+            let cap = run_writer(ctx, size, seconds, rate, true)?;
+            let summary = cap.summary.expect("captured run");
+            p.baseline[i].push(base.write_ns);
+            p.captured[i].push(cap.write_ns);
+            p.writes[i] += cap.writes;
+            p.chunks[i] += summary.chunks;
+            p.lost[i] += summary.lost_records;
+        }
+    }
+    Ok(p)
+}
+
+fn paced_section(p: &PacedCost, seconds: f64) -> String {
+    let mut s = format!(
+        "## Cost for the traced process at {PACED_WRITES_S:.0} writes/s\n\n\
+         The throughput part's writer, paced to {PACED_WRITES_S:.0} writes/s for {seconds} s: \
+         mean time inside write(2) (two clock reads included), without and with the \
+         capture, run back to back; median over rounds (min-max); added = median over \
+         rounds of (captured - no capture). Unlike the flat-out loop above, the capture's \
+         reader is mostly idle here, as on a node, where the runtime's sockets carry far \
+         fewer messages.\n\n\
+         | write(2) of the traced process | no capture (ns) | nri-trace capture (ns) | added per write (ns) \
+         | writes captured | chunks captured | lost records |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+    );
+    for (i, size) in PACED_SIZES.iter().enumerate() {
+        s += &format!(
+            "| unix write {size} B (captured fd) | {} | {} | {:+.1} | {} | {} | {} |\n",
+            fmt_spread(&p.baseline[i]),
+            fmt_spread(&p.captured[i]),
+            p.added(i),
+            p.writes[i],
+            p.chunks[i],
+            p.lost[i],
+        );
+    }
+    s
 }
 
 // --------------------------------------------------- part c: throughput
@@ -2029,6 +2124,7 @@ fn cri_decode_section(d: &CriDecode) -> String {
 fn targets_section(
     p: Option<&ProbeCost>,
     t: Option<&TracedCost>,
+    paced: Option<&PacedCost>,
     d: Option<&NriDecode>,
     e: Option<&TraceEngine>,
 ) -> String {
@@ -2066,6 +2162,16 @@ fn targets_section(
             let added = t.added(i);
             s += &format!(
                 "| under 1 us added per captured write, {size} B | {added:+.1} ns | {} |\n",
+                verdict(added < 1000.0)
+            );
+        }
+    }
+    if let Some(p) = paced {
+        for (i, size) in PACED_SIZES.iter().enumerate() {
+            let added = p.added(i);
+            s += &format!(
+                "| under 1 us added per captured write at {PACED_WRITES_S:.0} writes/s, {size} B \
+                 | {added:+.1} ns | {} |\n",
                 verdict(added < 1000.0)
             );
         }
