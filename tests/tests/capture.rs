@@ -557,16 +557,8 @@ async fn listener_restarted_is_traced_from_bind() {
     );
     // (Not `single_accept`: the connection can open and close within one
     // drain, and then its peer is not looked up.)
-    let opens = opens(&evs);
-    assert_eq!(opens.len(), 1, "{NAME}: Opens:\n{}", describe(&evs));
-    let o = opens[0];
+    let o = single_open(NAME, &evs, second.pid(), &path);
     assert!(matches!(o.origin, Origin::Accept { .. }), "{NAME}: {o:?}");
-    assert_eq!(o.tgid, second.pid(), "{NAME}: {o:?}");
-    assert_eq!(
-        o.socket_path.as_deref(),
-        Some(path.as_path()),
-        "{NAME}: {o:?}"
-    );
     let conn = o.conn;
     assert_bytes_eq("In", &stream(&evs, conn, Direction::In), &sent);
     assert_bytes_eq("Out", &stream(&evs, conn, Direction::Out), &expected.out);

@@ -519,17 +519,29 @@ impl Reattach {
             if let Err(e) = backend.track_process(b.tgid) {
                 log::warn!("tracking pid {}: {e}", b.tgid);
             }
-            if self.no_follow_sockets.contains(&b.path) {
-                no_follow.insert((b.tgid, b.fd));
-            }
             self.lost.retain(|p| *p != b.path);
-            let paths = self.listener_paths.entry(b.tgid).or_default();
-            if !paths.contains(&b.path) {
-                paths.push(b.path);
-            }
+            self.note_listener(b.tgid, b.fd, b.path, no_follow);
             new_pids.push(b.tgid);
         }
         new_pids
+    }
+
+    /// `tgid` serves `path` on `fd` from now on: remembered for its exit,
+    /// and its accepts not followed when the path is not to be.
+    fn note_listener(
+        &mut self,
+        tgid: u32,
+        fd: i32,
+        path: PathBuf,
+        no_follow: &mut HashSet<(u32, i32)>,
+    ) {
+        if self.no_follow_sockets.contains(&path) {
+            no_follow.insert((tgid, fd));
+        }
+        let paths = self.listener_paths.entry(tgid).or_default();
+        if !paths.contains(&path) {
+            paths.push(path);
+        }
     }
 
     /// Trace the lost sockets' new listeners: `bound_pids` (those the
@@ -575,13 +587,7 @@ impl Reattach {
                                 tgid: l.pid,
                                 path: path.clone(),
                             }));
-                            self.listener_paths
-                                .entry(l.pid)
-                                .or_default()
-                                .push(path.clone());
-                            if !follow {
-                                no_follow.insert((l.pid, l.listen_fd as i32));
-                            }
+                            self.note_listener(l.pid, l.listen_fd as i32, path.clone(), no_follow);
                             new_pids.push(l.pid);
                         }
                         out.append(&mut opened);
