@@ -149,11 +149,14 @@ static LAST_WAKE: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 /// At most one forced wakeup per CPU per this many ns.
 const WAKE_INTERVAL_NS: u64 = 1_000_000;
 
-/// Wake the reader only when enough data waits, and at most once per
+/// Wake the reader only when enough data waits, and look at most once per
 /// millisecond per CPU; otherwise the reader's timed drain collects it. A
 /// wakeup per record costs the traced process microseconds per syscall, and
 /// forcing one per record once the ring is busy doubled the cost of a
 /// captured write exactly when the ring was under pressure (benchmarks.md).
+/// The look itself is rate-limited too: while the ring stays below
+/// `wakeup_bytes` (the usual case), querying it on every record was one
+/// more helper call per captured write.
 #[inline(always)]
 fn wake_flags(now_ns: u64, wakeup_bytes: u32) -> u64 {
     let Some(last) = LAST_WAKE.get_ptr_mut(0) else {
@@ -162,9 +165,9 @@ fn wake_flags(now_ns: u64, wakeup_bytes: u32) -> u64 {
     if now_ns.wrapping_sub(unsafe { *last }) < WAKE_INTERVAL_NS {
         return BPF_RB_NO_WAKEUP as u64;
     }
+    unsafe { *last = now_ns };
     let avail = unsafe { bpf_ringbuf_query(&EVENTS as *const RingBuf as *mut c_void, 0) };
     if avail >= wakeup_bytes as u64 {
-        unsafe { *last = now_ns };
         BPF_RB_FORCE_WAKEUP as u64
     } else {
         BPF_RB_NO_WAKEUP as u64
