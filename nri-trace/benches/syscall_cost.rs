@@ -164,6 +164,30 @@ fn drain(mut client: UnixStream) {
         }
     }
     let mut buf = vec![0u8; 1 << 20];
+    // NRI_TRACE_BENCH_READER_POLL_US=N: read without blocking every N us
+    // instead of sleeping in read(2). No reader waits on the socket, so a
+    // write wakes nobody, and the writer's time in write(2) no longer
+    // includes a switch to the reader and the reader's own (probed) read
+    // whenever the woken reader preempts it on the way out of the syscall.
+    if let Some(us) = env::var("NRI_TRACE_BENCH_READER_POLL_US")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        client.set_nonblocking(true).expect("O_NONBLOCK");
+        loop {
+            match client.read(&mut buf) {
+                Ok(0) => break,
+                Ok(_) => {
+                    READS.fetch_add(1, Relaxed);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    thread::sleep(Duration::from_micros(us));
+                }
+                Err(_) => break,
+            }
+        }
+        return;
+    }
     while let Ok(n) = client.read(&mut buf) {
         if n == 0 {
             break;
@@ -235,6 +259,23 @@ fn throughput() {
     // Bytes per second; 0 = as fast as possible.
     let rate = env_num("NRI_TRACE_BENCH_RATE", 0.0);
     let fd = conn.server.as_raw_fd();
+    if env::var_os("NRI_TRACE_BENCH_READER_POLL_US").is_some() {
+        // A polling reader leaves data queued between polls (and its sleeps
+        // run late by the timer slack): give the socket room for many
+        // writes, so that a write never blocks on a full buffer.
+        let bytes: libc::c_int = 16 << 20;
+        // SAFETY: setsockopt reads `bytes` for size_of::<c_int>() bytes.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUFFORCE,
+                (&bytes as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(rc, 0, "SO_SNDBUFFORCE: {}", std::io::Error::last_os_error());
+    }
     let buf = vec![0x5au8; size];
     let run_for = Duration::from_secs_f64(seconds);
     let mut writes: u64 = 0;
