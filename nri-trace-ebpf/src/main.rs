@@ -541,19 +541,26 @@ fn data_vectored(ctx: &TracePointContext, sc: Syscall, msghdr: bool) -> u32 {
     0
 }
 
-/// Start tracking `fd` of `tgid` and tell userspace.
+/// Start tracking `fd` of `tgid` as a connection and tell userspace.
 #[inline(always)]
 fn track_fd(sc: Syscall, pid_tgid: u64, fd: i32, aux: i32) {
+    let hdr = header(RecordKind::Open, sc, pid_tgid, fd, aux, fd as i64);
+    track_fd_reported(&hdr, FD_CONN, config().wakeup_bytes);
+}
+
+/// Start tracking the fd `hdr` names (its tgid and fd) with `flags`, then
+/// emit `hdr`; a full fd map is counted instead.
+#[inline(always)]
+fn track_fd_reported(hdr: &RecordHeader, flags: u32, wakeup_bytes: u32) {
     let key = FdKey {
-        tgid: (pid_tgid >> 32) as u32,
-        fd: fd as u32,
+        tgid: hdr.tgid,
+        fd: hdr.fd as u32,
     };
-    if FDS.insert(&key, &FdState::new(FD_CONN), 0).is_err() {
+    if FDS.insert(&key, &FdState::new(flags), 0).is_err() {
         bump(counter::FD_MAP_FULL, 1);
         return;
     }
-    let hdr = header(RecordKind::Open, sc, pid_tgid, fd, aux, fd as i64);
-    emit_header(&hdr, config().wakeup_bytes);
+    emit_header(hdr, wakeup_bytes);
 }
 
 // ---------------------------------------------------------------- programs
@@ -717,17 +724,12 @@ pub fn exit_bind(ctx: TracePointContext) -> u32 {
             }
         }
     }
-    let fd = args[0] as i32;
-    let key = FdKey {
-        tgid,
-        fd: fd as u32,
-    };
-    if FDS.insert(&key, &FdState::new(FD_LISTEN), 0).is_err() {
-        bump(counter::FD_MAP_FULL, 1);
-        return 0;
-    }
-    let hdr = header(RecordKind::Bound, Syscall::Bind, pid_tgid, fd, name as i32, 0);
-    emit_header(&hdr, 0);
+    let hdr = header(RecordKind::Bound, Syscall::Bind, pid_tgid, args[0] as i32, name as i32, 0);
+    // Wakeup threshold 0: wake the reader for this rare record unless this
+    // CPU looked at the ring in the last millisecond (`wake_flags`); then
+    // the reader's timed drain takes it. The kernel tracks the listener
+    // already, so nothing is lost while it waits.
+    track_fd_reported(&hdr, FD_LISTEN, 0);
     0
 }
 

@@ -934,8 +934,9 @@ const PACED_SIZES: [u64; 3] = [64, 4096, 65536];
 /// blocked in read(2) is woken by every write and, on the same CPU, often
 /// preempts the writer on its way out of write(2), so the timed write also
 /// held a switch to the reader and the reader's own probed read (about 4 us
-/// of the 6 us baseline). Two 64 KiB writes per poll fit the default
-/// socket buffer (212992 B), so the writer never blocks on a full one.
+/// of the 6 us baseline). In this mode the bench executable also raises the
+/// writer's socket buffer (`SO_SNDBUFFORCE`), so that the writes queued
+/// between two polls never fill it.
 const PACED_READER: &[(&str, &str)] = &[("NRI_TRACE_BENCH_READER_POLL_US", "100")];
 
 struct PacedCost {
@@ -1013,12 +1014,7 @@ fn paced_section(p: &PacedCost, seconds: f64) -> String {
             p.lost[i],
         );
     }
-    let (slope, intercept) = p.fit();
-    s += &format!(
-        "\nLeast-squares fit of the added cost over the three write sizes: {intercept:.1} ns per \
-         write + {slope:.4} ns per byte ({:.0} ns per KiB).\n",
-        slope * 1024.0
-    );
+    s += &fit_sentence(p.fit());
     s
 }
 
@@ -1870,12 +1866,7 @@ fn traced_section(t: &TracedCost) -> String {
             sum(|s| s.lost_records),
         );
     }
-    let (slope, intercept) = t.fit();
-    s += &format!(
-        "\nLeast-squares fit of the added cost over the three write sizes: {intercept:.1} ns per \
-         write + {slope:.4} ns per byte ({:.0} ns per KiB).\n",
-        slope * 1024.0
-    );
+    s += &fit_sentence(t.fit());
     s += "\nWrites, chunks, lost records and reads are summed over the captured runs (one \
           capture per run, warm-up included); a lost record is a ring buffer output that failed. The \
           reader's reads are syscalls of the traced process on an fd nri-trace does not \
@@ -2299,6 +2290,15 @@ fn fmt_rate(bytes_per_s: f64) -> String {
 
 fn fmt_bytes(b: u64) -> String {
     format!("default {} MiB ring buffer", b >> 20)
+}
+
+/// The sentence under a cost table for its `fit` (ns per byte, ns per write).
+fn fit_sentence((slope, intercept): (f64, f64)) -> String {
+    format!(
+        "\nLeast-squares fit of the added cost over the three write sizes: {intercept:.1} ns per \
+         write + {slope:.4} ns per byte ({:.0} ns per KiB).\n",
+        slope * 1024.0
+    )
 }
 
 /// Least-squares line through (xs, ys): (slope, intercept).
