@@ -32,6 +32,64 @@ pub const TGID_SLOTS: u32 = 4096;
 /// `TRACKED_TGIDS` hash map". Never a real tgid (pid_max is at most 2^22).
 pub const TGID_SLOT_SHARED: u32 = u32::MAX;
 
+/// A tracked tgid's value in `TGID_FILTER` (when it has the slot alone) and
+/// in `TRACKED_TGIDS`: bits 0..22 the tgid (PID_MAX_LIMIT is 2^22,
+/// include/linux/threads.h), bits 24..32 its `FD_TABLE` row + 1, 0 when its
+/// fds live in `FDS` only. The filter lookup the programs make anyway thus
+/// also says where the process's fds are, at no extra cost.
+pub const FILTER_TGID_MASK: u32 = (1 << 22) - 1;
+const FILTER_ROW_SHIFT: u32 = 24;
+
+/// Rows of `FD_TABLE`: processes whose tracked fds live in an array, which
+/// the JIT inlines, instead of the `FDS` hash (a lookup there cost about
+/// 45 ns per captured write here: hashing and two kernel calls,
+/// docs/benchmarks.md). More tracked processes than rows use `FDS`.
+pub const FD_TABLE_ROWS: u32 = 8;
+/// Fds 0..FD_TABLE_FDS of a process with a row live in `FD_TABLE`, higher
+/// ones in `FDS` (Linux hands out the lowest free fd, so a runtime's
+/// sockets are below this unless it holds thousands of files).
+pub const FD_TABLE_FDS: u32 = 4096;
+
+/// The filter value of `tgid`, with its `FD_TABLE` row if it has one.
+pub const fn filter_value(tgid: u32, row: Option<u32>) -> u32 {
+    match row {
+        Some(r) if r < FD_TABLE_ROWS => (tgid & FILTER_TGID_MASK) | ((r + 1) << FILTER_ROW_SHIFT),
+        _ => tgid & FILTER_TGID_MASK,
+    }
+}
+
+/// The tgid a filter value names; None for an empty or shared slot.
+pub const fn filter_tgid(v: u32) -> Option<u32> {
+    if v == 0 || v == TGID_SLOT_SHARED {
+        None
+    } else {
+        Some(v & FILTER_TGID_MASK)
+    }
+}
+
+/// The `FD_TABLE` row a filter value carries; `FD_TABLE_ROWS` (no row)
+/// when it has none.
+pub const fn filter_row(v: u32) -> u32 {
+    let r = (v >> FILTER_ROW_SHIFT).wrapping_sub(1);
+    if r < FD_TABLE_ROWS {
+        r
+    } else {
+        FD_TABLE_ROWS
+    }
+}
+
+/// Where the state of `fd` lives for a process with `row` (as
+/// [`filter_row`] gives it): `Some(index)` in `FD_TABLE`, or None for
+/// `FDS`. Both sides place fds by this rule alone, so each fd has exactly
+/// one home and a miss in the table is final.
+pub const fn fd_table_index(row: u32, fd: u32) -> Option<u32> {
+    if row < FD_TABLE_ROWS && fd < FD_TABLE_FDS {
+        Some(row * FD_TABLE_FDS + fd)
+    } else {
+        None
+    }
+}
+
 /// Default ring buffer size in bytes (power of two, multiple of the page size).
 pub const DEFAULT_RING_BYTES: u32 = 16 * 1024 * 1024;
 
@@ -293,7 +351,7 @@ pub struct FdKey {
     pub fd: u32,
 }
 
-/// Value of the `FDS` map.
+/// Value of the `FDS` map and entry of the `FD_TABLE` array.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FdState {
@@ -307,17 +365,25 @@ pub struct FdState {
     pub seq_in: u32,
     /// Write-family syscalls seen on this fd so far (same rules).
     pub seq_out: u32,
-    pub _pad: u32,
+    /// The tgid this entry belongs to. An `FD_TABLE` entry counts only
+    /// while it matches the row's process: a row given to a new process may
+    /// still hold entries a program wrote while the old one was untracked.
+    pub owner: u32,
 }
 
 impl FdState {
-    pub const fn new(flags: u32) -> Self {
+    pub const fn new(owner: u32, flags: u32) -> Self {
         Self {
             flags,
             seq_in: 0,
             seq_out: 0,
-            _pad: 0,
+            owner,
         }
+    }
+
+    /// An entry of `tgid`'s that is tracked (an `FD_TABLE` slot in use).
+    pub const fn is_of(&self, tgid: u32) -> bool {
+        self.flags != 0 && self.owner == tgid
     }
 }
 
@@ -464,6 +530,42 @@ mod tests {
         assert_eq!(core::mem::align_of::<RecordHeader>(), 8);
         assert!(TGID_SLOTS.is_power_of_two());
         assert_eq!(MAX_SNAP as usize % MAX_CHUNK, 0);
+    }
+
+    #[test]
+    fn filter_values_carry_tgid_and_row() {
+        let max_tgid = FILTER_TGID_MASK; // pid_max can be 2^22: last pid 2^22 - 1
+        for tgid in [1, 4097, max_tgid] {
+            let plain = filter_value(tgid, None);
+            assert_eq!(plain, tgid);
+            assert_eq!(filter_tgid(plain), Some(tgid));
+            assert_eq!(filter_row(plain), FD_TABLE_ROWS);
+            for row in 0..FD_TABLE_ROWS {
+                let v = filter_value(tgid, Some(row));
+                assert_ne!(v, TGID_SLOT_SHARED);
+                assert_eq!(filter_tgid(v), Some(tgid));
+                assert_eq!(filter_row(v), row);
+            }
+            // A row out of range is no row.
+            assert_eq!(filter_value(tgid, Some(FD_TABLE_ROWS)), plain);
+        }
+        assert_eq!(filter_tgid(0), None);
+        assert_eq!(filter_tgid(TGID_SLOT_SHARED), None);
+        assert_eq!(filter_row(TGID_SLOT_SHARED), FD_TABLE_ROWS);
+        assert_eq!(filter_row(0), FD_TABLE_ROWS);
+    }
+
+    #[test]
+    fn fds_have_one_home() {
+        assert_eq!(fd_table_index(0, 0), Some(0));
+        assert_eq!(fd_table_index(2, 7), Some(2 * FD_TABLE_FDS + 7));
+        let last = fd_table_index(FD_TABLE_ROWS - 1, FD_TABLE_FDS - 1).unwrap();
+        assert_eq!(last, FD_TABLE_ROWS * FD_TABLE_FDS - 1);
+        assert_eq!(fd_table_index(0, FD_TABLE_FDS), None);
+        assert_eq!(fd_table_index(FD_TABLE_ROWS, 3), None);
+        let e = FdState::new(42, FD_CONN);
+        assert!(e.is_of(42) && !e.is_of(43));
+        assert!(!FdState::new(42, 0).is_of(42));
     }
 
     #[test]

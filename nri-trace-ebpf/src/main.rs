@@ -13,7 +13,9 @@
 //!
 //! Every program first checks the caller's tgid against a direct-mapped array
 //! (`TGID_FILTER`), whose lookup the JIT inlines: untracked processes pay a
-//! few instructions on top of the tracepoint itself.
+//! few instructions on top of the tracepoint itself. The same value says
+//! where a tracked process's fds live: a row of the `FD_TABLE` array (also
+//! inlined) or the `FDS` hash.
 #![no_std]
 #![no_main]
 
@@ -37,24 +39,30 @@ use aya_ebpf::{
     EbpfContext,
 };
 use nri_trace_common::{
-    counter, Config, FdKey, FdState, RecordHeader, RecordKind, SunPath, Syscall,
-    DEFAULT_RING_BYTES, DEFAULT_SNAP, FD_CONN, FD_LISTEN, FLAG_LAST, FLAG_READ_FAULT,
+    counter, fd_table_index, filter_row, filter_tgid, filter_value, Config, FdKey, FdState,
+    RecordHeader, RecordKind, SunPath, Syscall, DEFAULT_RING_BYTES, DEFAULT_SNAP, FD_CONN,
+    FD_LISTEN, FD_TABLE_FDS, FD_TABLE_ROWS, FILTER_TGID_MASK, FLAG_LAST, FLAG_READ_FAULT,
     FLAG_TRUNCATED, MAX_CHUNK, MAX_IOV, MAX_SNAP, RECORD_HEADER_LEN, SUN_PATH_LEN, TGID_SLOTS,
     TGID_SLOT_SHARED,
 };
 
 // ---------------------------------------------------------------- maps
 
-/// Direct-mapped tgid filter: slot `tgid & (TGID_SLOTS-1)` holds that tgid,
-/// 0 (empty) or TGID_SLOT_SHARED (ask TRACKED_TGIDS).
+/// Direct-mapped tgid filter: slot `tgid & (TGID_SLOTS-1)` holds that
+/// tgid's `filter_value`, 0 (empty) or TGID_SLOT_SHARED (ask TRACKED_TGIDS).
 #[map]
 static TGID_FILTER: Array<u32> = Array::with_max_entries(TGID_SLOTS, 0);
 
-/// Authoritative set of tracked tgids (value unused).
+/// Authoritative set of tracked tgids, each with its `filter_value`.
 #[map]
 static TRACKED_TGIDS: HashMap<u32, u32> = HashMap::with_max_entries(1024, 0);
 
-/// Tracked fds of tracked processes: FD_LISTEN and/or FD_CONN.
+/// Tracked fds (FD_LISTEN and/or FD_CONN) of processes with an `FD_TABLE`
+/// row, row-major: entry `row * FD_TABLE_FDS + fd` (`fd_table_index`).
+#[map]
+static FD_TABLE: Array<FdState> = Array::with_max_entries(FD_TABLE_ROWS * FD_TABLE_FDS, 0);
+
+/// Tracked fds of the other processes, and fds past `FD_TABLE_FDS`.
 #[map]
 static FDS: HashMap<FdKey, FdState> = HashMap::with_max_entries(65536, 0);
 
@@ -92,12 +100,80 @@ static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
 
 // ---------------------------------------------------------------- helpers
 
+/// A tracked process: its tgid and `FD_TABLE` row (`FD_TABLE_ROWS`: none).
+#[derive(Clone, Copy)]
+struct Tracked {
+    tgid: u32,
+    row: u32,
+}
+
 #[inline(always)]
-fn tgid_tracked(tgid: u32) -> bool {
-    match TGID_FILTER.get(tgid & (TGID_SLOTS - 1)) {
-        Some(&v) if v == tgid => true,
-        Some(&v) if v == TGID_SLOT_SHARED => unsafe { TRACKED_TGIDS.get(tgid).is_some() },
-        _ => false,
+fn tracked(tgid: u32) -> Option<Tracked> {
+    let v = *TGID_FILTER.get(tgid & (TGID_SLOTS - 1))?;
+    // The usual answers first: the slot is this tgid's, or not shared.
+    if v & FILTER_TGID_MASK == tgid && v != TGID_SLOT_SHARED {
+        return Some(Tracked {
+            tgid,
+            row: filter_row(v),
+        });
+    }
+    if v != TGID_SLOT_SHARED {
+        return None;
+    }
+    let v = *unsafe { TRACKED_TGIDS.get(tgid) }?;
+    Some(Tracked {
+        tgid,
+        row: filter_row(v),
+    })
+}
+
+/// The state of tracked fd `fd` of `t`, wherever `fd_table_index` puts it.
+#[inline(always)]
+fn fd_get(t: Tracked, fd: u32) -> Option<*mut FdState> {
+    match fd_table_index(t.row, fd) {
+        Some(i) => {
+            let p = FD_TABLE.get_ptr_mut(i)?;
+            unsafe { (*p).is_of(t.tgid) }.then_some(p)
+        }
+        None => FDS.get_ptr_mut(&FdKey { tgid: t.tgid, fd }),
+    }
+}
+
+/// Start tracking `fd` of `t` with `flags` (sequence numbers from 0);
+/// false when `FDS` is full.
+#[inline(always)]
+fn fd_insert(t: Tracked, fd: u32, flags: u32) -> bool {
+    let st = FdState::new(t.tgid, flags);
+    match fd_table_index(t.row, fd) {
+        Some(i) => match FD_TABLE.get_ptr_mut(i) {
+            Some(p) => {
+                unsafe { *p = st };
+                true
+            }
+            None => false,
+        },
+        None => FDS.insert(&FdKey { tgid: t.tgid, fd }, &st, 0).is_ok(),
+    }
+}
+
+/// Stop tracking `fd` of `t`; whether it was tracked.
+#[inline(always)]
+fn fd_remove(t: Tracked, fd: u32) -> bool {
+    match fd_table_index(t.row, fd) {
+        Some(i) => {
+            let Some(p) = FD_TABLE.get_ptr_mut(i) else {
+                return false;
+            };
+            unsafe {
+                if (*p).is_of(t.tgid) {
+                    (*p).flags = 0;
+                    true
+                } else {
+                    false
+                }
+            }
+        }
+        None => FDS.remove(&FdKey { tgid: t.tgid, fd }).is_ok(),
     }
 }
 
@@ -324,16 +400,9 @@ fn emit_chunk(hdr: &RecordHeader, src: u64, len: u32, offset: u32, flags: u32, w
 /// if the caller is tracked and the fd is a tracked connection.
 #[inline(always)]
 fn tracked_conn(pid_tgid: u64, inbound: bool) -> Option<([u64; 4], u32)> {
-    let tgid = (pid_tgid >> 32) as u32;
-    if !tgid_tracked(tgid) {
-        return None;
-    }
+    let t = tracked((pid_tgid >> 32) as u32)?;
     let args = syscall_args()?;
-    let key = FdKey {
-        tgid,
-        fd: args[0] as u32,
-    };
-    let st = FDS.get_ptr_mut(&key)?;
+    let st = fd_get(t, args[0] as u32)?;
     if unsafe { (*st).flags } & FD_CONN == 0 {
         return None;
     }
@@ -541,22 +610,18 @@ fn data_vectored(ctx: &TracePointContext, sc: Syscall, msghdr: bool) -> u32 {
     0
 }
 
-/// Start tracking `fd` of `tgid` as a connection and tell userspace.
+/// Start tracking `fd` of `t` as a connection and tell userspace.
 #[inline(always)]
-fn track_fd(sc: Syscall, pid_tgid: u64, fd: i32, aux: i32) {
+fn track_fd(sc: Syscall, t: Tracked, pid_tgid: u64, fd: i32, aux: i32) {
     let hdr = header(RecordKind::Open, sc, pid_tgid, fd, aux, fd as i64);
-    track_fd_reported(&hdr, FD_CONN, config().wakeup_bytes);
+    track_fd_reported(t, &hdr, FD_CONN, config().wakeup_bytes);
 }
 
-/// Start tracking the fd `hdr` names (its tgid and fd) with `flags`, then
-/// emit `hdr`; a full fd map is counted instead.
+/// Start tracking the fd `hdr` names of `t` with `flags`, then emit `hdr`;
+/// a full fd map is counted instead.
 #[inline(always)]
-fn track_fd_reported(hdr: &RecordHeader, flags: u32, wakeup_bytes: u32) {
-    let key = FdKey {
-        tgid: hdr.tgid,
-        fd: hdr.fd as u32,
-    };
-    if FDS.insert(&key, &FdState::new(flags), 0).is_err() {
+fn track_fd_reported(t: Tracked, hdr: &RecordHeader, flags: u32, wakeup_bytes: u32) {
+    if !fd_insert(t, hdr.fd as u32, flags) {
         bump(counter::FD_MAP_FULL, 1);
         return;
     }
@@ -599,19 +664,14 @@ vectored!(exit_sendmsg, Syscall::Sendmsg, true);
 #[tracepoint]
 pub fn enter_close(ctx: TracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
-    let tgid = (pid_tgid >> 32) as u32;
-    if !tgid_tracked(tgid) {
+    let Some(t) = tracked((pid_tgid >> 32) as u32) else {
         return 0;
-    }
+    };
     // sys_enter_close format: `unsigned int fd` at offset 16.
     let Ok(fd) = (unsafe { ctx.read_at::<u64>(16) }) else {
         return 0;
     };
-    let key = FdKey {
-        tgid,
-        fd: fd as u32,
-    };
-    if FDS.remove(&key).is_ok() {
+    if fd_remove(t, fd as u32) {
         let hdr = header(RecordKind::Close, Syscall::Close, pid_tgid, fd as i32, 0, 0);
         emit_header(&hdr, config().wakeup_bytes);
     }
@@ -625,17 +685,14 @@ fn accept_exit(ctx: &TracePointContext, sc: Syscall) -> u32 {
         return 0;
     }
     let pid_tgid = bpf_get_current_pid_tgid();
-    let tgid = (pid_tgid >> 32) as u32;
-    if !tgid_tracked(tgid) {
+    let Some(t) = tracked((pid_tgid >> 32) as u32) else {
         return 0;
-    }
-    let Some(args) = syscall_args() else { return 0 };
-    let listen = FdKey {
-        tgid,
-        fd: args[0] as u32,
     };
-    match unsafe { FDS.get(&listen) } {
-        Some(f) if f.flags & FD_LISTEN != 0 => track_fd(sc, pid_tgid, ret as i32, args[0] as i32),
+    let Some(args) = syscall_args() else { return 0 };
+    match fd_get(t, args[0] as u32) {
+        Some(f) if unsafe { (*f).flags } & FD_LISTEN != 0 => {
+            track_fd(sc, t, pid_tgid, ret as i32, args[0] as i32)
+        }
         _ => {}
     }
     0
@@ -674,15 +731,15 @@ pub fn exit_connect(ctx: TracePointContext) -> u32 {
         return 0;
     }
     let pid_tgid = bpf_get_current_pid_tgid();
-    if !tgid_tracked((pid_tgid >> 32) as u32) {
+    let Some(t) = tracked((pid_tgid >> 32) as u32) else {
         return 0;
-    }
+    };
     let Some(args) = syscall_args() else { return 0 };
     let Some(key) = unix_path(args[1]) else {
         return 0;
     };
     if unsafe { CONNECT_PATHS.get(&key) }.is_some() {
-        track_fd(Syscall::Connect, pid_tgid, args[0] as i32, 0);
+        track_fd(Syscall::Connect, t, pid_tgid, args[0] as i32, 0);
     }
     0
 }
@@ -708,9 +765,20 @@ pub fn exit_bind(ctx: TracePointContext) -> u32 {
     };
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
-    if TRACKED_TGIDS.insert(&tgid, &1, 0).is_err() {
-        return 0;
+    // A process tracked already keeps its value (and `FD_TABLE` row); a
+    // new one has none: its fds live in `FDS` (a row is given only by
+    // userspace, before any fd of the process is tracked, so that each fd
+    // has one home).
+    const BPF_NOEXIST: u64 = 1; // include/uapi/linux/bpf.h
+    const EEXIST: i32 = 17;
+    match TRACKED_TGIDS.insert(&tgid, &filter_value(tgid, None), BPF_NOEXIST) {
+        Ok(()) => {}
+        Err(e) if e == -EEXIST => {}
+        Err(_) => return 0,
     }
+    let Some(&v) = (unsafe { TRACKED_TGIDS.get(&tgid) }) else {
+        return 0;
+    };
     // The filter slot: this tgid if free, else "shared" (ask
     // TRACKED_TGIDS), which is right for every tgid of the slot.
     // Userspace adds the tgid to its own view of the slot when it reads
@@ -718,18 +786,22 @@ pub fn exit_bind(ctx: TracePointContext) -> u32 {
     if let Some(slot) = TGID_FILTER.get_ptr_mut(tgid & (TGID_SLOTS - 1)) {
         unsafe {
             if *slot == 0 {
-                *slot = tgid;
-            } else if *slot != tgid {
+                *slot = v;
+            } else if filter_tgid(*slot) != Some(tgid) {
                 *slot = TGID_SLOT_SHARED;
             }
         }
     }
+    let t = Tracked {
+        tgid,
+        row: filter_row(v),
+    };
     let hdr = header(RecordKind::Bound, Syscall::Bind, pid_tgid, args[0] as i32, name as i32, 0);
     // Wakeup threshold 0: wake the reader for this rare record unless this
     // CPU looked at the ring in the last millisecond (`wake_flags`); then
     // the reader's timed drain takes it. The kernel tracks the listener
     // already, so nothing is lost while it waits.
-    track_fd_reported(&hdr, FD_LISTEN, 0);
+    track_fd_reported(t, &hdr, FD_LISTEN, 0);
     0
 }
 
@@ -739,9 +811,9 @@ pub fn exit_socketpair(ctx: TracePointContext) -> u32 {
         return 0;
     }
     let pid_tgid = bpf_get_current_pid_tgid();
-    if !tgid_tracked((pid_tgid >> 32) as u32) {
+    let Some(t) = tracked((pid_tgid >> 32) as u32) else {
         return 0;
-    }
+    };
     let Some(args) = syscall_args() else { return 0 };
     if args[0] != 1 {
         return 0; // AF_UNIX only
@@ -750,8 +822,8 @@ pub fn exit_socketpair(ctx: TracePointContext) -> u32 {
     let Ok(sv) = (unsafe { bpf_probe_read_user(args[3] as *const [i32; 2]) }) else {
         return 0;
     };
-    track_fd(Syscall::Socketpair, pid_tgid, sv[0], sv[1]);
-    track_fd(Syscall::Socketpair, pid_tgid, sv[1], sv[0]);
+    track_fd(Syscall::Socketpair, t, pid_tgid, sv[0], sv[1]);
+    track_fd(Syscall::Socketpair, t, pid_tgid, sv[1], sv[0]);
     0
 }
 
@@ -763,30 +835,21 @@ fn dup_exit(ctx: &TracePointContext, sc: Syscall) -> u32 {
         return 0;
     }
     let pid_tgid = bpf_get_current_pid_tgid();
-    let tgid = (pid_tgid >> 32) as u32;
-    if !tgid_tracked(tgid) {
+    let Some(t) = tracked((pid_tgid >> 32) as u32) else {
         return 0;
-    }
+    };
     let Some(args) = syscall_args() else { return 0 };
     if args[0] as i64 == ret {
         return 0; // dup2(fd, fd)
     }
-    let old = FdKey {
-        tgid,
-        fd: args[0] as u32,
-    };
-    if let Some(f) = unsafe { FDS.get(&old) } {
-        if f.flags & FD_CONN != 0 {
+    if let Some(f) = fd_get(t, args[0] as u32) {
+        if unsafe { (*f).flags } & FD_CONN != 0 {
             // dup2/dup3 onto a tracked fd closes it first.
-            let newk = FdKey {
-                tgid,
-                fd: ret as u32,
-            };
-            if FDS.remove(&newk).is_ok() {
+            if fd_remove(t, ret as u32) {
                 let hdr = header(RecordKind::Close, sc, pid_tgid, ret as i32, 0, 0);
                 emit_header(&hdr, config().wakeup_bytes);
             }
-            track_fd(sc, pid_tgid, ret as i32, args[0] as i32);
+            track_fd(sc, t, pid_tgid, ret as i32, args[0] as i32);
         }
     }
     0
@@ -813,7 +876,7 @@ pub fn exit_dup3(ctx: TracePointContext) -> u32 {
 pub fn task_newtask(ctx: TracePointContext) -> u32 {
     const CLONE_THREAD: u64 = 0x0001_0000; // include/uapi/linux/sched.h
     let pid_tgid = bpf_get_current_pid_tgid();
-    if !tgid_tracked((pid_tgid >> 32) as u32) {
+    if tracked((pid_tgid >> 32) as u32).is_none() {
         return 0;
     }
     // Format (events/task/task_newtask/format): pid at 8, clone_flags at 32.
@@ -830,8 +893,7 @@ pub fn task_newtask(ctx: TracePointContext) -> u32 {
 #[tracepoint]
 pub fn sched_exit(ctx: TracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
-    let tgid = (pid_tgid >> 32) as u32;
-    if !tgid_tracked(tgid) {
+    if tracked((pid_tgid >> 32) as u32).is_none() {
         return 0;
     }
     // sched/sched_process_exit: `bool group_dead` at offset 32: the last
@@ -864,7 +926,7 @@ pub fn floor_raw_empty(_ctx: RawTracePointContext) -> i32 {
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn floor_raw_filtered(_ctx: RawTracePointContext) -> i32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if tgid_tracked(tgid) {
+    if tracked(tgid).is_some() {
         bump(counter::READ_FAULTS, 0);
     }
     0

@@ -232,6 +232,67 @@ async fn every_syscall_family() {
     assert_closed(NAME, &evs, conn, CloseReason::Closed);
 }
 
+/// a2. Fds past the kernel's fd table (`FD_TABLE_FDS`) live in its `FDS`
+/// hash instead: a listener at fd 6000, found by the scan; its accepted
+/// connection, tracked in the table, moved by dup2 to fd 5000 (tracked in
+/// the hash) and its first fd closed (removed from the table). Every data
+/// syscall on fd 5000 must be captured byte for byte, on the connection
+/// the accept opened, closed once, when fd 5000 closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fds_past_the_fd_table() {
+    const NAME: &str = "fds_past_the_fd_table";
+    if !guard(NAME) {
+        return;
+    }
+    // unix-peer's HIGH_LISTEN_FD; its HIGH_CONN_FD (5000) is past the table too.
+    const LISTEN_FD: i32 = 6000;
+    const _: () = assert!(nri_trace_common::FD_TABLE_FDS < 5000);
+    let script = "read:1,write:1,readv:3000,writev:4097,recvfrom:40960,sendto:40961,\
+                  recvmsg:2048,sendmsg:16384";
+    let path = socket_path(NAME);
+    let _rm = RmOnDrop(path.clone());
+    let mut peer = Peer::serve(NAME, &path, script, &["--high-fds"]);
+    let mut cfg = session_config();
+    cfg.sockets = vec![path.clone()];
+    let cap = Capture::start(NAME, cfg, ebpf_options()).await;
+    let info = &cap.session().info;
+    assert_eq!(info.listeners.len(), 1, "{NAME}: {:?}", info.listeners);
+    assert_eq!(info.listeners[0].listen_fd, LISTEN_FD as u32);
+
+    let sent = pattern(0xe, script_in_len(script));
+    let expected = expect_script(script, &sent);
+    let got = exchange_to_end(NAME, connect(&path), sent.clone(), expected.out.len()).await;
+    assert_bytes_eq("unix-peer's own output", &got, &expected.out);
+    peer.wait_success().await;
+    let evs = cap.finish().await;
+
+    // The accept is seen on the listener in the hash; the peer lookup is
+    // not checked: the accepted fd is gone before the Open is drained.
+    let o = single_open(NAME, &evs, peer.pid(), &path);
+    assert_eq!(
+        o.origin,
+        nri_trace::capture::Origin::Accept {
+            listen_fd: LISTEN_FD
+        },
+        "{NAME}: {o:?}"
+    );
+    assert!(o.fd < LISTEN_FD, "{NAME}: accepted fd {}", o.fd);
+    let conn = o.conn;
+    assert_bytes_eq("In stream", &stream(&evs, conn, Direction::In), &sent);
+    assert_bytes_eq(
+        "Out stream",
+        &stream(&evs, conn, Direction::Out),
+        &expected.out,
+    );
+    assert_complete(NAME, &evs, conn);
+    assert_chunks_follow_steps(NAME, &evs, conn, Direction::In, &expected.steps);
+    assert_chunks_follow_steps(NAME, &evs, conn, Direction::Out, &expected.steps);
+    let seen: BTreeSet<&str> = all_chunks(&evs).iter().map(|c| c.syscall.name()).collect();
+    let all: BTreeSet<&str> = ALL_DATA_SYSCALLS.iter().map(|s| s.name()).collect();
+    assert_eq!(seen, all, "{NAME}: syscalls seen");
+    assert_closed(NAME, &evs, conn, CloseReason::Closed);
+}
+
 /// b. 1 MiB each way: many read(2)s in, ONE 1 MiB write(2) out (exactly the
 /// default snap length: not truncated).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

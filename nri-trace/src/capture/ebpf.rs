@@ -2,7 +2,6 @@
 //! exit-only syscall tracepoints, and manages the tracking maps.
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
     os::fd::{AsRawFd, RawFd},
     path::Path,
 };
@@ -13,12 +12,13 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use nri_trace_common::{
-    counter, Config, FdKey, FdState, SunPath, DEFAULT_RING_BYTES, DEFAULT_SNAP, MAX_SNAP,
-    SUN_PATH_LEN, TGID_SLOTS, TGID_SLOT_SHARED,
+    counter, fd_table_index, Config, FdKey, FdState, SunPath, DEFAULT_RING_BYTES, DEFAULT_SNAP,
+    FD_TABLE_FDS, MAX_SNAP, SUN_PATH_LEN,
 };
 
 use super::{
     backend::{BackendError, CaptureBackend},
+    tgid_filter::{slot_of, TgidFilter},
     Loss,
 };
 
@@ -109,6 +109,7 @@ impl Default for EbpfOptions {
 pub struct EbpfBackend {
     ring: RingBuf<MapData>,
     fds: HashMap<MapData, FdKey, FdState>,
+    fd_table: Array<MapData, FdState>,
     tgids: HashMap<MapData, u32, u32>,
     filter: Array<MapData, u32>,
     connect_paths: HashMap<MapData, SunPath, u32>,
@@ -116,8 +117,8 @@ pub struct EbpfBackend {
     counters: PerCpuArray<MapData, u64>,
     /// The runtime's process tree, for the sandbox probes.
     pod_tasks: HashMap<MapData, u32, u32>,
-    /// Userspace copy of which tracked tgids share each filter slot.
-    slots: BTreeMap<u32, BTreeSet<u32>>,
+    /// Userspace copy of the filter: tracked tgids, their slots and rows.
+    view: TgidFilter,
     // Keeps programs and links alive; dropped last.
     _ebpf: Ebpf,
 }
@@ -230,6 +231,7 @@ impl EbpfBackend {
         Ok(Self {
             ring: RingBuf::try_from(take(&mut ebpf, "EVENTS")?).map_err(map_err("EVENTS"))?,
             fds: HashMap::try_from(take(&mut ebpf, "FDS")?).map_err(map_err("FDS"))?,
+            fd_table: Array::try_from(take(&mut ebpf, "FD_TABLE")?).map_err(map_err("FD_TABLE"))?,
             tgids: HashMap::try_from(take(&mut ebpf, "TRACKED_TGIDS")?)
                 .map_err(map_err("TRACKED_TGIDS"))?,
             filter: Array::try_from(take(&mut ebpf, "TGID_FILTER")?)
@@ -242,18 +244,13 @@ impl EbpfBackend {
                 .map_err(map_err("COUNTERS"))?,
             pod_tasks: HashMap::try_from(take(&mut ebpf, "POD_TASKS")?)
                 .map_err(map_err("POD_TASKS"))?,
-            slots: BTreeMap::new(),
+            view: TgidFilter::default(),
             _ebpf: ebpf,
         })
     }
 
     fn write_slot(&mut self, slot: u32) -> Result<(), BackendError> {
-        let v = match self.slots.get(&slot) {
-            None => 0,
-            Some(s) if s.len() == 1 => *s.iter().next().expect("one"),
-            Some(s) if s.is_empty() => 0,
-            Some(_) => TGID_SLOT_SHARED,
-        };
+        let v = self.view.slot_value(slot);
         self.filter.set(slot, v, 0).map_err(map_err("TGID_FILTER"))
     }
 }
@@ -358,21 +355,43 @@ fn attach_raw(ebpf: &mut Ebpf, name: &str) -> Result<(), BackendError> {
 
 impl CaptureBackend for EbpfBackend {
     fn track_process(&mut self, tgid: u32) -> Result<(), BackendError> {
-        self.tgids
-            .insert(tgid, 1, 0)
-            .map_err(map_err("TRACKED_TGIDS"))?;
-        let slot = tgid & (TGID_SLOTS - 1);
-        self.slots.entry(slot).or_default().insert(tgid);
-        self.write_slot(slot)
+        // Tracked by the kernel already (its bind of a watched path): keep
+        // its value, without a row (see tgid_filter.rs).
+        let kernel = self.tgids.get(&tgid, 0).ok();
+        let v = self.view.add(tgid, kernel);
+        if kernel.is_none() {
+            const BPF_NOEXIST: u64 = 1; // include/uapi/linux/bpf.h
+            match self.tgids.insert(tgid, v, BPF_NOEXIST) {
+                Ok(()) => {}
+                Err(aya::maps::MapError::SyscallError(e))
+                    if e.io_error.raw_os_error() == Some(libc::EEXIST) =>
+                {
+                    // The kernel's bind got there in between: its value wins.
+                    let kv = self.tgids.get(&tgid, 0).map_err(map_err("TRACKED_TGIDS"))?;
+                    self.view.set_value(tgid, kv);
+                }
+                Err(e) => {
+                    self.view.remove(tgid);
+                    return Err(map_err("TRACKED_TGIDS")(e));
+                }
+            }
+        }
+        self.write_slot(slot_of(tgid))
     }
 
     fn untrack_process(&mut self, tgid: u32) -> Result<(), BackendError> {
-        let slot = tgid & (TGID_SLOTS - 1);
-        if let Some(s) = self.slots.get_mut(&slot) {
-            s.remove(&tgid);
-        }
-        self.write_slot(slot)?;
+        let row = self.view.row(tgid);
+        self.view.remove(tgid);
+        self.write_slot(slot_of(tgid))?;
         let _ = self.tgids.remove(&tgid);
+        // Its table row too: a later process with the same pid and row
+        // must not find its entries (one update per fd: a few ms, at a
+        // process's exit).
+        for fd in 0..FD_TABLE_FDS {
+            if let Some(i) = fd_table_index(row, fd) {
+                let _ = self.fd_table.set(i, FdState::new(0, 0), 0);
+            }
+        }
         // Its fds too: a later process reusing the pid must not match them.
         let stale: Vec<FdKey> = self
             .fds
@@ -387,9 +406,15 @@ impl CaptureBackend for EbpfBackend {
     }
 
     fn track_fd(&mut self, tgid: u32, fd: u32, flags: u32) -> Result<(), BackendError> {
-        self.fds
-            .insert(FdKey { tgid, fd }, FdState::new(flags), 0)
-            .map_err(map_err("FDS"))
+        // The programs' placement rule (nri-trace-common `fd_table_index`).
+        let st = FdState::new(tgid, flags);
+        match fd_table_index(self.view.row(tgid), fd) {
+            Some(i) => self.fd_table.set(i, st, 0).map_err(map_err("FD_TABLE")),
+            None => self
+                .fds
+                .insert(FdKey { tgid, fd }, st, 0)
+                .map_err(map_err("FDS")),
+        }
     }
 
     fn track_connect_path(&mut self, path: &Path) -> Result<(), BackendError> {

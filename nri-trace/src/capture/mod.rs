@@ -26,6 +26,7 @@ pub mod recording;
 pub mod runtimes;
 pub mod sandbox;
 pub mod session;
+pub mod tgid_filter;
 pub mod tracker;
 
 use std::path::PathBuf;

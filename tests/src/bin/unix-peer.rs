@@ -7,7 +7,7 @@
 //! Modes:
 //!
 //! ```text
-//! unix-peer serve PATH SCRIPT [--count N] [--threads]
+//! unix-peer serve PATH SCRIPT [--count N] [--threads] [--high-fds]
 //! unix-peer socketpair [MSG_LEN [REPLY_LEN]] [--child-waits]
 //! unix-peer pair-exec SCRIPT KEY [--decoy] [NAME=VALUE...]
 //! unix-peer mirror FD SCRIPT KEY
@@ -18,6 +18,11 @@
 //! (default 1; one at a time, or each in its own thread with `--threads`)
 //! and runs SCRIPT on each, then closes it with close(2). After the last
 //! connection it prints `done` and exits 0 (non-zero on any error).
+//! With `--high-fds` the listener moves to fd `HIGH_LISTEN_FD` before
+//! `ready`, and each accepted connection to fd `HIGH_CONN_FD + i` with
+//! dup2(2) (the accepted fd then closed) before its script runs: fds above
+//! those nri-trace keeps in its `FD_TABLE` array, which live in its `FDS`
+//! hash instead.
 //!
 //! SCRIPT is a comma list of steps:
 //! - `read:N`, `readv:N`, `recvfrom:N`, `recvmsg:N`: receive exactly N bytes,
@@ -338,13 +343,31 @@ fn run_script(fd: i32, steps: &[Step]) -> Result<(), String> {
     close(fd)
 }
 
+/// `serve --high-fds`: the listener's fd, and the first connection's.
+/// Above nri-trace-common's FD_TABLE_FDS (4096; the capture test that uses
+/// them checks it).
+const HIGH_LISTEN_FD: i32 = 6000;
+const HIGH_CONN_FD: i32 = 5000;
+
+/// dup2 `fd` onto `to` and close `fd`.
+fn move_fd(fd: i32, to: i32) -> Result<i32, String> {
+    if unsafe { libc::dup2(fd, to) } != to {
+        return Err(format!("dup2({fd}, {to}): {}", errno()));
+    }
+    close(fd)?;
+    Ok(to)
+}
+
 fn serve(args: &[String]) -> Result<(), String> {
     let [path, script, rest @ ..] = args else {
-        return Err("usage: unix-peer serve PATH SCRIPT [--count N] [--threads]".into());
+        return Err(
+            "usage: unix-peer serve PATH SCRIPT [--count N] [--threads] [--high-fds]".into(),
+        );
     };
     let steps = parse_script(script)?;
     let mut count = 1usize;
     let mut threads = false;
+    let mut high_fds = false;
     let mut it = rest.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -355,15 +378,31 @@ fn serve(args: &[String]) -> Result<(), String> {
                     .ok_or("--count wants a number")?
             }
             "--threads" => threads = true,
+            "--high-fds" => high_fds = true,
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
-    let listener = UnixListener::bind(path).map_err(|e| format!("bind {path}: {e}"))?;
+    let mut listener = UnixListener::bind(path).map_err(|e| format!("bind {path}: {e}"))?;
+    if high_fds {
+        let lim = libc::rlimit {
+            rlim_cur: 8192,
+            rlim_max: 8192,
+        };
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+            return Err(format!("setrlimit(RLIMIT_NOFILE, 8192): {}", errno()));
+        }
+        let fd = move_fd(listener.into_raw_fd(), HIGH_LISTEN_FD)?;
+        // SAFETY: fd is the listening socket just moved, owned by no one else.
+        listener = unsafe { <UnixListener as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    }
     say("ready");
     let mut handles = Vec::new();
-    for _ in 0..count {
+    for i in 0..count {
         let (stream, _) = listener.accept().map_err(|e| format!("accept: {e}"))?;
-        let fd = stream.into_raw_fd();
+        let mut fd = stream.into_raw_fd();
+        if high_fds {
+            fd = move_fd(fd, HIGH_CONN_FD + i as i32)?;
+        }
         if threads {
             let steps = steps.clone();
             handles.push(std::thread::spawn(move || run_script(fd, &steps)));
@@ -640,7 +679,7 @@ fn main() {
         Some("mirror") => mirror(&args[1..]),
         Some("connect") => connect(&args[1..]),
         _ => Err(
-            "usage: unix-peer serve PATH SCRIPT [--count N] [--threads] \
+            "usage: unix-peer serve PATH SCRIPT [--count N] [--threads] [--high-fds] \
              | socketpair [MSG_LEN [REPLY_LEN]] [--child-waits] \
              | pair-exec SCRIPT KEY [--decoy] [NAME=VALUE...] | mirror FD SCRIPT KEY \
              | connect PATH SCRIPT KEY"
