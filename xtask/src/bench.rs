@@ -810,13 +810,15 @@ impl TracedCost {
         paired_diff(&self.captured[i], &self.baseline[i])
     }
 
-    /// Per-byte cost: (ns per byte, ns per write) of a line through the
-    /// unix writes' added costs.
-    fn fit(&self) -> (f64, f64) {
-        let (xs, ys): (Vec<f64>, Vec<f64>) = (0..TRACED_CASES.len())
-            .filter_map(|i| TRACED_CASES[i].1.map(|size| (size as f64, self.added(i))))
-            .unzip();
-        fit(&xs, &ys)
+    /// Per-write and per-byte cost: a line through the unix writes' added
+    /// costs (sizes whose captured runs lost records left out).
+    fn fit(&self) -> SizeFit {
+        let points = (0..TRACED_CASES.len()).filter_map(|i| {
+            let size = TRACED_CASES[i].1?;
+            let lost = self.summaries[i].iter().map(|s| s.lost_records).sum();
+            Some((size, self.added(i), lost))
+        });
+        SizeFit::new(points)
     }
 }
 
@@ -955,11 +957,14 @@ impl PacedCost {
         paired_diff(&self.captured[i], &self.baseline[i])
     }
 
-    /// (ns per byte, ns per write) of a line through the added costs.
-    fn fit(&self) -> (f64, f64) {
-        let xs: Vec<f64> = PACED_SIZES.iter().map(|&b| b as f64).collect();
-        let ys: Vec<f64> = (0..PACED_SIZES.len()).map(|i| self.added(i)).collect();
-        fit(&xs, &ys)
+    /// Per-write and per-byte cost through the added costs (sizes whose
+    /// captured runs lost records left out).
+    fn fit(&self) -> SizeFit {
+        let points = PACED_SIZES
+            .iter()
+            .enumerate()
+            .map(|(i, &size)| (size, self.added(i), self.lost[i]));
+        SizeFit::new(points)
     }
 }
 
@@ -1014,7 +1019,7 @@ fn paced_section(p: &PacedCost, seconds: f64) -> String {
             p.lost[i],
         );
     }
-    s += &fit_sentence(p.fit());
+    s += &p.fit().sentence();
     s
 }
 
@@ -1866,7 +1871,7 @@ fn traced_section(t: &TracedCost) -> String {
             sum(|s| s.lost_records),
         );
     }
-    s += &fit_sentence(t.fit());
+    s += &t.fit().sentence();
     s += "\nWrites, chunks, lost records and reads are summed over the captured runs (one \
           capture per run, warm-up included); a lost record is a ring buffer output that failed. The \
           reader's reads are syscalls of the traced process on an fd nri-trace does not \
@@ -2159,7 +2164,6 @@ fn targets_section(
     d: Option<&NriDecode>,
     e: Option<&TraceEngine>,
 ) -> String {
-    let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
     let mut s = String::from("## Targets\n\n| target | measured | |\n| --- | --- | --- |\n");
     if let Some(p) = p {
         // Paired per round, like the added costs.
@@ -2196,12 +2200,7 @@ fn targets_section(
                 verdict(added < 1000.0)
             );
         }
-        let (slope, intercept) = t.fit();
-        s += &format!(
-            "| under 1 us per captured write, per-write part of the fit (plus {slope:.4} ns \
-             per byte) | {intercept:+.1} ns | {} |\n",
-            verdict(intercept < 1000.0)
-        );
+        s += &t.fit().target_row("under 1 us per captured write");
     }
     if let Some(p) = paced {
         for (i, size) in PACED_SIZES.iter().enumerate() {
@@ -2212,12 +2211,9 @@ fn targets_section(
                 verdict(added < 1000.0)
             );
         }
-        let (slope, intercept) = p.fit();
-        s += &format!(
-            "| under 1 us per captured write at {PACED_WRITES_S:.0} writes/s, per-write part of \
-             the fit (plus {slope:.4} ns per byte) | {intercept:+.1} ns | {} |\n",
-            verdict(intercept < 1000.0)
-        );
+        s += &p.fit().target_row(&format!(
+            "under 1 us per captured write at {PACED_WRITES_S:.0} writes/s"
+        ));
     }
     if let Some(d) = d {
         s += &format!(
@@ -2293,12 +2289,93 @@ fn fmt_bytes(b: u64) -> String {
 }
 
 /// The sentence under a cost table for its `fit` (ns per byte, ns per write).
-fn fit_sentence((slope, intercept): (f64, f64)) -> String {
-    format!(
-        "\nLeast-squares fit of the added cost over the three write sizes: {intercept:.1} ns per \
-         write + {slope:.4} ns per byte ({:.0} ns per KiB).\n",
-        slope * 1024.0
-    )
+/// The added cost per write and per byte: a least-squares line through
+/// the write sizes whose captured runs lost no record. A size with losses
+/// is left out: a failed ring-buffer output skips the copy, so its added
+/// cost is not what capturing those bytes costs, and it pulled the line's
+/// slope down and its per-write part up (benchmarks.md, 2026-11-22).
+struct SizeFit {
+    /// (ns per byte, ns per write); None with fewer than two sizes.
+    line: Option<(f64, f64)>,
+    sizes: Vec<u64>,
+    /// (size, records lost) of the sizes left out.
+    left_out: Vec<(u64, u64)>,
+}
+
+impl SizeFit {
+    fn new(points: impl Iterator<Item = (u64, f64, u64)>) -> Self {
+        let (mut xs, mut ys, mut sizes, mut left_out) = (vec![], vec![], vec![], vec![]);
+        for (size, added, lost) in points {
+            if lost > 0 {
+                left_out.push((size, lost));
+            } else {
+                xs.push(size as f64);
+                ys.push(added);
+                sizes.push(size);
+            }
+        }
+        let line = (xs.len() >= 2).then(|| fit(&xs, &ys));
+        SizeFit {
+            line,
+            sizes,
+            left_out,
+        }
+    }
+
+    fn sentence(&self) -> String {
+        let sizes: Vec<String> = self.sizes.iter().map(u64::to_string).collect();
+        let left: Vec<String> = self
+            .left_out
+            .iter()
+            .map(|(size, lost)| format!("{size} B ({lost} records lost)"))
+            .collect();
+        let left = if left.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; left out, since the capture lost records there: {}",
+                left.join(", ")
+            )
+        };
+        match self.line {
+            Some((slope, intercept)) => format!(
+                "\nLeast-squares fit of the added cost over the write sizes without lost \
+                 records ({} B{left}): {intercept:.1} ns per write + {slope:.4} ns per byte \
+                 ({:.0} ns per KiB).\n",
+                sizes.join(", "),
+                slope * 1024.0
+            ),
+            None => format!("\nNo fit: fewer than two write sizes without lost records{left}.\n"),
+        }
+    }
+
+    /// The targets table's row for the per-write part.
+    fn target_row(&self, what: &str) -> String {
+        match self.line {
+            Some((slope, intercept)) => format!(
+                "| {what}, per-write part of the fit over {} B (plus {slope:.4} ns per byte) \
+                 | {intercept:+.1} ns | {} |\n",
+                self.sizes
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                verdict(intercept < 1000.0)
+            ),
+            None => format!(
+                "| {what}, per-write part of the fit | no fit: fewer than two sizes without loss \
+                 | not measured |\n"
+            ),
+        }
+    }
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "met"
+    } else {
+        "MISSED"
+    }
 }
 
 /// Least-squares line through (xs, ys): (slope, intercept).
@@ -2352,6 +2429,20 @@ mod tests {
         // classic: probed +300, other +45; raw: +200 everywhere.
         let p = break_even((300.0, 45.0), (200.0, 200.0)).unwrap();
         assert!((expected((300.0, 45.0), p) - 200.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn size_fit_leaves_out_lossy_sizes() {
+        let f = SizeFit::new([(64, 800.0, 0), (4096, 1200.0, 0), (65536, 900.0, 7)].into_iter());
+        let (slope, intercept) = f.line.unwrap();
+        assert!((slope - 400.0 / 4032.0).abs() < 1e-9);
+        assert!((intercept - (800.0 - 64.0 * slope)).abs() < 1e-9);
+        assert_eq!(f.left_out, vec![(65536, 7)]);
+        assert!(f.sentence().contains("65536 B (7 records lost)"));
+        assert!(f.target_row("x").contains("over 64, 4096 B"));
+        let one = SizeFit::new([(64, 800.0, 0), (4096, 1200.0, 3)].into_iter());
+        assert!(one.line.is_none());
+        assert!(one.target_row("x").contains("not measured"));
     }
 
     #[test]
