@@ -24,7 +24,7 @@ mod sandbox;
 use core::ffi::c_void;
 
 use aya_ebpf::{
-    bindings::{BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    bindings::{BPF_NOEXIST, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
         bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
         bpf_probe_read_user_str_bytes,
@@ -41,7 +41,7 @@ use aya_ebpf::{
 use nri_trace_common::{
     counter, fd_table_index, filter_row, filter_tgid, filter_value, Config, FdKey, FdState,
     RecordHeader, RecordKind, SunPath, Syscall, DEFAULT_RING_BYTES, DEFAULT_SNAP, FD_CONN,
-    FD_LISTEN, FD_TABLE_FDS, FD_TABLE_ROWS, FILTER_TGID_MASK, FLAG_LAST, FLAG_READ_FAULT,
+    FD_LISTEN, FD_TABLE_FDS, FD_TABLE_ROWS, FLAG_LAST, FLAG_READ_FAULT,
     FLAG_TRUNCATED, MAX_CHUNK, MAX_IOV, MAX_SNAP, RECORD_HEADER_LEN, SUN_PATH_LEN, TGID_SLOTS,
     TGID_SLOT_SHARED,
 };
@@ -111,7 +111,7 @@ struct Tracked {
 fn tracked(tgid: u32) -> Option<Tracked> {
     let v = *TGID_FILTER.get(tgid & (TGID_SLOTS - 1))?;
     // The usual answers first: the slot is this tgid's, or not shared.
-    if v & FILTER_TGID_MASK == tgid && v != TGID_SLOT_SHARED {
+    if filter_tgid(v) == Some(tgid) {
         return Some(Tracked {
             tgid,
             row: filter_row(v),
@@ -769,15 +769,15 @@ pub fn exit_bind(ctx: TracePointContext) -> u32 {
     // new one has none: its fds live in `FDS` (a row is given only by
     // userspace, before any fd of the process is tracked, so that each fd
     // has one home).
-    const BPF_NOEXIST: u64 = 1; // include/uapi/linux/bpf.h
-    const EEXIST: i32 = 17;
-    match TRACKED_TGIDS.insert(&tgid, &filter_value(tgid, None), BPF_NOEXIST) {
-        Ok(()) => {}
-        Err(e) if e == -EEXIST => {}
+    const EEXIST: i32 = 17; // include/uapi/asm-generic/errno-base.h
+    let new = filter_value(tgid, None);
+    let v = match TRACKED_TGIDS.insert(&tgid, &new, BPF_NOEXIST as u64) {
+        Ok(()) => new,
+        Err(e) if e == -EEXIST => match unsafe { TRACKED_TGIDS.get(&tgid) } {
+            Some(&v) => v,
+            None => return 0,
+        },
         Err(_) => return 0,
-    }
-    let Some(&v) = (unsafe { TRACKED_TGIDS.get(&tgid) }) else {
-        return 0;
     };
     // The filter slot: this tgid if free, else "shared" (ask
     // TRACKED_TGIDS), which is right for every tgid of the slot.

@@ -2288,7 +2288,6 @@ fn fmt_bytes(b: u64) -> String {
     format!("default {} MiB ring buffer", b >> 20)
 }
 
-/// The sentence under a cost table for its `fit` (ns per byte, ns per write).
 /// The added cost per write and per byte: a least-squares line through
 /// the write sizes whose captured runs lost no record. A size with losses
 /// is left out: a failed ring-buffer output skips the copy, so its added
@@ -2322,8 +2321,13 @@ impl SizeFit {
         }
     }
 
-    fn sentence(&self) -> String {
+    /// The sizes the line goes through, "64, 4096".
+    fn sizes_used(&self) -> String {
         let sizes: Vec<String> = self.sizes.iter().map(u64::to_string).collect();
+        sizes.join(", ")
+    }
+
+    fn sentence(&self) -> String {
         let left: Vec<String> = self
             .left_out
             .iter()
@@ -2342,7 +2346,7 @@ impl SizeFit {
                 "\nLeast-squares fit of the added cost over the write sizes without lost \
                  records ({} B{left}): {intercept:.1} ns per write + {slope:.4} ns per byte \
                  ({:.0} ns per KiB).\n",
-                sizes.join(", "),
+                self.sizes_used(),
                 slope * 1024.0
             ),
             None => format!("\nNo fit: fewer than two write sizes without lost records{left}.\n"),
@@ -2355,11 +2359,7 @@ impl SizeFit {
             Some((slope, intercept)) => format!(
                 "| {what}, per-write part of the fit over {} B (plus {slope:.4} ns per byte) \
                  | {intercept:+.1} ns | {} |\n",
-                self.sizes
-                    .iter()
-                    .map(u64::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                self.sizes_used(),
                 verdict(intercept < 1000.0)
             ),
             None => format!(

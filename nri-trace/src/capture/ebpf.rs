@@ -255,6 +255,24 @@ impl EbpfBackend {
     }
 }
 
+/// Insert `key` only if it is absent (BPF_NOEXIST); whether it was.
+fn insert_new<K: aya::Pod, V: aya::Pod>(
+    map: &mut HashMap<MapData, K, V>,
+    key: K,
+    value: V,
+) -> Result<bool, aya::maps::MapError> {
+    const BPF_NOEXIST: u64 = 1; // include/uapi/linux/bpf.h
+    match map.insert(key, value, BPF_NOEXIST) {
+        Ok(()) => Ok(true),
+        Err(aya::maps::MapError::SyscallError(e))
+            if e.io_error.raw_os_error() == Some(libc::EEXIST) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// `path` as the kernel programs compare it: sun_path's bytes, NUL-padded.
 fn sun_path(path: &Path) -> Result<SunPath, BackendError> {
     let bytes = path.as_os_str().as_encoded_bytes();
@@ -360,12 +378,9 @@ impl CaptureBackend for EbpfBackend {
         let kernel = self.tgids.get(&tgid, 0).ok();
         let v = self.view.add(tgid, kernel);
         if kernel.is_none() {
-            const BPF_NOEXIST: u64 = 1; // include/uapi/linux/bpf.h
-            match self.tgids.insert(tgid, v, BPF_NOEXIST) {
-                Ok(()) => {}
-                Err(aya::maps::MapError::SyscallError(e))
-                    if e.io_error.raw_os_error() == Some(libc::EEXIST) =>
-                {
+            match insert_new(&mut self.tgids, tgid, v) {
+                Ok(true) => {}
+                Ok(false) => {
                     // The kernel's bind got there in between: its value wins.
                     let kv = self.tgids.get(&tgid, 0).map_err(map_err("TRACKED_TGIDS"))?;
                     self.view.set_value(tgid, kv);
@@ -431,11 +446,9 @@ impl CaptureBackend for EbpfBackend {
 
     fn watch_tasks(&mut self, tgids: &[u32]) -> Result<(), BackendError> {
         for &t in tgids {
-            // BPF_NOEXIST: a process already watched keeps its bits.
-            match self.pod_tasks.insert(t, 0, 1) {
-                Ok(()) => {}
-                Err(aya::maps::MapError::SyscallError(e))
-                    if e.io_error.raw_os_error() == Some(libc::EEXIST) => {}
+            // A process already watched keeps its bits.
+            match insert_new(&mut self.pod_tasks, t, 0) {
+                Ok(_) => {}
                 Err(aya::maps::MapError::SyscallError(e)) => {
                     return Err(BackendError::Map {
                         map: "POD_TASKS",
