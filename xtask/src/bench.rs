@@ -51,6 +51,12 @@ pub struct BenchArgs {
     /// Rounds over all states (interleaved); medians over rounds are reported.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
+    /// Rounds of the paced part. A 3 s paced round's added cost moves by
+    /// about 0.2 us (standard deviation) from round to round on this VM,
+    /// several times the flat-out loop's spread, so its median needs more
+    /// rounds than the other parts (docs/benchmarks.md).
+    #[arg(long, default_value_t = 9)]
+    paced_rounds: usize,
     /// Seconds of system-wide syscall counting for the mix.
     #[arg(long, default_value_t = 10)]
     mix_seconds: u64,
@@ -128,7 +134,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     };
     let paced = match &ctx {
         Some(ctx) if a.only.contains(&Part::Paced) => {
-            let p = paced_cost(ctx, a.rounds, a.throughput_seconds)?;
+            let p = paced_cost(ctx, a.paced_rounds, a.throughput_seconds)?;
             report.push(paced_section(&p, a.throughput_seconds));
             Some(p)
         }
@@ -957,6 +963,15 @@ impl PacedCost {
         paired_diff(&self.captured[i], &self.baseline[i])
     }
 
+    /// Per round, in run order: captured - baseline.
+    fn added_per_round(&self, i: usize) -> Vec<f64> {
+        self.captured[i]
+            .iter()
+            .zip(&self.baseline[i])
+            .map(|(c, b)| c - b)
+            .collect()
+    }
+
     /// Per-write and per-byte cost through the added costs (sizes whose
     /// captured runs lost records left out).
     fn fit(&self) -> SizeFit {
@@ -1000,20 +1015,27 @@ fn paced_section(p: &PacedCost, seconds: f64) -> String {
          mean time inside write(2) (two clock reads included), without and with the \
          capture, run back to back. The peer end is drained by a thread of the same process \
          that reads without blocking every 100 us, so a write wakes nobody and its time holds \
-         the write alone. Median over rounds (min-max); added = median over \
+         the write alone. {rounds} rounds; median over rounds (min-max); added = median over \
          rounds of (captured - no capture). Unlike the flat-out loop above, the capture's \
          reader is mostly idle here, as on a node, where the runtime's sockets carry far \
          fewer messages.\n\n\
          | write(2) of the traced process | no capture (ns) | nri-trace capture (ns) | added per write (ns) \
-         | writes captured | chunks captured | lost records |\n\
-         | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+         | added per round, in run order (ns) | writes captured | chunks captured | lost records |\n\
+         | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |\n",
+        rounds = p.baseline.first().map_or(0, Vec::len),
     );
     for (i, size) in PACED_SIZES.iter().enumerate() {
+        let per_round: Vec<String> = p
+            .added_per_round(i)
+            .iter()
+            .map(|d| format!("{d:+.0}"))
+            .collect();
         s += &format!(
-            "| unix write {size} B (captured fd) | {} | {} | {:+.1} | {} | {} | {} |\n",
+            "| unix write {size} B (captured fd) | {} | {} | {:+.1} | {} | {} | {} | {} |\n",
             fmt_spread(&p.baseline[i]),
             fmt_spread(&p.captured[i]),
             p.added(i),
+            per_round.join(", "),
             p.writes[i],
             p.chunks[i],
             p.lost[i],
