@@ -157,11 +157,12 @@ async fn every_syscall_family() {
     // And mixed neighbours: a read family after a different write family.
     steps.push("recvmsg:2048,write:7,readv:33000,sendmsg:16384,read:16385,writev:3".into());
     let script = steps.join(",");
-    let path = socket_path(NAME);
-    let _rm = RmOnDrop(path.clone());
-    let mut peer = Peer::serve(NAME, &path, &script, &[]);
-    let mut cfg = session_config();
-    cfg.sockets = vec![path.clone()];
+    let Served {
+        path,
+        mut peer,
+        cfg,
+        rm: _rm,
+    } = serve_captured(NAME, &script, &[]);
     let cap = Capture::start(NAME, cfg, ebpf_options()).await;
 
     let sent = pattern(0xa, script_in_len(&script));
@@ -249,11 +250,12 @@ async fn fds_past_the_fd_table() {
     const _: () = assert!(nri_trace_common::FD_TABLE_FDS < 5000);
     let script = "read:1,write:1,readv:3000,writev:4097,recvfrom:40960,sendto:40961,\
                   recvmsg:2048,sendmsg:16384";
-    let path = socket_path(NAME);
-    let _rm = RmOnDrop(path.clone());
-    let mut peer = Peer::serve(NAME, &path, script, &["--high-fds"]);
-    let mut cfg = session_config();
-    cfg.sockets = vec![path.clone()];
+    let Served {
+        path,
+        mut peer,
+        cfg,
+        rm: _rm,
+    } = serve_captured(NAME, script, &["--high-fds"]);
     let cap = Capture::start(NAME, cfg, ebpf_options()).await;
     let info = &cap.session().info;
     assert_eq!(info.listeners.len(), 1, "{NAME}: {:?}", info.listeners);
@@ -307,11 +309,12 @@ async fn large_messages() {
         "this test assumes a 1 MiB default snap length"
     );
     let script = format!("read:{MIB},write:{MIB}");
-    let path = socket_path(NAME);
-    let _rm = RmOnDrop(path.clone());
-    let mut peer = Peer::serve(NAME, &path, &script, &[]);
-    let mut cfg = session_config();
-    cfg.sockets = vec![path.clone()];
+    let Served {
+        path,
+        mut peer,
+        cfg,
+        rm: _rm,
+    } = serve_captured(NAME, &script, &[]);
     let cap = Capture::start(NAME, cfg, ebpf_options()).await;
 
     let sent = pattern(0xb, MIB);
@@ -372,11 +375,12 @@ async fn many_connections() {
         return;
     }
     let script = "read:20000,write:3000";
-    let path = socket_path(NAME);
-    let _rm = RmOnDrop(path.clone());
-    let mut peer = Peer::serve(NAME, &path, script, &["--count", "32", "--threads"]);
-    let mut cfg = session_config();
-    cfg.sockets = vec![path.clone()];
+    let Served {
+        path,
+        mut peer,
+        cfg,
+        rm: _rm,
+    } = serve_captured(NAME, script, &["--count", "32", "--threads"]);
     let cap = Capture::start(NAME, cfg, ebpf_options()).await;
 
     let payloads: Vec<Vec<u8>> = (0..N).map(|i| pattern(0xc00 + i as u64, 20000)).collect();
@@ -734,11 +738,12 @@ async fn snap_length_truncation() {
         return;
     }
     let script = "read:100,write:5000";
-    let path = socket_path(NAME);
-    let _rm = RmOnDrop(path.clone());
-    let mut peer = Peer::serve(NAME, &path, script, &[]);
-    let mut cfg = session_config();
-    cfg.sockets = vec![path.clone()];
+    let Served {
+        path,
+        mut peer,
+        cfg,
+        rm: _rm,
+    } = serve_captured(NAME, script, &[]);
     let opts = EbpfOptions {
         snap_len: 1000,
         ..ebpf_options()
@@ -786,11 +791,12 @@ async fn lost_records_are_counted() {
     const MSG: usize = 16 * 1024;
     const LAST: usize = 100;
     let script = format!("read:{MSG}*{MSGS},read:{LAST},write:{LAST}");
-    let path = socket_path(NAME);
-    let _rm = RmOnDrop(path.clone());
-    let mut peer = Peer::serve(NAME, &path, &script, &[]);
-    let mut cfg = session_config();
-    cfg.sockets = vec![path.clone()];
+    let Served {
+        path,
+        mut peer,
+        mut cfg,
+        rm: _rm,
+    } = serve_captured(NAME, &script, &[]);
     // Never woken by the kernel, drained every 2 s: a 64 KiB ring holds three
     // 16 KiB records, the burst of 256 overflows it.
     cfg.drain_interval = Duration::from_secs(2);
@@ -1260,11 +1266,12 @@ async fn followed_peer_killed() {
     }
     const KEY: u64 = 0x3f;
     let script = "read:100,write:200";
-    let path = socket_path(NAME);
-    let _rm = RmOnDrop(path.clone());
-    let mut server = Peer::serve(NAME, &path, &format!("{script},wait"), &[]);
-    let mut cfg = session_config();
-    cfg.sockets = vec![path.clone()];
+    let Served {
+        path,
+        peer: mut server,
+        mut cfg,
+        rm: _rm,
+    } = serve_captured(NAME, &format!("{script},wait"), &[]);
     cfg.follow_peer_ends = true;
     let cap = Capture::start(NAME, cfg, ebpf_options()).await;
     let mut client = Peer::spawn(

@@ -350,6 +350,31 @@ pub fn session_config() -> SessionConfig {
     }
 }
 
+/// A unix-peer serving `script` (with `extra` arguments) on a fresh socket
+/// for test `name`, and a session config that captures that socket. `rm`
+/// removes the socket file when the test ends; fields drop in order, so
+/// the peer is gone before it.
+pub struct Served {
+    pub path: PathBuf,
+    pub peer: Peer,
+    pub cfg: SessionConfig,
+    pub rm: RmOnDrop,
+}
+
+pub fn serve_captured(name: &str, script: &str, extra: &[&str]) -> Served {
+    let path = socket_path(name);
+    let rm = RmOnDrop(path.clone());
+    let peer = Peer::serve(name, &path, script, extra);
+    let mut cfg = session_config();
+    cfg.sockets = vec![path.clone()];
+    Served {
+        path,
+        peer,
+        cfg,
+        rm,
+    }
+}
+
 /// A capture session whose events are collected in the background.
 pub struct Capture {
     session: Session,
