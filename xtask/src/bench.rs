@@ -965,11 +965,7 @@ impl PacedCost {
 
     /// Per round, in run order: captured - baseline.
     fn added_per_round(&self, i: usize) -> Vec<f64> {
-        self.captured[i]
-            .iter()
-            .zip(&self.baseline[i])
-            .map(|(c, b)| c - b)
-            .collect()
+        paired_diffs(&self.captured[i], &self.baseline[i])
     }
 
     /// Per-write and per-byte cost through the added costs (sizes whose
@@ -2279,8 +2275,12 @@ fn median(v: &[f64]) -> f64 {
 
 /// Median of the element-wise differences a[r] - b[r].
 fn paired_diff(a: &[f64], b: &[f64]) -> f64 {
-    let d: Vec<f64> = a.iter().zip(b).map(|(x, y)| x - y).collect();
-    median(&d)
+    median(&paired_diffs(a, b))
+}
+
+/// a - b, round by round.
+fn paired_diffs(a: &[f64], b: &[f64]) -> Vec<f64> {
+    a.iter().zip(b).map(|(x, y)| x - y).collect()
 }
 
 /// "median (min-max)"
