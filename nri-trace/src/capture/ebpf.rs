@@ -399,11 +399,11 @@ impl CaptureBackend for EbpfBackend {
         self.view.remove(tgid);
         self.write_slot(slot_of(tgid))?;
         let _ = self.tgids.remove(&tgid);
-        // Its table row too: a later process with the same pid and row
-        // must not find its entries (one update per fd: a few ms, at a
-        // process's exit).
-        for fd in 0..FD_TABLE_FDS {
-            if let Some(i) = fd_table_index(row, fd) {
+        // Its table row too, if it had one: a later process with the same
+        // pid and row must not find its entries (one update per fd: a few
+        // ms, at a process's exit).
+        if let Some(first) = fd_table_index(row, 0) {
+            for i in first..first + FD_TABLE_FDS {
                 let _ = self.fd_table.set(i, FdState::new(0, 0), 0);
             }
         }

@@ -62,7 +62,8 @@ impl TgidFilter {
     }
 
     /// What `TGID_FILTER[slot]` should hold: 0, the one tgid's value, or
-    /// "shared" (the programs then ask `TRACKED_TGIDS`).
+    /// "shared" (the programs then ask `TRACKED_TGIDS`). `remove` drops
+    /// emptied slots, so a slot's set is never empty.
     pub fn slot_value(&self, slot: u32) -> u32 {
         match self.slots.get(&slot) {
             None => 0,
@@ -70,7 +71,6 @@ impl TgidFilter {
                 let tgid = *s.iter().next().expect("one");
                 self.values.get(&tgid).copied().unwrap_or(0)
             }
-            Some(s) if s.is_empty() => 0,
             Some(_) => TGID_SLOT_SHARED,
         }
     }
