@@ -119,31 +119,40 @@ struct DecodeArgs {
     probe: ProbeArgs,
 }
 
+/// `nri-trace capture`.
+#[derive(clap::Args)]
+struct CaptureArgs {
+    /// A listening unix socket: capture the server side of its connections.
+    #[arg(long = "socket", value_name = "PATH")]
+    sockets: Vec<PathBuf>,
+    /// Also track this process (its socketpairs; its connects to --connect-path).
+    #[arg(long = "pid")]
+    pids: Vec<u32>,
+    /// Capture connect() calls of tracked processes to this path.
+    #[arg(long = "connect-path", value_name = "PATH")]
+    connect_paths: Vec<PathBuf>,
+    /// Also capture the connections that already exist at start and whose
+    /// peer process has VAR in its environment: NRI_PLUGIN_SOCKET for the
+    /// runtime's pre-launched NRI plugins (docs/capture.md).
+    #[arg(long, value_name = "VAR")]
+    socketpair_env: Option<String>,
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
+    /// Text format: dump at most this many bytes per syscall.
+    #[arg(long, default_value_t = 256)]
+    dump_bytes: usize,
+    /// Stop after this many seconds (default: until Ctrl-C or SIGTERM).
+    #[arg(long)]
+    duration: Option<f64>,
+    #[command(flatten)]
+    probe: ProbeArgs,
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Print the raw byte streams of a process's unix-socket connections
     /// (the capture stage alone, for debugging).
-    Capture {
-        /// A listening unix socket: capture the server side of its connections.
-        #[arg(long = "socket", value_name = "PATH")]
-        sockets: Vec<PathBuf>,
-        /// Also track this process (its socketpairs; its connects to --connect-path).
-        #[arg(long = "pid")]
-        pids: Vec<u32>,
-        /// Capture connect() calls of tracked processes to this path.
-        #[arg(long = "connect-path", value_name = "PATH")]
-        connect_paths: Vec<PathBuf>,
-        #[arg(long, value_enum, default_value = "text")]
-        format: Format,
-        /// Text format: dump at most this many bytes per syscall.
-        #[arg(long, default_value_t = 256)]
-        dump_bytes: usize,
-        /// Stop after this many seconds (default: until Ctrl-C or SIGTERM).
-        #[arg(long)]
-        duration: Option<f64>,
-        #[command(flatten)]
-        probe: ProbeArgs,
-    },
+    Capture(CaptureArgs),
     /// Decode every NRI call between the runtime and its plugins, live (or
     /// from a recording), with each plugin's hook time.
     Nri {
@@ -354,26 +363,7 @@ fn main() -> Result<()> {
     };
     rt.block_on(async move {
         match cmd {
-            Cmd::Capture {
-                sockets,
-                pids,
-                connect_paths,
-                format,
-                dump_bytes,
-                duration,
-                probe,
-            } => {
-                capture(
-                    sockets,
-                    pids,
-                    connect_paths,
-                    format,
-                    dump_bytes,
-                    duration,
-                    probe,
-                )
-                .await
-            }
+            Cmd::Capture(args) => capture(args).await,
             Cmd::Nri {
                 socket,
                 pids,
@@ -566,21 +556,24 @@ async fn until_signal(duration: Option<f64>) {
     }
 }
 
-async fn capture(
-    sockets: Vec<PathBuf>,
-    pids: Vec<u32>,
-    connect_paths: Vec<PathBuf>,
-    format: Format,
-    dump_bytes: usize,
-    duration: Option<f64>,
-    probe: ProbeArgs,
-) -> Result<()> {
+async fn capture(args: CaptureArgs) -> Result<()> {
+    let CaptureArgs {
+        sockets,
+        pids,
+        connect_paths,
+        socketpair_env,
+        format,
+        dump_bytes,
+        duration,
+        probe,
+    } = args;
     let backend = EbpfBackend::load(&options(&probe, ProgramSet::Capture, false))?;
     let cfg = SessionConfig {
         sockets,
         pids,
         connect_paths,
         drain_interval: Duration::from_millis(probe.drain_ms.max(1)),
+        existing_socketpair_env: socketpair_env.clone(),
         ..Default::default()
     };
     let mut s = session::start(cfg, Box::new(backend)).await?;
@@ -593,6 +586,16 @@ async fn capture(
             l.connections.len()
         );
     }
+    for p in &s.info.existing_socketpairs {
+        eprintln!(
+            "nri-trace: capturing pid {} fd {} (its peer, pid {}, has {})",
+            p.pid,
+            p.fd,
+            p.peer_pid,
+            socketpair_env.as_deref().unwrap_or_default()
+        );
+    }
+    eprintln!("nri-trace: ready (tracking pids {:?})", s.info.tracked_pids);
     let stdout = std::io::stdout();
     let mut w = std::io::BufWriter::new(stdout.lock());
     let mut counts = output::Counts::default();

@@ -1,6 +1,22 @@
 //! Shared between the traced helper process (`src/bin/unix-peer.rs`) and
 //! the tests that check what nri-trace captured from it: the deterministic
 //! byte streams the peer sends, so both sides compute them from one source.
+//! Also where the tests find the workspace's binaries ([`workspace_bin`]).
+
+use std::path::PathBuf;
+
+/// A binary of the workspace (built by `cargo test --workspace`), found
+/// beside the running test executable (`target/<profile>/deps/..`).
+pub fn workspace_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().expect("exe dir");
+    let dir = if dir.ends_with("deps") {
+        dir.parent().unwrap_or(dir)
+    } else {
+        dir
+    };
+    dir.join(name)
+}
 
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 

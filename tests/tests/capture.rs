@@ -1,7 +1,8 @@
 //! Root/eBPF integration tests of the capture stage: a real `EbpfBackend`
 //! and session trace `unix-peer` (src/bin/unix-peer.rs) while the test
 //! talks to it, and the captured events are checked byte for byte against
-//! what really crossed the socket.
+//! what really crossed the socket. The last tests (n-q) run the
+//! `nri-trace capture` binary instead and read back what it printed.
 //!
 //! Every test skips (with a reason on stderr) when not root or when no eBPF
 //! object is embedded, and panics instead when CI=true (or 1): in CI these tests
@@ -132,6 +133,28 @@ fn assert_complete(name: &str, evs: &[CaptureEvent], conn: ConnId) {
         "{name}: the capture reported losses:\n{}",
         describe(evs)
     );
+}
+
+/// `conn` carries exactly what a unix-peer script moved, whole and in
+/// step order both ways (the client sent `sent`), and closed normally.
+#[track_caller]
+fn assert_script_captured(
+    name: &str,
+    evs: &[CaptureEvent],
+    conn: ConnId,
+    sent: &[u8],
+    expected: &Expected,
+) {
+    assert_bytes_eq("In stream", &stream(evs, conn, Direction::In), sent);
+    assert_bytes_eq(
+        "Out stream",
+        &stream(evs, conn, Direction::Out),
+        &expected.out,
+    );
+    assert_complete(name, evs, conn);
+    assert_chunks_follow_steps(name, evs, conn, Direction::In, &expected.steps);
+    assert_chunks_follow_steps(name, evs, conn, Direction::Out, &expected.steps);
+    assert_closed(name, evs, conn, CloseReason::Closed);
 }
 
 /// a. All eight data syscalls, 1 byte to 40 KiB, reassembled in order.
@@ -624,13 +647,7 @@ async fn listener_restarted_is_traced_from_bind() {
     // drain, and then its peer is not looked up.)
     let o = single_open(NAME, &evs, second.pid(), &path);
     assert!(matches!(o.origin, Origin::Accept { .. }), "{NAME}: {o:?}");
-    let conn = o.conn;
-    assert_bytes_eq("In", &stream(&evs, conn, Direction::In), &sent);
-    assert_bytes_eq("Out", &stream(&evs, conn, Direction::Out), &expected.out);
-    assert_complete(NAME, &evs, conn);
-    assert_chunks_follow_steps(NAME, &evs, conn, Direction::In, &expected.steps);
-    assert_chunks_follow_steps(NAME, &evs, conn, Direction::Out, &expected.steps);
-    assert_closed(NAME, &evs, conn, CloseReason::Closed);
+    assert_script_captured(NAME, &evs, o.conn, &sent, &expected);
 }
 
 /// e. socketpair + fork in a process tracked by pid: the parent's end is
@@ -918,36 +935,9 @@ async fn socketpair_opened_before_capture() {
     if !guard(NAME) {
         return;
     }
-    let script = "read:100,write:200,wait,read:5000,writev:7000,recvmsg:40000,sendto:1,recvfrom:1,sendmsg:20000";
-    const KEY: u64 = 0x5e;
-    const PRE_IN: usize = 100;
-    const PRE_OUT: usize = 200;
-    let sent = pattern(KEY, script_in_len(script));
-    let expected = expect_script(script, &sent);
-    let key = KEY.to_string();
-    let mut peer = Peer::spawn(
-        NAME,
-        &[
-            "pair-exec",
-            script,
-            &key,
-            "--decoy",
-            "NRI_PLUGIN_SOCKET=3",
-            "NRI_PLUGIN_NAME=x",
-            "NRI_PLUGIN_IDX=07",
-        ],
-    );
-    let fields = |line: String| -> (i32, u32) {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        (f[1].parse().unwrap(), f[2].parse().unwrap())
-    };
-    let (pair_fd, plugin) = fields(peer.expect_line("pair "));
-    let (decoy_fd, decoy) = fields(peer.expect_line("decoy "));
-    // The first exchange (read:100, write:200) happens before the capture.
-    peer.expect_line("waiting");
-
+    let mut pl = PreLaunched::start(NAME);
     let mut cfg = session_config();
-    cfg.pids = vec![peer.pid()];
+    cfg.pids = vec![pl.peer.pid()];
     cfg.peer_env = vec!["NRI_PLUGIN_NAME".into(), "NRI_PLUGIN_IDX".into()];
     cfg.existing_socketpair_env = Some("NRI_PLUGIN_SOCKET".into());
     let cap = Capture::start(NAME, cfg, ebpf_options()).await;
@@ -960,29 +950,17 @@ async fn socketpair_opened_before_capture() {
         .collect();
     assert_eq!(
         found,
-        vec![(peer.pid(), pair_fd as u32, plugin)],
-        "{NAME}: existing socketpairs (plugin {plugin}, decoy {decoy} on fd {decoy_fd})"
+        vec![(pl.peer.pid(), pl.pair_fd as u32, pl.plugin)],
+        "{NAME}: existing socketpairs (plugin {}, decoy {} on fd {})",
+        pl.plugin,
+        pl.decoy,
+        pl.decoy_fd
     );
-
-    peer.send_line("go");
-    peer.expect_line("done");
-    peer.wait_success().await;
+    pl.finish().await;
     let evs = cap.finish().await;
 
-    let opens = opens(&evs);
-    assert_eq!(opens.len(), 1, "{NAME}: Opens:\n{}", describe(&evs));
-    let o = opens[0];
-    assert_eq!(o.origin, Origin::Existing, "{NAME}: {o:?}");
-    assert_eq!((o.tgid, o.fd), (peer.pid(), pair_fd), "{NAME}: {o:?}");
-    assert_eq!(o.socket_path, None, "{NAME}: a socketpair has no path");
-    let p = o
-        .peer
-        .as_ref()
-        .unwrap_or_else(|| panic!("{NAME}: no peer in {o:?}"));
-    assert_eq!(
-        p.pid, plugin,
-        "{NAME}: the peer is the plugin, not the creator"
-    );
+    let o = pl.assert_captured(&evs);
+    let p = o.peer.as_ref().expect("peer");
     assert_eq!(p.uid, 0, "{NAME}: peer uid");
     assert_eq!(p.comm.as_deref(), Some("unix-peer"), "{NAME}: {p:?}");
     assert_eq!(p.cmdline.get(1).map(String::as_str), Some("mirror"));
@@ -996,41 +974,142 @@ async fn socketpair_opened_before_capture() {
         vec![("NRI_PLUGIN_IDX", "07"), ("NRI_PLUGIN_NAME", "x")],
         "{NAME}: only the requested variables"
     );
-    let conn = o.conn;
-    assert_bytes_eq(
-        "In after start",
-        &stream(&evs, conn, Direction::In),
-        &sent[PRE_IN..],
-    );
-    assert_bytes_eq(
-        "Out after start",
-        &stream(&evs, conn, Direction::Out),
-        &expected.out[PRE_OUT..],
-    );
-    assert_complete(NAME, &evs, conn);
-    let later: Vec<StepRange> = expected
-        .steps
-        .iter()
-        .filter(|s| s.index >= 2)
-        .map(|s| {
-            let base = if s.direction == Direction::In {
-                PRE_IN
-            } else {
-                PRE_OUT
-            };
-            StepRange {
-                start: s.start - base,
-                end: s.end - base,
-                ..s.clone()
-            }
-        })
-        .collect();
-    assert_chunks_follow_steps(NAME, &evs, conn, Direction::In, &later);
-    assert_chunks_follow_steps(NAME, &evs, conn, Direction::Out, &later);
-    for c in all_chunks(&evs) {
-        assert_eq!(c.tid, peer.pid(), "{NAME}: a child was captured");
+}
+
+/// A unix-peer set up as a runtime with a pre-launched NRI plugin: one end
+/// of a socketpair handed to a child as fd 3 with NRI_PLUGIN_SOCKET=3 (and
+/// a decoy pair whose child lacks the variable); the first exchange
+/// (read:100, write:200) done before any capture starts.
+struct PreLaunched {
+    name: &'static str,
+    peer: Peer,
+    pair_fd: i32,
+    plugin: u32,
+    decoy_fd: i32,
+    decoy: u32,
+    sent: Vec<u8>,
+    expected: Expected,
+}
+
+impl PreLaunched {
+    const SCRIPT: &str = "read:100,write:200,wait,read:5000,writev:7000,recvmsg:40000,sendto:1,recvfrom:1,sendmsg:20000";
+    const KEY: u64 = 0x5e;
+    /// What the first exchange moved each way.
+    const PRE_IN: usize = 100;
+    const PRE_OUT: usize = 200;
+
+    /// The plugin case of test h: the plugin's name and index in its
+    /// environment too.
+    fn start(name: &'static str) -> PreLaunched {
+        Self::spawn(
+            name,
+            Self::SCRIPT,
+            Self::KEY,
+            &[
+                "NRI_PLUGIN_SOCKET=3",
+                "NRI_PLUGIN_NAME=x",
+                "NRI_PLUGIN_IDX=07",
+            ],
+        )
     }
-    assert_closed(NAME, &evs, conn, CloseReason::Closed);
+
+    /// `script` must begin as [`Self::SCRIPT`] does (read:100,write:200,wait);
+    /// `env` is the plugin child's environment.
+    fn spawn(name: &'static str, script: &str, key: u64, env: &[&str]) -> PreLaunched {
+        let sent = pattern(key, script_in_len(script));
+        let expected = expect_script(script, &sent);
+        let key = key.to_string();
+        let mut args = vec!["pair-exec", script, &key, "--decoy"];
+        args.extend_from_slice(env);
+        let peer = Peer::spawn(name, &args);
+        let fields = |line: String| -> (i32, u32) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            (f[1].parse().unwrap(), f[2].parse().unwrap())
+        };
+        let (pair_fd, plugin) = fields(peer.expect_line("pair "));
+        let (decoy_fd, decoy) = fields(peer.expect_line("decoy "));
+        peer.expect_line("waiting");
+        PreLaunched {
+            name,
+            peer,
+            pair_fd,
+            plugin,
+            decoy_fd,
+            decoy,
+            sent,
+            expected,
+        }
+    }
+
+    /// Run the rest of the script (once the capture has started).
+    async fn finish(&mut self) {
+        self.peer.send_line("go");
+        self.peer.expect_line("done");
+        self.peer.wait_success().await;
+    }
+
+    /// The capture holds one connection, the pair's end in the peer
+    /// (`existing`, its peer the plugin, not the decoy nor the creator),
+    /// with everything exchanged after the start; its Open is returned.
+    #[track_caller]
+    fn assert_captured<'a>(&self, evs: &'a [CaptureEvent]) -> &'a ConnOpen {
+        let name = self.name;
+        let opens = opens(evs);
+        assert_eq!(opens.len(), 1, "{name}: Opens:\n{}", describe(evs));
+        let o = opens[0];
+        assert_eq!(o.origin, Origin::Existing, "{name}: {o:?}");
+        assert_eq!(
+            (o.tgid, o.fd),
+            (self.peer.pid(), self.pair_fd),
+            "{name}: {o:?}"
+        );
+        assert_eq!(o.socket_path, None, "{name}: a socketpair has no path");
+        let p = o
+            .peer
+            .as_ref()
+            .unwrap_or_else(|| panic!("{name}: no peer in {o:?}"));
+        assert_eq!(
+            p.pid, self.plugin,
+            "{name}: the peer is the plugin, not the creator"
+        );
+        let conn = o.conn;
+        assert_bytes_eq(
+            "In after start",
+            &stream(evs, conn, Direction::In),
+            &self.sent[Self::PRE_IN..],
+        );
+        assert_bytes_eq(
+            "Out after start",
+            &stream(evs, conn, Direction::Out),
+            &self.expected.out[Self::PRE_OUT..],
+        );
+        assert_complete(name, evs, conn);
+        let later: Vec<StepRange> = self
+            .expected
+            .steps
+            .iter()
+            .filter(|s| s.index >= 2)
+            .map(|s| {
+                let base = if s.direction == Direction::In {
+                    Self::PRE_IN
+                } else {
+                    Self::PRE_OUT
+                };
+                StepRange {
+                    start: s.start - base,
+                    end: s.end - base,
+                    ..s.clone()
+                }
+            })
+            .collect();
+        assert_chunks_follow_steps(name, evs, conn, Direction::In, &later);
+        assert_chunks_follow_steps(name, evs, conn, Direction::Out, &later);
+        for c in all_chunks(evs) {
+            assert_eq!(c.tid, self.peer.pid(), "{name}: a child was captured");
+        }
+        assert_closed(name, evs, conn, CloseReason::Closed);
+        o
+    }
 }
 
 // ------------------------------------------------ peer ends
@@ -1347,31 +1426,16 @@ async fn follow_peer_end_of_existing_socketpair() {
         return;
     }
     let script = "read:100,write:200,wait,writev:7000,read:5000,recvmsg:40000,sendto:1,recvfrom:1,sendmsg:20000";
-    const KEY: u64 = 0x4f;
-    let sent = pattern(KEY, script_in_len(script));
-    let expected = expect_script(script, &sent);
-    let key = KEY.to_string();
-    let mut peer = Peer::spawn(
-        NAME,
-        &["pair-exec", script, &key, "--decoy", "NRI_PLUGIN_SOCKET=3"],
-    );
-    let fields = |line: String| -> (i32, u32) {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        (f[1].parse().unwrap(), f[2].parse().unwrap())
-    };
-    let (pair_fd, plugin) = fields(peer.expect_line("pair "));
-    let (_, decoy) = fields(peer.expect_line("decoy "));
-    peer.expect_line("waiting");
-
+    let mut pl = PreLaunched::spawn(NAME, script, 0x4f, &["NRI_PLUGIN_SOCKET=3"]);
     let mut cfg = session_config();
-    cfg.pids = vec![peer.pid()];
+    cfg.pids = vec![pl.peer.pid()];
     cfg.existing_socketpair_env = Some("NRI_PLUGIN_SOCKET".into());
     cfg.follow_peer_ends = true;
     let cap = Capture::start(NAME, cfg, ebpf_options()).await;
-    peer.send_line("go");
-    peer.expect_line("done");
-    peer.wait_success().await;
+    pl.finish().await;
     let evs = cap.finish().await;
+    let (peer, pair_fd, plugin, decoy) = (&pl.peer, pl.pair_fd, pl.plugin, pl.decoy);
+    let (sent, expected) = (&pl.sent, &pl.expected);
 
     let opens = opens(&evs);
     assert_eq!(opens.len(), 2, "{NAME}: Opens:\n{}", describe(&evs));
@@ -1451,4 +1515,197 @@ async fn follow_peer_end_of_new_socketpair() {
         &pattern(1, MSG),
     );
     assert_closed(NAME, &evs, end, CloseReason::Closed);
+}
+
+// ------------------------------------------------ the capture command
+
+/// The events of `capture --format ndjson` output (the recording format).
+#[track_caller]
+fn ndjson_events(name: &str, out: &str) -> Vec<CaptureEvent> {
+    nri_trace::capture::recording::read_events(out.as_bytes())
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|e| panic!("{name}: capture's NDJSON does not read back: {e}"))
+}
+
+fn has_close(out: &str) -> bool {
+    ndjson_events("has_close", out)
+        .iter()
+        .any(|e| matches!(e, CaptureEvent::Close(_)))
+}
+
+/// unix-peer serving `script` on a fresh socket, and `nri-trace capture
+/// --socket` on that socket with `args`, ready.
+async fn serve_under_command(name: &str, script: &str, args: &[&str]) -> (Served, CaptureCmd) {
+    let served = serve_captured(name, script, &[]);
+    let sock = served.path.to_str().expect("utf-8 path");
+    let mut all = vec!["--socket", sock];
+    all.extend_from_slice(args);
+    let cmd = CaptureCmd::start(name, &all).await;
+    (served, cmd)
+}
+
+/// n. `nri-trace capture --socket PATH --format ndjson`, the binary an
+/// operator runs, stopped by SIGTERM: its output reads back (as a
+/// recording) to the same byte-exact, ordered streams the session gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capture_command_ndjson() {
+    const NAME: &str = "capture_command_ndjson";
+    if !guard_cli(NAME) {
+        return;
+    }
+    let script = "read:100,write:200,readv:3000,writev:5000,recvmsg:40000,sendmsg:40001";
+    let (mut srv, cmd) = serve_under_command(NAME, script, &["--format", "ndjson"]).await;
+    let sock = srv.path.to_str().expect("utf-8 path");
+    assert!(
+        cmd.stderr_text().contains(&format!(
+            "nri-trace: capturing {sock} (pid {}, ",
+            srv.peer.pid()
+        )),
+        "{NAME}: stderr:\n{}",
+        cmd.stderr_text()
+    );
+
+    let sent = pattern(0xc1, script_in_len(script));
+    let expected = expect_script(script, &sent);
+    let client = connect(&srv.path);
+    // The peer is looked up when the Open is drained (see every_syscall_family).
+    cmd.wait_for("the Open", |out| out.contains("\"type\":\"open\""))
+        .await;
+    let got = exchange_to_end(NAME, client, sent.clone(), expected.out.len()).await;
+    assert_bytes_eq("unix-peer's own output", &got, &expected.out);
+    srv.peer.wait_success().await;
+    cmd.wait_for("the Close", has_close).await;
+    let evs = ndjson_events(NAME, &cmd.stop().await);
+
+    let conn = single_accept(NAME, &evs, srv.peer.pid(), &srv.path);
+    assert_script_captured(NAME, &evs, conn, &sent, &expected);
+}
+
+/// o. `--format text`: the connection's open line (origin, path, peer),
+/// one line per syscall with its direction and size, the hex/ASCII dump of
+/// the bytes, and the close line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capture_command_text() {
+    const NAME: &str = "capture_command_text";
+    if !guard_cli(NAME) {
+        return;
+    }
+    const MSG: &[u8] = b"GET nri-trace!!\n";
+    let script = "read:16,write:16";
+    let (mut srv, cmd) = serve_under_command(NAME, script, &[]).await;
+    let sock = srv.path.to_str().expect("utf-8 path");
+    let client = connect(&srv.path);
+    cmd.wait_for("the open line", |out| out.contains(" open  pid "))
+        .await;
+    let out_len = expect_script(script, MSG).out.len();
+    exchange_to_end(NAME, client, MSG.to_vec(), out_len).await;
+    srv.peer.wait_success().await;
+    cmd.wait_for("the close line", |out| out.contains(" close ("))
+        .await;
+    let out = cmd.stop().await;
+
+    let lines: Vec<&str> = out.lines().collect();
+    let pid = srv.peer.pid();
+    let find = |what: &str| {
+        lines
+            .iter()
+            .position(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("{NAME}: no line with {what:?} in:\n{out}"))
+    };
+    let open = lines[find(&format!(" open  pid {pid} fd "))];
+    assert!(
+        open.contains(&format!(") {sock} peer ")) && open.contains("(accept on fd "),
+        "{NAME}: open line {open:?}"
+    );
+    assert!(
+        open.ends_with(&format!("[{}]", std::process::id())),
+        "{NAME}: the peer is this test process: {open:?}"
+    );
+    let read = find(&format!(" <- read 16 bytes tid {pid}"));
+    assert_eq!(
+        lines.get(read + 1).copied(),
+        Some("    000000  47 45 54 20 6e 72 69 2d 74 72 61 63 65 21 21 0a  GET nri-trace!!."),
+        "{NAME}: the dump of what the client sent:\n{out}"
+    );
+    let write = find(&format!(" -> write 16 bytes tid {pid}"));
+    let close = find(" close (Closed)");
+    assert!(
+        lines[0] == open && read < write && write < close,
+        "{NAME}: open, read, write, close out of order:\n{out}"
+    );
+}
+
+/// p. `--format count`: one JSON line of totals when it stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capture_command_count() {
+    const NAME: &str = "capture_command_count";
+    if !guard_cli(NAME) {
+        return;
+    }
+    let script = "read:1000,write:3000,recvfrom:5,writev:70000";
+    let (mut srv, cmd) = serve_under_command(NAME, script, &["--format", "count"]).await;
+    let sent = pattern(0xc3, script_in_len(script));
+    let expected = expect_script(script, &sent);
+    let client = connect(&srv.path);
+    let got = exchange_to_end(NAME, client, sent.clone(), expected.out.len()).await;
+    assert_bytes_eq("unix-peer's own output", &got, &expected.out);
+    srv.peer.wait_success().await;
+    // Stopping drains what the ring still holds (the close included).
+    let out = cmd.stop().await;
+    let counts: serde_json::Value = serde_json::from_str(out.trim())
+        .unwrap_or_else(|e| panic!("{NAME}: not one JSON line ({e}):\n{out}"));
+    assert_eq!(counts["connections_opened"], 1, "{NAME}: {counts}");
+    assert_eq!(counts["connections_closed"], 1, "{NAME}: {counts}");
+    assert_eq!(
+        counts["bytes"],
+        (sent.len() + expected.out.len()) as u64,
+        "{NAME}: {counts}"
+    );
+    let chunks = counts["chunks"].as_u64().expect("chunks");
+    assert!(
+        chunks >= expected.steps.len() as u64,
+        "{NAME}: {chunks} chunks for {} syscalls at least: {counts}",
+        expected.steps.len()
+    );
+    assert_eq!(counts["truncated_chunks"], 0, "{NAME}: {counts}");
+    assert_eq!(counts["chunks_after_gap"], 0, "{NAME}: {counts}");
+    assert_eq!(counts["loss"]["lost_records"], 0, "{NAME}: {counts}");
+}
+
+/// q. `--pid PID --socketpair-env NRI_PLUGIN_SOCKET`: the pre-launched
+/// plugin's connection, made before the command started, is found, named on
+/// stderr and captured (the decoy pair is not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capture_command_existing_socketpair() {
+    const NAME: &str = "capture_command_existing_socketpair";
+    if !guard_cli(NAME) {
+        return;
+    }
+    let mut pl = PreLaunched::start(NAME);
+    let pid = pl.peer.pid().to_string();
+    let cmd = CaptureCmd::start(
+        NAME,
+        &[
+            "--pid",
+            &pid,
+            "--socketpair-env",
+            "NRI_PLUGIN_SOCKET",
+            "--format",
+            "ndjson",
+        ],
+    )
+    .await;
+    let said = format!(
+        "nri-trace: capturing pid {pid} fd {} (its peer, pid {}, has NRI_PLUGIN_SOCKET)",
+        pl.pair_fd, pl.plugin
+    );
+    assert!(
+        cmd.stderr_text().contains(&said),
+        "{NAME}: no {said:?} in stderr:\n{}",
+        cmd.stderr_text()
+    );
+    pl.finish().await;
+    cmd.wait_for("the Close", has_close).await;
+    let evs = ndjson_events(NAME, &cmd.stop().await);
+    pl.assert_captured(&evs);
 }

@@ -48,7 +48,25 @@ pub fn skip_reason() -> Option<String> {
 /// True when the test may run. Otherwise it prints why and returns false,
 /// except in CI (CI=true or CI=1), where these tests must run: it panics.
 pub fn guard(test: &str) -> bool {
-    let Some(reason) = skip_reason() else {
+    skip_unless_ci(test, skip_reason())
+}
+
+/// [`guard`] for the tests that run the `nri-trace` binary itself.
+pub fn guard_cli(test: &str) -> bool {
+    let bin = nri_trace_tests::workspace_bin("nri-trace");
+    let reason = skip_reason().or_else(|| {
+        (!bin.exists()).then(|| {
+            format!(
+                "{} not built: run `cargo build --workspace` (or `cargo xtask test`)",
+                bin.display()
+            )
+        })
+    });
+    skip_unless_ci(test, reason)
+}
+
+fn skip_unless_ci(test: &str, reason: Option<String>) -> bool {
+    let Some(reason) = reason else {
         return true;
     };
     // "1" too, as `cargo xtask test` treats it.
@@ -464,6 +482,123 @@ impl Capture {
 impl Drop for Capture {
     fn drop(&mut self) {
         self.session.stop_signal();
+    }
+}
+
+// ------------------------------------------------ the capture command
+
+/// `nri-trace capture ARGS` running as its own process, its stdout and
+/// stderr going to files in the temp dir (removed on drop).
+pub struct CaptureCmd {
+    child: Child,
+    stdout: PathBuf,
+    stderr: PathBuf,
+    name: String,
+}
+
+impl CaptureCmd {
+    /// Start it and wait for its `nri-trace: ready` line on stderr.
+    pub async fn start(name: &str, args: &[&str]) -> CaptureCmd {
+        let bin = nri_trace_tests::workspace_bin("nri-trace");
+        let file = |ext: &str| {
+            std::env::temp_dir().join(format!("nri-trace-it-{name}-{}.{ext}", std::process::id()))
+        };
+        let (stdout, stderr) = (file("stdout"), file("stderr"));
+        let create = |p: &Path| {
+            std::fs::File::create(p).unwrap_or_else(|e| panic!("{name}: {}: {e}", p.display()))
+        };
+        let child = Command::new(&bin)
+            .arg("capture")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(create(&stdout))
+            .stderr(create(&stderr))
+            .spawn()
+            .unwrap_or_else(|e| panic!("{name}: cannot start {}: {e}", bin.display()));
+        let mut cmd = CaptureCmd {
+            child,
+            stdout,
+            stderr,
+            name: name.to_string(),
+        };
+        let deadline = Instant::now() + TIMEOUT;
+        while !cmd.stderr_text().contains("nri-trace: ready") {
+            if let Some(st) = cmd.child.try_wait().expect("try_wait") {
+                panic!(
+                    "{name}: nri-trace capture exited ({st}) before it was ready:\n{}",
+                    cmd.stderr_text()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name}: nri-trace capture not ready after {TIMEOUT:?}:\n{}",
+                cmd.stderr_text()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        cmd
+    }
+
+    pub fn stderr_text(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// What it printed so far, up to its last complete line.
+    pub fn stdout_lines(&self) -> String {
+        let mut out = std::fs::read_to_string(&self.stdout).unwrap_or_default();
+        out.truncate(out.rfind('\n').map_or(0, |i| i + 1));
+        out
+    }
+
+    /// Wait until `pred` holds for its stdout so far; fail after TIMEOUT.
+    pub async fn wait_for(&self, what: &str, pred: impl Fn(&str) -> bool) {
+        let deadline = Instant::now() + TIMEOUT;
+        while !pred(&self.stdout_lines()) {
+            assert!(
+                Instant::now() < deadline,
+                "{}: timed out waiting for {what} in nri-trace capture's output:\n{}\nstderr:\n{}",
+                self.name,
+                self.stdout_lines(),
+                self.stderr_text()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// SIGTERM it, as an operator would, and return its whole stdout once it
+    /// has exited successfully.
+    pub async fn stop(mut self) -> String {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + TIMEOUT;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("try_wait") {
+                break s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: nri-trace capture did not exit within {TIMEOUT:?} of SIGTERM",
+                self.name
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert!(
+            status.success(),
+            "{}: nri-trace capture failed ({status}):\n{}",
+            self.name,
+            self.stderr_text()
+        );
+        std::fs::read_to_string(&self.stdout).expect("capture stdout")
+    }
+}
+
+impl Drop for CaptureCmd {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let _ = std::fs::remove_file(&self.stdout);
+        let _ = std::fs::remove_file(&self.stderr);
     }
 }
 

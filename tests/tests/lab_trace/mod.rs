@@ -21,16 +21,7 @@ pub fn ci() -> bool {
 }
 
 /// The workspace's binaries (built by `cargo test --workspace`).
-pub fn bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let dir = exe.parent().expect("exe dir");
-    let dir = if dir.ends_with("deps") {
-        dir.parent().unwrap_or(dir)
-    } else {
-        dir
-    };
-    dir.join(name)
-}
+pub use nri_trace_tests::workspace_bin as bin;
 
 /// True when the live lab test `test` can run; under CI a missing
 /// requirement fails it, elsewhere it says why it skips.
