@@ -157,6 +157,57 @@ fn assert_script_captured(
     assert_closed(name, evs, conn, CloseReason::Closed);
 }
 
+/// What the first exchange of the scripts that begin `read:100,write:200`
+/// moves each way: the tests whose capture starts after it (d, h, l and
+/// the peer-end tests).
+const PRE_IN: usize = 100;
+const PRE_OUT: usize = 200;
+
+/// `conn` carries what the script moved after its first exchange (the
+/// capture started then): the streams from `PRE_IN`/`PRE_OUT` on, whole,
+/// each later step's chunks in order, and a normal close.
+#[track_caller]
+fn assert_captured_after_start(
+    name: &str,
+    evs: &[CaptureEvent],
+    conn: ConnId,
+    sent: &[u8],
+    expected: &Expected,
+) {
+    assert_bytes_eq(
+        "In after start",
+        &stream(evs, conn, Direction::In),
+        &sent[PRE_IN..],
+    );
+    assert_bytes_eq(
+        "Out after start",
+        &stream(evs, conn, Direction::Out),
+        &expected.out[PRE_OUT..],
+    );
+    assert_complete(name, evs, conn);
+    // Steps after the start, re-based on the part of the stream captured.
+    let later: Vec<StepRange> = expected
+        .steps
+        .iter()
+        .filter(|s| s.index >= 2)
+        .map(|s| {
+            let base = if s.direction == Direction::In {
+                PRE_IN
+            } else {
+                PRE_OUT
+            };
+            StepRange {
+                start: s.start - base,
+                end: s.end - base,
+                ..s.clone()
+            }
+        })
+        .collect();
+    assert_chunks_follow_steps(name, evs, conn, Direction::In, &later);
+    assert_chunks_follow_steps(name, evs, conn, Direction::Out, &later);
+    assert_closed(name, evs, conn, CloseReason::Closed);
+}
+
 /// a. All eight data syscalls, 1 byte to 40 KiB, reassembled in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_syscall_family() {
@@ -508,8 +559,6 @@ async fn connection_opened_before_capture() {
     let mut peer = Peer::serve(NAME, &path, script, &[]);
     let sent = pattern(0xd, script_in_len(script));
     let expected = expect_script(script, &sent);
-    const PRE_IN: usize = 100;
-    const PRE_OUT: usize = 200;
 
     // Before the capture: connect and exchange the first message.
     let client = connect(&path);
@@ -548,39 +597,7 @@ async fn connection_opened_before_capture() {
     assert_eq!(o.origin, Origin::Existing, "{NAME}: {o:?}");
     assert_eq!(o.fd, existing_fd, "{NAME}: {o:?}");
     assert_peer_is_us(NAME, o);
-    let conn = o.conn;
-    assert_bytes_eq(
-        "In after start",
-        &stream(&evs, conn, Direction::In),
-        &sent[PRE_IN..],
-    );
-    assert_bytes_eq(
-        "Out after start",
-        &stream(&evs, conn, Direction::Out),
-        &expected.out[PRE_OUT..],
-    );
-    assert_complete(NAME, &evs, conn);
-    // Steps after the start, re-based on the part of the stream captured.
-    let later: Vec<StepRange> = expected
-        .steps
-        .iter()
-        .filter(|s| s.index >= 2)
-        .map(|s| {
-            let base = if s.direction == Direction::In {
-                PRE_IN
-            } else {
-                PRE_OUT
-            };
-            StepRange {
-                start: s.start - base,
-                end: s.end - base,
-                ..s.clone()
-            }
-        })
-        .collect();
-    assert_chunks_follow_steps(NAME, &evs, conn, Direction::In, &later);
-    assert_chunks_follow_steps(NAME, &evs, conn, Direction::Out, &later);
-    assert_closed(NAME, &evs, conn, CloseReason::Closed);
+    assert_captured_after_start(NAME, &evs, o.conn, &sent, &expected);
 }
 
 /// A listener exits and a new process binds the same path at once (a
@@ -994,9 +1011,6 @@ struct PreLaunched {
 impl PreLaunched {
     const SCRIPT: &str = "read:100,write:200,wait,read:5000,writev:7000,recvmsg:40000,sendto:1,recvfrom:1,sendmsg:20000";
     const KEY: u64 = 0x5e;
-    /// What the first exchange moved each way.
-    const PRE_IN: usize = 100;
-    const PRE_OUT: usize = 200;
 
     /// The plugin case of test h: the plugin's name and index in its
     /// environment too.
@@ -1013,7 +1027,8 @@ impl PreLaunched {
         )
     }
 
-    /// `script` must begin as [`Self::SCRIPT`] does (read:100,write:200,wait);
+    /// `script` must begin as [`Self::SCRIPT`] does (`read:100,write:200,wait`:
+    /// [`PRE_IN`], [`PRE_OUT`]);
     /// `env` is the plugin child's environment.
     fn spawn(name: &'static str, script: &str, key: u64, env: &[&str]) -> PreLaunched {
         let sent = pattern(key, script_in_len(script));
@@ -1072,42 +1087,10 @@ impl PreLaunched {
             p.pid, self.plugin,
             "{name}: the peer is the plugin, not the creator"
         );
-        let conn = o.conn;
-        assert_bytes_eq(
-            "In after start",
-            &stream(evs, conn, Direction::In),
-            &self.sent[Self::PRE_IN..],
-        );
-        assert_bytes_eq(
-            "Out after start",
-            &stream(evs, conn, Direction::Out),
-            &self.expected.out[Self::PRE_OUT..],
-        );
-        assert_complete(name, evs, conn);
-        let later: Vec<StepRange> = self
-            .expected
-            .steps
-            .iter()
-            .filter(|s| s.index >= 2)
-            .map(|s| {
-                let base = if s.direction == Direction::In {
-                    Self::PRE_IN
-                } else {
-                    Self::PRE_OUT
-                };
-                StepRange {
-                    start: s.start - base,
-                    end: s.end - base,
-                    ..s.clone()
-                }
-            })
-            .collect();
-        assert_chunks_follow_steps(name, evs, conn, Direction::In, &later);
-        assert_chunks_follow_steps(name, evs, conn, Direction::Out, &later);
+        assert_captured_after_start(name, evs, o.conn, &self.sent, &self.expected);
         for c in all_chunks(evs) {
             assert_eq!(c.tid, self.peer.pid(), "{name}: a child was captured");
         }
-        assert_closed(name, evs, conn, CloseReason::Closed);
         o
     }
 }
@@ -1118,9 +1101,6 @@ impl PreLaunched {
 /// steps added (which change no byte).
 const FOLLOW_SCRIPT: &str =
     "read:100,write:200,read:5000,writev:7000,recvmsg:40000,sendto:1,recvfrom:1,sendmsg:20000";
-/// What the first exchange (read:100, write:200) moves each way.
-const FOLLOW_PRE_IN: usize = 100;
-const FOLLOW_PRE_OUT: usize = 200;
 
 /// The peer end of `other_end`: its one Open, checked as held by `pid` on
 /// `fd`, with the traced process `traced` as its peer.
@@ -1283,7 +1263,7 @@ async fn listener_clients(name: &str, follow: bool) {
     }
     assert_eq!(s1.peer.as_ref().map(|p| p.pid), Some(client1.pid()));
     // What the server saw: client 1 after the start, all of client 2.
-    let (in1, out1) = (&sent[0][FOLLOW_PRE_IN..], &expected[0][FOLLOW_PRE_OUT..]);
+    let (in1, out1) = (&sent[0][PRE_IN..], &expected[0][PRE_OUT..]);
     let (in2, out2) = (&sent[1][..], &expected[1][..]);
     assert_bytes_eq("server In 1", &stream(&evs, s1.conn, Direction::In), in1);
     assert_bytes_eq("server Out 1", &stream(&evs, s1.conn, Direction::Out), out1);
@@ -1446,7 +1426,7 @@ async fn follow_peer_end_of_existing_socketpair() {
         (pair_fd, Some(plugin))
     );
     let end = peer_end_of(NAME, &evs, rt, plugin, 3, peer.pid());
-    let (inb, out) = (&sent[100..], &expected.out[200..]);
+    let (inb, out) = (&sent[PRE_IN..], &expected.out[PRE_OUT..]);
     assert_bytes_eq("runtime In", &stream(&evs, rt, Direction::In), inb);
     assert_bytes_eq("runtime Out", &stream(&evs, rt, Direction::Out), out);
     assert_mirror_streams(NAME, &evs, end, plugin, inb, out);
