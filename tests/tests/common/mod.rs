@@ -301,19 +301,8 @@ impl Peer {
 
     /// Wait for the peer to exit (it must succeed).
     pub async fn wait_success(&mut self) {
-        let deadline = Instant::now() + TIMEOUT;
-        let status: ExitStatus = loop {
-            if let Some(s) = self.child.try_wait().expect("try_wait") {
-                break s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{}: unix-peer (pid {}) did not exit within {TIMEOUT:?}",
-                self.name,
-                self.pid()
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        };
+        let what = format!("{}: unix-peer (pid {})", self.name, self.pid());
+        let status = wait_exit(&mut self.child, &what).await;
         assert!(
             status.success(),
             "{}: unix-peer failed: {status}",
@@ -324,10 +313,46 @@ impl Peer {
 
 impl Drop for Peer {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+        kill_if_running(&mut self.child);
+    }
+}
+
+/// Poll `done` every 5 ms until it holds; after `timeout`, panic with
+/// `fail()`.
+pub async fn poll_until(
+    timeout: Duration,
+    mut done: impl FnMut() -> bool,
+    fail: impl FnOnce() -> String,
+) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        if Instant::now() >= deadline {
+            panic!("{}", fail());
         }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Wait for `child` (`what`, for the panic) to exit, at most TIMEOUT.
+async fn wait_exit(child: &mut Child, what: &str) -> ExitStatus {
+    let mut status = None;
+    poll_until(
+        TIMEOUT,
+        || {
+            status = child.try_wait().expect("try_wait");
+            status.is_some()
+        },
+        || format!("{what} did not exit within {TIMEOUT:?}"),
+    )
+    .await;
+    status.expect("exited")
+}
+
+/// Kill and reap `child` if it still runs (for drops: errors ignored).
+fn kill_if_running(child: &mut Child) {
+    if let Ok(None) = child.try_wait() {
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
 
@@ -444,20 +469,18 @@ impl Capture {
         timeout: Duration,
         pred: impl Fn(&[CaptureEvent]) -> bool,
     ) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if pred(&self.events.lock().unwrap()) {
-                return;
-            }
-            if Instant::now() >= deadline {
-                panic!(
+        poll_until(
+            timeout,
+            || pred(&self.events.lock().unwrap()),
+            || {
+                format!(
                     "{}: timed out after {timeout:?} waiting for {what}; events so far:\n{}",
                     self.name,
                     describe(&self.snapshot())
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+                )
+            },
+        )
+        .await;
     }
 
     /// Stop the session (it flushes and closes the stream) and return every
@@ -521,66 +544,63 @@ impl CaptureCmd {
             stderr,
             name: name.to_string(),
         };
-        let deadline = Instant::now() + TIMEOUT;
-        while !cmd.stderr_text().contains("nri-trace: ready") {
-            if let Some(st) = cmd.child.try_wait().expect("try_wait") {
-                panic!(
-                    "{name}: nri-trace capture exited ({st}) before it was ready:\n{}",
-                    cmd.stderr_text()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{name}: nri-trace capture not ready after {TIMEOUT:?}:\n{}",
-                cmd.stderr_text()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let (child, err) = (&mut cmd.child, &cmd.stderr);
+        poll_until(
+            TIMEOUT,
+            || {
+                if let Some(st) = child.try_wait().expect("try_wait") {
+                    panic!(
+                        "{name}: nri-trace capture exited ({st}) before it was ready:\n{}",
+                        read_or_empty(err)
+                    );
+                }
+                read_or_empty(err).contains("nri-trace: ready")
+            },
+            || {
+                format!(
+                    "{name}: nri-trace capture not ready after {TIMEOUT:?}:\n{}",
+                    read_or_empty(err)
+                )
+            },
+        )
+        .await;
         cmd
     }
 
     pub fn stderr_text(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+        read_or_empty(&self.stderr)
     }
 
     /// What it printed so far, up to its last complete line.
     pub fn stdout_lines(&self) -> String {
-        let mut out = std::fs::read_to_string(&self.stdout).unwrap_or_default();
+        let mut out = read_or_empty(&self.stdout);
         out.truncate(out.rfind('\n').map_or(0, |i| i + 1));
         out
     }
 
     /// Wait until `pred` holds for its stdout so far; fail after TIMEOUT.
     pub async fn wait_for(&self, what: &str, pred: impl Fn(&str) -> bool) {
-        let deadline = Instant::now() + TIMEOUT;
-        while !pred(&self.stdout_lines()) {
-            assert!(
-                Instant::now() < deadline,
-                "{}: timed out waiting for {what} in nri-trace capture's output:\n{}\nstderr:\n{}",
-                self.name,
-                self.stdout_lines(),
-                self.stderr_text()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        poll_until(
+            TIMEOUT,
+            || pred(&self.stdout_lines()),
+            || {
+                format!(
+                    "{}: timed out waiting for {what} in nri-trace capture's output:\n{}\nstderr:\n{}",
+                    self.name,
+                    self.stdout_lines(),
+                    self.stderr_text()
+                )
+            },
+        )
+        .await;
     }
 
     /// SIGTERM it, as an operator would, and return its whole stdout once it
     /// has exited successfully.
     pub async fn stop(mut self) -> String {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + TIMEOUT;
-        let status = loop {
-            if let Some(s) = self.child.try_wait().expect("try_wait") {
-                break s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{}: nri-trace capture did not exit within {TIMEOUT:?} of SIGTERM",
-                self.name
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        };
+        let what = format!("{}: nri-trace capture, sent SIGTERM,", self.name);
+        let status = wait_exit(&mut self.child, &what).await;
         assert!(
             status.success(),
             "{}: nri-trace capture failed ({status}):\n{}",
@@ -591,12 +611,14 @@ impl CaptureCmd {
     }
 }
 
+/// A file's text so far ("" while it does not exist yet).
+fn read_or_empty(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
 impl Drop for CaptureCmd {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        kill_if_running(&mut self.child);
         let _ = std::fs::remove_file(&self.stdout);
         let _ = std::fs::remove_file(&self.stderr);
     }
