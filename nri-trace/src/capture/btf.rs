@@ -12,6 +12,39 @@
 //! fields are `pub(crate)`), so its public API can find a type id by name
 //! but not a struct's members or their offsets.
 //!
+//! Nor is it one of the BTF crates on crates.io. Both were tried against
+//! what this file guarantees, with the blobs of its tests and the 6.18
+//! kernel's `/sys/kernel/btf/vmlinux` (truncated and corrupted too):
+//!
+//! - `btfparse` 1.3.9. Its member lookup, `TypeInformation::offset_of`,
+//!   bounds neither typedef chains nor anonymous-member recursion: a typedef
+//!   to itself loops forever, and an anonymous struct that contains itself,
+//!   or random corruption of the tests' sample blob, overflows the stack and
+//!   aborts the process (no panic to catch). `id_of` keeps one type per name
+//!   (the last one, of any kind), so with two `struct s` and a `typedef s` it
+//!   searches the wrong one. Its parser rejects the whole blob when a struct
+//!   without kind_flag has a member at a bit offset that is not a multiple
+//!   of 8 (valid BTF: an old-style bitfield), does not check the version (a
+//!   version-2 blob is read as version 1), and its `Error` implements neither
+//!   `Display` nor `std::error::Error`, so it cannot be a `#[source]`. Only
+//!   its parser survived the malformed blobs; the lookup, the limits and the
+//!   checks would all stay here.
+//! - `btf-rs` 2.0.0. It parsed every malformed blob without a panic, but it
+//!   resolves one type at a time and has no member lookup, so the
+//!   anonymous-member search, the typedef/qualifier chain and their limits
+//!   would stay here. Its `Int` does not expose the bit width or offset
+//!   (`btf_int::bits()` is crate-private), so a bitfield in a struct without
+//!   kind_flag (an int narrower than its size, at a byte-aligned bit offset)
+//!   would come back as a byte offset instead of [`BtfError::Bitfield`]
+//!   (6.18's BTF has no such member: pahole sets kind_flag on every struct
+//!   with bitfields; other BTF producers may not). A type name offset into
+//!   the middle of a string, which the kernel accepts, fails the whole parse.
+//!   It copies every string and type into owned values: 100-170 ms and 47 MB
+//!   resident per lookup in vmlinux in a release build, where this parser
+//!   takes about 1 ms and 8 MB (both counting the 5.5 MB blob). And it is
+//!   LGPL-2.1-or-later, an obligation that no dependency of this MIT OR
+//!   Apache-2.0 binary carries today.
+//!
 //! The format follows the kernel's `Documentation/bpf/btf.rst` ("BTF Type
 //! and String Encoding"): a header (`struct btf_header`), a type section of
 //! `struct btf_type` records, each followed by kind-specific data, and a
