@@ -700,6 +700,18 @@ async fn drain_until_stopped(
                 }
             }
         }
+        // A runtime that restarted: its sockets are served by a new process,
+        // which the kernel may track already from its bind(); before the
+        // follower looks at the batch's connections (the new listener's
+        // accepts are its to follow). Listeners bound in this batch are
+        // noted before its exits are looked at: a listener that binds and
+        // exits within one drain (a busy machine delays the drain) is
+        // reported gone like any other (CI saw its exit go unreported).
+        let bound_pids = resolver.reattach.on_bound(
+            tracker.take_bound(),
+            &mut *backend,
+            &mut resolver.no_follow,
+        );
         // An exited process leaves the kernel maps at once: a new process
         // reusing its pid must not be captured through stale entries.
         for ev in &out {
@@ -709,16 +721,7 @@ async fn drain_until_stopped(
                 }
             }
         }
-        // A runtime that restarted: its sockets are served by a new process,
-        // which the kernel may track already from its bind(); before the
-        // follower looks at the batch's connections (the new listener's
-        // accepts are its to follow).
         resolver.reattach.on_exits(&mut out);
-        let bound_pids = resolver.reattach.on_bound(
-            tracker.take_bound(),
-            &mut *backend,
-            &mut resolver.no_follow,
-        );
         if let Some(f) = resolver.follower.as_mut() {
             f.targets.extend(bound_pids.iter().copied());
             let mut new_conns = new_conns;
@@ -1140,5 +1143,88 @@ impl Follower {
             out.push(ev);
         }
         Followed::Done
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::Timestamp;
+
+    /// A backend that records nothing and accepts everything.
+    struct NoBackend;
+
+    impl CaptureBackend for NoBackend {
+        fn track_process(&mut self, _: u32) -> Result<(), BackendError> {
+            Ok(())
+        }
+        fn untrack_process(&mut self, _: u32) -> Result<(), BackendError> {
+            Ok(())
+        }
+        fn track_fd(&mut self, _: u32, _: u32, _: u32) -> Result<(), BackendError> {
+            Ok(())
+        }
+        fn track_connect_path(&mut self, _: &Path) -> Result<(), BackendError> {
+            Ok(())
+        }
+        fn watch_bind_path(&mut self, _: &Path, _: u32) -> Result<(), BackendError> {
+            Ok(())
+        }
+        fn loss(&self) -> Result<Loss, BackendError> {
+            Ok(Loss::default())
+        }
+        fn drain(&mut self, _: &mut dyn FnMut(&[u8])) -> usize {
+            0
+        }
+        fn poll_fd(&self) -> RawFd {
+            -1
+        }
+    }
+
+    fn exit(tgid: u32, ms: u64) -> CaptureEvent {
+        CaptureEvent::Process(ProcessEvent::Exit {
+            ts: Timestamp {
+                mono_ns: ms * 1_000_000,
+                wall_ns: 0,
+            },
+            tgid,
+        })
+    }
+
+    /// The old listener exits, a new one binds and exits, all in one drain:
+    /// both exits are reported as the socket's listener gone, in order.
+    #[test]
+    fn a_listener_bound_and_gone_in_one_batch_is_reported_gone() {
+        let path = PathBuf::from("/run/x.sock");
+        let mut r = Reattach {
+            listener_paths: HashMap::from([(10, vec![path.clone()])]),
+            lost: Vec::new(),
+            next_scan_ns: 0,
+            fast_until_ns: 0,
+            existing_socketpair_env: None,
+            no_follow_sockets: Vec::new(),
+        };
+        let bound = vec![BoundListener {
+            tgid: 20,
+            fd: 3,
+            path: path.clone(),
+        }];
+        let mut no_follow = HashSet::new();
+        assert_eq!(r.on_bound(bound, &mut NoBackend, &mut no_follow), vec![20]);
+        let mut out = vec![exit(10, 1), exit(20, 2)];
+        r.on_exits(&mut out);
+        let gone: Vec<u32> = out
+            .iter()
+            .filter_map(|e| match e {
+                CaptureEvent::Process(ProcessEvent::ListenerGone { tgid, path: p, .. }) => {
+                    assert_eq!(p, &path);
+                    Some(*tgid)
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(gone, vec![10, 20]);
+        // Nobody serves it now: it is looked for again.
+        assert_eq!(r.lost, vec![path]);
     }
 }
