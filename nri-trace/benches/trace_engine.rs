@@ -67,7 +67,8 @@ use nri_trace::{
     capture::{recording, CaptureEvent, ConnId, Direction, ProcessEvent, Timestamp},
     engine::{
         pods::PodModel,
-        trace_analysis::{self, TraceAnalysis, TraceRecord},
+        record::Record,
+        trace_analysis::{self, TraceAnalysis},
     },
     model::cri_call::CriOutcome,
 };
@@ -429,7 +430,7 @@ impl Base {
             );
         }
 
-        let kinds = |rs: &[TraceRecord]| {
+        let kinds = |rs: &[Record]| {
             let mut k: BTreeMap<&'static str, usize> = BTreeMap::new();
             for r in rs {
                 *k.entry(kind(r)).or_default() += 1;
@@ -496,36 +497,33 @@ fn streams(events: &[CaptureEvent]) -> BTreeMap<(ConnId, bool), Vec<u8>> {
     s
 }
 
-fn kind(r: &TraceRecord) -> &'static str {
+fn kind(r: &Record) -> &'static str {
     match r {
-        TraceRecord::CriSpan(_) => "cri_span",
-        TraceRecord::NriUncaused(_) => "nri_uncaused",
-        TraceRecord::Nri(_) => "nri",
-        TraceRecord::Cri(_) => "cri",
-        TraceRecord::Violation(_) => "violation",
-        TraceRecord::Runtime(_) => "runtime",
-        TraceRecord::Sandbox(_) => "sandbox",
+        Record::CriSpan(_) => "cri_span",
+        Record::NriUncaused(_) => "nri_uncaused",
+        Record::Violation(_) => "violation",
+        Record::Observed(_) => "observed",
     }
 }
 
-fn count(rs: &[TraceRecord], k: &str) -> usize {
+fn count(rs: &[Record], k: &str) -> usize {
     rs.iter().filter(|r| kind(r) == k).count()
 }
 
-fn hooks_in_spans(rs: &[TraceRecord]) -> usize {
+fn hooks_in_spans(rs: &[Record]) -> usize {
     rs.iter()
         .map(|r| match r {
-            TraceRecord::CriSpan(s) => s.record.hooks.len(),
+            Record::CriSpan(s) => s.hooks.len(),
             _ => 0,
         })
         .sum()
 }
 
 /// A successful RunPodSandbox: one pod lifecycle begins.
-fn is_pod_start(r: &TraceRecord) -> bool {
-    matches!(r, TraceRecord::CriSpan(s)
-        if s.record.call.method.as_deref() == Some("RunPodSandbox")
-            && s.record.call.outcome == CriOutcome::Ok)
+fn is_pod_start(r: &Record) -> bool {
+    matches!(r, Record::CriSpan(s)
+        if s.call.method.as_deref() == Some("RunPodSandbox")
+            && s.call.outcome == CriOutcome::Ok)
 }
 
 /// What the soundness check found.
@@ -587,7 +585,7 @@ fn new_analysis() -> TraceAnalysis {
 fn analyze(
     events: Vec<CaptureEvent>,
 ) -> (
-    Vec<TraceRecord>,
+    Vec<Record>,
     Vec<nri_trace::engine::hook_latency::HookSummary>,
     Vec<nri_trace::engine::cri_analysis::MethodSummary>,
 ) {
@@ -603,7 +601,7 @@ fn run_full(
     events: &[CaptureEvent],
     mut a: TraceAnalysis,
     mut m: PodModel,
-) -> (Vec<TraceRecord>, TraceAnalysis, PodModel) {
+) -> (Vec<Record>, TraceAnalysis, PodModel) {
     let mut out = Vec::new();
     let mut folded = 0;
     for ev in events {
@@ -704,11 +702,11 @@ fn memory(reps: u32) {
     let mut m = PodModel::new();
     let mut out = Vec::new();
     let (mut events, mut records, mut lifecycles, mut violations) = (0usize, 0usize, 0usize, 0);
-    let mut fold = |out: &mut Vec<TraceRecord>, m: &mut PodModel| {
+    let mut fold = |out: &mut Vec<Record>, m: &mut PodModel| {
         for r in out.drain(..) {
             records += 1;
             lifecycles += usize::from(is_pod_start(&r));
-            violations += usize::from(matches!(r, TraceRecord::Violation(_)));
+            violations += usize::from(matches!(r, Record::Violation(_)));
             m.on_record(&r);
         }
     };

@@ -33,7 +33,7 @@ use std::{hint::black_box, path::Path, time::Duration};
 use criterion::{BatchSize, Criterion};
 use nri_trace::{
     capture::{recording, Timestamp},
-    engine::trace_analysis::{analyze, TraceRecord},
+    engine::{record::Record, trace_analysis::analyze},
     sinks::tui::{
         app::{App, View},
         draw, replay_sockets,
@@ -60,13 +60,13 @@ fn shift(t: &mut Option<Timestamp>, by: u64) {
 }
 
 /// Repetition `r` of record `rec`: its own pod, ids and times.
-fn repeat(rec: &TraceRecord, r: u64, span_ns: u64) -> TraceRecord {
+fn repeat(rec: &Record, r: u64, span_ns: u64) -> Record {
     let mut rec = rec.clone();
     let by = r * (span_ns + GAP_NS);
     let tag = |s: &mut String| s.push_str(&format!("-{r}"));
     match &mut rec {
-        TraceRecord::CriSpan(s) => {
-            let c = &mut s.record.call;
+        Record::CriSpan(s) => {
+            let c = &mut s.call;
             if let Some(p) = c.pod.as_mut() {
                 tag(&mut p.name);
                 tag(&mut p.uid);
@@ -75,29 +75,29 @@ fn repeat(rec: &TraceRecord, r: u64, span_ns: u64) -> TraceRecord {
             c.container_id.as_mut().map(tag);
             shift(&mut c.start, by);
             shift(&mut c.end, by);
-            for h in &mut s.record.hooks {
+            for h in &mut s.hooks {
                 shift(&mut h.call.start, by);
                 shift(&mut h.call.end, by);
             }
         }
-        TraceRecord::NriUncaused(u) => {
-            shift(&mut u.record.span.call.start, by);
-            shift(&mut u.record.span.call.end, by);
+        Record::NriUncaused(u) => {
+            shift(&mut u.span.call.start, by);
+            shift(&mut u.span.call.end, by);
         }
-        TraceRecord::Violation(v) => {
-            v.record.ts.mono_ns += by;
-            v.record.pod.as_mut().map(tag);
+        Record::Violation(v) => {
+            v.ts.mono_ns += by;
+            v.pod.as_mut().map(tag);
         }
         _ => {}
     }
     rec
 }
 
-fn last_ns(rec: &TraceRecord) -> Option<u64> {
+fn last_ns(rec: &Record) -> Option<u64> {
     match rec {
-        TraceRecord::CriSpan(s) => s.record.call.end.or(s.record.call.start).map(|t| t.mono_ns),
-        TraceRecord::NriUncaused(u) => u.record.span.call.end.map(|t| t.mono_ns),
-        TraceRecord::Violation(v) => Some(v.record.ts.mono_ns),
+        Record::CriSpan(s) => s.call.end.or(s.call.start).map(|t| t.mono_ns),
+        Record::NriUncaused(u) => u.span.call.end.map(|t| t.mono_ns),
+        Record::Violation(v) => Some(v.ts.mono_ns),
         _ => None,
     }
 }
@@ -125,11 +125,11 @@ fn main() {
     }
     st.set_now(last + (REPS - 1) * (span_ns + GAP_NS));
     // The live second: CRI spans of one more repetition set, cycled.
-    let spans: Vec<&TraceRecord> = records
+    let spans: Vec<&Record> = records
         .iter()
-        .filter(|r| matches!(r, TraceRecord::CriSpan(_)))
+        .filter(|r| matches!(r, Record::CriSpan(_)))
         .collect();
-    let live: Vec<TraceRecord> = (0..LIVE_RECORDS)
+    let live: Vec<Record> = (0..LIVE_RECORDS)
         .map(|i| {
             repeat(
                 spans[i % spans.len()],

@@ -23,8 +23,9 @@ use nri_trace::{
         cri_analysis::{CriAnalysis, CriRecord},
         nri_analysis::{NriAnalysis, NriRecord},
         pods::PodModel,
+        record::Record,
         teardown::TeardownLog,
-        trace_analysis::{TraceAnalysis, TraceEngine, TraceRecord},
+        trace_analysis::{TraceAnalysis, TraceEngine},
     },
     model::{
         nri_call::{ENV_PLUGIN_IDX, ENV_PLUGIN_NAME},
@@ -689,18 +690,14 @@ macro_rules! analyzer {
 analyzer!(NriAnalysis, NriRecord, nri_lines);
 
 impl Analyzer for TraceAnalysis {
-    type Record = TraceRecord;
-    fn on_capture(&mut self, ev: &CaptureEvent, out: &mut Vec<TraceRecord>) {
+    type Record = Record;
+    fn on_capture(&mut self, ev: &CaptureEvent, out: &mut Vec<Record>) {
         TraceAnalysis::on_capture(self, ev, out)
     }
-    fn finish(&mut self, out: &mut Vec<TraceRecord>) {
+    fn finish(&mut self, out: &mut Vec<Record>) {
         TraceAnalysis::finish(self, out)
     }
-    fn write_record(
-        mut w: &mut dyn Write,
-        r: &TraceRecord,
-        format: LineFormat,
-    ) -> std::io::Result<()> {
+    fn write_record(mut w: &mut dyn Write, r: &Record, format: LineFormat) -> std::io::Result<()> {
         match format {
             LineFormat::Text => trace_lines::text(&mut w, r),
             LineFormat::Ndjson => trace_lines::ndjson(&mut w, r),
@@ -1334,7 +1331,7 @@ impl ReplaySink {
         }
     }
 
-    fn take(&mut self, buf: &mut Vec<TraceRecord>, mut w: &mut dyn Write) -> Result<()> {
+    fn take(&mut self, buf: &mut Vec<Record>, mut w: &mut dyn Write) -> Result<()> {
         for r in buf.drain(..) {
             match self {
                 ReplaySink::Report(st) => st.take(r),
@@ -1596,14 +1593,14 @@ fn explain(log: &TeardownLog, pod: &str, format: LineFormat, inspect: bool) -> R
 #[derive(Default)]
 struct ReportState {
     model: PodModel,
-    findings: Vec<nri_trace::engine::contract::Violation>,
+    findings: Vec<nri_trace::engine::findings::Violation>,
 }
 
 impl ReportState {
-    fn take(&mut self, r: TraceRecord) {
+    fn take(&mut self, r: Record) {
         self.model.on_record(&r);
-        if let TraceRecord::Violation(v) = r {
-            self.findings.push(v.record);
+        if let Record::Violation(v) = r {
+            self.findings.push(v);
         }
     }
 }

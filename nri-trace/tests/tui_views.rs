@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use nri_trace::{
     capture::{recording, CaptureEvent},
-    engine::trace_analysis::{analyze, TraceRecord},
+    engine::{record::Record, trace_analysis::analyze},
     sinks::tui::{
         app::{App, View},
         draw, replay_sockets, replay_state,
@@ -283,23 +283,23 @@ fn hostile_state() -> TuiState {
     let victim = records
         .iter()
         .find_map(|r| match r {
-            TraceRecord::CriSpan(s) => s.record.call.pod.as_ref().map(|p| p.name.clone()),
+            Record::CriSpan(s) => s.call.pod.as_ref().map(|p| p.name.clone()),
             _ => None,
         })
         .expect("a pod");
     for mut r in records {
         match &mut r {
-            TraceRecord::CriSpan(s) => {
-                if let Some(p) = s.record.call.pod.as_mut().filter(|p| p.name == victim) {
+            Record::CriSpan(s) => {
+                if let Some(p) = s.call.pod.as_mut().filter(|p| p.name == victim) {
                     p.name = HOSTILE.into();
                 }
-                for h in &mut s.record.hooks {
+                for h in &mut s.hooks {
                     h.call.plugin.name = h.call.plugin.name.as_ref().map(|n| format!("{n}\x1b[8m"));
                 }
             }
-            TraceRecord::Violation(v) => {
-                v.record.message = format!("{}\x1b]52;c;aGk=\x07", v.record.message);
-                v.record.pod = Some(format!("x/{HOSTILE}"));
+            Record::Violation(v) => {
+                v.message = format!("{}\x1b]52;c;aGk=\x07", v.message);
+                v.pod = Some(format!("x/{HOSTILE}"));
             }
             _ => {}
         }

@@ -17,7 +17,8 @@ use nri_trace::{
     },
     engine::{
         contract::ContractConfig,
-        trace_analysis::{analyze, analyze_observations, TraceRecord},
+        record::Record,
+        trace_analysis::{analyze, analyze_observations},
     },
     model::{
         observation::Observation,
@@ -199,9 +200,9 @@ fn replaying_the_record_file_gives_the_trace_records_and_histograms() {
             let bytes = record_file(&raw, redacted);
             let (replayed, engine) =
                 analyze_observations(observations(&bytes), ContractConfig::default());
-            let findings = |rs: &[TraceRecord]| {
+            let findings = |rs: &[Record]| {
                 rs.iter()
-                    .filter(|r| matches!(r, TraceRecord::Violation(_)))
+                    .filter(|r| matches!(r, Record::Violation(_)))
                     .count()
             };
             assert_eq!(

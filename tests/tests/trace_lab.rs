@@ -17,13 +17,15 @@ use lab_trace::{TraceProc, Traced};
 use nri_trace::{
     capture::sandbox::SandboxOp,
     engine::{
-        contract::{
+        findings::{
             HOOK_OVER_BUDGET, NAME_RESERVATION_RETRY, PLUGIN_TIMEOUT, POD_UNKNOWN_TO_PLUGIN,
             PROCESS_SURVIVES_SIGKILL, TEARDOWN_HOOK_FAILED, TEARDOWN_UNMOUNT_FAILED,
             UNEXPLAINED_AFTER_RESTART,
         },
-        trace_analysis::{analyze, TraceRecord},
+        record::Record,
+        trace_analysis::analyze,
     },
+    model::observation::Observation,
     sinks::trace_lines,
 };
 use nri_trace_lab::{
@@ -32,7 +34,7 @@ use nri_trace_lab::{
 };
 use trace_check::{finding_messages, findings};
 
-fn records(scenario: &str, out: &Path) -> Vec<TraceRecord> {
+fn records(scenario: &str, out: &Path) -> Vec<Record> {
     let (_, rec, _) = TraceProc::paths(out);
     let events = nri_trace::capture::recording::read_file(&rec).expect("recording");
     let lab = Lab::from_env();
@@ -119,7 +121,7 @@ fn check_correlation(scenario: &str, out: &Path) -> (usize, usize) {
     trace_check::check_correlation(scenario, &records, &truth)
 }
 
-fn traced(scenario: &str) -> Option<(std::path::PathBuf, Vec<TraceRecord>)> {
+fn traced(scenario: &str) -> Option<(std::path::PathBuf, Vec<Record>)> {
     let out = lab_trace::run_traced("trace-lab", scenario, Traced::Both)?;
     let records = records(scenario, &out);
     eprintln!("{scenario}: findings {:?}", findings(&records));
@@ -249,9 +251,9 @@ fn trace_teardown_error_found() {
             if plugin == "observer" && e == "STOP_POD_SANDBOX")
     });
     let named = records.iter().any(|r| {
-        matches!(r, TraceRecord::Violation(v)
-            if v.record.rule == TEARDOWN_HOOK_FAILED
-                && v.record.message.contains("later plugins not called: 50-observer"))
+        matches!(r, Record::Violation(v)
+            if v.rule == TEARDOWN_HOOK_FAILED
+                && v.message.contains("later plugins not called: 50-observer"))
     });
     assert_eq!(named, !observer_got_stop);
 }
@@ -303,7 +305,7 @@ fn trace_cri_late_attach_finds_nothing() {
         assert_eq!(findings(&records), vec![], "{scenario}");
         let spans = records
             .iter()
-            .filter(|r| matches!(r, TraceRecord::CriSpan(_)))
+            .filter(|r| matches!(r, Record::CriSpan(_)))
             .count();
         assert!(spans >= 40, "{scenario}: {spans} CRI spans");
     }
@@ -325,9 +327,7 @@ fn trace_slow_plugin_share_of_run_pod_sandbox() {
     let run = records
         .iter()
         .find_map(|r| match r {
-            TraceRecord::CriSpan(s) if s.record.call.method.as_deref() == Some("RunPodSandbox") => {
-                Some(&s.record)
-            }
+            Record::CriSpan(s) if s.call.method.as_deref() == Some("RunPodSandbox") => Some(s),
             _ => None,
         })
         .expect("a RunPodSandbox span");
@@ -441,14 +441,13 @@ fn trace_busy_mount() {
     assert!(!failed.is_empty(), "the teardown did not block: {truth:?}");
     for (method, start) in &failed {
         let span = records.iter().find_map(|r| match r {
-            TraceRecord::CriSpan(s)
-                if s.record.call.method.as_deref() == Some(method.as_str())
-                    && s.record
-                        .call
+            Record::CriSpan(s)
+                if s.call.method.as_deref() == Some(method.as_str())
+                    && s.call
                         .start
                         .is_some_and(|t| t.mono_ns.abs_diff(*start) < 5_000_000) =>
             {
-                Some(&s.record.call)
+                Some(&s.call)
             }
             _ => None,
         });
@@ -521,7 +520,7 @@ fn traced_and_explained(
     scenario: &str,
     pod: &'static str,
     held: &'static str,
-) -> Option<(std::path::PathBuf, Vec<TraceRecord>, serde_json::Value)> {
+) -> Option<(std::path::PathBuf, Vec<Record>, serde_json::Value)> {
     // The scenarios that keep a pod stuck read it (lab/src/scenario.rs).
     std::env::set_var("NRI_TRACE_LAB_HOLD_SECS", "10");
     let out_dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
@@ -596,8 +595,8 @@ fn trace_unkillable() {
     );
     // After the release the process exits, killed by the SIGKILL.
     let exited = records.iter().any(|r| {
-        matches!(r, TraceRecord::Sandbox(s) if s.record.tgid == pid
-            && s.record.op == SandboxOp::Exit { status: Some(9) })
+        matches!(r, Record::Observed(Observation::Sandbox(s)) if s.tgid == pid
+            && s.op == SandboxOp::Exit { status: Some(9) })
     });
     assert!(exited, "no exit of pid {pid} killed by SIGKILL");
 }
@@ -619,11 +618,11 @@ fn trace_hung_teardown_hook() {
     let stop = records
         .iter()
         .find_map(|r| match r {
-            TraceRecord::CriSpan(s)
-                if s.record.call.method.as_deref() == Some("StopPodSandbox")
-                    && !s.record.call.outcome.is_ok() =>
+            Record::CriSpan(s)
+                if s.call.method.as_deref() == Some("StopPodSandbox")
+                    && !s.call.outcome.is_ok() =>
             {
-                Some(&s.record)
+                Some(s)
             }
             _ => None,
         })
@@ -647,12 +646,12 @@ fn trace_hung_teardown_hook() {
         "{stop:?}"
     );
     for r in &records {
-        if let TraceRecord::NriUncaused(u) = r {
-            if u.record.no_cri_cause != nri_trace::engine::correlate::NoCause::NoCriCallInFlight {
+        if let Record::NriUncaused(u) = r {
+            if u.no_cri_cause != nri_trace::engine::correlate::NoCause::NoCriCallInFlight {
                 continue; // plugin lifecycle calls (register, configure, ...)
             }
-            let c = &u.record.span.call;
-            assert_eq!(u.record.span.hook, "STOP_POD_SANDBOX", "{c:?}");
+            let c = &u.span.call;
+            assert_eq!(u.span.hook, "STOP_POD_SANDBOX", "{c:?}");
             assert!(
                 c.start.is_some_and(|t| t.mono_ns + 50_000_000 >= stop_end),
                 "uncaused before the CRI call ended: {c:?}"
@@ -685,11 +684,7 @@ fn trace_hung_teardown_client_gone() {
     let stop = records
         .iter()
         .find_map(|r| match r {
-            TraceRecord::CriSpan(s)
-                if s.record.call.method.as_deref() == Some("StopPodSandbox") =>
-            {
-                Some(&s.record)
-            }
+            Record::CriSpan(s) if s.call.method.as_deref() == Some("StopPodSandbox") => Some(s),
             _ => None,
         })
         .expect("a StopPodSandbox span");
@@ -721,7 +716,7 @@ fn trace_hung_teardown_client_gone() {
     let later: Vec<&str> = records
         .iter()
         .filter_map(|r| match r {
-            TraceRecord::CriSpan(s) => Some(&s.record.hooks),
+            Record::CriSpan(s) => Some(&s.hooks),
             _ => None,
         })
         .flatten()
@@ -730,7 +725,7 @@ fn trace_hung_teardown_client_gone() {
         .collect();
     assert!(later.contains(&"REMOVE_POD_SANDBOX"), "{later:?}");
     let gone_before = records.iter().any(|r| {
-        matches!(r, TraceRecord::Nri(nri_trace::engine::nri_analysis::NriRecord::NriPluginGone { conn, ts, .. })
+        matches!(r, Record::Observed(Observation::NriPluginGone { conn, ts, .. })
             if *conn == hook.conn && hook.start.is_some_and(|s| ts.mono_ns < s.mono_ns + timeout))
     });
     assert!(
@@ -756,9 +751,9 @@ fn trace_load_finds_nothing() {
     let (checked, _) = check_correlation("load", &out);
     assert!(checked >= 100 * 3 * 8, "{checked} deliveries checked");
     assert_eq!(findings(&records), vec![]);
-    let lost = records.iter().any(|r| {
-        matches!(r, TraceRecord::Nri(nri_trace::engine::nri_analysis::NriRecord::CaptureLoss(l)) if l.any())
-    });
+    let lost = records
+        .iter()
+        .any(|r| matches!(r, Record::Observed(Observation::CaptureLoss(l)) if l.any()));
     assert!(!lost, "capture loss under load");
 }
 
@@ -777,7 +772,8 @@ fn trace_runtime_restart() {
     let changes: Vec<&str> = records
         .iter()
         .filter_map(|r| match r {
-            TraceRecord::Runtime(t) => Some(t.kind),
+            Record::Observed(Observation::RuntimeExited { .. }) => Some("runtime_exited"),
+            Record::Observed(Observation::RuntimeStarted { .. }) => Some("runtime_started"),
             _ => None,
         })
         .collect();
@@ -840,8 +836,8 @@ fn trace_runtime_restart() {
     got.sort();
     expected.sort();
     for r in &records {
-        if let TraceRecord::Violation(v) = r {
-            eprintln!("runtime-restart: {}: {}", v.record.rule, v.record.message);
+        if let Record::Violation(v) = r {
+            eprintln!("runtime-restart: {}: {}", v.rule, v.message);
         }
     }
     assert_eq!(got, expected);

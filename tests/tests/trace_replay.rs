@@ -15,12 +15,14 @@ use std::path::Path;
 use nri_trace::{
     capture::{recording, CaptureEvent},
     engine::{
-        contract::{
+        findings::{
             HOOK_OVER_BUDGET, NAME_RESERVATION_RETRY, PLUGIN_TIMEOUT, POD_UNKNOWN_TO_PLUGIN,
             TEARDOWN_HOOK_FAILED, UNEXPLAINED_AFTER_RESTART,
         },
-        trace_analysis::{analyze, TraceRecord},
+        record::Record,
+        trace_analysis::analyze,
     },
+    model::observation::Observation,
 };
 use nri_trace_lab::truth::Truth;
 use trace_check::findings;
@@ -82,7 +84,7 @@ fn truth(name: &str) -> Vec<Truth> {
     truth_file::read(&dir(name).join("truth.ndjson.gz"))
 }
 
-fn replay(evs: Vec<CaptureEvent>) -> Vec<TraceRecord> {
+fn replay(evs: Vec<CaptureEvent>) -> Vec<Record> {
     analyze(evs, vec![CRI.into()], vec![NRI.into()]).0
 }
 
@@ -143,7 +145,8 @@ fn runtime_restart_fixture() {
     let kinds: Vec<&str> = records
         .iter()
         .filter_map(|r| match r {
-            TraceRecord::Runtime(t) => Some(t.kind),
+            Record::Observed(Observation::RuntimeExited { .. }) => Some("runtime_exited"),
+            Record::Observed(Observation::RuntimeStarted { .. }) => Some("runtime_started"),
             _ => None,
         })
         .collect();

@@ -13,191 +13,21 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use serde::Serialize;
-
-pub use super::sandbox_rules::{
-    PROCESS_SURVIVES_SIGKILL, TEARDOWN_REMOVE_FAILED, TEARDOWN_UNMOUNT_FAILED,
-};
 use super::{
     correlate::{CriSpan, NoCause},
+    findings::*,
     hook_latency::HookSpan,
-    nri_analysis::NriRecord,
+    record::Record,
     sandbox_rules::SandboxRules,
-    trace_analysis::TraceRecord,
 };
 use crate::{
     capture::{ConnId, Timestamp},
     model::{
         cri_call::{CriCall, CriOutcome},
         nri_call::{IdentitySource, Outcome},
+        observation::Observation,
     },
 };
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Severity {
-    Info,
-    Warning,
-    Error,
-    Critical,
-}
-
-/// One rule of the contract.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct Rule {
-    pub id: &'static str,
-    pub statement: &'static str,
-    pub source: &'static str,
-    pub severity: Severity,
-}
-
-pub const POD_EVENT_ORDER: &str = "pod-event-order";
-pub const CONTAINER_EVENT_ORDER: &str = "container-event-order";
-pub const CONTAINER_BEFORE_POD_READY: &str = "container-before-pod-ready";
-pub const CONTAINER_IN_STOPPED_POD: &str = "container-in-stopped-pod";
-pub const UNSUBSCRIBED_DELIVERED: &str = "unsubscribed-event-delivered";
-pub const SUBSCRIBED_NOT_DELIVERED: &str = "subscribed-event-not-delivered";
-pub const TEARDOWN_HOOK_FAILED: &str = "teardown-hook-failed";
-pub const PLUGIN_TIMEOUT: &str = "plugin-timeout";
-pub const HOOK_OVER_BUDGET: &str = "hook-over-budget";
-pub const NAME_RESERVATION_RETRY: &str = "cri-name-reservation-retry";
-pub const POD_UNKNOWN_TO_PLUGIN: &str = "pod-unknown-to-plugin";
-pub const UNEXPLAINED_AFTER_RESTART: &str = "event-unexplained-after-restart";
-
-/// Every rule this build checks (docs/contract.md).
-pub const RULES: &[Rule] = &[
-    Rule {
-        id: POD_EVENT_ORDER,
-        statement: "each plugin sees a pod's RunPodSandbox, StopPodSandbox, RemovePodSandbox in that order",
-        source: "nri PR 286 contract item 4 (nri-pod-sandbox-contract-review.txt)",
-        severity: Severity::Error,
-    },
-    Rule {
-        id: CONTAINER_EVENT_ORDER,
-        statement: "each plugin sees a container's Create, Start, Stop, Remove in that order",
-        source: "nri pkg/adaptation container lifecycle; PROTOCOL-NOTES.md",
-        severity: Severity::Error,
-    },
-    Rule {
-        id: CONTAINER_BEFORE_POD_READY,
-        statement: "no workload container is created or started before the RunPodSandbox hook completes",
-        source: "nri PR 286 contract item 5",
-        severity: Severity::Error,
-    },
-    Rule {
-        id: CONTAINER_IN_STOPPED_POD,
-        statement: "no container is created or started in a pod after its StopPodSandbox",
-        source: "nri PR 286 contract items 2 and 6",
-        severity: Severity::Error,
-    },
-    Rule {
-        id: UNSUBSCRIBED_DELIVERED,
-        statement: "a plugin only receives events it subscribed to in Configure",
-        source: "nri pkg/api Configure (events mask)",
-        severity: Severity::Warning,
-    },
-    Rule {
-        id: SUBSCRIBED_NOT_DELIVERED,
-        statement: "every connected plugin subscribed to an event receives it (a plugin that registers during an operation may miss it: the Synchronize race)",
-        source: "nri issue 63 (nri-63-synchronize-race.txt); PROTOCOL-NOTES.md",
-        severity: Severity::Error,
-    },
-    Rule {
-        id: POD_UNKNOWN_TO_PLUGIN,
-        statement: "every pod a plugin receives events for was announced to it, in Synchronize or by RunPodSandbox",
-        source: "nri issue 63, the Synchronize race (nri-63-synchronize-race.txt)",
-        severity: Severity::Error,
-    },
-    Rule {
-        id: UNEXPLAINED_AFTER_RESTART,
-        statement: "after a runtime restart, plugins still know the pods that existed before it: an event for such a pod reaches only plugins told of it since (Synchronize, RunPodSandbox), and its teardown events are still delivered",
-        source: "PROTOCOL-NOTES.md (containerd keeps NRI state in memory: after a restart RemovePodSandbox can be missed); nri pkg/adaptation Synchronize",
-        severity: Severity::Error,
-    },
-    Rule {
-        id: TEARDOWN_HOOK_FAILED,
-        statement: "a plugin error or timeout on the teardown path must not block or fail the CRI operation nor stop delivery to later plugins",
-        source: "nri PR 286 teardown clause; CRI-O issue 4221 (crio-4221-context-timeouts.txt)",
-        severity: Severity::Error,
-    },
-    Rule {
-        id: PLUGIN_TIMEOUT,
-        statement: "a plugin that does not answer within the request timeout is disconnected and misses what follows",
-        source: "nri pkg/adaptation plugin request timeout; PROTOCOL-NOTES.md",
-        severity: Severity::Error,
-    },
-    Rule {
-        id: HOOK_OVER_BUDGET,
-        statement: "a hook takes less than its budget (default: half the plugin request timeout)",
-        source: "nri-trace; kubelet's runtime-request-timeout leaves the hooks a share of it",
-        severity: Severity::Warning,
-    },
-    Rule {
-        id: NAME_RESERVATION_RETRY,
-        statement: "a pod or container is not requested again with the same name and attempt after a client deadline (it runs into the runtime's name reservation until the first request ends)",
-        source: "CRI-O issue 4221; containerd name reservation (PROTOCOL-NOTES.md)",
-        severity: Severity::Warning,
-    },
-    Rule {
-        id: PROCESS_SURVIVES_SIGKILL,
-        statement: "a pod process sent SIGKILL exits within 5 s: one still alive is stuck in the kernel (state D: I/O, NFS, FUSE) and keeps its pod in Terminating",
-        source: "pod-stuck-terminating-zh.txt (kubelet waits for every container to stop); sandbox probes (docs/explain.md)",
-        severity: Severity::Critical,
-    },
-    Rule {
-        id: TEARDOWN_UNMOUNT_FAILED,
-        statement: "an unmount of a pod's path (container rootfs, volume, netns) succeeds, or is redone successfully within 5 s",
-        source: "pod-stuck-terminating-zh.txt (device or resource busy); sandbox probes (docs/explain.md)",
-        severity: Severity::Error,
-    },
-    Rule {
-        id: TEARDOWN_REMOVE_FAILED,
-        statement: "a pod's directories, netns file and cgroups can be removed (the rmdir or unlink succeeds, or is redone successfully within 5 s)",
-        source: "pod-stuck-terminating-zh.txt (kubelet waits for the pod cgroup to go); sandbox probes (docs/explain.md)",
-        severity: Severity::Error,
-    },
-];
-
-pub fn rule(id: &str) -> Option<&'static Rule> {
-    RULES.iter().find(|r| r.id == id)
-}
-
-/// Whether the evidence is complete.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "certainty", rename_all = "snake_case")]
-pub enum Certainty {
-    Certain,
-    Uncertain { why: String },
-}
-
-/// One call that shows a finding.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Evidence {
-    /// "cri" or "nri".
-    pub kind: &'static str,
-    pub conn: ConnId,
-    pub stream_id: u32,
-    /// Method or hook, and plugin for NRI calls.
-    pub what: String,
-    pub start: Option<Timestamp>,
-    pub outcome: String,
-}
-
-/// A rule broken.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Violation {
-    pub rule: &'static str,
-    pub severity: Severity,
-    #[serde(flatten)]
-    pub certainty: Certainty,
-    /// When it was seen (the last evidence).
-    pub ts: Timestamp,
-    /// "namespace/name" or a sandbox id.
-    pub pod: Option<String>,
-    pub plugin: Option<String>,
-    pub message: String,
-    pub evidence: Vec<Evidence>,
-}
 
 /// What the checker is told.
 #[derive(Debug, Clone, Copy, Default)]
@@ -229,16 +59,18 @@ fn cri_evidence(c: &CriCall) -> Evidence {
 }
 
 /// The capture time a record is about (its end).
-fn record_time(r: &TraceRecord) -> Option<u64> {
+fn record_time(r: &Record) -> Option<u64> {
     let t = match r {
-        TraceRecord::CriSpan(s) => s.record.call.end.or(s.record.call.start),
-        TraceRecord::NriUncaused(u) => u.record.span.call.end.or(u.record.span.call.start),
-        TraceRecord::Nri(NriRecord::NriCall(h)) => h.call.end.or(h.call.start),
-        TraceRecord::Nri(NriRecord::NriPlugin { ts, .. })
-        | TraceRecord::Nri(NriRecord::NriPluginGone { ts, .. })
-        | TraceRecord::Nri(NriRecord::NriResync { ts, .. }) => Some(*ts),
-        TraceRecord::Runtime(r) => Some(r.record.ts),
-        TraceRecord::Sandbox(s) => Some(s.record.ts),
+        Record::CriSpan(s) => s.call.end.or(s.call.start),
+        Record::NriUncaused(u) => u.span.call.end.or(u.span.call.start),
+        Record::Observed(
+            Observation::NriPlugin { ts, .. }
+            | Observation::NriPluginGone { ts, .. }
+            | Observation::NriResync { ts, .. }
+            | Observation::RuntimeExited { ts, .. }
+            | Observation::RuntimeStarted { ts, .. },
+        ) => Some(*ts),
+        Record::Observed(Observation::Sandbox(s)) => Some(s.ts),
         _ => None,
     };
     t.map(|t| t.mono_ns)
@@ -387,7 +219,7 @@ impl ContractChecker {
     }
 
     /// Feed one record (in the order the trace analysis emits them).
-    pub fn on_record(&mut self, r: &TraceRecord, out: &mut Vec<Violation>) {
+    pub fn on_record(&mut self, r: &Record, out: &mut Vec<Violation>) {
         self.bound();
         if let Some(t) = record_time(r) {
             self.clock_ns = self.clock_ns.max(t);
@@ -478,9 +310,9 @@ impl ContractChecker {
         }
     }
 
-    fn check_record(&mut self, r: &TraceRecord, out: &mut Vec<Violation>) {
+    fn check_record(&mut self, r: &Record, out: &mut Vec<Violation>) {
         match r {
-            TraceRecord::Nri(NriRecord::NriPlugin {
+            Record::Observed(Observation::NriPlugin {
                 conn,
                 ts,
                 plugin,
@@ -509,26 +341,25 @@ impl ContractChecker {
                     }
                 }
             }
-            TraceRecord::Nri(NriRecord::NriPluginGone { conn, ts, .. }) => {
+            Record::Observed(Observation::NriPluginGone { conn, ts, .. }) => {
                 if let Some(p) = self.plugins.get_mut(conn) {
                     p.gone = Some(ts.mono_ns);
                 }
                 self.prune_gone_plugins();
             }
-            TraceRecord::Nri(NriRecord::NriResync { conn, .. }) => {
+            Record::Observed(Observation::NriResync { conn, .. }) => {
                 if let Some(p) = self.plugins.get_mut(conn) {
                     p.resynced = true;
                 }
             }
-            TraceRecord::Nri(NriRecord::CaptureLoss(l)) => {
+            Record::Observed(Observation::CaptureLoss(l)) => {
                 if l.lost_records > 0 || l.read_faults > 0 || l.fd_map_full > 0 {
                     self.lossy = true;
                 }
             }
-            TraceRecord::Nri(NriRecord::NriCall(h)) => self.on_hook(h, None, out),
-            TraceRecord::NriUncaused(u) => {
-                let h = &u.record.span;
-                if u.record.no_cri_cause == NoCause::NoCriCallInFlight {
+            Record::NriUncaused(u) => {
+                let h = &u.span;
+                if u.no_cri_cause == NoCause::NoCriCallInFlight {
                     self.on_hook(h, None, out);
                 } else {
                     if h.call.method.as_deref() == Some("Synchronize") {
@@ -545,20 +376,16 @@ impl ContractChecker {
                     self.on_timeout(h, out);
                 }
             }
-            TraceRecord::CriSpan(s) => self.on_span(&s.record, out),
-            TraceRecord::Runtime(r) => {
-                if r.kind == "runtime_started" {
-                    self.restart = Some((r.record.ts.mono_ns, r.record.pid));
-                    self.pods_before_restart = self.pods_seen.clone();
-                }
+            Record::CriSpan(s) => self.on_span(s, out),
+            Record::Observed(Observation::RuntimeStarted { ts, pid }) => {
+                self.restart = Some((ts.mono_ns, *pid));
+                self.pods_before_restart = self.pods_seen.clone();
             }
-            TraceRecord::Cri(_)
-            | TraceRecord::Violation(_)
-            | TraceRecord::Nri(NriRecord::NriPending(_)) => {}
-            TraceRecord::Sandbox(s) => {
+            Record::Observed(Observation::Sandbox(s)) => {
                 let certainty = self.certainty(None);
-                self.sandbox.on_event(&s.record, &certainty);
+                self.sandbox.on_event(s, &certainty);
             }
+            Record::Violation(_) | Record::Observed(_) => {}
         }
     }
 
@@ -1180,14 +1007,14 @@ mod tests {
     use crate::{
         capture::Loss,
         decode::{cri::message::PodMeta, nri::message::Event},
-        engine::{test_calls::*, trace_analysis::Tagged},
+        engine::{record::Uncaused, test_calls::*},
         model::nri_call::{IdentitySource, PluginId},
     };
 
     const ALL: [&str; 3] = ["RUN_POD_SANDBOX", "STOP_POD_SANDBOX", "REMOVE_POD_SANDBOX"];
 
-    fn plugin(name: &str, idx: &str, conn: u64, events: &[&'static str]) -> TraceRecord {
-        TraceRecord::Nri(NriRecord::NriPlugin {
+    fn plugin(name: &str, idx: &str, conn: u64, events: &[&'static str]) -> Record {
+        Record::Observed(Observation::NriPlugin {
             conn: ConnId(conn),
             ts: ts(0).unwrap(),
             plugin: PluginId {
@@ -1201,7 +1028,7 @@ mod tests {
         })
     }
 
-    fn lifecycle(order: [(&str, Event); 3]) -> Vec<TraceRecord> {
+    fn lifecycle(order: [(&str, Event); 3]) -> Vec<Record> {
         let mut v = vec![plugin("a", "10", 2, &ALL)];
         for (i, (method, event)) in order.into_iter().enumerate() {
             let t = 100 * (i as u64 + 1);
@@ -1218,7 +1045,7 @@ mod tests {
         v
     }
 
-    fn check(records: &[TraceRecord]) -> Vec<Violation> {
+    fn check(records: &[Record]) -> Vec<Violation> {
         let mut c = ContractChecker::new(ContractConfig::default());
         let mut out = Vec::new();
         for r in records {
@@ -1258,7 +1085,7 @@ mod tests {
 
     #[test]
     fn after_capture_loss_it_is_uncertain() {
-        let mut records = vec![TraceRecord::Nri(NriRecord::CaptureLoss(Loss {
+        let mut records = vec![Record::Observed(Observation::CaptureLoss(Loss {
             lost_records: 3,
             ..Default::default()
         }))];
@@ -1301,7 +1128,7 @@ mod tests {
     #[test]
     fn unknown_subscription_is_not_judged() {
         let mut p = plugin("b", "20", 3, &[]);
-        if let TraceRecord::Nri(NriRecord::NriPlugin { events, .. }) = &mut p {
+        if let Record::Observed(Observation::NriPlugin { events, .. }) = &mut p {
             *events = None;
         }
         let records = vec![
@@ -1373,16 +1200,13 @@ mod tests {
         assert!(v[0].message.contains("1600 ms"));
     }
 
-    fn synchronize(label: &str, idx: &str, conn: u64, pods: &[&str]) -> TraceRecord {
+    fn synchronize(label: &str, idx: &str, conn: u64, pods: &[&str]) -> Record {
         let mut h = to_plugin(hook(None, label, "", 1, 2), label, idx, conn);
         h.call.method = Some("Synchronize".into());
         h.call.synchronized_pods = pods.iter().map(|p| p.to_string()).collect();
-        TraceRecord::NriUncaused(Tagged {
-            kind: "nri_uncaused",
-            record: crate::engine::trace_analysis::Uncaused {
-                span: h,
-                no_cri_cause: NoCause::PluginLifecycle,
-            },
+        Record::NriUncaused(Uncaused {
+            span: h,
+            no_cri_cause: NoCause::PluginLifecycle,
         })
     }
 
@@ -1415,17 +1239,14 @@ mod tests {
         assert_eq!(rules(&v), Vec::<&str>::new());
         // A RunPodSandbox delivery that began before the stop but answered
         // after it (its record settles later): the plugin was told.
-        let late_run = TraceRecord::NriUncaused(Tagged {
-            kind: "nri_uncaused",
-            record: crate::engine::trace_analysis::Uncaused {
-                span: to_plugin(
-                    hook(Some(Event::RunPodSandbox), "late", "s1", 150, 3150),
-                    "late",
-                    "20",
-                    3,
-                ),
-                no_cri_cause: NoCause::NoCriCallInFlight,
-            },
+        let late_run = Record::NriUncaused(Uncaused {
+            span: to_plugin(
+                hook(Some(Event::RunPodSandbox), "late", "s1", 150, 3150),
+                "late",
+                "20",
+                3,
+            ),
+            no_cri_cause: NoCause::NoCriCallInFlight,
         });
         let v = check(&[
             plugin("late", "20", 3, &ALL),
@@ -1583,7 +1404,7 @@ mod tests {
             plugin("hang", "10", 2, &ALL),
             plugin("b", "20", 3, &ALL),
             span(cri(Some("RunPodSandbox"), "s1", 0, 1100), vec![hung]),
-            TraceRecord::Nri(NriRecord::NriPluginGone {
+            Record::Observed(Observation::NriPluginGone {
                 conn: ConnId(2),
                 ts: ts(1010).unwrap(),
                 plugin: PluginId {
@@ -1633,7 +1454,7 @@ mod tests {
         // Another attempt is a new request, not a retry.
         let mut other = ok.clone();
         other.pod.as_mut().unwrap().attempt = 1;
-        let records: Vec<TraceRecord> = [first, reserved, ok, other]
+        let records: Vec<Record> = [first, reserved, ok, other]
             .into_iter()
             .map(|c| span(c, vec![]))
             .collect();
@@ -1649,8 +1470,8 @@ mod tests {
         assert_eq!(v[0].evidence.len(), 3);
     }
 
-    fn plugin_at(conn: u64, ms: u64, source: IdentitySource) -> TraceRecord {
-        TraceRecord::Nri(NriRecord::NriPlugin {
+    fn plugin_at(conn: u64, ms: u64, source: IdentitySource) -> Record {
+        Record::Observed(Observation::NriPlugin {
             conn: ConnId(conn),
             ts: ts(ms).unwrap(),
             plugin: PluginId {
@@ -1664,19 +1485,16 @@ mod tests {
         })
     }
 
-    fn restart_at(ms: u64) -> TraceRecord {
-        TraceRecord::Runtime(Tagged {
-            kind: "runtime_started",
-            record: crate::engine::trace_analysis::RuntimeChange {
-                ts: ts(ms).unwrap(),
-                pid: 4242,
-            },
+    fn restart_at(ms: u64) -> Record {
+        Record::Observed(Observation::RuntimeStarted {
+            ts: ts(ms).unwrap(),
+            pid: 4242,
         })
     }
 
     /// Pod s1 made before a restart at 200; plugin a connects again on
     /// connection 3 at 250.
-    fn before_restart(source: IdentitySource) -> Vec<TraceRecord> {
+    fn before_restart(source: IdentitySource) -> Vec<Record> {
         vec![
             plugin("a", "10", 2, &ALL),
             span(
@@ -1693,7 +1511,7 @@ mod tests {
         ]
     }
 
-    fn stop_s1_on(conn: u64) -> TraceRecord {
+    fn stop_s1_on(conn: u64) -> Record {
         span(
             cri(Some("StopPodSandbox"), "s1", 300, 350),
             vec![to_plugin(

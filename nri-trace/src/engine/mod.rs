@@ -8,7 +8,11 @@
 //! - [`correlate`]: NRI deliveries attached to the CRI calls that caused
 //!   them ([`correlate::CriSpan`]), or labeled with why none did.
 //! - [`contract`]: the NRI contract rules checked over the correlated
-//!   stream; [`contract::Violation`]s with evidence (docs/contract.md).
+//!   stream (docs/contract.md); [`sandbox_rules`]: the kernel's side of a
+//!   teardown.
+//! - [`findings`]: what both give: [`findings::Violation`]s with evidence,
+//!   and the rules they break.
+//! - [`record`]: what the engine gives its sinks ([`record::Record`]).
 //! - [`pods`]: the pod model (identity, phase, timeline, findings) the
 //!   views render.
 //! - [`teardown`]: each pod's teardown and what blocks it (`explain`).
@@ -20,9 +24,11 @@
 pub mod contract;
 pub mod correlate;
 pub mod cri_analysis;
+pub mod findings;
 pub mod hook_latency;
 pub mod nri_analysis;
 pub mod pods;
+pub mod record;
 pub mod sandbox_rules;
 pub mod teardown;
 pub mod trace_analysis;

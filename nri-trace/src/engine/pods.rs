@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::trace_analysis::TraceRecord;
+use super::record::Record;
 use crate::{capture::Timestamp, model::cri_call::CriOutcome};
 
 /// Most timeline entries kept per pod (the oldest go first).
@@ -119,11 +119,11 @@ impl PodModel {
         self.pods.is_empty()
     }
 
-    fn key_of(&self, r: &TraceRecord) -> Option<String> {
-        let TraceRecord::CriSpan(s) = r else {
+    fn key_of(&self, r: &Record) -> Option<String> {
+        let Record::CriSpan(s) = r else {
             return None;
         };
-        let c = &s.record.call;
+        let c = &s.call;
         if let Some(p) = &c.pod {
             return Some(format!(
                 "{}/{}/{}/{}",
@@ -170,13 +170,12 @@ impl PodModel {
     }
 
     /// Update the model with one record.
-    pub fn on_record(&mut self, r: &TraceRecord) {
+    pub fn on_record(&mut self, r: &Record) {
         self.bound();
         match r {
-            TraceRecord::CriSpan(_) => self.on_span(r),
-            TraceRecord::Violation(v) => {
+            Record::CriSpan(_) => self.on_span(r),
+            Record::Violation(v) => {
                 match v
-                    .record
                     .pod
                     .as_ref()
                     .and_then(|l| self.by_label.get(l))
@@ -190,10 +189,9 @@ impl PodModel {
         }
     }
 
-    fn on_span(&mut self, r: &TraceRecord) {
+    fn on_span(&mut self, r: &Record) {
         let Some(key) = self.key_of(r) else { return };
-        let TraceRecord::CriSpan(s) = r else { return };
-        let s = &s.record;
+        let Record::CriSpan(s) = r else { return };
         let c = &s.call;
         let pod = self.pods.entry(key.clone()).or_insert_with(|| {
             let (namespace, name, uid, attempt) = match &c.pod {
@@ -304,7 +302,7 @@ mod tests {
     use super::*;
     use crate::{
         decode::{cri::message::PodMeta, nri::message::Event},
-        engine::{correlate::CriSpan, test_calls::*, trace_analysis::Tagged},
+        engine::{correlate::CriSpan, test_calls::*},
     };
 
     fn span(
@@ -313,7 +311,7 @@ mod tests {
         end: u64,
         pod: bool,
         hooks: Vec<crate::engine::hook_latency::HookSpan>,
-    ) -> TraceRecord {
+    ) -> Record {
         let mut c = cri(Some(method), "s1", start, end);
         if pod {
             c.pod = Some(PodMeta {
@@ -324,14 +322,11 @@ mod tests {
             });
         }
         let nri_ns = hooks.iter().filter_map(|h| h.call.duration_ns).sum();
-        TraceRecord::CriSpan(Tagged {
-            kind: "cri_span",
-            record: CriSpan {
-                call: c,
-                hooks,
-                nri_ns,
-                nri_permille: None,
-            },
+        Record::CriSpan(CriSpan {
+            call: c,
+            hooks,
+            nri_ns,
+            nri_permille: None,
         })
     }
 
@@ -363,9 +358,9 @@ mod tests {
         let mut m = PodModel::new();
         let mk = |i: u64, method: &str| {
             let mut r = span(method, i * 10, i * 10 + 5, true, vec![]);
-            if let TraceRecord::CriSpan(s) = &mut r {
-                s.record.call.sandbox_id = Some(format!("s{i}"));
-                s.record.call.pod.as_mut().unwrap().name = format!("p{i}");
+            if let Record::CriSpan(s) = &mut r {
+                s.call.sandbox_id = Some(format!("s{i}"));
+                s.call.pod.as_mut().unwrap().name = format!("p{i}");
             }
             r
         };

@@ -10,19 +10,22 @@
 
 use std::collections::HashMap;
 
-use super::contract::{Certainty, Evidence, Severity, Violation};
+use super::findings::{
+    Certainty, Evidence, Severity, Violation, PROCESS_SURVIVES_SIGKILL, TEARDOWN_REMOVE_FAILED,
+    TEARDOWN_UNMOUNT_FAILED,
+};
 use crate::capture::{
     sandbox::{errno_text, ids_in, SandboxEvent, SandboxOp},
     ConnId,
 };
 
-pub const PROCESS_SURVIVES_SIGKILL: &str = "process-survives-sigkill";
-pub const TEARDOWN_UNMOUNT_FAILED: &str = "teardown-unmount-failed";
-pub const TEARDOWN_REMOVE_FAILED: &str = "teardown-remove-failed";
-
 /// How long a SIGKILLed process may take to exit, and a failed unmount or
 /// removal to be redone, before it is a finding.
 pub const SETTLE_NS: u64 = 5_000_000_000;
+
+/// Most pods whose container and sandbox ids are remembered (as the
+/// contract checker bounds its own).
+const MAX_PODS: usize = 16_384;
 
 /// Most held findings and killed processes remembered.
 const MAX_HELD: usize = 4096;
@@ -73,7 +76,7 @@ impl SandboxRules {
         pod: Option<String>,
     ) {
         let Some(sb) = sandbox_id else { return };
-        if self.pods.len() >= super::contract::MAX_TRACKED {
+        if self.pods.len() >= MAX_PODS {
             self.pods.clear();
         }
         let label = pod
@@ -97,7 +100,7 @@ impl SandboxRules {
     pub fn on_event(&mut self, e: &SandboxEvent, certainty: &Certainty) {
         let finding = |rule, pod, message, outcome| Violation {
             rule,
-            severity: super::contract::rule(rule).map_or(Severity::Error, |r| r.severity),
+            severity: super::findings::rule(rule).map_or(Severity::Error, |r| r.severity),
             certainty: certainty.clone(),
             ts: e.ts,
             pod,

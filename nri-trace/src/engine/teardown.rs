@@ -13,7 +13,7 @@
 //! kubelet never made. Pure: built from the records only (what the node's
 //! processes hold is `capture::holders`' part).
 //!
-//! With the sandbox probes (`TraceRecord::Sandbox`), the kernel's side of
+//! With the sandbox probes (`Record::Sandbox`), the kernel's side of
 //! the teardown joins it: the signals sent to the pod's processes and
 //! their exits, its unmounts, unlinks and rmdirs with their errno, its
 //! cgroups going. An event belongs to a pod when a container or sandbox id
@@ -26,12 +26,12 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde::Serialize;
 
-use super::{correlate::CriSpan, nri_analysis::NriRecord, trace_analysis::TraceRecord};
+use super::{correlate::CriSpan, record::Record};
 use crate::capture::{
     sandbox::{errno_text, ids_in, SandboxEvent, SandboxOp},
     Timestamp,
 };
-use crate::model::nri_call::NriCall;
+use crate::model::{nri_call::NriCall, observation::Observation};
 
 /// Most pods whose teardown is kept; the ones seen longest ago go first.
 pub const MAX_PODS: usize = 4096;
@@ -158,20 +158,18 @@ impl TeardownLog {
     }
 
     /// Take one trace record.
-    pub fn on_record(&mut self, r: &TraceRecord) {
+    pub fn on_record(&mut self, r: &Record) {
         match r {
-            TraceRecord::CriSpan(s) => {
-                for h in &s.record.hooks {
+            Record::CriSpan(s) => {
+                for h in &s.hooks {
                     self.hook_ended(&h.call);
                 }
-                self.on_span(&s.record)
+                self.on_span(s)
             }
-            TraceRecord::NriUncaused(u) => self.hook_ended(&u.record.span.call),
-            TraceRecord::Nri(NriRecord::NriCall(h)) => self.hook_ended(&h.call),
-            TraceRecord::Nri(NriRecord::NriPending(c)) => self.hook_called(c),
-            TraceRecord::Sandbox(s) => self.on_kernel(&s.record),
-            TraceRecord::Violation(v) => {
-                let v = &v.record;
+            Record::NriUncaused(u) => self.hook_ended(&u.span.call),
+            Record::Observed(Observation::NriPending(c)) => self.hook_called(c),
+            Record::Observed(Observation::Sandbox(s)) => self.on_kernel(s),
+            Record::Violation(v) => {
                 if let Some(key) = v.pod.as_ref().and_then(|l| self.key_of_label(l)) {
                     if let Some(p) = self.pods.get_mut(&key) {
                         if p.findings.len() < MAX_STEPS {
@@ -861,7 +859,7 @@ mod tests {
         model::{cri_call::CriOutcome, nri_call::Outcome},
     };
 
-    fn run_pod() -> TraceRecord {
+    fn run_pod() -> Record {
         let mut c = cri(Some("RunPodSandbox"), "sb1", 100, 150);
         c.pod = Some(PodMeta {
             name: "web".into(),
@@ -872,7 +870,7 @@ mod tests {
         span(c, vec![])
     }
 
-    fn log(records: &[TraceRecord]) -> TeardownLog {
+    fn log(records: &[Record]) -> TeardownLog {
         let mut l = TeardownLog::new();
         records.iter().for_each(|r| l.on_record(r));
         l
@@ -965,27 +963,23 @@ mod tests {
 
     const CID: &str = "c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1";
 
-    fn kernel(ms: u64, tgid: u32, comm: &str, op: SandboxOp) -> TraceRecord {
-        TraceRecord::Sandbox(crate::engine::trace_analysis::Tagged {
-            kind: "sandbox",
-            record: SandboxEvent {
-                ts: Timestamp {
-                    mono_ns: ms * MS,
-                    wall_ns: ms * MS,
-                },
-                tgid,
-                tid: tgid,
-                comm: comm.into(),
-                cgroup_id: 0,
-                cgroup: (op == SandboxOp::Exit { status: Some(9) })
-                    .then(|| format!("/k8s.io/{CID}")),
-                op,
-                truncated: false,
+    fn kernel(ms: u64, tgid: u32, comm: &str, op: SandboxOp) -> Record {
+        Record::Observed(Observation::Sandbox(SandboxEvent {
+            ts: Timestamp {
+                mono_ns: ms * MS,
+                wall_ns: ms * MS,
             },
-        })
+            tgid,
+            tid: tgid,
+            comm: comm.into(),
+            cgroup_id: 0,
+            cgroup: (op == SandboxOp::Exit { status: Some(9) }).then(|| format!("/k8s.io/{CID}")),
+            op,
+            truncated: false,
+        }))
     }
 
-    fn stuck_stop() -> Vec<TraceRecord> {
+    fn stuck_stop() -> Vec<Record> {
         let mut create = cri(Some("CreateContainer"), "sb1", 200, 250);
         create.container_id = Some(CID.into());
         create.container = Some(crate::decode::cri::message::ContainerMeta {
@@ -999,7 +993,7 @@ mod tests {
         vec![run_pod(), span(create, vec![]), span(stop, vec![])]
     }
 
-    fn signal(ms: u64, sig: i32, target: u32) -> TraceRecord {
+    fn signal(ms: u64, sig: i32, target: u32) -> Record {
         kernel(
             ms,
             7,
@@ -1116,7 +1110,7 @@ mod tests {
         pending.timeout_nano = Some(30_000_000_000);
         let mut r = vec![
             run_pod(),
-            TraceRecord::Nri(NriRecord::NriPending(pending)),
+            Record::Observed(Observation::NriPending(pending)),
             span(stop, vec![]),
         ];
         let e = log(&r).explain("ns/web", 21_010 * MS).unwrap();
@@ -1129,7 +1123,10 @@ mod tests {
             e.sentence
         );
         // It ended (timed out): no longer pending.
-        r.push(TraceRecord::Nri(NriRecord::NriCall(h)));
+        r.push(Record::NriUncaused(crate::engine::record::Uncaused {
+            span: h,
+            no_cri_cause: crate::engine::correlate::NoCause::NoCriCallInFlight,
+        }));
         let e = log(&r).explain("ns/web", 40_000 * MS).unwrap();
         assert!(!e.sentence.contains("has not returned"), "{}", e.sentence);
     }

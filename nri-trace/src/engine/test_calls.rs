@@ -83,19 +83,12 @@ pub fn hook(event: Option<Event>, plugin: &str, pod: &str, start: u64, end: u64)
 }
 
 /// A CRI span record of `call` with these hooks.
-pub fn span(call: CriCall, hooks: Vec<HookSpan>) -> crate::engine::trace_analysis::TraceRecord {
-    use crate::engine::{
-        correlate::CriSpan,
-        trace_analysis::{Tagged, TraceRecord},
-    };
-    TraceRecord::CriSpan(Tagged {
-        kind: "cri_span",
-        record: CriSpan {
-            call,
-            hooks,
-            nri_ns: 0,
-            nri_permille: None,
-        },
+pub fn span(call: CriCall, hooks: Vec<HookSpan>) -> crate::engine::record::Record {
+    crate::engine::record::Record::CriSpan(crate::engine::correlate::CriSpan {
+        call,
+        hooks,
+        nri_ns: 0,
+        nri_permille: None,
     })
 }
 

@@ -4,72 +4,23 @@
 //!
 //! [`TraceEngine`] takes the model's [`Observation`]s (live from a
 //! [`TraceDecoder`], or read back from `nri-trace record`'s file) and
-//! gives [`TraceRecord`]s; [`TraceAnalysis`] is both stages on capture
+//! gives [`Record`]s; [`TraceAnalysis`] is both stages on capture
 //! events. The same observations give the same records.
 
 use std::{collections::BTreeMap, path::PathBuf};
 
-use serde::Serialize;
-
 use super::{
-    contract::{Certainty, ContractChecker, ContractConfig, Severity, Violation},
-    correlate::{Correlated, Correlator, CriSpan, NoCause},
-    cri_analysis::{CriMethodStats, CriRecord, MethodSummary},
-    hook_latency::{Buckets, HookSpan, HookSummary, HookTimer},
-    nri_analysis::NriRecord,
+    contract::{ContractChecker, ContractConfig},
+    correlate::{Correlated, Correlator},
+    cri_analysis::{CriMethodStats, MethodSummary},
+    findings::{Certainty, Severity, Violation},
+    hook_latency::{Buckets, HookSummary, HookTimer},
+    record::{Record, Uncaused},
 };
 use crate::{
-    capture::{sandbox::SandboxEvent, CaptureEvent, Loss, Timestamp},
+    capture::{CaptureEvent, Loss},
     model::{observation::Observation, trace_decoder::TraceDecoder},
 };
-
-/// One line of `nri-trace trace` output.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(untagged)]
-pub enum TraceRecord {
-    /// `{"type":"cri_span", ...}`: a CRI call and its NRI hooks.
-    CriSpan(Tagged<CriSpan>),
-    /// `{"type":"nri_uncaused", ...}`: an NRI call with no CRI cause.
-    NriUncaused(Tagged<Uncaused>),
-    /// Other NRI records (plugins, resyncs, capture loss).
-    Nri(NriRecord),
-    /// Other CRI records (connections, resyncs).
-    Cri(CriRecord),
-    /// `{"type":"violation", ...}`: a contract rule broken
-    /// (docs/contract.md).
-    Violation(Tagged<Violation>),
-    /// `{"type":"runtime_exited"|"runtime_started", ...}`: the runtime
-    /// process went, or a new one took over its sockets (a restart).
-    Runtime(Tagged<RuntimeChange>),
-    /// `{"type":"sandbox","op":...}`: a signal, exit, unmount, ... of the
-    /// runtime's process tree.
-    Sandbox(Tagged<SandboxEvent>),
-}
-
-/// The runtime process that exited, or that serves the sockets now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct RuntimeChange {
-    pub ts: Timestamp,
-    pub pid: u32,
-}
-
-/// A record with its `type` tag.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Tagged<T> {
-    #[serde(rename = "type")]
-    pub kind: &'static str,
-    #[serde(flatten)]
-    pub record: T,
-}
-
-/// An NRI call and why it has no CRI call.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Uncaused {
-    #[serde(flatten)]
-    pub span: HookSpan,
-    pub no_cri_cause: NoCause,
-}
 
 /// The engine proper: observations in, trace records out (CRI spans with
 /// their NRI hooks, uncaused NRI calls, the contract's findings), plus
@@ -108,7 +59,7 @@ impl TraceEngine {
     }
 
     /// Feed one observation; append what settles to `out`.
-    pub fn on_observation(&mut self, o: Observation, out: &mut Vec<TraceRecord>) {
+    pub fn on_observation(&mut self, o: Observation, out: &mut Vec<Record>) {
         let fresh = match o {
             Observation::CriCall(c) => {
                 self.cri_stats.on_call(&c);
@@ -130,65 +81,14 @@ impl TraceEngine {
                 self.contract.advance(now_ns, &mut self.violations);
                 None
             }
-            Observation::CriConnection { conn, ts, client } => {
-                Some(TraceRecord::Cri(CriRecord::CriConnection {
-                    conn,
-                    ts,
-                    client,
-                }))
-            }
-            Observation::CriResync { conn, ts, skipped } => {
-                Some(TraceRecord::Cri(CriRecord::CriResync { conn, ts, skipped }))
-            }
-            Observation::NriPlugin {
-                conn,
-                ts,
-                plugin,
-                events,
-            } => Some(TraceRecord::Nri(NriRecord::NriPlugin {
-                conn,
-                ts,
-                plugin,
-                events,
-            })),
-            Observation::NriPluginGone { conn, ts, plugin } => {
-                Some(TraceRecord::Nri(NriRecord::NriPluginGone {
-                    conn,
-                    ts,
-                    plugin,
-                }))
-            }
-            Observation::NriResync {
-                conn,
-                ts,
-                mux_conn,
-                skipped,
-            } => Some(TraceRecord::Nri(NriRecord::NriResync {
-                conn,
-                ts,
-                mux_conn,
-                skipped,
-            })),
-            Observation::CaptureLoss(l) => Some(TraceRecord::Nri(NriRecord::CaptureLoss(l))),
-            Observation::NriPending(c) => Some(TraceRecord::Nri(NriRecord::NriPending(c))),
-            Observation::RuntimeExited { ts, pid } => Some(TraceRecord::Runtime(Tagged {
-                kind: "runtime_exited",
-                record: RuntimeChange { ts, pid },
-            })),
-            Observation::RuntimeStarted { ts, pid } => Some(TraceRecord::Runtime(Tagged {
-                kind: "runtime_started",
-                record: RuntimeChange { ts, pid },
-            })),
-            Observation::Sandbox(s) => Some(TraceRecord::Sandbox(Tagged {
-                kind: "sandbox",
-                record: s,
-            })),
+            // Passed on as they came.
+            other => Some(Record::Observed(other)),
         };
         self.emit(fresh, out);
     }
 
     /// The observations ended.
-    pub fn finish(&mut self, out: &mut Vec<TraceRecord>) {
+    pub fn finish(&mut self, out: &mut Vec<Record>) {
         self.correlator.finish(&mut self.settled);
         self.emit(None, out);
         self.contract.finish(&mut self.violations);
@@ -197,22 +97,16 @@ impl TraceEngine {
 
     /// Move the settled records, then `fresh`, to `out`, each checked
     /// against the contract; its findings follow.
-    fn emit(&mut self, fresh: Option<TraceRecord>, out: &mut Vec<TraceRecord>) {
+    fn emit(&mut self, fresh: Option<Record>, out: &mut Vec<Record>) {
         let settled = self.settled.drain(..).map(|c| match c {
-            Correlated::Cri(span) => TraceRecord::CriSpan(Tagged {
-                kind: "cri_span",
-                record: span,
-            }),
-            Correlated::Uncaused { span, why } => TraceRecord::NriUncaused(Tagged {
-                kind: "nri_uncaused",
-                record: Uncaused {
-                    span,
-                    no_cri_cause: why,
-                },
+            Correlated::Cri(span) => Record::CriSpan(span),
+            Correlated::Uncaused { span, why } => Record::NriUncaused(Uncaused {
+                span,
+                no_cri_cause: why,
             }),
         });
         for r in settled.chain(fresh) {
-            if let TraceRecord::Nri(NriRecord::CaptureLoss(l)) = &r {
+            if let Record::Observed(Observation::CaptureLoss(l)) = &r {
                 self.loss = *l;
             }
             self.contract.on_record(&r, &mut self.violations);
@@ -221,17 +115,14 @@ impl TraceEngine {
         self.emit_violations(out);
     }
 
-    fn emit_violations(&mut self, out: &mut Vec<TraceRecord>) {
+    fn emit_violations(&mut self, out: &mut Vec<Record>) {
         for v in self.violations.drain(..) {
             let certain = v.certainty == Certainty::Certain;
             *self
                 .finding_counts
                 .entry((v.rule, v.severity, certain))
                 .or_default() += 1;
-            out.push(TraceRecord::Violation(Tagged {
-                kind: "violation",
-                record: v,
-            }));
+            out.push(Record::Violation(v));
         }
     }
 
@@ -300,7 +191,7 @@ impl TraceAnalysis {
         self.tapped.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
-    fn run_engine(&mut self, out: &mut Vec<TraceRecord>) {
+    fn run_engine(&mut self, out: &mut Vec<Record>) {
         if let Some(t) = self.tapped.as_mut() {
             t.extend(self.obs.iter().cloned());
         }
@@ -316,13 +207,13 @@ impl TraceAnalysis {
     }
 
     /// Feed one capture event; append what settles to `out`.
-    pub fn on_capture(&mut self, ev: &CaptureEvent, out: &mut Vec<TraceRecord>) {
+    pub fn on_capture(&mut self, ev: &CaptureEvent, out: &mut Vec<Record>) {
         self.decoder.on_capture(ev, &mut self.obs);
         self.run_engine(out);
     }
 
     /// The capture ended.
-    pub fn finish(&mut self, out: &mut Vec<TraceRecord>) {
+    pub fn finish(&mut self, out: &mut Vec<Record>) {
         self.decoder.finish(&mut self.obs);
         self.run_engine(out);
         self.engine.finish(out);
@@ -349,7 +240,7 @@ pub fn analyze(
     events: impl IntoIterator<Item = CaptureEvent>,
     cri_paths: Vec<PathBuf>,
     nri_paths: Vec<PathBuf>,
-) -> (Vec<TraceRecord>, Vec<HookSummary>, Vec<MethodSummary>) {
+) -> (Vec<Record>, Vec<HookSummary>, Vec<MethodSummary>) {
     let mut a = TraceAnalysis::new(cri_paths, nri_paths);
     let mut out = Vec::new();
     for ev in events {
@@ -363,7 +254,7 @@ pub fn analyze(
 pub fn analyze_observations(
     observations: impl IntoIterator<Item = Observation>,
     cfg: ContractConfig,
-) -> (Vec<TraceRecord>, TraceEngine) {
+) -> (Vec<Record>, TraceEngine) {
     let mut e = TraceEngine::new(cfg);
     let mut out = Vec::new();
     for o in observations {

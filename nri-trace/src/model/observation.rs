@@ -88,6 +88,29 @@ pub enum Observation {
     },
 }
 
+impl Observation {
+    /// When it happened (capture time); `None` for loss counters.
+    pub fn ts(&self) -> Option<Timestamp> {
+        match self {
+            Observation::CriCall(c) => c.end.or(c.start),
+            Observation::NriCall(c) | Observation::NriPending(c) => c.end.or(c.start),
+            Observation::CriConnection { ts, .. }
+            | Observation::CriResync { ts, .. }
+            | Observation::NriPlugin { ts, .. }
+            | Observation::NriPluginGone { ts, .. }
+            | Observation::NriResync { ts, .. }
+            | Observation::RuntimeExited { ts, .. }
+            | Observation::RuntimeStarted { ts, .. } => Some(*ts),
+            Observation::Sandbox(s) => Some(s.ts),
+            Observation::CaptureLoss(_) => None,
+            Observation::Clock { now_ns, .. } => Some(Timestamp {
+                mono_ns: *now_ns,
+                wall_ns: 0,
+            }),
+        }
+    }
+}
+
 impl From<CriObservation> for Observation {
     fn from(o: CriObservation) -> Self {
         match o {

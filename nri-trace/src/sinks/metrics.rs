@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use crate::engine::{contract::Severity, hook_latency::Buckets, trace_analysis::TraceEngine};
+use crate::engine::{findings::Severity, hook_latency::Buckets, trace_analysis::TraceEngine};
 
 /// Histogram bounds, seconds: from 100 µs (a plain hook) to 2 min
 /// (kubelet's default runtime-request-timeout).

@@ -7,8 +7,8 @@ use std::io::{self, Write};
 use super::{nri_lines::human_ns, trace_lines};
 use crate::{
     engine::{
-        contract::{Certainty, Violation},
         cri_analysis::MethodSummary,
+        findings::{Certainty, Violation},
         hook_latency::HookSummary,
         pods::PodModel,
     },

@@ -7,20 +7,20 @@ use std::io::{self, Write};
 use super::{cri_lines, nri_lines};
 use crate::{
     engine::{
-        contract::{Certainty, Violation},
-        cri_analysis::MethodSummary,
+        cri_analysis::{CriRecord, MethodSummary},
+        findings::{Certainty, Violation},
         hook_latency::HookSummary,
         nri_analysis::NriRecord,
-        trace_analysis::TraceRecord,
+        record::Record,
     },
+    model::observation::Observation,
     output::sanitize,
 };
 
 /// One record as text.
-pub fn text(w: &mut impl Write, r: &TraceRecord) -> io::Result<()> {
+pub fn text(w: &mut impl Write, r: &Record) -> io::Result<()> {
     match r {
-        TraceRecord::CriSpan(s) => {
-            let span = &s.record;
+        Record::CriSpan(span) => {
             cri_lines::call_text(w, &span.call)?;
             for h in &span.hooks {
                 let own = h
@@ -51,31 +51,81 @@ pub fn text(w: &mut impl Write, r: &TraceRecord) -> io::Result<()> {
             }
             Ok(())
         }
-        TraceRecord::NriUncaused(u) => {
-            nri_lines::text(w, &NriRecord::NriCall(u.record.span.clone()))
+        Record::NriUncaused(u) => nri_lines::text(w, &NriRecord::NriCall(u.span.clone())),
+        Record::Violation(v) => violation_text(w, v, "!! "),
+        Record::Observed(o) => observation_text(w, o),
+    }
+}
+
+/// An observation the engine passed on, as text.
+fn observation_text(w: &mut impl Write, o: &Observation) -> io::Result<()> {
+    use crate::output::clock;
+    match o {
+        Observation::Sandbox(s) => writeln!(w, "{} ~~ {}", clock(&s.ts), sanitize(&s.describe())),
+        Observation::RuntimeExited { ts, pid } => {
+            writeln!(w, "{} == runtime pid {pid} exited", clock(ts))
         }
-        TraceRecord::Violation(v) => violation_text(w, &v.record, "!! "),
-        TraceRecord::Nri(n) => nri_lines::text(w, n),
-        TraceRecord::Cri(c) => cri_lines::text(w, c),
-        TraceRecord::Sandbox(s) => writeln!(
+        Observation::RuntimeStarted { ts, pid } => writeln!(
             w,
-            "{} ~~ {}",
-            crate::output::clock(&s.record.ts),
-            crate::output::sanitize(&s.record.describe())
+            "{} == runtime pid {pid} now serves the sockets (runtime restarted)",
+            clock(ts)
         ),
-        TraceRecord::Runtime(r) => {
-            let what = if r.kind == "runtime_exited" {
-                "exited"
-            } else {
-                "now serves the sockets (runtime restarted)"
-            };
-            writeln!(
-                w,
-                "{} == runtime pid {} {what}",
-                crate::output::clock(&r.record.ts),
-                r.record.pid
-            )
-        }
+        Observation::CriConnection { conn, ts, client } => cri_lines::text(
+            w,
+            &CriRecord::CriConnection {
+                conn: *conn,
+                ts: *ts,
+                client: client.clone(),
+            },
+        ),
+        Observation::CriResync { conn, ts, skipped } => cri_lines::text(
+            w,
+            &CriRecord::CriResync {
+                conn: *conn,
+                ts: *ts,
+                skipped: *skipped,
+            },
+        ),
+        Observation::NriPlugin {
+            conn,
+            ts,
+            plugin,
+            events,
+        } => nri_lines::text(
+            w,
+            &NriRecord::NriPlugin {
+                conn: *conn,
+                ts: *ts,
+                plugin: plugin.clone(),
+                events: events.clone(),
+            },
+        ),
+        Observation::NriPluginGone { conn, ts, plugin } => nri_lines::text(
+            w,
+            &NriRecord::NriPluginGone {
+                conn: *conn,
+                ts: *ts,
+                plugin: plugin.clone(),
+            },
+        ),
+        Observation::NriResync {
+            conn,
+            ts,
+            mux_conn,
+            skipped,
+        } => nri_lines::text(
+            w,
+            &NriRecord::NriResync {
+                conn: *conn,
+                ts: *ts,
+                mux_conn: *mux_conn,
+                skipped: *skipped,
+            },
+        ),
+        Observation::CaptureLoss(l) => nri_lines::text(w, &NriRecord::CaptureLoss(*l)),
+        Observation::NriPending(c) => nri_lines::text(w, &NriRecord::NriPending(c.clone())),
+        // Not passed on by the engine.
+        Observation::CriCall(_) | Observation::NriCall(_) | Observation::Clock { .. } => Ok(()),
     }
 }
 
@@ -110,7 +160,7 @@ pub fn violation_text(w: &mut impl Write, v: &Violation, prefix: &str) -> io::Re
 }
 
 /// One record as an NDJSON line.
-pub fn ndjson(w: &mut impl Write, r: &TraceRecord) -> io::Result<()> {
+pub fn ndjson(w: &mut impl Write, r: &Record) -> io::Result<()> {
     serde_json::to_writer(&mut *w, r).map_err(io::Error::other)?;
     writeln!(w)
 }

@@ -5,25 +5,21 @@
 #![allow(dead_code)]
 
 use nri_trace::engine::{
-    contract::Certainty,
     correlate::{causes, NoCause},
-    trace_analysis::TraceRecord,
+    findings::Certainty,
+    record::Record,
 };
 use nri_trace_lab::truth::{self, Truth};
 
 /// Every plugin delivery in the truth, made while the driver's CRI call
 /// that causes it was in flight, is a hook of the decoded span of that
 /// call: same plugin, event and object.
-pub fn check_correlation(
-    scenario: &str,
-    records: &[TraceRecord],
-    truth: &[Truth],
-) -> (usize, usize) {
+pub fn check_correlation(scenario: &str, records: &[Record], truth: &[Truth]) -> (usize, usize) {
     let since = truth::observer_attached_ns(truth).expect("attach note");
     let spans: Vec<_> = records
         .iter()
         .filter_map(|r| match r {
-            TraceRecord::CriSpan(s) => Some(&s.record),
+            Record::CriSpan(s) => Some(s),
             _ => None,
         })
         .collect();
@@ -111,12 +107,12 @@ pub fn check_correlation(
     }
     // In these scenarios every event delivery has a CRI cause.
     for r in records {
-        if let TraceRecord::NriUncaused(u) = r {
-            if u.record.no_cri_cause == NoCause::NoCriCallInFlight {
+        if let Record::NriUncaused(u) = r {
+            if u.no_cri_cause == NoCause::NoCriCallInFlight {
                 problems.push(format!(
                     "{} {} has no CRI cause",
-                    u.record.span.call.plugin.label(),
-                    u.record.span.hook
+                    u.span.call.plugin.label(),
+                    u.span.hook
                 ));
             }
         }
@@ -137,26 +133,24 @@ pub fn check_correlation(
 }
 
 /// The contract findings among the records: (rule, plugin, certain).
-pub fn findings(records: &[TraceRecord]) -> Vec<(&'static str, Option<String>, bool)> {
+pub fn findings(records: &[Record]) -> Vec<(&'static str, Option<String>, bool)> {
     records
         .iter()
         .filter_map(|r| match r {
-            TraceRecord::Violation(v) => Some((
-                v.record.rule,
-                v.record.plugin.clone(),
-                v.record.certainty == Certainty::Certain,
-            )),
+            Record::Violation(v) => {
+                Some((v.rule, v.plugin.clone(), v.certainty == Certainty::Certain))
+            }
             _ => None,
         })
         .collect()
 }
 
 /// The messages of the findings of `rule`.
-pub fn finding_messages<'a>(records: &'a [TraceRecord], rule: &str) -> Vec<&'a str> {
+pub fn finding_messages<'a>(records: &'a [Record], rule: &str) -> Vec<&'a str> {
     records
         .iter()
         .filter_map(|r| match r {
-            TraceRecord::Violation(v) if v.record.rule == rule => Some(v.record.message.as_str()),
+            Record::Violation(v) if v.rule == rule => Some(v.message.as_str()),
             _ => None,
         })
         .collect()

@@ -16,14 +16,13 @@ use super::sanitize::sanitize;
 use crate::{
     capture::{ConnId, Loss, Timestamp},
     engine::{
-        contract::Violation,
-        cri_analysis::{CriRecord, MethodSummary},
+        cri_analysis::MethodSummary,
+        findings::Violation,
         hook_latency::{HookSpan, HookSummary},
-        nri_analysis::NriRecord,
         pods::{PodModel, PodPhase, PodView},
-        trace_analysis::TraceRecord,
+        record::Record,
     },
-    model::{cri_call::CriOutcome, nri_call::Outcome},
+    model::{cri_call::CriOutcome, nri_call::Outcome, observation::Observation},
 };
 
 /// Findings kept (the oldest go first).
@@ -204,7 +203,7 @@ pub struct TuiState {
     pods: PodModel,
     findings: VecDeque<Finding>,
     calls: VecDeque<CallRow>,
-    session: VecDeque<TraceRecord>,
+    session: VecDeque<Record>,
     spans: BTreeMap<(u64, String), SpanDetail>,
     spark: BTreeMap<(String, String), VecDeque<u64>>,
     plugins: BTreeMap<ConnId, PluginConn>,
@@ -219,7 +218,7 @@ pub struct TuiState {
     dropped: Dropped,
     seq: u64,
     paused: bool,
-    pending: VecDeque<TraceRecord>,
+    pending: VecDeque<Record>,
     pending_summaries: Option<(Vec<HookSummary>, Vec<MethodSummary>)>,
     pending_status: Option<StatusInfo>,
     pending_now: Option<u64>,
@@ -282,7 +281,7 @@ impl TuiState {
     }
 
     /// Take one engine record (held while paused).
-    pub fn on_record(&mut self, r: &TraceRecord) {
+    pub fn on_record(&mut self, r: &Record) {
         if self.paused {
             push_bounded(
                 &mut self.pending,
@@ -377,7 +376,7 @@ impl TuiState {
     }
 
     /// The records kept for a session export, oldest first.
-    pub fn session(&self) -> &VecDeque<TraceRecord> {
+    pub fn session(&self) -> &VecDeque<Record> {
         &self.session
     }
 
@@ -526,7 +525,7 @@ impl TuiState {
         }
     }
 
-    fn apply(&mut self, r: &TraceRecord) {
+    fn apply(&mut self, r: &Record) {
         self.counts.records += 1;
         self.pods.on_record(r);
         self.teardown.on_record(r);
@@ -537,8 +536,7 @@ impl TuiState {
             &mut self.dropped.session,
         );
         match r {
-            TraceRecord::CriSpan(s) => {
-                let s = &s.record;
+            Record::CriSpan(s) => {
                 let c = &s.call;
                 self.counts.cri_calls += 1;
                 self.counts.nri_calls += s.hooks.len() as u64;
@@ -602,8 +600,8 @@ impl TuiState {
                     }
                 }
             }
-            TraceRecord::NriUncaused(u) => {
-                let h = &u.record.span;
+            Record::NriUncaused(u) => {
+                let h = &u.span;
                 // Configure's summary: "runtime NAME VERSION; ..." (model/nri_call.rs).
                 if h.call.method.as_deref() == Some("Configure") {
                     if let Some(rest) = h.call.summary.strip_prefix("runtime ") {
@@ -618,10 +616,9 @@ impl TuiState {
                 self.count_call(h.call.end.or(h.call.start), 1);
                 self.hook_row(h, false);
             }
-            TraceRecord::Violation(v) => {
+            Record::Violation(v) => {
                 self.counts.findings += 1;
                 let seq = self.next_seq();
-                let v = &v.record;
                 push_bounded(
                     &mut self.findings,
                     Finding {
@@ -648,91 +645,63 @@ impl TuiState {
                     nested: false,
                 });
             }
-            TraceRecord::Nri(n) => match n {
-                NriRecord::NriCall(h) => {
-                    self.counts.nri_calls += 1;
-                    self.hook_row(h, false);
-                }
-                NriRecord::NriPlugin {
-                    conn,
-                    ts,
-                    plugin,
-                    events,
-                } => {
-                    let label = sanitize(&plugin.label());
-                    if self.plugins.contains_key(conn) || self.plugins.len() < MAX_KEYS {
-                        self.plugins.insert(
-                            *conn,
-                            PluginConn {
-                                label: label.clone(),
-                                connected: true,
-                                events: events
-                                    .as_ref()
-                                    .map(|e| e.iter().map(|s| s.to_string()).collect()),
-                            },
-                        );
-                    }
-                    self.conn_row(Some(*ts), CallKind::Conn, "plugin connected".into(), label);
-                }
-                NriRecord::NriPluginGone { conn, ts, plugin } => {
-                    let label = sanitize(&plugin.label());
-                    if let Some(p) = self.plugins.get_mut(conn) {
-                        p.connected = false;
-                    }
-                    // Forget closed connections first when over the bound.
-                    if self.plugins.len() >= MAX_KEYS {
-                        self.plugins.retain(|_, p| p.connected);
-                    }
-                    self.conn_row(Some(*ts), CallKind::Conn, "plugin gone".into(), label);
-                }
-                NriRecord::NriResync { ts, skipped, .. } => {
-                    self.conn_row(
-                        Some(*ts),
-                        CallKind::Conn,
-                        format!("NRI resync, {skipped} bytes skipped"),
-                        String::new(),
+            Record::Observed(Observation::NriPlugin {
+                conn,
+                ts,
+                plugin,
+                events,
+            }) => {
+                let label = sanitize(&plugin.label());
+                if self.plugins.contains_key(conn) || self.plugins.len() < MAX_KEYS {
+                    self.plugins.insert(
+                        *conn,
+                        PluginConn {
+                            label: label.clone(),
+                            connected: true,
+                            events: events
+                                .as_ref()
+                                .map(|e| e.iter().map(|s| s.to_string()).collect()),
+                        },
                     );
                 }
-                NriRecord::CaptureLoss(l) => self.on_loss(l),
-                // Shown when it ends (its nri_call).
-                NriRecord::NriPending(_) => {}
-            },
-            // The runtime restarting: shown by the findings it leads to.
-            TraceRecord::Runtime(_) | TraceRecord::Sandbox(_) => {}
-            TraceRecord::Cri(c) => match c {
-                CriRecord::CriCall(call) => {
-                    // The trace analysis turns calls into spans; a bare call
-                    // still belongs in the log.
-                    let seq = self.next_seq();
-                    self.counts.cri_calls += 1;
-                    self.push_call(CallRow {
-                        seq,
-                        ts: call.start.or(call.end),
-                        kind: CallKind::Cri,
-                        what: sanitize(call.method.as_deref().unwrap_or("(unknown)")),
-                        plugin: String::new(),
-                        subject: String::new(),
-                        duration_ns: call.duration_ns,
-                        queued_ns: None,
-                        outcome: cri_outcome(&call.outcome),
-                        ok: call.outcome.is_ok(),
-                        nested: false,
-                    });
+                self.conn_row(Some(*ts), CallKind::Conn, "plugin connected".into(), label);
+            }
+            Record::Observed(Observation::NriPluginGone { conn, ts, plugin }) => {
+                let label = sanitize(&plugin.label());
+                if let Some(p) = self.plugins.get_mut(conn) {
+                    p.connected = false;
                 }
-                CriRecord::CriConnection { ts, client, .. } => {
-                    let who = client.as_deref().map(sanitize).unwrap_or_default();
-                    self.conn_row(Some(*ts), CallKind::Conn, "CRI connection".into(), who);
+                // Forget closed connections first when over the bound.
+                if self.plugins.len() >= MAX_KEYS {
+                    self.plugins.retain(|_, p| p.connected);
                 }
-                CriRecord::CriResync { ts, skipped, .. } => {
-                    self.conn_row(
-                        Some(*ts),
-                        CallKind::Conn,
-                        format!("CRI resync, {skipped} bytes skipped"),
-                        String::new(),
-                    );
-                }
-                CriRecord::CaptureLoss(l) => self.on_loss(l),
-            },
+                self.conn_row(Some(*ts), CallKind::Conn, "plugin gone".into(), label);
+            }
+            Record::Observed(Observation::NriResync { ts, skipped, .. }) => {
+                self.conn_row(
+                    Some(*ts),
+                    CallKind::Conn,
+                    format!("NRI resync, {skipped} bytes skipped"),
+                    String::new(),
+                );
+            }
+            Record::Observed(Observation::CriConnection { ts, client, .. }) => {
+                let who = client.as_deref().map(sanitize).unwrap_or_default();
+                self.conn_row(Some(*ts), CallKind::Conn, "CRI connection".into(), who);
+            }
+            Record::Observed(Observation::CriResync { ts, skipped, .. }) => {
+                self.conn_row(
+                    Some(*ts),
+                    CallKind::Conn,
+                    format!("CRI resync, {skipped} bytes skipped"),
+                    String::new(),
+                );
+            }
+            Record::Observed(Observation::CaptureLoss(l)) => self.on_loss(l),
+            // A pending hook is shown when it ends (its span); the runtime
+            // restarting by the findings it leads to; kernel events in the
+            // pod's teardown (explain).
+            Record::Observed(_) => {}
         }
     }
 }
@@ -741,8 +710,8 @@ impl TuiState {
 mod tests {
     use super::*;
 
-    fn loss(n: u64) -> TraceRecord {
-        TraceRecord::Nri(NriRecord::CaptureLoss(Loss {
+    fn loss(n: u64) -> Record {
+        Record::Observed(Observation::CaptureLoss(Loss {
             lost_records: n,
             ..Loss::default()
         }))

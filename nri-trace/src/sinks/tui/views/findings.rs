@@ -12,7 +12,7 @@ use ratatui::{
 
 use super::{age, clock_ms, list_table, matches, window_start, Theme};
 use crate::{
-    engine::contract::{self, Certainty, Severity},
+    engine::findings::{self, Certainty, Severity},
     sinks::tui::{
         app::{App, View},
         sanitize::sanitize,
@@ -24,43 +24,43 @@ use crate::{
 /// empty for a rule this build does not know.
 pub fn rule_explanation(rule: &str) -> &'static str {
     match rule {
-        contract::POD_EVENT_ORDER => {
+        findings::POD_EVENT_ORDER => {
             "Each plugin must see a pod's RunPodSandbox, StopPodSandbox, RemovePodSandbox in that order (nri PR 286 contract item 4)."
         }
-        contract::CONTAINER_EVENT_ORDER => {
+        findings::CONTAINER_EVENT_ORDER => {
             "Each plugin must see a container's Create, Start, Stop, Remove in that order (nri pkg/adaptation container lifecycle)."
         }
-        contract::CONTAINER_BEFORE_POD_READY => {
+        findings::CONTAINER_BEFORE_POD_READY => {
             "No workload container may be created or started before the RunPodSandbox hook completes (nri PR 286 contract item 5)."
         }
-        contract::CONTAINER_IN_STOPPED_POD => {
+        findings::CONTAINER_IN_STOPPED_POD => {
             "No container may be created or started in a pod after its StopPodSandbox (nri PR 286 contract items 2, 6)."
         }
-        contract::UNSUBSCRIBED_DELIVERED => {
+        findings::UNSUBSCRIBED_DELIVERED => {
             "A plugin only receives the events it subscribed to in Configure (nri pkg/api Configure, events mask)."
         }
-        contract::SUBSCRIBED_NOT_DELIVERED => {
+        findings::SUBSCRIBED_NOT_DELIVERED => {
             "Every connected plugin subscribed to an event receives it; one registering during an operation may miss it: the Synchronize race (nri issue 63)."
         }
-        contract::POD_UNKNOWN_TO_PLUGIN => {
+        findings::POD_UNKNOWN_TO_PLUGIN => {
             "Every pod a plugin receives events for was announced to it, in Synchronize or by RunPodSandbox; checked for plugins whose Synchronize nri-trace saw. A plugin that registered while the pod's RunPodSandbox was in flight gets its teardown events without ever having been told of it (nri issue 63, the Synchronize race)."
         }
-        contract::TEARDOWN_HOOK_FAILED => {
+        findings::TEARDOWN_HOOK_FAILED => {
             "A plugin error or timeout on the teardown path must not block or fail the CRI operation nor stop delivery to later plugins; critical when the CRI call failed with it or later plugins were not called (nri PR 286 teardown clause; CRI-O issue 4221)."
         }
-        contract::PLUGIN_TIMEOUT => {
+        findings::PLUGIN_TIMEOUT => {
             "A plugin that does not answer within the request timeout is disconnected by the runtime and misses what follows; a second finding at the end counts what it missed (nri pkg/adaptation plugin request timeout)."
         }
-        contract::HOOK_OVER_BUDGET => {
+        findings::HOOK_OVER_BUDGET => {
             "A hook's own time stays under its budget: by default half the plugin request timeout the runtime sent with it (kubelet's runtime-request-timeout leaves the hooks a share of it)."
         }
-        contract::NAME_RESERVATION_RETRY => {
+        findings::NAME_RESERVATION_RETRY => {
             "A pod or container is not requested again with the same name and attempt after the client's deadline: the retry runs into the runtime's name reservation until the first request ends; the finding says how long the pod was held up (CRI-O issue 4221; containerd name reservation)."
         }
-        contract::UNEXPLAINED_AFTER_RESTART => {
+        findings::UNEXPLAINED_AFTER_RESTART => {
             "After a runtime restart, plugins must still know the pods that existed before it: an event of such a pod may only reach a plugin told of it since (its Synchronize listed it, or it got the pod's RunPodSandbox), and the pod's StopPodSandbox / RemovePodSandbox must still deliver their events. containerd keeps NRI state in memory: after a restart it was seen to drop them (PROTOCOL-NOTES.md; docs/contract.md)."
         }
-        other => contract::rule(other).map_or("", |r| r.statement),
+        other => findings::rule(other).map_or("", |r| r.statement),
     }
 }
 
@@ -192,7 +192,7 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
 
 fn render_detail(f: &mut Frame, area: Rect, st: &TuiState, fd: &Finding, th: &Theme) {
     let v = &fd.violation;
-    let rule = contract::rule(v.rule);
+    let rule = findings::rule(v.rule);
     let mut lines = vec![
         Line::from(vec![
             Span::styled(v.rule, th.header()),
@@ -258,7 +258,7 @@ mod tests {
 
     #[test]
     fn every_rule_has_an_explanation() {
-        for r in contract::RULES {
+        for r in findings::RULES {
             assert!(!rule_explanation(r.id).is_empty(), "{}", r.id);
         }
         assert_eq!(rule_explanation("no-such-rule"), "");
