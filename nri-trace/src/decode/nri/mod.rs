@@ -13,6 +13,9 @@
 //!    the mux payloads of one conn_id are concatenated and re-framed.
 //!
 //! [`ttrpc::MuxTtrpc`] chains both layers for one direction of one socket.
+//! [`ttrpc_header`] holds what both layers know of the ttrpc header (the
+//! multiplexer uses it as resynchronization evidence), so that the
+//! multiplexer does not depend on the ttrpc decoder built on it.
 //!
 //! 3. [`message`]: the protobuf inside a ttrpc message — ttrpc's request /
 //!    response envelope and the NRI API messages ([`proto`], generated with
@@ -29,6 +32,7 @@ pub mod message;
 pub mod mux;
 pub mod proto;
 pub mod ttrpc;
+pub mod ttrpc_header;
 
 /// Largest header of the layers here (ttrpc: 10 bytes).
 const MAX_HEADER: usize = 10;

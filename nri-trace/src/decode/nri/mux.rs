@@ -17,6 +17,7 @@
 //! (10 + 4 MiB) in NRI v0.7+ and 16 MiB in older versions; this decoder
 //! accepts up to [`MAX_PAYLOAD`] (16 MiB).
 
+use super::ttrpc_header;
 use super::{be_u32, be_u32_min, Framer, Layout, RawEvent, DEFAULT_HUNT_WINDOW};
 
 /// Length of the multiplexer frame header (`headerLen` in mux.go).
@@ -114,8 +115,11 @@ impl Layout for MuxLayout {
         // Every NRI conn_id carries ttrpc. The first frame of a ttrpc message
         // starts with a ttrpc header; continuation frames of a long message
         // do not, so absence is not evidence against the candidate.
-        payload_prefix.len() >= super::ttrpc::HEADER_LEN
-            && super::ttrpc::plausible_header(&payload_prefix[..super::ttrpc::HEADER_LEN])
+        // The check comes from `ttrpc_header`, not the ttrpc decoder: that
+        // decoder is built on this one.
+        payload_prefix
+            .get(..ttrpc_header::HEADER_LEN)
+            .is_some_and(ttrpc_header::plausible_header)
     }
 }
 
@@ -135,13 +139,13 @@ impl Layout for MuxLayout {
 /// configured ids ({1, 2} by default) and whose length is 1..=max. It is
 /// accepted when the next header (at offset + 8 + length) is buffered and
 /// equally plausible, or, before the next header arrives, when the payload
-/// starts with a plausible ttrpc header (see [`super::ttrpc`]). Otherwise it
-/// waits for more bytes, within a 64 KiB window. False positives need bytes
-/// inside a payload that read as `00 00 00 01|02`, a small length, and then
-/// either another such header at exactly the declared distance or a
-/// plausible ttrpc header; protobuf payloads make that rare but possible,
-/// and a false accept is normally followed by an implausible header and a
-/// new resynchronization.
+/// starts with a plausible ttrpc header (see [`super::ttrpc_header`]).
+/// Otherwise it waits for more bytes, within a 64 KiB window. False
+/// positives need bytes inside a payload that read as `00 00 00 01|02`, a
+/// small length, and then either another such header at exactly the
+/// declared distance or a plausible ttrpc header; protobuf payloads make
+/// that rare but possible, and a false accept is normally followed by an
+/// implausible header and a new resynchronization.
 pub struct MuxDecoder {
     framer: Framer<MuxLayout>,
 }

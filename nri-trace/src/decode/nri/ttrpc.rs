@@ -21,12 +21,14 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use super::mux::{MuxDecoder, MuxEvent};
-use super::{be_u32, be_u32_min, Framer, Layout, RawEvent, DEFAULT_HUNT_WINDOW};
+use super::ttrpc_header::plausible_header;
+use super::{be_u32, Framer, Layout, RawEvent, DEFAULT_HUNT_WINDOW};
 
-/// Length of the ttrpc message header (`messageHeaderLength`).
-pub const HEADER_LEN: usize = 10;
-/// Largest ttrpc message payload (`messageLengthMax`, 4 MiB).
-pub const MAX_MESSAGE: usize = 4 << 20;
+// The header's size, bound and plausibility live in `ttrpc_header`, which
+// the multiplexer's resynchronization uses too; re-exported so that this
+// module stays the one place to find the ttrpc layer's constants.
+pub use super::ttrpc_header::{HEADER_LEN, MAX_MESSAGE};
+
 /// Flag: the sender closed its side of the stream.
 pub const FLAG_REMOTE_CLOSED: u8 = 0x1;
 /// Flag: the sender keeps its side of the stream open.
@@ -84,33 +86,6 @@ pub enum TtrpcEvent {
     Resync {
         skipped: usize,
     },
-}
-
-/// Hunting plausibility of a complete ttrpc header: length <= 4 MiB, type
-/// 1..=3, only known flag bits, and a client-allocated stream id (odd,
-/// hence non-zero). Shorter input is checked as far as it goes.
-pub(crate) fn plausible_header(prefix: &[u8]) -> bool {
-    if let Some(min_len) = be_u32_min(prefix, 0) {
-        if min_len as usize > MAX_MESSAGE {
-            return false;
-        }
-    }
-    if let Some(stream_id) = be_u32(prefix, 4) {
-        if stream_id & 1 == 0 {
-            return false;
-        }
-    }
-    if let Some(&t) = prefix.get(8) {
-        if !(1..=3).contains(&t) {
-            return false;
-        }
-    }
-    if let Some(&f) = prefix.get(9) {
-        if f & !0x7 != 0 {
-            return false;
-        }
-    }
-    true
 }
 
 #[derive(Debug, Clone, Copy)]
