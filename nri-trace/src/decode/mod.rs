@@ -26,3 +26,5 @@ pub mod nri;
 
 #[cfg(test)]
 pub(crate) mod test_rng;
+#[cfg(test)]
+pub(crate) mod test_strategies;

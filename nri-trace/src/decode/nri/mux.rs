@@ -253,7 +253,9 @@ impl Iterator for MuxDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::test_rng::Rng;
+    use crate::decode::test_strategies::{bytes, bytes_below, config, cuts, headerless_garbage};
+    use proptest::prelude::*;
+    use proptest::sample::Index;
 
     // ---- Test encoders (tests only). These follow mux.go and channel.go as
     // read; they are not a reference peer. Real-peer fixtures come later
@@ -345,33 +347,40 @@ mod tests {
         assert_eq!(decode_split(&wire, &cuts), want);
     }
 
-    #[test]
-    fn random_splits() {
-        let (wire, want) = sample();
-        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-        for _ in 0..500 {
-            let mut cuts: Vec<usize> = (0..rng.below(12))
-                .map(|_| rng.below(wire.len() + 1))
-                .collect();
-            cuts.sort_unstable();
-            assert_eq!(decode_split(&wire, &cuts), want, "cuts {cuts:?}");
+    proptest! {
+        #![proptest_config(config(500))]
+
+        /// Any split of the sample into pushes decodes to the same frames.
+        #[test]
+        fn random_splits(cuts in cuts(sample().0.len(), 12)) {
+            let (wire, want) = sample();
+            prop_assert_eq!(decode_split(&wire, &cuts), want);
         }
     }
 
-    #[test]
-    fn garbage_prefix_resyncs() {
-        let (wire, want) = sample();
-        let mut rng = Rng(7);
-        for glen in [1usize, 3, 8, 13, 100, 1000] {
-            let mut g = rng.bytes(glen);
-            // Keep the garbage from being all zeros or accidentally valid
-            // at its start.
-            g[0] = 0xff;
+    /// Garbage holding no header start (see [`headerless_garbage`]),
+    /// then the sample, cut anywhere.
+    fn garbage_then_sample() -> impl Strategy<Value = (Vec<u8>, Vec<usize>)> {
+        let (wire, _) = sample();
+        headerless_garbage(&[1, 3, 8, 13, 100, 1000], 1000, wire[0]).prop_flat_map(move |g| {
+            let len = g.len() + wire.len();
+            (Just(g), cuts(len, 8))
+        })
+    }
+
+    proptest! {
+        #![proptest_config(config(64))]
+
+        /// All of the garbage is skipped, in one `Resync`, and every frame
+        /// after it decodes, whatever the splits.
+        #[test]
+        fn garbage_prefix_resyncs((g, cuts) in garbage_then_sample()) {
+            let (wire, want) = sample();
             let mut s = g.clone();
             s.extend_from_slice(&wire);
-            let got = decode_split(&s, &[]);
-            assert_eq!(got[0], MuxEvent::Resync { skipped: glen }, "glen {glen}");
-            assert_eq!(&got[1..], &want[..], "glen {glen}");
+            let got = decode_split(&s, &cuts);
+            prop_assert_eq!(&got[0], &MuxEvent::Resync { skipped: g.len() });
+            prop_assert_eq!(&got[1..], &want[..]);
         }
     }
 
@@ -534,81 +543,109 @@ mod tests {
         );
     }
 
-    #[test]
-    fn arbitrary_bytes_never_panic_and_stay_bounded() {
-        let mut rng = Rng(42);
-        for round in 0..300 {
-            let mut d = if round % 2 == 0 {
-                MuxDecoder::new()
-            } else {
-                MuxDecoder::with_config(&[1, 2], 1000).unwrap()
-            };
-            for _ in 0..20 {
-                let n = rng.below(5000);
-                let mut b = rng.bytes(n);
-                // Bias towards header-like bytes.
-                for _ in 0..rng.below(8) {
-                    if b.len() >= 8 {
-                        let at = rng.below(b.len() - 7);
-                        b[at..at + 4].copy_from_slice(&(1 + rng.below(2) as u32).to_be_bytes());
-                        b[at + 4..at + 8].copy_from_slice(&(rng.below(3000) as u32).to_be_bytes());
+    /// One push of the never-panic property: random bytes with up to 7
+    /// header-like runs written over them (conn_id 1 or 2, a length below
+    /// 3000), then a gap one time in ten.
+    fn noisy_push() -> impl Strategy<Value = (Vec<u8>, bool)> {
+        (
+            bytes_below(5000),
+            prop::collection::vec((any::<Index>(), 1u32..=2, 0u32..3000), 0..8),
+            prop::bool::weighted(0.1),
+        )
+            .prop_map(|(mut b, headers, gap)| {
+                for (at, conn, len) in headers {
+                    if b.len() >= HEADER_LEN {
+                        let at = at.index(b.len() - HEADER_LEN + 1);
+                        b[at..at + 4].copy_from_slice(&conn.to_be_bytes());
+                        b[at + 4..at + 8].copy_from_slice(&len.to_be_bytes());
                     }
                 }
+                (b, gap)
+            })
+    }
+
+    proptest! {
+        #![proptest_config(config(300))]
+
+        /// Arbitrary (header-biased) bytes and gaps, 20 pushes on one
+        /// decoder, never panic, partial state stays within its bound, and
+        /// frames are only of the configured conn_ids within the maximum
+        /// payload.
+        #[test]
+        fn arbitrary_bytes_never_panic_and_stay_bounded(
+            small_max in any::<bool>(),
+            pushes in prop::collection::vec(noisy_push(), 20),
+        ) {
+            let mut d = if small_max {
+                MuxDecoder::with_config(&[1, 2], 1000).unwrap()
+            } else {
+                MuxDecoder::new()
+            };
+            for (b, gap) in pushes {
                 d.push(&b);
-                if rng.below(10) == 0 {
+                if gap {
                     d.gap();
                 }
-                assert!(d.buffered() <= d.max_buffered());
-                assert!(d.buffered() <= HEADER_LEN + MAX_PAYLOAD);
+                prop_assert!(d.buffered() <= d.max_buffered());
+                prop_assert!(d.buffered() <= HEADER_LEN + MAX_PAYLOAD);
                 for ev in d.by_ref() {
                     if let MuxEvent::Frame { conn_id, payload } = ev {
-                        assert!(conn_id == 1 || conn_id == 2);
-                        assert!(payload.len() <= MAX_PAYLOAD);
+                        prop_assert!(conn_id == 1 || conn_id == 2);
+                        prop_assert!(payload.len() <= MAX_PAYLOAD);
                     }
                 }
             }
         }
     }
 
-    #[test]
-    fn property_valid_streams_roundtrip_with_noise() {
-        // Random valid streams, random splits, optional garbage prefix: all
-        // frames after the first resync decode exactly.
-        let mut rng = Rng(0xDEC0DE);
-        for case in 0..300 {
-            let nframes = 1 + rng.below(8);
+    /// A random valid stream of 1 to 8 frames (conn_id 1 or 2, each a
+    /// ttrpc message of a random type and body below 300 bytes), its frames,
+    /// one time in three a garbage prefix (1 to 50 random bytes, the first
+    /// 0xff so the stream does not start valid), and cuts of the whole.
+    fn noisy_stream() -> impl Strategy<Value = (Vec<u8>, Vec<MuxEvent>, Vec<u8>, Vec<usize>)> {
+        let frames = prop::collection::vec((1u32..=2, bytes_below(300), 1u8..=3), 1..=8);
+        let prefix = prop_oneof![
+            2 => Just(Vec::new()),
+            1 => bytes(1usize..=50).prop_map(|mut g| {
+                g[0] = 0xff;
+                g
+            }),
+        ];
+        (frames, prefix).prop_flat_map(|(frames, prefix)| {
             let mut wire = Vec::new();
             let mut want = Vec::new();
-            for k in 0..nframes {
-                let conn = 1 + (rng.below(2) as u32);
-                let body = rng.bytes_below(300);
-                let p = test_ttrpc_msg(2 * k as u32 + 1, 1 + rng.below(3) as u8, 0, &body);
+            for (k, (conn, body, kind)) in frames.into_iter().enumerate() {
+                let p = test_ttrpc_msg(2 * k as u32 + 1, kind, 0, &body);
                 wire.extend(test_mux_frame(conn, &p));
                 want.push(MuxEvent::Frame {
                     conn_id: conn,
                     payload: p,
                 });
             }
-            let prefix = if case % 3 == 0 {
-                let glen = 1 + rng.below(50);
-                let mut g = rng.bytes(glen);
-                g[0] = 0xff;
-                g
-            } else {
-                Vec::new()
-            };
+            let len = prefix.len() + wire.len();
+            (Just(wire), Just(want), Just(prefix), cuts(len, 10))
+        })
+    }
+
+    proptest! {
+        #![proptest_config(config(300))]
+
+        /// Random valid streams, random splits, optional garbage prefix:
+        /// all frames after the first resync decode exactly.
+        #[test]
+        fn property_valid_streams_roundtrip_with_noise(
+            (wire, want, prefix, cuts) in noisy_stream(),
+        ) {
             let mut s = prefix.clone();
             s.extend_from_slice(&wire);
-            let mut cuts: Vec<usize> = (0..rng.below(10)).map(|_| rng.below(s.len() + 1)).collect();
-            cuts.sort_unstable();
             let got = decode_split(&s, &cuts);
             if prefix.is_empty() {
-                assert_eq!(got, want, "case {case}");
+                prop_assert_eq!(got, want);
             } else {
                 // Random garbage may rarely contain a plausible candidate;
                 // all frames must come out once the garbage is skipped.
-                assert!(matches!(got[0], MuxEvent::Resync { .. }), "case {case}");
-                assert!(got.ends_with(&want[1..]), "case {case}: {got:?}");
+                prop_assert!(matches!(got[0], MuxEvent::Resync { .. }), "{:?}", got);
+                prop_assert!(got.ends_with(&want[1..]), "{:?}", got);
             }
         }
     }

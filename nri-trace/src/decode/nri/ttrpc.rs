@@ -349,7 +349,10 @@ impl Iterator for MuxTtrpc {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::test_rng::Rng;
+    use crate::decode::test_strategies::{bytes, bytes_below, config, cuts, headerless_garbage};
+    use proptest::prelude::*;
+    use proptest::sample::Index;
+    use proptest::test_runner::{RngAlgorithm, TestRng};
 
     // ---- Test encoders (tests only). These follow channel.go and mux.go as
     // read; they are not a reference peer. Real-peer fixtures come later
@@ -448,16 +451,14 @@ mod tests {
         }
     }
 
-    #[test]
-    fn random_splits() {
-        let (wire, want) = sample();
-        let mut rng = Rng(0x1234_5678);
-        for _ in 0..500 {
-            let mut cuts: Vec<usize> = (0..rng.below(15))
-                .map(|_| rng.below(wire.len() + 1))
-                .collect();
-            cuts.sort_unstable();
-            assert_eq!(decode_split(&wire, &cuts), want, "cuts {cuts:?}");
+    proptest! {
+        #![proptest_config(config(500))]
+
+        /// Any split of the sample into pushes decodes to the same messages.
+        #[test]
+        fn random_splits(cuts in cuts(sample().0.len(), 15)) {
+            let (wire, want) = sample();
+            prop_assert_eq!(decode_split(&wire, &cuts), want);
         }
     }
 
@@ -479,18 +480,29 @@ mod tests {
         );
     }
 
-    #[test]
-    fn garbage_prefix_resyncs() {
-        let (wire, want) = sample();
-        let mut rng = Rng(99);
-        for glen in [1usize, 2, 9, 10, 11, 57, 2000] {
-            let mut g = rng.bytes(glen);
-            g[0] = 0xff;
-            let mut s = g;
+    /// Garbage holding no header start (see [`headerless_garbage`]),
+    /// then the sample, cut anywhere.
+    fn garbage_then_sample() -> impl Strategy<Value = (Vec<u8>, Vec<usize>)> {
+        let (wire, _) = sample();
+        headerless_garbage(&[1, 2, 9, 10, 11, 57, 2000], 2000, wire[0]).prop_flat_map(move |g| {
+            let len = g.len() + wire.len();
+            (Just(g), cuts(len, 8))
+        })
+    }
+
+    proptest! {
+        #![proptest_config(config(64))]
+
+        /// All of the garbage is skipped, in one `Resync`, and every
+        /// message after it decodes, whatever the splits.
+        #[test]
+        fn garbage_prefix_resyncs((g, cuts) in garbage_then_sample()) {
+            let (wire, want) = sample();
+            let mut s = g.clone();
             s.extend_from_slice(&wire);
-            let got = decode_split(&s, &[]);
-            assert_eq!(got[0], TtrpcEvent::Resync { skipped: glen }, "glen {glen}");
-            assert_eq!(&got[1..], &want[..], "glen {glen}");
+            let got = decode_split(&s, &cuts);
+            prop_assert_eq!(&got[0], &TtrpcEvent::Resync { skipped: g.len() });
+            prop_assert_eq!(&got[1..], &want[..]);
         }
     }
 
@@ -544,34 +556,48 @@ mod tests {
         assert_eq!(d.buffered(), HEADER_LEN);
     }
 
-    #[test]
-    fn arbitrary_bytes_never_panic_and_stay_bounded() {
-        let mut rng = Rng(4242);
-        for _ in 0..300 {
-            let mut d = TtrpcDecoder::new();
-            for _ in 0..20 {
-                let mut b = rng.bytes_below(5000);
-                for _ in 0..rng.below(8) {
+    /// One push of the never-panic property: random bytes with up to 7
+    /// plausible headers written over them (odd stream id below 100, type
+    /// 1..=3, a length below 3000), then a gap one time in ten.
+    fn noisy_push() -> impl Strategy<Value = (Vec<u8>, bool)> {
+        (
+            bytes_below(5000),
+            prop::collection::vec((any::<Index>(), 0u32..50, 1u8..=3, 0u32..3000), 0..8),
+            prop::bool::weighted(0.1),
+        )
+            .prop_map(|(mut b, headers, gap)| {
+                for (at, stream, kind, len) in headers {
                     if b.len() >= HEADER_LEN {
-                        let at = rng.below(b.len() - HEADER_LEN + 1);
-                        let h = test_ttrpc_msg(
-                            (2 * rng.below(50) + 1) as u32,
-                            1 + rng.below(3) as u8,
-                            0,
-                            &[],
-                        );
+                        let at = at.index(b.len() - HEADER_LEN + 1);
+                        let h = test_ttrpc_msg(2 * stream + 1, kind, 0, &[]);
                         b[at..at + HEADER_LEN].copy_from_slice(&h);
-                        b[at..at + 4].copy_from_slice(&(rng.below(3000) as u32).to_be_bytes());
+                        b[at..at + 4].copy_from_slice(&len.to_be_bytes());
                     }
                 }
+                (b, gap)
+            })
+    }
+
+    proptest! {
+        #![proptest_config(config(300))]
+
+        /// Arbitrary (header-biased) bytes and gaps, 20 pushes on one
+        /// decoder, never panic, partial state stays within its bound, and
+        /// no message exceeds 4 MiB.
+        #[test]
+        fn arbitrary_bytes_never_panic_and_stay_bounded(
+            pushes in prop::collection::vec(noisy_push(), 20),
+        ) {
+            let mut d = TtrpcDecoder::new();
+            for (b, gap) in pushes {
                 d.push(&b);
-                if rng.below(10) == 0 {
+                if gap {
                     d.gap();
                 }
-                assert!(d.buffered() <= d.max_buffered());
+                prop_assert!(d.buffered() <= d.max_buffered());
                 for ev in d.by_ref() {
                     if let TtrpcEvent::Message(m) = ev {
-                        assert!(m.payload.len() <= MAX_MESSAGE);
+                        prop_assert!(m.payload.len() <= MAX_MESSAGE);
                     }
                 }
             }
@@ -580,13 +606,21 @@ mod tests {
 
     // ---- MuxTtrpc ----
 
-    /// Two conn_ids interleaved, messages spanning mux frames.
-    fn sample_trunk(bufsize: usize) -> (Vec<u8>, Vec<(u32, TtrpcEvent)>) {
-        let mut rng = Rng(5);
-        let big = rng.bytes(10_000);
+    /// Fixed random-looking contents of the big message of
+    /// [`sample_trunk`], for the tests that cut into it at fixed points
+    /// (proptest's fixed-seed RNG: the same bytes every run).
+    fn fixed_big() -> Vec<u8> {
+        let mut v = vec![0u8; 10_000];
+        TestRng::deterministic_rng(RngAlgorithm::ChaCha).fill_bytes(&mut v);
+        v
+    }
+
+    /// Two conn_ids interleaved, messages spanning mux frames; `big` is the
+    /// payload of conn 1's second message.
+    fn sample_trunk(bufsize: usize, big: &[u8]) -> (Vec<u8>, Vec<(u32, TtrpcEvent)>) {
         let c1 = [
             test_ttrpc_msg(1, 1, 0, b"configure"),
-            test_ttrpc_msg(3, 1, 0, &big),
+            test_ttrpc_msg(3, 1, 0, big),
         ];
         let c2 = [
             test_ttrpc_msg(1, 1, 0, b"register"),
@@ -600,7 +634,7 @@ mod tests {
         let want = vec![
             (1, msg(1, MessageType::Request, 0, b"configure")),
             (2, msg(1, MessageType::Request, 0, b"register")),
-            (1, msg(3, MessageType::Request, 0, &big)),
+            (1, msg(3, MessageType::Request, 0, big)),
             (2, msg(3, MessageType::Request, 0, b"update")),
         ];
         (wire, want)
@@ -619,25 +653,38 @@ mod tests {
         out
     }
 
-    #[test]
-    fn mux_ttrpc_reassembles_across_frames_and_splits() {
-        for bufsize in [4096, 1000, 7] {
-            let (wire, want) = sample_trunk(bufsize);
-            assert_eq!(decode_trunk(&wire, &[]), want, "bufsize {bufsize}");
-            let mut rng = Rng(bufsize as u64);
-            for _ in 0..100 {
-                let mut cuts: Vec<usize> = (0..rng.below(20))
-                    .map(|_| rng.below(wire.len() + 1))
-                    .collect();
-                cuts.sort_unstable();
-                assert_eq!(decode_trunk(&wire, &cuts), want, "bufsize {bufsize}");
-            }
+    /// A `bufio.Writer` size (ttrpc's 4096 and others, down to one byte
+    /// per frame), random contents of the big message, and cuts of the
+    /// trunk stream they make.
+    fn trunk_and_cuts() -> impl Strategy<Value = (usize, Vec<u8>, Vec<usize>)> {
+        let bufsize = prop_oneof![
+            prop::sample::select(&[4096usize, 1000, 7][..]),
+            1usize..=5000
+        ];
+        (bufsize, bytes(Just(10_000usize))).prop_flat_map(|(bufsize, big)| {
+            let len = sample_trunk(bufsize, &big).0.len();
+            (Just(bufsize), Just(big), cuts(len, 20))
+        })
+    }
+
+    proptest! {
+        #![proptest_config(config(300))]
+
+        /// Messages spanning mux frames, the two conn_ids interleaved,
+        /// decode the same whole and whatever the splits.
+        #[test]
+        fn mux_ttrpc_reassembles_across_frames_and_splits(
+            (bufsize, big, cuts) in trunk_and_cuts(),
+        ) {
+            let (wire, want) = sample_trunk(bufsize, &big);
+            prop_assert_eq!(&decode_trunk(&wire, &[]), &want);
+            prop_assert_eq!(&decode_trunk(&wire, &cuts), &want);
         }
     }
 
     #[test]
     fn mux_ttrpc_gap_drops_partial_messages() {
-        let (wire, want) = sample_trunk(4096);
+        let (wire, want) = sample_trunk(4096, &fixed_big());
         // Lose the middle of conn 1's big message (its second 4 KiB frame).
         let first = (HEADER_LEN + 9 + 8) + (HEADER_LEN + 8 + 8);
         let f = 8 + 4096;
@@ -664,7 +711,7 @@ mod tests {
 
     #[test]
     fn mux_ttrpc_garbage_reports_mux_level_resync() {
-        let (wire, want) = sample_trunk(4096);
+        let (wire, want) = sample_trunk(4096, &fixed_big());
         let mut s = vec![0xff; 5];
         s.extend_from_slice(&wire);
         let got = decode_trunk(&s, &[]);
@@ -672,47 +719,57 @@ mod tests {
         assert_eq!(&got[1..], &want[..]);
     }
 
-    #[test]
-    fn mux_ttrpc_arbitrary_bytes_bounded() {
-        let mut rng = Rng(77);
-        let mut d = MuxTtrpc::new();
-        for _ in 0..2000 {
-            let b = rng.bytes_below(3000);
-            d.push(&b);
-            if rng.below(20) == 0 {
-                d.gap();
+    proptest! {
+        #![proptest_config(config(2))]
+
+        /// A long run of random bytes and gaps (2000 pushes on one decoder)
+        /// never panics, and partial state stays within its bound.
+        #[test]
+        fn mux_ttrpc_arbitrary_bytes_bounded(
+            pushes in prop::collection::vec((bytes_below(3000), prop::bool::weighted(0.05)), 2000),
+        ) {
+            let mut d = MuxTtrpc::new();
+            for (b, gap) in pushes {
+                d.push(&b);
+                if gap {
+                    d.gap();
+                }
+                prop_assert!(d.buffered() <= d.max_buffered());
+                d.by_ref().for_each(drop);
             }
-            assert!(d.buffered() <= d.max_buffered());
-            d.by_ref().for_each(drop);
         }
     }
 
-    #[test]
-    fn property_random_message_streams() {
-        // Random valid ttrpc streams over random mux framing and random
-        // syscall splits decode to exactly the messages sent.
-        let mut rng = Rng(0xABCDEF);
-        for case in 0..200 {
+    /// A random valid ttrpc stream (1 to 10 messages, each on conn_id 1 or
+    /// 2, of a random type, flags and body below 1200 bytes) written
+    /// through a random `bufio.Writer` size, its messages, and cuts.
+    fn message_stream() -> impl Strategy<Value = (Vec<u8>, Vec<(u32, TtrpcEvent)>, Vec<usize>)> {
+        let msgs = prop::collection::vec((1u32..=2, bytes_below(1200), 1u8..=3, 0u8..8), 1..=10);
+        (1usize..=500, msgs).prop_flat_map(|(bufsize, msgs)| {
             let mut want: Vec<(u32, TtrpcEvent)> = Vec::new();
             let mut wire = Vec::new();
-            let bufsize = 1 + rng.below(500);
-            for k in 0..1 + rng.below(10) {
-                let conn = 1 + rng.below(2) as u32;
-                let body = rng.bytes_below(1200);
-                let kind = 1 + rng.below(3) as u8;
-                let flags = rng.below(8) as u8;
-                let m = test_ttrpc_msg(2 * k as u32 + 1, kind, flags, &body);
+            for (k, (conn, body, kind, flags)) in msgs.into_iter().enumerate() {
+                let stream_id = 2 * k as u32 + 1;
+                let m = test_ttrpc_msg(stream_id, kind, flags, &body);
                 wire.extend(test_mux_frames_bufio(conn, &m, bufsize));
                 want.push((
                     conn,
-                    msg(2 * k as u32 + 1, MessageType::from_u8(kind), flags, &body),
+                    msg(stream_id, MessageType::from_u8(kind), flags, &body),
                 ));
             }
-            let mut cuts: Vec<usize> = (0..rng.below(12))
-                .map(|_| rng.below(wire.len() + 1))
-                .collect();
-            cuts.sort_unstable();
-            assert_eq!(decode_trunk(&wire, &cuts), want, "case {case}");
+            let len = wire.len();
+            (Just(wire), Just(want), cuts(len, 12))
+        })
+    }
+
+    proptest! {
+        #![proptest_config(config(200))]
+
+        /// Random valid ttrpc streams over random mux framing and random
+        /// syscall splits decode to exactly the messages sent.
+        #[test]
+        fn property_random_message_streams((wire, want, cuts) in message_stream()) {
+            prop_assert_eq!(decode_trunk(&wire, &cuts), want);
         }
     }
 }
