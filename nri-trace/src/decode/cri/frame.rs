@@ -1141,7 +1141,9 @@ impl Iterator for FrameDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::test_rng::Rng;
+    use crate::decode::test_strategies::{bytes, bytes_below, config, cuts, headerless_garbage};
+    use proptest::prelude::*;
+    use proptest::sample::Index;
 
     // ---- Test encodings (tests only). Frames are laid out by hand from
     // RFC 9113 §4.1 and §6; header blocks are the published HPACK blocks of
@@ -1411,17 +1413,16 @@ mod tests {
         assert_eq!(decode_split(&wire, &cuts), want);
     }
 
-    #[test]
-    fn random_splits_of_random_valid_sequences() {
-        let units = sample_units();
-        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-        for _ in 0..300 {
-            // Preface, then a random sequence of self-contained units
-            // (never the HEADERS that needs its CONTINUATION alone).
+    /// The preface, then a random sequence of fewer than 20 self-contained
+    /// units of the sample (never the HEADERS that needs its CONTINUATION
+    /// alone: picking either gives both), the events they make, and cuts.
+    fn valid_sequence() -> impl Strategy<Value = (Vec<u8>, Vec<FrameEvent>, Vec<usize>)> {
+        let n = sample_units().len();
+        prop::collection::vec(1..n, 0..20).prop_flat_map(|picks| {
+            let units = sample_units();
             let mut wire = PREFACE.to_vec();
             let mut want = vec![FrameEvent::Preface];
-            for _ in 0..rng.below(20) {
-                let k = 1 + rng.below(units.len() - 1);
+            for k in picks {
                 let k = if k == 3 { 4 } else { k };
                 if k == 4 {
                     wire.extend_from_slice(&units[3].0);
@@ -1429,11 +1430,19 @@ mod tests {
                 wire.extend_from_slice(&units[k].0);
                 want.extend(units[k].1.iter().cloned());
             }
-            let mut cuts: Vec<usize> = (0..rng.below(16))
-                .map(|_| rng.below(wire.len() + 1))
-                .collect();
-            cuts.sort_unstable();
-            assert_eq!(events(decode_split(&wire, &cuts)), want, "cuts {cuts:?}");
+            let len = wire.len();
+            (Just(wire), Just(want), cuts(len, 16))
+        })
+    }
+
+    proptest! {
+        #![proptest_config(config(300))]
+
+        /// Random valid sequences decode to their events whatever the
+        /// splits.
+        #[test]
+        fn random_splits_of_random_valid_sequences((wire, want, cuts) in valid_sequence()) {
+            prop_assert_eq!(events(decode_split(&wire, &cuts)), want);
         }
     }
 
@@ -1490,20 +1499,33 @@ mod tests {
         assert_eq!(got[2], units[5].1[0]);
     }
 
-    #[test]
-    fn garbage_prefix_resyncs() {
-        let (wire, want) = sample();
-        let body = &wire[PREFACE.len()..];
-        let mut rng = Rng(7);
-        for glen in [1usize, 3, 9, 13, 100, 1000, 20_000] {
-            let mut g = rng.bytes(glen);
-            g[0] = 0xff;
+    /// Garbage holding no header start (see [`headerless_garbage`]),
+    /// then the sample without its preface, cut anywhere.
+    fn garbage_then_body() -> impl Strategy<Value = (Vec<u8>, Vec<usize>)> {
+        let (wire, _) = sample();
+        let body = wire[PREFACE.len()..].to_vec();
+        headerless_garbage(&[1, 3, 9, 13, 100, 1000, 20_000], 20_000, body[0]).prop_flat_map(
+            move |g| {
+                let len = g.len() + body.len();
+                (Just(g), cuts(len, 8))
+            },
+        )
+    }
+
+    proptest! {
+        #![proptest_config(config(64))]
+
+        /// All of the garbage is skipped, in one `Resync`, and every frame
+        /// after it decodes, whatever the splits.
+        #[test]
+        fn garbage_prefix_resyncs((g, cuts) in garbage_then_body()) {
+            let (wire, want) = sample();
             let mut s = g.clone();
-            s.extend_from_slice(body);
-            let got = events(decode_split(&s, &[]));
-            assert_eq!(got[0], FrameEvent::Resync { skipped: glen }, "glen {glen}");
+            s.extend_from_slice(&wire[PREFACE.len()..]);
+            let got = events(decode_split(&s, &cuts));
+            prop_assert_eq!(&got[0], &FrameEvent::Resync { skipped: g.len() });
             let want: Vec<_> = events(want[1..].to_vec());
-            assert_eq!(&got[1..], &want[..], "glen {glen}");
+            prop_assert_eq!(&got[1..], &want[..]);
         }
     }
 
@@ -1898,61 +1920,91 @@ mod tests {
         }
     }
 
-    #[test]
-    fn arbitrary_bytes_never_panic_and_stay_bounded() {
-        let (wire, _) = sample();
-        let mut rng = Rng(0xDEAD_BEEF);
-        for round in 0..400 {
-            let mut d = if round % 3 == 0 {
+    /// Input for the never-panic property: random bytes, or the sample
+    /// with 1 to 8 random bytes overwritten.
+    fn damaged_input() -> impl Strategy<Value = Vec<u8>> {
+        let damage = prop::collection::vec((any::<Index>(), any::<u8>()), 1..=8);
+        prop_oneof![
+            bytes_below(6000),
+            damage.prop_map(|damage| {
+                let (mut wire, _) = sample();
+                for (at, b) in damage {
+                    let at = at.index(wire.len());
+                    wire[at] = b;
+                }
+                wire
+            }),
+        ]
+    }
+
+    /// How the never-panic property feeds its input: a push of 1 to 700
+    /// bytes, then a gap one time in ten, and one time in twenty a new
+    /// maximum frame size (valid or not) from the peer's SETTINGS.
+    fn feed_step() -> impl Strategy<Value = (usize, bool, Option<u32>)> {
+        (
+            1usize..=700,
+            prop::bool::weighted(0.1),
+            prop::option::weighted(0.05, 0u32..1 << 20),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(config(400))]
+
+        /// Arbitrary or damaged input, split, with gaps and maximum frame
+        /// size changes, never panics; partial state stays within its bound
+        /// and no frame ends past the bytes pushed.
+        #[test]
+        fn arbitrary_bytes_never_panic_and_stay_bounded(
+            big_max in prop::bool::weighted(1.0 / 3.0),
+            input in damaged_input(),
+            // Used in turn, cycling, until the input is all pushed.
+            steps in prop::collection::vec(feed_step(), 1..=64),
+        ) {
+            let mut d = if big_max {
                 FrameDecoder::with_config(MAX_MAX_FRAME_SIZE, 64).unwrap()
             } else {
                 FrameDecoder::new()
             };
-            // Random bytes, or the sample with random bytes flipped.
-            let mut input = if round % 2 == 0 {
-                let n = rng.below(6000);
-                rng.bytes(n)
-            } else {
-                wire.clone()
-            };
-            if round % 2 == 1 {
-                for _ in 0..1 + rng.below(8) {
-                    let i = rng.below(input.len());
-                    input[i] = rng.next_u64() as u8;
-                }
-            }
             let mut pos = 0;
-            while pos < input.len() {
-                let n = 1 + rng.below(700);
+            for &(n, gap, max_frame) in steps.iter().cycle() {
+                if pos >= input.len() {
+                    break;
+                }
                 let end = (pos + n).min(input.len());
                 d.push(&input[pos..end]);
                 pos = end;
-                if rng.below(10) == 0 {
+                if gap {
                     d.gap();
                 }
-                if rng.below(20) == 0 {
-                    let _ =
-                        d.set_max_frame_size(DEFAULT_MAX_FRAME_SIZE + rng.below(1 << 20) as u32);
+                if let Some(m) = max_frame {
+                    let _ = d.set_max_frame_size(DEFAULT_MAX_FRAME_SIZE + m);
                 }
-                assert!(d.buffered() <= d.max_buffered(), "round {round}");
+                prop_assert!(d.buffered() <= d.max_buffered());
                 for (e, end) in std::iter::from_fn(|| d.next_with_end()) {
                     if let Some(end) = end {
-                        assert!(end <= input.len() as u64, "{e:?}");
+                        prop_assert!(end <= input.len() as u64, "{:?}", e);
                     }
                 }
             }
         }
     }
 
-    #[test]
-    fn long_random_stream_is_bounded() {
-        let mut rng = Rng(42);
-        let mut d = FrameDecoder::new();
-        for _ in 0..200 {
-            let chunk = rng.bytes(4096);
-            d.push(&chunk);
-            assert!(d.buffered() <= d.max_buffered());
-            d.by_ref().for_each(drop);
+    proptest! {
+        #![proptest_config(config(2))]
+
+        /// A long run of random bytes (200 pushes of 4 KiB on one decoder)
+        /// never panics, and partial state stays within its bound.
+        #[test]
+        fn long_random_stream_is_bounded(
+            chunks in prop::collection::vec(bytes(Just(4096usize)), 200),
+        ) {
+            let mut d = FrameDecoder::new();
+            for chunk in chunks {
+                d.push(&chunk);
+                prop_assert!(d.buffered() <= d.max_buffered());
+                d.by_ref().for_each(drop);
+            }
         }
     }
 }

@@ -473,7 +473,8 @@ pub fn grpc_status_name(code: u32) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::test_rng::Rng;
+    use crate::decode::test_strategies::{bytes_below, config};
+    use proptest::prelude::*;
 
     /// Test encoder: one Length-Prefixed-Message ("Requests").
     fn lpm(compressed: bool, payload: &[u8]) -> Vec<u8> {
@@ -748,52 +749,83 @@ mod tests {
         assert_eq!(grpc_status_name(17), "UNKNOWN_CODE");
     }
 
-    #[test]
-    fn random_inputs_never_panic() {
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-        for _ in 0..2000 {
-            let mut r = MessageReassembler::with_max_message(64);
-            for _ in 0..8 {
-                let mut b = rng.bytes_below(41);
-                // Often a plausible prefix.
-                if rng.next_u64().is_multiple_of(2) && b.len() >= 5 {
-                    b[0] &= 1;
-                    b[1..4].fill(0);
-                    b[4] %= 80;
-                }
-                match rng.next_u64() % 10 {
-                    0 => r.gap(),
-                    1 => r.end_stream(),
-                    _ => r.push(&b),
-                }
-                assert!(r.buffered() <= PREFIX_LEN + 64);
-                while let Some(ev) = r.next_event() {
-                    if let MessageEvent::Message(m) = ev {
-                        assert!(m.payload.len() <= 64);
-                    }
-                }
+    /// What the reassembler is fed: a gap or the end of the stream one
+    /// time in ten each, else a push of fewer than 41 random bytes, half of
+    /// them starting with a plausible Length-Prefixed-Message prefix
+    /// (flag 0 or 1, a length below 80).
+    #[derive(Debug, Clone)]
+    enum Feed {
+        Gap,
+        EndStream,
+        Push(Vec<u8>),
+    }
+
+    fn feed() -> impl Strategy<Value = Feed> {
+        let push = (bytes_below(41), any::<bool>()).prop_map(|(mut b, plausible)| {
+            if plausible && b.len() >= 5 {
+                b[0] &= 1;
+                b[1..4].fill(0);
+                b[4] %= 80;
             }
-            let names = [
+            Feed::Push(b)
+        });
+        prop_oneof![
+            1 => Just(Feed::Gap),
+            1 => Just(Feed::EndStream),
+            8 => push,
+        ]
+    }
+
+    /// Header or trailer fields: 4 of the names gRPC reads, each with a
+    /// random value below 13 bytes.
+    fn fields() -> impl Strategy<Value = Vec<(Vec<u8>, Vec<u8>)>> {
+        let name = prop::sample::select(
+            &[
                 ":path",
                 ":status",
                 "grpc-status",
                 "grpc-message",
                 "grpc-timeout",
-            ];
-            let fields: Vec<(Vec<u8>, Vec<u8>)> = (0..4)
-                .map(|_| {
-                    let name = names[rng.next_u64() as usize % names.len()]
-                        .as_bytes()
-                        .to_vec();
-                    (name, rng.bytes_below(13))
-                })
-                .collect();
+            ][..],
+        );
+        prop::collection::vec(
+            (name.prop_map(|n| n.as_bytes().to_vec()), bytes_below(13)),
+            4,
+        )
+    }
+
+    proptest! {
+        #![proptest_config(config(2000))]
+
+        /// Random pushes, gaps and stream ends never panic, and the
+        /// reassembler holds and yields at most its maximum message; random
+        /// fields, timeouts and status codes never panic.
+        #[test]
+        fn random_inputs_never_panic(
+            feeds in prop::collection::vec(feed(), 8),
+            fields in fields(),
+            v in bytes_below(13),
+            code in any::<u32>(),
+        ) {
+            let mut r = MessageReassembler::with_max_message(64);
+            for f in feeds {
+                match f {
+                    Feed::Gap => r.gap(),
+                    Feed::EndStream => r.end_stream(),
+                    Feed::Push(b) => r.push(&b),
+                }
+                prop_assert!(r.buffered() <= PREFIX_LEN + 64);
+                while let Some(ev) = r.next_event() {
+                    if let MessageEvent::Message(m) = ev {
+                        prop_assert!(m.payload.len() <= 64);
+                    }
+                }
+            }
             let _ = RequestHead::from_fields(&fields);
             let _ = Trailers::from_fields(&fields);
-            let v = rng.bytes_below(13);
             let _ = parse_timeout(&v);
             let _ = percent_decode(&v);
-            let _ = grpc_status_name(rng.next_u64() as u32);
+            let _ = grpc_status_name(code);
         }
     }
 }

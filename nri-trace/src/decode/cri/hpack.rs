@@ -701,7 +701,11 @@ fn decode_string(block: &[u8], pos: &mut usize) -> Result<Vec<u8>, HpackError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::test_rng::Rng;
+    use crate::decode::test_strategies::{bytes_below, config};
+    use proptest::prelude::*;
+    use proptest::sample::Index;
+    use proptest::test_runner::TestRunner;
+    use std::cell::Cell;
 
     fn hex(s: &str) -> Vec<u8> {
         let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
@@ -1251,131 +1255,198 @@ mod tests {
         }
     }
 
-    /// Pseudo-random blocks (pure noise, and noise biased towards valid
-    /// representations) never panic and never exceed the bounds.
+    /// A random block below 64 bytes: pure noise, or (half of them) noise
+    /// whose bytes after the first are masked to their low 3 bits one time
+    /// in three, which makes short strings and small indexes likely.
+    fn noise_block() -> impl Strategy<Value = Vec<u8>> {
+        (bytes_below(64), any::<bool>()).prop_perturb(|(mut block, biased), mut rng| {
+            if biased {
+                for b in block.iter_mut().skip(1) {
+                    if rng.next_u32() % 3 == 0 {
+                        *b &= 0x07;
+                    }
+                }
+            }
+            block
+        })
+    }
+
+    /// One round of the noise property: a block for both decoders, and
+    /// for each, one time in fifty, a slot (age below 20) to learn the
+    /// block as a name of.
+    fn noise_round() -> impl Strategy<Value = (Vec<u8>, [Option<u32>; 2])> {
+        let learn = || prop::option::weighted(0.02, 0u32..20);
+        (noise_block(), [learn(), learn()])
+    }
+
+    /// Random blocks (pure noise, and noise biased towards valid
+    /// representations), 200 rounds per case on a synced and an attached
+    /// decoder, never panic and never exceed the bounds; learning a slot
+    /// keeps within the attach capacity.
     #[test]
     fn random_blocks_never_panic() {
         let lim = Limits {
             max_table_size: 512,
             max_header_list_size: 1024,
         };
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-        let mut synced = Decoder::new(lim);
-        let mut attached = Decoder::attached(lim);
-        let mut ok = 0;
-        for round in 0..20_000 {
-            let len = (rng.next_u64() % 64) as usize;
-            let mut block: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
-            if round % 2 == 0 {
-                // Make short strings and small indexes likely.
-                for b in block.iter_mut().skip(1) {
-                    if rng.next_u64().is_multiple_of(3) {
-                        *b &= 0x07;
+        // Decodes that succeeded, and all decodes, over every case.
+        let ok = Cell::new(0usize);
+        let decodes = Cell::new(0usize);
+        let rounds = prop::collection::vec(noise_round(), 200);
+        TestRunner::new(config(100))
+            .run(&rounds, |rounds| {
+                let mut synced = Decoder::new(lim);
+                let mut attached = Decoder::attached(lim);
+                for (block, learn) in rounds {
+                    for (d, learn) in [&mut synced, &mut attached].into_iter().zip(learn) {
+                        let got = d.decode(&block);
+                        ok.set(ok.get() + usize::from(got.is_ok()));
+                        decodes.set(decodes.get() + 1);
+                        check_bounds(d, &got, lim);
+                        if let Some(age) = learn {
+                            let slot = Slot {
+                                epoch: d.epoch,
+                                age,
+                            };
+                            let _ = d.learn(slot, &block, b"v");
+                            prop_assert!(d.learned_size <= d.attach_capacity);
+                        }
                     }
                 }
-            }
-            for d in [&mut synced, &mut attached] {
-                let got = d.decode(&block);
-                ok += usize::from(got.is_ok());
-                check_bounds(d, &got, lim);
-                if rng.next_u64().is_multiple_of(50) {
-                    let age = (rng.next_u64() % 20) as u32;
-                    let slot = Slot {
-                        epoch: d.epoch,
-                        age,
-                    };
-                    let _ = d.learn(slot, &block, b"v");
-                    assert!(d.learned_size <= d.attach_capacity);
-                }
-            }
-        }
+                Ok(())
+            })
+            .unwrap();
+        // At least one valid block in 40 (1000 of 40,000 decodes at the
+        // default 100 cases) for the noise to exercise the table.
         assert!(
-            ok > 1000,
-            "too few valid blocks ({ok}) to exercise the table"
+            ok.get() * 40 > decodes.get(),
+            "too few valid blocks ({} of {}) to exercise the table",
+            ok.get(),
+            decodes.get()
         );
     }
 
-    /// A minimal encoder (tests only) for random header lists: our decoder
-    /// must return exactly what was encoded, whatever mix of
-    /// representations, Huffman and table pressure.
-    #[test]
-    fn random_round_trip() {
-        fn int(out: &mut Vec<u8>, pattern: u8, prefix: u8, mut v: usize) {
-            let max = (1usize << prefix) - 1;
-            if v < max {
-                out.push(pattern | v as u8);
-                return;
-            }
-            out.push(pattern | max as u8);
-            v -= max;
-            while v >= 128 {
-                out.push((v % 128) as u8 | 0x80);
-                v /= 128;
-            }
-            out.push(v as u8);
-        }
-        fn string(out: &mut Vec<u8>, s: &[u8], huff: bool) {
-            if huff {
-                let h = huffman::encode(s);
-                int(out, 0x80, 7, h.len());
-                out.extend(h);
-            } else {
-                int(out, 0, 7, s.len());
-                out.extend_from_slice(s);
-            }
-        }
-        let mut rng = Rng(42);
-        let mut d = Decoder::new(limits(300));
-        // The encoder's view of the table: (name, value), newest first.
-        let mut table: VecDeque<(Vec<u8>, Vec<u8>)> = VecDeque::new();
-        for _ in 0..2000 {
-            let mut block = Vec::new();
-            let mut want = Vec::new();
-            for _ in 0..(rng.next_u64() % 6) {
-                let r = rng.next_u64();
-                let pick = (r >> 8) as usize;
-                if r.is_multiple_of(4) && !table.is_empty() {
-                    let i = pick % table.len();
-                    int(&mut block, 0x80, 7, STATIC_LEN + 1 + i);
-                    let (n, v) = table[i].clone();
-                    want.push(Field::Known { name: n, value: v });
-                    continue;
+    /// One field of a random header list: an indexed field one time in four
+    /// (when the table is not empty; the `Index` picks the entry), else a
+    /// literal (name below 12 bytes, value below 40) with incremental
+    /// indexing, without indexing or never indexed, each string Huffman
+    /// coded or not.
+    #[derive(Debug, Clone)]
+    struct FieldOp {
+        indexed: Option<Index>,
+        name: Vec<u8>,
+        value: Vec<u8>,
+        representation: u8,
+        huff_name: bool,
+        huff_value: bool,
+    }
+
+    fn field_op() -> impl Strategy<Value = FieldOp> {
+        (
+            prop::option::weighted(0.25, any::<Index>()),
+            bytes_below(12),
+            bytes_below(40),
+            0u8..3,
+            any::<bool>(),
+            any::<bool>(),
+        )
+            .prop_map(
+                |(indexed, name, value, representation, huff_name, huff_value)| FieldOp {
+                    indexed,
+                    name,
+                    value,
+                    representation,
+                    huff_name,
+                    huff_value,
+                },
+            )
+    }
+
+    proptest! {
+        #![proptest_config(config(40))]
+
+        /// A minimal encoder (tests only) for random header lists: our
+        /// decoder must return exactly what was encoded, whatever mix of
+        /// representations, Huffman and table pressure, block after block
+        /// (up to 100 blocks of fewer than 6 fields on one decoder).
+        #[test]
+        fn random_round_trip(
+            blocks in prop::collection::vec(prop::collection::vec(field_op(), 0..6), 1..=100),
+        ) {
+            fn int(out: &mut Vec<u8>, pattern: u8, prefix: u8, mut v: usize) {
+                let max = (1usize << prefix) - 1;
+                if v < max {
+                    out.push(pattern | v as u8);
+                    return;
                 }
-                let name: Vec<u8> = (0..(r >> 20) % 12).map(|_| rng.next_u64() as u8).collect();
-                let value: Vec<u8> = (0..(r >> 24) % 40).map(|_| rng.next_u64() as u8).collect();
-                let (pattern, prefix, index_it) = match (r >> 4) % 3 {
-                    0 => (0x40, 6, true),
-                    1 => (0x00, 4, false),
-                    _ => (0x10, 4, false),
-                };
-                int(&mut block, pattern, prefix, 0);
-                string(&mut block, &name, r & 0x1000 != 0);
-                string(&mut block, &value, r & 0x2000 != 0);
-                if index_it {
-                    let size = name.len() + value.len() + 32;
-                    let mut total: usize = table.iter().map(|(n, v)| n.len() + v.len() + 32).sum();
-                    while total + size > 300 {
-                        match table.pop_back() {
-                            Some((n, v)) => total -= n.len() + v.len() + 32,
-                            None => break,
+                out.push(pattern | max as u8);
+                v -= max;
+                while v >= 128 {
+                    out.push((v % 128) as u8 | 0x80);
+                    v /= 128;
+                }
+                out.push(v as u8);
+            }
+            fn string(out: &mut Vec<u8>, s: &[u8], huff: bool) {
+                if huff {
+                    let h = huffman::encode(s);
+                    int(out, 0x80, 7, h.len());
+                    out.extend(h);
+                } else {
+                    int(out, 0, 7, s.len());
+                    out.extend_from_slice(s);
+                }
+            }
+            let mut d = Decoder::new(limits(300));
+            // The encoder's view of the table: (name, value), newest first.
+            let mut table: VecDeque<(Vec<u8>, Vec<u8>)> = VecDeque::new();
+            for ops in blocks {
+                let mut block = Vec::new();
+                let mut want = Vec::new();
+                for op in ops {
+                    if let Some(pick) = op.indexed.filter(|_| !table.is_empty()) {
+                        let i = pick.index(table.len());
+                        int(&mut block, 0x80, 7, STATIC_LEN + 1 + i);
+                        let (n, v) = table[i].clone();
+                        want.push(Field::Known { name: n, value: v });
+                        continue;
+                    }
+                    let FieldOp { name, value, .. } = op;
+                    let (pattern, prefix, index_it) = match op.representation {
+                        0 => (0x40, 6, true),
+                        1 => (0x00, 4, false),
+                        _ => (0x10, 4, false),
+                    };
+                    int(&mut block, pattern, prefix, 0);
+                    string(&mut block, &name, op.huff_name);
+                    string(&mut block, &value, op.huff_value);
+                    if index_it {
+                        let size = name.len() + value.len() + 32;
+                        let mut total: usize =
+                            table.iter().map(|(n, v)| n.len() + v.len() + 32).sum();
+                        while total + size > 300 {
+                            match table.pop_back() {
+                                Some((n, v)) => total -= n.len() + v.len() + 32,
+                                None => break,
+                            }
+                        }
+                        if size <= 300 {
+                            table.push_front((name.clone(), value.clone()));
                         }
                     }
-                    if size <= 300 {
-                        table.push_front((name.clone(), value.clone()));
-                    }
+                    want.push(Field::Known { name, value });
                 }
-                want.push(Field::Known { name, value });
+                let got = d.decode(&block).unwrap();
+                prop_assert_eq!(got.fields, want);
+                let t: Vec<Field> = table
+                    .iter()
+                    .map(|(n, v)| Field::Known {
+                        name: n.clone(),
+                        value: v.clone(),
+                    })
+                    .collect();
+                prop_assert_eq!(d.dynamic_entries(), t);
             }
-            let got = d.decode(&block).unwrap();
-            assert_eq!(got.fields, want);
-            let t: Vec<Field> = table
-                .iter()
-                .map(|(n, v)| Field::Known {
-                    name: n.clone(),
-                    value: v.clone(),
-                })
-                .collect();
-            assert_eq!(d.dynamic_entries(), t);
         }
     }
 }

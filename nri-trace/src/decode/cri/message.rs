@@ -769,16 +769,24 @@ mod tests {
         assert!(CriMethod::StartContainer.request_fit(&req).is_none());
     }
 
-    #[test]
-    fn garbage_never_panics() {
-        let mut rng = crate::decode::test_rng::Rng(0x1234_5678_9abc_def1);
-        for len in 0..200usize {
-            let bytes = rng.bytes(len);
-            for &m in CriMethod::ALL {
-                let _ = decode_request(m, &bytes);
-                let _ = decode_response(m, &bytes);
+    proptest::proptest! {
+        #![proptest_config(crate::decode::test_strategies::config(8))]
+
+        /// Random bytes of every length below 200 (the prefixes of 199
+        /// random bytes) never make a method's request or response
+        /// decoding, or the method candidates, panic.
+        #[test]
+        fn garbage_never_panics(
+            random in crate::decode::test_strategies::bytes(proptest::strategy::Just(199usize)),
+        ) {
+            for len in 0..=random.len() {
+                let bytes = &random[..len];
+                for &m in CriMethod::ALL {
+                    let _ = decode_request(m, bytes);
+                    let _ = decode_response(m, bytes);
+                }
+                let _ = candidates(Some(bytes), Some(bytes));
             }
-            let _ = candidates(Some(&bytes), Some(&bytes));
         }
     }
 }
