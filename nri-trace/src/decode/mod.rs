@@ -25,6 +25,4 @@ pub mod cri;
 pub mod nri;
 
 #[cfg(test)]
-pub(crate) mod test_rng;
-#[cfg(test)]
 pub(crate) mod test_strategies;

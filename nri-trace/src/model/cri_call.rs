@@ -1319,6 +1319,8 @@ impl CriCallAssembler {
 mod tests {
     use super::*;
     use crate::capture::{ConnOpen, Origin, Syscall};
+    use crate::decode::test_strategies::{bytes_below, config};
+    use proptest::prelude::*;
 
     fn ts(n: u64) -> Timestamp {
         Timestamp {
@@ -1327,63 +1329,113 @@ mod tests {
         }
     }
 
-    /// Random bytes, gaps and truncations in both directions of several
-    /// connections never panic, and the state held stays bounded.
-    #[test]
-    fn garbage_never_panics() {
-        let mut a = CriCallAssembler::new();
-        let mut out = Vec::new();
-        let mut rng = crate::decode::test_rng::Rng(0xdead_beef_cafe_f00d);
-        let mut next = || rng.next_u64();
-        for i in 0..3000u64 {
-            let r = next();
-            let conn = ConnId(r % 3);
-            if r % 97 == 0 {
-                a.on_capture(
-                    &CaptureEvent::Open(ConnOpen {
-                        conn,
-                        ts: ts(i),
-                        tgid: 1,
-                        fd: 3,
-                        origin: Origin::Existing,
-                        socket_path: None,
-                        peer: None,
-                        inode: None,
-                        other_end: None,
-                    }),
-                    &mut out,
-                );
-                continue;
-            }
-            let len = (next() % 200) as usize;
-            // Sometimes a plausible HTTP/2 start: the preface.
-            let mut bytes: Vec<u8> = if r % 13 == 0 {
-                crate::decode::cri::frame::PREFACE.to_vec()
-            } else {
-                Vec::new()
-            };
-            bytes.extend((0..len).map(|_| next() as u8));
-            a.on_capture(
-                &CaptureEvent::Chunk(Chunk {
+    /// One capture event of the garbage property, on connection 0, 1 or
+    /// 2: an `Open` one time in 97, else a chunk in either direction of
+    /// fewer than 200 random bytes (after the client preface one time in
+    /// 13: a plausible HTTP/2 start), truncated one time in 31, after lost
+    /// bytes one time in 37.
+    #[derive(Debug, Clone)]
+    enum Garbage {
+        Open(u64),
+        Chunk {
+            conn: u64,
+            out: bool,
+            preface: bool,
+            bytes: Vec<u8>,
+            truncated: bool,
+            gap_before: bool,
+        },
+    }
+
+    fn garbage() -> impl Strategy<Value = Garbage> {
+        let chunk = (
+            0u64..3,
+            any::<bool>(),
+            prop::bool::weighted(1.0 / 13.0),
+            bytes_below(200),
+            prop::bool::weighted(1.0 / 31.0),
+            prop::bool::weighted(1.0 / 37.0),
+        )
+            .prop_map(|(conn, out, preface, bytes, truncated, gap_before)| {
+                Garbage::Chunk {
                     conn,
-                    direction: if r & 1 == 0 {
-                        Direction::In
-                    } else {
-                        Direction::Out
-                    },
-                    ts: ts(i * 1_000_000),
-                    tid: 1,
-                    syscall: Syscall::Read,
-                    syscall_len: bytes.len() as u64,
+                    out,
+                    preface,
                     bytes,
-                    truncated: r % 31 == 0,
-                    gap_before: r % 37 == 0,
-                }),
-                &mut out,
-            );
-            assert!(a.held.len() <= MAX_HELD);
+                    truncated,
+                    gap_before,
+                }
+            });
+        prop_oneof![
+            1 => (0u64..3).prop_map(Garbage::Open),
+            96 => chunk,
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(config(4))]
+
+        /// Random bytes, gaps and truncations in both directions of several
+        /// connections (3000 events on one assembler) never panic, and the
+        /// state held stays bounded.
+        #[test]
+        fn garbage_never_panics(events in prop::collection::vec(garbage(), 3000)) {
+            let mut a = CriCallAssembler::new();
+            let mut out = Vec::new();
+            for (i, ev) in (0u64..).zip(events) {
+                match ev {
+                    Garbage::Open(conn) => a.on_capture(
+                        &CaptureEvent::Open(ConnOpen {
+                            conn: ConnId(conn),
+                            ts: ts(i),
+                            tgid: 1,
+                            fd: 3,
+                            origin: Origin::Existing,
+                            socket_path: None,
+                            peer: None,
+                            inode: None,
+                            other_end: None,
+                        }),
+                        &mut out,
+                    ),
+                    Garbage::Chunk {
+                        conn,
+                        out: outgoing,
+                        preface,
+                        bytes: random,
+                        truncated,
+                        gap_before,
+                    } => {
+                        let mut bytes = if preface {
+                            crate::decode::cri::frame::PREFACE.to_vec()
+                        } else {
+                            Vec::new()
+                        };
+                        bytes.extend(random);
+                        a.on_capture(
+                            &CaptureEvent::Chunk(Chunk {
+                                conn: ConnId(conn),
+                                direction: if outgoing {
+                                    Direction::Out
+                                } else {
+                                    Direction::In
+                                },
+                                ts: ts(i * 1_000_000),
+                                tid: 1,
+                                syscall: Syscall::Read,
+                                syscall_len: bytes.len() as u64,
+                                bytes,
+                                truncated,
+                                gap_before,
+                            }),
+                            &mut out,
+                        );
+                    }
+                }
+                prop_assert!(a.held.len() <= MAX_HELD);
+            }
+            a.finish(&mut out);
+            prop_assert!(a.held.is_empty());
         }
-        a.finish(&mut out);
-        assert!(a.held.is_empty());
     }
 }
