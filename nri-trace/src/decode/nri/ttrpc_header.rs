@@ -2,7 +2,7 @@
 //! plausibility check, shared by the two layers that need them.
 //!
 //! [`super::ttrpc`] frames messages with them; [`super::mux`] uses
-//! [`plausible_header`] as resynchronization evidence, because every NRI
+//! `plausible_header` as resynchronization evidence, because every NRI
 //! conn_id carries ttrpc (`containerd/nri` `pkg/net/multiplex`). They live
 //! apart from both so that the dependency runs one way: the multiplexer is
 //! the lower layer and does not import the ttrpc decoder built on it.
