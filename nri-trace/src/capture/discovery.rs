@@ -9,6 +9,10 @@
 //! created to launch NRI plugins itself (`env_peer_sockets`), whose peer inodes come from a
 //! NETLINK_SOCK_DIAG dump (`unix_peers`).
 //!
+//! `netlink-sys` is the NETLINK_SOCK_DIAG socket; `netlink-packet-core` frames the netlink
+//! messages (header, NLMSG_DONE, NLMSG_ERROR) and `netlink-packet-sock-diag` encodes the
+//! `unix_diag_req` and decodes each `unix_diag_msg` with its UNIX_DIAG_PEER attribute.
+//!
 //! Layout: pure parsers (`parse_*`, `assemble_listeners`, `match_env_peers`, `PathMatcher`) take
 //! text or bytes and are unit-tested without root; the thin I/O wrappers around them read /proc
 //! or netlink.
@@ -30,6 +34,16 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use netlink_packet_core::{
+    NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLMSG_DONE, NLMSG_ERROR,
+    NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST,
+};
+use netlink_packet_sock_diag::{
+    unix::{ShowFlags, StateFlags, UnixRequest},
+    SockDiagMessage, AF_UNIX, SOCK_DIAG_BY_FAMILY,
+};
+use netlink_sys::{protocols::NETLINK_SOCK_DIAG, Socket, SocketAddr};
 
 /// `__SO_ACCEPTCON` (include/linux/net.h): the Flags column of /proc/net/unix for listeners.
 const SO_ACCEPTCON: u32 = 1 << 16;
@@ -697,22 +711,12 @@ fn parse_status_euid(status: &str) -> Option<u32> {
 // the inode of each connected socket's peer (net/unix/diag.c `sk_diag_dump_peer`, attribute
 // UNIX_DIAG_PEER); whoever holds that inode in /proc/<pid>/fd is the peer process.
 
-/// `SOCK_DIAG_BY_FAMILY` (include/uapi/linux/sock_diag.h): request and reply message type.
-const SOCK_DIAG_BY_FAMILY: u16 = 20;
-/// `UDIAG_SHOW_PEER` (include/uapi/linux/unix_diag.h): ask for the UNIX_DIAG_PEER attribute.
-const UDIAG_SHOW_PEER: u32 = 0x0000_0004;
-/// `UNIX_DIAG_PEER` (include/uapi/linux/unix_diag.h): u32 inode of the peer socket.
-const UNIX_DIAG_PEER: u16 = 2;
-/// `sizeof(struct nlmsghdr)` (include/uapi/linux/netlink.h), already NLMSG_ALIGNed.
+// The messages are netlink-packet-sock-diag's (`UnixRequest`, `UnixResponse` and its
+// `Nla::Peer`) in netlink-packet-core's framing, sent and received on a netlink-sys socket.
+
+/// `sizeof(struct nlmsghdr)` (include/uapi/linux/netlink.h): a datagram's tail shorter than
+/// this is no message and is ignored, as the kernel's NLMSG_OK does.
 const NLMSG_HDRLEN: usize = 16;
-/// `sizeof(struct unix_diag_req)`: family, protocol, pad (u16), states, ino, show, cookie[2].
-const UNIX_DIAG_REQ_LEN: usize = 24;
-/// `sizeof(struct unix_diag_msg)`: family, type, state, pad, ino (u32), cookie[2].
-const UNIX_DIAG_MSG_LEN: usize = 16;
-/// `sizeof(struct nlattr)`: len (u16), type (u16).
-const NLA_HDRLEN: usize = 4;
-/// `NLA_TYPE_MASK` (include/uapi/linux/netlink.h): the type without the nested/byteorder bits.
-const NLA_TYPE_MASK: u16 = !((1 << 15) | (1 << 14));
 /// Receive buffer for one datagram. netlink_dump (net/netlink/af_netlink.c) fills skbs of at
 /// most 32 KiB; a larger datagram is detected with MSG_TRUNC and refused, never half-parsed.
 const DIAG_RECV_BUF: usize = 64 * 1024;
@@ -725,48 +729,40 @@ const DIAG_RECV_TIMEOUT: Duration = Duration::from_secs(5);
 /// Sequence number of our dump request ("nrit"); each dump uses a fresh socket.
 const DIAG_SEQ: u32 = 0x6e72_6974;
 
-/// Rounds up to the 4-byte alignment of netlink messages and attributes (NLMSG_ALIGN/NLA_ALIGN).
-fn nl_align(len: usize) -> usize {
-    len.saturating_add(3) & !3
-}
-
-/// Native-endian u16 at `at`, if the bytes are there (netlink is in host byte order).
-fn ne_u16(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_ne_bytes(
-        b.get(at..at.checked_add(2)?)?.try_into().ok()?,
-    ))
-}
-
-/// Native-endian u32 at `at`, if the bytes are there.
-fn ne_u32(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(
-        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
-    ))
-}
-
 /// A malformed-reply error.
 fn bad_reply(reason: String) -> DiscoveryError {
     DiscoveryError::SockDiagReply { reason }
 }
 
-/// The dump request: `nlmsghdr` + `unix_diag_req` for every AF_UNIX socket, with its peer.
-fn unix_diag_request(seq: u32) -> [u8; NLMSG_HDRLEN + UNIX_DIAG_REQ_LEN] {
-    let mut req = [0u8; NLMSG_HDRLEN + UNIX_DIAG_REQ_LEN];
-    let flags = (libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16;
-    // nlmsghdr: len, type, flags, seq, pid (0: the kernel fills in our port id).
-    req[0..4].copy_from_slice(&((NLMSG_HDRLEN + UNIX_DIAG_REQ_LEN) as u32).to_ne_bytes());
-    req[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
-    req[6..8].copy_from_slice(&flags.to_ne_bytes());
-    req[8..12].copy_from_slice(&seq.to_ne_bytes());
-    // unix_diag_req: sdiag_family, sdiag_protocol (must be 0), pad, udiag_states, udiag_ino
-    // (ignored by a dump), udiag_show, udiag_cookie (ignored by a dump).
-    req[16] = libc::AF_UNIX as u8;
-    // All states: unix_diag_dump tests `udiag_states & (1 << sk->sk_state)`. A socket has a peer
-    // only when connected, so asking for TCP_ESTABLISHED only would do for stream sockets, but
-    // a connected datagram socket stays TCP_CLOSE on older kernels and still has a peer.
-    req[20..24].copy_from_slice(&u32::MAX.to_ne_bytes());
-    req[28..32].copy_from_slice(&UDIAG_SHOW_PEER.to_ne_bytes());
-    req
+/// The request for every AF_UNIX socket with its peer (`inode` `None`: NLM_F_DUMP), or for
+/// the one socket `inode` (no NLM_F_DUMP: net/unix/diag.c `unix_diag_get_exact`).
+fn unix_diag_request(seq: u32, inode: Option<u32>) -> Vec<u8> {
+    let mut header = NetlinkHeader::default();
+    header.flags = match inode {
+        None => NLM_F_REQUEST | NLM_F_DUMP,
+        Some(_) => NLM_F_REQUEST,
+    };
+    header.sequence_number = seq;
+    let request = UnixRequest {
+        // All states: unix_diag_dump tests `udiag_states & (1 << sk->sk_state)`. A socket has
+        // a peer only when connected, so asking for TCP_ESTABLISHED only would do for stream
+        // sockets, but a connected datagram socket stays TCP_CLOSE on older kernels and still
+        // has a peer. The crate names only ESTABLISHED and LISTEN; from_bits_retain keeps
+        // the other bits.
+        state_flags: StateFlags::from_bits_retain(u32::MAX),
+        // udiag_ino: ignored by a dump.
+        inode: inode.unwrap_or(0),
+        show_flags: ShowFlags::PEER,
+        // udiag_cookie: ignored by a dump; for one socket INET_DIAG_NOCOOKIE (all ones),
+        // which `sock_diag_check_cookie` accepts for any socket.
+        cookie: if inode.is_some() { [0xff; 8] } else { [0; 8] },
+    };
+    let mut msg = NetlinkMessage::new(header, SockDiagMessage::UnixRequest(request).into());
+    // Sets the length and the message type (SOCK_DIAG_BY_FAMILY).
+    msg.finalize();
+    let mut buf = vec![0u8; msg.buffer_len()];
+    msg.serialize(&mut buf);
+    buf
 }
 
 /// Where a sock_diag dump stands after one datagram.
@@ -780,10 +776,12 @@ enum DumpStep {
 
 /// Parses one datagram of a unix sock_diag dump into `peers` (socket inode -> peer inode).
 ///
-/// Defensive: lengths are checked before every read, a message or attribute whose length
-/// field does not fit is an error (its neighbours cannot be trusted either), messages of other
-/// sequence numbers are skipped, and trailing bytes too short for a header are ignored (the
-/// NLMSG_OK/nla_ok rule of the kernel's own parsers).
+/// netlink-packet-core checks each message's length against the datagram and decodes
+/// NLMSG_DONE/NLMSG_ERROR, netlink-packet-sock-diag the `unix_diag_msg` and its attributes; a
+/// message either refuses is an error (its neighbours cannot be trusted either). Messages of
+/// other sequence numbers, replies of other families, NLMSG_NOOP and unknown types carry
+/// nothing for us and are skipped undecoded; trailing bytes too short for a header are ignored
+/// (the NLMSG_OK rule of the kernel's own parsers).
 fn parse_unix_diag_datagram(
     buf: &[u8],
     seq: u32,
@@ -791,137 +789,76 @@ fn parse_unix_diag_datagram(
 ) -> Result<DumpStep, DiscoveryError> {
     let mut off = 0usize;
     while buf.len().saturating_sub(off) >= NLMSG_HDRLEN {
-        let msg = &buf[off..];
-        let (Some(len), Some(kind), Some(flags), Some(msg_seq)) = (
-            ne_u32(msg, 0),
-            ne_u16(msg, 4),
-            ne_u16(msg, 6),
-            ne_u32(msg, 8),
-        ) else {
-            break;
-        };
-        let len = usize::try_from(len).unwrap_or(usize::MAX);
-        if len < NLMSG_HDRLEN || len > msg.len() {
-            return Err(bad_reply(format!(
-                "netlink message at byte {off} claims {len} bytes, {} left",
-                msg.len()
-            )));
-        }
-        let payload = &msg[NLMSG_HDRLEN..len];
-        off = off.saturating_add(nl_align(len));
+        let at = off;
+        let rest = &buf[at..];
+        let frame = NetlinkBuffer::new_checked(rest)
+            .map_err(|e| bad_reply(format!("netlink message at byte {at}: {e}")))?;
+        // new_checked made sure that the length is at least a header and fits the datagram.
+        let len = usize::try_from(frame.length()).unwrap_or(usize::MAX);
+        let (kind, msg_seq) = (frame.message_type(), frame.sequence_number());
+        let family = frame.payload().first().copied();
+        // NLMSG_ALIGN: the next message starts on a 4-byte boundary.
+        off = at.saturating_add(len.saturating_add(3) & !3);
         if msg_seq != seq {
             continue;
         }
-        if flags & (libc::NLM_F_DUMP_INTR as u16) != 0 {
+        match kind {
+            NLMSG_DONE | NLMSG_ERROR => {}
+            SOCK_DIAG_BY_FAMILY if family == Some(AF_UNIX) => {}
+            _ => continue,
+        }
+        let msg = NetlinkMessage::<SockDiagMessage>::deserialize(&rest[..len.min(rest.len())])
+            .map_err(|e| bad_reply(format!("netlink message at byte {at}: {e}")))?;
+        if msg.header.flags & NLM_F_DUMP_INTR != 0 {
             // unix_diag does not set it today; if it did, a socket may be missing or doubled.
             log::debug!("sock_diag dump was interrupted by a concurrent change");
         }
-        match i32::from(kind) {
-            libc::NLMSG_DONE => {
+        match msg.payload {
+            NetlinkPayload::Done(done) => {
                 // Since Linux 4.x the payload is the dump's final errno (netlink_dump_done);
-                // older kernels send no payload.
-                return match ne_u32(payload, 0).map(|v| v as i32) {
-                    Some(e) if e < 0 => Err(DiscoveryError::SockDiag {
-                        error: io::Error::from_raw_os_error(e.saturating_neg()),
-                    }),
-                    _ => Ok(DumpStep::Done),
+                // older kernels send no payload, which the crate reads as 0.
+                return if done.code < 0 {
+                    Err(DiscoveryError::SockDiag {
+                        error: io::Error::from_raw_os_error(done.code.saturating_neg()),
+                    })
+                } else {
+                    Ok(DumpStep::Done)
                 };
             }
-            libc::NLMSG_ERROR => {
-                // struct nlmsgerr: int error (negative errno, 0 for an ACK), then our header.
-                let Some(e) = ne_u32(payload, 0).map(|v| v as i32) else {
-                    return Err(bad_reply(format!(
-                        "NLMSG_ERROR with a {}-byte payload",
-                        payload.len()
-                    )));
-                };
-                if e < 0 {
+            // struct nlmsgerr: a negative errno, or 0 for an ACK (skipped).
+            NetlinkPayload::Error(e) => match e.raw_code() {
+                0 => {}
+                code if code < 0 => {
                     return Err(DiscoveryError::SockDiag {
-                        error: io::Error::from_raw_os_error(e.saturating_neg()),
-                    });
+                        error: io::Error::from_raw_os_error(code.saturating_neg()),
+                    })
                 }
-                if e > 0 {
-                    return Err(bad_reply(format!("NLMSG_ERROR with positive error {e}")));
+                code => return Err(bad_reply(format!("NLMSG_ERROR with positive error {code}"))),
+            },
+            NetlinkPayload::InnerMessage(SockDiagMessage::UnixResponse(r)) => {
+                // Inode 0: a peer already released (sock_i_ino of an orphaned sock is 0);
+                // nothing holds it.
+                let inode = r.header.inode;
+                if let Some(p) = r.peer().filter(|&p| p != 0 && inode != 0) {
+                    peers.insert(u64::from(inode), u64::from(p));
                 }
             }
-            _ if kind == SOCK_DIAG_BY_FAMILY => parse_unix_diag_msg(payload, peers)?,
-            // NLMSG_NOOP and anything unknown carry nothing for us.
             _ => {}
         }
     }
     Ok(DumpStep::More)
 }
 
-/// Parses one `unix_diag_msg` and its attributes; records its peer inode if it has one.
-fn parse_unix_diag_msg(
-    payload: &[u8],
-    peers: &mut HashMap<u64, u64>,
-) -> Result<(), DiscoveryError> {
-    if payload.len() < UNIX_DIAG_MSG_LEN {
-        return Err(bad_reply(format!(
-            "unix_diag_msg of {} bytes, expected at least {UNIX_DIAG_MSG_LEN}",
-            payload.len()
-        )));
-    }
-    if payload[0] != libc::AF_UNIX as u8 {
-        return Ok(());
-    }
-    let Some(inode) = ne_u32(payload, 4) else {
-        return Ok(());
-    };
-    let mut attrs = &payload[nl_align(UNIX_DIAG_MSG_LEN).min(payload.len())..];
-    let mut peer = None;
-    while attrs.len() >= NLA_HDRLEN {
-        let (Some(len), Some(kind)) = (ne_u16(attrs, 0), ne_u16(attrs, 2)) else {
-            break;
-        };
-        let len = usize::from(len);
-        if len < NLA_HDRLEN || len > attrs.len() {
-            return Err(bad_reply(format!(
-                "attribute of socket {inode} claims {len} bytes, {} left",
-                attrs.len()
-            )));
-        }
-        if kind & NLA_TYPE_MASK == UNIX_DIAG_PEER {
-            // nla_put_u32: 4 bytes of payload.
-            let Some(p) = ne_u32(&attrs[..len], NLA_HDRLEN) else {
-                return Err(bad_reply(format!(
-                    "UNIX_DIAG_PEER of socket {inode} has {} payload bytes",
-                    len - NLA_HDRLEN
-                )));
-            };
-            peer = Some(p);
-        }
-        attrs = attrs.get(nl_align(len)..).unwrap_or_default();
-    }
-    // Inode 0: a peer already released (sock_i_ino of an orphaned sock is 0); nothing holds it.
-    if let Some(p) = peer.filter(|&p| p != 0 && inode != 0) {
-        peers.insert(u64::from(inode), u64::from(p));
-    }
-    Ok(())
-}
-
 /// A NETLINK_SOCK_DIAG socket with a receive timeout, for one request.
-fn diag_socket() -> Result<OwnedFd, DiscoveryError> {
+fn diag_socket() -> Result<Socket, DiscoveryError> {
     let sys = |error: io::Error| DiscoveryError::SockDiag { error };
-    // SAFETY: socket() has no memory arguments.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
-            libc::NETLINK_SOCK_DIAG,
-        )
-    };
-    if fd < 0 {
-        return Err(sys(io::Error::last_os_error()));
-    }
-    // SAFETY: the kernel just returned this fd and nothing else owns it; closed on every path.
-    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    let sock = Socket::new(NETLINK_SOCK_DIAG).map_err(sys)?;
+    // netlink-sys has no receive timeout: SO_RCVTIMEO by hand.
     let timeout = libc::timeval {
         tv_sec: DIAG_RECV_TIMEOUT.as_secs() as libc::time_t,
         tv_usec: 0,
     };
-    // SAFETY: `timeout` is a live timeval of the size passed.
+    // SAFETY: `timeout` is a live timeval of the size passed; the socket is open.
     let rc = unsafe {
         libc::setsockopt(
             sock.as_raw_fd(),
@@ -937,27 +874,11 @@ fn diag_socket() -> Result<OwnedFd, DiscoveryError> {
     Ok(sock)
 }
 
-/// Sends one request to the kernel on a sock_diag socket.
-fn diag_send(sock: &OwnedFd, req: &[u8]) -> Result<(), DiscoveryError> {
+/// Sends one request to the kernel (port id 0) on a sock_diag socket.
+fn diag_send(sock: &Socket, req: &[u8]) -> Result<(), DiscoveryError> {
     let sys = |error: io::Error| DiscoveryError::SockDiag { error };
-    // SAFETY: sockaddr_nl is plain old data; all-zero is valid (pid 0 = the kernel).
-    let mut kernel: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-    kernel.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-    // SAFETY: req and kernel are live locals of the lengths passed.
-    let sent = unsafe {
-        libc::sendto(
-            sock.as_raw_fd(),
-            req.as_ptr().cast::<libc::c_void>(),
-            req.len(),
-            0,
-            std::ptr::addr_of!(kernel).cast::<libc::sockaddr>(),
-            std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
-        )
-    };
-    if sent < 0 {
-        return Err(sys(io::Error::last_os_error()));
-    }
-    if usize::try_from(sent).ok() != Some(req.len()) {
+    let sent = sock.send_to(req, &SocketAddr::new(0, 0), 0).map_err(sys)?;
+    if sent != req.len() {
         return Err(sys(io::Error::new(
             io::ErrorKind::WriteZero,
             format!("short send of the request ({sent} of {} bytes)", req.len()),
@@ -968,28 +889,15 @@ fn diag_send(sock: &OwnedFd, req: &[u8]) -> Result<(), DiscoveryError> {
 
 /// Receives one datagram from the kernel into `buf`; returns its length, or `None` for a
 /// datagram that did not come from the kernel (to be ignored). Retries on EINTR.
-fn diag_recv(sock: &OwnedFd, buf: &mut [u8]) -> Result<Option<usize>, DiscoveryError> {
+fn diag_recv(sock: &Socket, buf: &mut [u8]) -> Result<Option<usize>, DiscoveryError> {
     let sys = |error: io::Error| DiscoveryError::SockDiag { error };
     loop {
-        // SAFETY: as above.
-        let mut from: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        let mut from_len = std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t;
         // MSG_TRUNC: the return value is the datagram's real length even when it did not fit
         // (net/netlink/af_netlink.c `netlink_recvmsg`), so truncation is detected.
-        // SAFETY: buf, from and from_len are live and their lengths are the ones passed.
-        let n = unsafe {
-            libc::recvfrom(
-                sock.as_raw_fd(),
-                buf.as_mut_ptr().cast::<libc::c_void>(),
-                buf.len(),
-                libc::MSG_TRUNC,
-                std::ptr::addr_of_mut!(from).cast::<libc::sockaddr>(),
-                &mut from_len,
-            )
-        };
-        let Ok(n) = usize::try_from(n) else {
-            let e = io::Error::last_os_error();
-            match e.kind() {
+        let mut space: &mut [u8] = &mut buf[..];
+        let (n, from) = match sock.recv_from(&mut space, libc::MSG_TRUNC) {
+            Ok(r) => r,
+            Err(e) => match e.kind() {
                 io::ErrorKind::Interrupted => continue,
                 io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
                     return Err(sys(io::Error::new(
@@ -998,7 +906,7 @@ fn diag_recv(sock: &OwnedFd, buf: &mut [u8]) -> Result<Option<usize>, DiscoveryE
                     )))
                 }
                 _ => return Err(sys(e)),
-            }
+            },
         };
         if n > buf.len() {
             return Err(bad_reply(format!(
@@ -1007,7 +915,7 @@ fn diag_recv(sock: &OwnedFd, buf: &mut [u8]) -> Result<Option<usize>, DiscoveryE
             )));
         }
         // Only the kernel (port id 0) answers; ignore anything else sent to our port.
-        return Ok((from.nl_pid == 0).then_some(n));
+        return Ok((from.port_number() == 0).then_some(n));
     }
 }
 
@@ -1019,7 +927,7 @@ fn diag_recv(sock: &OwnedFd, buf: &mut [u8]) -> Result<Option<usize>, DiscoveryE
 /// (`udiag_ino`), as they are in the kernel (`get_next_ino`).
 pub fn unix_peers() -> Result<HashMap<u64, u64>, DiscoveryError> {
     let sock = diag_socket()?;
-    diag_send(&sock, &unix_diag_request(DIAG_SEQ))?;
+    diag_send(&sock, &unix_diag_request(DIAG_SEQ, None))?;
     let mut buf = vec![0u8; DIAG_RECV_BUF];
     let mut peers = HashMap::new();
     for _ in 0..DIAG_MAX_DATAGRAMS {
@@ -1033,17 +941,6 @@ pub fn unix_peers() -> Result<HashMap<u64, u64>, DiscoveryError> {
     Err(bad_reply(format!(
         "no NLMSG_DONE after {DIAG_MAX_DATAGRAMS} datagrams"
     )))
-}
-
-/// The request for one socket by inode (no NLM_F_DUMP): net/unix/diag.c `unix_diag_get_exact`.
-/// The cookie is INET_DIAG_NOCOOKIE (all ones), which `sock_diag_check_cookie` accepts for
-/// any socket.
-fn unix_diag_exact_request(seq: u32, inode: u32) -> [u8; NLMSG_HDRLEN + UNIX_DIAG_REQ_LEN] {
-    let mut req = unix_diag_request(seq);
-    req[6..8].copy_from_slice(&(libc::NLM_F_REQUEST as u16).to_ne_bytes());
-    req[24..28].copy_from_slice(&inode.to_ne_bytes());
-    req[32..40].fill(0xff);
-    req
 }
 
 /// The inode of the peer of unix socket `inode`, asked of the kernel for that one socket.
@@ -1061,7 +958,7 @@ pub fn unix_peer_of(inode: u64) -> Result<Option<u64>, DiscoveryError> {
         return Ok(None);
     }
     let sock = diag_socket()?;
-    diag_send(&sock, &unix_diag_exact_request(DIAG_SEQ, ino))?;
+    diag_send(&sock, &unix_diag_request(DIAG_SEQ, Some(ino)))?;
     // One message (or an NLMSG_ERROR) answers; a page is plenty for it.
     let mut buf = vec![0u8; 8192];
     for _ in 0..16 {
@@ -1618,6 +1515,32 @@ mod tests {
 
     // ------------------------------------------------ sock_diag
 
+    // The datagrams below are built byte by byte, as the kernel lays them out, so that the
+    // crates' decoding is tested against the kernel's format and not against their own
+    // encoder (and so that malformed ones can be made).
+
+    /// `UNIX_DIAG_PEER` (include/uapi/linux/unix_diag.h).
+    const UNIX_DIAG_PEER: u16 = 2;
+    /// `UDIAG_SHOW_PEER` (include/uapi/linux/unix_diag.h).
+    const UDIAG_SHOW_PEER: u32 = 1 << UNIX_DIAG_PEER;
+    /// `sizeof(struct nlattr)`.
+    const NLA_HDRLEN: usize = 4;
+
+    /// Rounds up to the 4-byte alignment of netlink messages and attributes.
+    fn nl_align(len: usize) -> usize {
+        (len + 3) & !3
+    }
+
+    /// Native-endian u16 at `at`.
+    fn ne_u16(b: &[u8], at: usize) -> u16 {
+        u16::from_ne_bytes(b[at..at + 2].try_into().expect("2 bytes"))
+    }
+
+    /// Native-endian u32 at `at`.
+    fn ne_u32(b: &[u8], at: usize) -> u32 {
+        u32::from_ne_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+    }
+
     /// One netlink message: header with `kind`, `flags`, `seq`, then `payload`, padded to 4.
     fn nlmsg(kind: u16, flags: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
         let len = u32::try_from(NLMSG_HDRLEN + payload.len()).expect("len");
@@ -1674,35 +1597,36 @@ mod tests {
         (r, peers)
     }
 
-    /// The request is exactly `nlmsghdr` + `unix_diag_req` as include/uapi lays them out.
+    /// The request the crates build is exactly `nlmsghdr` + `unix_diag_req` as include/uapi
+    /// lays them out, asking for every state (not only the two the crate names).
     #[test]
     fn sock_diag_request_layout() {
-        let r = unix_diag_request(7);
+        let r = unix_diag_request(7, None);
         assert_eq!(r.len(), 40);
-        assert_eq!(ne_u32(&r, 0), Some(40));
-        assert_eq!(ne_u16(&r, 4), Some(20));
-        assert_eq!(ne_u16(&r, 6), Some(0x301)); // NLM_F_REQUEST | NLM_F_DUMP
-        assert_eq!(ne_u32(&r, 8), Some(7));
-        assert_eq!(ne_u32(&r, 12), Some(0));
+        assert_eq!(ne_u32(&r, 0), 40);
+        assert_eq!(ne_u16(&r, 4), 20); // SOCK_DIAG_BY_FAMILY
+        assert_eq!(ne_u16(&r, 6), 0x301); // NLM_F_REQUEST | NLM_F_DUMP
+        assert_eq!(ne_u32(&r, 8), 7);
+        assert_eq!(ne_u32(&r, 12), 0);
         assert_eq!(&r[16..20], &[1, 0, 0, 0]); // AF_UNIX, protocol 0, pad
-        assert_eq!(ne_u32(&r, 20), Some(u32::MAX)); // every state
-        assert_eq!(ne_u32(&r, 24), Some(0)); // udiag_ino
-        assert_eq!(ne_u32(&r, 28), Some(UDIAG_SHOW_PEER));
+        assert_eq!(ne_u32(&r, 20), u32::MAX); // every state
+        assert_eq!(ne_u32(&r, 24), 0); // udiag_ino
+        assert_eq!(ne_u32(&r, 28), UDIAG_SHOW_PEER);
         assert_eq!(&r[32..40], &[0; 8]); // cookie
     }
 
     /// The one-socket query: no NLM_F_DUMP, the inode, and the no-cookie value.
     #[test]
     fn sock_diag_exact_request_layout() {
-        let r = unix_diag_exact_request(7, 0x1234_5678);
+        let r = unix_diag_request(7, Some(0x1234_5678));
         assert_eq!(r.len(), 40);
-        assert_eq!(ne_u32(&r, 0), Some(40));
-        assert_eq!(ne_u16(&r, 4), Some(20));
-        assert_eq!(ne_u16(&r, 6), Some(0x1)); // NLM_F_REQUEST only
-        assert_eq!(ne_u32(&r, 8), Some(7));
+        assert_eq!(ne_u32(&r, 0), 40);
+        assert_eq!(ne_u16(&r, 4), 20);
+        assert_eq!(ne_u16(&r, 6), 0x1); // NLM_F_REQUEST only
+        assert_eq!(ne_u32(&r, 8), 7);
         assert_eq!(&r[16..20], &[1, 0, 0, 0]);
-        assert_eq!(ne_u32(&r, 24), Some(0x1234_5678));
-        assert_eq!(ne_u32(&r, 28), Some(UDIAG_SHOW_PEER));
+        assert_eq!(ne_u32(&r, 24), 0x1234_5678);
+        assert_eq!(ne_u32(&r, 28), UDIAG_SHOW_PEER);
         assert_eq!(&r[32..40], &[0xff; 8]); // INET_DIAG_NOCOOKIE twice
     }
 
@@ -1723,7 +1647,7 @@ mod tests {
                 &[
                     nla(7, &[1, 2, 3]),
                     nla(UNIX_DIAG_PEER | 0x8000, &15u32.to_ne_bytes()),
-                    nla(0, &[]),
+                    nla(42, &[]),
                 ],
             ),
         ));
@@ -1830,7 +1754,7 @@ mod tests {
         // A unix_diag_msg cut short.
         let m = nlmsg(SOCK_DIAG_BY_FAMILY, 2, DIAG_SEQ, &[1, 1, 1, 0, 5, 0, 0]);
         let r = malformed(&m, "short unix_diag_msg");
-        assert!(r.contains("unix_diag_msg of 7 bytes"), "{r}");
+        assert!(r.contains("netlink message at byte 0"), "{r}");
         // Attribute length 0 (would loop forever), 2, and beyond the message.
         for bad_len in [0u16, 2, 64] {
             let mut attr = nla(UNIX_DIAG_PEER, &9u32.to_ne_bytes());
