@@ -9,13 +9,26 @@
 //! created to launch NRI plugins itself (`env_peer_sockets`), whose peer inodes come from a
 //! NETLINK_SOCK_DIAG dump (`unix_peers`).
 //!
-//! `netlink-sys` is the NETLINK_SOCK_DIAG socket; `netlink-packet-core` frames the netlink
-//! messages (header, NLMSG_DONE, NLMSG_ERROR) and `netlink-packet-sock-diag` encodes the
-//! `unix_diag_req` and decodes each `unix_diag_msg` with its UNIX_DIAG_PEER attribute.
+//! Which crate does what:
+//! * `procfs` lists the processes (`all_processes`), their fds and the socket inodes behind
+//!   them (`Process::fd`, `fd_from_fd`), and reads /proc/PID/stat (comm, state, ppid),
+//!   environ and the exe link.
+//! * `netlink-sys` is the NETLINK_SOCK_DIAG socket; `netlink-packet-core` frames the netlink
+//!   messages (header, NLMSG_DONE, NLMSG_ERROR) and `netlink-packet-sock-diag` encodes the
+//!   `unix_diag_req` and decodes each `unix_diag_msg` with its UNIX_DIAG_PEER attribute.
 //!
-//! Layout: pure parsers (`parse_*`, `assemble_listeners`, `match_env_peers`, `PathMatcher`) take
-//! text or bytes and are unit-tested without root; the thin I/O wrappers around them read /proc
-//! or netlink.
+//! What stays hand-written, and why (each place says so too): the /proc/net/unix parser
+//! (`parse_proc_net_unix`: procfs has no Flags column, so no listening bit, cuts paths at the
+//! first space and fails the whole table on one non-UTF-8 path), the Tgid/Uid lines of
+//! /proc/PID/status (procfs reads status as UTF-8 lines and fails for a process whose comm has
+//! non-UTF-8 bytes, which the kernel does not escape there), the cmdline split (procfs drops
+//! empty arguments and fails on non-UTF-8 ones), `peer_cred` (pidfd_getfd + SO_PEERCRED on the
+//! duplicate: no crate here does that), and the pure grouping (`assemble_listeners`,
+//! `match_env_peers`, `PathMatcher`).
+//!
+//! Layout: pure functions (`parse_proc_net_unix`, `assemble_listeners`, `match_env_peers`,
+//! `PathMatcher`, `parse_unix_diag_datagram`) take text or bytes and are unit-tested without
+//! root; the thin I/O wrappers around them read /proc or netlink.
 //!
 //! Limits (by design of /proc and sock_diag, not bugs):
 //! * /proc/self/net/unix lists only sockets of *our* network namespace; a runtime in another
@@ -28,9 +41,9 @@
 //!   the old path in /proc/net/unix; both listeners are reported.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fs;
-use std::io;
+use std::io::{self, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -44,6 +57,10 @@ use netlink_packet_sock_diag::{
     SockDiagMessage, AF_UNIX, SOCK_DIAG_BY_FAMILY,
 };
 use netlink_sys::{protocols::NETLINK_SOCK_DIAG, Socket, SocketAddr};
+use procfs::{
+    process::{FDTarget, Process},
+    ProcError, ProcResult,
+};
 
 /// `__SO_ACCEPTCON` (include/linux/net.h): the Flags column of /proc/net/unix for listeners.
 const SO_ACCEPTCON: u32 = 1 << 16;
@@ -135,6 +152,38 @@ fn io_error(path: &Path, pid: Option<u32>, error: io::Error) -> DiscoveryError {
     }
 }
 
+/// Maps a procfs error on `path` (of `pid`, when it is about one process) to the
+/// `DiscoveryError` that names the right fix, as [`io_error`] does for plain I/O errors.
+pub(crate) fn proc_error(path: &Path, pid: Option<u32>, error: ProcError) -> DiscoveryError {
+    match error {
+        ProcError::PermissionDenied(p) => DiscoveryError::PermissionDenied {
+            path: p.unwrap_or_else(|| path.to_path_buf()),
+        },
+        // procfs folds ESRCH (the task died between lookup and read) into NotFound too.
+        ProcError::NotFound(p) => io_error(
+            p.as_deref().unwrap_or(path),
+            pid,
+            io::Error::from_raw_os_error(libc::ENOENT),
+        ),
+        ProcError::Io(e, p) => io_error(p.as_deref().unwrap_or(path), pid, e),
+        // Contents cut short or that procfs could not parse: shown with the file they came from.
+        other => DiscoveryError::Io {
+            path: path.to_path_buf(),
+            error: io::Error::new(io::ErrorKind::InvalidData, other.to_string()),
+        },
+    }
+}
+
+/// Opens `/proc/<pid>` with procfs; every later read of the handle is of that same process,
+/// even if the pid is reused meanwhile. A pid beyond `i32` cannot exist (`pid_max` is at most
+/// 2^22) and is not found.
+pub(crate) fn open_process(pid: u32) -> ProcResult<Process> {
+    let Ok(pid) = i32::try_from(pid) else {
+        return Err(ProcError::NotFound(None));
+    };
+    Process::new(pid)
+}
+
 /// One line of /proc/net/unix (net/unix/af_unix.c, `unix_seq_show`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnixSocketEntry {
@@ -151,6 +200,10 @@ pub struct UnixSocketEntry {
 }
 
 /// Parses the text of /proc/net/unix; the header, garbage and truncated lines are skipped.
+///
+/// Hand-written, not procfs's `net::unix()`/`Process::unix()`: those skip the Flags column (so
+/// a listener cannot be told from an unconnected socket), end the path at the first whitespace
+/// (a path with a space is cut), and fail the whole table on one non-UTF-8 path or odd line.
 pub fn parse_proc_net_unix(text: &str) -> Vec<UnixSocketEntry> {
     text.lines().filter_map(parse_proc_net_unix_line).collect()
 }
@@ -224,32 +277,23 @@ pub fn read_proc_net_unix(pid: Option<u32>) -> Result<Vec<UnixSocketEntry>, Disc
     Ok(parse_proc_net_unix(&String::from_utf8_lossy(&bytes)))
 }
 
-/// Parses an fd link target `socket:[12345]` into the socket inode 12345.
-pub fn parse_socket_link(link: &str) -> Option<u64> {
-    // Format from fs/proc/fd.c via sockfs_dname (net/socket.c): "socket:[%lu]".
-    parse_dec_u64(link.strip_prefix("socket:[")?.strip_suffix(']')?)
-}
-
 /// Lists `(fd, socket inode)` for every socket fd of `pid`, sorted by fd.
 pub fn socket_fds_of(pid: u32) -> Result<Vec<(u32, u64)>, DiscoveryError> {
     let dir = PathBuf::from(format!("/proc/{pid}/fd"));
-    let entries = fs::read_dir(&dir).map_err(|e| io_error(&dir, Some(pid), e))?;
+    open_process(pid)
+        .and_then(|p| socket_fds(&p))
+        .map_err(|e| proc_error(&dir, Some(pid), e))
+}
+
+/// `(fd, socket inode)` of every socket fd of `process`, sorted by fd; the inode is procfs's
+/// reading of the fd's `socket:[N]` link (fs/proc/fd.c, sockfs_dname in net/socket.c).
+fn socket_fds(process: &Process) -> ProcResult<Vec<(u32, u64)>> {
     let mut out = Vec::new();
-    for entry in entries {
-        // Entries vanish when the process closes fds or exits while we read: skip them.
-        let Ok(entry) = entry else { continue };
-        let Some(fd) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(target) = fs::read_link(entry.path()) else {
-            continue;
-        };
-        if let Some(inode) = target.to_str().and_then(parse_socket_link) {
-            out.push((fd, inode));
+    for fd in process.fd()? {
+        // procfs already skips fds closed while we read; a failing readdir ends the listing.
+        let Ok(fd) = fd else { continue };
+        if let (FDTarget::Socket(inode), Ok(n)) = (&fd.target, u32::try_from(fd.fd)) {
+            out.push((n, *inode));
         }
     }
     out.sort_unstable();
@@ -446,18 +490,21 @@ fn scan_holders(inodes: &HashSet<u64>) -> HolderScan {
     }
     // readdir of /proc lists thread-group leaders only (fs/proc/base.c `proc_pid_readdir`
     // skips non-leader threads), so each process is scanned once and /proc/*/task never.
-    let proc_dir = match fs::read_dir("/proc") {
-        Ok(d) => d,
+    let processes = match procfs::process::all_processes() {
+        Ok(p) => p,
         Err(e) => {
             log::warn!("cannot list /proc: {e}");
             return scan;
         }
     };
-    for entry in proc_dir.flatten() {
-        let Some(tgid) = pid_from_name(&entry.file_name()) else {
+    // A process that exits between readdir and open is skipped.
+    for process in processes.flatten() {
+        let Ok(tgid) = u32::try_from(process.pid) else {
             continue;
         };
-        match socket_fds_of(tgid) {
+        let fds = socket_fds(&process)
+            .map_err(|e| proc_error(&PathBuf::from(format!("/proc/{tgid}/fd")), Some(tgid), e));
+        match fds {
             Ok(fds) => scan.holders.extend(
                 fds.into_iter()
                     .filter(|(_, inode)| inodes.contains(inode))
@@ -498,6 +545,9 @@ pub struct PeerCred {
 }
 
 /// Returns SO_PEERCRED of fd `fd` of process `pid`, via a pidfd_getfd() duplicate.
+///
+/// Hand-written on libc: procfs only reads /proc, and /proc has no peer credentials; no crate
+/// here wraps pidfd_getfd().
 ///
 /// Read-only: the duplicate is only passed to getsockopt() and closed; no data is read, written
 /// or shut down. Needs PTRACE_MODE_ATTACH_REALCREDS on `pid` (kernel/pid.c `pidfd_getfd`), i.e.
@@ -556,7 +606,7 @@ pub fn peer_cred(pid: u32, fd: u32) -> Option<PeerCred> {
 pub struct ProcessInfo {
     /// The pid asked for.
     pub pid: u32,
-    /// `/proc/<pid>/comm` (at most 15 bytes, set by the process itself).
+    /// The comm that `/proc/<pid>/comm` shows (at most 15 bytes, set by the process itself).
     pub comm: String,
     /// `/proc/<pid>/cmdline` split at NULs; empty for kernel threads and zombies.
     pub cmdline: Vec<String>,
@@ -564,15 +614,13 @@ pub struct ProcessInfo {
     pub exe: Option<String>,
 }
 
-/// Reads comm, cmdline and exe of `pid`; `None` if the process is gone.
+/// Reads comm, cmdline and exe of `pid` (all from one procfs handle); `None` if the process
+/// is gone.
 pub fn process_info(pid: u32) -> Option<ProcessInfo> {
-    let comm = read_comm(pid)?;
-    let cmdline = fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|b| parse_nul_separated(&b))
-        .unwrap_or_default();
-    let exe = fs::read_link(format!("/proc/{pid}/exe"))
-        .ok()
-        .map(|p| p.to_string_lossy().into_owned());
+    let process = open_process(pid).ok()?;
+    let comm = process.stat().ok()?.comm;
+    let cmdline = read_cmdline(&process).unwrap_or_default();
+    let exe = process.exe().ok().map(|p| p.to_string_lossy().into_owned());
     Some(ProcessInfo {
         pid,
         comm,
@@ -581,7 +629,20 @@ pub fn process_info(pid: u32) -> Option<ProcessInfo> {
     })
 }
 
-/// `/proc/<pid>/comm`; `None` if the process is gone.
+/// `/proc/<pid>/cmdline`, split by [`parse_nul_separated`].
+///
+/// procfs opens the file; the split stays hand-written because procfs's `cmdline()` drops
+/// empty arguments and fails on an argument that is not UTF-8 (this reads it lossily).
+fn read_cmdline(process: &Process) -> Option<Vec<String>> {
+    let mut bytes = Vec::new();
+    process
+        .open_relative("cmdline")
+        .ok()?
+        .read_to_end(&mut bytes)
+        .ok()?;
+    Some(parse_nul_separated(&bytes))
+}
+
 /// What /proc/PID/stat says of a process that discovery and the node
 /// inspection use.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -592,37 +653,30 @@ pub(crate) struct ProcStat {
     pub ppid: u32,
 }
 
-/// `/proc/PID/stat` of `pid`, parsed ([`parse_stat`]).
+/// `/proc/PID/stat` of `pid`, parsed by procfs (which takes the comm up to the *last* ')', so
+/// a comm holding spaces and parentheses is read whole, and decodes it lossily).
 pub(crate) fn proc_stat(pid: u32) -> Option<ProcStat> {
-    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    stat_of(&open_process(pid).ok()?)
 }
 
-/// "pid (comm) state ppid ...": the comm may hold spaces and parentheses,
-/// so the fields after it start at the last ')' (proc(5)).
-pub(crate) fn parse_stat(text: &str) -> Option<ProcStat> {
-    let open = text.find('(')?;
-    let close = text.rfind(')')?;
-    let mut rest = text.get(close + 1..)?.split_whitespace();
+/// [`proc_stat`] of an open process.
+pub(crate) fn stat_of(process: &Process) -> Option<ProcStat> {
+    let stat = process.stat().ok()?;
     Some(ProcStat {
-        comm: text.get(open + 1..close)?.to_string(),
-        state: rest.next()?.to_string(),
-        ppid: rest.next()?.parse().ok()?,
+        comm: stat.comm,
+        state: stat.state.to_string(),
+        ppid: u32::try_from(stat.ppid).ok()?,
     })
 }
 
+/// The comm of `pid` (at most 15 bytes, set by the process itself); `None` if the process is
+/// gone. Read from /proc/PID/stat, whose comm field is the one /proc/PID/comm shows
+/// (fs/proc/array.c `proc_task_name` for both): procfs has no reader of the comm file.
 pub(crate) fn read_comm(pid: u32) -> Option<String> {
-    fs::read(format!("/proc/{pid}/comm"))
-        .ok()
-        .map(|b| parse_comm(&b))
+    proc_stat(pid).map(|s| s.comm)
 }
 
-/// Decodes `/proc/<pid>/comm`, dropping the newline the kernel appends.
-fn parse_comm(bytes: &[u8]) -> String {
-    let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// Splits NUL-separated /proc data (cmdline, environ); a trailing NUL ends the last item.
+/// Splits NUL-separated /proc data (cmdline); a trailing NUL ends the last item.
 ///
 /// A process that rewrote its argv (setproctitle) may leave no NUL at all; then the whole
 /// buffer is one item.
@@ -637,24 +691,36 @@ fn parse_nul_separated(bytes: &[u8]) -> Vec<String> {
         .collect()
 }
 
-/// Reads variable `name` from `/proc/<pid>/environ` (the environment at exec, not later setenv).
-pub fn process_env_var(pid: u32, name: &str) -> Option<String> {
-    let bytes = fs::read(format!("/proc/{pid}/environ")).ok()?;
-    parse_environ_var(&bytes, name)
+/// The environment of `pid` at exec (`/proc/<pid>/environ`, not later setenv), by procfs.
+///
+/// Not bounded here: procfs's `environ()` reads the whole file and takes no limit (nor did
+/// the reader it replaced). The kernel bounds an environment by the exec argument limits; only
+/// a process with CAP_SYS_RESOURCE can point its environ elsewhere (PR_SET_MM_ENV_START/END).
+/// A name that appears twice has its last value (procfs keeps the later one in its map).
+fn environ_of(pid: u32) -> Option<HashMap<OsString, OsString>> {
+    open_process(pid).ok()?.environ().ok()
 }
 
-/// Finds the first `name=value` in NUL-separated environ bytes.
-fn parse_environ_var(bytes: &[u8], name: &str) -> Option<String> {
-    if name.is_empty() || name.contains('=') || name.contains('\0') {
+/// Reads variable `name` from `/proc/<pid>/environ` (the environment at exec, not later setenv).
+pub fn process_env_var(pid: u32, name: &str) -> Option<String> {
+    if name.is_empty() {
         return None;
     }
-    bytes.split(|&b| b == 0).find_map(|item| {
-        let value = item.strip_prefix(name.as_bytes())?.strip_prefix(b"=")?;
-        Some(String::from_utf8_lossy(value).into_owned())
-    })
+    env_value(&environ_of(pid)?, name)
+}
+
+/// The value of `name` in an environ map, lossily decoded.
+fn env_value(env: &HashMap<OsString, OsString>, name: &str) -> Option<String> {
+    env.get(OsStr::new(name))
+        .map(|v| v.to_string_lossy().into_owned())
 }
 
 /// Returns the thread-group id of `pid` (which may be a thread id), from `/proc/<pid>/status.`
+///
+/// The status readers ([`tgid_of`], [`process_euid`]) stay hand-written: procfs's `status()`
+/// reads the file as UTF-8 lines, and the kernel prints the comm on its Name line without
+/// escaping bytes >= 0x80 (fs/proc/array.c `proc_task_name`), so a process could hide from
+/// procfs with a non-UTF-8 comm; this reads the one line needed, lossily.
 pub fn tgid_of(pid: u32) -> Option<u32> {
     let bytes = fs::read(format!("/proc/{pid}/status")).ok()?;
     parse_status_tgid(&String::from_utf8_lossy(&bytes))
@@ -676,12 +742,13 @@ pub fn process_env(pid: u32, names: &[String]) -> BTreeMap<String, String> {
     if names.is_empty() {
         return BTreeMap::new();
     }
-    let Ok(bytes) = fs::read(format!("/proc/{pid}/environ")) else {
+    let Some(env) = environ_of(pid) else {
         return BTreeMap::new();
     };
     names
         .iter()
-        .filter_map(|n| Some((n.clone(), parse_environ_var(&bytes, n)?)))
+        .filter(|n| !n.is_empty())
+        .filter_map(|n| Some((n.clone(), env_value(&env, n)?)))
         .collect()
 }
 
@@ -984,8 +1051,11 @@ pub fn unix_peer_of(inode: u64) -> Result<Option<u64>, DiscoveryError> {
 /// The inode of the socket behind fd `fd` of `pid` (its `socket:[N]` link); `None` if the
 /// fd is not open or not a socket.
 pub fn fd_socket_inode(pid: u32, fd: u32) -> Option<u64> {
-    let target = fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok()?;
-    parse_socket_link(target.to_str()?)
+    let fd = i32::try_from(fd).ok()?;
+    match open_process(pid).ok()?.fd_from_fd(fd).ok()?.target {
+        FDTarget::Socket(inode) => Some(inode),
+        _ => None,
+    }
 }
 
 /// An fd of a traced process whose socket's other end is held by a process that has a given
@@ -1089,22 +1159,49 @@ fn match_env_peers(
 
 #[cfg(test)]
 mod tests {
-
-    #[test]
-    fn stat_fields_survive_odd_comms() {
-        let st = parse_stat("42 (a) b (c)) S 7 42 42 0 -1").unwrap();
-        assert_eq!(
-            (st.comm.as_str(), st.state.as_str(), st.ppid),
-            ("a) b (c)", "S", 7)
-        );
-        assert_eq!(parse_stat("42 (x) R"), None);
-        assert_eq!(parse_stat("garbage"), None);
-        let me = proc_stat(std::process::id()).expect("our own stat");
-        assert_eq!(me.ppid, std::os::unix::process::parent_id());
-    }
     use super::*;
     use std::os::unix::fs::symlink;
     use std::os::unix::net::{UnixListener, UnixStream};
+
+    /// A comm with spaces and parentheses (exec names the process after the file, so a
+    /// symlink named so gives it), and one with a non-UTF-8 byte: stat's comm, state and ppid
+    /// come through whole; status (hand-read) still gives the Tgid and Uid.
+    #[test]
+    fn stat_fields_survive_odd_comms() {
+        use std::os::unix::ffi::OsStrExt;
+        let me = std::process::id();
+        let st = proc_stat(me).expect("our own stat");
+        assert_eq!(st.ppid, std::os::unix::process::parent_id());
+        assert!(matches!(st.state.as_str(), "R" | "S"), "{st:?}");
+        assert_eq!(read_comm(me).as_deref(), Some(st.comm.as_str()));
+        let sleep = ["/bin/sleep", "/usr/bin/sleep"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .expect("sleep");
+        let dir = TempDir::new("comm");
+        for (name, want) in [
+            (OsStr::new("a) b (c)"), "a) b (c)"),
+            (OsStr::from_bytes(b"x\xffy"), "x\u{fffd}y"),
+        ] {
+            let link = dir.0.join(name);
+            symlink(sleep, &link).expect("symlink");
+            let child = KillOnDrop(
+                std::process::Command::new(&link)
+                    .arg("60")
+                    .spawn()
+                    .expect("spawn"),
+            );
+            let pid = child.0.id();
+            let st = proc_stat(pid).expect("child stat");
+            assert_eq!((st.comm.as_str(), st.ppid), (want, me), "{st:?}");
+            assert_eq!(read_comm(pid).as_deref(), Some(want));
+            assert_eq!(tgid_of(pid), Some(pid));
+            assert_eq!(process_euid(pid), Some(euid()));
+            assert_eq!(process_info(pid).map(|i| i.comm).as_deref(), Some(want));
+        }
+        assert_eq!(proc_stat(u32::MAX), None);
+        assert_eq!(proc_stat(i32::MAX as u32), None);
+    }
 
     /// The header line as printed by af_unix.c.
     const HEADER: &str = "Num       RefCount Protocol Flags    Type St Inode Path";
@@ -1256,35 +1353,7 @@ mod tests {
         let _ = parse_proc_net_unix(&noise);
     }
 
-    /// Socket fd link targets.
-    #[test]
-    fn socket_link() {
-        assert_eq!(parse_socket_link("socket:[12345]"), Some(12345));
-        assert_eq!(parse_socket_link("socket:[0]"), Some(0));
-        assert_eq!(
-            parse_socket_link("socket:[18446744073709551615]"),
-            Some(u64::MAX)
-        );
-        for bad in [
-            "",
-            "socket:[]",
-            "socket:[12a]",
-            "socket:[+1]",
-            "socket:[-1]",
-            "socket:[ 1]",
-            "socket:[18446744073709551616]",
-            "socket:[1",
-            "socket:[1] ",
-            "pipe:[123]",
-            "anon_inode:[eventfd]",
-            "/dev/null",
-            "[123]",
-        ] {
-            assert_eq!(parse_socket_link(bad), None, "link {bad:?}");
-        }
-    }
-
-    /// cmdline/environ/comm/status parsers.
+    /// cmdline and status parsers.
     #[test]
     fn parse_proc_small_files() {
         assert_eq!(
@@ -1299,23 +1368,6 @@ mod tests {
         assert_eq!(parse_nul_separated(b"\0"), vec![""]);
         assert_eq!(parse_nul_separated(b"a\0\0b\0"), vec!["a", "", "b"]);
 
-        let env = b"PATH=/bin\0NRI_SOCKET=/var/run/nri/nri.sock\0EMPTY=\0A=b=c\0NRI=x";
-        assert_eq!(parse_environ_var(env, "PATH").as_deref(), Some("/bin"));
-        assert_eq!(
-            parse_environ_var(env, "NRI_SOCKET").as_deref(),
-            Some("/var/run/nri/nri.sock")
-        );
-        assert_eq!(parse_environ_var(env, "NRI").as_deref(), Some("x"));
-        assert_eq!(parse_environ_var(env, "EMPTY").as_deref(), Some(""));
-        assert_eq!(parse_environ_var(env, "A").as_deref(), Some("b=c"));
-        assert_eq!(parse_environ_var(env, "PAT"), None);
-        assert_eq!(parse_environ_var(env, ""), None);
-        assert_eq!(parse_environ_var(env, "A=b"), None);
-        assert_eq!(parse_environ_var(b"", "PATH"), None);
-
-        assert_eq!(parse_comm(b"containerd\n"), "containerd");
-        assert_eq!(parse_comm(b""), "");
-
         let status = "Name:\tcontainerd\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t1234\nNgid:\t0\nPid:\t1240\n";
         assert_eq!(parse_status_tgid(status), Some(1234));
         assert_eq!(parse_status_tgid("Tgid:\tx\n"), None);
@@ -1325,6 +1377,42 @@ mod tests {
         assert_eq!(pid_from_name(OsStr::new("42")), Some(42));
         assert_eq!(pid_from_name(OsStr::new("self")), None);
         assert_eq!(pid_from_name(OsStr::new("+42")), None);
+    }
+
+    /// The environ readers (procfs's map): values with '=', empty values, names that are only
+    /// a prefix of a variable, and names that cannot be variables.
+    #[test]
+    fn environ_of_a_child() {
+        let child = KillOnDrop(
+            std::process::Command::new("sleep")
+                .arg("60")
+                .env_clear()
+                .env("PATH", "/bin:/usr/bin")
+                .env("NRI_SOCKET", "/var/run/nri/nri.sock")
+                .env("EMPTY", "")
+                .env("A", "b=c")
+                .env("NRI", "x")
+                .spawn()
+                .expect("spawn sleep"),
+        );
+        let pid = child.0.id();
+        let var = |n: &str| process_env_var(pid, n);
+        assert_eq!(var("PATH").as_deref(), Some("/bin:/usr/bin"));
+        assert_eq!(var("NRI_SOCKET").as_deref(), Some("/var/run/nri/nri.sock"));
+        assert_eq!(var("NRI").as_deref(), Some("x"));
+        assert_eq!(var("EMPTY").as_deref(), Some(""));
+        assert_eq!(var("A").as_deref(), Some("b=c"));
+        for none in ["PAT", "NRI_", "", "A=b", "A\0"] {
+            assert_eq!(var(none), None, "{none:?}");
+        }
+        let names: Vec<String> = ["A", "EMPTY", "PAT", ""].map(String::from).into();
+        let env = process_env(pid, &names);
+        let want: BTreeMap<String, String> = [
+            ("A".to_string(), "b=c".to_string()),
+            ("EMPTY".to_string(), String::new()),
+        ]
+        .into();
+        assert_eq!(env, want);
     }
 
     /// Grouping holders into listeners, without /proc.
@@ -1385,6 +1473,47 @@ mod tests {
             io::Error::from_raw_os_error(libc::ENOENT),
         );
         assert!(e.to_string().contains("procfs"), "{e}");
+    }
+
+    /// procfs errors map to the same variants as I/O errors on /proc.
+    #[test]
+    fn proc_error_messages() {
+        let fd_dir = Path::new("/proc/1234/fd");
+        let e = proc_error(
+            fd_dir,
+            Some(1234),
+            ProcError::PermissionDenied(Some(fd_dir.into())),
+        );
+        assert!(
+            matches!(&e, DiscoveryError::PermissionDenied { path } if path == fd_dir),
+            "{e:?}"
+        );
+        let e = proc_error(fd_dir, Some(1234), ProcError::NotFound(None));
+        assert!(
+            matches!(e, DiscoveryError::ProcessGone { pid: 1234 }),
+            "{e:?}"
+        );
+        let esrch = io::Error::from_raw_os_error(libc::ESRCH);
+        let e = proc_error(fd_dir, Some(1234), ProcError::Io(esrch, None));
+        assert!(
+            matches!(e, DiscoveryError::ProcessGone { pid: 1234 }),
+            "{e:?}"
+        );
+        let e = proc_error(Path::new("/proc"), None, ProcError::NotFound(None));
+        assert!(e.to_string().contains("procfs is mounted"), "{e}");
+        let e = proc_error(fd_dir, Some(1234), ProcError::Other("odd".into()));
+        assert!(
+            matches!(&e, DiscoveryError::Io { path, .. } if path == fd_dir),
+            "{e:?}"
+        );
+        // Live: no such process (pid_max is at most 2^22), and a pid beyond i32.
+        for pid in [(1 << 22) + 1, u32::MAX] {
+            match socket_fds_of(pid) {
+                Err(DiscoveryError::ProcessGone { pid: p }) => assert_eq!(p, pid),
+                other => panic!("pid {pid}: expected ProcessGone, got {other:?}"),
+            }
+            assert_eq!(fd_socket_inode(pid, 0), None);
+        }
     }
 
     /// Nonexistent path: NoListener.
