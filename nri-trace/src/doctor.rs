@@ -47,11 +47,17 @@ pub const DEFAULT_SOCKETS: &[(&str, &str)] = &[
     ("NRI", "/var/run/nri/nri.sock"),
 ];
 
-/// Effective capabilities of this process, from /proc/self/status CapEff.
+/// Effective capabilities of this process, from /proc/self/status CapEff
+/// (procfs; its status parser needs a UTF-8 Name line, and ours is the
+/// name of our own binary).
 fn cap_eff() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = s.lines().find(|l| l.starts_with("CapEff:"))?;
-    u64::from_str_radix(line.split_whitespace().nth(1)?, 16).ok()
+    Some(
+        procfs::process::Process::myself()
+            .ok()?
+            .status()
+            .ok()?
+            .capeff,
+    )
 }
 
 pub fn privileges() -> Check {

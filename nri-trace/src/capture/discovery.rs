@@ -522,12 +522,6 @@ fn scan_holders(inodes: &HashSet<u64>) -> HolderScan {
     scan
 }
 
-/// Parses a /proc directory entry name as a pid (`None` for "self", "net", ...).
-pub(crate) fn pid_from_name(name: &OsStr) -> Option<u32> {
-    let s = name.to_str()?;
-    parse_dec_u64(s).and_then(|v| u32::try_from(v).ok())
-}
-
 /// Lists `(tgid, fd, inode)` for every fd in any `/proc/<tgid>/fd` whose socket inode is in `inodes`.
 pub fn find_socket_holders(inodes: &HashSet<u64>) -> Vec<(u32, u32, u64)> {
     scan_holders(inodes).holders
@@ -1373,10 +1367,6 @@ mod tests {
         assert_eq!(parse_status_tgid("Tgid:\tx\n"), None);
         assert_eq!(parse_status_tgid("Tgid:\t99999999999\n"), None);
         assert_eq!(parse_status_tgid(""), None);
-
-        assert_eq!(pid_from_name(OsStr::new("42")), Some(42));
-        assert_eq!(pid_from_name(OsStr::new("self")), None);
-        assert_eq!(pid_from_name(OsStr::new("+42")), None);
     }
 
     /// The environ readers (procfs's map): values with '=', empty values, names that are only

@@ -8,12 +8,18 @@
 //! mount namespace (the container's own) shows its paths relative to its
 //! own root, so only host processes are found holding a rootfs this way;
 //! the container's processes are found through its cgroup.
+//!
+//! procfs reads /proc: the process list, cwd/root/fd links, stat, wchan
+//! and mountinfo. The cgroup side (/sys/fs/cgroup) is plain directory
+//! reading: procfs covers /proc only.
 
 use std::{
     fs,
+    os::unix::ffi::OsStrExt,
     path::{Path, PathBuf},
 };
 
+use procfs::process::{FDTarget, Process};
 use serde::Serialize;
 
 use super::discovery;
@@ -44,15 +50,16 @@ fn state(pid: u32) -> String {
 }
 
 fn wchan(pid: u32) -> String {
-    fs::read_to_string(format!("/proc/{pid}/wchan"))
+    discovery::open_process(pid)
+        .and_then(|p| p.wchan())
         .map(|s| s.trim().to_string())
         .unwrap_or_default()
 }
 
 /// What /proc shows of `pid` now (None: it is gone).
 pub fn process(pid: u32, what: &str) -> Option<Holder> {
-    Path::new(&format!("/proc/{pid}"))
-        .exists()
+    discovery::open_process(pid)
+        .is_ok()
         .then(|| holder(pid, what.into(), String::new()))
 }
 
@@ -72,58 +79,60 @@ fn holder(pid: u32, what: String, path: String) -> Holder {
 /// `.../overlay/<layer>/merged` with the id in its options (not found
 /// here).
 pub fn rootfs_mounts(id: &str) -> Vec<PathBuf> {
-    let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {
+    let Ok(info) = Process::myself().and_then(|p| p.mountinfo()) else {
         return Vec::new();
     };
     let suffix = format!("/{id}/rootfs");
     let mut v: Vec<PathBuf> = info
-        .lines()
-        // Field 5 is the mount point (proc(5)); octal escapes for spaces.
-        .filter_map(|l| l.split(' ').nth(4))
-        .filter(|m| m.ends_with(&suffix))
-        .map(PathBuf::from)
+        .into_iter()
+        // The mount point as mountinfo prints it (proc(5)): octal escapes for spaces.
+        .map(|m| m.mount_point)
+        .filter(|m| m.as_os_str().as_bytes().ends_with(suffix.as_bytes()))
         .collect();
     v.sort();
     v.dedup();
     v
 }
 
-fn numeric_dirs(dir: &str) -> Vec<u32> {
-    let Ok(rd) = fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    rd.flatten()
-        .filter_map(|e| discovery::pid_from_name(&e.file_name()))
-        .collect()
-}
-
 /// Processes whose cwd, root or an open file is at or under `dir`.
 pub fn holding(dir: &Path) -> Vec<Holder> {
     let mut out = Vec::new();
     let under = |p: &Path| p.starts_with(dir);
-    let mut pids = numeric_dirs("/proc");
+    let Ok(all) = procfs::process::all_processes() else {
+        return out;
+    };
+    let mut pids: Vec<u32> = all
+        .flatten()
+        .filter_map(|p| u32::try_from(p.pid).ok())
+        .collect();
     pids.sort_unstable();
     for pid in pids {
         if out.len() >= MAX_HOLDERS {
             break;
         }
-        for what in ["cwd", "root"] {
-            if let Ok(p) = fs::read_link(format!("/proc/{pid}/{what}")) {
-                if under(&p) {
-                    out.push(holder(pid, what.into(), p.display().to_string()));
+        // Gone since the listing: nothing to report.
+        let Ok(p) = discovery::open_process(pid) else {
+            continue;
+        };
+        for (what, link) in [("cwd", p.cwd()), ("root", p.root())] {
+            match link {
+                Ok(link) if under(&link) => {
+                    out.push(holder(pid, what.into(), link.display().to_string()));
                 }
+                _ => {}
             }
         }
-        let fd_dir = format!("/proc/{pid}/fd");
-        let mut fds = numeric_dirs(&fd_dir);
-        fds.sort_unstable();
-        for fd in fds {
-            if let Ok(p) = fs::read_link(format!("{fd_dir}/{fd}")) {
-                if under(&p) {
-                    out.push(holder(pid, format!("fd {fd}"), p.display().to_string()));
-                    break;
-                }
-            }
+        // The lowest fd under `dir` (procfs skips fds closed while we read).
+        let Ok(fds) = p.fd() else { continue };
+        let first = fds
+            .flatten()
+            .filter_map(|f| match f.target {
+                FDTarget::Path(path) if under(&path) => Some((f.fd, path)),
+                _ => None,
+            })
+            .min_by_key(|(fd, _)| *fd);
+        if let Some((fd, path)) = first {
+            out.push(holder(pid, format!("fd {fd}"), path.display().to_string()));
         }
     }
     out

@@ -7,6 +7,10 @@
 //! (containerd: `containerd.sock`, not its `.ttrpc` twin; CRI-O:
 //! `crio.sock`; NRI: `nri.sock`), since their directories are
 //! configurable.
+//!
+//! The processes come from procfs (via `discovery`); the sockets from
+//! /proc/PID/net/unix, read by `discovery`'s own parser (procfs's lacks
+//! the listening flag).
 
 use std::path::PathBuf;
 
@@ -84,12 +88,12 @@ fn listening_paths(entries: &[UnixSocketEntry], inodes: &[(u32, u64)]) -> Vec<St
 /// Every containerd and CRI-O process on this machine, by pid.
 pub fn find_runtimes() -> Result<Vec<Runtime>, DiscoveryError> {
     let mut out = Vec::new();
-    let dir = std::fs::read_dir("/proc").map_err(|error| DiscoveryError::Io {
-        path: PathBuf::from("/proc"),
-        error,
-    })?;
-    let mut pids: Vec<u32> = dir
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+    // The pids first, then one process at a time: a procfs handle holds an fd.
+    let all = procfs::process::all_processes()
+        .map_err(|e| discovery::proc_error(std::path::Path::new("/proc"), None, e))?;
+    let mut pids: Vec<u32> = all
+        .flatten()
+        .filter_map(|p| u32::try_from(p.pid).ok())
         .collect();
     pids.sort_unstable();
     for pid in pids {

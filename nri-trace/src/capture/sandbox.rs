@@ -6,6 +6,10 @@
 //! adds what only the live node can tell (cgroup paths of cgroup ids, the
 //! target of a signal) and finds the process tree to watch
 //! ([`runtime_tree`]).
+//!
+//! procfs reads /proc for it: mountinfo (where cgroup v2 is), a process's
+//! cgroup, the process list and each one's stat (comm, ppid). The cgroup
+//! tree itself (/sys/fs/cgroup) is walked as plain directories.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -17,6 +21,7 @@ use nri_trace_common::{
     Syscall, SANDBOX_NO_CODE, SANDBOX_PATH2_CUT, SANDBOX_PATH_CUT, SANDBOX_PATH_LEN,
     SANDBOX_RECORD_LEN,
 };
+use procfs::ProcessCGroup;
 use serde::{Deserialize, Serialize};
 
 use super::{discovery, record::RawRecord, Timestamp};
@@ -422,13 +427,12 @@ pub fn from_record(r: &RawRecord<'_>, ts: Timestamp) -> Option<SandboxEvent> {
 /// Where cgroup v2 (the unified hierarchy) is mounted: /sys/fs/cgroup, or
 /// /sys/fs/cgroup/unified on a hybrid (v1 + v2) node; from mountinfo.
 fn cgroup2_mount() -> Option<std::path::PathBuf> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    text.lines().find_map(|l| {
-        // "id parent maj:min root mountpoint opts - fstype source opts"
-        let (left, right) = l.split_once(" - ")?;
-        (right.split_whitespace().next()? == "cgroup2")
-            .then(|| left.split_whitespace().nth(4).map(std::path::PathBuf::from))?
-    })
+    procfs::process::Process::myself()
+        .and_then(|p| p.mountinfo())
+        .ok()?
+        .into_iter()
+        .find(|m| m.fs_type == "cgroup2")
+        .map(|m| m.mount_point)
 }
 /// Most cgroups indexed; a node has hundreds to a few thousand.
 const MAX_CGROUPS: usize = 65536;
@@ -550,19 +554,22 @@ impl SandboxContext {
 /// /proc/PID/cgroup), or on a v1 node (where the v2 one is "/") the
 /// first v1 hierarchy's that is not the root.
 pub fn proc_cgroup(pid: u32) -> Option<String> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    cgroup_of(&text)
+    let cgroups = discovery::open_process(pid).ok()?.cgroups().ok()?;
+    cgroup_of(&cgroups.0)
 }
 
-fn cgroup_of(text: &str) -> Option<String> {
-    let path = |l: &str| l.splitn(3, ':').nth(2).map(str::to_string);
-    let v2 = text.lines().find(|l| l.starts_with("0::")).and_then(path);
+/// The pick of [`proc_cgroup`] among the lines of /proc/PID/cgroup
+/// (procfs's parse of "hierarchy:controllers:path").
+fn cgroup_of(cgroups: &[ProcessCGroup]) -> Option<String> {
+    // The v2 line is "0::path": hierarchy 0, no controllers.
+    let is_v2 = |g: &&ProcessCGroup| g.hierarchy == 0 && g.controllers.is_empty();
+    let v2 = cgroups.iter().find(is_v2).map(|g| g.pathname.clone());
     match v2 {
         Some(p) if p != "/" => Some(p),
-        _ => text
-            .lines()
-            .filter(|l| !l.starts_with("0::"))
-            .filter_map(path)
+        _ => cgroups
+            .iter()
+            .filter(|g| !is_v2(g))
+            .map(|g| g.pathname.clone())
             .find(|p| p != "/")
             .or(v2),
     }
@@ -586,12 +593,13 @@ const TREE_ROOTS: &[&str] = &[
 pub fn runtime_tree(roots: &[u32]) -> Vec<u32> {
     let mut parent_of: Vec<(u32, u32)> = Vec::new();
     let mut tree: HashSet<u32> = roots.iter().copied().collect();
-    if let Ok(rd) = std::fs::read_dir("/proc") {
-        for e in rd.flatten() {
-            let Some(pid) = discovery::pid_from_name(&e.file_name()) else {
+    if let Ok(all) = procfs::process::all_processes() {
+        // A process that exits while we look is skipped.
+        for p in all.flatten() {
+            let Ok(pid) = u32::try_from(p.pid) else {
                 continue;
             };
-            let Some(stat) = discovery::proc_stat(pid) else {
+            let Some(stat) = discovery::stat_of(&p) else {
                 continue;
             };
             let comm = stat.comm.as_str();
@@ -779,14 +787,25 @@ mod tests {
 
     #[test]
     fn cgroup_paths_on_v1_and_v2_nodes() {
-        assert_eq!(
-            cgroup_of("0::/k8s.io/abc\n").as_deref(),
-            Some("/k8s.io/abc")
-        );
+        use procfs::FromRead;
+        // /proc/PID/cgroup text, parsed by procfs as proc_cgroup has it parsed.
+        let pick = |text: &str| {
+            procfs::ProcessCGroups::from_read(text.as_bytes())
+                .ok()
+                .and_then(|g| cgroup_of(&g.0))
+        };
+        assert_eq!(pick("0::/k8s.io/abc\n").as_deref(), Some("/k8s.io/abc"));
         let hybrid = "9:name=systemd:/\n4:memory:/k8s.io/abc\n0::/\n";
-        assert_eq!(cgroup_of(hybrid).as_deref(), Some("/k8s.io/abc"));
-        assert_eq!(cgroup_of("1:cpu:/\n0::/\n").as_deref(), Some("/"));
-        assert_eq!(cgroup_of("garbage"), None);
+        assert_eq!(pick(hybrid).as_deref(), Some("/k8s.io/abc"));
+        assert_eq!(pick("1:cpu:/\n0::/\n").as_deref(), Some("/"));
+        // A path holding ':' is kept whole.
+        assert_eq!(pick("0::/a:b\n").as_deref(), Some("/a:b"));
+        assert_eq!(pick("garbage"), None);
+        assert_eq!(pick(""), None);
+        // Our own: whatever the node, a path that starts at a root.
+        let me = proc_cgroup(std::process::id()).expect("own cgroup");
+        assert!(me.starts_with('/'), "{me}");
+        assert_eq!(proc_cgroup(u32::MAX), None);
     }
 
     #[test]
