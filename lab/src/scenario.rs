@@ -511,7 +511,7 @@ fn drive(r: &mut Run) -> Result<()> {
 }
 
 /// The demo behind `cargo xtask demo`: the lab with a slow and a plain
-/// plugin, `nri-trace trace` on the lab's CRI and NRI sockets (its output,
+/// plugin, `nri-trace watch -o text` on the lab's CRI and NRI sockets (its output,
 /// each CRI call with the NRI hooks it caused and their times, then the
 /// latency tables, goes to this terminal), two pod lifecycles, then
 /// everything is torn down.
@@ -532,8 +532,14 @@ pub fn demo(lab: Lab, bins: Bins, nri_trace: &Path, nri_args: &[String]) -> Resu
         if std::io::IsTerminal::is_terminal(&std::io::stdout()) && nri_args.is_empty() {
             return demo_tui(&mut r, nri_trace);
         }
+        // `-o text` unless the arguments choose a format.
+        let format_given = nri_args
+            .iter()
+            .any(|a| a == "-o" || a.starts_with("--output") || a.starts_with("-o"));
+        let text: &[&str] = if format_given { &[] } else { &["-o", "text"] };
         let mut trace = Command::new(nri_trace)
-            .arg("trace")
+            .arg("watch")
+            .args(text)
             .arg("--cri-socket")
             .arg(r.lab.cri_socket())
             .arg("--nri-socket")
@@ -578,7 +584,7 @@ fn demo_tui(r: &mut Run, nri_trace: &Path) -> Result<()> {
     sleep(Duration::from_millis(1500));
     // No socket flags: it finds the lab's containerd as it would a node's.
     let mut tui = Command::new(nri_trace)
-        .arg("tui")
+        .args(["watch", "-o", "tui"])
         .spawn()
         .with_context(|| format!("starting {}", nri_trace.display()))?;
     // Attached before the plugins register, so it sees their names.

@@ -16,12 +16,13 @@
 //! Benchmarks over the same bytes (criterion group `cri_decode`, ids
 //! `cri_decode/<name>/<input>`, throughput in captured payload bytes):
 //!
-//! - `full`: the whole pipeline from capture events, as
-//!   `engine::cri_analysis::analyze` runs it (HTTP/2 framing, HPACK, gRPC
-//!   message reassembly, chunk time stamps, streams, method inference,
-//!   protobuf decoding, pod and container identity, records, per-method
-//!   latency), with a fresh `CriAnalysis` per run and the events borrowed,
-//!   not cloned.
+//! - `full`: the decoder stage of the pipeline, as `watch` and `debug cri`
+//!   run it (`model::trace_decoder::TraceDecoder`: routing, HTTP/2
+//!   framing, HPACK, gRPC message reassembly, chunk time stamps, streams,
+//!   method inference, protobuf decoding, pod and container identity,
+//!   observations and their clock), with a fresh decoder per run and the
+//!   events borrowed, not cloned. (Per-method latency is the engine's:
+//!   `trace_engine` measures it.)
 //! - `framing`: HTTP/2 framing, HPACK and gRPC message reassembly only: one
 //!   `H2Connection` per connection, every chunk pushed by side (`In`: the
 //!   client's bytes, `Out`: the server's), every event drained; no protobuf.
@@ -73,8 +74,9 @@ use nri_trace::{
         connection::{H2Connection, H2Event, Side},
         message::{self, CriMethod, MessageDecodeError},
     },
-    engine::cri_analysis::{self, CriAnalysis, CriRecord, MethodSummary},
     model::cri_call::Identified,
+    model::{observation::Observation, trace_decoder::TraceDecoder},
+    pipeline::source::session_of_events,
 };
 
 /// (criterion parameter, recording relative to this crate); the first is
@@ -139,14 +141,16 @@ struct Input {
     /// The criterion parameter.
     name: &'static str,
     path: PathBuf,
+    /// The runtime's CRI socket, as the recording's opens name it.
+    socket: PathBuf,
     events: Vec<CaptureEvent>,
     /// Chunk events, and the bytes they carry (the throughput unit).
     chunks: usize,
     bytes: u64,
     /// gRPC messages the framing layers yield (both sides).
     messages: u64,
-    /// What `analyze` yields: records, calls among them, and how the calls'
-    /// methods were identified.
+    /// What the decoder stage yields: observations, calls among them, and
+    /// how the calls' methods were identified.
     records: usize,
     calls: usize,
     known: usize,
@@ -199,15 +203,13 @@ impl Input {
             }
         });
 
-        // The `full` loop gives what `analyze` gives.
-        let (want, want_summary) = cri_analysis::analyze(events.clone());
-        let (got, got_summary, a) = run_full(&events, CriAnalysis::new());
-        assert!(
-            got == want && got_summary == want_summary,
-            "the `full` loop differs from analyze()"
-        );
+        // The `full` loop is deterministic, and decodes every message.
+        let socket = PathBuf::from(session_of_events(&events).cri_socket);
+        let (want, a) = run_full(&events, decoder(&socket));
+        let (again, _) = run_full(&events, decoder(&socket));
+        assert!(want == again, "the decoder stage is not deterministic");
         assert_eq!(
-            a.stats().undecodable,
+            a.cri_stats().undecodable,
             0,
             "{}: the pipeline met undecodable messages",
             path.display()
@@ -216,8 +218,8 @@ impl Input {
         let (mut known, mut inferred, mut unknown) = (0, 0, 0);
         let mut protos = Vec::new();
         let mut hidden = Vec::new();
-        for c in want.iter().filter_map(|r| match r {
-            CriRecord::CriCall(c) => Some(c),
+        for c in want.iter().filter_map(|o| match o {
+            Observation::CriCall(c) => Some(c),
             _ => None,
         }) {
             let request = first.get(&(c.conn, c.stream_id, Side::Client));
@@ -281,6 +283,7 @@ impl Input {
         Input {
             name,
             path,
+            socket,
             events,
             chunks,
             bytes,
@@ -307,20 +310,21 @@ fn side_of(d: Direction) -> Side {
 
 // ------------------------------------------------------ measured code
 
-/// `analyze` without the clone: every event borrowed, then the end of the
-/// capture and the summary. Returns everything it built, so that dropping
-/// it is not measured.
-fn run_full(
-    events: &[CaptureEvent],
-    mut a: CriAnalysis,
-) -> (Vec<CriRecord>, Vec<MethodSummary>, CriAnalysis) {
+/// The decoder stage on the recording's CRI socket.
+fn decoder(socket: &Path) -> TraceDecoder {
+    TraceDecoder::new(vec![socket.to_path_buf()], vec![])
+}
+
+/// The decoder stage over every event borrowed, then the end of the
+/// capture. Returns everything it built, so that dropping it is not
+/// measured.
+fn run_full(events: &[CaptureEvent], mut d: TraceDecoder) -> (Vec<Observation>, TraceDecoder) {
     let mut out = Vec::new();
     for ev in events {
-        a.on_capture(ev, &mut out);
+        d.on_capture(ev, &mut out);
     }
-    a.finish(&mut out);
-    let summary = a.summary();
-    (out, summary, a)
+    d.finish(&mut out);
+    (out, d)
 }
 
 /// The framing layers as the assembler drives them: one `H2Connection` per
@@ -394,7 +398,7 @@ fn benches(c: &mut Criterion, inputs: &[Input]) {
         g.throughput(Throughput::BytesDecimal(input.bytes));
         g.bench_function(id("full"), |b| {
             b.iter_batched(
-                CriAnalysis::new,
+                || decoder(&input.socket),
                 |a| run_full(black_box(events), a),
                 BatchSize::PerIteration,
             )

@@ -6,13 +6,15 @@
 //! timing. Four benchmarks over the same bytes (criterion group
 //! `nri_decode`, throughput in captured payload bytes):
 //!
-//! - `full`: the whole pipeline from capture events, as
-//!   `engine::nri_analysis::analyze` runs it (mux framing, ttrpc framing,
-//!   protobuf decoding, request/response matching, records, hook timing),
-//!   with a fresh `NriAnalysis` per run and the events borrowed, not cloned.
-//! - `assembler`: the same without hook timing and records: only the
-//!   `NriCallAssembler` (framing, protobuf, matching, calls). A breakdown of
-//!   the bookkeeping: hook timing and records ~ `full` - `assembler`.
+//! - `full`: the decoder stage of the pipeline, as `watch` and `debug nri`
+//!   run it (`model::trace_decoder::TraceDecoder`: routing, mux framing,
+//!   ttrpc framing, protobuf decoding, request/response matching, plugin
+//!   identity, observations and their clock), with a fresh decoder per run
+//!   and the events borrowed, not cloned. (Hook timing is the engine's:
+//!   `trace_engine` measures it.)
+//! - `assembler`: the `NriCallAssembler` alone (framing, protobuf,
+//!   matching, calls): `full` - `assembler` is the stage's routing and
+//!   clock.
 //! - `framing`: the framing layers only: every chunk pushed into a
 //!   `MuxTtrpc` per (connection, direction), every ttrpc message drained.
 //! - `prost_only`: protobuf decoding only: the ttrpc payloads `framing`
@@ -58,11 +60,12 @@ use nri_trace::{
         message::{self, Method, RequestBody, ResponseBody},
         ttrpc::{MessageType, MuxTtrpc, TtrpcEvent, TtrpcMessage},
     },
-    engine::{
-        hook_latency::HookSummary,
-        nri_analysis::{self, NriAnalysis, NriRecord},
+    model::{
+        nri_call::{NriCallAssembler, NriObservation},
+        observation::Observation,
+        trace_decoder::TraceDecoder,
     },
-    model::nri_call::{NriCallAssembler, NriObservation},
+    pipeline::replay::records_of_events,
 };
 
 /// The recording, relative to this crate.
@@ -131,7 +134,8 @@ struct Input {
     requests: usize,
     request_bodies: usize,
     response_bodies: usize,
-    /// What `analyze` yields on this input: records and calls among them.
+    /// What the decoder stage yields on this input: observations, and
+    /// calls among them.
     records: usize,
     calls: usize,
     /// (plugin, hook) pairs in the latency summary: one histogram each.
@@ -188,19 +192,20 @@ impl Input {
         // The bodies decode (the loop must measure decoding, not errors).
         decode_all(&protos).expect("every payload of the recording decodes");
 
-        // The `full` loop gives what `analyze` gives.
-        let (want, want_summary) =
-            nri_analysis::analyze(events.clone(), vec![PathBuf::from(SOCKET)]);
-        let (got, got_summary, _) = run_full(&events, analysis());
-        assert!(
-            got == want && got_summary == want_summary,
-            "the `full` loop differs from analyze()"
-        );
+        // The `full` loop gives what the pipeline's decoder stage gives.
+        let (want, _) = run_full(&events, decoder());
+        let (again, _) = run_full(&events, decoder());
+        assert!(want == again, "the decoder stage is not deterministic");
         let calls = want
             .iter()
-            .filter(|r| matches!(r, NriRecord::NriCall(_)))
+            .filter(|o| matches!(o, Observation::NriCall(_)))
             .count();
         assert!(calls > 0, "no NRI call in {}", path.display());
+        // The (plugin, hook) pairs the engine times on it.
+        let hooks = records_of_events(&events, Default::default())
+            .tables
+            .hooks
+            .len();
         let (observations, _) = run_assembler(&events, assembler());
         assert!(
             observations
@@ -208,7 +213,7 @@ impl Input {
                 .filter(|o| matches!(o, NriObservation::Call(_)))
                 .count()
                 == calls,
-            "the assembler yields other calls than analyze()"
+            "the assembler yields other calls than the decoder stage"
         );
 
         Input {
@@ -218,7 +223,7 @@ impl Input {
                 .filter(|e| matches!(e, CaptureEvent::Open(_)))
                 .count(),
             plugin_ends: mirrors.len(),
-            hooks: want_summary.len(),
+            hooks,
             records: want.len(),
             calls,
             events,
@@ -279,8 +284,8 @@ fn dir_index(d: Direction) -> usize {
     }
 }
 
-fn analysis() -> NriAnalysis {
-    NriAnalysis::new(vec![PathBuf::from(SOCKET)])
+fn decoder() -> TraceDecoder {
+    TraceDecoder::new(vec![], vec![PathBuf::from(SOCKET)])
 }
 
 fn assembler() -> NriCallAssembler {
@@ -289,20 +294,16 @@ fn assembler() -> NriCallAssembler {
 
 // ------------------------------------------------------ measured code
 
-/// `analyze` without the clone: every event borrowed, then the end of the
-/// capture and the summary. Returns everything it built, so that dropping
-/// it is not measured.
-fn run_full(
-    events: &[CaptureEvent],
-    mut a: NriAnalysis,
-) -> (Vec<NriRecord>, Vec<HookSummary>, NriAnalysis) {
+/// The decoder stage over every event borrowed, then the end of the
+/// capture. Returns everything it built, so that dropping it is not
+/// measured.
+fn run_full(events: &[CaptureEvent], mut d: TraceDecoder) -> (Vec<Observation>, TraceDecoder) {
     let mut out = Vec::new();
     for ev in events {
-        a.on_capture(ev, &mut out);
+        d.on_capture(ev, &mut out);
     }
-    a.finish(&mut out);
-    let summary = a.summary();
-    (out, summary, a)
+    d.finish(&mut out);
+    (out, d)
 }
 
 /// The assembler alone over every event, then the end of the capture.
@@ -385,7 +386,7 @@ fn benches(c: &mut Criterion, input: &Input) {
     g.throughput(Throughput::BytesDecimal(input.bytes));
     g.bench_function("full", |b| {
         b.iter_batched(
-            analysis,
+            decoder,
             |a| run_full(black_box(events), a),
             BatchSize::PerIteration,
         )

@@ -21,13 +21,16 @@
 //!   many occurrences only the concatenation shows (`split=`).
 //!
 //! Before any timing the bench checks that the long input is sound:
-//! `trace_analysis::analyze` over 3 repetitions gives 3 x the records of
+//! the replay pipeline (`pipeline::replay::records_of_events`) over 3
+//! repetitions gives 3 x the records of
 //! the original recording, kind by kind (cri_span, nri_uncaused, ...), 3 x
 //! the NRI deliveries attached to CRI calls, 3 x the pods in the
 //! `PodModel`, and no contract finding (the happy path has none).
 //!
 //! Throughput (criterion group `trace_engine`, benchmark `full`): a fresh
-//! `TraceAnalysis` (the lab's CRI and NRI socket paths) and `PodModel` fed
+//! `Pipeline` (decoders and engine, the lab's CRI and NRI socket paths;
+//! the one `watch` and `replay` run) with a sink folding into a `PodModel`,
+//! fed
 //! every event of a 100-repetition input (300 pod lifecycles), events
 //! borrowed, every record folded into the model as it comes out, then the
 //! end of the capture. What a run built is dropped after it, outside the
@@ -36,7 +39,7 @@
 //! Memory (not criterion, after it): a child process of this same
 //! executable (so that nothing the criterion part allocated is counted)
 //! loads the one recording, reads its VmRSS, then streams 3,334
-//! repetitions (10,002 pod lifecycles) through one `TraceAnalysis` and one
+//! repetitions (10,002 pod lifecycles) through one `Pipeline` and one
 //! `PodModel`, generating each repetition on the fly and dropping its
 //! events and records once folded, and reads VmRSS and VmHWM from
 //! /proc/self/status at the end (VmRSS and the time taken so far also at
@@ -54,23 +57,22 @@
 mod common;
 
 use std::{
+    cell::RefCell,
     collections::{BTreeMap, HashMap, HashSet},
     env, fs,
     hint::black_box,
     path::{Path, PathBuf},
     process::Command,
+    rc::Rc,
     time::{Duration, Instant, SystemTime},
 };
 
 use criterion::{BatchSize, Criterion, SamplingMode, Throughput};
 use nri_trace::{
     capture::{recording, CaptureEvent, ConnId, Direction, ProcessEvent, Timestamp},
-    engine::{
-        pods::PodModel,
-        record::Record,
-        trace_analysis::{self, TraceAnalysis},
-    },
-    model::cri_call::CriOutcome,
+    engine::{pods::PodModel, record::Record},
+    model::{cri_call::CriOutcome, record_file::SessionInfo},
+    pipeline::{replay::records_of_events_in, Ending, Pipeline, Sink},
 };
 
 /// The recording, relative to this crate.
@@ -375,11 +377,11 @@ impl Base {
     fn check(&self) -> Check {
         let n = CHECK_REPS as usize;
         let long = self.long(CHECK_REPS);
-        let (base_records, _, _) = analyze(self.events.clone());
-        let (records, _, _) = analyze(long.clone());
-        // The `full` loop gives what analyze() gives.
-        let (got, _, model) = run_full(&long, new_analysis(), PodModel::new());
-        assert!(got == records, "the `full` loop differs from analyze()");
+        let base_records = analyze(&self.events);
+        let records = analyze(&long);
+        // The `full` loop gives what the replay pipeline gives.
+        let (got, model) = run_full(&long, new_pipeline());
+        assert!(got == records, "the `full` loop differs from the replay");
 
         // Every id was rewritten, and each repetition's occur as often as
         // the recording's ids: per stream, concatenated.
@@ -554,7 +556,7 @@ struct Input {
 
 impl Input {
     fn measure(events: &[CaptureEvent]) -> Input {
-        let (records, _, model) = run_full(events, new_analysis(), PodModel::new());
+        let (records, model) = run_full(events, new_pipeline());
         let lifecycles = records.iter().filter(|r| is_pod_start(r)).count();
         assert_eq!(
             lifecycles,
@@ -578,18 +580,66 @@ impl Input {
     }
 }
 
-fn new_analysis() -> TraceAnalysis {
-    TraceAnalysis::new(vec![CRI_SOCKET.into()], vec![NRI_SOCKET.into()])
+/// What the pipeline is told of the recording.
+fn session() -> SessionInfo {
+    SessionInfo {
+        tool: nri_trace::TOOL.into(),
+        runtime: Some("containerd".into()),
+        runtime_pid: None,
+        cri_socket: CRI_SOCKET.into(),
+        nri_socket: NRI_SOCKET.into(),
+        started_unix_ns: 0,
+        redacted: false,
+    }
 }
 
-fn analyze(
-    events: Vec<CaptureEvent>,
-) -> (
-    Vec<Record>,
-    Vec<nri_trace::engine::hook_latency::HookSummary>,
-    Vec<nri_trace::engine::cri_analysis::MethodSummary>,
-) {
-    trace_analysis::analyze(events, vec![CRI_SOCKET.into()], vec![NRI_SOCKET.into()])
+/// The records and the pod model of the bench's runs, shared with the
+/// sink that builds them.
+#[derive(Default)]
+struct Folded {
+    records: Vec<Record>,
+    /// Keep the records (the `full` loop); the memory run only counts.
+    keep: bool,
+    model: PodModel,
+    count: usize,
+    lifecycles: usize,
+    violations: usize,
+}
+
+/// Folds every record into the pod model as it comes out.
+struct ModelSink(Rc<RefCell<Folded>>);
+
+impl Sink for ModelSink {
+    fn record(&mut self, r: &Record) -> std::io::Result<()> {
+        let mut f = self.0.borrow_mut();
+        f.model.on_record(r);
+        f.count += 1;
+        f.lifecycles += usize::from(is_pod_start(r));
+        f.violations += usize::from(matches!(r, Record::Violation(_)));
+        if f.keep {
+            f.records.push(r.clone());
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, _: &Ending) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A fresh pipeline feeding a fresh pod model.
+fn new_pipeline() -> (Pipeline, Rc<RefCell<Folded>>) {
+    let folded = Rc::new(RefCell::new(Folded {
+        keep: true,
+        ..Default::default()
+    }));
+    let mut p = Pipeline::new(&session(), Default::default());
+    p.add_sink(Box::new(ModelSink(folded.clone())));
+    (p, folded)
+}
+
+fn analyze(events: &[CaptureEvent]) -> Vec<Record> {
+    records_of_events_in(events, &session(), Default::default()).records
 }
 
 // ------------------------------------------------------ measured code
@@ -599,23 +649,16 @@ fn analyze(
 /// dropping it is not measured.
 fn run_full(
     events: &[CaptureEvent],
-    mut a: TraceAnalysis,
-    mut m: PodModel,
-) -> (Vec<Record>, TraceAnalysis, PodModel) {
-    let mut out = Vec::new();
-    let mut folded = 0;
+    (mut p, folded): (Pipeline, Rc<RefCell<Folded>>),
+) -> (Vec<Record>, PodModel) {
     for ev in events {
-        a.on_capture(ev, &mut out);
-        for r in &out[folded..] {
-            m.on_record(r);
-        }
-        folded = out.len();
+        p.on_capture(ev).expect("the model sink does not fail");
     }
-    a.finish(&mut out);
-    for r in &out[folded..] {
-        m.on_record(r);
-    }
-    (out, a, m)
+    p.finish().expect("the model sink does not fail");
+    let f = Rc::try_unwrap(folded)
+        .unwrap_or_else(|_| panic!("the pipeline is gone: the model is ours"))
+        .into_inner();
+    (f.records, f.model)
 }
 
 fn benches(c: &mut Criterion, events: &[CaptureEvent], input: &Input) {
@@ -624,8 +667,8 @@ fn benches(c: &mut Criterion, events: &[CaptureEvent], input: &Input) {
     g.throughput(Throughput::Elements(input.events as u64));
     g.bench_function(BENCH, |b| {
         b.iter_batched(
-            || (new_analysis(), PodModel::new()),
-            |(a, m)| run_full(black_box(events), a, m),
+            new_pipeline,
+            |p| run_full(black_box(events), p),
             BatchSize::PerIteration,
         )
     });
@@ -698,26 +741,16 @@ fn memory(reps: u32) {
     let base = Base::load();
     let rss_before = status_kib("VmRSS");
     let hwm_before = status_kib("VmHWM");
-    let mut a = new_analysis();
-    let mut m = PodModel::new();
-    let mut out = Vec::new();
-    let (mut events, mut records, mut lifecycles, mut violations) = (0usize, 0usize, 0usize, 0);
-    let mut fold = |out: &mut Vec<Record>, m: &mut PodModel| {
-        for r in out.drain(..) {
-            records += 1;
-            lifecycles += usize::from(is_pod_start(&r));
-            violations += usize::from(matches!(r, Record::Violation(_)));
-            m.on_record(&r);
-        }
-    };
+    let (mut p, folded) = new_pipeline();
+    folded.borrow_mut().keep = false;
+    let mut events = 0usize;
     let mut checkpoints = Vec::new();
     let every = reps.div_ceil(CHECKPOINTS).max(1);
     let started = Instant::now();
     for r in 0..reps {
         let rep = base.repetition(r);
         for ev in &rep {
-            a.on_capture(ev, &mut out);
-            fold(&mut out, &mut m);
+            p.on_capture(ev).expect("the model sink does not fail");
         }
         events += rep.len();
         drop(rep);
@@ -725,13 +758,13 @@ fn memory(reps: u32) {
             checkpoints.push((r + 1, status_kib("VmRSS"), started.elapsed().as_secs_f64()));
         }
     }
-    a.finish(&mut out);
-    fold(&mut out, &mut m);
+    p.finish().expect("the model sink does not fail");
     let seconds = started.elapsed().as_secs_f64();
     let rss_after = status_kib("VmRSS");
     let hwm = status_kib("VmHWM");
     checkpoints.push((reps, rss_after, seconds));
-    black_box(&a);
+    let f = folded.borrow();
+    let (records, lifecycles, violations, m) = (f.count, f.lifecycles, f.violations, &f.model);
     let pods_per_rep = lifecycles as f64 / f64::from(reps);
     // Machine-readable (`cargo xtask bench` parses them).
     println!(

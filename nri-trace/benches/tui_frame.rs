@@ -2,7 +2,7 @@
 //!
 //! Input: `tests/fixtures/trace/happy/recording.ndjson.gz` (a real capture
 //! of the lab containerd: 3 pods x 2 containers, 3 NRI plugins) replayed
-//! once through `trace_analysis::analyze`; its records are then repeated
+//! once through the replay pipeline (`pipeline::replay`); its records are then repeated
 //! [`REPS`] times, each repetition `r` made distinct at the record level:
 //! pod names get `-r`, pod uids, sandbox ids and container ids get `-r`
 //! (so the `PodModel` sees new pods, not the same ones again), and every
@@ -33,10 +33,11 @@ use std::{hint::black_box, path::Path, time::Duration};
 use criterion::{BatchSize, Criterion};
 use nri_trace::{
     capture::{recording, Timestamp},
-    engine::{record::Record, trace_analysis::analyze},
+    engine::record::Record,
+    pipeline::replay::records_of_events,
     sinks::tui::{
         app::{App, View},
-        draw, replay_sockets,
+        draw,
         views::Theme,
         TuiState,
     },
@@ -109,8 +110,8 @@ fn frame(term: &mut Terminal<TestBackend>, app: &App, st: &TuiState, th: &Theme)
 fn main() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(FIXTURE);
     let events = recording::read_file(&path).expect("recording fixture");
-    let (cri, nri) = replay_sockets(&events);
-    let (records, hooks, methods) = analyze(events, cri, nri);
+    let got = records_of_events(&events, Default::default());
+    let (records, hooks, methods) = (got.records, got.tables.hooks, got.tables.methods);
     let first = records.iter().filter_map(last_ns).min().unwrap_or(0);
     let last = records.iter().filter_map(last_ns).max().unwrap_or(0);
     let span_ns = last - first;

@@ -22,6 +22,11 @@ pub mod capture;
 pub mod decode;
 pub mod doctor;
 pub mod engine;
+pub mod human;
 pub mod model;
 pub mod output;
+pub mod pipeline;
 pub mod sinks;
+
+/// What the record files' session lines call this build.
+pub const TOOL: &str = concat!("nri-trace ", env!("CARGO_PKG_VERSION"));

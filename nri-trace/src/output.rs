@@ -2,32 +2,13 @@
 
 use std::io::{self, Write};
 
-use crate::capture::{CaptureEvent, Direction, Origin, ProcessEvent, Timestamp};
+use crate::{
+    capture::{CaptureEvent, Direction, Origin, ProcessEvent},
+    human::{clock, sanitize},
+};
 
 /// Version of the NDJSON records written by `capture` (docs/capture.md).
 pub const CAPTURE_SCHEMA_VERSION: u32 = crate::capture::recording::SCHEMA_VERSION;
-
-/// Replace control characters so that untrusted text (process names, bytes
-/// shown as ASCII) cannot drive the terminal.
-pub fn sanitize(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_control() { '\u{FFFD}' } else { c })
-        .collect()
-}
-
-/// HH:MM:SS.micros of a wall-clock time (UTC).
-pub fn clock(ts: &Timestamp) -> String {
-    let secs = ts.wall_ns / 1_000_000_000;
-    let micros = (ts.wall_ns % 1_000_000_000) / 1000;
-    let day = secs % 86_400;
-    format!(
-        "{:02}:{:02}:{:02}.{:06}",
-        day / 3600,
-        day / 60 % 60,
-        day % 60,
-        micros
-    )
-}
 
 /// `xxd`-style dump of at most `max` bytes.
 pub fn hexdump(w: &mut impl Write, bytes: &[u8], max: usize) -> io::Result<()> {
@@ -146,11 +127,6 @@ pub fn ndjson(w: &mut impl Write, ev: &CaptureEvent) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sanitize_removes_escapes() {
-        assert_eq!(sanitize("a\x1b[31mb\n"), "a\u{FFFD}[31mb\u{FFFD}");
-    }
 
     #[test]
     fn hexdump_format() {

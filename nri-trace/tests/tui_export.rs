@@ -8,7 +8,7 @@ use nri_trace::{
     sinks::tui::{
         app::{App, ExportScope, View},
         export::export,
-        replay_sockets, replay_state,
+        replay_state,
     },
 };
 
@@ -35,8 +35,7 @@ fn exports_view_rows_and_session_records_privately() {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures/trace/teardown-error/recording.ndjson.gz");
     let evs = recording::read_file(p).expect("recording fixture");
-    let (cri, nri) = replay_sockets(&evs);
-    let st = replay_state(evs, cri, nri);
+    let st = replay_state(&evs);
     let out = dir("a");
     let mut app = App::new();
 

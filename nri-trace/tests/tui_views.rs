@@ -6,16 +6,17 @@
 //! Snapshots live in nri-trace/src/sinks/tui/snapshots (accept changes with
 //! `INSTA_UPDATE=always` or `cargo insta accept`, after reading them).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use nri_trace::{
     capture::{recording, CaptureEvent},
-    engine::{record::Record, trace_analysis::analyze},
+    engine::record::Record,
+    human::is_inert,
+    pipeline::{replay::records_of_events, source::session_of_events},
     sinks::tui::{
         app::{App, View},
-        draw, replay_sockets, replay_state,
-        sanitize::is_inert,
+        draw, replay_state,
         views::Theme,
         TuiState,
     },
@@ -51,10 +52,10 @@ fn events(name: &str) -> Vec<CaptureEvent> {
 
 fn state(name: &str) -> TuiState {
     let evs = events(name);
-    let (cri, nri) = replay_sockets(&evs);
-    assert_eq!(cri, vec![PathBuf::from(CRI)], "{name}");
-    assert_eq!(nri, vec![PathBuf::from(NRI)], "{name}");
-    replay_state(evs, cri, nri)
+    let session = session_of_events(&evs);
+    assert_eq!(session.cri_socket, CRI, "{name}");
+    assert_eq!(session.nri_socket, NRI, "{name}");
+    replay_state(&evs)
 }
 
 fn key(app: &mut App, st: &TuiState, c: KeyCode) {
@@ -278,7 +279,8 @@ const HOSTILE: &str = "evil\x1b[2J\x1b]0;PWNED\x07\u{9b}31m\u{202e}gnp.exe";
 /// its errors given escape-laden messages.
 fn hostile_state() -> TuiState {
     let evs = events("teardown-error");
-    let (records, hooks, methods) = analyze(evs, vec![CRI.into()], vec![NRI.into()]);
+    let got = records_of_events(&evs, Default::default());
+    let (records, hooks, methods) = (got.records, got.tables.hooks, got.tables.methods);
     let mut st = TuiState::new();
     let victim = records
         .iter()
@@ -401,7 +403,7 @@ fn no_color_renders_without_colors() {
 #[test]
 fn pause_freezes_and_resume_applies() {
     let evs = events("happy");
-    let (records, _, _) = analyze(evs, vec![CRI.into()], vec![NRI.into()]);
+    let records = records_of_events(&evs, Default::default()).records;
     let (before, after) = records.split_at(records.len() / 2);
     let mut st = TuiState::new();
     for r in before {

@@ -51,3 +51,25 @@ pub fn pattern_byte(key: u64, j: u64) -> u8 {
 pub fn pattern(key: u64, len: usize) -> Vec<u8> {
     (0..len as u64).map(|j| pattern_byte(key, j)).collect()
 }
+
+/// A writer into a buffer the test keeps a handle to (for writers the
+/// code under test owns, e.g. the pipeline's `--save` file).
+#[derive(Clone, Default)]
+pub struct SharedBuf(pub std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
+
+impl SharedBuf {
+    /// What was written so far.
+    pub fn bytes(&self) -> Vec<u8> {
+        self.0.borrow().clone()
+    }
+}
+
+impl std::io::Write for SharedBuf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.borrow_mut().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

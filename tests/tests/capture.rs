@@ -1534,7 +1534,7 @@ async fn capture_command_ndjson() {
         return;
     }
     let script = "read:100,write:200,readv:3000,writev:5000,recvmsg:40000,sendmsg:40001";
-    let (mut srv, cmd) = serve_under_command(NAME, script, &["--format", "ndjson"]).await;
+    let (mut srv, cmd) = serve_under_command(NAME, script, &["-o", "json"]).await;
     let sock = srv.path.to_str().expect("utf-8 path");
     assert!(
         cmd.stderr_text().contains(&format!(
@@ -1623,7 +1623,7 @@ async fn capture_command_count() {
         return;
     }
     let script = "read:1000,write:3000,recvfrom:5,writev:70000";
-    let (mut srv, cmd) = serve_under_command(NAME, script, &["--format", "count"]).await;
+    let (mut srv, cmd) = serve_under_command(NAME, script, &["-o", "count"]).await;
     let sent = pattern(0xc3, script_in_len(script));
     let expected = expect_script(script, &sent);
     let client = connect(&srv.path);
@@ -1670,8 +1670,8 @@ async fn capture_command_existing_socketpair() {
             &pid,
             "--socketpair-env",
             "NRI_PLUGIN_SOCKET",
-            "--format",
-            "ndjson",
+            "-o",
+            "json",
         ],
     )
     .await;

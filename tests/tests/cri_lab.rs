@@ -1,37 +1,28 @@
-//! End to end against the lab: `nri-trace cri` traces the lab's real
-//! containerd CRI socket while a scenario drives it, and its records must
+//! End to end against the lab: `nri-trace watch` traces the lab's real
+//! containerd while a scenario drives its CRI socket, and its records must
 //! show every CRI call the driver made after the trace attached, with the
-//! right method, pod / container identity, deadline and outcome. The
-//! recording it saved must replay to the same output.
+//! right method, pod / container identity, deadline and outcome. The raw
+//! capture it saved must replay to the same output.
 //!
 //! Needs root, the eBPF object and the lab: under CI=true a missing
 //! requirement fails the test; elsewhere the test says why it skips.
 
 mod cri_check;
 mod lab_trace;
+mod output_check;
+mod record_schema;
 
 use std::path::Path;
 
-use lab_trace::{TraceProc, Traced};
 use nri_trace::{
-    engine::cri_analysis::CriRecord,
+    engine::record::Record,
     model::cri_call::{CriOutcome, Identified},
-    sinks::cri_lines,
 };
 
-/// Live output equals the replay of its recording; every truth call after
+/// Live output equals the replay of its raw capture; every truth call after
 /// the attach is found and agrees. Returns the records and the report.
-fn check(scenario: &str, out: &Path) -> (Vec<CriRecord>, cri_check::CriReport) {
-    let (_, rec, _) = TraceProc::paths(out);
-    let events = nri_trace::capture::recording::read_file(&rec)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", rec.display()));
-    let (records, summary) = cri_check::replay(&events);
-    let mut replayed = Vec::new();
-    for r in &records {
-        cri_lines::ndjson(&mut replayed, r).unwrap();
-    }
-    cri_lines::summary_ndjson(&mut replayed, &summary).unwrap();
-    lab_trace::assert_live_equals_replay(scenario, out, replayed);
+fn check(scenario: &str, out: &Path) -> (Vec<Record>, cri_check::CriReport) {
+    let records = lab_trace::live_equals_replay(scenario, out).records;
     let truth = nri_trace_lab::truth::read(&out.join("truth.ndjson")).expect("truth");
     let since =
         nri_trace_lab::truth::observer_attached_ns(&truth).expect("attach note in the truth");
@@ -57,7 +48,7 @@ fn check(scenario: &str, out: &Path) -> (Vec<CriRecord>, cri_check::CriReport) {
 
 #[test]
 fn cri_lifecycle_every_call_decoded() {
-    let Some(out) = lab_trace::run_traced("cri-lab", "happy", Traced::Cri) else {
+    let Some(out) = lab_trace::run_traced("cri-lab", "happy") else {
         return;
     };
     let (_, report) = check("happy", &out);
@@ -69,7 +60,7 @@ fn cri_lifecycle_every_call_decoded() {
 /// The first RunPodSandbox is a client-side deadline expiry of about
 /// `deadline_ms`; the retries ask for the same name, uid and attempt; the
 /// last one succeeds.
-fn assert_expiry_and_retry(records: &[CriRecord], deadline_ms: u64) {
+fn assert_expiry_and_retry(records: &[Record], deadline_ms: u64) {
     let runs: Vec<_> = cri_check::calls(records)
         .into_iter()
         .filter(|c| c.method.as_deref() == Some("RunPodSandbox"))
@@ -101,7 +92,7 @@ fn assert_expiry_and_retry(records: &[CriRecord], deadline_ms: u64) {
 
 #[test]
 fn cri_deadline_expiry_and_retry() {
-    let Some(out) = lab_trace::run_traced("cri-lab", "cri-deadline-retry", Traced::Cri) else {
+    let Some(out) = lab_trace::run_traced("cri-lab", "cri-deadline-retry") else {
         return;
     };
     let (records, _) = check("cri-deadline-retry", &out);
@@ -112,7 +103,7 @@ fn cri_deadline_expiry_and_retry() {
 /// resets the stream when its context expires.
 #[test]
 fn cri_deadline_expiry_and_retry_grpc_go() {
-    let Some(out) = lab_trace::run_traced("cri-lab", "cri-deadline-retry-go", Traced::Cri) else {
+    let Some(out) = lab_trace::run_traced("cri-lab", "cri-deadline-retry-go") else {
         return;
     };
     let (records, _) = check("cri-deadline-retry-go", &out);
@@ -120,7 +111,7 @@ fn cri_deadline_expiry_and_retry_grpc_go() {
 }
 
 /// Calls whose `:path` was hidden by HPACK (inferred or unknown).
-fn hidden(records: &[CriRecord]) -> usize {
+fn hidden(records: &[Record]) -> usize {
     cri_check::calls(records)
         .iter()
         .filter(|c| !matches!(c.identified, Identified::Known))
@@ -129,7 +120,7 @@ fn hidden(records: &[CriRecord]) -> usize {
 
 #[test]
 fn cri_late_attach_no_mislabel() {
-    let Some(out) = lab_trace::run_traced("cri-lab", "cri-late-attach", Traced::Cri) else {
+    let Some(out) = lab_trace::run_traced("cri-lab", "cri-late-attach") else {
         return;
     };
     let (records, report) = check("cri-late-attach", &out);
@@ -145,7 +136,7 @@ fn cri_late_attach_no_mislabel() {
 
 #[test]
 fn cri_late_attach_grpc_go_no_mislabel() {
-    let Some(out) = lab_trace::run_traced("cri-lab", "cri-late-attach-go", Traced::Cri) else {
+    let Some(out) = lab_trace::run_traced("cri-lab", "cri-late-attach-go") else {
         return;
     };
     let (records, report) = check("cri-late-attach-go", &out);

@@ -13,7 +13,7 @@ mod truth_file;
 
 use nri_trace::{
     capture::{recording, CaptureEvent, Chunk},
-    engine::cri_analysis::analyze,
+    engine::{cri_latency::MethodSummary, record::Record},
     model::cri_call::{CriOutcome, Identified},
 };
 use nri_trace_lab::truth::Truth;
@@ -30,6 +30,12 @@ const FIXTURES: &[(&str, bool)] = &[
 fn events(name: &str) -> Vec<CaptureEvent> {
     let p = cri_check::fixture_dir(name).join("recording.ndjson.gz");
     recording::read_file(&p).unwrap_or_else(|e| panic!("reading {}: {e}", p.display()))
+}
+
+/// The records and per-method table of a replay through the pipeline.
+fn analyze(events: Vec<CaptureEvent>) -> (Vec<Record>, Vec<MethodSummary>) {
+    let c = cri_check::replay(&events);
+    (c.records, c.tables.methods)
 }
 
 fn truth(name: &str) -> Vec<Truth> {

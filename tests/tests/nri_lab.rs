@@ -1,10 +1,10 @@
-//! End to end against the lab: `nri-trace nri` traces the lab's real
+//! End to end against the lab: `nri-trace watch` traces the lab's real
 //! containerd 1.7.24 while a scenario drives it, and its records must show
 //! every delivery the test plugins recorded (plugin, method, event, pod,
 //! container, outcome, and hook time within 1 ms of the plugin's own
 //! handler time; for a call begun before the capture followed the plugin's
 //! end, the runtime's wait must enclose the handler, see
-//! `nri_check::compare`). The recording it saved must replay to the same
+//! `nri_check::compare`). The raw capture it saved must replay to the same
 //! output.
 //!
 //! Needs root, the eBPF object and the lab: under CI=true a missing
@@ -12,31 +12,26 @@
 
 mod lab_trace;
 mod nri_check;
+mod output_check;
+mod record_schema;
 mod truth_file;
 
 use std::path::{Path, PathBuf};
 
-use lab_trace::{TraceProc, Traced};
-use nri_trace::{engine::nri_analysis::NriRecord, model::nri_call::Outcome, sinks::nri_lines};
-use nri_trace_lab::labctl::Lab;
+use nri_trace::{
+    engine::record::Record,
+    model::{nri_call::Outcome, observation::Observation},
+};
 
 fn run_traced(scenario: &str) -> Option<PathBuf> {
-    lab_trace::run_traced("nri-lab", scenario, Traced::Nri)
+    lab_trace::run_traced("nri-lab", scenario)
 }
 
-/// Live output equals the replay of the recording, line for line; the
+/// Live output equals the replay of the raw capture, line for line; the
 /// records check out against the truth. Returns the records.
-fn check(scenario: &str, out: &Path) -> Vec<NriRecord> {
-    let (_, rec, _) = TraceProc::paths(out);
-    let lab = Lab::from_env();
-    let events = nri_check::read_recording(&rec);
-    let (records, summary) = nri_check::replay(&events, &lab.nri_socket());
-    let mut replayed = Vec::new();
-    for r in &records {
-        nri_lines::ndjson(&mut replayed, r).unwrap();
-    }
-    nri_lines::summary_ndjson(&mut replayed, &summary).unwrap();
-    lab_trace::assert_live_equals_replay(scenario, out, replayed);
+fn check(scenario: &str, out: &Path) -> Vec<Record> {
+    let records = lab_trace::live_equals_replay(scenario, out).records;
+    let events = lab_trace::raw_events(out);
 
     let truth = truth_file::read(&out.join("truth.ndjson"));
     let since =
@@ -102,7 +97,7 @@ fn plugin_timeout_shows_timed_out_and_closed() {
     assert_eq!(hung.len(), 1, "one timed-out call of 10-hang");
     assert!(records.iter().any(|r| matches!(
         r,
-        NriRecord::NriPluginGone { plugin, .. } if plugin.label() == "10-hang"
+        Record::Observed(Observation::NriPluginGone { plugin, .. }) if plugin.label() == "10-hang"
     )));
 }
 
@@ -113,13 +108,10 @@ fn slow_plugin_durations() {
     };
     let records = check("slow-plugin", &out);
     // The plain plugin's RunPodSandbox waited ~500 ms behind the slow one.
-    let queued = records.iter().any(|r| match r {
-        NriRecord::NriCall(s) => {
-            s.call.plugin.label() == "20-plain"
-                && s.hook == "RUN_POD_SANDBOX"
-                && s.queued_ns.is_some_and(|q| q >= 500_000_000)
-        }
-        _ => false,
+    let queued = nri_check::hooks(&records).iter().any(|s| {
+        s.call.plugin.label() == "20-plain"
+            && s.hook == "RUN_POD_SANDBOX"
+            && s.queued_ns.is_some_and(|q| q >= 500_000_000)
     });
     assert!(queued, "20-plain queued behind 10-slow");
 }

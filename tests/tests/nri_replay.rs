@@ -14,7 +14,7 @@ use std::path::Path;
 
 use nri_trace::{
     capture::CaptureEvent,
-    engine::nri_analysis::{analyze, NriRecord},
+    engine::record::Record,
     model::nri_call::{IdentitySource, Outcome},
 };
 
@@ -24,10 +24,22 @@ fn fixture_events(scenario: &str) -> Vec<CaptureEvent> {
     nri_check::read_recording(&nri_check::fixture_dir(scenario).join("recording.ndjson.gz"))
 }
 
-fn check_fixture(scenario: &str) -> Vec<NriRecord> {
+/// The records and hook table of a replay through the pipeline.
+fn analyze(
+    events: Vec<CaptureEvent>,
+    nri: Vec<std::path::PathBuf>,
+) -> (
+    Vec<Record>,
+    Vec<nri_trace::engine::hook_latency::HookSummary>,
+) {
+    let c = nri_check::replay(&events, &nri[0]);
+    (c.records, c.tables.hooks)
+}
+
+fn check_fixture(scenario: &str) -> Vec<Record> {
     let dir = nri_check::fixture_dir(scenario);
     let events = fixture_events(scenario);
-    let (records, _) = nri_check::replay(&events, Path::new(LAB_NRI_SOCKET));
+    let records = nri_check::replay(&events, Path::new(LAB_NRI_SOCKET)).records;
     let truth = truth_file::read(&dir.join("truth.ndjson.gz"));
     let since = nri_trace_lab::truth::observer_attached_ns(&truth).expect("attach note");
     let calls = nri_check::calls(&records);
@@ -104,14 +116,11 @@ fn teardown_error_fixture_matches_truth() {
 #[test]
 fn slow_plugin_fixture_matches_truth() {
     let records = check_fixture("slow-plugin");
-    let queued = records.iter().any(|r| match r {
-        NriRecord::NriCall(s) => {
-            s.call.plugin.label() == "20-plain"
-                && s.hook == "RUN_POD_SANDBOX"
-                && s.queued_ns.is_some_and(|q| q >= 500_000_000)
-                && s.queued_behind == ["10-slow"]
-        }
-        _ => false,
+    let queued = nri_check::hooks(&records).iter().any(|s| {
+        s.call.plugin.label() == "20-plain"
+            && s.hook == "RUN_POD_SANDBOX"
+            && s.queued_ns.is_some_and(|q| q >= 500_000_000)
+            && s.queued_behind == ["10-slow"]
     });
     assert!(queued);
 }

@@ -15,17 +15,17 @@ use nri_trace::{
         recording::{self, RecordingError, RecordingReader},
         CaptureEvent, Loss,
     },
-    engine::{
-        contract::ContractConfig,
-        record::Record,
-        trace_analysis::{analyze, analyze_observations},
-    },
+    engine::{contract::ContractConfig, record::Record},
     model::{
         observation::Observation,
         record_file::{RecordLine, RecordWriter, SessionInfo},
-        trace_decoder::TraceDecoder,
+    },
+    pipeline::{
+        replay::{self, records_of_events_in, records_of_observations},
+        Pipeline,
     },
 };
+use nri_trace_tests::SharedBuf;
 use serde_json::Value;
 
 const CRI: &str = "/var/lib/nri-trace-lab/run/containerd.sock";
@@ -64,23 +64,21 @@ fn session(redacted: bool) -> SessionInfo {
     }
 }
 
-/// The record file of a raw capture, as `record --replay` writes it.
+/// The record file of a raw capture, as `watch --save` writes it (the
+/// replay of a raw capture runs the same pipeline as the live trace).
 fn record_file(raw: &Path, redacted: bool) -> Vec<u8> {
-    let events = recording::open(raw).unwrap().map(|e| e.unwrap());
-    record_events(events, redacted)
+    let events: Vec<CaptureEvent> = recording::open(raw).unwrap().map(|e| e.unwrap()).collect();
+    record_events(&events, redacted)
 }
 
-fn record_events(events: impl IntoIterator<Item = CaptureEvent>, redacted: bool) -> Vec<u8> {
-    let mut w = RecordWriter::new(Vec::new(), &session(redacted)).unwrap();
-    let mut d = TraceDecoder::new(vec![CRI.into()], vec![NRI.into()]);
-    let mut obs = Vec::new();
-    for ev in events {
-        d.on_capture(&ev, &mut obs);
-        obs.drain(..).for_each(|o| w.write(o).unwrap());
-    }
-    d.finish(&mut obs);
-    obs.drain(..).for_each(|o| w.write(o).unwrap());
-    w.finish().unwrap()
+fn record_events(events: &[CaptureEvent], redacted: bool) -> Vec<u8> {
+    let buf = SharedBuf::default();
+    let info = session(redacted);
+    let mut p = Pipeline::new(&info, ContractConfig::default());
+    let w = RecordWriter::new(Box::new(buf.clone()) as Box<dyn std::io::Write>, &info).unwrap();
+    p.save_to("the record file".into(), w);
+    replay::events(events, p).unwrap();
+    buf.bytes()
 }
 
 fn read_lines(bytes: &[u8]) -> Vec<Result<RecordLine, RecordingError>> {
@@ -117,7 +115,7 @@ fn every_line_validates_against_the_json_schema() {
         for bytes in [
             record_file(&raw, true),
             record_file(&raw, false),
-            record_events(cut, true),
+            record_events(&cut, true),
         ] {
             for (t, n) in record_schema::validate_lines(&v, &name, &bytes) {
                 *types.entry(t).or_default() += n;
@@ -182,7 +180,7 @@ fn lines_read_back_to_what_was_written() {
         // Each observation re-encodes to the bytes it was read from.
         let obs = observations(&bytes);
         let mut again = RecordWriter::new(Vec::new(), &session(false)).unwrap();
-        obs.into_iter().for_each(|o| again.write(o).unwrap());
+        obs.iter().for_each(|o| again.write(o).unwrap());
         assert_eq!(
             String::from_utf8(again.finish().unwrap()).unwrap(),
             String::from_utf8(bytes).unwrap(),
@@ -195,28 +193,30 @@ fn lines_read_back_to_what_was_written() {
 fn replaying_the_record_file_gives_the_trace_records_and_histograms() {
     for (name, raw) in fixtures() {
         let events: Vec<_> = recording::open(&raw).unwrap().map(|e| e.unwrap()).collect();
-        let (live, hooks, methods) = analyze(events, vec![CRI.into()], vec![NRI.into()]);
+        let live = records_of_events_in(&events, &session(false), ContractConfig::default());
         for redacted in [false, true] {
             let bytes = record_file(&raw, redacted);
-            let (replayed, engine) =
-                analyze_observations(observations(&bytes), ContractConfig::default());
+            let replayed = records_of_observations(
+                observations(&bytes),
+                &session(redacted),
+                ContractConfig::default(),
+            );
             let findings = |rs: &[Record]| {
                 rs.iter()
                     .filter(|r| matches!(r, Record::Violation(_)))
                     .count()
             };
             assert_eq!(
-                findings(&replayed),
-                findings(&live),
+                findings(&replayed.records),
+                findings(&live.records),
                 "{name} redacted={redacted}"
             );
             // The lab's calls carry no secret: redaction changes nothing.
             assert!(
-                replayed == live,
+                replayed.records == live.records,
                 "{name} redacted={redacted}: records differ"
             );
-            assert_eq!(engine.hook_summary(), hooks, "{name}");
-            assert_eq!(engine.method_summary(), methods, "{name}");
+            assert_eq!(replayed.tables, live.tables, "{name}");
         }
     }
 }

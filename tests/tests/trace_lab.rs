@@ -1,4 +1,4 @@
-//! End to end against the lab: `nri-trace trace` traces the lab
+//! End to end against the lab: `nri-trace watch` traces the lab
 //! containerd's CRI and NRI sockets together while a scenario runs; every
 //! NRI delivery a test plugin recorded must be attached to the CRI call the
 //! driver was making for that pod or container at the time (the method that
@@ -8,12 +8,13 @@
 //! Needs root, the eBPF object and the lab (mandatory under CI=true).
 
 mod lab_trace;
+mod output_check;
 mod record_schema;
 mod trace_check;
 
 use std::{ffi::OsStr, path::Path};
 
-use lab_trace::{TraceProc, Traced};
+use lab_trace::TraceProc;
 use nri_trace::{
     capture::sandbox::SandboxOp,
     engine::{
@@ -23,57 +24,14 @@ use nri_trace::{
             UNEXPLAINED_AFTER_RESTART,
         },
         record::Record,
-        trace_analysis::analyze,
     },
     model::observation::Observation,
-    sinks::trace_lines,
 };
-use nri_trace_lab::{
-    labctl::Lab,
-    truth::{self, PluginEvent, Truth},
-};
+use nri_trace_lab::truth::{self, PluginEvent, Truth};
 use trace_check::{finding_messages, findings};
 
 fn records(scenario: &str, out: &Path) -> Vec<Record> {
-    let (_, rec, _) = TraceProc::paths(out);
-    let events = nri_trace::capture::recording::read_file(&rec).expect("recording");
-    let lab = Lab::from_env();
-    let (records, hooks, methods) = analyze(events, vec![lab.cri_socket()], vec![lab.nri_socket()]);
-    let mut replayed = Vec::new();
-    for r in &records {
-        trace_lines::ndjson(&mut replayed, r).unwrap();
-    }
-    trace_lines::summary_ndjson(&mut replayed, &hooks, &methods).unwrap();
-    lab_trace::assert_live_equals_replay(scenario, out, replayed);
-    check_observations(scenario, out);
-    records
-}
-
-/// The observations written while tracing: private, valid against the
-/// JSON Schema, and `nri-trace replay` of them prints what the live trace
-/// printed (the same records, findings and latency tables).
-fn check_observations(scenario: &str, out: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    let obs = TraceProc::observations(out);
-    let mode = std::fs::metadata(&obs)
-        .expect("observations")
-        .permissions()
-        .mode();
-    assert_eq!(mode & 0o777, 0o600, "{scenario}: {} mode", obs.display());
-    let bytes = std::fs::read(&obs).unwrap();
-    let types = record_schema::validate_lines(&record_schema::validator(), scenario, &bytes);
-    assert!(
-        types.contains_key("session") && types.contains_key("session_end"),
-        "{types:?}"
-    );
-    let args = [
-        OsStr::new("replay"),
-        obs.as_os_str(),
-        OsStr::new("--format"),
-        OsStr::new("ndjson"),
-    ];
-    let replay = nri_trace_stdout(&format!("{scenario}: replay"), args);
-    lab_trace::assert_live_equals_replay(scenario, out, replay);
+    lab_trace::live_equals_replay(scenario, out).records
 }
 
 /// `nri-trace ARGS`, which must succeed: its stdout.
@@ -82,21 +40,12 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
-    let o = std::process::Command::new(lab_trace::bin("nri-trace"))
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("running nri-trace ({what}): {e}"));
-    assert!(
-        o.status.success(),
-        "nri-trace {what}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o.stdout
+    lab_trace::nri_trace_stdout(what, args)
 }
 
-/// The kernel events an explain result lists (`kernel`).
+/// The kernel events an explain result lists, as lines (`kernel_lines`).
 fn kernel_lines(v: &serde_json::Value) -> Vec<&str> {
-    v["kernel"]
+    v["kernel_lines"]
         .as_array()
         .expect("explain's kernel list")
         .iter()
@@ -104,15 +53,16 @@ fn kernel_lines(v: &serde_json::Value) -> Vec<&str> {
         .collect()
 }
 
-/// `nri-trace explain POD --format ndjson` on a run's observations.
+/// `nri-trace explain POD FILE -o json` on a run's saved calls.
 fn explain(out: &Path, pod: &str) -> serde_json::Value {
     let obs = TraceProc::observations(out);
-    let args = ["explain", pod, "--format", "ndjson", "--from"].map(OsStr::new);
+    let args = [OsStr::new("explain"), OsStr::new(pod), obs.as_os_str()];
     let stdout = nri_trace_stdout(
         &format!("explain {pod}"),
-        args.into_iter().chain([obs.as_os_str()]),
+        args.into_iter().chain(["-o", "json"].map(OsStr::new)),
     );
-    serde_json::from_slice(&stdout).expect("explain --format ndjson")
+    record_schema::validate_lines(&record_schema::validator(), "explain -o json", &stdout);
+    serde_json::from_slice(&stdout).expect("explain -o json")
 }
 
 fn check_correlation(scenario: &str, out: &Path) -> (usize, usize) {
@@ -122,7 +72,7 @@ fn check_correlation(scenario: &str, out: &Path) -> (usize, usize) {
 }
 
 fn traced(scenario: &str) -> Option<(std::path::PathBuf, Vec<Record>)> {
-    let out = lab_trace::run_traced("trace-lab", scenario, Traced::Both)?;
+    let out = lab_trace::run_traced("trace-lab", scenario)?;
     let records = records(scenario, &out);
     eprintln!("{scenario}: findings {:?}", findings(&records));
     Some((out, records))
@@ -158,11 +108,10 @@ fn trace_happy_hooks_under_their_cri_calls() {
             );
         }
     }
-    // `report` on the recording: the three pods, all removed, no finding.
-    let (_, rec, _) = TraceProc::paths(&out);
+    // `report` on the saved calls: the three pods, all removed, no finding.
     let report = std::process::Command::new(lab_trace::bin("nri-trace"))
         .arg("report")
-        .arg(&rec)
+        .arg(TraceProc::observations(&out))
         .output()
         .expect("nri-trace report");
     assert!(

@@ -8,6 +8,8 @@
 //! no root.
 
 mod lab_trace;
+mod output_check;
+mod record_schema;
 
 use std::{
     io::{Read, Write},

@@ -544,7 +544,7 @@ fn idle_listener(work: &Path) -> Result<(Proc, PathBuf)> {
 /// Start `nri-trace capture` on `sock` and wait until it is attached.
 fn start_capture(ctx: &Ctx, sock: &Path) -> Result<Proc> {
     let sock = sock.to_str().context("socket path is not UTF-8")?;
-    let mut cmd = ctx.nri_trace_cmd(&["capture", "--socket", sock, "--format", "count"]);
+    let mut cmd = ctx.nri_trace_cmd(&["debug", "capture", "--socket", sock, "-o", "count"]);
     // Probe options to compare (e.g. "--ring-bytes 4194304"), by hand.
     if let Ok(extra) = std::env::var("NRI_TRACE_BENCH_CAPTURE_ARGS") {
         cmd.args(extra.split_whitespace());

@@ -46,7 +46,7 @@ enum Cmd {
     /// The self-contained demo: the lab (private containerd, NRI plugins,
     /// kubelet-like driver) traced live by nri-trace.
     Demo {
-        /// Extra arguments for `nri-trace nri` (e.g. --format ndjson).
+        /// Extra arguments for `nri-trace watch` (e.g. -o json).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },

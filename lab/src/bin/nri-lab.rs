@@ -42,7 +42,7 @@ enum Cmd {
         /// The nri-trace binary to run.
         #[arg(long)]
         nri_trace: PathBuf,
-        /// Extra arguments for `nri-trace trace` (e.g. --format ndjson).
+        /// Extra arguments for `nri-trace watch` (e.g. -o json).
         #[arg(last = true)]
         capture_args: Vec<String>,
     },

@@ -637,7 +637,7 @@ impl ContractChecker {
         let plugin = self.plugin_by_label(&label);
         // Unsubscribed delivery.
         if let Some(events) = plugin.and_then(|p| p.events.as_ref()) {
-            if !events.contains(&h.hook) && h.call.event.is_some() {
+            if !events.iter().any(|e| h.hook == e.as_str()) && h.call.event.is_some() {
                 out.push(self.hook_finding(
                     UNSUBSCRIBED_DELIVERED,
                     h,
@@ -695,7 +695,7 @@ impl ContractChecker {
             let hook = order
                 .iter()
                 .copied()
-                .find(|e| *e == h.hook)
+                .find(|e| h.hook == **e)
                 .expect("in order");
             let seen = self
                 .seen
@@ -835,7 +835,11 @@ impl ContractChecker {
                 .plugins
                 .values()
                 .filter(|p| p.index > h.call.plugin.index && p.gone.is_none())
-                .filter(|p| p.events.as_ref().is_some_and(|e| e.contains(&h.hook)))
+                .filter(|p| {
+                    p.events
+                        .as_ref()
+                        .is_some_and(|e| e.iter().any(|e| h.hook == e.as_str()))
+                })
                 .filter(|p| {
                     !s.hooks
                         .iter()
@@ -937,7 +941,9 @@ impl ContractChecker {
                 if p.timed_out
                     && p.gone
                         .is_some_and(|g| g <= h.call.start.map_or(0, |t| t.mono_ns))
-                    && p.events.as_ref().is_some_and(|e| e.contains(&h.hook))
+                    && p.events
+                        .as_ref()
+                        .is_some_and(|e| e.iter().any(|e| h.hook == e.as_str()))
                     && h.call.plugin.index.as_ref() != p.index.as_ref()
                 {
                     p.missed_after_gone += 1;

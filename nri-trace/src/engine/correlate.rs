@@ -25,9 +25,10 @@
 
 use serde::Serialize;
 
-use super::hook_latency::HookSpan;
+use super::hook_latency::{Hook, HookSpan};
 use crate::{
     capture::Timestamp,
+    decode::nri::message::Event,
     model::{
         cri_call::{CriCall, Identified},
         nri_call::Caller,
@@ -75,29 +76,35 @@ pub enum Correlated {
     Uncaused { span: HookSpan, why: NoCause },
 }
 
-/// CRI methods whose handler makes NRI event `hook` (containerd 1.7
+/// CRI methods whose handler makes NRI event `event` (containerd 1.7
 /// `internal/cri/server`: RunPodSandbox, StopPodSandbox (which stops the
 /// pod's containers first), RemovePodSandbox (stops and removes them), ...).
-pub fn causes(hook: &str) -> &'static [&'static str] {
-    match hook {
-        "RUN_POD_SANDBOX" => &["RunPodSandbox"],
-        "STOP_POD_SANDBOX" => &["StopPodSandbox", "RemovePodSandbox"],
-        "REMOVE_POD_SANDBOX" => &["RemovePodSandbox"],
-        "CREATE_CONTAINER" | "POST_CREATE_CONTAINER" | "VALIDATE_CONTAINER_ADJUSTMENT" => {
-            &["CreateContainer"]
-        }
-        "START_CONTAINER" | "POST_START_CONTAINER" => &["StartContainer"],
-        "UPDATE_CONTAINER" | "POST_UPDATE_CONTAINER" => &["UpdateContainerResources"],
-        "STOP_CONTAINER" => &[
+pub fn causes(event: Event) -> &'static [&'static str] {
+    match event {
+        Event::RunPodSandbox => &["RunPodSandbox"],
+        Event::StopPodSandbox => &["StopPodSandbox", "RemovePodSandbox"],
+        Event::RemovePodSandbox => &["RemovePodSandbox"],
+        Event::CreateContainer
+        | Event::PostCreateContainer
+        | Event::ValidateContainerAdjustment => &["CreateContainer"],
+        Event::StartContainer | Event::PostStartContainer => &["StartContainer"],
+        Event::UpdateContainer | Event::PostUpdateContainer => &["UpdateContainerResources"],
+        Event::StopContainer => &[
             "StopContainer",
             "RemoveContainer",
             "StopPodSandbox",
             "RemovePodSandbox",
         ],
-        "REMOVE_CONTAINER" => &["RemoveContainer", "RemovePodSandbox"],
-        "UPDATE_POD_SANDBOX" => &["UpdatePodSandboxResources"],
-        _ => &[],
+        Event::RemoveContainer => &["RemoveContainer", "RemovePodSandbox"],
+        Event::UpdatePodSandbox => &["UpdatePodSandboxResources"],
+        Event::Unknown | Event::PostUpdatePodSandbox | Event::Last => &[],
     }
+}
+
+/// The CRI methods whose handler makes `hook`: none for a plugin's
+/// lifecycle methods.
+fn hook_causes(hook: &Hook) -> &'static [&'static str] {
+    hook.event().map_or(&[], causes)
 }
 
 /// Does `call` name the pod or container of delivery `d`?
@@ -133,8 +140,8 @@ fn same_object(call: &CriCall, d: &HookSpan) -> bool {
 /// method that makes it is `m` (its own, or its only candidate that makes
 /// it when its method is unknown); `Some(None)` when several candidates
 /// would.
-fn cause_method(call: &CriCall, hook: &str) -> Option<Option<String>> {
-    let causes = causes(hook);
+fn cause_method(call: &CriCall, hook: &Hook) -> Option<Option<String>> {
+    let causes = hook_causes(hook);
     match (&call.method, &call.identified) {
         (Some(m), _) => causes.contains(&m.as_str()).then(|| Some(m.clone())),
         (None, Identified::Unknown { candidates }) => {
@@ -176,7 +183,7 @@ impl Correlator {
     pub fn on_nri(&mut self, span: HookSpan, out: &mut Vec<Correlated>) {
         let lifecycle = span.call.caller == Caller::Plugin
             || span.call.event.is_none()
-            || causes(&span.hook).is_empty();
+            || hook_causes(&span.hook).is_empty();
         if lifecycle {
             out.push(Correlated::Uncaused {
                 span,
@@ -240,6 +247,20 @@ impl Correlator {
         }
     }
 
+    /// The start of the oldest CRI call or delivery held (capture time).
+    pub fn oldest_held(&self) -> Option<u64> {
+        self.calls
+            .iter()
+            .filter_map(|c| c.start.or(c.end))
+            .chain(
+                self.deliveries
+                    .iter()
+                    .filter_map(|d| d.call.start.or(d.call.end)),
+            )
+            .map(|t| t.mono_ns)
+            .min()
+    }
+
     /// The capture ended: everything comes out.
     pub fn finish(&mut self, out: &mut Vec<Correlated>) {
         self.advance(u64::MAX, None, None, out);
@@ -261,7 +282,7 @@ impl Correlator {
             if take {
                 if let (None, Some(Some(m))) = (&call.method, method) {
                     match &resolved {
-                        None => resolved = Some((m, d.hook.clone())),
+                        None => resolved = Some((m, d.hook.to_string())),
                         // Two deliveries pointing at different methods:
                         // nothing is concluded.
                         Some((r, _)) if *r != m => conflict = true,

@@ -19,7 +19,10 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use super::window::{WindowStats, Windowed};
-use crate::model::nri_call::{Caller, NriCall, Outcome};
+use crate::{
+    decode::nri::message::Event,
+    model::nri_call::{Caller, NriCall, Outcome},
+};
 
 /// A delivery that starts within this long after the previous delivery of
 /// the same hook ended is the next plugin's turn of the same operation
@@ -29,14 +32,106 @@ const SAME_OPERATION_GAP_NS: u64 = 100_000_000;
 /// Timestamp jitter allowed between a response read and the next write.
 const OVERLAP_SLACK_NS: u64 = 1_000_000;
 
+/// What a delivery is, as a hook: an NRI event (RUN_POD_SANDBOX ...), or
+/// a method of the plugin's lifecycle (RegisterPlugin, Configure,
+/// Synchronize, Shutdown, UpdateContainers) or one nri-trace does not
+/// know, by its name on the wire. JSON and text show it as that one
+/// string (nri api.proto's event names; the method names on the wire),
+/// and compares, orders and hashes by that string.
+#[derive(Debug, Clone)]
+pub enum Hook {
+    Event(Event),
+    Method(String),
+    /// A partial call (response only): its request went before the capture.
+    Unknown,
+}
+
+impl Hook {
+    /// The hook of `call`: its event, else its method.
+    pub fn of(call: &NriCall) -> Hook {
+        match (call.event, &call.method) {
+            (Some(e), _) => Hook::Event(e),
+            (None, Some(m)) => Hook::Method(m.clone()),
+            (None, None) => Hook::Unknown,
+        }
+    }
+
+    /// The event, for an event delivery.
+    pub fn event(&self) -> Option<Event> {
+        match self {
+            Hook::Event(e) => Some(*e),
+            _ => None,
+        }
+    }
+
+    /// The event's name (RUN_POD_SANDBOX) or the method's.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Hook::Event(e) => e.as_str_name(),
+            Hook::Method(m) => m,
+            Hook::Unknown => "?",
+        }
+    }
+}
+
+impl std::fmt::Display for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq for Hook {
+    fn eq(&self, other: &Hook) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Hook {}
+
+impl std::hash::Hash for Hook {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.as_str().hash(h)
+    }
+}
+
+impl PartialOrd for Hook {
+    fn partial_cmp(&self, other: &Hook) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Hook {
+    fn cmp(&self, other: &Hook) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl PartialEq<str> for Hook {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Hook {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl Serialize for Hook {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 /// One finished call, seen as a hook in a pod operation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HookSpan {
     #[serde(flatten)]
     pub call: NriCall,
-    /// The hook: the event name for event deliveries, else the method
+    /// The hook: the event for event deliveries, else the method
     /// ("Configure", "Synchronize", "RegisterPlugin"...).
-    pub hook: String,
+    pub hook: Hook,
     /// Time this delivery waited behind earlier plugins of the same
     /// operation (0 for the first plugin; `None` when it cannot be told).
     pub queued_ns: Option<u64>,
@@ -60,7 +155,7 @@ struct Operation {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HookSummary {
     pub plugin: String,
-    pub hook: String,
+    pub hook: Hook,
     pub calls: u64,
     pub errors: u64,
     pub timeouts: u64,
@@ -155,8 +250,8 @@ pub(crate) fn buckets(h: &Histogram<u32>, bounds_ns: &[u64]) -> Buckets {
 /// Hook spans and per (plugin, hook) histograms.
 #[derive(Default)]
 pub struct HookTimer {
-    open: HashMap<(String, String, String), Operation>,
-    stats: BTreeMap<(String, String), Stats>,
+    open: HashMap<(Hook, String, String), Operation>,
+    stats: BTreeMap<(String, Hook), Stats>,
     /// Latest call end seen (capture time): where the window ends.
     last_ns: u64,
 }
@@ -166,18 +261,9 @@ impl HookTimer {
         Self::default()
     }
 
-    /// The hook name of a call.
-    pub fn hook_of(call: &NriCall) -> String {
-        match (call.event, &call.method) {
-            (Some(e), _) => e.as_str_name().to_string(),
-            (None, Some(m)) => m.clone(),
-            (None, None) => "?".into(),
-        }
-    }
-
     /// Account one finished call and describe it as a span.
     pub fn on_call(&mut self, call: NriCall) -> HookSpan {
-        let hook = Self::hook_of(&call);
+        let hook = Hook::of(&call);
         let plugin = call.plugin.label();
         let mut queued_ns = None;
         let mut queued_behind = Vec::new();
@@ -256,7 +342,7 @@ impl HookTimer {
     }
 
     /// Own-time histograms per (plugin, hook) at `bounds_ns`.
-    pub fn buckets(&self, bounds_ns: &[u64]) -> Vec<(String, String, Buckets)> {
+    pub fn buckets(&self, bounds_ns: &[u64]) -> Vec<(String, Hook, Buckets)> {
         self.stats
             .iter()
             .map(|((p, h), s)| (p.clone(), h.clone(), buckets(&s.own, bounds_ns)))

@@ -4,7 +4,6 @@
 //! - [`hook_latency`]: per-delivery [`hook_latency::HookSpan`]s (own time
 //!   and time queued behind earlier plugins) and per (plugin, hook)
 //!   latency histograms.
-//! - [`nri_analysis`]: capture events to NRI records, live or replayed.
 //! - [`correlate`]: NRI deliveries attached to the CRI calls that caused
 //!   them ([`correlate::CriSpan`]), or labeled with why none did.
 //! - [`contract`]: the NRI contract rules checked over the correlated
@@ -17,22 +16,24 @@
 //!   views render.
 //! - [`teardown`]: each pod's teardown and what blocks it (`explain`).
 //! - [`window`]: latency over the last minute of capture time.
-//! - [`trace_analysis`]: one runtime's CRI and NRI sockets together.
-//! - [`cri_analysis`]: capture events to CRI records, live or replayed, and
-//!   per-method counts (known / inferred / unknown) and latency.
+//! - [`trace_engine`]: [`trace_engine::TraceEngine`], all of the above
+//!   over the observations of one runtime.
+//! - [`cri_latency`]: per-method counts (known / inferred / unknown) and
+//!   latency of CRI calls.
+//! - [`pod_index`]: which pod a record is about, from the ids it names.
 
 pub mod contract;
 pub mod correlate;
-pub mod cri_analysis;
+pub mod cri_latency;
 pub mod findings;
 pub mod hook_latency;
-pub mod nri_analysis;
+pub mod pod_index;
 pub mod pods;
 pub mod record;
 pub mod sandbox_rules;
 pub mod teardown;
-pub mod trace_analysis;
+pub mod trace_engine;
 pub mod window;
 
 #[cfg(test)]
-mod test_calls;
+pub(crate) mod test_calls;

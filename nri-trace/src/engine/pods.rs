@@ -290,7 +290,7 @@ impl PodModel {
             hooks: s
                 .hooks
                 .iter()
-                .map(|h| (h.call.plugin.label(), h.hook.clone(), h.own_ns))
+                .map(|h| (h.call.plugin.label(), h.hook.to_string(), h.own_ns))
                 .collect(),
             ok,
         });

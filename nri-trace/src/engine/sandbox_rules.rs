@@ -56,6 +56,31 @@ pub struct SandboxRules {
     fired: std::collections::HashSet<String>,
 }
 
+/// Whether a kernel event explains something about a pod (what text
+/// output shows without `--kernel all`): a signal to a pod process (its
+/// cgroup names a container) or a SIGTERM/SIGKILL, the exit of a
+/// signalled process, and the unmount and removal failures these rules
+/// count ([`SandboxOp::failure`]). The rest (every cgroup controller's
+/// mkdir and rmdir, os.RemoveAll's probing, namespace calls that worked)
+/// is routine.
+pub fn explains(e: &SandboxEvent) -> bool {
+    match &e.op {
+        SandboxOp::Signal {
+            sig, target_cgroup, ..
+        } => {
+            matches!(*sig, libc::SIGTERM | libc::SIGKILL)
+                || target_cgroup
+                    .as_deref()
+                    .is_some_and(|c| ids_in(c).next().is_some())
+        }
+        SandboxOp::Exit { .. } => true,
+        SandboxOp::NsBind { errno, .. }
+        | SandboxOp::Unshare { errno, .. }
+        | SandboxOp::Setns { errno, .. } => *errno != 0,
+        op => op.failure().is_some(),
+    }
+}
+
 fn kernel_evidence(e: &SandboxEvent, outcome: String) -> Evidence {
     Evidence {
         kind: "kernel",

@@ -1,8 +1,8 @@
 //! Why is this pod not gone? The teardown of each pod as the trace records
 //! show it (StopContainer, StopPodSandbox, RemovePodSandbox and the NRI
-//! hooks under them), and [`TeardownLog::explain`]: the blocker in one
-//! sentence with its evidence, or, when nothing shows one, what was seen
-//! last and what was not seen.
+//! hooks under them), and [`TeardownLog::explain`]: where the teardown
+//! stands ([`Progress`]) and what holds it ([`Blocker`]), as data with its
+//! evidence; `sinks::explain` puts it into words.
 //!
 //! kubelet removes a pod once no container runs, its volumes are unmounted
 //! and its cgroup is gone (pod-stuck-terminating-zh.txt; PROTOCOL-NOTES.md):
@@ -28,10 +28,14 @@ use serde::Serialize;
 
 use super::{correlate::CriSpan, record::Record};
 use crate::capture::{
-    sandbox::{errno_text, ids_in, SandboxEvent, SandboxOp},
+    sandbox::{ids_in, SandboxEvent, SandboxOp},
     Timestamp,
 };
-use crate::model::{nri_call::NriCall, observation::Observation};
+use crate::model::{
+    cri_call::CriOutcome,
+    nri_call::{NriCall, Outcome},
+    observation::Observation,
+};
 
 /// Most pods whose teardown is kept; the ones seen longest ago go first.
 pub const MAX_PODS: usize = 4096;
@@ -49,13 +53,30 @@ pub struct Step {
     pub container_id: Option<String>,
     pub start: Option<Timestamp>,
     pub duration_ns: Option<u64>,
-    /// "ok", or the failure ("deadline exceeded", "error 4 DEADLINE_EXCEEDED: ...").
-    pub outcome: String,
-    pub ok: bool,
-    /// NRI hooks under it that failed or timed out: "05-failer STOP_POD_SANDBOX: error 2 ...".
-    pub failed_hooks: Vec<String>,
-    /// Its NRI hooks, all: "10-slow STOP_POD_SANDBOX 502 ms".
-    pub hooks: Vec<String>,
+    pub outcome: CriOutcome,
+    /// Its NRI hooks, in start order.
+    pub hooks: Vec<StepHook>,
+}
+
+impl Step {
+    pub fn ok(&self) -> bool {
+        self.outcome.is_ok()
+    }
+
+    /// The hooks under it that failed or timed out.
+    pub fn failed_hooks(&self) -> impl Iterator<Item = &StepHook> {
+        self.hooks.iter().filter(|h| !h.outcome.is_ok())
+    }
+}
+
+/// An NRI hook under a teardown step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StepHook {
+    /// `IDX-NAME`.
+    pub plugin: String,
+    pub hook: String,
+    pub own_ns: Option<u64>,
+    pub outcome: Outcome,
 }
 
 /// The verdict on a pod's teardown.
@@ -64,7 +85,8 @@ pub struct Step {
 pub enum Verdict {
     /// RemovePodSandbox succeeded: nothing holds it any more.
     Gone,
-    /// A teardown step failed, or a hook under it failed.
+    /// A teardown step failed, or a hook under it failed, or something
+    /// below the CRI calls holds it.
     Blocked,
     /// The last step succeeded; the next one has not been seen.
     Waiting,
@@ -72,30 +94,130 @@ pub enum Verdict {
     NotTornDown,
 }
 
-/// What `explain` says about one pod.
+/// Where the teardown's CRI calls stand (indexes are into
+/// [`Explanation::steps`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Progress {
+    /// RemovePodSandbox succeeded, `took_ns` after the first step began.
+    Removed { took_ns: u64 },
+    /// No teardown call was seen; the pod's last call of any kind.
+    NotStarted {
+        last_call: Option<String>,
+        at: Option<Timestamp>,
+    },
+    /// Hook `hook` of step `step` failed (the last step with one).
+    HookFailed { step: usize, hook: usize },
+    /// The last step, `step`, failed.
+    CallFailed { step: usize },
+    /// The last step, `step`, succeeded; kubelet has not made the next.
+    NextNotCalled { step: usize },
+}
+
+/// What holds the pod below its CRI calls.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Blocker {
+    /// A teardown hook was called and has not returned (the oldest).
+    HookPending {
+        plugin: String,
+        event: String,
+        since: Timestamp,
+        waited_ns: u64,
+        /// The runtime's timeout for it.
+        timeout_ns: Option<u64>,
+    },
+    /// Processes sent SIGKILL that have not exited: `alive` of them, the
+    /// first `pid` of `container`.
+    AliveAfterKill {
+        pid: u32,
+        comm: Option<String>,
+        container: String,
+        /// The first SIGKILL.
+        signal: SandboxEvent,
+        /// Sent by the kernel as the sender, its pid namespace's init,
+        /// exited (zap_pid_ns_processes), not by the sender itself.
+        by_kernel: bool,
+        ago_ns: u64,
+        alive: usize,
+        /// Every SIGKILL of a process still alive.
+        signals: Vec<SandboxEvent>,
+    },
+    /// An unmount of the pod's paths failed and was not redone.
+    UnmountFailed {
+        path: String,
+        errno: i32,
+        event: SandboxEvent,
+        ago_ns: u64,
+    },
+    /// A removal of the pod's paths or cgroups failed and was not redone.
+    RemoveFailed {
+        what: Removal,
+        path: String,
+        errno: i32,
+        event: SandboxEvent,
+        ago_ns: u64,
+    },
+}
+
+/// What a failed removal was of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Removal {
+    Cgroup,
+    NetnsFile,
+    Directory,
+    File,
+}
+
+/// The step kubelet makes next, when one is expected.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NextStep {
+    pub method: String,
+    /// The same call again (kubelet retries a failed step).
+    pub retry: bool,
+}
+
+/// A kernel event of the pod, and how often it was repeated right after
+/// (a retry loop) and until when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KernelEntry {
+    pub event: SandboxEvent,
+    pub again: u32,
+    pub until: Timestamp,
+}
+
+/// A finding against the pod.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PodFinding {
+    pub rule: &'static str,
+    pub message: String,
+}
+
+/// What `explain` knows of one pod: data, which `sinks::explain` puts into
+/// words.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Explanation {
     /// "namespace/name".
     pub pod: String,
     pub sandbox_id: Option<String>,
     pub verdict: Verdict,
-    /// The blocker (or the pod's fate) in one sentence.
-    pub sentence: String,
-    /// The calls that show it, one per line.
-    pub evidence: Vec<String>,
+    /// Where the CRI calls stand.
+    pub progress: Progress,
+    /// What holds it below the CRI calls, when something does.
+    pub blocker: Option<Blocker>,
     /// The teardown calls seen, in order.
     pub steps: Vec<Step>,
     /// The step kubelet makes next, when one is expected.
-    pub expected_next: Option<String>,
+    pub expected_next: Option<NextStep>,
     /// How long the expected step has been waited for (capture time).
     pub waited_ns: Option<u64>,
-    /// Contract findings against the pod (rule: message).
-    pub findings: Vec<String>,
-    /// Container ids of the pod (for the node inspection).
+    /// Contract findings against the pod.
+    pub findings: Vec<PodFinding>,
+    /// Container ids of the pod and their names (for the node inspection).
     pub containers: Vec<(String, String)>,
-    /// What the kernel saw of the pod (sandbox probes), oldest first:
-    /// "12:00:01.123 containerd-shim[812] sent SIGKILL to pid 4242 (cat)".
-    pub kernel: Vec<String>,
+    /// What the kernel saw of the pod (sandbox probes), oldest first.
+    pub kernel: Vec<KernelEntry>,
     /// Processes of the pod that were sent SIGKILL and were not seen to
     /// exit (for the node inspection): (pid, container name).
     pub alive_after_kill: Vec<(u32, String)>,
@@ -108,7 +230,7 @@ struct PodTeardown {
     /// Container id -> name.
     containers: BTreeMap<String, String>,
     steps: VecDeque<Step>,
-    findings: Vec<String>,
+    findings: Vec<PodFinding>,
     last_seen: u64,
     /// The last call of any kind: (method, end or start).
     last_call: Option<(String, Option<Timestamp>)>,
@@ -135,16 +257,7 @@ pub struct TeardownLog {
     wall_offset_ns: i128,
 }
 
-fn human(ns: u64) -> String {
-    if ns >= 10_000_000_000 {
-        format!("{:.0} s", ns as f64 / 1e9)
-    } else if ns >= 1_000_000_000 {
-        format!("{:.1} s", ns as f64 / 1e9)
-    } else {
-        format!("{:.1} ms", ns as f64 / 1e6)
-    }
-}
-
+/// The CRI calls of a pod's teardown.
 const TEARDOWN: [&str; 4] = [
     "StopContainer",
     "RemoveContainer",
@@ -173,7 +286,10 @@ impl TeardownLog {
                 if let Some(key) = v.pod.as_ref().and_then(|l| self.key_of_label(l)) {
                     if let Some(p) = self.pods.get_mut(&key) {
                         if p.findings.len() < MAX_STEPS {
-                            p.findings.push(format!("{}: {}", v.rule, v.message));
+                            p.findings.push(PodFinding {
+                                rule: v.rule,
+                                message: v.message.clone(),
+                            });
                         }
                     }
                 }
@@ -245,33 +361,14 @@ impl TeardownLog {
         if !TEARDOWN.contains(&method.as_str()) {
             return;
         }
-        let hooks: Vec<String> = s
+        let hooks = s
             .hooks
             .iter()
-            .map(|h| {
-                let mut l = format!(
-                    "{} {} {}",
-                    h.call.plugin.label(),
-                    h.hook,
-                    h.own_ns.map(human).unwrap_or_else(|| "-".into())
-                );
-                if !h.call.outcome.is_ok() {
-                    l.push_str(&format!(" {}", h.call.outcome.describe()));
-                }
-                l
-            })
-            .collect();
-        let failed_hooks = s
-            .hooks
-            .iter()
-            .filter(|h| !h.call.outcome.is_ok())
-            .map(|h| {
-                format!(
-                    "{} {}: {}",
-                    h.call.plugin.label(),
-                    h.hook,
-                    h.call.outcome.describe()
-                )
+            .map(|h| StepHook {
+                plugin: h.call.plugin.label(),
+                hook: h.hook.to_string(),
+                own_ns: h.own_ns,
+                outcome: h.call.outcome.clone(),
             })
             .collect();
         let step = Step {
@@ -283,9 +380,7 @@ impl TeardownLog {
             container_id: c.container_id.clone(),
             start: c.start,
             duration_ns: c.duration_ns,
-            outcome: c.outcome.describe(),
-            ok: c.outcome.is_ok(),
-            failed_hooks,
+            outcome: c.outcome.clone(),
             hooks,
         };
         if p.steps.len() >= MAX_STEPS {
@@ -444,20 +539,29 @@ impl TeardownLog {
         let p = &self.pods[&self.find(pod)?];
         let mut e = Self::explain_calls(p, now);
         let kernel = kernel_cause(p, now);
-        if let Some(c) = &kernel {
-            e.alive_after_kill = c.alive.clone();
+        if let Some(Blocker::AliveAfterKill { signals, .. }) = &kernel {
+            e.alive_after_kill = signals
+                .iter()
+                .filter_map(|s| match &s.op {
+                    SandboxOp::Signal {
+                        target,
+                        target_cgroup,
+                        ..
+                    } => Some((*target, container_of(p, target_cgroup.as_deref()))),
+                    _ => None,
+                })
+                .collect();
         }
         if e.verdict == Verdict::Gone {
             return Some(e);
         }
         // A hook not returned, or the kernel's side, names the blocker
         // below the CRI call.
-        if let Some(c) = hook_cause(p, now).or(kernel) {
+        if let Some(b) = hook_cause(p, now).or(kernel) {
             if e.verdict == Verdict::Waiting || e.verdict == Verdict::NotTornDown {
                 e.verdict = Verdict::Blocked;
             }
-            e.sentence = format!("{}; {}", e.sentence, c.sentence);
-            e.evidence.extend(c.evidence);
+            e.blocker = Some(b);
         }
         Some(e)
     }
@@ -469,8 +573,11 @@ impl TeardownLog {
             pod: p.label.clone(),
             sandbox_id: p.sandbox_id.clone(),
             verdict: Verdict::NotTornDown,
-            sentence: String::new(),
-            evidence: Vec::new(),
+            progress: Progress::NotStarted {
+                last_call: None,
+                at: None,
+            },
+            blocker: None,
             steps: steps.clone(),
             expected_next: None,
             waited_ns: None,
@@ -483,112 +590,52 @@ impl TeardownLog {
             kernel: p
                 .kernel
                 .iter()
-                .map(|(k, n, at)| {
-                    let again = if *n > 0 {
-                        format!(" (again {n} times, until {})", crate::output::clock(at))
-                    } else {
-                        String::new()
-                    };
-                    format!("{} {}{again}", crate::output::clock(&k.ts), k.describe())
+                .map(|(event, again, until)| KernelEntry {
+                    event: event.clone(),
+                    again: *again,
+                    until: *until,
                 })
                 .collect(),
             alive_after_kill: Vec::new(),
         };
-        let step_line = |s: &Step| {
-            format!(
-                "CRI {}{} at {} took {}: {}",
-                s.method,
-                s.container
-                    .as_ref()
-                    .map(|c| format!(" ({c})"))
-                    .unwrap_or_default(),
-                s.start
-                    .map(|t| crate::output::clock(&t))
-                    .unwrap_or_default(),
-                s.duration_ns.map(human).unwrap_or_else(|| "-".into()),
-                s.outcome
-            )
-        };
         // Gone: RemovePodSandbox succeeded.
         if let Some(rm) = steps
             .iter()
-            .rfind(|s| s.method == "RemovePodSandbox" && s.ok)
+            .rfind(|s| s.method == "RemovePodSandbox" && s.ok())
         {
             let first = steps.first().and_then(|s| s.start).map_or(0, |t| t.mono_ns);
             let end = rm.start.map_or(0, |t| t.mono_ns) + rm.duration_ns.unwrap_or(0);
-            let per_step: Vec<String> = steps
-                .iter()
-                .map(|s| {
-                    format!(
-                        "{}{} {}",
-                        s.method,
-                        s.container
-                            .as_ref()
-                            .map(|c| format!(" ({c})"))
-                            .unwrap_or_default(),
-                        s.duration_ns.map(human).unwrap_or_else(|| "-".into())
-                    )
-                })
-                .collect();
             e.verdict = Verdict::Gone;
-            // Hooks that failed on the way did not keep it (the runtime
-            // went on), but the SRE should know.
-            let failed: Vec<String> = steps
-                .iter()
-                .flat_map(|s| {
-                    s.failed_hooks
-                        .iter()
-                        .map(move |h| format!("{h} during {}", s.method))
-                })
-                .collect();
-            e.sentence = format!(
-                "{} is gone: RemovePodSandbox succeeded; the teardown took {} ({}){}",
-                p.label,
-                human(end.saturating_sub(first)),
-                per_step.join(", "),
-                if failed.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        "; on the way, plugin hook {} (the runtime went on)",
-                        failed.join(", ")
-                    )
-                }
-            );
-            e.evidence = steps.iter().map(step_line).collect();
+            e.progress = Progress::Removed {
+                took_ns: end.saturating_sub(first),
+            };
             return e;
         }
         let Some(last) = steps.last() else {
             let (m, t) = p.last_call.clone().unwrap_or_default();
-            e.sentence = format!(
-                "no teardown call of {} was seen (no StopContainer, StopPodSandbox or \
-                 RemovePodSandbox); its last call was {m}{}",
-                p.label,
-                t.map(|t| format!(" at {}", crate::output::clock(&t)))
-                    .unwrap_or_default()
-            );
-            e.expected_next = Some("StopPodSandbox".into());
+            e.progress = Progress::NotStarted {
+                last_call: (!m.is_empty()).then_some(m),
+                at: t,
+            };
+            e.expected_next = Some(NextStep {
+                method: "StopPodSandbox".into(),
+                retry: false,
+            });
             e.waited_ns = t.map(|t| now.saturating_sub(t.mono_ns));
             return e;
         };
-        // A failed hook under the last failed (or any) teardown step.
-        if let Some(s) = steps.iter().rev().find(|s| !s.failed_hooks.is_empty()) {
+        let last_i = steps.len() - 1;
+        // A failed hook under the last step with one.
+        if let Some((i, s)) = steps
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(_, s)| s.failed_hooks().next().is_some())
+        {
+            let hook = s.hooks.iter().position(|h| !h.outcome.is_ok()).unwrap_or(0);
             e.verdict = Verdict::Blocked;
-            e.sentence = format!(
-                "{}: plugin hook {} during {}{}",
-                p.label,
-                s.failed_hooks[0],
-                s.method,
-                if s.ok {
-                    format!(" (the CRI call still succeeded: {})", s.outcome)
-                } else {
-                    format!(", and {} failed: {}", s.method, s.outcome)
-                }
-            );
-            e.evidence = std::iter::once(step_line(s))
-                .chain(s.failed_hooks.iter().map(|h| format!("NRI {h}")))
-                .collect();
-            if s.ok {
+            e.progress = Progress::HookFailed { step: i, hook };
+            if s.ok() {
                 // The teardown went on; what comes next still matters.
                 let (next, waited) = Self::next_step(last, now);
                 e.expected_next = next;
@@ -596,21 +643,13 @@ impl TeardownLog {
             }
             return e;
         }
-        if !last.ok {
+        if !last.ok() {
             e.verdict = Verdict::Blocked;
-            e.sentence = format!(
-                "{}: {}{} did not complete: {} after {}",
-                p.label,
-                last.method,
-                last.container
-                    .as_ref()
-                    .map(|c| format!(" of container {c}"))
-                    .unwrap_or_default(),
-                last.outcome,
-                last.duration_ns.map(human).unwrap_or_else(|| "-".into())
-            );
-            e.evidence = vec![step_line(last)];
-            e.expected_next = Some(format!("{} again (kubelet retries)", last.method));
+            e.progress = Progress::CallFailed { step: last_i };
+            e.expected_next = Some(NextStep {
+                method: last.method.clone(),
+                retry: true,
+            });
             e.waited_ns = last
                 .start
                 .map(|t| now.saturating_sub(t.mono_ns + last.duration_ns.unwrap_or(0)));
@@ -618,19 +657,7 @@ impl TeardownLog {
         }
         let (next, waited) = Self::next_step(last, now);
         e.verdict = Verdict::Waiting;
-        e.sentence = format!(
-            "{}: {} succeeded{}, but kubelet has not called {} since{}",
-            p.label,
-            last.method,
-            last.start
-                .map(|t| format!(" at {}", crate::output::clock(&t)))
-                .unwrap_or_default(),
-            next.as_deref().unwrap_or("?"),
-            waited
-                .map(|w| format!(" ({} ago)", human(w)))
-                .unwrap_or_default()
-        );
-        e.evidence = steps.iter().map(step_line).collect();
+        e.progress = Progress::NextNotCalled { step: last_i };
         e.expected_next = next;
         e.waited_ns = waited;
         e
@@ -638,7 +665,7 @@ impl TeardownLog {
 
     /// The step kubelet makes after `last`, and how long it has been
     /// waited for.
-    fn next_step(last: &Step, now: u64) -> (Option<String>, Option<u64>) {
+    fn next_step(last: &Step, now: u64) -> (Option<NextStep>, Option<u64>) {
         let next = match last.method.as_str() {
             "StopContainer" | "RemoveContainer" => "StopPodSandbox",
             "StopPodSandbox" => "RemovePodSandbox",
@@ -647,7 +674,13 @@ impl TeardownLog {
         let ended = last
             .start
             .map(|t| t.mono_ns + last.duration_ns.unwrap_or(0));
-        (Some(next.into()), ended.map(|e| now.saturating_sub(e)))
+        (
+            Some(NextStep {
+                method: next.into(),
+                retry: false,
+            }),
+            ended.map(|e| now.saturating_sub(e)),
+        )
     }
 
     fn find(&self, pod: &str) -> Option<String> {
@@ -671,39 +704,19 @@ impl TeardownLog {
 }
 
 /// A teardown hook that has not returned: the oldest.
-fn hook_cause(p: &PodTeardown, now: u64) -> Option<KernelCause> {
+fn hook_cause(p: &PodTeardown, now: u64) -> Option<Blocker> {
     let c = p
         .pending_hooks
         .values()
         .min_by_key(|c| c.start.map_or(0, |t| t.mono_ns))?;
     let start = c.start?;
-    let timeout = c
-        .timeout_nano
-        .filter(|t| *t > 0)
-        .map(|t| format!(" (the runtime's timeout for it: {})", human(t as u64)))
-        .unwrap_or_default();
-    Some(KernelCause {
-        sentence: format!(
-            "NRI plugin {}'s {} hook has not returned for {}{timeout}",
-            c.plugin.label(),
-            c.event.map(|e| e.as_str_name()).unwrap_or("?"),
-            human(now.saturating_sub(start.mono_ns))
-        ),
-        evidence: vec![format!(
-            "{} NRI {} {} called, no response since",
-            crate::output::clock(&start),
-            c.plugin.label(),
-            c.event.map(|e| e.as_str_name()).unwrap_or("?"),
-        )],
-        alive: Vec::new(),
+    Some(Blocker::HookPending {
+        plugin: c.plugin.label(),
+        event: c.event.map_or("?", |e| e.as_str_name()).to_string(),
+        since: start,
+        waited_ns: now.saturating_sub(start.mono_ns),
+        timeout_ns: c.timeout_nano.filter(|t| *t > 0).map(|t| t as u64),
     })
-}
-
-/// What the kernel names as the pod's blocker.
-struct KernelCause {
-    sentence: String,
-    evidence: Vec<String>,
-    alive: Vec<(u32, String)>,
 }
 
 fn container_of(p: &PodTeardown, cgroup: Option<&str>) -> String {
@@ -719,34 +732,15 @@ fn container_of(p: &PodTeardown, cgroup: Option<&str>) -> String {
         .unwrap_or_else(|| "?".into())
 }
 
-/// "`what` failed with EBUSY (...) (runc[9], 3 s ago)", with the event.
-fn failed(what: String, e: &SandboxEvent, errno: i32, now: u64) -> KernelCause {
-    KernelCause {
-        sentence: format!(
-            "{what} failed with {} ({}[{}], {} ago)",
-            errno_text(errno),
-            e.comm,
-            e.tgid,
-            human(now.saturating_sub(e.ts.mono_ns))
-        ),
-        evidence: vec![kernel_line(e)],
-        alive: Vec::new(),
-    }
-}
-
-/// A kernel event as an evidence line.
-fn kernel_line(e: &SandboxEvent) -> String {
-    format!("kernel: {} {}", crate::output::clock(&e.ts), e.describe())
-}
-
 /// The first blocker the kernel events show, in kubelet's order of
 /// teardown: processes that outlived SIGKILL, then unmounts that failed,
 /// then paths and cgroups that could not be removed. A failure that a
 /// later success on the same path undid does not count.
-fn kernel_cause(p: &PodTeardown, now: u64) -> Option<KernelCause> {
+fn kernel_cause(p: &PodTeardown, now: u64) -> Option<Blocker> {
     let k: Vec<&SandboxEvent> = p.kernel.iter().map(|(e, ..)| e).collect();
     // SIGKILL delivered, no exit since.
-    let mut alive: Vec<(&SandboxEvent, u32, String)> = Vec::new();
+    // (the SIGKILL, its target, the target's comm and cgroup)
+    let mut alive: Vec<(&SandboxEvent, u32, &Option<String>, &Option<String>)> = Vec::new();
     for (i, e) in k.iter().enumerate() {
         if let SandboxOp::Signal {
             sig: 9,
@@ -760,60 +754,29 @@ fn kernel_cause(p: &PodTeardown, now: u64) -> Option<KernelCause> {
                 .iter()
                 .skip(i + 1)
                 .any(|x| x.tgid == *target && matches!(x.op, SandboxOp::Exit { .. }));
-            let seen = alive.iter().any(|(_, t, _)| t == target);
+            let seen = alive.iter().any(|(_, t, ..)| t == target);
             if !exited && !seen {
-                let name = format!(
-                    "pid {target}{} of container {}",
-                    target_comm
-                        .as_ref()
-                        .map(|c| format!(" ({c})"))
-                        .unwrap_or_default(),
-                    container_of(p, target_cgroup.as_deref())
-                );
-                alive.push((e, *target, name));
+                alive.push((e, *target, target_comm, target_cgroup));
             }
         }
     }
-    if let Some((first, _, name)) = alive.first() {
-        let ago = now.saturating_sub(first.ts.mono_ns);
+    if let Some(&(first, pid, target_comm, target_cgroup)) = alive.first() {
         // Sent while its sender was exiting: the kernel killing what is
         // left of a pid namespace whose init died (zap_pid_ns_processes).
-        let init_exited = k.iter().any(|x| {
+        let by_kernel = k.iter().any(|x| {
             x.tgid == first.tgid
                 && x.ts.mono_ns <= first.ts.mono_ns
                 && matches!(x.op, SandboxOp::Exit { .. })
         });
-        let from = if init_exited {
-            format!(
-                "sent by the kernel as its pid namespace's init {}[{}] exited",
-                first.comm, first.tgid
-            )
-        } else {
-            format!("from {}[{}]", first.comm, first.tgid)
-        };
-        return Some(KernelCause {
-            sentence: format!(
-                "{name} is still alive {} after SIGKILL {from}{}",
-                human(ago),
-                if alive.len() > 1 {
-                    format!(" ({} processes in all)", alive.len())
-                } else {
-                    String::new()
-                }
-            ),
-            evidence: alive.iter().map(|(e, ..)| kernel_line(e)).collect(),
-            alive: alive
-                .iter()
-                .map(|(e, pid, _)| {
-                    let c = match &e.op {
-                        SandboxOp::Signal { target_cgroup, .. } => {
-                            container_of(p, target_cgroup.as_deref())
-                        }
-                        _ => "?".into(),
-                    };
-                    (*pid, c)
-                })
-                .collect(),
+        return Some(Blocker::AliveAfterKill {
+            pid,
+            comm: target_comm.clone(),
+            container: container_of(p, target_cgroup.as_deref()),
+            signal: first.clone(),
+            by_kernel,
+            ago_ns: now.saturating_sub(first.ts.mono_ns),
+            alive: alive.len(),
+            signals: alive.iter().map(|(e, ..)| (*e).clone()).collect(),
         });
     }
     // A failed unmount or removal (SandboxOp::failure), not redone
@@ -826,7 +789,12 @@ fn kernel_cause(p: &PodTeardown, now: u64) -> Option<KernelCause> {
     for (i, e) in k.iter().enumerate() {
         if let (SandboxOp::Umount { .. }, Some((path, errno))) = (&e.op, e.op.failure()) {
             if !undone(i, path) {
-                return Some(failed(format!("unmounting {path}"), e, errno, now));
+                return Some(Blocker::UnmountFailed {
+                    path: path.to_string(),
+                    errno,
+                    event: (*e).clone(),
+                    ago_ns: now.saturating_sub(e.ts.mono_ns),
+                });
             }
         }
     }
@@ -836,22 +804,28 @@ fn kernel_cause(p: &PodTeardown, now: u64) -> Option<KernelCause> {
                 continue;
             }
             let what = if path.contains("/cgroup") {
-                "the cgroup"
+                Removal::Cgroup
             } else if path.contains("netns") {
-                "the network namespace file"
+                Removal::NetnsFile
             } else if *dir {
-                "the directory"
+                Removal::Directory
             } else {
-                "the file"
+                Removal::File
             };
-            return Some(failed(format!("removing {what} {path}"), e, errno, now));
+            return Some(Blocker::RemoveFailed {
+                what,
+                path: path.to_string(),
+                errno,
+                event: (*e).clone(),
+                ago_ns: now.saturating_sub(e.ts.mono_ns),
+            });
         }
     }
     None
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::{
         decode::{cri::message::PodMeta, nri::message::Event},
@@ -859,7 +833,7 @@ mod tests {
         model::{cri_call::CriOutcome, nri_call::Outcome},
     };
 
-    fn run_pod() -> Record {
+    pub(crate) fn run_pod() -> Record {
         let mut c = cri(Some("RunPodSandbox"), "sb1", 100, 150);
         c.pod = Some(PodMeta {
             name: "web".into(),
@@ -870,100 +844,144 @@ mod tests {
         span(c, vec![])
     }
 
-    fn log(records: &[Record]) -> TeardownLog {
+    pub(crate) fn log(records: &[Record]) -> TeardownLog {
         let mut l = TeardownLog::new();
         records.iter().for_each(|r| l.on_record(r));
         l
     }
 
-    #[test]
-    fn removed_pod_is_gone_with_step_times() {
-        let l = log(&[
+    /// The pod's teardown: stopped in 35 ms, removed in 3 ms.
+    pub(crate) fn removed() -> Vec<Record> {
+        vec![
             run_pod(),
             span(cri(Some("StopPodSandbox"), "sb1", 1000, 1035), vec![]),
             span(cri(Some("RemovePodSandbox"), "sb1", 1100, 1103), vec![]),
-        ]);
+        ]
+    }
+
+    #[test]
+    fn removed_pod_is_gone_with_step_times() {
+        let l = log(&removed());
         let e = l.explain("ns/web", 0).unwrap();
         assert_eq!(e.verdict, Verdict::Gone);
-        assert!(e.sentence.contains("ns/web is gone"), "{}", e.sentence);
-        assert!(
-            e.sentence.contains("StopPodSandbox 35.0 ms"),
-            "{}",
-            e.sentence
-        );
+        assert_eq!(e.progress, Progress::Removed { took_ns: 103 * MS });
+        assert_eq!(e.steps[0].method, "StopPodSandbox");
+        assert_eq!(e.steps[0].duration_ns, Some(35 * MS));
+        assert_eq!(e.blocker, None);
         // By name alone and by sandbox id prefix too.
         assert_eq!(l.explain("web", 0).unwrap().verdict, Verdict::Gone);
         assert_eq!(l.explain("sb1", 0).map(|e| e.pod), Some("ns/web".into()));
     }
 
-    #[test]
-    fn failed_teardown_hook_is_the_blocker() {
+    /// StopPodSandbox succeeded, 10-failer's hook under it failed.
+    pub(crate) fn failed_hook() -> Vec<Record> {
         let mut h = hook(Some(Event::StopPodSandbox), "failer", "sb1", 1010, 1011);
         h.call.outcome = Outcome::Error {
             code: 2,
             message: "refused".into(),
         };
-        let l = log(&[
+        vec![
             run_pod(),
             span(cri(Some("StopPodSandbox"), "sb1", 1000, 1035), vec![h]),
-        ]);
-        let e = l.explain("ns/web", 5000 * MS).unwrap();
-        assert_eq!(e.verdict, Verdict::Blocked);
-        assert!(
-            e.sentence
-                .contains("10-failer STOP_POD_SANDBOX: error 2: refused"),
-            "{}",
-            e.sentence
-        );
-        assert_eq!(e.expected_next.as_deref(), Some("RemovePodSandbox"));
-        assert_eq!(e.waited_ns, Some((5000 - 1035) * MS));
+        ]
     }
 
     #[test]
-    fn failed_call_and_missing_call() {
+    fn failed_teardown_hook_is_the_blocker() {
+        let e = log(&failed_hook()).explain("ns/web", 5000 * MS).unwrap();
+        assert_eq!(e.verdict, Verdict::Blocked);
+        assert_eq!(e.progress, Progress::HookFailed { step: 0, hook: 0 });
+        let h = &e.steps[0].hooks[0];
+        assert_eq!(
+            (h.plugin.as_str(), h.hook.as_str()),
+            ("10-failer", "STOP_POD_SANDBOX")
+        );
+        assert_eq!(
+            h.outcome,
+            Outcome::Error {
+                code: 2,
+                message: "refused".into()
+            }
+        );
+        assert_eq!(
+            e.expected_next,
+            Some(NextStep {
+                method: "RemovePodSandbox".into(),
+                retry: false
+            })
+        );
+        assert_eq!(e.waited_ns, Some((5000 - 1035) * MS));
+    }
+
+    /// CreateContainer of `main` (container c1), and its StopContainer,
+    /// which ran into the client's deadline after 12 s.
+    pub(crate) fn failed_stop() -> Vec<Record> {
         let mut stop = cri(Some("StopContainer"), "sb1", 1000, 13000);
         stop.sandbox_id = None;
         stop.container_id = Some("c1".into());
         stop.outcome = CriOutcome::DeadlineExceeded;
+        vec![
+            run_pod(),
+            span(create_main("c1"), vec![]),
+            span(stop, vec![]),
+        ]
+    }
+
+    fn create_main(id: &str) -> crate::model::cri_call::CriCall {
         let mut create = cri(Some("CreateContainer"), "sb1", 200, 250);
-        create.container_id = Some("c1".into());
+        create.container_id = Some(id.into());
         create.container = Some(crate::decode::cri::message::ContainerMeta {
             name: "main".into(),
             attempt: 0,
         });
-        let l = log(&[run_pod(), span(create.clone(), vec![]), span(stop, vec![])]);
-        let e = l.explain("ns/web", 0).unwrap();
+        create
+    }
+
+    /// Stopped, never removed.
+    pub(crate) fn stopped() -> Vec<Record> {
+        vec![
+            run_pod(),
+            span(create_main("c1"), vec![]),
+            span(cri(Some("StopPodSandbox"), "sb1", 1000, 1035), vec![]),
+        ]
+    }
+
+    #[test]
+    fn failed_call_and_missing_call() {
+        let e = log(&failed_stop()).explain("ns/web", 0).unwrap();
         assert_eq!(e.verdict, Verdict::Blocked);
-        assert!(
-            e.sentence
-                .contains("StopContainer of container main did not complete: the client's deadline expired after 12 s"),
-            "{}",
-            e.sentence
+        assert_eq!(e.progress, Progress::CallFailed { step: 0 });
+        assert_eq!(e.steps[0].container.as_deref(), Some("main"));
+        assert_eq!(e.steps[0].outcome, CriOutcome::DeadlineExceeded);
+        assert_eq!(e.steps[0].duration_ns, Some(12_000 * MS));
+        assert_eq!(
+            e.expected_next,
+            Some(NextStep {
+                method: "StopContainer".into(),
+                retry: true
+            })
         );
         assert_eq!(e.containers, vec![("c1".into(), "main".into())]);
-        // Stopped, never removed.
-        let l = log(&[
-            run_pod(),
-            span(create, vec![]),
-            span(cri(Some("StopPodSandbox"), "sb1", 1000, 1035), vec![]),
-        ]);
-        let e = l.explain("ns/web", 61_035 * MS).unwrap();
+        let e = log(&stopped()).explain("ns/web", 61_035 * MS).unwrap();
         assert_eq!(e.verdict, Verdict::Waiting);
-        assert!(
-            e.sentence
-                .contains("kubelet has not called RemovePodSandbox since (60 s ago)"),
-            "{}",
-            e.sentence
+        assert_eq!(e.progress, Progress::NextNotCalled { step: 0 });
+        assert_eq!(
+            e.expected_next.map(|n| n.method),
+            Some("RemovePodSandbox".into())
         );
+        assert_eq!(e.waited_ns, Some(60_000 * MS));
         // Never torn down.
         let e = log(&[run_pod()]).explain("web", 0).unwrap();
         assert_eq!(e.verdict, Verdict::NotTornDown);
+        assert!(
+            matches!(e.progress, Progress::NotStarted { last_call: Some(ref m), .. } if m == "RunPodSandbox")
+        );
         assert!(log(&[run_pod()]).explain("other", 0).is_none());
     }
 
-    const CID: &str = "c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1";
+    pub(crate) const CID: &str = "c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1";
 
-    fn kernel(ms: u64, tgid: u32, comm: &str, op: SandboxOp) -> Record {
+    pub(crate) fn kernel(ms: u64, tgid: u32, comm: &str, op: SandboxOp) -> Record {
         Record::Observed(Observation::Sandbox(SandboxEvent {
             ts: Timestamp {
                 mono_ns: ms * MS,
@@ -979,21 +997,20 @@ mod tests {
         }))
     }
 
-    fn stuck_stop() -> Vec<Record> {
-        let mut create = cri(Some("CreateContainer"), "sb1", 200, 250);
-        create.container_id = Some(CID.into());
-        create.container = Some(crate::decode::cri::message::ContainerMeta {
-            name: "main".into(),
-            attempt: 0,
-        });
+    /// StopContainer of `main` (container CID) ran into its 10 s deadline.
+    pub(crate) fn stuck_stop() -> Vec<Record> {
         let mut stop = cri(Some("StopContainer"), "sb1", 1000, 11000);
         stop.sandbox_id = None;
         stop.container_id = Some(CID.into());
         stop.outcome = CriOutcome::DeadlineExceeded;
-        vec![run_pod(), span(create, vec![]), span(stop, vec![])]
+        vec![
+            run_pod(),
+            span(create_main(CID), vec![]),
+            span(stop, vec![]),
+        ]
     }
 
-    fn signal(ms: u64, sig: i32, target: u32) -> Record {
+    pub(crate) fn signal(ms: u64, sig: i32, target: u32) -> Record {
         kernel(
             ms,
             7,
@@ -1008,23 +1025,41 @@ mod tests {
         )
     }
 
-    #[test]
-    fn a_process_alive_after_sigkill_is_the_blocker() {
+    /// `cat` (pid 4242) of `main` sent SIGTERM, then SIGKILL at 3 s.
+    pub(crate) fn killed() -> Vec<Record> {
         let mut r = stuck_stop();
         r.push(signal(1001, 15, 4242));
         r.push(signal(3001, 9, 4242));
+        r
+    }
+
+    #[test]
+    fn a_process_alive_after_sigkill_is_the_blocker() {
+        let mut r = killed();
         let e = log(&r).explain("ns/web", 15_001 * MS).unwrap();
         assert_eq!(e.verdict, Verdict::Blocked);
-        assert!(
-            e.sentence.contains(
-                "pid 4242 (cat) of container main is still alive 12 s after SIGKILL from containerd-shim[7]"
-            ),
-            "{}",
-            e.sentence
+        let Some(Blocker::AliveAfterKill {
+            pid,
+            comm,
+            container,
+            signal,
+            by_kernel,
+            ago_ns,
+            alive,
+            signals,
+        }) = &e.blocker
+        else {
+            panic!("{:?}", e.blocker)
+        };
+        assert_eq!(
+            (*pid, comm.as_deref(), container.as_str()),
+            (4242, Some("cat"), "main")
         );
+        assert_eq!((signal.tgid, signal.comm.as_str()), (7, "containerd-shim"));
+        assert!(!by_kernel);
+        assert_eq!((*ago_ns, *alive, signals.len()), (12_000 * MS, 1, 1));
         assert_eq!(e.alive_after_kill, vec![(4242, "main".to_string())]);
         assert_eq!(e.kernel.len(), 2);
-        assert!(e.evidence.iter().any(|l| l.starts_with("kernel: ")));
         // Once it exits, the kernel names no blocker; the CRI call still does.
         r.push(kernel(
             12000,
@@ -1033,46 +1068,33 @@ mod tests {
             SandboxOp::Exit { status: Some(9) },
         ));
         let e = log(&r).explain("ns/web", 15_001 * MS).unwrap();
-        assert!(!e.sentence.contains("still alive"), "{}", e.sentence);
-        assert!(
-            e.kernel.last().unwrap().contains("killed by SIGKILL"),
-            "{:?}",
-            e.kernel
+        assert_eq!(e.blocker, None);
+        assert_eq!(e.progress, Progress::CallFailed { step: 0 });
+        assert_eq!(
+            e.kernel.last().unwrap().event.op,
+            SandboxOp::Exit { status: Some(9) }
         );
     }
 
-    #[test]
-    fn failed_unmounts_and_removals_are_named_unless_redone() {
-        let rootfs = format!("/run/containerd/io.containerd.runtime.v2.task/k8s.io/{CID}/rootfs");
-        let umount = |ms, errno| {
-            kernel(
-                ms,
-                8,
-                "containerd",
-                SandboxOp::Umount {
-                    path: rootfs.clone(),
-                    flags: 0,
-                    errno,
-                },
-            )
-        };
-        let mut r = stuck_stop();
-        r.push(umount(1100, libc::EBUSY));
-        let e = log(&r).explain("ns/web", 0).unwrap();
-        assert!(
-            e.sentence
-                .contains(&format!("unmounting {rootfs} failed with EBUSY")),
-            "{}",
-            e.sentence
-        );
-        r.push(umount(1200, 0));
-        assert!(!log(&r)
-            .explain("ns/web", 0)
-            .unwrap()
-            .sentence
-            .contains("unmounting"));
-        let mut r = stuck_stop();
-        r.push(kernel(
+    pub(crate) fn rootfs() -> String {
+        format!("/run/containerd/io.containerd.runtime.v2.task/k8s.io/{CID}/rootfs")
+    }
+
+    pub(crate) fn umount(ms: u64, errno: i32) -> Record {
+        kernel(
+            ms,
+            8,
+            "containerd",
+            SandboxOp::Umount {
+                path: rootfs(),
+                flags: 0,
+                errno,
+            },
+        )
+    }
+
+    pub(crate) fn cgroup_busy() -> Record {
+        kernel(
             1300,
             9,
             "runc",
@@ -1081,9 +1103,36 @@ mod tests {
                 dir: true,
                 errno: libc::EBUSY,
             },
-        ));
+        )
+    }
+
+    #[test]
+    fn failed_unmounts_and_removals_are_named_unless_redone() {
+        let mut r = stuck_stop();
+        r.push(umount(1100, libc::EBUSY));
+        let e = log(&r).explain("ns/web", 0).unwrap();
+        assert!(
+            matches!(&e.blocker, Some(Blocker::UnmountFailed { path, errno, .. }) if *path == rootfs() && *errno == libc::EBUSY),
+            "{:?}",
+            e.blocker
+        );
+        r.push(umount(1200, 0));
+        assert_eq!(log(&r).explain("ns/web", 0).unwrap().blocker, None);
+        let mut r = stuck_stop();
+        r.push(cgroup_busy());
         let e = log(&r).explain("web", 0).unwrap();
-        assert!(e.sentence.contains("removing the cgroup"), "{}", e.sentence);
+        assert!(
+            matches!(
+                e.blocker,
+                Some(Blocker::RemoveFailed {
+                    what: Removal::Cgroup,
+                    errno: libc::EBUSY,
+                    ..
+                })
+            ),
+            "{:?}",
+            e.blocker
+        );
         // An event naming no pod of the log is not kept.
         let mut r = stuck_stop();
         r.push(kernel(
@@ -1099,8 +1148,9 @@ mod tests {
         assert!(log(&r).explain("web", 0).unwrap().kernel.is_empty());
     }
 
-    #[test]
-    fn a_teardown_hook_not_returned_is_the_blocker_until_it_ends() {
+    /// 10-hung's StopPodSandbox hook called at 1.01 s (30 s timeout), and
+    /// the CRI call's deadline at 6 s; the hook's end, timed out.
+    pub(crate) fn hung_hook() -> (Vec<Record>, Record) {
         let mut stop = cri(Some("StopPodSandbox"), "sb1", 1000, 6000);
         stop.outcome = CriOutcome::DeadlineExceeded;
         let h = hook(Some(Event::StopPodSandbox), "hung", "sb1", 1010, 31010);
@@ -1108,26 +1158,35 @@ mod tests {
         pending.end = None;
         pending.duration_ns = None;
         pending.timeout_nano = Some(30_000_000_000);
-        let mut r = vec![
-            run_pod(),
-            Record::Observed(Observation::NriPending(pending)),
-            span(stop, vec![]),
-        ];
+        let ended = Record::NriUncaused(crate::engine::record::Uncaused {
+            span: h,
+            no_cri_cause: crate::engine::correlate::NoCause::NoCriCallInFlight,
+        });
+        (
+            vec![
+                run_pod(),
+                Record::Observed(Observation::NriPending(pending)),
+                span(stop, vec![]),
+            ],
+            ended,
+        )
+    }
+
+    #[test]
+    fn a_teardown_hook_not_returned_is_the_blocker_until_it_ends() {
+        let (mut r, ended) = hung_hook();
         let e = log(&r).explain("ns/web", 21_010 * MS).unwrap();
         assert_eq!(e.verdict, Verdict::Blocked);
         assert!(
-            e.sentence.contains(
-                "NRI plugin 10-hung's STOP_POD_SANDBOX hook has not returned for 20 s (the runtime's timeout for it: 30 s)"
-            ),
-            "{}",
-            e.sentence
+            matches!(&e.blocker, Some(Blocker::HookPending { plugin, event, waited_ns, timeout_ns, .. })
+                if plugin == "10-hung" && event == "STOP_POD_SANDBOX"
+                    && *waited_ns == 20_000 * MS && *timeout_ns == Some(30_000 * MS)),
+            "{:?}",
+            e.blocker
         );
         // It ended (timed out): no longer pending.
-        r.push(Record::NriUncaused(crate::engine::record::Uncaused {
-            span: h,
-            no_cri_cause: crate::engine::correlate::NoCause::NoCriCallInFlight,
-        }));
+        r.push(ended);
         let e = log(&r).explain("ns/web", 40_000 * MS).unwrap();
-        assert!(!e.sentence.contains("has not returned"), "{}", e.sentence);
+        assert_eq!(e.blocker, None);
     }
 }

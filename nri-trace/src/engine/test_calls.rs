@@ -3,7 +3,7 @@
 use crate::{
     capture::{ConnId, Timestamp},
     decode::nri::message::Event,
-    engine::hook_latency::HookSpan,
+    engine::hook_latency::{Hook, HookSpan},
     model::{
         cri_call::{CriCall, CriOutcome, Identified},
         nri_call::{Caller, ContainerRef, IdentitySource, NriCall, Outcome, PluginId, PodRef},
@@ -74,7 +74,7 @@ pub fn hook(event: Option<Event>, plugin: &str, pod: &str, start: u64, end: u64)
         synchronized_pods: Vec::new(),
     };
     HookSpan {
-        hook: event.map_or("Synchronize".into(), |e| e.as_str_name().to_owned()),
+        hook: event.map_or(Hook::Method("Synchronize".into()), Hook::Event),
         call,
         queued_ns: Some(0),
         queued_behind: vec![],

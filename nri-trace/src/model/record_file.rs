@@ -39,7 +39,7 @@ pub struct SessionInfo {
 }
 
 /// What the `session_end` line says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionEnd {
     /// Observation lines written.
     pub observations: u64,
@@ -99,18 +99,19 @@ impl RecordType for RecordLine {
     }
 }
 
-/// A line as written: its type tag and body.
+/// A session's first or last line as written: its type tag and body
+/// (what `-o json` prints around its records too).
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-enum Header<'a> {
+pub enum Header<'a> {
     Session(&'a SessionInfo),
     SessionEnd(&'a SessionEnd),
 }
 
-/// Writes a record file.
+/// Writes a record file. It writes the observations it is given: the
+/// pipeline redacts them first when the session says so.
 pub struct RecordWriter<W: std::io::Write> {
     out: recording::RecordingWriter<W>,
-    redact: bool,
     written: u64,
     lost_records: u64,
 }
@@ -122,25 +123,18 @@ impl<W: std::io::Write> RecordWriter<W> {
         out.write_record(&Header::Session(info), true)?;
         Ok(RecordWriter {
             out,
-            redact: info.redacted,
             written: 0,
             lost_records: 0,
         })
     }
 
-    /// Append one observation (redacted if the session says so). Lines
-    /// are buffered; `flush` when idle.
-    pub fn write(&mut self, o: Observation) -> std::io::Result<()> {
-        let o = if self.redact {
-            redact::observation(o)
-        } else {
-            o
-        };
-        if let Observation::CaptureLoss(l) = &o {
+    /// Append one observation. Lines are buffered; `flush` when idle.
+    pub fn write(&mut self, o: &Observation) -> std::io::Result<()> {
+        if let Observation::CaptureLoss(l) = o {
             self.lost_records = l.lost_records;
         }
         self.written += 1;
-        self.out.write_record(&o, false)
+        self.out.write_record(o, false)
     }
 
     pub fn flush(&mut self) -> std::io::Result<()> {
@@ -172,8 +166,8 @@ pub fn is_record_file(path: impl AsRef<Path>) -> Result<bool, RecordingError> {
     ))
 }
 
-/// Secrets out of observations: what `record` writes unless
-/// `--no-redact`.
+/// Secrets out of observations: what every output of a run shows unless
+/// `--no-redact` (the pipeline applies it before the engine and `--save`).
 ///
 /// Decoded calls carry no environment values, mount contents or
 /// annotations (NRI adjustments are summarized as counts, docs/nri.md);

@@ -173,6 +173,17 @@ impl TraceDecoder {
         }
     }
 
+    /// What the CRI decoder met that was not a call (undecodable
+    /// messages, resyncs...).
+    pub fn cri_stats(&self) -> super::cri_call::CriStats {
+        self.cri.stats()
+    }
+
+    /// What the NRI decoder met that was not a call.
+    pub fn nri_stats(&self) -> super::nri_call::AssemblerStats {
+        self.nri.stats()
+    }
+
     /// The capture ended: calls still in decoding come out.
     pub fn finish(&mut self, out: &mut Vec<Observation>) {
         self.cri.finish(&mut self.cri_obs);

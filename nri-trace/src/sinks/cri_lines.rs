@@ -1,14 +1,13 @@
-//! `nri-trace cri` output: one line per [`CriRecord`], as text for a
-//! terminal or as NDJSON for pipelines, and the per-method table at the end.
-//! Wire strings go through [`sanitize`].
+//! CRI calls and connection events as text lines, and the per-method
+//! table. Wire strings go through [`sanitize`].
 
 use std::io::{self, Write};
 
-use super::nri_lines::human_ns;
 use crate::{
-    engine::cri_analysis::{CriRecord, MethodSummary},
+    capture::{ConnId, Timestamp},
+    engine::cri_latency::MethodSummary,
+    human::{clock, sanitize},
     model::cri_call::{CriCall, CriOutcome, Identified},
-    output::{clock, sanitize},
 };
 
 fn short(id: &str) -> &str {
@@ -33,7 +32,7 @@ fn subject(c: &CriCall) -> String {
     sanitize(&s)
 }
 
-fn outcome(c: &CriCall) -> String {
+pub fn outcome(c: &CriCall) -> String {
     let mut s = match &c.outcome {
         CriOutcome::Ok => "ok".to_string(),
         CriOutcome::Error {
@@ -44,7 +43,7 @@ fn outcome(c: &CriCall) -> String {
         CriOutcome::DeadlineExceeded => format!(
             "CLIENT DEADLINE EXCEEDED{}",
             c.deadline_ns
-                .map(|d| format!(" after {}", human_ns(d)))
+                .map(|d| format!(" after {}", crate::human::duration(d)))
                 .unwrap_or_default()
         ),
         CriOutcome::Cancelled => "CANCELLED by the client".into(),
@@ -74,7 +73,10 @@ pub fn call_text(w: &mut impl Write, c: &CriCall) -> io::Result<()> {
         }
         (None, _) => "(unknown)".into(),
     };
-    let dur = c.duration_ns.map(human_ns).unwrap_or_else(|| "-".into());
+    let dur = c
+        .duration_ns
+        .map(crate::human::duration)
+        .unwrap_or_else(|| "-".into());
     write!(
         w,
         "{when} {:<24} {:<40} {:>10}  {}",
@@ -95,36 +97,36 @@ pub fn call_text(w: &mut impl Write, c: &CriCall) -> io::Result<()> {
     writeln!(w)
 }
 
-/// One record as a text line.
-pub fn text(w: &mut impl Write, r: &CriRecord) -> io::Result<()> {
-    match r {
-        CriRecord::CriCall(c) => call_text(w, c),
-        CriRecord::CriConnection { conn, ts, client } => writeln!(
-            w,
-            "{} ** CRI connection {conn}{}",
-            clock(ts),
-            client
-                .as_ref()
-                .map(|c| format!(" from {}", sanitize(c)))
-                .unwrap_or_default()
-        ),
-        CriRecord::CriResync { conn, ts, skipped } => writeln!(
-            w,
-            "{} ** {conn}: skipped {skipped} bytes to find an HTTP/2 frame",
-            clock(ts)
-        ),
-        CriRecord::CaptureLoss(l) => writeln!(
-            w,
-            "!! capture loss: {} records ({} bytes) lost, {} read faults, {} fds untracked: calls may be missing",
-            l.lost_records, l.lost_bytes, l.read_faults, l.fd_map_full
-        ),
-    }
+/// A CRI connection seen for the first time.
+pub fn connection_text(
+    w: &mut impl Write,
+    conn: &ConnId,
+    ts: &Timestamp,
+    client: &Option<String>,
+) -> io::Result<()> {
+    writeln!(
+        w,
+        "{} ** CRI connection {conn}{}",
+        clock(ts),
+        client
+            .as_ref()
+            .map(|c| format!(" from {}", sanitize(c)))
+            .unwrap_or_default()
+    )
 }
 
-/// One record as an NDJSON line.
-pub fn ndjson(w: &mut impl Write, r: &CriRecord) -> io::Result<()> {
-    serde_json::to_writer(&mut *w, r).map_err(io::Error::other)?;
-    writeln!(w)
+/// The CRI decoder skipped bytes.
+pub fn resync_text(
+    w: &mut impl Write,
+    conn: &ConnId,
+    ts: &Timestamp,
+    skipped: usize,
+) -> io::Result<()> {
+    writeln!(
+        w,
+        "{} ** {conn}: skipped {skipped} bytes to find an HTTP/2 frame",
+        clock(ts)
+    )
 }
 
 /// The per-method table, as text.
@@ -160,26 +162,13 @@ pub fn summary_text(w: &mut impl Write, s: &[MethodSummary]) -> io::Result<()> {
             m.unknown,
             m.errors,
             m.cancelled,
-            human_ns(m.p50_ns),
-            human_ns(m.p90_ns),
-            human_ns(m.p99_ns),
-            human_ns(m.max_ns),
+            crate::human::duration(m.p50_ns),
+            crate::human::duration(m.p90_ns),
+            crate::human::duration(m.p99_ns),
+            crate::human::duration(m.max_ns),
             m.last_minute.calls,
-            human_ns(m.last_minute.p99_ns)
+            crate::human::duration(m.last_minute.p99_ns)
         )?;
-    }
-    Ok(())
-}
-
-/// The per-method table, as NDJSON lines `{"type":"cri_method_summary",...}`.
-pub fn summary_ndjson(w: &mut impl Write, s: &[MethodSummary]) -> io::Result<()> {
-    for m in s {
-        let mut v = serde_json::to_value(m).map_err(io::Error::other)?;
-        if let Some(o) = v.as_object_mut() {
-            o.insert("type".into(), "cri_method_summary".into());
-        }
-        serde_json::to_writer(&mut *w, &v).map_err(io::Error::other)?;
-        writeln!(w)?;
     }
     Ok(())
 }

@@ -4,9 +4,59 @@
 //! hook latency histograms, the CRI call duration histograms, the finding
 //! counters and the capture loss counters.
 
-use std::fmt::Write as _;
+use std::{
+    fmt::Write as _,
+    io,
+    sync::{Arc, Mutex},
+};
 
-use crate::engine::{findings::Severity, hook_latency::Buckets, trace_analysis::TraceEngine};
+use crate::{
+    engine::{
+        findings::Severity, hook_latency::Buckets, record::Record, trace_engine::TraceEngine,
+    },
+    pipeline::{Ending, Progress, Sink},
+};
+
+/// `--metrics-addr`: keeps the exposition [`metrics_server`] serves up to
+/// date, re-rendered when the loop is idle and something changed.
+///
+/// [`metrics_server`]: super::metrics_server
+pub struct MetricsSink {
+    text: Arc<Mutex<String>>,
+    dirty: bool,
+}
+
+impl MetricsSink {
+    /// A sink writing the exposition into `text` (the server reads it).
+    pub fn new(text: Arc<Mutex<String>>) -> Self {
+        MetricsSink { text, dirty: true }
+    }
+
+    fn publish(&mut self, engine: &TraceEngine) {
+        let rendered = render(engine);
+        *self.text.lock().unwrap_or_else(|e| e.into_inner()) = rendered;
+        self.dirty = false;
+    }
+}
+
+impl Sink for MetricsSink {
+    fn record(&mut self, _: &Record) -> io::Result<()> {
+        self.dirty = true;
+        Ok(())
+    }
+
+    fn idle(&mut self, p: &Progress) -> io::Result<()> {
+        if self.dirty {
+            self.publish(p.engine);
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, end: &Ending) -> io::Result<()> {
+        self.publish(end.engine);
+        Ok(())
+    }
+}
 
 /// Histogram bounds, seconds: from 100 µs (a plain hook) to 2 min
 /// (kubelet's default runtime-request-timeout).
@@ -40,7 +90,11 @@ pub fn render(a: &TraceEngine) -> String {
          # TYPE nri_trace_hook_duration_seconds histogram\n",
     );
     for (plugin, hook, b) in &hooks {
-        let l = format!("plugin=\"{}\",hook=\"{}\"", label(plugin), label(hook));
+        let l = format!(
+            "plugin=\"{}\",hook=\"{}\"",
+            label(plugin),
+            label(hook.as_str())
+        );
         histogram(&mut out, "nri_trace_hook_duration_seconds", &l, b);
     }
     out.push_str(

@@ -1,22 +1,27 @@
-//! Sinks: where analysed records go.
+//! Sinks: where the engine's records go, each behind
+//! [`crate::pipeline::Sink`]; they render and decide nothing.
 //!
-//! - [`nri_lines`]: `nri-trace nri` output, text or NDJSON, and the hook
-//!   latency table.
-//! - [`cri_lines`]: `nri-trace cri` output, text or NDJSON, and the
-//!   per-method table.
+//! - [`text`]: `-o text`, each pod's story for a person ([`lines`],
+//!   [`nri_lines`] and [`cri_lines`] format the lines the text sinks
+//!   share).
+//! - [`json`]: `-o json`, NDJSON in the record files' schema.
+//! - [`report`]: `report` / `-o report`: pods, slowest hooks, tables,
+//!   findings.
+//! - [`tui`]: the on-node TUI.
+//! - [`metrics`]: Prometheus exposition (`--metrics-addr`), served by
+//!   [`metrics_server`].
+//! - [`explain`]: `explain POD`: a pod's teardown and what holds it.
 //!
-//! - [`trace_lines`]: `nri-trace trace` output: CRI calls with their NRI
-//!   hooks.
-//!
-//! - [`metrics`]: Prometheus exposition of a trace (`--metrics-addr`).
-//! - [`report`]: `nri-trace report`: pods, slowest hooks, tables, findings.
-//!
-//! (`crate::output` prints the raw capture stream of `nri-trace capture`.)
+//! (`crate::output` prints the raw capture stream of `debug capture`;
+//! `crate::human` is the one duration format and the one sanitizer.)
 
 pub mod cri_lines;
-pub mod explain_text;
+pub mod explain;
+pub mod json;
+pub mod lines;
 pub mod metrics;
+pub mod metrics_server;
 pub mod nri_lines;
 pub mod report;
-pub mod trace_lines;
+pub mod text;
 pub mod tui;

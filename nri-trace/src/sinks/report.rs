@@ -4,16 +4,60 @@
 
 use std::io::{self, Write};
 
-use super::{nri_lines::human_ns, trace_lines};
+use crate::{
+    engine::record::Record,
+    pipeline::{Ending, Sink},
+};
+
+use super::lines;
 use crate::{
     engine::{
-        cri_analysis::MethodSummary,
+        cri_latency::MethodSummary,
         findings::{Certainty, Violation},
         hook_latency::HookSummary,
         pods::PodModel,
     },
-    output::sanitize,
+    human::sanitize,
 };
+
+/// `report` (and `replay -o report`): the pod model and the findings,
+/// rendered when the input ends.
+pub struct ReportSink<W: Write> {
+    out: W,
+    model: PodModel,
+    findings: Vec<Violation>,
+}
+
+impl<W: Write> ReportSink<W> {
+    pub fn new(out: W) -> Self {
+        ReportSink {
+            out,
+            model: PodModel::new(),
+            findings: Vec::new(),
+        }
+    }
+}
+
+impl<W: Write> Sink for ReportSink<W> {
+    fn record(&mut self, r: &Record) -> io::Result<()> {
+        self.model.on_record(r);
+        if let Record::Violation(v) = r {
+            self.findings.push(v.clone());
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, end: &Ending) -> io::Result<()> {
+        render(
+            &mut self.out,
+            &self.model,
+            &self.findings,
+            &end.tables.hooks,
+            &end.tables.methods,
+        )?;
+        self.out.flush()
+    }
+}
 
 /// How many slowest hooks to list.
 pub const SLOWEST_HOOKS: usize = 10;
@@ -38,9 +82,11 @@ pub fn render(
                 format!(
                     "{} {}{}",
                     e.method,
-                    e.duration_ns.map(human_ns).unwrap_or_else(|| "-".into()),
+                    e.duration_ns
+                        .map(crate::human::duration)
+                        .unwrap_or_else(|| "-".into()),
                     if e.nri_ns > 0 {
-                        format!(" ({} in NRI)", human_ns(e.nri_ns))
+                        format!(" ({} in NRI)", crate::human::duration(e.nri_ns))
                     } else {
                         String::new()
                     }
@@ -53,8 +99,8 @@ pub fn render(
             sanitize(&p.label()),
             format!("{:?}", p.phase).to_lowercase(),
             p.timeline.len(),
-            human_ns(p.cri_ns),
-            human_ns(p.nri_ns),
+            crate::human::duration(p.cri_ns),
+            crate::human::duration(p.nri_ns),
             p.findings,
             sanitize(&slowest)
         )?;
@@ -76,7 +122,7 @@ pub fn render(
         writeln!(
             w,
             "{:>10}  {:<20} {:<28} {}",
-            human_ns(*own),
+            crate::human::duration(*own),
             sanitize(plugin),
             hook,
             sanitize(pod)
@@ -84,7 +130,7 @@ pub fn render(
     }
 
     writeln!(w)?;
-    trace_lines::summary_text(w, hooks, methods)?;
+    lines::summary_text(w, hooks, methods)?;
 
     let certain = findings
         .iter()
@@ -96,7 +142,7 @@ pub fn render(
         findings.len()
     )?;
     for f in findings {
-        trace_lines::violation_text(w, f, "")?;
+        lines::violation_text(w, f, "")?;
     }
     if findings.is_empty() {
         writeln!(w, "none")?;

@@ -531,7 +531,7 @@ impl CaptureCmd {
             std::fs::File::create(p).unwrap_or_else(|e| panic!("{name}: {}: {e}", p.display()))
         };
         let child = Command::new(&bin)
-            .arg("capture")
+            .args(["debug", "capture"])
             .args(args)
             .stdin(Stdio::null())
             .stdout(create(&stdout))

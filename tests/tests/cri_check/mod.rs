@@ -9,22 +9,24 @@ use std::path::{Path, PathBuf};
 
 use nri_trace::{
     capture::CaptureEvent,
-    engine::cri_analysis::{CriRecord, MethodSummary},
+    engine::record::Record,
     model::cri_call::{CriCall, CriOutcome, Identified},
+    pipeline::replay::{records_of_events, Collected},
 };
 use nri_trace_lab::truth::{ContainerRef, Outcome, PodRef, Truth};
 
-/// Decode recorded events the way `nri-trace cri --replay` does.
-pub fn replay(events: &[CaptureEvent]) -> (Vec<CriRecord>, Vec<MethodSummary>) {
-    nri_trace::engine::cri_analysis::analyze(events.iter().cloned())
+/// Recorded events through the pipeline, as `nri-trace replay` runs a raw
+/// capture.
+pub fn replay(events: &[CaptureEvent]) -> Collected {
+    records_of_events(events, Default::default())
 }
 
-/// The calls among the records.
-pub fn calls(records: &[CriRecord]) -> Vec<&CriCall> {
+/// The CRI calls among the records.
+pub fn calls(records: &[Record]) -> Vec<&CriCall> {
     records
         .iter()
         .filter_map(|r| match r {
-            CriRecord::CriCall(c) => Some(c),
+            Record::CriSpan(s) => Some(&s.call),
             _ => None,
         })
         .collect()

@@ -1,6 +1,8 @@
 //! nri-trace as an observer of lab scenarios: the binary run with
-//! `--format ndjson --record` while the runtime is up, and the guards of
-//! the live lab tests (root, eBPF object, binaries; mandatory under CI).
+//! `watch -o json --save --save-raw` while the runtime is up, the check
+//! that its live output is what its raw capture replays to, and the guards
+//! of the live lab tests (root, eBPF object, binaries; mandatory under
+//! CI).
 #![allow(dead_code)]
 
 use std::{
@@ -11,10 +13,21 @@ use std::{
 };
 
 use anyhow::{bail, Context, Result};
+use nri_trace::{
+    capture::recording::RecordingReader,
+    engine::contract::ContractConfig,
+    model::record_file::RecordLine,
+    pipeline::{
+        replay::{self, Collect, Collected},
+        Pipeline,
+    },
+    sinks::json::JsonSink,
+};
 use nri_trace_lab::{
     labctl::{self, Lab},
     scenario::{self, Bins, Observer},
 };
+use nri_trace_tests::SharedBuf;
 
 pub fn ci() -> bool {
     matches!(std::env::var("CI").as_deref(), Ok("true") | Ok("1"))
@@ -49,77 +62,55 @@ pub fn guard(test: &str) -> bool {
     false
 }
 
-/// Which nri-trace command observes, and on which lab socket.
-#[derive(Clone, Copy, Debug)]
-pub enum Traced {
-    Nri,
-    Cri,
-    /// `trace`: both sockets, found from the running runtime.
-    Both,
-}
-
-/// Runs `nri-trace nri|cri --format ndjson --record` while the runtime is up.
+/// Runs `nri-trace watch -o json` on the lab's runtime (found as on a
+/// node) while a scenario runs, saving the decoded calls (`--save`) and
+/// the raw capture (`--save-raw`) beside its output, and serving metrics.
+#[derive(Default)]
 pub struct TraceProc {
-    what: Traced,
     child: Option<Child>,
     out: PathBuf,
 }
 
 impl TraceProc {
-    pub fn new(what: Traced) -> Self {
-        TraceProc {
-            what,
-            child: None,
-            out: PathBuf::new(),
-        }
+    pub fn new() -> Self {
+        Self::default()
     }
 
-    /// (stdout, recording, stderr) in a scenario's output directory.
+    /// (stdout, raw capture, stderr) in a scenario's output directory.
     pub fn paths(out: &Path) -> (PathBuf, PathBuf, PathBuf) {
         (
             out.join("nri-trace.ndjson"),
-            out.join("nri-trace.recording.ndjson"),
+            out.join("nri-trace.raw.ndjson"),
             out.join("nri-trace.stderr"),
         )
     }
 
-    /// The observations `trace --observations` wrote (the `record` format).
+    /// The record file `--save` wrote.
     pub fn observations(out: &Path) -> PathBuf {
         out.join("nri-trace.observations.ndjson")
     }
 }
 
 impl Observer for TraceProc {
-    fn attach(&mut self, lab: &Lab, out: &Path) -> Result<()> {
+    fn attach(&mut self, _lab: &Lab, out: &Path) -> Result<()> {
         self.out = out.to_path_buf();
-        let (stdout, rec, stderr) = Self::paths(out);
-        let mut cmd = Command::new(bin("nri-trace"));
-        match self.what {
-            Traced::Nri => cmd.arg("nri").arg("--socket").arg(lab.nri_socket()),
-            Traced::Cri => cmd.arg("cri").arg("--socket").arg(lab.cri_socket()),
-            // No socket flags: the runtime and its sockets are found the way
-            // they are on a node (the lab's containerd is the only runtime
-            // on a test machine; the replay below uses the lab's paths, so
-            // a wrong pick fails the live == replay check).
-            // Metrics on a port the kernel picks (printed on stderr).
-            // The observations as `record` writes them, for the replay check;
-            // not redacted, since the check wants the live output back byte
-            // for byte and containerd's own errors can hold `name="value"`
-            // text (`plugin type="loopback" failed`, hung-teardown-hook).
-            // Redaction is checked on the lab recordings in record_file.rs.
-            Traced::Both => cmd
-                .args([
-                    "trace",
-                    "--metrics-addr",
-                    "127.0.0.1:0",
-                    "--no-redact",
-                    "--observations",
-                ])
-                .arg(Self::observations(out)),
-        };
-        let child = cmd
-            .args(["--format", "ndjson", "--record"])
-            .arg(&rec)
+        let (stdout, raw, stderr) = Self::paths(out);
+        // No socket flags: the runtime and its sockets are found the way
+        // they are on a node (the lab's containerd is the only runtime on a
+        // test machine; the replays use the sockets the files name, so a
+        // wrong pick fails the live == replay checks). Metrics on a port
+        // the kernel picks (printed on stderr). The saved calls are not
+        // redacted: the live == replay check wants every byte back, and
+        // containerd's own errors can hold `name="value"` text (`plugin
+        // type="loopback" failed`, hung-teardown-hook). Redaction is
+        // checked on the lab recordings in record_file.rs.
+        let child = Command::new(bin("nri-trace"))
+            .args(["watch", "-o", "json", "--metrics-addr", "127.0.0.1:0"])
+            .arg("--no-redact")
+            .arg("--save")
+            .arg(Self::observations(out))
+            .arg("--save-raw")
+            .arg(&raw)
             .stdout(std::fs::File::create(&stdout)?)
             .stderr(std::fs::File::create(&stderr)?)
             .stdin(Stdio::null())
@@ -199,10 +190,10 @@ pub fn http_get(addr: &str, path: &str) -> Result<String> {
     Ok(body.to_string())
 }
 
-/// Run `scenario` with `nri-trace <what>` attached; returns its output
+/// Run `scenario` with `nri-trace watch` attached; returns its output
 /// directory (under the test target dir, `<group>/<scenario>`), or `None`
 /// when the test is skipped.
-pub fn run_traced(group: &str, scenario: &str, what: Traced) -> Option<PathBuf> {
+pub fn run_traced(group: &str, scenario: &str) -> Option<PathBuf> {
     if !guard(scenario) {
         return None;
     }
@@ -216,23 +207,110 @@ pub fn run_traced(group: &str, scenario: &str, what: Traced) -> Option<PathBuf> 
         driver: bin("cri-driver"),
         plugin: bin("nri-test-plugin"),
     };
-    scenario::run_observed(
-        scenario,
-        lab,
-        bins,
-        &out,
-        Some(Box::new(TraceProc::new(what))),
-    )
-    .unwrap_or_else(|e| panic!("scenario {scenario}: {e:#}"));
+    scenario::run_observed(scenario, lab, bins, &out, Some(Box::new(TraceProc::new())))
+        .unwrap_or_else(|e| panic!("scenario {scenario}: {e:#}"));
     Some(out)
 }
 
-/// The live run's stdout equals what its recording replays to.
-pub fn assert_live_equals_replay(scenario: &str, out: &Path, replayed: Vec<u8>) {
-    let live = std::fs::read_to_string(TraceProc::paths(out).0).unwrap();
+/// The live run's `-o json` output is, byte for byte, what its raw
+/// capture gives through the replay pipeline (with the session line the
+/// live run wrote), and what `nri-trace replay FILE -o json` prints of
+/// its `--save` file (private, valid against the schema, as is every line
+/// of the live output); `replay FILE -o text` of that file tells each
+/// pod's story within its line budget. The records and tables of the
+/// replay.
+pub fn live_equals_replay(scenario: &str, out: &Path) -> Collected {
+    let (stdout, raw, _) = TraceProc::paths(out);
+    let live = std::fs::read(&stdout).unwrap_or_else(|e| panic!("{}: {e}", stdout.display()));
+    let session = match RecordingReader::<_, RecordLine>::new(&live[..]).next() {
+        Some(Ok(RecordLine::Session(s))) => s,
+        other => panic!("{scenario}: the live output does not start with a session: {other:?}"),
+    };
+    let events = nri_trace::capture::recording::read_file(&raw)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", raw.display()));
+    let buf = SharedBuf::default();
+    let (collect, got) = Collect::new();
+    let mut p = Pipeline::new(&session, ContractConfig::default());
+    p.add_sink(Box::new(JsonSink::new(buf.clone(), &session).unwrap()));
+    p.add_sink(Box::new(collect));
+    replay::events(&events, p).unwrap();
     assert_eq!(
-        live,
-        String::from_utf8(replayed).unwrap(),
-        "{scenario}: live output and replay of its recording differ"
+        String::from_utf8(live.clone()).unwrap(),
+        String::from_utf8(buf.bytes()).unwrap(),
+        "{scenario}: live output and replay of its raw capture differ"
     );
+    saved_replays_to_live(scenario, out, &live);
+    let collected = got.borrow().clone();
+    collected
+}
+
+/// `nri-trace ARGS`, which must succeed: its stdout.
+pub fn nri_trace_stdout<I, S>(what: &str, args: I) -> Vec<u8>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let o = Command::new(bin("nri-trace"))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running nri-trace ({what}): {e}"));
+    assert!(
+        o.status.success(),
+        "nri-trace {what}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o.stdout
+}
+
+/// See [`live_equals_replay`].
+fn saved_replays_to_live(scenario: &str, out: &Path, live: &[u8]) {
+    use std::{ffi::OsStr, os::unix::fs::PermissionsExt};
+    let obs = TraceProc::observations(out);
+    let mode = std::fs::metadata(&obs)
+        .expect("the --save file")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "{scenario}: {} mode", obs.display());
+    let v = crate::record_schema::validator();
+    let types = crate::record_schema::validate_lines(&v, scenario, &std::fs::read(&obs).unwrap());
+    assert!(
+        types.contains_key("session") && types.contains_key("session_end"),
+        "{types:?}"
+    );
+    crate::record_schema::validate_lines(&v, &format!("{scenario}: watch -o json"), live);
+    let replay = |format: &str| {
+        nri_trace_stdout(
+            &format!("{scenario}: replay -o {format}"),
+            [
+                OsStr::new("replay"),
+                obs.as_os_str(),
+                OsStr::new("-o"),
+                OsStr::new(format),
+            ],
+        )
+    };
+    assert_eq!(
+        String::from_utf8(live.to_vec()).unwrap(),
+        String::from_utf8(replay("json")).unwrap(),
+        "{scenario}: watch -o json and replay -o json of its --save file differ"
+    );
+    let text = String::from_utf8(replay("text")).unwrap();
+    let (t, c) =
+        crate::output_check::check_text(scenario, &text, &crate::output_check::json_lines(live));
+    eprintln!(
+        "{scenario}: {} text lines for {} CRI calls, {} hooks, {} findings, {} pods, {} table lines",
+        t.lines,
+        c.cri,
+        c.hooks,
+        c.findings,
+        c.pods,
+        crate::output_check::table_lines(&c)
+    );
+}
+
+/// The events of a run's raw capture.
+pub fn raw_events(out: &Path) -> Vec<nri_trace::capture::CaptureEvent> {
+    let (_, raw, _) = TraceProc::paths(out);
+    nri_trace::capture::recording::read_file(&raw)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", raw.display()))
 }

@@ -11,8 +11,12 @@ use std::{
 
 use nri_trace::{
     capture::{recording, CaptureEvent, ConnId},
-    engine::{hook_latency::HookSummary, nri_analysis::NriRecord},
+    engine::{hook_latency::HookSpan, record::Record},
     model::nri_call::{NriCall, Outcome},
+    pipeline::{
+        replay::{records_of_events_in, Collected},
+        source::session_of_events,
+    },
 };
 use nri_trace_lab::truth::{self, Action, Truth};
 
@@ -36,9 +40,18 @@ pub fn read_recording(rec: &Path) -> Vec<CaptureEvent> {
     recording::read_file(rec).unwrap_or_else(|e| panic!("reading recording {}: {e}", rec.display()))
 }
 
-/// Decode recorded events the way `nri-trace nri --replay` does.
-pub fn replay(events: &[CaptureEvent], nri_socket: &Path) -> (Vec<NriRecord>, Vec<HookSummary>) {
-    nri_trace::engine::nri_analysis::analyze(events.iter().cloned(), vec![nri_socket.to_path_buf()])
+/// Recorded events through the pipeline, as `nri-trace replay` runs a raw
+/// capture, with `nri_socket` as the runtime's NRI socket.
+pub fn replay(events: &[CaptureEvent], nri_socket: &Path) -> Collected {
+    let mut session = session_of_events(events);
+    session.nri_socket = nri_socket.display().to_string();
+    records_of_events_in(events, &session, Default::default())
+}
+
+/// Every NRI call the records hold, with its hook timing (under the CRI
+/// call that caused it, or without a cause).
+pub fn hooks(records: &[Record]) -> Vec<&HookSpan> {
+    records.iter().flat_map(|r| r.hooks()).collect()
 }
 
 /// When the capture began following the plugin's end of each runtime-side
@@ -54,15 +67,9 @@ pub fn plugin_end_since(events: &[CaptureEvent]) -> HashMap<ConnId, u64> {
         .collect()
 }
 
-/// The calls among the records.
-pub fn calls(records: &[NriRecord]) -> Vec<&NriCall> {
-    records
-        .iter()
-        .filter_map(|r| match r {
-            NriRecord::NriCall(s) => Some(&s.call),
-            _ => None,
-        })
-        .collect()
+/// The NRI calls among the records.
+pub fn calls(records: &[Record]) -> Vec<&NriCall> {
+    hooks(records).into_iter().map(|h| &h.call).collect()
 }
 
 /// What a comparison found.

@@ -55,7 +55,8 @@ pub fn check_correlation(scenario: &str, records: &[Record], truth: &[Truth]) ->
                 ..
             } if start_mono_ns <= recv_mono_ns
                 && recv_mono_ns <= end_mono_ns
-                && causes(event).contains(&method.as_str()) =>
+                && nri_trace::decode::nri::message::Event::from_str_name(event)
+                    .is_some_and(|e| causes(e).contains(&method.as_str())) =>
             {
                 // A call on this pod: its sandbox id, or (RunPodSandbox,
                 // before the id exists) its uid and name. Under load other
@@ -93,7 +94,7 @@ pub fn check_correlation(scenario: &str, records: &[Record], truth: &[Truth]) ->
                     .start
                     .is_some_and(|st| st.mono_ns >= t0 && st.mono_ns <= t1)
                 && s.hooks.iter().any(|h| {
-                    h.hook == *event
+                    h.hook == event.as_str()
                         && h.call.plugin.label() == label
                         && (h.call.container.as_ref().is_some_and(|c| c.id == object)
                             || h.call.pod.as_ref().is_some_and(|p| p.id == object))

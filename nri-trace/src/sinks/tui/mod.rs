@@ -9,7 +9,8 @@
 //!   help); keys handled by the pure [`app::App::on_key`].
 //! - [`views`]: one module per view (pods, timeline, plugins, findings,
 //!   calls, status line, help); they render and decide nothing.
-//! - [`sanitize`]: untrusted text made inert before the terminal sees it.
+//! - untrusted text is made inert before the terminal sees it
+//!   ([`crate::human::sanitize`], as in every text sink).
 //! - [`export`]: the rows on screen, or the session's records, as NDJSON.
 //! - [`terminal`]: raw mode and the alternate screen, restored on `q`, on
 //!   panic and on SIGTERM.
@@ -20,7 +21,7 @@
 
 pub mod app;
 pub mod export;
-pub mod sanitize;
+pub mod sink;
 pub mod state;
 pub mod terminal;
 pub mod views;
@@ -28,7 +29,10 @@ pub mod views;
 use std::{
     io::{self, IsTerminal},
     path::PathBuf,
-    sync::{Arc, Mutex, MutexGuard},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex, MutexGuard,
+    },
     time::{Duration, Instant},
 };
 
@@ -38,14 +42,9 @@ use ratatui::{
     Frame,
 };
 
-use crate::{
-    capture::{
-        runtimes::{runtime_from, RuntimeKind},
-        CaptureEvent,
-    },
-    engine::trace_analysis::TraceAnalysis,
-};
+use crate::capture::CaptureEvent;
 use app::{Action, App, View};
+pub use sink::TuiSink;
 pub use state::{StatusInfo, TuiState};
 use views::Theme;
 
@@ -61,6 +60,9 @@ pub struct TuiOptions {
     pub export_dir: PathBuf,
     /// Colors on or off; `None`: on unless `NO_COLOR` is set.
     pub color: Option<bool>,
+    /// Set by the feeder to close the TUI (a live trace that ended on
+    /// `--duration`): checked at every poll.
+    pub close: Option<Arc<AtomicBool>>,
 }
 
 impl Default for TuiOptions {
@@ -68,6 +70,7 @@ impl Default for TuiOptions {
         TuiOptions {
             export_dir: PathBuf::from("."),
             color: None,
+            close: None,
         }
     }
 }
@@ -122,7 +125,12 @@ pub fn run(shared: Arc<Mutex<TuiState>>, opts: TuiOptions) -> io::Result<()> {
     let mut last_draw: Option<Instant> = None;
     let mut dirty = true;
     let result = loop {
-        if signals.raised() {
+        if signals.raised()
+            || opts
+                .close
+                .as_ref()
+                .is_some_and(|c| c.load(Ordering::SeqCst))
+        {
             break Ok(());
         }
         if terminal::panicked() {
@@ -181,71 +189,32 @@ pub fn event_mono_ns(ev: &CaptureEvent) -> Option<u64> {
     }
 }
 
-/// The runtime's CRI and NRI sockets as a recording's opens name them
-/// (CRI-O when a `crio.sock` is among them, else containerd).
-pub fn replay_sockets(events: &[CaptureEvent]) -> (Vec<PathBuf>, Vec<PathBuf>) {
-    let mut paths: Vec<String> = events
-        .iter()
-        .filter_map(|ev| match ev {
-            CaptureEvent::Open(o) => o
-                .socket_path
-                .as_ref()
-                .map(|p| p.to_string_lossy().into_owned()),
-            _ => None,
-        })
-        .collect();
-    paths.sort();
-    paths.dedup();
-    let kind = if paths.iter().any(|p| p.ends_with("/crio.sock")) {
-        RuntimeKind::CriO
-    } else {
-        RuntimeKind::Containerd
-    };
-    let r = runtime_from(0, kind, &paths);
-    (
-        r.cri_socket.into_iter().collect(),
-        r.nri_socket.into_iter().collect(),
-    )
-}
-
 /// A state built from recorded capture events, as the live TUI would have
 /// it at the recording's end: every record, the latency tables, the
-/// capture clock at the last event, and a status naming the sockets.
-pub fn replay_state(
-    events: impl IntoIterator<Item = CaptureEvent>,
-    cri_paths: Vec<PathBuf>,
-    nri_paths: Vec<PathBuf>,
-) -> TuiState {
-    let mut st = TuiState::new();
-    let name = |p: &PathBuf| p.file_name().map(|n| n.to_string_lossy().into_owned());
-    let runtime = match cri_paths.first().and_then(name).as_deref() {
-        Some("crio.sock") => Some("CRI-O (recorded)".to_string()),
-        Some("containerd.sock") => Some("containerd (recorded)".to_string()),
-        _ => None,
-    };
-    st.set_status(StatusInfo {
-        runtime,
-        cri_sockets: cri_paths.iter().map(|p| p.display().to_string()).collect(),
-        nri_sockets: nri_paths.iter().map(|p| p.display().to_string()).collect(),
-        source: "replay".into(),
+/// capture clock at the end, and a status naming the sockets (through the
+/// pipeline `replay` runs, with the TUI's sink).
+pub fn replay_state(events: &[CaptureEvent]) -> TuiState {
+    let session = crate::pipeline::source::session_of_events(events);
+    let (sink, shared) = TuiSink::headless(status_of(&session, "replay".into()));
+    let mut p = crate::pipeline::Pipeline::new(&session, Default::default());
+    p.add_sink(Box::new(sink));
+    // The headless sink writes nowhere: it cannot fail.
+    let _ = crate::pipeline::replay::events(events, p);
+    let st = std::mem::take(&mut *lock(&shared));
+    st
+}
+
+/// The status line of a run on the runtime `session` describes.
+pub fn status_of(session: &crate::model::record_file::SessionInfo, source: String) -> StatusInfo {
+    StatusInfo {
+        runtime: session.runtime.as_ref().map(|r| match session.runtime_pid {
+            Some(pid) if source == "live" => format!("{r} pid {pid}"),
+            _ => format!("{r} (recorded)"),
+        }),
+        cri_sockets: vec![session.cri_socket.clone()],
+        nri_sockets: vec![session.nri_socket.clone()],
+        source,
         recording: None,
         events_per_s: None,
-    });
-    let mut a = TraceAnalysis::new(cri_paths, nri_paths);
-    let mut out = Vec::new();
-    for ev in events {
-        if let Some(t) = event_mono_ns(&ev) {
-            st.set_now(t);
-        }
-        a.on_capture(&ev, &mut out);
-        for r in out.drain(..) {
-            st.on_record(&r);
-        }
     }
-    a.finish(&mut out);
-    for r in out.drain(..) {
-        st.on_record(&r);
-    }
-    st.set_summaries(a.hook_summary(), a.method_summary());
-    st
 }

@@ -12,11 +12,11 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::Serialize;
 
-use super::sanitize::sanitize;
+use crate::human::sanitize;
 use crate::{
     capture::{ConnId, Loss, Timestamp},
     engine::{
-        cri_analysis::MethodSummary,
+        cri_latency::MethodSummary,
         findings::Violation,
         hook_latency::{HookSpan, HookSummary},
         pods::{PodModel, PodPhase, PodView},
@@ -474,7 +474,7 @@ impl TuiState {
     fn hook_row(&mut self, h: &HookSpan, nested: bool) {
         let seq = self.next_seq();
         let plugin = sanitize(&h.call.plugin.label());
-        let hook = sanitize(&h.hook);
+        let hook = sanitize(h.hook.as_str());
         if let Some(own) = h.own_ns {
             let key = (plugin.clone(), hook.clone());
             if self.spark.contains_key(&key) || self.spark.len() < MAX_KEYS {
@@ -583,7 +583,7 @@ impl TuiState {
                             .iter()
                             .map(|h| HookBar {
                                 plugin: sanitize(&h.call.plugin.label()),
-                                hook: sanitize(&h.hook),
+                                hook: sanitize(h.hook.as_str()),
                                 start_ns: h.call.start.map(|t| t.mono_ns),
                                 duration_ns: h.call.duration_ns,
                                 own_ns: h.own_ns,

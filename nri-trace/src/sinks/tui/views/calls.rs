@@ -9,10 +9,10 @@ use ratatui::{
     Frame,
 };
 
-use super::{clock_ms, dur_opt, list_table, matches, window_start, Theme};
+use super::{list_table, matches, window_start, Theme};
+use crate::human::{clock_ms, duration, duration_opt, sanitize};
 use crate::sinks::tui::{
     app::{App, CallFilter, View},
-    sanitize::sanitize,
     state::{CallKind, CallRow, TuiState},
 };
 
@@ -77,12 +77,12 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
                 cells.push(Span::raw(format!("{what} {}", c.plugin)));
             }
             cells.push(Span::raw(c.subject.clone()));
-            cells.push(Span::raw(dur_opt(c.duration_ns)));
+            cells.push(Span::raw(duration_opt(c.duration_ns)));
             if wide {
                 cells.push(Span::styled(
                     c.queued_ns
                         .filter(|q| *q > 0)
-                        .map(super::dur)
+                        .map(duration)
                         .unwrap_or_default(),
                     th.dim(),
                 ));

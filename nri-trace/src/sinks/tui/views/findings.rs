@@ -10,12 +10,12 @@ use ratatui::{
     Frame,
 };
 
-use super::{age, clock_ms, list_table, matches, window_start, Theme};
+use super::{age, list_table, matches, window_start, Theme};
+use crate::human::{clock_ms, sanitize};
 use crate::{
     engine::findings::{self, Certainty, Severity},
     sinks::tui::{
         app::{App, View},
-        sanitize::sanitize,
         state::{Finding, TuiState},
     },
 };

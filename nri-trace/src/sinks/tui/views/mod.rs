@@ -108,29 +108,6 @@ impl Theme {
     }
 }
 
-/// A duration, short: "812µs", "12.3ms", "1.50s", "2m03s".
-pub fn dur(ns: u64) -> String {
-    if ns < 1_000 {
-        format!("{ns}ns")
-    } else if ns < 1_000_000 {
-        format!("{}µs", ns / 1_000)
-    } else if ns < 100_000_000 {
-        format!("{:.1}ms", ns as f64 / 1e6)
-    } else if ns < 1_000_000_000 {
-        format!("{}ms", ns / 1_000_000)
-    } else if ns < 60_000_000_000 {
-        format!("{:.2}s", ns as f64 / 1e9)
-    } else {
-        let s = ns / 1_000_000_000;
-        format!("{}m{:02}s", s / 60, s % 60)
-    }
-}
-
-/// An optional duration, "-" when missing.
-pub fn dur_opt(ns: Option<u64>) -> String {
-    ns.map(dur).unwrap_or_else(|| "-".into())
-}
-
 /// An age, coarse: "42s", "5m", "3h", "2d".
 pub fn age(ns: u64) -> String {
     let s = ns / 1_000_000_000;
@@ -143,13 +120,6 @@ pub fn age(ns: u64) -> String {
     } else {
         format!("{}d", s / 86_400)
     }
-}
-
-/// HH:MM:SS.mmm of a wall-clock time (UTC).
-pub fn clock_ms(ts: &crate::capture::Timestamp) -> String {
-    let mut s = crate::output::clock(ts);
-    s.truncate(12);
-    s
 }
 
 /// First row to show so that `selected` is visible in `height` rows.
@@ -171,12 +141,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations_and_ages_are_short() {
-        assert_eq!(dur(812_000), "812µs");
-        assert_eq!(dur(12_345_678), "12.3ms");
-        assert_eq!(dur(557_790_000), "557ms");
-        assert_eq!(dur(1_500_000_000), "1.50s");
-        assert_eq!(dur(123_000_000_000), "2m03s");
+    fn ages_are_short() {
         assert_eq!(age(42_000_000_000), "42s");
         assert_eq!(age(600_000_000_000), "10m");
         assert_eq!(window_start(3, 10), 0);

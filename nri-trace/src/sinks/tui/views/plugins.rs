@@ -17,12 +17,12 @@ fn dur(ns: u64) -> String {
     if ns == 0 {
         "-".into()
     } else {
-        super::dur(ns)
+        duration(ns)
     }
 }
+use crate::human::{duration, sanitize};
 use crate::sinks::tui::{
     app::{App, View},
-    sanitize::sanitize,
     state::TuiState,
 };
 
@@ -83,12 +83,12 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
         .take(height)
         .map(|h| {
             let spark = st
-                .spark(&sanitize(&h.plugin), &sanitize(&h.hook))
+                .spark(&sanitize(&h.plugin), &sanitize(h.hook.as_str()))
                 .map(|q| sparkline(q.iter().copied(), spark_w))
                 .unwrap_or_default();
             Row::new(vec![
                 Span::styled(sanitize(&h.plugin), th.accent()),
-                Span::raw(sanitize(&h.hook)),
+                Span::raw(sanitize(h.hook.as_str())),
                 Span::raw(h.calls.to_string()),
                 Span::raw(dur(h.p50_ns)),
                 Span::raw(dur(h.p99_ns)),

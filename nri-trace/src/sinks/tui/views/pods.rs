@@ -10,12 +10,12 @@ use ratatui::{
 };
 use serde::Serialize;
 
-use super::{age, dur, dur_opt, list_table, matches, window_start, Theme};
+use super::{age, list_table, matches, window_start, Theme};
+use crate::human::{duration, duration_opt, sanitize};
 use crate::{
     engine::pods::{PodPhase, PodView},
     sinks::tui::{
         app::{App, PodSort, View},
-        sanitize::sanitize,
         state::{pod_flag, PodFlag, TuiState},
     },
 };
@@ -175,8 +175,8 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
                 Span::styled(phase_name(p.phase), phase_style),
                 Span::raw(age(st.age_ns(p.first_seen))),
                 Span::styled(last_call, last_style),
-                Span::styled(dur_opt(last.and_then(|e| e.duration_ns)), last_style),
-                Span::raw(dur(p.nri_ns)),
+                Span::styled(duration_opt(last.and_then(|e| e.duration_ns)), last_style),
+                Span::raw(duration(p.nri_ns)),
                 Span::styled(
                     p.findings.to_string(),
                     if p.findings > 0 { th.bad() } else { th.dim() },
@@ -184,7 +184,7 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
             ];
             if wide {
                 cells.push(Span::raw(p.timeline.len().to_string()));
-                cells.push(Span::raw(dur(p.cri_ns)));
+                cells.push(Span::raw(duration(p.cri_ns)));
             }
             Row::new(cells)
         })

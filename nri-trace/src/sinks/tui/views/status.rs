@@ -10,9 +10,9 @@ use ratatui::{
 };
 
 use super::Theme;
+use crate::human::sanitize;
 use crate::sinks::tui::{
     app::{App, View},
-    sanitize::sanitize,
     state::TuiState,
 };
 

@@ -11,12 +11,12 @@ use ratatui::{
     Frame,
 };
 
-use super::{dur, dur_opt, Theme};
+use super::Theme;
+use crate::human::{duration, duration_opt, sanitize};
 use crate::{
     engine::{pods::PodView, teardown::Verdict},
     sinks::tui::{
         app::{App, PodKey, View},
-        sanitize::sanitize,
         state::TuiState,
     },
 };
@@ -77,9 +77,9 @@ fn build(pod: &PodView, st: &TuiState, th: &Theme, wide: bool) -> Vec<TlRow> {
             });
         }
         let value = if e.ok {
-            dur_opt(e.duration_ns)
+            duration_opt(e.duration_ns)
         } else {
-            format!("{} FAIL", dur_opt(e.duration_ns))
+            format!("{} FAIL", duration_opt(e.duration_ns))
         };
         rows.push(TlRow {
             label: name,
@@ -109,9 +109,9 @@ fn build(pod: &PodView, st: &TuiState, th: &Theme, wide: bool) -> Vec<TlRow> {
                             style: hs,
                         });
                     }
-                    let mut value = dur_opt(h.own_ns);
+                    let mut value = duration_opt(h.own_ns);
                     if let Some(q) = h.queued_ns.filter(|q| *q > 0 && wide) {
-                        value = format!("{value} q{}", dur(q));
+                        value = format!("{value} q{}", duration(q));
                     }
                     if !h.ok && wide {
                         value = format!("{value} {}", h.outcome);
@@ -129,7 +129,7 @@ fn build(pod: &PodView, st: &TuiState, th: &Theme, wide: bool) -> Vec<TlRow> {
                 for (plugin, hook, own) in &e.hooks {
                     rows.push(TlRow {
                         label: format!(" └ {} {}", sanitize(plugin), sanitize(hook)),
-                        value: dur_opt(*own),
+                        value: duration_opt(*own),
                         style: th.accent(),
                         bars: Vec::new(),
                     });
@@ -228,11 +228,11 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
         Span::raw(format!(
             "{} calls, {} in CRI, {} in NRI  ",
             pod.timeline.len(),
-            dur(pod.cri_ns),
-            dur(pod.nri_ns)
+            duration(pod.cri_ns),
+            duration(pod.nri_ns)
         )),
         Span::styled(
-            format!("{}/col x{} ", dur(npc), 1u64 << app.zoom.min(63)),
+            format!("{}/col x{} ", duration(npc), 1u64 << app.zoom.min(63)),
             th.dim(),
         ),
     ]);
@@ -250,7 +250,10 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
             _ => th.dim(),
         };
         lines.push(Line::from(Span::styled(
-            fit(&format!("teardown: {}", sanitize(&e.sentence)), width),
+            fit(
+                &format!("teardown: {}", crate::sinks::explain::base_sentence(&e)),
+                width,
+            ),
             style,
         )));
     }
@@ -260,7 +263,7 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
     let mut c = 0;
     while c < axis_w {
         let t = (c + scroll) as u64 * npc;
-        let label = format!("|+{}", dur(t));
+        let label = format!("|+{}", duration(t));
         if c + label.chars().count() <= axis_w {
             for (i, ch) in label.chars().enumerate() {
                 axis[c + i] = ch;

@@ -1,26 +1,20 @@
-//! The whole runtime at once: the CRI socket and the NRI socket of one
-//! runtime traced together, CRI calls with the NRI deliveries they caused
-//! ([`super::correlate`]), the rest of both analyses alongside.
-//!
-//! [`TraceEngine`] takes the model's [`Observation`]s (live from a
-//! [`TraceDecoder`], or read back from `nri-trace record`'s file) and
-//! gives [`Record`]s; [`TraceAnalysis`] is both stages on capture
-//! events. The same observations give the same records.
+//! The engine: the model's [`Observation`]s (live from the decoders, or
+//! read back from a record file) in, [`Record`]s out: CRI calls with the
+//! NRI deliveries they caused ([`super::correlate`]), the contract's
+//! findings, and the latency tables. The same observations give the same
+//! records.
 
-use std::{collections::BTreeMap, path::PathBuf};
+use std::collections::BTreeMap;
 
 use super::{
     contract::{ContractChecker, ContractConfig},
     correlate::{Correlated, Correlator},
-    cri_analysis::{CriMethodStats, MethodSummary},
+    cri_latency::{CriMethodStats, MethodSummary},
     findings::{Certainty, Severity, Violation},
-    hook_latency::{Buckets, HookSummary, HookTimer},
+    hook_latency::{Buckets, Hook, HookSummary, HookTimer},
     record::{Record, Uncaused},
 };
-use crate::{
-    capture::{CaptureEvent, Loss},
-    model::{observation::Observation, trace_decoder::TraceDecoder},
-};
+use crate::{capture::Loss, model::observation::Observation};
 
 /// The engine proper: observations in, trace records out (CRI spans with
 /// their NRI hooks, uncaused NRI calls, the contract's findings), plus
@@ -36,6 +30,9 @@ pub struct TraceEngine {
     finding_counts: BTreeMap<(&'static str, Severity, bool), u64>,
     /// The last capture loss counters.
     loss: Loss,
+    /// The last clock: (now, oldest CRI call in decoding, oldest open NRI
+    /// delivery).
+    clock: (u64, Option<u64>, Option<u64>),
 }
 
 impl Default for TraceEngine {
@@ -55,6 +52,7 @@ impl TraceEngine {
             violations: Vec::new(),
             finding_counts: BTreeMap::new(),
             loss: Loss::default(),
+            clock: (0, None, None),
         }
     }
 
@@ -76,6 +74,7 @@ impl TraceEngine {
                 cri_oldest_ns,
                 nri_open_ns,
             } => {
+                self.clock = (now_ns, cri_oldest_ns, nri_open_ns);
                 self.correlator
                     .advance(now_ns, cri_oldest_ns, nri_open_ns, &mut self.settled);
                 self.contract.advance(now_ns, &mut self.violations);
@@ -142,7 +141,7 @@ impl TraceEngine {
     pub fn buckets(
         &self,
         bounds_ns: &[u64],
-    ) -> (Vec<(String, String, Buckets)>, Vec<(String, Buckets)>) {
+    ) -> (Vec<(String, Hook, Buckets)>, Vec<(String, Buckets)>) {
         (
             self.timer.buckets(bounds_ns),
             self.cri_stats.buckets(bounds_ns),
@@ -154,112 +153,29 @@ impl TraceEngine {
         &self.finding_counts
     }
 
+    /// Every CRI call and NRI delivery that started before this capture
+    /// time has come out as a record (findings aside, which rules hold
+    /// for seconds): what a sink printing in start order may print up to.
+    /// Calls still in decoding, deliveries awaiting their response (and
+    /// the ones the NRI stage holds for the plugin's reply, within
+    /// `correlate::NRI_SETTLE_NS`) and what the correlator holds keep it
+    /// back.
+    pub fn settled_before(&self) -> u64 {
+        let (now, cri, nri) = self.clock;
+        [
+            Some(now.saturating_sub(super::correlate::NRI_SETTLE_NS)),
+            cri,
+            nri,
+            self.correlator.oldest_held(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(0)
+    }
+
     /// The last capture loss counters.
     pub fn loss(&self) -> Loss {
         self.loss
     }
-}
-
-/// Capture events of one runtime's CRI and NRI sockets to trace records:
-/// the [`TraceDecoder`] and the [`TraceEngine`] in one.
-pub struct TraceAnalysis {
-    decoder: TraceDecoder,
-    engine: TraceEngine,
-    obs: Vec<Observation>,
-    /// Copies of the observations, kept for the caller when tapped.
-    tapped: Option<Vec<Observation>>,
-}
-
-impl TraceAnalysis {
-    pub fn new(cri_paths: Vec<PathBuf>, nri_paths: Vec<PathBuf>) -> Self {
-        TraceAnalysis {
-            decoder: TraceDecoder::new(cri_paths, nri_paths),
-            engine: TraceEngine::default(),
-            obs: Vec::new(),
-            tapped: None,
-        }
-    }
-
-    /// Keep a copy of every observation for [`Self::take_tapped`] (to
-    /// record them while tracing).
-    pub fn tap(&mut self) {
-        self.tapped = Some(Vec::new());
-    }
-
-    /// The observations kept since the last call (none unless tapped).
-    pub fn take_tapped(&mut self) -> Vec<Observation> {
-        self.tapped.as_mut().map(std::mem::take).unwrap_or_default()
-    }
-
-    fn run_engine(&mut self, out: &mut Vec<Record>) {
-        if let Some(t) = self.tapped.as_mut() {
-            t.extend(self.obs.iter().cloned());
-        }
-        for o in self.obs.drain(..) {
-            self.engine.on_observation(o, out);
-        }
-    }
-
-    /// With contract settings other than the defaults.
-    pub fn with_contract(mut self, cfg: ContractConfig) -> Self {
-        self.engine = TraceEngine::new(cfg);
-        self
-    }
-
-    /// Feed one capture event; append what settles to `out`.
-    pub fn on_capture(&mut self, ev: &CaptureEvent, out: &mut Vec<Record>) {
-        self.decoder.on_capture(ev, &mut self.obs);
-        self.run_engine(out);
-    }
-
-    /// The capture ended.
-    pub fn finish(&mut self, out: &mut Vec<Record>) {
-        self.decoder.finish(&mut self.obs);
-        self.run_engine(out);
-        self.engine.finish(out);
-    }
-
-    /// The engine (summaries, histograms, finding counts).
-    pub fn engine(&self) -> &TraceEngine {
-        &self.engine
-    }
-
-    /// Per (plugin, hook) latency so far.
-    pub fn hook_summary(&self) -> Vec<HookSummary> {
-        self.engine.hook_summary()
-    }
-
-    /// Per CRI method totals so far.
-    pub fn method_summary(&self) -> Vec<MethodSummary> {
-        self.engine.method_summary()
-    }
-}
-
-/// Analyse a whole recorded capture.
-pub fn analyze(
-    events: impl IntoIterator<Item = CaptureEvent>,
-    cri_paths: Vec<PathBuf>,
-    nri_paths: Vec<PathBuf>,
-) -> (Vec<Record>, Vec<HookSummary>, Vec<MethodSummary>) {
-    let mut a = TraceAnalysis::new(cri_paths, nri_paths);
-    let mut out = Vec::new();
-    for ev in events {
-        a.on_capture(&ev, &mut out);
-    }
-    a.finish(&mut out);
-    (out, a.hook_summary(), a.method_summary())
-}
-
-/// Run the engine over recorded observations.
-pub fn analyze_observations(
-    observations: impl IntoIterator<Item = Observation>,
-    cfg: ContractConfig,
-) -> (Vec<Record>, TraceEngine) {
-    let mut e = TraceEngine::new(cfg);
-    let mut out = Vec::new();
-    for o in observations {
-        e.on_observation(o, &mut out);
-    }
-    e.finish(&mut out);
-    (out, e)
 }

@@ -1,15 +1,18 @@
-//! Untrusted text (pod names, annotations, plugin names, error messages)
-//! made inert before it reaches the terminal.
+//! What people read: the one duration format, the one clock format, and
+//! the one sanitizer every text sink (text lines, the TUI, the report,
+//! `explain`) puts untrusted text through.
 //!
 //! A pod name is whatever the API server accepted and a plugin's error
 //! message is whatever the plugin wrote: written raw, an ESC or a C1 CSI
 //! would let it move the cursor, retitle the window or hide text, and a
-//! bidi override would let it display reversed. Each such character is
-//! replaced by a visible one, so the text stays readable and the
+//! bidi override would let it display reversed. [`sanitize`] replaces each
+//! such character by a visible one, so the text stays readable and the
 //! manipulation shows.
 
+use crate::capture::Timestamp;
+
 /// Longest text kept from one untrusted string (characters); longer text
-/// is cut with an ellipsis, so a huge annotation cannot bloat a row.
+/// is cut with an ellipsis, so a huge annotation cannot bloat a line.
 pub const MAX_CHARS: usize = 512;
 
 /// The visible stand-in of `c`, or `None` when `c` is harmless.
@@ -26,7 +29,7 @@ fn replacement(c: char) -> Option<char> {
         '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{61c}' => {
             Some('\u{fffd}')
         }
-        // Line and paragraph separators break a row like a newline.
+        // Line and paragraph separators break a line like a newline.
         '\u{2028}' | '\u{2029}' => Some('\u{fffd}'),
         _ => None,
     }
@@ -50,6 +53,50 @@ pub fn sanitize(s: &str) -> String {
 /// length aside).
 pub fn is_inert(s: &str) -> bool {
     s.chars().all(|c| replacement(c).is_none())
+}
+
+/// A duration, short: "812µs", "12.3ms", "502ms", "1.50s", "2m03s".
+pub fn duration(ns: u64) -> String {
+    if ns < 1_000 {
+        format!("{ns}ns")
+    } else if ns < 1_000_000 {
+        format!("{}µs", ns / 1_000)
+    } else if ns < 100_000_000 {
+        format!("{:.1}ms", ns as f64 / 1e6)
+    } else if ns < 1_000_000_000 {
+        format!("{}ms", ns / 1_000_000)
+    } else if ns < 60_000_000_000 {
+        format!("{:.2}s", ns as f64 / 1e9)
+    } else {
+        let s = ns / 1_000_000_000;
+        format!("{}m{:02}s", s / 60, s % 60)
+    }
+}
+
+/// An optional duration, "-" when missing.
+pub fn duration_opt(ns: Option<u64>) -> String {
+    ns.map(duration).unwrap_or_else(|| "-".into())
+}
+
+/// HH:MM:SS.micros of a wall-clock time (UTC).
+pub fn clock(ts: &Timestamp) -> String {
+    let secs = ts.wall_ns / 1_000_000_000;
+    let micros = (ts.wall_ns % 1_000_000_000) / 1000;
+    let day = secs % 86_400;
+    format!(
+        "{:02}:{:02}:{:02}.{:06}",
+        day / 3600,
+        day / 60 % 60,
+        day % 60,
+        micros
+    )
+}
+
+/// HH:MM:SS.mmm of a wall-clock time (UTC).
+pub fn clock_ms(ts: &Timestamp) -> String {
+    let mut s = clock(ts);
+    s.truncate(12);
+    s
 }
 
 #[cfg(test)]
@@ -86,5 +133,26 @@ mod tests {
         let s = sanitize(&long);
         assert_eq!(s.chars().count(), MAX_CHARS + 1);
         assert!(s.ends_with('…'));
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration(950), "950ns");
+        assert_eq!(duration(412_000), "412µs");
+        assert_eq!(duration(1_234_000), "1.2ms");
+        assert_eq!(duration(502_517_000), "502ms");
+        assert_eq!(duration(2_001_000_000), "2.00s");
+        assert_eq!(duration(123_000_000_000), "2m03s");
+        assert_eq!(duration_opt(None), "-");
+    }
+
+    #[test]
+    fn clocks() {
+        let ts = Timestamp {
+            mono_ns: 0,
+            wall_ns: 1_700_000_000_123_456_789,
+        };
+        assert_eq!(clock(&ts), "22:13:20.123456");
+        assert_eq!(clock_ms(&ts), "22:13:20.123");
     }
 }

@@ -1,9 +1,6 @@
-//! The CRI analysis of one capture: capture events in, [`CriRecord`]s out
-//! (calls, connections, resyncs, capture loss), plus per-method counts and
-//! latency at the end, including how many calls were identified how
-//! (known, inferred, unknown).
-//!
-//! The same function serves a live capture and a replayed recording.
+//! CRI call latency: per-method counts and duration histograms
+//! (hdrhistogram), over the whole run and the last minute of capture time,
+//! with how many calls were identified how (known, inferred, unknown).
 
 use std::collections::BTreeMap;
 
@@ -14,32 +11,7 @@ use super::{
     hook_latency::{buckets, record, Buckets},
     window::{WindowStats, Windowed},
 };
-use crate::{
-    capture::{CaptureEvent, ConnId, Loss, Timestamp},
-    model::cri_call::{
-        CriCall, CriCallAssembler, CriObservation, CriOutcome, CriStats, Identified,
-    },
-};
-
-/// One line of `nri-trace cri` output.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum CriRecord {
-    CriCall(CriCall),
-    CriConnection {
-        conn: ConnId,
-        ts: Timestamp,
-        client: Option<String>,
-    },
-    CriResync {
-        conn: ConnId,
-        ts: Timestamp,
-        skipped: usize,
-    },
-    /// The capture lost data (cumulative counters): calls may be missing.
-    CaptureLoss(Loss),
-}
+use crate::model::cri_call::{CriCall, CriOutcome, Identified};
 
 /// Per-method totals.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -96,13 +68,6 @@ pub struct CriMethodStats {
     methods: BTreeMap<String, MethodStats>,
     /// Latest call end seen (capture time): where the window ends.
     last_ns: u64,
-}
-
-/// Capture events to CRI records.
-pub struct CriAnalysis {
-    assembler: CriCallAssembler,
-    obs: Vec<CriObservation>,
-    stats: CriMethodStats,
 }
 
 impl CriMethodStats {
@@ -170,84 +135,4 @@ impl CriMethodStats {
             })
             .collect()
     }
-}
-
-impl Default for CriAnalysis {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl CriAnalysis {
-    pub fn new() -> Self {
-        CriAnalysis {
-            assembler: CriCallAssembler::new(),
-            obs: Vec::new(),
-            stats: CriMethodStats::default(),
-        }
-    }
-
-    /// Feed one capture event; append what it completes to `out`.
-    pub fn on_capture(&mut self, ev: &CaptureEvent, out: &mut Vec<CriRecord>) {
-        if let CaptureEvent::Loss(l) = ev {
-            out.push(CriRecord::CaptureLoss(*l));
-        }
-        self.assembler.on_capture(ev, &mut self.obs);
-        self.convert(out);
-    }
-
-    /// The capture ended: calls in flight and held calls come out.
-    pub fn finish(&mut self, out: &mut Vec<CriRecord>) {
-        self.assembler.finish(&mut self.obs);
-        self.convert(out);
-    }
-
-    fn convert(&mut self, out: &mut Vec<CriRecord>) {
-        for o in self.obs.drain(..) {
-            out.push(match o {
-                CriObservation::Call(c) => {
-                    self.stats.on_call(&c);
-                    CriRecord::CriCall(c)
-                }
-                CriObservation::Connection { conn, ts, client } => {
-                    CriRecord::CriConnection { conn, ts, client }
-                }
-                CriObservation::Resync { conn, ts, skipped } => {
-                    CriRecord::CriResync { conn, ts, skipped }
-                }
-            });
-        }
-    }
-
-    /// Duration histograms per method at `bounds_ns`.
-    pub fn buckets(&self, bounds_ns: &[u64]) -> Vec<(String, Buckets)> {
-        self.stats.buckets(bounds_ns)
-    }
-
-    /// Per-method totals so far, by method name.
-    pub fn summary(&self) -> Vec<MethodSummary> {
-        self.stats.summary()
-    }
-
-    pub fn stats(&self) -> CriStats {
-        self.assembler.stats()
-    }
-
-    /// See [`CriCallAssembler::oldest_unreported_start`].
-    pub fn oldest_unreported_start(&self) -> Option<u64> {
-        self.assembler.oldest_unreported_start()
-    }
-}
-
-/// Analyse a whole recorded capture: every record, then the summary.
-pub fn analyze(
-    events: impl IntoIterator<Item = CaptureEvent>,
-) -> (Vec<CriRecord>, Vec<MethodSummary>) {
-    let mut a = CriAnalysis::new();
-    let mut out = Vec::new();
-    for ev in events {
-        a.on_capture(&ev, &mut out);
-    }
-    a.finish(&mut out);
-    (out, a.summary())
 }

@@ -1,0 +1,210 @@
+//! The command line: what each command takes (clap), apart from what the
+//! commands do (`commands/`). Conventions of kubectl, crictl and
+//! Inspektor Gadget: `-o` is always an output format, `-n` a namespace,
+//! `--pod` / `--plugin` filters.
+
+pub mod args;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use args::{
+    CaptureOutput, DecodeArgs, FilterArgs, LineOutput, ProbeArgs, ReplayOutput, TargetArgs,
+    WatchOutput,
+};
+
+#[derive(Parser)]
+#[command(
+    name = "nri-trace",
+    version,
+    about = "See what a container runtime and its NRI plugins do to each pod, live, with eBPF",
+    after_help = "Without a command, on a terminal: the live TUI (`nri-trace watch -o tui`).\n\
+                  Docs: docs/ in the source tree (README.md lists them)."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub cmd: Option<Cmd>,
+}
+
+#[derive(Subcommand)]
+pub enum Cmd {
+    /// Trace the runtime live: each CRI call with the NRI hooks it caused,
+    /// their times, the contract findings (TUI on a terminal, else text).
+    Watch(WatchArgs),
+    /// Run a saved file (`watch --save`, or a raw `--save-raw` capture)
+    /// through the engine again: the TUI on a terminal, else the report.
+    Replay(ReplayArgs),
+    /// Summarize a saved file: pods and where their time went, the slowest
+    /// hooks, latency tables, findings (`replay -o report`).
+    Report(ReportArgs),
+    /// Why is this pod (stuck in Terminating) not gone? Its teardown in a
+    /// saved file: the blocker in one sentence with its evidence, and what
+    /// this node still holds of it.
+    Explain(ExplainArgs),
+    /// Check that this node can run nri-trace, and say what to fix.
+    Doctor {
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: LineOutput,
+    },
+    /// One stage of the pipeline alone, for debugging nri-trace itself.
+    #[command(subcommand)]
+    Debug(DebugCmd),
+    /// Attach a program set and hold it (benchmarks: design floors).
+    #[command(hide = true)]
+    Hold(HoldArgs),
+}
+
+/// `nri-trace watch`.
+#[derive(clap::Args, Clone)]
+pub struct WatchArgs {
+    /// Output format [default: tui on a terminal, else text].
+    #[arg(short, long, value_enum)]
+    pub output: Option<WatchOutput>,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Also write the decoded calls to FILE, as `replay` reads them
+    /// (versioned NDJSON, created 0600, secrets redacted: docs/schema.md).
+    #[arg(long, value_name = "FILE")]
+    pub save: Option<PathBuf>,
+    /// Keep secrets in the --save file (exec command lines, NAME=value in
+    /// messages).
+    #[arg(long, requires = "save")]
+    pub no_redact: bool,
+    /// Also write the raw capture to FILE: every byte the runtime read and
+    /// wrote, unredacted (created 0600; for debugging decoders).
+    #[arg(long, value_name = "FILE")]
+    pub save_raw: Option<PathBuf>,
+    /// Stop after this many seconds (default: until Ctrl-C or SIGTERM).
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Serve Prometheus metrics on ADDR, e.g. 127.0.0.1:9464 (docs/trace.md).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub decode: DecodeArgs,
+    /// Where the TUI's `e`/`E` write their exports.
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub export_dir: PathBuf,
+    #[command(flatten)]
+    pub probe: ProbeArgs,
+}
+
+/// `nri-trace replay`.
+#[derive(clap::Args)]
+pub struct ReplayArgs {
+    /// The file (`-`: a record file on standard input), gzipped or not.
+    pub file: PathBuf,
+    /// Output format [default: tui on a terminal, else report].
+    #[arg(short, long, value_enum)]
+    pub output: Option<ReplayOutput>,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    #[command(flatten)]
+    pub decode: DecodeArgs,
+}
+
+/// `nri-trace report`.
+#[derive(clap::Args)]
+pub struct ReportArgs {
+    /// The file (`-`: a record file on standard input).
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    #[command(flatten)]
+    pub decode: DecodeArgs,
+}
+
+/// `nri-trace explain`.
+#[derive(clap::Args)]
+pub struct ExplainArgs {
+    /// The pod: namespace/name, name, or sandbox id (or its start).
+    pub pod: String,
+    /// The file `watch --save` wrote (or a raw --save-raw capture).
+    pub file: PathBuf,
+    #[arg(short, long, value_enum, default_value = "text")]
+    pub output: LineOutput,
+    /// Do not look at this node's processes, mounts and cgroups.
+    #[arg(long)]
+    pub no_proc: bool,
+}
+
+#[derive(Subcommand)]
+pub enum DebugCmd {
+    /// The capture stage: the raw byte streams of a process's unix-socket
+    /// connections (docs/capture.md).
+    Capture(CaptureArgs),
+    /// The NRI decoder: every NRI call between the runtime and its
+    /// plugins, as decoded (docs/nri.md).
+    Nri(StageArgs),
+    /// The CRI decoder: every CRI call on the runtime's CRI socket, as
+    /// decoded (docs/cri.md).
+    Cri(StageArgs),
+}
+
+/// `nri-trace debug capture`.
+#[derive(clap::Args)]
+pub struct CaptureArgs {
+    /// A listening unix socket: capture the server side of its connections.
+    #[arg(long = "socket", value_name = "PATH")]
+    pub sockets: Vec<PathBuf>,
+    /// Also track this process (its socketpairs; its connects to --connect-path).
+    #[arg(long = "pid")]
+    pub pids: Vec<u32>,
+    /// Capture connect() calls of tracked processes to this path.
+    #[arg(long = "connect-path", value_name = "PATH")]
+    pub connect_paths: Vec<PathBuf>,
+    /// Also capture the connections that already exist at start and whose
+    /// peer process has VAR in its environment: NRI_PLUGIN_SOCKET for the
+    /// runtime's pre-launched NRI plugins (docs/capture.md).
+    #[arg(long, value_name = "VAR")]
+    pub socketpair_env: Option<String>,
+    #[arg(short, long, value_enum, default_value = "text")]
+    pub output: CaptureOutput,
+    /// Text: dump at most this many bytes per syscall.
+    #[arg(long, default_value_t = 256)]
+    pub dump_bytes: usize,
+    /// Stop after this many seconds (default: until Ctrl-C or SIGTERM).
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    #[command(flatten)]
+    pub probe: ProbeArgs,
+}
+
+/// `nri-trace debug nri|cri`.
+#[derive(clap::Args)]
+pub struct StageArgs {
+    /// Decode this raw capture (`--save-raw`, `debug capture -o json`)
+    /// instead of tracing live.
+    pub file: Option<PathBuf>,
+    /// The socket [default: the runtime's, found as `watch` finds it].
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    #[arg(short, long, value_enum, default_value = "text")]
+    pub output: LineOutput,
+    /// Stop after this many seconds (default: until Ctrl-C or SIGTERM).
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// NRI: capture only the runtime's end of plugin connections.
+    #[arg(long)]
+    pub no_plugin_end: bool,
+    #[command(flatten)]
+    pub probe: ProbeArgs,
+}
+
+/// `nri-trace hold`.
+#[derive(clap::Args)]
+pub struct HoldArgs {
+    #[arg(long, value_enum)]
+    pub programs: nri_trace::capture::ebpf::ProgramSet,
+    /// Track this pid (the filter then has one entry, as in real use).
+    #[arg(long)]
+    pub pid: Option<u32>,
+    /// Also attach the sandbox probes (watching --pid's process tree).
+    #[arg(long)]
+    pub sandbox: bool,
+    #[arg(long)]
+    pub duration: f64,
+}

@@ -1,0 +1,282 @@
+//! `nri-trace debug capture|nri|cri`: one stage of the pipeline alone,
+//! fed by the same live loop (and replay loop) as the whole of it.
+
+use std::{
+    io::{self, BufWriter, Stdout, Write},
+    path::PathBuf,
+};
+
+use anyhow::{bail, Result};
+use nri_trace::{
+    capture::{
+        ebpf::{EbpfBackend, ProgramSet},
+        recording::RecordingWriter,
+        session::{self, SessionConfig},
+        CaptureEvent,
+    },
+    model::{observation::Observation, trace_decoder::TraceDecoder},
+    output,
+    pipeline::{
+        live::{self, Stage},
+        replay, source,
+        target::{self, Follow, Target},
+        PipelineError, Stop,
+    },
+    sinks::lines,
+};
+
+use super::{drain, ebpf_options, seconds};
+use crate::cli::{
+    args::{CaptureOutput, LineOutput},
+    CaptureArgs, DebugCmd, StageArgs,
+};
+
+pub async fn run(cmd: DebugCmd) -> Result<()> {
+    match cmd {
+        DebugCmd::Capture(a) => capture(a).await,
+        DebugCmd::Nri(a) => decode(a, Which::Nri).await,
+        DebugCmd::Cri(a) => decode(a, Which::Cri).await,
+    }
+}
+
+/// Prints capture events as they come (`debug capture`).
+struct CapturePrinter {
+    out: BufWriter<Stdout>,
+    format: CaptureOutput,
+    dump_bytes: usize,
+    counts: output::Counts,
+    /// Events since the last flush (chunks are not flushed one by one).
+    unflushed: bool,
+}
+
+fn sink_err(e: io::Error) -> PipelineError {
+    PipelineError::Sink(e)
+}
+
+impl Stage for CapturePrinter {
+    type Output = ();
+
+    fn on_capture(&mut self, ev: &CaptureEvent) -> Result<(), PipelineError> {
+        match self.format {
+            CaptureOutput::Text => output::text(&mut self.out, ev, self.dump_bytes),
+            CaptureOutput::Json => output::ndjson(&mut self.out, ev),
+            CaptureOutput::Count => {
+                self.counts.add(ev);
+                Ok(())
+            }
+        }
+        .map_err(sink_err)?;
+        self.unflushed = true;
+        if !matches!(ev, CaptureEvent::Chunk(_)) {
+            self.idle()?;
+        }
+        Ok(())
+    }
+
+    fn idle(&mut self) -> Result<(), PipelineError> {
+        if std::mem::take(&mut self.unflushed) {
+            self.out.flush().map_err(sink_err)?;
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<(), PipelineError> {
+        if self.format == CaptureOutput::Count {
+            #[derive(serde::Serialize)]
+            struct Totals<'a> {
+                #[serde(rename = "type")]
+                kind: &'static str,
+                #[serde(flatten)]
+                counts: &'a output::Counts,
+            }
+            let totals = Totals {
+                kind: "capture_totals",
+                counts: &self.counts,
+            };
+            RecordingWriter::new(&mut self.out)
+                .write_record(&totals, true)
+                .map_err(sink_err)?;
+        }
+        self.out.flush().map_err(sink_err)
+    }
+}
+
+async fn capture(a: CaptureArgs) -> Result<()> {
+    let backend = EbpfBackend::load(&ebpf_options(&a.probe, ProgramSet::Capture, false))?;
+    let cfg = SessionConfig {
+        sockets: a.sockets,
+        pids: a.pids,
+        connect_paths: a.connect_paths,
+        drain_interval: drain(&a.probe),
+        existing_socketpair_env: a.socketpair_env.clone(),
+        ..Default::default()
+    };
+    let mut s = session::start(cfg, Box::new(backend)).await?;
+    for l in &s.info.listeners {
+        eprintln!(
+            "nri-trace: capturing {} (pid {}, listening fd {}, {} open connections)",
+            l.path.display(),
+            l.pid,
+            l.listen_fd,
+            l.connections.len()
+        );
+    }
+    for p in &s.info.existing_socketpairs {
+        eprintln!(
+            "nri-trace: capturing pid {} fd {} (its peer, pid {}, has {})",
+            p.pid,
+            p.fd,
+            p.peer_pid,
+            a.socketpair_env.as_deref().unwrap_or_default()
+        );
+    }
+    eprintln!("nri-trace: ready (tracking pids {:?})", s.info.tracked_pids);
+    let printer = CapturePrinter {
+        out: BufWriter::new(io::stdout()),
+        format: a.output,
+        dump_bytes: a.dump_bytes,
+        counts: output::Counts::default(),
+        unflushed: false,
+    };
+    live::run(&mut s, printer, Stop::new(), seconds(a.duration)?).await?;
+    Ok(())
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Which {
+    Nri,
+    Cri,
+}
+
+/// Prints what the decoders make of capture events (`debug nri|cri`):
+/// observations, before the engine.
+struct DecodePrinter {
+    decoder: TraceDecoder,
+    obs: Vec<Observation>,
+    out: Out,
+}
+
+enum Out {
+    Json(RecordingWriter<Stdout>),
+    Text(BufWriter<Stdout>),
+}
+
+impl DecodePrinter {
+    fn new(which: Which, socket: PathBuf, json: bool) -> Self {
+        let (cri, nri) = match which {
+            Which::Nri => (vec![], vec![socket]),
+            Which::Cri => (vec![socket], vec![]),
+        };
+        DecodePrinter {
+            decoder: TraceDecoder::new(cri, nri),
+            obs: Vec::new(),
+            out: if json {
+                Out::Json(RecordingWriter::new(io::stdout()))
+            } else {
+                Out::Text(BufWriter::new(io::stdout()))
+            },
+        }
+    }
+
+    fn print(&mut self) -> Result<(), PipelineError> {
+        for o in self.obs.drain(..) {
+            if matches!(o, Observation::Clock { .. }) {
+                continue;
+            }
+            match &mut self.out {
+                Out::Json(w) => w.write_record(&o, false),
+                Out::Text(w) => lines::observation_text(w, &o),
+            }
+            .map_err(sink_err)?;
+        }
+        Ok(())
+    }
+}
+
+impl Stage for DecodePrinter {
+    type Output = ();
+
+    fn on_capture(&mut self, ev: &CaptureEvent) -> Result<(), PipelineError> {
+        self.decoder.on_capture(ev, &mut self.obs);
+        self.print()
+    }
+
+    fn idle(&mut self) -> Result<(), PipelineError> {
+        match &mut self.out {
+            Out::Json(w) => w.flush(),
+            Out::Text(w) => w.flush(),
+        }
+        .map_err(sink_err)
+    }
+
+    fn finish(mut self) -> Result<(), PipelineError> {
+        self.decoder.finish(&mut self.obs);
+        self.print()?;
+        self.idle()
+    }
+}
+
+async fn decode(a: StageArgs, which: Which) -> Result<()> {
+    let json = a.output == LineOutput::Json;
+    if let Some(file) = &a.file {
+        let src = source::open(file)?;
+        let source::Source::Capture {
+            name,
+            session,
+            events,
+        } = src
+        else {
+            bail!(
+                "{} is a record file: it holds decoded calls already (`nri-trace replay {} -o \
+                 json` prints them); `debug` decodes a raw capture (--save-raw)",
+                file.display(),
+                file.display()
+            );
+        };
+        let socket = a.socket.clone().unwrap_or_else(|| {
+            PathBuf::from(match which {
+                Which::Nri => &session.nri_socket,
+                Which::Cri => &session.cri_socket,
+            })
+        });
+        let (_, truncated) =
+            replay::run_capture(&name, events, DecodePrinter::new(which, socket, json))?;
+        if let Some(e) = truncated {
+            eprintln!("nri-trace: {name}: {e}; decoded what came before");
+        }
+        return Ok(());
+    }
+    let follow = Follow {
+        drain: drain(&a.probe),
+        plugin_ends: !a.no_plugin_end,
+        sandbox: false,
+    };
+    let socket = match a.socket.clone() {
+        Some(s) => s,
+        None => {
+            let t = Target::find(None, None)?;
+            match which {
+                Which::Nri => t.nri,
+                Which::Cri => t.cri,
+            }
+        }
+    };
+    let cfg = match which {
+        Which::Nri => target::nri_session(&socket, vec![], follow)?,
+        Which::Cri => target::cri_session(&socket, follow)?,
+    };
+    let backend = EbpfBackend::load(&ebpf_options(&a.probe, ProgramSet::Capture, false))?;
+    let mut s = session::start(cfg, Box::new(backend)).await?;
+    for l in &s.info.listeners {
+        eprintln!(
+            "nri-trace: decoding {} (runtime pid {}, {} connections open)",
+            l.path.display(),
+            l.pid,
+            l.connections.len()
+        );
+    }
+    eprintln!("nri-trace: ready (tracking pids {:?})", s.info.tracked_pids);
+    let printer = DecodePrinter::new(which, socket, json);
+    live::run(&mut s, printer, Stop::new(), seconds(a.duration)?).await?;
+    Ok(())
+}

@@ -1,0 +1,84 @@
+//! What each command does; `main.rs` only dispatches here. Errors are
+//! anyhow at this edge, with the fix in the message.
+
+pub mod debug;
+pub mod doctor;
+pub mod explain;
+pub mod hold;
+pub mod replay;
+pub mod watch;
+
+use std::{
+    io::{self, IsTerminal},
+    time::Duration,
+};
+
+use nri_trace::{
+    capture::ebpf::{EbpfOptions, ProgramSet},
+    engine::contract::ContractConfig,
+    model::record_file::SessionInfo,
+    pipeline::{Filter, Sink},
+    sinks::{json::JsonSink, text::TextSink},
+};
+
+use crate::cli::args::{DecodeArgs, FilterArgs, KernelEvents, ProbeArgs};
+
+/// Whether `e` comes from writing to a pipe nobody reads any more.
+pub fn broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<io::Error>()
+            .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Standard input and output are a terminal (the TUI can run).
+pub fn on_terminal() -> bool {
+    io::stdout().is_terminal() && io::stdin().is_terminal()
+}
+
+/// The probes a live run loads.
+pub fn ebpf_options(p: &ProbeArgs, programs: ProgramSet, sandbox: bool) -> EbpfOptions {
+    EbpfOptions {
+        ring_bytes: p.ring_bytes,
+        snap_len: p.snap_len,
+        wakeup_bytes: p.wakeup_bytes.unwrap_or(p.ring_bytes / 4),
+        programs,
+        sandbox,
+    }
+}
+
+pub fn drain(p: &ProbeArgs) -> Duration {
+    Duration::from_millis(p.drain_ms.max(1))
+}
+
+pub fn contract(d: &DecodeArgs) -> ContractConfig {
+    ContractConfig {
+        hook_budget_ns: d.hook_budget_ms.map(|ms| ms * 1_000_000),
+    }
+}
+
+pub fn filter(f: &FilterArgs) -> Filter {
+    Filter::new(f.namespace.clone(), f.pod.clone(), f.plugin.clone())
+}
+
+pub fn seconds(s: Option<f64>) -> anyhow::Result<Option<Duration>> {
+    s.map(|s| {
+        Duration::try_from_secs_f64(s)
+            .map_err(|_| anyhow::anyhow!("--duration {s}: give a number of seconds, e.g. 30"))
+    })
+    .transpose()
+}
+
+/// The text sink on standard output.
+pub fn text_sink(d: &DecodeArgs) -> Box<dyn Sink> {
+    Box::new(TextSink::new(
+        io::stdout(),
+        !d.no_tables,
+        d.kernel == KernelEvents::All,
+    ))
+}
+
+/// The JSON sink on standard output.
+pub fn json_sink(session: &SessionInfo) -> io::Result<Box<dyn Sink>> {
+    Ok(Box::new(JsonSink::new(io::stdout(), session)?))
+}

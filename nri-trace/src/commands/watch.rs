@@ -1,0 +1,111 @@
+//! `nri-trace watch` (and `nri-trace` alone on a terminal): the runtime
+//! traced live through the pipeline, to text, JSON or the TUI, and to a
+//! record file, a raw capture and Prometheus alongside.
+
+use anyhow::{Context, Result};
+use nri_trace::{
+    capture::{
+        ebpf::{EbpfBackend, ProgramSet},
+        recording::{self, RecordingWriter},
+        session,
+    },
+    model::record_file::RecordWriter,
+    pipeline::{
+        live,
+        target::{self, Follow, Target},
+        Pipeline, Stop,
+    },
+    sinks::{
+        metrics::MetricsSink,
+        metrics_server,
+        tui::{self, sink::Mode, TuiOptions, TuiSink},
+    },
+};
+
+use super::{contract, drain, ebpf_options, filter, json_sink, on_terminal, seconds, text_sink};
+use crate::cli::{args::WatchOutput, WatchArgs};
+
+pub async fn run(a: WatchArgs) -> Result<()> {
+    let output = a.output.unwrap_or(if on_terminal() {
+        WatchOutput::Tui
+    } else {
+        WatchOutput::Text
+    });
+    let duration = seconds(a.duration)?;
+    let target = Target::find(a.target.cri_socket.clone(), a.target.nri_socket.clone())?;
+    if let Some((kind, pid)) = target.runtime {
+        eprintln!(
+            "nri-trace: runtime {} pid {pid}: CRI {}, NRI {}",
+            target::runtime_name(kind),
+            target.cri.display(),
+            target.nri.display()
+        );
+    }
+    let follow = Follow {
+        drain: drain(&a.probe),
+        plugin_ends: !a.target.no_plugin_end,
+        sandbox: !a.target.no_sandbox,
+    };
+    let cfg = target::runtime_session(&target, follow)?;
+    let info = target.session_info(!a.no_redact);
+    let mut p = Pipeline::new(&info, contract(&a.decode)).with_filter(filter(&a.filter));
+    if let Some(path) = &a.save {
+        let f = recording::create_private(path)
+            .with_context(|| format!("creating {}", path.display()))?;
+        let w = RecordWriter::new(Box::new(f) as Box<dyn std::io::Write>, &info)
+            .with_context(|| format!("writing {}", path.display()))?;
+        p.save_to(path.display().to_string(), w);
+    }
+    if let Some(path) = &a.save_raw {
+        eprintln!(
+            "nri-trace: {} holds every byte the runtime reads and writes, secrets included \
+             (created 0600): keep it on this node",
+            path.display()
+        );
+        let f = recording::create_private(path)
+            .with_context(|| format!("creating {}", path.display()))?;
+        p.save_raw_to(
+            path.display().to_string(),
+            RecordingWriter::new(Box::new(f)),
+        );
+    }
+    if let Some(addr) = a.metrics_addr {
+        let (bound, text) = metrics_server::serve(addr).await.with_context(|| {
+            format!("metrics: cannot listen on {addr} (in use? choose another --metrics-addr)")
+        })?;
+        eprintln!("nri-trace: metrics on http://{bound}/metrics");
+        p.add_sink(Box::new(MetricsSink::new(text)));
+    }
+    let backend = EbpfBackend::load(&ebpf_options(&a.probe, ProgramSet::Capture, cfg.sandbox))?;
+    let mut s = session::start(cfg, Box::new(backend)).await?;
+    for l in &s.info.listeners {
+        eprintln!(
+            "nri-trace: tracing {} (runtime pid {}, {} connections open)",
+            l.path.display(),
+            l.pid,
+            l.connections.len()
+        );
+    }
+    eprintln!("nri-trace: ready (tracking pids {:?})", s.info.tracked_pids);
+    let stop = Stop::new();
+    match output {
+        WatchOutput::Text => p.add_sink(text_sink(&a.decode)),
+        WatchOutput::Json => p.add_sink(json_sink(&info)?),
+        WatchOutput::Tui => {
+            let mut status = tui::status_of(&info, "live".into());
+            status.recording = a.save.as_ref().map(|p| p.display().to_string());
+            let opts = TuiOptions {
+                export_dir: a.export_dir.clone(),
+                ..Default::default()
+            };
+            p.add_sink(Box::new(TuiSink::open(
+                Mode::Live,
+                status,
+                opts,
+                stop.clone(),
+            )));
+        }
+    }
+    live::run(&mut s, p, stop, duration).await?;
+    Ok(())
+}

@@ -1,0 +1,206 @@
+//! Which pod a record is about, learned from the ids the records show.
+//!
+//! Most CRI calls name their pod only by sandbox or container id
+//! (StopPodSandbox carries the sandbox id, StopContainer the container
+//! id; CRI api.proto). The pod's namespace and name come with
+//! RunPodSandbox (request metadata, sandbox id in the response),
+//! CreateContainer (the sandbox id, the container id in the response), and
+//! every NRI event (its `PodSandbox` has id, name and namespace; nri
+//! api.proto). [`PodIndex`] remembers those so a later call that names an
+//! id is known by its pod, and a kernel event by the container id in its
+//! cgroup path. Pure: it reads only the records, in order, so live and
+//! replayed runs resolve the same way.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    fmt,
+};
+
+use serde::Serialize;
+
+use super::record::Record;
+use crate::{
+    capture::sandbox::ids_in,
+    model::{nri_call::NriCall, observation::Observation},
+};
+
+/// Most sandboxes (and containers) remembered; the oldest go first.
+pub const MAX_IDS: usize = 16_384;
+
+/// A pod by its Kubernetes name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct PodName {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl fmt::Display for PodName {
+    /// `namespace/name`, as kubectl writes it (the name alone without a
+    /// namespace).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            f.write_str(&self.name)
+        } else {
+            write!(f, "{}/{}", self.namespace, self.name)
+        }
+    }
+}
+
+/// Sandbox and container ids to pods.
+#[derive(Debug, Default, Clone)]
+pub struct PodIndex {
+    pods: HashMap<String, PodName>,
+    /// Container id -> sandbox id.
+    sandbox_of: HashMap<String, String>,
+    /// Ids in the order first learnt (sandboxes and containers), to bound.
+    order: VecDeque<String>,
+}
+
+impl PodIndex {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn learn_pod(&mut self, sandbox_id: &str, pod: PodName) {
+        if sandbox_id.is_empty() || pod.name.is_empty() {
+            return;
+        }
+        if self.pods.insert(sandbox_id.to_string(), pod).is_none() {
+            self.order.push_back(sandbox_id.to_string());
+        }
+        self.bound();
+    }
+
+    fn learn_container(&mut self, container_id: &str, sandbox_id: &str) {
+        if container_id.is_empty() || sandbox_id.is_empty() {
+            return;
+        }
+        if self
+            .sandbox_of
+            .insert(container_id.to_string(), sandbox_id.to_string())
+            .is_none()
+        {
+            self.order.push_back(container_id.to_string());
+        }
+        self.bound();
+    }
+
+    fn bound(&mut self) {
+        while self.order.len() > 2 * MAX_IDS {
+            if let Some(id) = self.order.pop_front() {
+                self.pods.remove(&id);
+                self.sandbox_of.remove(&id);
+            }
+        }
+    }
+
+    fn learn_nri(&mut self, c: &NriCall) {
+        if let Some(p) = &c.pod {
+            self.learn_pod(
+                &p.id,
+                PodName {
+                    namespace: p.namespace.clone(),
+                    name: p.name.clone(),
+                },
+            );
+            if let Some(k) = &c.container {
+                self.learn_container(&k.id, &p.id);
+            }
+        }
+    }
+
+    /// Learn what `r` shows of ids and pods.
+    pub fn learn(&mut self, r: &Record) {
+        match r {
+            Record::CriSpan(s) => {
+                let c = &s.call;
+                if let (Some(p), Some(id)) = (&c.pod, &c.sandbox_id) {
+                    self.learn_pod(
+                        id,
+                        PodName {
+                            namespace: p.namespace.clone(),
+                            name: p.name.clone(),
+                        },
+                    );
+                }
+                if let (Some(k), Some(id)) = (&c.container_id, &c.sandbox_id) {
+                    self.learn_container(k, id);
+                }
+                for h in &s.hooks {
+                    self.learn_nri(&h.call);
+                }
+            }
+            Record::NriUncaused(u) => self.learn_nri(&u.span.call),
+            Record::Observed(Observation::NriPending(c)) => self.learn_nri(c),
+            _ => {}
+        }
+    }
+
+    /// The pod of a sandbox id, or of a container id.
+    pub fn by_id(&self, id: &str) -> Option<&PodName> {
+        self.pods.get(id).or_else(|| {
+            self.sandbox_of
+                .get(id)
+                .and_then(|sandbox| self.pods.get(sandbox))
+        })
+    }
+
+    fn of_nri(&self, c: &NriCall) -> Option<PodName> {
+        let p = c.pod.as_ref()?;
+        if !p.name.is_empty() {
+            return Some(PodName {
+                namespace: p.namespace.clone(),
+                name: p.name.clone(),
+            });
+        }
+        self.by_id(&p.id).cloned()
+    }
+
+    /// The pod `r` is about, when its ids (or names) tell.
+    pub fn pod_of(&self, r: &Record) -> Option<PodName> {
+        match r {
+            Record::CriSpan(s) => {
+                let c = &s.call;
+                if let Some(p) = &c.pod {
+                    return Some(PodName {
+                        namespace: p.namespace.clone(),
+                        name: p.name.clone(),
+                    });
+                }
+                c.sandbox_id
+                    .iter()
+                    .chain(&c.container_id)
+                    .find_map(|id| self.by_id(id))
+                    .cloned()
+                    .or_else(|| s.hooks.iter().find_map(|h| self.of_nri(&h.call)))
+            }
+            Record::NriUncaused(u) => self.of_nri(&u.span.call),
+            Record::Observed(Observation::NriPending(c)) => self.of_nri(c),
+            Record::Violation(v) => {
+                let pod = v.pod.as_deref()?;
+                match pod.split_once('/') {
+                    Some((namespace, name)) => Some(PodName {
+                        namespace: namespace.into(),
+                        name: name.into(),
+                    }),
+                    // A sandbox id (the checker knew no name), or a name.
+                    None => self.by_id(pod).cloned().or_else(|| {
+                        Some(PodName {
+                            namespace: String::new(),
+                            name: pod.into(),
+                        })
+                    }),
+                }
+            }
+            Record::Observed(Observation::Sandbox(e)) => e
+                .cgroup
+                .as_deref()
+                .into_iter()
+                .chain(e.op.path_result().map(|(p, _)| p))
+                .flat_map(ids_in)
+                .find_map(|id| self.by_id(id))
+                .cloned(),
+            Record::Observed(_) => None,
+        }
+    }
+}

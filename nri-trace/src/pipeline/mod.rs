@@ -1,0 +1,376 @@
+//! The one pipeline every command runs: a source, the decoder stage, the
+//! engine, and the sinks.
+//!
+//! ```text
+//! source ──CaptureEvent──> TraceDecoder ──Observation──> TraceEngine ──Record──> Filter ──> sinks
+//!  live session             (model)          │  (--save)      (engine)                  text, json, report,
+//!  raw capture file                          └─> record file                            tui, metrics, explain
+//!  record file ──────────────Observation──────────────────┘
+//! ```
+//!
+//! [`Pipeline`] is that chain; [`live::run`] is the one live loop (a
+//! capture session until a signal, `--duration` or a sink asks to stop)
+//! and [`replay::run`] the one replay loop (a file read to its end). The
+//! binary, the tests and the benches all go through them, so a recording
+//! replays to exactly what the live run gave.
+
+pub mod filter;
+pub mod live;
+pub mod replay;
+pub mod source;
+pub mod target;
+
+use std::{
+    io::{self, Write},
+    path::PathBuf,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+};
+
+use crate::{
+    capture::{recording::RecordingWriter, CaptureEvent},
+    engine::{
+        contract::ContractConfig, cri_latency::MethodSummary, hook_latency::HookSummary,
+        record::Record, trace_engine::TraceEngine,
+    },
+    model::{
+        observation::Observation,
+        record_file::{redact, RecordWriter, SessionEnd, SessionInfo},
+        trace_decoder::TraceDecoder,
+    },
+};
+pub use filter::Filter;
+
+/// What stops a pipeline's run.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// A sink could not write (a closed pipe, a full disk, the terminal).
+    #[error("writing the output: {0}")]
+    Sink(#[source] io::Error),
+    /// The record file (`--save`) could not be written.
+    #[error("writing {path}: {source}")]
+    Save {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+    /// The input could not be read.
+    #[error(transparent)]
+    Source(#[from] source::SourceError),
+    /// The capture session could not start.
+    #[error(transparent)]
+    Session(#[from] crate::capture::session::SessionError),
+}
+
+/// The engine's latency tables, as the sinks show them at the end (rows
+/// of other plugins left out under `--plugin`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Tables {
+    pub hooks: Vec<HookSummary>,
+    pub methods: Vec<MethodSummary>,
+}
+
+/// How the run ended, for the sinks' last words.
+pub struct Ending<'a> {
+    pub tables: &'a Tables,
+    /// Capture time reached (monotonic ns), if any input came.
+    pub now_ns: Option<u64>,
+    /// What the `session_end` line of a record file says.
+    pub session_end: SessionEnd,
+    pub engine: &'a TraceEngine,
+}
+
+/// Where the run is, for sinks that show it while it goes (the TUI's
+/// status line, metrics).
+pub struct Progress<'a> {
+    pub engine: &'a TraceEngine,
+    /// Capture time reached (monotonic ns), if any event came.
+    pub now_ns: Option<u64>,
+    /// Inputs read so far (capture events, or observations on replay).
+    pub inputs: u64,
+}
+
+/// Where records go: text, JSON, the report, the TUI, metrics, explain.
+/// A sink only renders what it is given; it decides nothing about the
+/// records (the engine did).
+pub trait Sink {
+    /// One record that passed the filters.
+    fn record(&mut self, r: &Record) -> io::Result<()>;
+    /// Every CRI call and NRI delivery that started before `before_ns`
+    /// (capture time) has been given ([`TraceEngine::settled_before`]):
+    /// for sinks that print in start order.
+    fn settled(&mut self, _before_ns: u64) -> io::Result<()> {
+        Ok(())
+    }
+    /// Nothing more is queued for now (flush), and at least every 500 ms
+    /// while live.
+    fn idle(&mut self, _p: &Progress) -> io::Result<()> {
+        Ok(())
+    }
+    /// The input ended: the tables, then whatever the sink shows last.
+    fn finish(&mut self, end: &Ending) -> io::Result<()>;
+}
+
+/// Asks a live run to stop: a signal, `--duration`, or a sink (the TUI's
+/// `q`). Cheap to clone; the live loop waits on it.
+#[derive(Clone, Default)]
+pub struct Stop {
+    inner: Arc<(AtomicBool, tokio::sync::Notify)>,
+}
+
+impl Stop {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Ask for the stop (idempotent).
+    pub fn request(&self) {
+        self.inner.0.store(true, Ordering::SeqCst);
+        self.inner.1.notify_waiters();
+        self.inner.1.notify_one();
+    }
+
+    pub fn requested(&self) -> bool {
+        self.inner.0.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once a stop is requested.
+    pub async fn wait(&self) {
+        while !self.requested() {
+            let notified = self.inner.1.notified();
+            if self.requested() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// The chain from decoder to sinks, fed capture events (live or from a
+/// raw capture file) or observations (from a record file).
+pub struct Pipeline {
+    decoder: TraceDecoder,
+    engine: TraceEngine,
+    filter: Filter,
+    sinks: Vec<Box<dyn Sink>>,
+    save: Option<(String, RecordWriter<Box<dyn Write>>)>,
+    save_raw: Option<(String, RecordingWriter<Box<dyn Write>>)>,
+    /// Reused buffers.
+    obs: Vec<Observation>,
+    records: Vec<Record>,
+    now_ns: Option<u64>,
+    inputs: u64,
+    observations: u64,
+    lost_records: u64,
+    /// Secrets out of every observation before anything sees it.
+    redact: bool,
+    /// What the sinks were last told of [`TraceEngine::settled_before`].
+    settled: u64,
+}
+
+impl Pipeline {
+    /// A pipeline for the runtime `session` describes (its sockets route
+    /// the decoder; its `redacted` says whether secrets are taken out of
+    /// every observation), with the contract settings `contract`.
+    pub fn new(session: &SessionInfo, contract: ContractConfig) -> Self {
+        Pipeline {
+            decoder: TraceDecoder::new(
+                vec![PathBuf::from(&session.cri_socket)],
+                vec![PathBuf::from(&session.nri_socket)],
+            ),
+            engine: TraceEngine::new(contract),
+            filter: Filter::default(),
+            sinks: Vec::new(),
+            save: None,
+            save_raw: None,
+            obs: Vec::new(),
+            records: Vec::new(),
+            now_ns: None,
+            inputs: 0,
+            observations: 0,
+            lost_records: 0,
+            redact: session.redacted,
+            settled: 0,
+        }
+    }
+
+    /// Keep only the records `filter` matches (for every sink).
+    pub fn with_filter(mut self, filter: Filter) -> Self {
+        self.filter = filter;
+        self
+    }
+
+    pub fn add_sink(&mut self, sink: Box<dyn Sink>) {
+        self.sinks.push(sink);
+    }
+
+    /// Also write every observation to a record file (`--save`): `writer`
+    /// has written its session line; `name` is for error messages.
+    pub fn save_to(&mut self, name: String, writer: RecordWriter<Box<dyn Write>>) {
+        self.save = Some((name, writer));
+    }
+
+    /// Also write every capture event to a raw capture file (`--save-raw`).
+    pub fn save_raw_to(&mut self, name: String, writer: RecordingWriter<Box<dyn Write>>) {
+        self.save_raw = Some((name, writer));
+    }
+
+    /// One capture event: decoded, and what it completes run through.
+    pub fn on_capture(&mut self, ev: &CaptureEvent) -> Result<(), PipelineError> {
+        self.inputs += 1;
+        if let Some((name, w)) = self.save_raw.as_mut() {
+            w.write(ev).map_err(|source| PipelineError::Save {
+                path: name.clone(),
+                source,
+            })?;
+        }
+        let mut obs = std::mem::take(&mut self.obs);
+        self.decoder.on_capture(ev, &mut obs);
+        let r = self.observe_all(&mut obs);
+        self.obs = obs;
+        r
+    }
+
+    /// One observation read back from a record file.
+    pub fn on_observation(&mut self, o: Observation) -> Result<(), PipelineError> {
+        self.inputs += 1;
+        self.observe(o)
+    }
+
+    fn observe_all(&mut self, obs: &mut Vec<Observation>) -> Result<(), PipelineError> {
+        for o in obs.drain(..) {
+            self.observe(o)?;
+        }
+        Ok(())
+    }
+
+    fn observe(&mut self, o: Observation) -> Result<(), PipelineError> {
+        let o = if self.redact {
+            redact::observation(o)
+        } else {
+            o
+        };
+        if let Some(t) = o.ts() {
+            self.now_ns = Some(self.now_ns.map_or(t.mono_ns, |n| n.max(t.mono_ns)));
+        }
+        self.observations += 1;
+        if let Observation::CaptureLoss(l) = &o {
+            self.lost_records = l.lost_records;
+        }
+        if let Some((name, w)) = self.save.as_mut() {
+            w.write(&o).map_err(|source| PipelineError::Save {
+                path: name.clone(),
+                source,
+            })?;
+        }
+        self.engine.on_observation(o, &mut self.records);
+        self.emit()?;
+        let settled = self.engine.settled_before();
+        if settled != self.settled {
+            self.settled = settled;
+            for s in &mut self.sinks {
+                s.settled(settled).map_err(PipelineError::Sink)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Hand the records the engine gave to the sinks.
+    fn emit(&mut self) -> Result<(), PipelineError> {
+        for r in self.records.drain(..) {
+            if !self.filter.keeps(&r) {
+                continue;
+            }
+            for s in &mut self.sinks {
+                s.record(&r).map_err(PipelineError::Sink)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Nothing more is queued: sinks and files flush.
+    pub fn idle(&mut self) -> Result<(), PipelineError> {
+        if let Some((name, w)) = self.save.as_mut() {
+            w.flush().map_err(|source| PipelineError::Save {
+                path: name.clone(),
+                source,
+            })?;
+        }
+        if let Some((name, w)) = self.save_raw.as_mut() {
+            w.flush().map_err(|source| PipelineError::Save {
+                path: name.clone(),
+                source,
+            })?;
+        }
+        let p = Progress {
+            engine: &self.engine,
+            now_ns: self.now_ns,
+            inputs: self.inputs,
+        };
+        for s in &mut self.sinks {
+            s.idle(&p).map_err(PipelineError::Sink)?;
+        }
+        Ok(())
+    }
+
+    /// The input ended: calls still in decoding come out, the engine
+    /// settles what it holds, files are closed and the sinks finish.
+    pub fn finish(mut self) -> Result<SessionEnd, PipelineError> {
+        let mut obs = std::mem::take(&mut self.obs);
+        self.decoder.finish(&mut obs);
+        self.observe_all(&mut obs)?;
+        self.engine.finish(&mut self.records);
+        self.emit()?;
+        let end = SessionEnd {
+            observations: self.observations,
+            lost_records: self.lost_records,
+        };
+        if let Some((name, w)) = self.save.take() {
+            w.finish()
+                .map_err(|source| PipelineError::Save { path: name, source })?;
+        }
+        if let Some((name, w)) = self.save_raw.take() {
+            w.finish()
+                .map_err(|source| PipelineError::Save { path: name, source })?;
+        }
+        let tables = Tables {
+            hooks: self
+                .engine
+                .hook_summary()
+                .into_iter()
+                .filter(|h| self.filter.keeps_plugin(&h.plugin))
+                .collect(),
+            methods: self.engine.method_summary(),
+        };
+        let ending = Ending {
+            tables: &tables,
+            now_ns: self.now_ns,
+            session_end: end,
+            engine: &self.engine,
+        };
+        for s in &mut self.sinks {
+            s.finish(&ending).map_err(PipelineError::Sink)?;
+        }
+        Ok(end)
+    }
+
+    /// The engine (tables, histograms, finding counts) as it is now.
+    pub fn engine(&self) -> &TraceEngine {
+        &self.engine
+    }
+}
+
+impl live::Stage for Pipeline {
+    type Output = SessionEnd;
+    fn on_capture(&mut self, ev: &CaptureEvent) -> Result<(), PipelineError> {
+        Pipeline::on_capture(self, ev)
+    }
+    fn idle(&mut self) -> Result<(), PipelineError> {
+        Pipeline::idle(self)
+    }
+    fn finish(self) -> Result<SessionEnd, PipelineError> {
+        Pipeline::finish(self)
+    }
+}

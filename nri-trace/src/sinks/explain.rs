@@ -1,0 +1,715 @@
+//! `nri-trace explain`: each pod's teardown collected from the records
+//! ([`TeardownSink`]), then the blocker in one sentence, the evidence, the
+//! expected next step, the teardown steps, the findings and what this
+//! node's /proc shows of the pod's containers ([`node_facts`]).
+
+use std::{
+    cell::RefCell,
+    io::{self, Write},
+    rc::Rc,
+};
+
+use serde::Serialize;
+
+use crate::{
+    capture::{
+        holders::{self, Holder},
+        sandbox::{errno_text, SandboxEvent},
+    },
+    engine::{
+        record::Record,
+        teardown::{
+            Blocker, Explanation, KernelEntry, NextStep, Progress, Removal, Step, StepHook,
+            TeardownLog, Verdict,
+        },
+    },
+    human::{clock, duration, duration_opt, sanitize},
+    pipeline::{Ending, Sink},
+};
+
+/// Collects every pod's teardown; the caller explains a pod from it once
+/// the input ended.
+pub struct TeardownSink {
+    log: Rc<RefCell<TeardownLog>>,
+}
+
+impl TeardownSink {
+    /// The sink, and the log it fills.
+    pub fn new() -> (Self, Rc<RefCell<TeardownLog>>) {
+        let log = Rc::new(RefCell::new(TeardownLog::new()));
+        (TeardownSink { log: log.clone() }, log)
+    }
+}
+
+impl Sink for TeardownSink {
+    fn record(&mut self, r: &Record) -> io::Result<()> {
+        self.log.borrow_mut().on_record(r);
+        Ok(())
+    }
+
+    fn finish(&mut self, _: &Ending) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// What this node shows now of the pod `e` explains: each container's
+/// rootfs mounts and who holds them, its cgroup and the processes in it,
+/// and the processes sent SIGKILL that are still there.
+pub fn node_facts(e: &Explanation) -> Vec<ContainerFacts> {
+    let signalled = |name: &str| -> Vec<Holder> {
+        e.alive_after_kill
+            .iter()
+            .filter(|(_, c)| c == name)
+            .filter_map(|(pid, _)| holders::process(*pid, "sent SIGKILL"))
+            .collect()
+    };
+    let mut facts: Vec<ContainerFacts> = e
+        .containers
+        .iter()
+        .map(|(id, name)| {
+            let rootfs = holders::rootfs_mounts(id);
+            let held = rootfs.iter().flat_map(|r| holders::holding(r)).collect();
+            let (cgroup, processes) = holders::in_cgroup(id);
+            ContainerFacts {
+                id: id.clone(),
+                name: name.clone(),
+                rootfs: rootfs.iter().map(|p| p.display().to_string()).collect(),
+                holders: held,
+                cgroup: cgroup.map(|p| p.display().to_string()),
+                processes,
+                signalled: signalled(name),
+            }
+        })
+        .collect();
+    // Signalled processes of no known container (the sandbox's).
+    for (_, c) in &e.alive_after_kill {
+        if !e.containers.iter().any(|(_, n)| n == c) && !facts.iter().any(|f| &f.name == c) {
+            facts.push(ContainerFacts {
+                id: String::new(),
+                name: c.clone(),
+                rootfs: vec![],
+                holders: vec![],
+                cgroup: None,
+                processes: vec![],
+                signalled: signalled(c),
+            });
+        }
+    }
+    facts
+}
+
+/// The explanation as one JSON line: its data, the node's facts, and
+/// the words: the sentence (completed with the node's facts) and the
+/// evidence lines.
+pub fn json(
+    w: &mut impl Write,
+    e: &Explanation,
+    node: Option<&[ContainerFacts]>,
+) -> io::Result<()> {
+    let line = Explained {
+        kind: "explanation",
+        explanation: e,
+        node,
+        sentence: sentence(e, node),
+        evidence: evidence(e),
+        kernel_lines: e.kernel.iter().map(kernel_line).collect(),
+    };
+    crate::capture::recording::RecordingWriter::new(&mut *w).write_record(&line, true)
+}
+
+/// What the node shows of one container of the pod.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ContainerFacts {
+    pub id: String,
+    pub name: String,
+    /// Its rootfs mount points still mounted.
+    pub rootfs: Vec<String>,
+    /// Host processes holding the rootfs (cwd, root, open files).
+    pub holders: Vec<Holder>,
+    /// Its cgroup directory, if it still exists.
+    pub cgroup: Option<String>,
+    /// Processes still in that cgroup.
+    pub processes: Vec<Holder>,
+    /// Its processes the kernel saw sent SIGKILL and not exit, as /proc
+    /// shows them now (gone ones are left out).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signalled: Vec<Holder>,
+}
+
+/// The explanation with the node's facts and its words, as `-o json`
+/// prints it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Explained<'a> {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    #[serde(flatten)]
+    pub explanation: &'a Explanation,
+    /// `None`: the node was not inspected (`--no-proc`, or a pod gone).
+    pub node: Option<&'a [ContainerFacts]>,
+    pub sentence: String,
+    pub evidence: Vec<String>,
+    /// The kernel events as lines.
+    pub kernel_lines: Vec<String>,
+}
+
+/// " waiting in <wchan>", or nothing for a running process.
+fn waiting_in(p: &Holder) -> String {
+    if p.wchan.is_empty() || p.wchan == "0" {
+        String::new()
+    } else {
+        format!(" waiting in {}", sanitize(&p.wchan))
+    }
+}
+
+fn short(id: &str) -> &str {
+    &id[..id.len().min(12)]
+}
+
+/// " (c0)" for a container step.
+fn of_container(s: &Step) -> String {
+    s.container
+        .as_ref()
+        .map(|c| format!(" ({})", sanitize(c)))
+        .unwrap_or_default()
+}
+
+/// "CRI StopPodSandbox at 12:00:01.123456 took 35.0ms: ok".
+fn step_line(s: &Step) -> String {
+    format!(
+        "CRI {}{} at {} took {}: {}",
+        sanitize(&s.method),
+        of_container(s),
+        s.start.map(|t| clock(&t)).unwrap_or_default(),
+        duration_opt(s.duration_ns),
+        sanitize(&s.outcome.describe())
+    )
+}
+
+/// "10-slow STOP_POD_SANDBOX 502ms" (and its outcome when not ok).
+fn hook_line(h: &StepHook) -> String {
+    let mut l = format!(
+        "{} {} {}",
+        sanitize(&h.plugin),
+        sanitize(&h.hook),
+        duration_opt(h.own_ns)
+    );
+    if !h.outcome.is_ok() {
+        l.push_str(&format!(" {}", sanitize(&h.outcome.describe())));
+    }
+    l
+}
+
+/// "05-failer STOP_POD_SANDBOX: error 2: refused".
+fn failed_hook(h: &StepHook) -> String {
+    format!(
+        "{} {}: {}",
+        sanitize(&h.plugin),
+        sanitize(&h.hook),
+        sanitize(&h.outcome.describe())
+    )
+}
+
+/// A kernel event as a line: "12:00:01.123456 runc[9] rmdir ...: EBUSY",
+/// and its repeats.
+fn kernel_line(k: &KernelEntry) -> String {
+    let again = if k.again > 0 {
+        format!(" (again {} times, until {})", k.again, clock(&k.until))
+    } else {
+        String::new()
+    };
+    format!(
+        "{} {}{again}",
+        clock(&k.event.ts),
+        sanitize(&k.event.describe())
+    )
+}
+
+/// A kernel event as an evidence line.
+fn kernel_evidence(e: &SandboxEvent) -> String {
+    format!("kernel: {} {}", clock(&e.ts), sanitize(&e.describe()))
+}
+
+/// Where the CRI calls stand, in one sentence.
+fn progress_sentence(e: &Explanation) -> String {
+    let pod = sanitize(&e.pod);
+    match &e.progress {
+        Progress::Removed { took_ns } => {
+            let per_step: Vec<String> = e
+                .steps
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{}{} {}",
+                        sanitize(&s.method),
+                        of_container(s),
+                        duration_opt(s.duration_ns)
+                    )
+                })
+                .collect();
+            // Hooks that failed on the way did not keep it (the runtime
+            // went on), but the SRE should know.
+            let failed: Vec<String> = e
+                .steps
+                .iter()
+                .flat_map(|s| {
+                    s.failed_hooks()
+                        .map(move |h| format!("{} during {}", failed_hook(h), sanitize(&s.method)))
+                })
+                .collect();
+            format!(
+                "{pod} is gone: RemovePodSandbox succeeded; the teardown took {} ({}){}",
+                duration(*took_ns),
+                per_step.join(", "),
+                if failed.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; on the way, plugin hook {} (the runtime went on)",
+                        failed.join(", ")
+                    )
+                }
+            )
+        }
+        Progress::NotStarted { last_call, at } => format!(
+            "no teardown call of {pod} was seen (no StopContainer, StopPodSandbox or \
+             RemovePodSandbox); its last call was {}{}",
+            last_call.as_deref().map(sanitize).unwrap_or_default(),
+            at.map(|t| format!(" at {}", clock(&t))).unwrap_or_default()
+        ),
+        Progress::HookFailed { step, hook } => {
+            let s = &e.steps[*step];
+            format!(
+                "{pod}: plugin hook {} during {}{}",
+                failed_hook(&s.hooks[*hook]),
+                sanitize(&s.method),
+                if s.ok() {
+                    format!(
+                        " (the CRI call still succeeded: {})",
+                        sanitize(&s.outcome.describe())
+                    )
+                } else {
+                    format!(
+                        ", and {} failed: {}",
+                        sanitize(&s.method),
+                        sanitize(&s.outcome.describe())
+                    )
+                }
+            )
+        }
+        Progress::CallFailed { step } => {
+            let s = &e.steps[*step];
+            format!(
+                "{pod}: {}{} did not complete: {} after {}",
+                sanitize(&s.method),
+                s.container
+                    .as_ref()
+                    .map(|c| format!(" of container {}", sanitize(c)))
+                    .unwrap_or_default(),
+                sanitize(&s.outcome.describe()),
+                duration_opt(s.duration_ns)
+            )
+        }
+        Progress::NextNotCalled { step } => {
+            let s = &e.steps[*step];
+            format!(
+                "{pod}: {} succeeded{}, but kubelet has not called {} since{}",
+                sanitize(&s.method),
+                s.start
+                    .map(|t| format!(" at {}", clock(&t)))
+                    .unwrap_or_default(),
+                e.expected_next
+                    .as_ref()
+                    .map_or("?".into(), |n| sanitize(&n.method)),
+                e.waited_ns
+                    .map(|w| format!(" ({} ago)", duration(w)))
+                    .unwrap_or_default()
+            )
+        }
+    }
+}
+
+/// What holds the pod below its CRI calls, in one sentence.
+fn blocker_sentence(b: &Blocker) -> String {
+    match b {
+        Blocker::HookPending {
+            plugin,
+            event,
+            waited_ns,
+            timeout_ns,
+            ..
+        } => format!(
+            "NRI plugin {}'s {} hook has not returned for {}{}",
+            sanitize(plugin),
+            sanitize(event),
+            duration(*waited_ns),
+            timeout_ns
+                .map(|t| format!(" (the runtime's timeout for it: {})", duration(t)))
+                .unwrap_or_default()
+        ),
+        Blocker::AliveAfterKill {
+            pid,
+            comm,
+            container,
+            signal,
+            by_kernel,
+            ago_ns,
+            alive,
+            ..
+        } => {
+            let from = if *by_kernel {
+                format!(
+                    "sent by the kernel as its pid namespace's init {}[{}] exited",
+                    sanitize(&signal.comm),
+                    signal.tgid
+                )
+            } else {
+                format!("from {}[{}]", sanitize(&signal.comm), signal.tgid)
+            };
+            format!(
+                "pid {pid}{} of container {} is still alive {} after SIGKILL {from}{}",
+                comm.as_ref()
+                    .map(|c| format!(" ({})", sanitize(c)))
+                    .unwrap_or_default(),
+                sanitize(container),
+                duration(*ago_ns),
+                if *alive > 1 {
+                    format!(" ({alive} processes in all)")
+                } else {
+                    String::new()
+                }
+            )
+        }
+        Blocker::UnmountFailed {
+            path,
+            errno,
+            event,
+            ago_ns,
+        } => failed(
+            &format!("unmounting {}", sanitize(path)),
+            event,
+            *errno,
+            *ago_ns,
+        ),
+        Blocker::RemoveFailed {
+            what,
+            path,
+            errno,
+            event,
+            ago_ns,
+        } => {
+            let what = match what {
+                Removal::Cgroup => "the cgroup",
+                Removal::NetnsFile => "the network namespace file",
+                Removal::Directory => "the directory",
+                Removal::File => "the file",
+            };
+            failed(
+                &format!("removing {what} {}", sanitize(path)),
+                event,
+                *errno,
+                *ago_ns,
+            )
+        }
+    }
+}
+
+/// "`what` failed with EBUSY (...) (runc[9], 3.00s ago)".
+fn failed(what: &str, e: &SandboxEvent, errno: i32, ago_ns: u64) -> String {
+    format!(
+        "{what} failed with {} ({}[{}], {} ago)",
+        errno_text(errno),
+        sanitize(&e.comm),
+        e.tgid,
+        duration(ago_ns)
+    )
+}
+
+/// The sentence of `e`: where the teardown stands, and what holds it.
+pub fn base_sentence(e: &Explanation) -> String {
+    let mut s = progress_sentence(e);
+    if let Some(b) = &e.blocker {
+        s.push_str("; ");
+        s.push_str(&blocker_sentence(b));
+    }
+    s
+}
+
+/// The calls and kernel events that show it, one per line.
+pub fn evidence(e: &Explanation) -> Vec<String> {
+    let mut v: Vec<String> = match &e.progress {
+        Progress::Removed { .. } | Progress::NextNotCalled { .. } => {
+            e.steps.iter().map(step_line).collect()
+        }
+        Progress::NotStarted { .. } => Vec::new(),
+        Progress::HookFailed { step, .. } => {
+            let s = &e.steps[*step];
+            std::iter::once(step_line(s))
+                .chain(s.failed_hooks().map(|h| format!("NRI {}", failed_hook(h))))
+                .collect()
+        }
+        Progress::CallFailed { step } => vec![step_line(&e.steps[*step])],
+    };
+    match &e.blocker {
+        None => {}
+        Some(Blocker::HookPending {
+            plugin,
+            event,
+            since,
+            ..
+        }) => v.push(format!(
+            "{} NRI {} {} called, no response since",
+            clock(since),
+            sanitize(plugin),
+            sanitize(event)
+        )),
+        Some(Blocker::AliveAfterKill { signals, .. }) => {
+            v.extend(signals.iter().map(kernel_evidence))
+        }
+        Some(Blocker::UnmountFailed { event, .. } | Blocker::RemoveFailed { event, .. }) => {
+            v.push(kernel_evidence(event))
+        }
+    }
+    v
+}
+
+/// The step kubelet makes next, in words.
+fn next_text(n: &NextStep) -> String {
+    if n.retry {
+        format!("{} again (kubelet retries)", sanitize(&n.method))
+    } else {
+        sanitize(&n.method)
+    }
+}
+
+/// The sentence, completed with what the node shows when the teardown is
+/// blocked or waiting: a process holding a rootfs, or still alive in a
+/// container's cgroup.
+pub fn sentence(e: &Explanation, node: Option<&[ContainerFacts]>) -> String {
+    let mut s = base_sentence(e);
+    if e.verdict == Verdict::Gone {
+        return s;
+    }
+    for c in node.unwrap_or_default() {
+        for p in &c.signalled {
+            s.push_str(&format!(
+                "; on this node pid {} ({}) is in state {}{}",
+                p.pid,
+                sanitize(&p.comm),
+                p.state,
+                waiting_in(p)
+            ));
+        }
+        if let Some(h) = c.holders.first() {
+            s.push_str(&format!(
+                "; on this node pid {} ({}) holds container {}'s rootfs {} (its {}, state {})",
+                h.pid,
+                sanitize(&h.comm),
+                sanitize(&c.name),
+                sanitize(c.rootfs.first().map_or(&h.path, |r| r)),
+                h.what,
+                h.state
+            ));
+        }
+        if let Some(p) = c.processes.first() {
+            s.push_str(&format!(
+                "; container {} still has {} process(es) in its cgroup, e.g. pid {} ({}) in state {}{}",
+                sanitize(&c.name),
+                c.processes.len(),
+                p.pid,
+                sanitize(&p.comm),
+                p.state,
+                waiting_in(p)
+            ));
+        }
+    }
+    s
+}
+
+pub fn text(
+    w: &mut impl Write,
+    e: &Explanation,
+    node: Option<&[ContainerFacts]>,
+) -> io::Result<()> {
+    writeln!(w, "{}", sentence(e, node))?;
+    writeln!(
+        w,
+        "  verdict: {}",
+        match e.verdict {
+            Verdict::Gone => "gone",
+            Verdict::Blocked => "blocked",
+            Verdict::Waiting => "waiting",
+            Verdict::NotTornDown => "not torn down",
+        }
+    )?;
+    if let Some(n) = &e.expected_next {
+        write!(w, "  next: {}", next_text(n))?;
+        if let Some(t) = e.waited_ns {
+            write!(w, ", waited for {}", crate::human::duration(t))?;
+        }
+        writeln!(w)?;
+    }
+    let evidence = evidence(e);
+    if !evidence.is_empty() {
+        writeln!(w, "  evidence:")?;
+        for l in &evidence {
+            writeln!(w, "    {l}")?;
+        }
+    }
+    if !e.steps.is_empty() {
+        writeln!(w, "  teardown steps:")?;
+        for s in &e.steps {
+            writeln!(
+                w,
+                "    {:<17} {:<12} {:>9}  {}",
+                sanitize(&s.method),
+                sanitize(s.container.as_deref().unwrap_or("")),
+                duration_opt(s.duration_ns),
+                sanitize(&s.outcome.describe())
+            )?;
+            for h in &s.hooks {
+                writeln!(w, "      NRI {}", hook_line(h))?;
+            }
+        }
+    }
+    if !e.kernel.is_empty() {
+        writeln!(w, "  kernel (signals, exits, unmounts, removals):")?;
+        for k in &e.kernel {
+            writeln!(w, "    {}", kernel_line(k))?;
+        }
+    }
+    if !e.findings.is_empty() {
+        writeln!(w, "  findings:")?;
+        for f in &e.findings {
+            writeln!(w, "    {}: {}", f.rule, sanitize(&f.message))?;
+        }
+    }
+    match node {
+        None => {}
+        Some([]) => writeln!(w, "  on this node: no container of the pod known")?,
+        Some(cs) => {
+            writeln!(w, "  on this node:")?;
+            for c in cs {
+                let mounted = if c.rootfs.is_empty() {
+                    "rootfs not mounted".to_string()
+                } else {
+                    format!("rootfs {}", sanitize(&c.rootfs.join(", ")))
+                };
+                let cgroup = match &c.cgroup {
+                    Some(g) => format!("cgroup {} ({} processes)", sanitize(g), c.processes.len()),
+                    None => "no cgroup".into(),
+                };
+                writeln!(
+                    w,
+                    "    container {} ({}): {mounted}; {cgroup}",
+                    sanitize(&c.name),
+                    short(&c.id)
+                )?;
+                for h in c.signalled.iter().chain(&c.holders).chain(&c.processes) {
+                    writeln!(
+                        w,
+                        "      pid {} ({}) {} {} state {} wchan {}",
+                        h.pid,
+                        sanitize(&h.comm),
+                        h.what,
+                        sanitize(&h.path),
+                        h.state,
+                        sanitize(&h.wchan)
+                    )?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{teardown::tests as t, test_calls::MS};
+
+    fn said(records: &[Record], pod: &str, now_ns: u64) -> (String, Vec<String>) {
+        let e = t::log(records).explain(pod, now_ns).unwrap();
+        (sentence(&e, None), evidence(&e))
+    }
+
+    #[test]
+    fn a_gone_pod_with_its_step_times() {
+        let (s, ev) = said(&t::removed(), "ns/web", 0);
+        assert_eq!(
+            s,
+            "ns/web is gone: RemovePodSandbox succeeded; the teardown took 103ms \
+             (StopPodSandbox 35.0ms, RemovePodSandbox 3.0ms)"
+        );
+        assert_eq!(ev.len(), 2);
+        assert!(ev[0].starts_with("CRI StopPodSandbox at "), "{ev:?}");
+    }
+
+    #[test]
+    fn a_failed_hook_and_a_failed_call() {
+        let (s, ev) = said(&t::failed_hook(), "ns/web", 5000 * MS);
+        assert!(
+            s.contains("plugin hook 10-failer STOP_POD_SANDBOX: error 2: refused during StopPodSandbox (the CRI call still succeeded: ok)"),
+            "{s}"
+        );
+        assert_eq!(ev[1], "NRI 10-failer STOP_POD_SANDBOX: error 2: refused");
+        let (s, _) = said(&t::failed_stop(), "ns/web", 0);
+        assert!(
+            s.contains(
+                "StopContainer of container main did not complete: the client's deadline expired after 12.00s"
+            ),
+            "{s}"
+        );
+        let (s, _) = said(&t::stopped(), "ns/web", 61_035 * MS);
+        assert!(
+            s.contains("kubelet has not called RemovePodSandbox since (1m00s ago)"),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn what_holds_it_below_the_cri_calls() {
+        let (s, ev) = said(&t::killed(), "ns/web", 15_001 * MS);
+        assert!(
+            s.contains(
+                "pid 4242 (cat) of container main is still alive 12.00s after SIGKILL from containerd-shim[7]"
+            ),
+            "{s}"
+        );
+        assert!(ev.iter().any(|l| l.starts_with("kernel: ")), "{ev:?}");
+        let mut r = t::stuck_stop();
+        r.push(t::umount(1100, libc::EBUSY));
+        let (s, _) = said(&r, "ns/web", 0);
+        assert!(
+            s.contains(&format!("unmounting {} failed with EBUSY", t::rootfs())),
+            "{s}"
+        );
+        let mut r = t::stuck_stop();
+        r.push(t::cgroup_busy());
+        assert!(said(&r, "web", 0).0.contains("removing the cgroup"));
+        let (r, _) = t::hung_hook();
+        let (s, _) = said(&r, "ns/web", 21_010 * MS);
+        assert!(
+            s.contains(
+                "NRI plugin 10-hung's STOP_POD_SANDBOX hook has not returned for 20.00s (the runtime's timeout for it: 30.00s)"
+            ),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn text_lists_steps_kernel_events_and_findings() {
+        let e = t::log(&t::killed()).explain("ns/web", 15_001 * MS).unwrap();
+        let mut out = Vec::new();
+        text(&mut out, &e, None).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert!(out.contains("  verdict: blocked"), "{out}");
+        assert!(
+            out.contains("  next: StopContainer again (kubelet retries)"),
+            "{out}"
+        );
+        assert!(
+            out.contains("containerd-shim[7] sent SIGKILL to pid 4242 (cat)"),
+            "{out}"
+        );
+    }
+}

@@ -1,0 +1,98 @@
+//! Text lines the sinks share: an observation (`-o text`, `debug nri|cri`),
+//! a finding with its evidence (the report), and both latency tables.
+
+use std::io::{self, Write};
+
+use super::{cri_lines, nri_lines};
+use crate::{
+    engine::{
+        cri_latency::MethodSummary,
+        findings::{Certainty, Violation},
+        hook_latency::HookSummary,
+    },
+    human::{clock, sanitize},
+    model::observation::Observation,
+};
+
+/// An observation the engine passed on (or, in `debug nri|cri`, one the
+/// decoders made), as text.
+pub fn observation_text(w: &mut impl Write, o: &Observation) -> io::Result<()> {
+    match o {
+        Observation::Sandbox(s) => writeln!(w, "{} ~~ {}", clock(&s.ts), sanitize(&s.describe())),
+        Observation::RuntimeExited { ts, pid } => {
+            writeln!(w, "{} == runtime pid {pid} exited", clock(ts))
+        }
+        Observation::RuntimeStarted { ts, pid } => writeln!(
+            w,
+            "{} == runtime pid {pid} now serves the sockets (runtime restarted)",
+            clock(ts)
+        ),
+        Observation::CriConnection { conn, ts, client } => {
+            cri_lines::connection_text(w, conn, ts, client)
+        }
+        Observation::CriResync { conn, ts, skipped } => {
+            cri_lines::resync_text(w, conn, ts, *skipped)
+        }
+        Observation::NriPlugin {
+            conn,
+            ts,
+            plugin,
+            events,
+        } => nri_lines::plugin_text(w, conn, ts, plugin, events),
+        Observation::NriPluginGone { conn, ts, plugin } => {
+            nri_lines::plugin_gone_text(w, conn, ts, plugin)
+        }
+        Observation::NriResync {
+            conn,
+            ts,
+            mux_conn,
+            skipped,
+        } => nri_lines::resync_text(w, conn, ts, *mux_conn, *skipped),
+        Observation::CaptureLoss(l) => nri_lines::loss_text(w, l),
+        Observation::NriPending(c) => nri_lines::pending_text(w, c),
+        Observation::CriCall(c) => cri_lines::call_text(w, c),
+        Observation::NriCall(c) => nri_lines::call_text(w, c),
+        Observation::Clock { .. } => Ok(()),
+    }
+}
+
+/// A finding: `prefix`, severity, rule, pod, certainty, message; then its
+/// evidence, one call a line.
+pub fn violation_text(w: &mut impl Write, v: &Violation, prefix: &str) -> io::Result<()> {
+    let certainty = match &v.certainty {
+        Certainty::Certain => String::new(),
+        Certainty::Uncertain { why } => format!(" (uncertain: {})", sanitize(why)),
+    };
+    writeln!(
+        w,
+        "{prefix}{:?} {} [{}]{}: {}",
+        v.severity,
+        v.rule,
+        sanitize(v.pod.as_deref().unwrap_or("-")),
+        certainty,
+        sanitize(&v.message)
+    )?;
+    for e in &v.evidence {
+        writeln!(
+            w,
+            "      evidence: {} {} on {} stream {}: {}",
+            e.kind,
+            sanitize(&e.what),
+            e.conn,
+            e.stream_id,
+            sanitize(&e.outcome)
+        )?;
+    }
+    Ok(())
+}
+
+/// Both tables, as text.
+pub fn summary_text(
+    w: &mut impl Write,
+    hooks: &[HookSummary],
+    methods: &[MethodSummary],
+) -> io::Result<()> {
+    cri_lines::summary_text(w, methods)?;
+    writeln!(w)?;
+    nri_lines::summary_text(w, hooks)
+}

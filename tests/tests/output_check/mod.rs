@@ -1,0 +1,225 @@
+//! Checks of nri-trace's outputs shared by the fixture tests (cli.rs) and
+//! the live lab tests (lab_trace): `-o text` against the `-o json` of the
+//! same run (every CRI call and every hook once, in start order per pod,
+//! within the line budget of issue 19), and filters against the
+//! unfiltered output.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde_json::Value;
+
+/// The JSON lines of an output.
+pub fn json_lines(bytes: &[u8]) -> Vec<Value> {
+    bytes
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).expect("a JSON line"))
+        .collect()
+}
+
+/// HH:MM:SS.micros of a JSON timestamp, as text output writes it.
+fn clock(ts: &Value) -> Option<String> {
+    let wall = ts["wall_ns"].as_u64()?;
+    let secs = wall / 1_000_000_000;
+    let day = secs % 86_400;
+    Some(format!(
+        "{:02}:{:02}:{:02}.{:06}",
+        day / 3600,
+        day / 60 % 60,
+        day % 60,
+        (wall % 1_000_000_000) / 1000
+    ))
+}
+
+fn plugin_label(p: &Value) -> String {
+    match (p["index"].as_str(), p["name"].as_str()) {
+        (Some(i), Some(n)) => format!("{i}-{n}"),
+        (None, Some(n)) => n.to_string(),
+        _ => match (p["comm"].as_str(), p["pid"].as_u64()) {
+            (Some(c), Some(pid)) => format!("{c}[{pid}]"),
+            _ => "?".into(),
+        },
+    }
+}
+
+/// What the JSON of a run holds, counted.
+#[derive(Debug, Default)]
+pub struct Counts {
+    pub cri: usize,
+    pub hooks: usize,
+    pub findings: usize,
+    pub pods: usize,
+    pub table_rows: (usize, usize),
+    /// (clock, method) of each CRI call.
+    pub cri_calls: BTreeMap<(String, String), usize>,
+    /// (plugin, hook) of each hook delivery.
+    pub hook_calls: BTreeMap<(String, String), usize>,
+}
+
+pub fn counts(json: &[Value]) -> Counts {
+    let mut c = Counts::default();
+    let mut pods = BTreeSet::new();
+    let hook = |c: &mut Counts, pods: &mut BTreeSet<(String, String)>, h: &Value| {
+        c.hooks += 1;
+        let name = if h["partial"] == true {
+            "(response only)".to_string()
+        } else {
+            h["hook"].as_str().unwrap_or("?").to_string()
+        };
+        *c.hook_calls
+            .entry((plugin_label(&h["plugin"]), name))
+            .or_default() += 1;
+        if let Some(n) = h["pod"]["name"].as_str() {
+            pods.insert((
+                h["pod"]["namespace"].as_str().unwrap_or("").to_string(),
+                n.to_string(),
+            ));
+        }
+    };
+    for l in json {
+        match l["type"].as_str() {
+            Some("cri_span") => {
+                c.cri += 1;
+                let when = clock(&l["start"])
+                    .or_else(|| clock(&l["end"]))
+                    .unwrap_or_default();
+                let method = l["method"].as_str().unwrap_or("?").to_string();
+                *c.cri_calls.entry((when, method)).or_default() += 1;
+                if let Some(n) = l["pod"]["name"].as_str() {
+                    pods.insert((
+                        l["pod"]["namespace"].as_str().unwrap_or("").to_string(),
+                        n.to_string(),
+                    ));
+                }
+                for h in l["hooks"].as_array().into_iter().flatten() {
+                    hook(&mut c, &mut pods, h);
+                }
+            }
+            Some("nri_uncaused") => hook(&mut c, &mut pods, l),
+            Some("violation") => c.findings += 1,
+            Some("cri_method_summary") => c.table_rows.0 += 1,
+            Some("hook_summary") => c.table_rows.1 += 1,
+            _ => {}
+        }
+    }
+    c.pods = pods.len();
+    c
+}
+
+/// The lines the latency tables take: a blank line, then each table's
+/// header and rows (or its one "no ... seen" line), separated by a blank
+/// line (sinks/lines.rs `summary_text`).
+pub fn table_lines(c: &Counts) -> usize {
+    let (m, h) = c.table_rows;
+    1 + if m == 0 { 1 } else { 1 + m } + 1 + if h == 0 { 1 } else { 1 + h }
+}
+
+/// A line of text output starting with a capture clock.
+fn starts_with_clock(l: &str) -> bool {
+    let b = l.as_bytes();
+    b.len() > 15
+        && b[2] == b':'
+        && b[5] == b':'
+        && b[8] == b'.'
+        && b[..2].iter().all(u8::is_ascii_digit)
+}
+
+/// What `-o text` printed, read back.
+#[derive(Debug, Default)]
+pub struct Text {
+    pub lines: usize,
+    pub cri_calls: BTreeMap<(String, String), usize>,
+    pub hook_calls: BTreeMap<(String, String), usize>,
+    /// Per pod (the subject's namespace/name), the clocks of its CRI calls
+    /// in the order printed.
+    pub per_pod: HashMap<String, Vec<String>>,
+}
+
+pub fn read_text(text: &str) -> Text {
+    let mut t = Text::default();
+    for l in text.lines() {
+        t.lines += 1;
+        let hook_fields = if let Some(rest) = l.strip_prefix(&" ".repeat(17)) {
+            rest.strip_prefix("NRI ")
+        } else if starts_with_clock(l) {
+            l[15..].trim_start().strip_prefix("NRI ")
+        } else {
+            None
+        };
+        if let Some(rest) = hook_fields {
+            let mut w = rest.split_whitespace();
+            let hook = w.next().unwrap_or("");
+            let (hook, plugin) = if hook == "(response" {
+                w.next();
+                ("(response only)".to_string(), w.next().unwrap_or(""))
+            } else {
+                (hook.to_string(), w.next().unwrap_or(""))
+            };
+            *t.hook_calls.entry((plugin.to_string(), hook)).or_default() += 1;
+            continue;
+        }
+        if !starts_with_clock(l) {
+            continue;
+        }
+        let mut w = l.split_whitespace();
+        let when = w.next().unwrap_or("").to_string();
+        let method = w.next().unwrap_or("");
+        // Not a CRI call: findings, plugin and connection events, kernel
+        // events, runtime changes.
+        if matches!(method, "!!" | "**" | "~~" | "==" | "NRI") {
+            continue;
+        }
+        *t.cri_calls
+            .entry((when.clone(), method.to_string()))
+            .or_default() += 1;
+        if let Some(subject) = w.next() {
+            let mut parts = subject.split('/');
+            if let (Some(ns), Some(name)) = (parts.next(), parts.next()) {
+                t.per_pod
+                    .entry(format!("{ns}/{name}"))
+                    .or_default()
+                    .push(when);
+            }
+        }
+    }
+    t
+}
+
+/// `-o text` of a run against its `-o json`: every CRI call and every hook
+/// once, each pod's calls in start order, and at most (CRI calls + hook
+/// deliveries + findings + 2 per pod + the tables) lines. The counts, for
+/// the docs.
+pub fn check_text(what: &str, text: &str, json: &[Value]) -> (Text, Counts) {
+    let c = counts(json);
+    let t = read_text(text);
+    assert_eq!(
+        t.cri_calls, c.cri_calls,
+        "{what}: CRI calls in text vs json\n{text}"
+    );
+    assert_eq!(
+        t.hook_calls, c.hook_calls,
+        "{what}: hooks in text vs json\n{text}"
+    );
+    for (pod, clocks) in &t.per_pod {
+        let mut sorted = clocks.clone();
+        sorted.sort();
+        assert_eq!(
+            clocks, &sorted,
+            "{what}: {pod}'s calls out of start order\n{text}"
+        );
+    }
+    let budget = c.cri + c.hooks + c.findings + 2 * c.pods + table_lines(&c);
+    assert!(
+        t.lines <= budget,
+        "{what}: {} lines of text, over the budget of {budget} ({} CRI calls, {} hooks, {} \
+         findings, {} pods, {} table lines)\n{text}",
+        t.lines,
+        c.cri,
+        c.hooks,
+        c.findings,
+        c.pods,
+        table_lines(&c)
+    );
+    (t, c)
+}
