@@ -238,7 +238,7 @@ pub fn load() -> Check {
         Err(e) => check(
             "eBPF programs",
             Status::Fail,
-            e.to_string(),
+            crate::human::error_chain(&e),
             "see the checks above",
         ),
     }

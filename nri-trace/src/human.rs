@@ -99,6 +99,22 @@ pub fn clock_ms(ts: &Timestamp) -> String {
     s
 }
 
+/// An error and its causes on one line: "a: b: c" (a cause whose text
+/// the message already holds is not repeated).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cause = c.source();
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,6 +160,13 @@ mod tests {
         assert_eq!(duration(2_001_000_000), "2.00s");
         assert_eq!(duration(123_000_000_000), "2m03s");
         assert_eq!(duration_opt(None), "-");
+    }
+
+    #[test]
+    fn error_chains() {
+        let io = std::io::Error::other("disk full");
+        let e = crate::pipeline::PipelineError::Sink(io);
+        assert_eq!(error_chain(&e), "writing the output: disk full");
     }
 
     #[test]

@@ -176,8 +176,15 @@ fn text_tells_each_pod_story_within_its_budget() {
         let text = String::from_utf8(replay(&f, &["-o", "text"])).unwrap();
         let (t, c) = output_check::check_text(&name, &text, &json);
         eprintln!(
-            "{name}: {} text lines for {} CRI calls, {} hooks, {} findings, {} pods, {} table lines",
-            t.lines, c.cri, c.hooks, c.findings, c.pods, output_check::table_lines(&c)
+            "{name}: {} text lines for {} CRI calls, {} hooks, {} findings, {} pods, {} table \
+             lines, {} outside any call",
+            t.lines,
+            c.cri,
+            c.hooks,
+            c.findings,
+            c.pods,
+            output_check::table_lines(&c),
+            t.outside
         );
     }
 }

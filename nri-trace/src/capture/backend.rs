@@ -9,6 +9,9 @@ use thiserror::Error;
 
 use super::Loss;
 
+/// What went wrong loading, attaching or driving the probes. Each
+/// message names the fix; the library's own error stays as the source
+/// (boxed: aya's errors are large, and every backend call returns this).
 #[derive(Debug, Error)]
 pub enum BackendError {
     #[error(
@@ -16,18 +19,55 @@ pub enum BackendError {
          (see docs/building.md)"
     )]
     NoObject,
+    /// The object did not load (BTF, maps, relocations).
     #[error(
-        "loading the eBPF programs failed: {0}. Run `nri-trace doctor` to see what is missing"
+        "loading the eBPF object failed: {summary}. Run `nri-trace doctor` to see what is missing"
     )]
-    Load(String),
-    #[error("attaching {program} to {tracepoint} failed: {error}. Is tracefs mounted at /sys/kernel/tracing? Run `nri-trace doctor`")]
+    Object {
+        /// The error, its verifier log shortened.
+        summary: String,
+        #[source]
+        source: Box<aya::EbpfError>,
+    },
+    /// The object has no such program, or one of another type.
+    #[error("eBPF program {program} {problem}: rebuild the binary with `cargo xtask build`")]
+    Program {
+        program: String,
+        problem: &'static str,
+    },
+    /// A program failed to load (the verifier refused it, a helper is
+    /// missing from this kernel).
+    #[error(
+        "loading eBPF program {program} failed: {summary}. Run `nri-trace doctor` to see what is \
+         missing"
+    )]
+    ProgramLoad {
+        program: String,
+        /// The error, its verifier log shortened.
+        summary: String,
+        #[source]
+        source: Box<aya::programs::ProgramError>,
+    },
+    #[error(
+        "attaching {program} to {tracepoint} failed. Is tracefs mounted at /sys/kernel/tracing? \
+         Run `nri-trace doctor`"
+    )]
     Attach {
         program: String,
         tracepoint: String,
-        error: String,
+        #[source]
+        source: Box<aya::programs::ProgramError>,
     },
-    #[error("eBPF map {map}: {error}")]
-    Map { map: &'static str, error: String },
+    #[error("eBPF map {map}")]
+    Map {
+        map: &'static str,
+        #[source]
+        source: Box<aya::maps::MapError>,
+    },
+    #[error(
+        "eBPF map {map} is missing from the object: rebuild the binary with `cargo xtask build`"
+    )]
+    MapMissing { map: &'static str },
     #[error("unix socket path {0} is longer than sun_path (107 bytes)")]
     PathTooLong(String),
 }

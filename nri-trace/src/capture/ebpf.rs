@@ -124,9 +124,9 @@ pub struct EbpfBackend {
 }
 
 fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> BackendError {
-    move |e| BackendError::Map {
+    move |source| BackendError::Map {
         map,
-        error: e.to_string(),
+        source: Box::new(source),
     }
 }
 
@@ -178,7 +178,10 @@ impl EbpfBackend {
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("EVENTS", ring)
             .load(OBJECT)
-            .map_err(|e| BackendError::Load(short_error(&e)))?;
+            .map_err(|source| BackendError::Object {
+                summary: short_error(&source),
+                source: Box::new(source),
+            })?;
         match opts.programs {
             ProgramSet::Capture => {
                 for (name, cat, tp) in CAPTURE_PROGRAMS {
@@ -208,10 +211,8 @@ impl EbpfBackend {
             ProgramSet::FloorRawFiltered => attach_raw(&mut ebpf, "floor_raw_filtered")?,
         }
         let take = |ebpf: &mut Ebpf, name: &'static str| {
-            ebpf.take_map(name).ok_or(BackendError::Map {
-                map: name,
-                error: "missing".into(),
-            })
+            ebpf.take_map(name)
+                .ok_or(BackendError::MapMissing { map: name })
         };
         let mut config: Array<MapData, Config> =
             Array::try_from(take(&mut ebpf, "CONFIG")?).map_err(map_err("CONFIG"))?;
@@ -322,12 +323,22 @@ where
 {
     let prog: &mut T = ebpf
         .program_mut(name)
-        .ok_or_else(|| BackendError::Load(format!("program {name} missing from the object")))?
+        .ok_or_else(|| BackendError::Program {
+            program: name.into(),
+            problem: "is missing from the object",
+        })?
         .try_into()
-        .map_err(|e| BackendError::Load(format!("{name}: {e}")))?;
-    prog.load_program().map_err(|e| {
-        log::debug!("loading {name}: {e:#}");
-        BackendError::Load(format!("{name}: {}", short_error(&e)))
+        .map_err(|_| BackendError::Program {
+            program: name.into(),
+            problem: "is not of the type nri-trace attaches it as",
+        })?;
+    prog.load_program().map_err(|source| {
+        log::debug!("loading {name}: {source:#}");
+        BackendError::ProgramLoad {
+            program: name.into(),
+            summary: short_error(&source),
+            source: Box::new(source),
+        }
     })?;
     Ok(prog)
 }
@@ -347,11 +358,15 @@ impl LoadProgram for RawTracePoint {
     }
 }
 
-fn attach_error(program: &str, tracepoint: String, e: aya::programs::ProgramError) -> BackendError {
+fn attach_error(
+    program: &str,
+    tracepoint: String,
+    source: aya::programs::ProgramError,
+) -> BackendError {
     BackendError::Attach {
         program: program.into(),
         tracepoint,
-        error: e.to_string(),
+        source: Box::new(source),
     }
 }
 
@@ -449,13 +464,10 @@ impl CaptureBackend for EbpfBackend {
             // A process already watched keeps its bits.
             match insert_new(&mut self.pod_tasks, t, 0) {
                 Ok(_) => {}
-                Err(aya::maps::MapError::SyscallError(e)) => {
-                    return Err(BackendError::Map {
-                        map: "POD_TASKS",
-                        error: format!("adding pid {t}: {}", e.io_error),
-                    })
+                Err(e) => {
+                    log::debug!("adding pid {t} to POD_TASKS: {e}");
+                    return Err(map_err("POD_TASKS")(e));
                 }
-                Err(e) => return Err(map_err("POD_TASKS")(e)),
             }
         }
         Ok(())

@@ -33,8 +33,8 @@ pub enum SessionError {
     Backend(#[from] BackendError),
     #[error("nothing to capture: give at least one --socket or --pid")]
     NoTarget,
-    #[error("cannot watch the ring buffer descriptor: {0}")]
-    Poll(std::io::Error),
+    #[error("cannot watch the ring buffer descriptor")]
+    Poll(#[source] std::io::Error),
 }
 
 #[derive(Clone, Debug)]

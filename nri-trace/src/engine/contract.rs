@@ -77,10 +77,7 @@ fn record_time(r: &Record) -> Option<u64> {
 }
 
 fn pod_of_hook(h: &HookSpan) -> Option<String> {
-    h.call
-        .pod
-        .as_ref()
-        .map(|p| format!("{}/{}", p.namespace, p.name))
+    h.call.pod.as_ref().map(|p| p.to_string())
 }
 
 fn ts0() -> Timestamp {
@@ -424,10 +421,7 @@ impl ContractChecker {
         self.sandbox.learn(
             s.call.sandbox_id.as_deref(),
             s.call.container_id.as_deref(),
-            s.call
-                .pod
-                .as_ref()
-                .map(|p| format!("{}/{}", p.namespace, p.name)),
+            s.call.pod.as_ref().map(|p| p.to_string()),
         );
         if let Some(id) = &s.call.sandbox_id {
             self.saw_pod(id);
@@ -600,11 +594,7 @@ impl ContractChecker {
             severity: Severity::Error,
             certainty: self.certainty(None),
             ts: c.end.unwrap_or(start),
-            pod: c
-                .pod
-                .as_ref()
-                .map(|p| format!("{}/{}", p.namespace, p.name))
-                .or(Some(id.clone())),
+            pod: c.pod.as_ref().map(|p| p.to_string()).or(Some(id.clone())),
             plugin: None,
             message: format!(
                 "{} of a pod from before the runtime restarted (new pid {pid}) succeeded but \

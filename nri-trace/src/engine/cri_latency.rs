@@ -8,7 +8,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use super::{
-    hook_latency::{buckets, record, Buckets},
+    histogram::{buckets, record, Buckets},
     window::{WindowStats, Windowed},
 };
 use crate::model::cri_call::{CriCall, CriOutcome, Identified};

@@ -18,7 +18,10 @@ use std::collections::{BTreeMap, HashMap};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::window::{WindowStats, Windowed};
+use super::{
+    histogram::{buckets, record, Buckets},
+    window::{WindowStats, Windowed},
+};
 use crate::{
     decode::nri::message::Event,
     model::nri_call::{Caller, NriCall, Outcome},
@@ -76,7 +79,8 @@ impl Hook {
 
 impl std::fmt::Display for Hook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        // `pad`, so that `{:<28}` lines the tables up.
+        f.pad(self.as_str())
     }
 }
 
@@ -200,50 +204,6 @@ impl Stats {
             queued_total_ns: 0,
             window: Windowed::default(),
         }
-    }
-}
-
-/// Nanoseconds to the histograms' microseconds (at least 1).
-fn us(ns: u64) -> u64 {
-    (ns / 1000).max(1)
-}
-
-/// Record `ns` (as µs). `record` grows an auto-resizing histogram;
-/// `saturating_record` would clamp to its current range instead.
-pub(crate) fn record(h: &mut Histogram<u32>, ns: u64) {
-    let v = us(ns);
-    if h.record(v).is_err() {
-        h.saturating_record(v);
-    }
-}
-
-/// A histogram as Prometheus wants it: cumulative counts at upper bounds
-/// (`le`), the count, and the sum.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Buckets {
-    /// Values <= each bound (nanoseconds), cumulative.
-    pub cumulative: Vec<u64>,
-    pub count: u64,
-    /// Sum of the values, from the histogram's mean (exact to its 2
-    /// significant digits).
-    pub sum_ns: u64,
-}
-
-/// [`Buckets`] of a microsecond histogram at `bounds_ns`.
-pub(crate) fn buckets(h: &Histogram<u32>, bounds_ns: &[u64]) -> Buckets {
-    Buckets {
-        cumulative: bounds_ns
-            .iter()
-            .map(|b| {
-                if h.is_empty() {
-                    0
-                } else {
-                    h.count_between(0, b / 1000)
-                }
-            })
-            .collect(),
-        count: h.len(),
-        sum_ns: (h.mean() * h.len() as f64 * 1000.0) as u64,
     }
 }
 
@@ -392,6 +352,15 @@ impl HookTimer {
 mod tests {
     use super::*;
     use crate::{decode::nri::message::Event, engine::test_calls::hook};
+
+    #[test]
+    fn a_hook_shows_as_its_name_and_lines_up() {
+        let h = Hook::Event(Event::RunPodSandbox);
+        assert_eq!(format!("[{h:<18}]"), "[RUN_POD_SANDBOX   ]");
+        assert_eq!(Hook::Method("Configure".into()), "Configure");
+        assert_eq!(serde_json::to_string(&h).unwrap(), "\"RUN_POD_SANDBOX\"");
+        assert!(Hook::Method("Configure".into()) < h);
+    }
 
     fn call(plugin: &str, idx: &str, pod: &str, start_ms: u64, dur_ms: u64) -> NriCall {
         let mut c = hook(

@@ -15,7 +15,8 @@
 //! - [`pods`]: the pod model (identity, phase, timeline, findings) the
 //!   views render.
 //! - [`teardown`]: each pod's teardown and what blocks it (`explain`).
-//! - [`window`]: latency over the last minute of capture time.
+//! - [`window`]: latency over the last minute of capture time;
+//!   [`histogram`]: how latencies are recorded and bucketed.
 //! - [`trace_engine`]: [`trace_engine::TraceEngine`], all of the above
 //!   over the observations of one runtime.
 //! - [`cri_latency`]: per-method counts (known / inferred / unknown) and
@@ -26,6 +27,7 @@ pub mod contract;
 pub mod correlate;
 pub mod cri_latency;
 pub mod findings;
+pub mod histogram;
 pub mod hook_latency;
 pub mod pod_index;
 pub mod pods;

@@ -20,7 +20,7 @@ use serde::Serialize;
 
 use super::record::Record;
 use crate::{
-    capture::sandbox::ids_in,
+    capture::sandbox::{ids_in, SandboxOp},
     model::{nri_call::NriCall, observation::Observation},
 };
 
@@ -192,14 +192,20 @@ impl PodIndex {
                     }),
                 }
             }
-            Record::Observed(Observation::Sandbox(e)) => e
-                .cgroup
-                .as_deref()
-                .into_iter()
-                .chain(e.op.path_result().map(|(p, _)| p))
-                .flat_map(ids_in)
-                .find_map(|id| self.by_id(id))
-                .cloned(),
+            // A signal is about its target (its sender is the runtime's);
+            // other events about the caller's cgroup and their path.
+            Record::Observed(Observation::Sandbox(e)) => {
+                let cgroup = match &e.op {
+                    SandboxOp::Signal { target_cgroup, .. } => target_cgroup.as_deref(),
+                    _ => e.cgroup.as_deref(),
+                };
+                cgroup
+                    .into_iter()
+                    .chain(e.op.path_result().map(|(p, _)| p))
+                    .flat_map(ids_in)
+                    .find_map(|id| self.by_id(id))
+                    .cloned()
+            }
             Record::Observed(_) => None,
         }
     }

@@ -57,23 +57,20 @@ pub struct SandboxRules {
 }
 
 /// Whether a kernel event explains something about a pod (what text
-/// output shows without `--kernel all`): a signal to a pod process (its
-/// cgroup names a container) or a SIGTERM/SIGKILL, the exit of a
-/// signalled process, and the unmount and removal failures these rules
-/// count ([`SandboxOp::failure`]). The rest (every cgroup controller's
-/// mkdir and rmdir, os.RemoveAll's probing, namespace calls that worked)
-/// is routine.
+/// output shows without `--kernel all`): a signal to a pod process or the
+/// exit of one (its cgroup names a container; when the process was gone
+/// before its cgroup could be read, a SIGTERM or SIGKILL counts), and the
+/// unmount and removal failures these rules count ([`SandboxOp::failure`]),
+/// and namespace calls that failed. The rest (every cgroup controller's
+/// mkdir and rmdir, os.RemoveAll's probing, the runtime's own processes
+/// being signalled) is routine.
 pub fn explains(e: &SandboxEvent) -> bool {
+    let in_pod = |cgroup: &Option<String>| cgroup.as_deref().map(|c| ids_in(c).next().is_some());
     match &e.op {
         SandboxOp::Signal {
             sig, target_cgroup, ..
-        } => {
-            matches!(*sig, libc::SIGTERM | libc::SIGKILL)
-                || target_cgroup
-                    .as_deref()
-                    .is_some_and(|c| ids_in(c).next().is_some())
-        }
-        SandboxOp::Exit { .. } => true,
+        } => in_pod(target_cgroup).unwrap_or(matches!(*sig, libc::SIGTERM | libc::SIGKILL)),
+        SandboxOp::Exit { .. } => in_pod(&e.cgroup).unwrap_or(true),
         SandboxOp::NsBind { errno, .. }
         | SandboxOp::Unshare { errno, .. }
         | SandboxOp::Setns { errno, .. } => *errno != 0,
@@ -263,6 +260,38 @@ mod tests {
     use crate::capture::Timestamp;
 
     const CID: &str = "c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1";
+
+    #[test]
+    fn what_explains_something() {
+        let signal = |sig, cgroup: Option<String>| SandboxOp::Signal {
+            sig,
+            target: 9,
+            target_comm: None,
+            target_cgroup: cgroup,
+            result: 0,
+        };
+        let pod = Some(format!("/k8s.io/{CID}"));
+        let runtime = Some("/system.slice/containerd.service".to_string());
+        assert!(explains(&ev(1, 7, signal(libc::SIGTERM, pod.clone()))));
+        assert!(explains(&ev(1, 7, signal(libc::SIGCHLD, pod.clone()))));
+        // Gone before its cgroup was read: a SIGKILL counts, a SIGCHLD not.
+        assert!(explains(&ev(1, 7, signal(libc::SIGKILL, None))));
+        assert!(!explains(&ev(1, 7, signal(libc::SIGCHLD, None))));
+        // The runtime's own processes are not the pod's.
+        assert!(!explains(&ev(1, 7, signal(libc::SIGTERM, runtime.clone()))));
+        let mut exit = ev(1, 9, SandboxOp::Exit { status: Some(9) });
+        exit.cgroup = runtime;
+        assert!(!explains(&exit));
+        exit.cgroup = pod;
+        assert!(explains(&exit));
+        let rmdir = |errno| SandboxOp::Unlink {
+            path: format!("/sys/fs/cgroup/k8s.io/{CID}"),
+            dir: true,
+            errno,
+        };
+        assert!(explains(&ev(1, 7, rmdir(libc::EBUSY))));
+        assert!(!explains(&ev(1, 7, rmdir(0))));
+    }
 
     fn ev(s: u64, tgid: u32, op: SandboxOp) -> SandboxEvent {
         SandboxEvent {

@@ -319,10 +319,7 @@ impl TeardownLog {
                 .as_ref()
                 .and_then(|id| self.by_container.get(id).cloned())
         });
-        let label = c
-            .pod
-            .as_ref()
-            .map(|p| format!("{}/{}", p.namespace, p.name));
+        let label = c.pod.as_ref().map(|p| p.to_string());
         let Some(key) = sandbox.clone().or(label.clone()) else {
             return;
         };

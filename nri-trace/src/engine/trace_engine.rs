@@ -11,7 +11,8 @@ use super::{
     correlate::{Correlated, Correlator},
     cri_latency::{CriMethodStats, MethodSummary},
     findings::{Certainty, Severity, Violation},
-    hook_latency::{Buckets, Hook, HookSummary, HookTimer},
+    histogram::Buckets,
+    hook_latency::{Hook, HookSummary, HookTimer},
     record::{Record, Uncaused},
 };
 use crate::{capture::Loss, model::observation::Observation};

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::hook_latency::record;
+use super::histogram::record;
 
 /// The window: one minute.
 pub const WINDOW_NS: u64 = 60_000_000_000;

@@ -138,11 +138,30 @@ pub struct PodRef {
     pub uid: String,
 }
 
+impl std::fmt::Display for PodRef {
+    /// `namespace/name`, as kubectl writes it (the name alone without a
+    /// namespace).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.namespace.is_empty() {
+            f.write_str(&self.name)
+        } else {
+            write!(f, "{}/{}", self.namespace, self.name)
+        }
+    }
+}
+
 /// A container as NRI describes it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContainerRef {
     pub id: String,
     pub name: String,
+}
+
+impl std::fmt::Display for ContainerRef {
+    /// Its name.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name)
+    }
 }
 
 /// How a call ended.

@@ -47,10 +47,10 @@ pub use filter::Filter;
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
     /// A sink could not write (a closed pipe, a full disk, the terminal).
-    #[error("writing the output: {0}")]
+    #[error("writing the output")]
     Sink(#[source] io::Error),
     /// The record file (`--save`) could not be written.
-    #[error("writing {path}: {source}")]
+    #[error("writing {path}")]
     Save {
         path: String,
         #[source]

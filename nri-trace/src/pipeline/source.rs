@@ -25,13 +25,13 @@ use crate::{
 /// Why a file cannot be replayed.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
-    #[error("cannot open {name}: {source}")]
+    #[error("cannot open {name}")]
     Open {
         name: String,
         #[source]
         source: io::Error,
     },
-    #[error("reading {name}: {source}")]
+    #[error("reading {name}")]
     Read {
         name: String,
         #[source]

@@ -17,7 +17,7 @@ fn short(id: &str) -> &str {
 fn subject(c: &CriCall) -> String {
     let mut s = String::new();
     if let Some(p) = &c.pod {
-        s = format!("{}/{}", p.namespace, p.name);
+        s = p.to_string();
         if p.attempt > 0 {
             s.push_str(&format!(" (attempt {})", p.attempt));
         }

@@ -11,9 +11,7 @@ use std::{
 };
 
 use crate::{
-    engine::{
-        findings::Severity, hook_latency::Buckets, record::Record, trace_engine::TraceEngine,
-    },
+    engine::{findings::Severity, histogram::Buckets, record::Record, trace_engine::TraceEngine},
     pipeline::{Ending, Progress, Sink},
 };
 

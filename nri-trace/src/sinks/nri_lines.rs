@@ -13,17 +13,10 @@ use crate::{
 };
 
 fn subject(c: &NriCall) -> String {
-    let mut s = String::new();
-    if let Some(p) = &c.pod {
-        s = if p.namespace.is_empty() {
-            p.name.clone()
-        } else {
-            format!("{}/{}", p.namespace, p.name)
-        };
-    }
+    let mut s = c.pod.as_ref().map(|p| p.to_string()).unwrap_or_default();
     if let Some(k) = &c.container {
         s.push('/');
-        s.push_str(&k.name);
+        s.push_str(&k.to_string());
     }
     sanitize(&s)
 }

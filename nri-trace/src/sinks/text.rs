@@ -12,23 +12,29 @@
 //! (a hung call does not hold the others back), or when more than
 //! [`MAX_HELD`] are held. Kernel events are
 //! shown where they explain something (`engine::sandbox_rules::explains`)
-//! unless `--kernel all`. A plugin shows as its registration
+//! unless `--kernel all`, on the line of the CRI call they happened during
+//! when one was about their container or pod (a StopContainer's SIGTERM,
+//! SIGKILL and the exit), else on a line of their own. A plugin shows as its registration
 //! (RegisterPlugin, Configure with what it subscribed to, Synchronize) and
-//! in its hooks; a plugin going gets a line (folded into the runtime's
-//! when the runtime exited with it). Plugin identities and CRI
+//! in its hooks; a plugin going gets a line (unless a plugin-timeout
+//! finding said it, or the runtime exited with it: its line names them). Plugin identities and CRI
 //! connections are left out (`-o json`, the TUI and `debug` show them).
 //! The latency tables close the output.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashSet},
     io::{self, BufWriter, Write},
 };
 
 use super::{cri_lines, lines, nri_lines};
 use crate::{
+    capture::{
+        sandbox::{ids_in, SandboxEvent, SandboxOp},
+        Timestamp,
+    },
     engine::{
         correlate::{CriSpan, NoCause},
-        findings::{Certainty, Violation},
+        findings::{Certainty, Violation, PLUGIN_TIMEOUT},
         hook_latency::HookSpan,
         pod_index::{PodIndex, PodName},
         pods::PodModel,
@@ -36,7 +42,7 @@ use crate::{
         sandbox_rules,
     },
     human::{clock, duration, duration_opt, sanitize},
-    model::{cri_call::Identified, observation::Observation},
+    model::{cri_call::Identified, nri_call::PluginId, observation::Observation},
     pipeline::{Ending, Progress, Sink},
 };
 
@@ -45,6 +51,9 @@ use crate::{
 pub const HOLD_NS: u64 = 10_000_000_000;
 /// Most records held at once; past it the oldest is printed.
 pub const MAX_HELD: usize = 512;
+/// Kernel events this long after a CRI call's end still go on its line
+/// (an exit reaped just after the runtime answered).
+const KERNEL_SLACK_NS: u64 = 50_000_000;
 
 /// Records as text lines on `W`.
 pub struct TextSink<W: Write> {
@@ -65,6 +74,12 @@ pub struct TextSink<W: Write> {
     settled_ns: u64,
     /// Plugins whose connection closed as the runtime exited, for its line.
     gone_with_runtime: Vec<String>,
+    /// Plugins a plugin-timeout finding was printed for: their
+    /// connection's close is told by it.
+    timed_out: HashSet<String>,
+    /// The last line's kernel event, when the last line was one: its
+    /// repeats (a retry loop) are not printed again.
+    last_kernel: Option<(u32, SandboxOp)>,
 }
 
 impl<W: Write> TextSink<W> {
@@ -80,6 +95,8 @@ impl<W: Write> TextSink<W> {
             latest_ns: 0,
             settled_ns: 0,
             gone_with_runtime: Vec::new(),
+            timed_out: HashSet::new(),
+            last_kernel: None,
         }
     }
 
@@ -110,11 +127,16 @@ impl<W: Write> TextSink<W> {
                 | Observation::CriConnection { .. },
             ) => true,
             Record::Observed(Observation::NriPluginGone { ts, plugin, .. }) => {
+                let label = plugin.label();
+                // A plugin-timeout finding said the runtime closed it.
+                if self.timed_out.remove(&label) {
+                    return true;
+                }
                 let with_runtime = self.held.values().any(|h| {
                     matches!(h, Record::Observed(Observation::RuntimeExited { ts: t, .. }) if t == ts)
                 });
                 if with_runtime {
-                    self.gone_with_runtime.push(sanitize(&plugin.label()));
+                    self.gone_with_runtime.push(sanitize(&label));
                 }
                 with_runtime
             }
@@ -128,6 +150,13 @@ impl<W: Write> TextSink<W> {
             return Ok(());
         }
         let pod = self.pods.pod_of(r);
+        if let Record::Observed(Observation::Sandbox(e)) = r {
+            return self.kernel_line(e, pod.as_ref());
+        }
+        self.last_kernel = None;
+        if let Record::Observed(Observation::NriPluginGone { ts, plugin, .. }) = r {
+            return self.gone_line(ts, plugin);
+        }
         match r {
             Record::CriSpan(s) => {
                 self.span(s, pod.as_ref())?;
@@ -152,7 +181,18 @@ impl<W: Write> TextSink<W> {
                     NoCause::NoCriCallInFlight => writeln!(self.out, "  (no CRI call in flight)"),
                 }
             }
-            Record::Violation(v) => finding_line(&mut self.out, v),
+            Record::Violation(v) => {
+                // The finding says whether the runtime closed the plugin's
+                // connection (contract.rs report_timeout).
+                if v.rule == PLUGIN_TIMEOUT && v.message.ends_with("closed its connection") {
+                    if let Some(p) = &v.plugin {
+                        if self.timed_out.len() < 1024 {
+                            self.timed_out.insert(p.clone());
+                        }
+                    }
+                }
+                finding_line(&mut self.out, v)
+            }
             Record::Observed(Observation::RuntimeExited { ts, pid }) => {
                 let gone = std::mem::take(&mut self.gone_with_runtime);
                 write!(self.out, "{} == runtime pid {pid} exited", clock(ts))?;
@@ -211,6 +251,10 @@ impl<W: Write> TextSink<W> {
         if let Identified::Inferred { evidence } = &c.identified {
             write!(self.out, "  [method inferred: {}]", sanitize(evidence))?;
         }
+        let kernel = self.take_kernel(s, pod);
+        if !kernel.is_empty() {
+            write!(self.out, "  [kernel: {}]", kernel.join("; "))?;
+        }
         writeln!(self.out)?;
         for h in &s.hooks {
             write!(self.out, "{:17}", "")?;
@@ -218,6 +262,152 @@ impl<W: Write> TextSink<W> {
             writeln!(self.out)?;
         }
         Ok(())
+    }
+
+    /// The kernel events held that happened during `s` to its container
+    /// (or, for a call on the pod, to any of the pod's): taken out of the
+    /// buffer, as text for the call's line.
+    fn take_kernel(&mut self, s: &CriSpan, pod: Option<&PodName>) -> Vec<String> {
+        let c = &s.call;
+        let (Some(start), Some(end)) = (c.start, c.end.or(c.start)) else {
+            return Vec::new();
+        };
+        // Only the teardown makes kernel events of a pod's processes and
+        // paths (a status call in the same moment does not).
+        if !matches!(
+            c.method.as_deref(),
+            Some("StopContainer" | "RemoveContainer" | "StopPodSandbox" | "RemovePodSandbox")
+        ) {
+            return Vec::new();
+        }
+        let until = end.mono_ns.saturating_add(KERNEL_SLACK_NS);
+        let about_call = |id: &str| {
+            c.container_id.as_deref() == Some(id)
+                || (c.container_id.is_none()
+                    && (c.sandbox_id.as_deref() == Some(id)
+                        || pod.is_some_and(|p| self.pods.by_id(id) == Some(p))))
+        };
+        let window = (start.mono_ns, 0)..=(until, u64::MAX);
+        let mut taken: Vec<(u64, u64)> = Vec::new();
+        let mut pids: Vec<u32> = Vec::new();
+        for (k, r) in self.held.range(window.clone()) {
+            if let Record::Observed(Observation::Sandbox(e)) = r {
+                if kernel_ids(e).any(about_call) {
+                    taken.push(*k);
+                    pids.push(match e.op {
+                        SandboxOp::Signal { target, .. } => target,
+                        _ => e.tgid,
+                    });
+                }
+            }
+        }
+        // A signal whose target was gone before its cgroup could be read:
+        // the call's if its target is one of the call's processes.
+        for (k, r) in self.held.range(window) {
+            if let Record::Observed(Observation::Sandbox(e)) = r {
+                if let SandboxOp::Signal {
+                    target,
+                    target_cgroup: None,
+                    ..
+                } = e.op
+                {
+                    if pids.contains(&target) && !taken.contains(k) {
+                        taken.push(*k);
+                    }
+                }
+            }
+        }
+        taken.sort_unstable();
+        taken
+            .into_iter()
+            .filter_map(|k| match self.held.remove(&k) {
+                Some(Record::Observed(Observation::Sandbox(e))) => Some(sanitize(&e.describe())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Kernel events of `pod` not on a CRI call's line: this one and those
+    /// held right after it, on one line; an event repeated right after
+    /// itself (a retry loop: the shim retries a busy unmount every 50 ms)
+    /// once, with how often and until when.
+    fn kernel_line(&mut self, first: &SandboxEvent, pod: Option<&PodName>) -> io::Result<()> {
+        let mut group: Vec<(SandboxEvent, u32)> = vec![(first.clone(), 0)];
+        let mut pod = pod.cloned();
+        while let Some((&k, Record::Observed(Observation::Sandbox(e)))) =
+            self.held.first_key_value()
+        {
+            // The same pod's, or one whose pod cannot be told (a signal
+            // to a process gone before its cgroup was read).
+            let of = self
+                .pods
+                .pod_of(&Record::Observed(Observation::Sandbox(e.clone())));
+            match (&pod, of) {
+                (Some(p), Some(o)) if *p != o => break,
+                (None, Some(o)) => pod = Some(o),
+                _ => {}
+            }
+            let e = e.clone();
+            self.held.remove(&k);
+            match group.last_mut() {
+                Some((last, n)) if last.tgid == e.tgid && last.op == e.op => {
+                    *n += 1;
+                    last.ts = e.ts;
+                }
+                _ => group.push((e, 0)),
+            }
+        }
+        // The same call as the last kernel line's, nothing printed since:
+        // more of that retry loop.
+        if let (Some((tgid, op)), [(e, _)]) = (&self.last_kernel, &group[..]) {
+            if *tgid == e.tgid && *op == e.op {
+                return Ok(());
+            }
+        }
+        let text: Vec<String> = group
+            .iter()
+            .map(|(e, n)| {
+                let mut t = sanitize(&e.describe());
+                if *n > 0 {
+                    t.push_str(&format!(" (again {n} times, until {})", clock(&e.ts)));
+                }
+                t
+            })
+            .collect();
+        let last = group.last().map(|(e, _)| (e.tgid, e.op.clone()));
+        write!(self.out, "{} ~~ ", clock(&first.ts))?;
+        if let Some(p) = &pod {
+            write!(self.out, "{}: ", sanitize(&p.to_string()))?;
+        }
+        writeln!(self.out, "{}", text.join("; "))?;
+        self.last_kernel = last;
+        Ok(())
+    }
+
+    /// Plugins whose connections closed: this one and those held right
+    /// after it, on one line.
+    fn gone_line(&mut self, ts: &Timestamp, plugin: &PluginId) -> io::Result<()> {
+        let mut names = vec![sanitize(&plugin.label())];
+        while let Some((&k, Record::Observed(Observation::NriPluginGone { plugin, .. }))) =
+            self.held.first_key_value()
+        {
+            if self.timed_out.contains(&plugin.label()) {
+                break;
+            }
+            names.push(sanitize(&plugin.label()));
+            self.held.remove(&k);
+        }
+        let (what, verb) = if names.len() == 1 {
+            ("plugin", "its connection")
+        } else {
+            ("plugins", "their connections")
+        };
+        writeln!(
+            self.out,
+            "{} ** {what} {} disconnected ({verb} closed)",
+            clock(ts),
+            names.join(", ")
+        )
     }
 
     /// The pod's closing line: its totals.
@@ -242,6 +432,25 @@ impl<W: Write> TextSink<W> {
             v.findings
         )
     }
+}
+
+/// The container and sandbox ids a kernel event names: its target's
+/// cgroup for a signal, its own cgroup, and its path.
+fn kernel_ids(e: &SandboxEvent) -> impl Iterator<Item = &str> {
+    let target = match &e.op {
+        SandboxOp::Signal { target_cgroup, .. } => target_cgroup.as_deref(),
+        _ => None,
+    };
+    let own = match &e.op {
+        // A signal's sender is not the pod's.
+        SandboxOp::Signal { .. } => None,
+        _ => e.cgroup.as_deref(),
+    };
+    target
+        .into_iter()
+        .chain(own)
+        .chain(e.op.path_result().map(|(p, _)| p))
+        .flat_map(ids_in)
 }
 
 fn short(id: &str) -> &str {

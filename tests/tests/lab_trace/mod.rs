@@ -298,13 +298,15 @@ fn saved_replays_to_live(scenario: &str, out: &Path, live: &[u8]) {
     let (t, c) =
         crate::output_check::check_text(scenario, &text, &crate::output_check::json_lines(live));
     eprintln!(
-        "{scenario}: {} text lines for {} CRI calls, {} hooks, {} findings, {} pods, {} table lines",
+        "{scenario}: {} text lines for {} CRI calls, {} hooks, {} findings, {} pods, {} table \
+         lines, {} outside any call",
         t.lines,
         c.cri,
         c.hooks,
         c.findings,
         c.pods,
-        crate::output_check::table_lines(&c)
+        crate::output_check::table_lines(&c),
+        t.outside
     );
 }
 

@@ -257,11 +257,30 @@ pub struct PodMeta {
     pub attempt: u32,
 }
 
+impl std::fmt::Display for PodMeta {
+    /// `namespace/name`, as kubectl writes it (the name alone without a
+    /// namespace).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.namespace.is_empty() {
+            f.write_str(&self.name)
+        } else {
+            write!(f, "{}/{}", self.namespace, self.name)
+        }
+    }
+}
+
 /// Container identity from `ContainerMetadata`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ContainerMeta {
     pub name: String,
     pub attempt: u32,
+}
+
+impl std::fmt::Display for ContainerMeta {
+    /// Its name.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name)
+    }
 }
 
 /// A sandbox state as a status or list response reports it.

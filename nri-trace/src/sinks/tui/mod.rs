@@ -6,7 +6,7 @@
 //! - [`state::TuiState`]: what is shown, fed only with the engine's
 //!   records, its latency tables, a status and the capture clock; bounded.
 //! - [`app::App`]: UI state (view, selection, sort, filter, zoom, pause,
-//!   help); keys handled by the pure [`app::App::on_key`].
+//!   help); [`keys`]: keys handled by the pure [`app::App::on_key`].
 //! - [`views`]: one module per view (pods, timeline, plugins, findings,
 //!   calls, status line, help); they render and decide nothing.
 //! - untrusted text is made inert before the terminal sees it
@@ -21,6 +21,7 @@
 
 pub mod app;
 pub mod export;
+pub mod keys;
 pub mod sink;
 pub mod state;
 pub mod terminal;

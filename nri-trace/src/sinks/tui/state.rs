@@ -543,8 +543,8 @@ impl TuiState {
                 self.count_call(c.end.or(c.start), 1 + s.hooks.len() as u64);
                 let method = c.method.clone().unwrap_or_else(|| "(unknown)".into());
                 let subject = match (&c.pod, &c.container) {
-                    (Some(p), Some(k)) => format!("{}/{}/{}", p.namespace, p.name, k.name),
-                    (Some(p), None) => format!("{}/{}", p.namespace, p.name),
+                    (Some(p), Some(k)) => format!("{p}/{k}"),
+                    (Some(p), None) => p.to_string(),
                     (None, Some(k)) => k.name.clone(),
                     (None, None) => c
                         .container_id
