@@ -29,12 +29,12 @@
 //!
 //! Throughput (criterion group `trace_engine`, benchmark `full`): a fresh
 //! `Pipeline` (decoders and engine, the lab's CRI and NRI socket paths;
-//! the one `watch` and `replay` run) with a sink folding into a `PodModel`,
-//! fed
-//! every event of a 100-repetition input (300 pod lifecycles), events
-//! borrowed, every record folded into the model as it comes out, then the
-//! end of the capture. What a run built is dropped after it, outside the
-//! timing (criterion `PerIteration`), as in the decode benches.
+//! the one `watch` and `replay` run) with a sink folding into a
+//! `PodModel`, fed every event of a 100-repetition input (300 pod
+//! lifecycles), events borrowed, every record folded into the model as it
+//! comes out (and not copied: a sink borrows it), then the end of the
+//! capture. What a run built is dropped after it, outside the timing
+//! (criterion `PerIteration`), as in the decode benches.
 //!
 //! Memory (not criterion, after it): a child process of this same
 //! executable (so that nothing the criterion part allocated is counted)
@@ -380,7 +380,7 @@ impl Base {
         let base_records = analyze(&self.events);
         let records = analyze(&long);
         // The `full` loop gives what the replay pipeline gives.
-        let (got, model) = run_full(&long, new_pipeline());
+        let (got, model) = run_full(&long, new_pipeline(true));
         assert!(got == records, "the `full` loop differs from the replay");
 
         // Every id was rewritten, and each repetition's occur as often as
@@ -556,7 +556,7 @@ struct Input {
 
 impl Input {
     fn measure(events: &[CaptureEvent]) -> Input {
-        let (records, model) = run_full(events, new_pipeline());
+        let (records, model) = run_full(events, new_pipeline(true));
         let lifecycles = records.iter().filter(|r| is_pod_start(r)).count();
         assert_eq!(
             lifecycles,
@@ -627,10 +627,12 @@ impl Sink for ModelSink {
     }
 }
 
-/// A fresh pipeline feeding a fresh pod model.
-fn new_pipeline() -> (Pipeline, Rc<RefCell<Folded>>) {
+/// A fresh pipeline feeding a fresh pod model; `keep`: a copy of every
+/// record too (for the soundness check; the timed runs fold only, as a
+/// sink does).
+fn new_pipeline(keep: bool) -> (Pipeline, Rc<RefCell<Folded>>) {
     let folded = Rc::new(RefCell::new(Folded {
-        keep: true,
+        keep,
         ..Default::default()
     }));
     let mut p = Pipeline::new(&session(), Default::default());
@@ -667,7 +669,7 @@ fn benches(c: &mut Criterion, events: &[CaptureEvent], input: &Input) {
     g.throughput(Throughput::Elements(input.events as u64));
     g.bench_function(BENCH, |b| {
         b.iter_batched(
-            new_pipeline,
+            || new_pipeline(false),
             |p| run_full(black_box(events), p),
             BatchSize::PerIteration,
         )
@@ -741,8 +743,7 @@ fn memory(reps: u32) {
     let base = Base::load();
     let rss_before = status_kib("VmRSS");
     let hwm_before = status_kib("VmHWM");
-    let (mut p, folded) = new_pipeline();
-    folded.borrow_mut().keep = false;
+    let (mut p, folded) = new_pipeline(false);
     let mut events = 0usize;
     let mut checkpoints = Vec::new();
     let every = reps.div_ceil(CHECKPOINTS).max(1);

@@ -244,7 +244,7 @@ pub fn load() -> Check {
     }
 }
 
-/// The container runtimes running here and the CRI / NRI sockets `trace`
+/// The container runtimes running here and the CRI / NRI sockets `watch`
 /// would follow (capture/runtimes.rs).
 pub fn runtimes() -> Check {
     let name = "runtimes";
@@ -253,7 +253,7 @@ pub fn runtimes() -> Check {
             name,
             Status::Warn,
             "no containerd or CRI-O process found",
-            "start the runtime, or give sockets to `trace` (docs/runtimes.md)",
+            "start the runtime, or give sockets to `watch` (docs/runtimes.md)",
         ),
         Ok(rs) => {
             let what: Vec<String> = rs
@@ -281,7 +281,7 @@ pub fn runtimes() -> Check {
                 if complete {
                     ""
                 } else {
-                    "`trace` needs one runtime with both sockets, or --cri-socket and --nri-socket (docs/runtimes.md)"
+                    "`watch` needs one runtime with both sockets, or --cri-socket and --nri-socket (docs/runtimes.md)"
                 },
             )
         }

@@ -8,15 +8,21 @@
 //! probe (nri-trace-ebpf) -> capture -> decode -> model -> engine -> sinks
 //! ```
 //!
-//! - [`capture`]: eBPF syscall tracepoints on the runtime's unix sockets,
-//!   turned into ordered per-connection byte streams ([`capture::CaptureEvent`]).
-//! - [`decode`]: byte streams to frames and messages (NRI: multiplexer,
-//!   ttrpc, protobuf).
-//! - [`model`]: typed calls ([`model::nri_call::NriCall`]).
-//! - [`engine`]: analysis of the calls (hook latency, queueing).
-//! - [`sinks`]: where records go (`nri` text and NDJSON lines);
-//!   [`output`]: the raw capture lines of `capture`.
+//! - [`capture`]: eBPF syscall tracepoints on the runtime's unix sockets
+//!   and process tree, turned into ordered per-connection byte streams
+//!   and sandbox events ([`capture::CaptureEvent`]).
+//! - [`decode`]: byte streams to calls (NRI: multiplexer, ttrpc, protobuf;
+//!   CRI: HTTP/2, HPACK, gRPC, protobuf).
+//! - [`model`]: typed calls and kernel events ([`model::nri_call::NriCall`],
+//!   [`model::cri_call::CriCall`], [`model::observation::Observation`]) and
+//!   the record file that carries them.
+//! - [`engine`]: correlation, latency and the contract rules, pure and
+//!   deterministic ([`engine::record::Record`]).
+//! - [`sinks`]: where records go (text, JSON, report, metrics, the TUI,
+//!   explain); [`output`]: the raw capture lines of `debug capture`.
+//! - [`pipeline`]: the one loop that joins them, live or replayed.
 //! - [`doctor`]: checks that this node can run the probes.
+//! - [`human`]: durations, clocks and sanitized text for people.
 
 pub mod capture;
 pub mod decode;

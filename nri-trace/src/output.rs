@@ -7,7 +7,8 @@ use crate::{
     human::{clock, sanitize},
 };
 
-/// Version of the NDJSON records written by `capture` (docs/capture.md).
+/// Version of the raw capture lines `debug capture -o json` and
+/// `watch --save-raw` write (docs/capture.md).
 pub const CAPTURE_SCHEMA_VERSION: u32 = crate::capture::recording::SCHEMA_VERSION;
 
 /// `xxd`-style dump of at most `max` bytes.
@@ -89,7 +90,7 @@ pub fn text(w: &mut impl Write, ev: &CaptureEvent, dump_max: usize) -> io::Resul
     }
 }
 
-/// Totals for `--format count`.
+/// Totals for `debug capture -o count`.
 #[derive(Debug, Default, serde::Serialize)]
 pub struct Counts {
     pub connections_opened: u64,
@@ -118,7 +119,7 @@ impl Counts {
     }
 }
 
-/// One NDJSON line: the recording format, so `capture --format ndjson`
+/// One NDJSON line: the recording format, so `debug capture -o json`
 /// output can be replayed ([`crate::capture::recording`]).
 pub fn ndjson(w: &mut impl Write, ev: &CaptureEvent) -> io::Result<()> {
     crate::capture::recording::write_event(w, ev)

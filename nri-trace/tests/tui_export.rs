@@ -70,6 +70,8 @@ fn exports_view_rows_and_session_records_privately() {
     assert_eq!(n as u64, st.counts().records);
     let rows = lines(&path);
     assert!(rows.iter().any(|r| r["type"] == "cri_span"));
+    // The lines of `-o json`: the schema's version on every one.
+    assert!(rows.iter().all(|r| r["v"] == 1), "{:?}", rows.first());
     assert_eq!(rows.iter().filter(|r| r["type"] == "violation").count(), 2);
 
     // A symlink planted where the next file would go is not followed.

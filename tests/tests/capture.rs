@@ -2,7 +2,7 @@
 //! and session trace `unix-peer` (src/bin/unix-peer.rs) while the test
 //! talks to it, and the captured events are checked byte for byte against
 //! what really crossed the socket. The last tests (n-q) run the
-//! `nri-trace capture` binary instead and read back what it printed.
+//! `nri-trace debug capture` binary instead and read back what it printed.
 //!
 //! Every test skips (with a reason on stderr) when not root or when no eBPF
 //! object is embedded, and panics instead when CI=true (or 1): in CI these tests
@@ -1499,7 +1499,7 @@ async fn follow_peer_end_of_new_socketpair() {
 
 // ------------------------------------------------ the capture command
 
-/// The events of `capture --format ndjson` output (the recording format).
+/// The events of `debug capture -o json` output (the recording format).
 #[track_caller]
 fn ndjson_events(name: &str, out: &str) -> Vec<CaptureEvent> {
     nri_trace::capture::recording::read_events(out.as_bytes())
@@ -1513,7 +1513,7 @@ fn has_close(out: &str) -> bool {
         .any(|e| matches!(e, CaptureEvent::Close(_)))
 }
 
-/// unix-peer serving `script` on a fresh socket, and `nri-trace capture
+/// unix-peer serving `script` on a fresh socket, and `nri-trace debug capture
 /// --socket` on that socket with `args`, ready.
 async fn serve_under_command(name: &str, script: &str, args: &[&str]) -> (Served, CaptureCmd) {
     let served = serve_captured(name, script, &[]);
@@ -1524,7 +1524,7 @@ async fn serve_under_command(name: &str, script: &str, args: &[&str]) -> (Served
     (served, cmd)
 }
 
-/// n. `nri-trace capture --socket PATH --format ndjson`, the binary an
+/// n. `nri-trace debug capture --socket PATH -o json`, the binary an
 /// operator runs, stopped by SIGTERM: its output reads back (as a
 /// recording) to the same byte-exact, ordered streams the session gives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1561,7 +1561,7 @@ async fn capture_command_ndjson() {
     assert_script_captured(NAME, &evs, conn, &sent, &expected);
 }
 
-/// o. `--format text`: the connection's open line (origin, path, peer),
+/// o. `-o text`: the connection's open line (origin, path, peer),
 /// one line per syscall with its direction and size, the hex/ASCII dump of
 /// the bytes, and the close line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1615,7 +1615,7 @@ async fn capture_command_text() {
     );
 }
 
-/// p. `--format count`: one JSON line of totals when it stops.
+/// p. `-o count`: one JSON line of totals when it stops.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capture_command_count() {
     const NAME: &str = "capture_command_count";

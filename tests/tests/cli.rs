@@ -385,7 +385,8 @@ fn filters_keep_exactly_the_matching_records() {
 }
 
 /// A record file made from a raw capture replays to the same `-o json` as
-/// the capture (records, tables; the session line is the file's).
+/// the capture with `--no-redact` (records, tables; the session line is
+/// the file's); without it a raw capture's replay is redacted, as `watch`.
 #[test]
 fn saved_and_raw_replay_alike() {
     let f = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/trace/happy/recording.ndjson.gz");
@@ -407,12 +408,17 @@ fn saved_and_raw_replay_alike() {
         p.save_to("happy.ndjson".into(), w);
         nri_trace::pipeline::replay::events(&events, p).unwrap();
     }
-    let from_raw = replay(&f, &["-o", "json"]);
+    let from_raw = replay(&f, &["-o", "json", "--no-redact"]);
     let from_saved = replay(&saved, &["-o", "json"]);
     assert_eq!(
         String::from_utf8(from_raw).unwrap(),
         String::from_utf8(from_saved.clone()).unwrap()
     );
+    let redacted = String::from_utf8(replay(&f, &["-o", "json"])).unwrap();
+    let session: serde_json::Value =
+        serde_json::from_str(redacted.lines().next().unwrap()).unwrap();
+    assert_eq!(session["type"], "session");
+    assert_eq!(session["redacted"], true, "{session}");
     // From standard input too.
     let o = Command::new(bin())
         .args(["replay", "-", "-o", "json"])

@@ -1,4 +1,4 @@
-//! `nri-trace record` files (docs/schema.md) made from the committed lab
+//! `nri-trace watch --save` files (docs/schema.md) made from the committed lab
 //! recordings (tests/fixtures/trace): every line validates against the
 //! JSON Schema (docs/schema/record.schema.json), reads back to the same
 //! observation, and replaying the file through the engine gives exactly

@@ -242,7 +242,7 @@ fn trace_name_reservation_retry_found_go() {
     check_deadline_retry("cri-deadline-retry-go");
 }
 
-/// `trace` attached to a CRI connection mid-stream (its HPACK table holds
+/// `watch` attached to a CRI connection mid-stream (its HPACK table holds
 /// entries it never saw), tonic and grpc-go clients: no plugins, no
 /// finding, and the calls after the attach are still traced as spans.
 #[test]

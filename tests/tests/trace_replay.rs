@@ -1,4 +1,4 @@
-//! Replays committed recordings of `nri-trace trace` on the lab (the real
+//! Replays committed recordings of `nri-trace watch` on the lab (the real
 //! containerd's CRI and NRI sockets with the lab's plugins and driver,
 //! captured by the probes) and checks the correlation and the contract
 //! findings against the truth the actors wrote. No root needed.

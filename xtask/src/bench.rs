@@ -541,7 +541,7 @@ fn idle_listener(work: &Path) -> Result<(Proc, PathBuf)> {
     Ok((p, sock))
 }
 
-/// Start `nri-trace capture` on `sock` and wait until it is attached.
+/// Start `nri-trace debug capture` on `sock` and wait until it is attached.
 fn start_capture(ctx: &Ctx, sock: &Path) -> Result<Proc> {
     let sock = sock.to_str().context("socket path is not UTF-8")?;
     let mut cmd = ctx.nri_trace_cmd(&["debug", "capture", "--socket", sock, "-o", "count"]);

@@ -12,7 +12,7 @@
 //! runtime binary, or a recording) can produce the same events.
 //!
 //! [`recording`] writes a [`CaptureEvent`] stream to NDJSON (the format of
-//! `nri-trace capture --format ndjson`) and reads it back exactly, so later
+//! `nri-trace debug capture -o json`, `watch --save-raw`) and reads it back exactly, so later
 //! stages give the same results live or from a recording, and real captures
 //! can serve as test fixtures.
 

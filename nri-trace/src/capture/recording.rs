@@ -1,6 +1,6 @@
 //! Recordings: a [`CaptureEvent`] stream written to and read back from NDJSON.
 //!
-//! The format is the one `nri-trace capture --format ndjson` prints
+//! The format is the one `nri-trace debug capture -o json` prints (and `watch --save-raw` writes)
 //! (docs/capture.md): one JSON object per line, `"v"` the record version
 //! ([`SCHEMA_VERSION`]) and `"type"` the event kind; chunk bytes are
 //! lowercase hex and syscalls are named ([`Syscall::name`]). Reading a
@@ -117,7 +117,7 @@ pub fn create_private(path: &std::path::Path) -> std::io::Result<File> {
 /// events, loss reports) are rare and mark points worth having on disk, so
 /// they flush; chunks do not, so a busy connection costs few write syscalls.
 /// A caller that may go idle after a chunk should call [`flush`] then (as
-/// `nri-trace capture` does when its event queue is empty). Dropping the
+/// `nri-trace debug capture` does when its event queue is empty). Dropping the
 /// writer flushes but loses the error; [`finish`] reports it.
 ///
 /// [`flush`]: RecordingWriter::flush
@@ -178,7 +178,7 @@ impl<W: Write> RecordingWriter<W> {
 }
 
 /// Write one event as one recording line (with its newline) to `w`, in a
-/// single `write_all`. This is `nri-trace capture --format ndjson`'s output.
+/// single `write_all`. This is `nri-trace debug capture -o json`'s output.
 pub fn write_event(w: &mut impl Write, ev: &CaptureEvent) -> io::Result<()> {
     let mut line = Vec::new();
     encode_line(&mut line, ev)?;

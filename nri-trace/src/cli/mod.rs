@@ -69,9 +69,9 @@ pub struct WatchArgs {
     /// (versioned NDJSON, created 0600, secrets redacted: docs/schema.md).
     #[arg(long, value_name = "FILE")]
     pub save: Option<PathBuf>,
-    /// Keep secrets in the --save file (exec command lines, NAME=value in
-    /// messages).
-    #[arg(long, requires = "save")]
+    /// Keep secrets (exec command lines, NAME=value in messages) in
+    /// everything this run shows and saves.
+    #[arg(long)]
     pub no_redact: bool,
     /// Also write the raw capture to FILE: every byte the runtime read and
     /// wrote, unredacted (created 0600; for debugging decoders).
@@ -102,6 +102,10 @@ pub struct ReplayArgs {
     pub output: Option<ReplayOutput>,
     #[command(flatten)]
     pub filter: FilterArgs,
+    /// A raw capture: keep its secrets (exec command lines, NAME=value in
+    /// messages) in the output. A record file stays as it was saved.
+    #[arg(long)]
+    pub no_redact: bool,
     #[command(flatten)]
     pub decode: DecodeArgs,
 }
@@ -113,6 +117,10 @@ pub struct ReportArgs {
     pub file: PathBuf,
     #[command(flatten)]
     pub filter: FilterArgs,
+    /// A raw capture: keep its secrets (exec command lines, NAME=value in
+    /// messages) in the output. A record file stays as it was saved.
+    #[arg(long)]
+    pub no_redact: bool,
     #[command(flatten)]
     pub decode: DecodeArgs,
 }
@@ -138,7 +146,7 @@ pub enum DebugCmd {
     Capture(CaptureArgs),
     /// The NRI decoder: every NRI call between the runtime and its
     /// plugins, as decoded (docs/nri.md).
-    Nri(StageArgs),
+    Nri(NriStageArgs),
     /// The CRI decoder: every CRI call on the runtime's CRI socket, as
     /// decoded (docs/cri.md).
     Cri(StageArgs),
@@ -187,11 +195,18 @@ pub struct StageArgs {
     /// Stop after this many seconds (default: until Ctrl-C or SIGTERM).
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
-    /// NRI: capture only the runtime's end of plugin connections.
-    #[arg(long)]
-    pub no_plugin_end: bool,
     #[command(flatten)]
     pub probe: ProbeArgs,
+}
+
+/// `nri-trace debug nri`.
+#[derive(clap::Args)]
+pub struct NriStageArgs {
+    #[command(flatten)]
+    pub stage: StageArgs,
+    /// Capture only the runtime's end of plugin connections.
+    #[arg(long)]
+    pub no_plugin_end: bool,
 }
 
 /// `nri-trace hold`.

@@ -28,14 +28,18 @@ use nri_trace::{
 use super::{drain, ebpf_options, seconds};
 use crate::cli::{
     args::{CaptureOutput, LineOutput},
-    CaptureArgs, DebugCmd, StageArgs,
+    CaptureArgs, DebugCmd, NriStageArgs, StageArgs,
 };
 
 pub async fn run(cmd: DebugCmd) -> Result<()> {
     match cmd {
         DebugCmd::Capture(a) => capture(a).await,
-        DebugCmd::Nri(a) => decode(a, Which::Nri).await,
-        DebugCmd::Cri(a) => decode(a, Which::Cri).await,
+        DebugCmd::Nri(NriStageArgs {
+            stage,
+            no_plugin_end,
+        }) => decode(stage, Which::Nri, !no_plugin_end).await,
+        // The CRI socket has no plugin ends; kubelet's end is never followed.
+        DebugCmd::Cri(a) => decode(a, Which::Cri, true).await,
     }
 }
 
@@ -216,7 +220,7 @@ impl Stage for DecodePrinter {
     }
 }
 
-async fn decode(a: StageArgs, which: Which) -> Result<()> {
+async fn decode(a: StageArgs, which: Which, plugin_ends: bool) -> Result<()> {
     let json = a.output == LineOutput::Json;
     if let Some(file) = &a.file {
         let src = source::open(file)?;
@@ -248,7 +252,7 @@ async fn decode(a: StageArgs, which: Which) -> Result<()> {
     }
     let follow = Follow {
         drain: drain(&a.probe),
-        plugin_ends: !a.no_plugin_end,
+        plugin_ends,
         sandbox: false,
     };
     let socket = match a.socket.clone() {

@@ -24,15 +24,27 @@ pub fn run(a: ReplayArgs) -> Result<()> {
     } else {
         ReplayOutput::Report
     });
-    replay_to(&a.file, output, &a.filter, &a.decode)
+    replay_to(&a.file, output, &a.filter, &a.decode, a.no_redact)
 }
 
 pub fn report(a: ReportArgs) -> Result<()> {
-    replay_to(&a.file, ReplayOutput::Report, &a.filter, &a.decode)
+    replay_to(
+        &a.file,
+        ReplayOutput::Report,
+        &a.filter,
+        &a.decode,
+        a.no_redact,
+    )
 }
 
-fn replay_to(file: &Path, output: ReplayOutput, f: &FilterArgs, d: &DecodeArgs) -> Result<()> {
-    let src = source::open(file)?;
+fn replay_to(
+    file: &Path,
+    output: ReplayOutput,
+    f: &FilterArgs,
+    d: &DecodeArgs,
+    no_redact: bool,
+) -> Result<()> {
+    let src = source::open(file)?.keep_raw_secrets(no_redact);
     let info = src.session().clone();
     let name = src.name().to_string();
     let mut p = Pipeline::new(&info, contract(d)).with_filter(filter(f));

@@ -1,7 +1,7 @@
 //! Why is this pod not gone? The teardown of each pod as the trace records
 //! show it (StopContainer, StopPodSandbox, RemovePodSandbox and the NRI
 //! hooks under them), and [`TeardownLog::explain`]: where the teardown
-//! stands ([`Progress`]) and what holds it ([`Blocker`]), as data with its
+//! stands ([`TeardownProgress`]) and what holds it ([`Blocker`]), as data with its
 //! evidence; `sinks::explain` puts it into words.
 //!
 //! kubelet removes a pod once no container runs, its volumes are unmounted
@@ -98,7 +98,7 @@ pub enum Verdict {
 /// [`Explanation::steps`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Progress {
+pub enum TeardownProgress {
     /// RemovePodSandbox succeeded, `took_ns` after the first step began.
     Removed { took_ns: u64 },
     /// No teardown call was seen; the pod's last call of any kind.
@@ -203,7 +203,7 @@ pub struct Explanation {
     pub sandbox_id: Option<String>,
     pub verdict: Verdict,
     /// Where the CRI calls stand.
-    pub progress: Progress,
+    pub progress: TeardownProgress,
     /// What holds it below the CRI calls, when something does.
     pub blocker: Option<Blocker>,
     /// The teardown calls seen, in order.
@@ -570,7 +570,7 @@ impl TeardownLog {
             pod: p.label.clone(),
             sandbox_id: p.sandbox_id.clone(),
             verdict: Verdict::NotTornDown,
-            progress: Progress::NotStarted {
+            progress: TeardownProgress::NotStarted {
                 last_call: None,
                 at: None,
             },
@@ -603,14 +603,14 @@ impl TeardownLog {
             let first = steps.first().and_then(|s| s.start).map_or(0, |t| t.mono_ns);
             let end = rm.start.map_or(0, |t| t.mono_ns) + rm.duration_ns.unwrap_or(0);
             e.verdict = Verdict::Gone;
-            e.progress = Progress::Removed {
+            e.progress = TeardownProgress::Removed {
                 took_ns: end.saturating_sub(first),
             };
             return e;
         }
         let Some(last) = steps.last() else {
             let (m, t) = p.last_call.clone().unwrap_or_default();
-            e.progress = Progress::NotStarted {
+            e.progress = TeardownProgress::NotStarted {
                 last_call: (!m.is_empty()).then_some(m),
                 at: t,
             };
@@ -631,7 +631,7 @@ impl TeardownLog {
         {
             let hook = s.hooks.iter().position(|h| !h.outcome.is_ok()).unwrap_or(0);
             e.verdict = Verdict::Blocked;
-            e.progress = Progress::HookFailed { step: i, hook };
+            e.progress = TeardownProgress::HookFailed { step: i, hook };
             if s.ok() {
                 // The teardown went on; what comes next still matters.
                 let (next, waited) = Self::next_step(last, now);
@@ -642,7 +642,7 @@ impl TeardownLog {
         }
         if !last.ok() {
             e.verdict = Verdict::Blocked;
-            e.progress = Progress::CallFailed { step: last_i };
+            e.progress = TeardownProgress::CallFailed { step: last_i };
             e.expected_next = Some(NextStep {
                 method: last.method.clone(),
                 retry: true,
@@ -654,7 +654,7 @@ impl TeardownLog {
         }
         let (next, waited) = Self::next_step(last, now);
         e.verdict = Verdict::Waiting;
-        e.progress = Progress::NextNotCalled { step: last_i };
+        e.progress = TeardownProgress::NextNotCalled { step: last_i };
         e.expected_next = next;
         e.waited_ns = waited;
         e
@@ -861,7 +861,7 @@ pub(crate) mod tests {
         let l = log(&removed());
         let e = l.explain("ns/web", 0).unwrap();
         assert_eq!(e.verdict, Verdict::Gone);
-        assert_eq!(e.progress, Progress::Removed { took_ns: 103 * MS });
+        assert_eq!(e.progress, TeardownProgress::Removed { took_ns: 103 * MS });
         assert_eq!(e.steps[0].method, "StopPodSandbox");
         assert_eq!(e.steps[0].duration_ns, Some(35 * MS));
         assert_eq!(e.blocker, None);
@@ -887,7 +887,10 @@ pub(crate) mod tests {
     fn failed_teardown_hook_is_the_blocker() {
         let e = log(&failed_hook()).explain("ns/web", 5000 * MS).unwrap();
         assert_eq!(e.verdict, Verdict::Blocked);
-        assert_eq!(e.progress, Progress::HookFailed { step: 0, hook: 0 });
+        assert_eq!(
+            e.progress,
+            TeardownProgress::HookFailed { step: 0, hook: 0 }
+        );
         let h = &e.steps[0].hooks[0];
         assert_eq!(
             (h.plugin.as_str(), h.hook.as_str()),
@@ -947,7 +950,7 @@ pub(crate) mod tests {
     fn failed_call_and_missing_call() {
         let e = log(&failed_stop()).explain("ns/web", 0).unwrap();
         assert_eq!(e.verdict, Verdict::Blocked);
-        assert_eq!(e.progress, Progress::CallFailed { step: 0 });
+        assert_eq!(e.progress, TeardownProgress::CallFailed { step: 0 });
         assert_eq!(e.steps[0].container.as_deref(), Some("main"));
         assert_eq!(e.steps[0].outcome, CriOutcome::DeadlineExceeded);
         assert_eq!(e.steps[0].duration_ns, Some(12_000 * MS));
@@ -961,7 +964,7 @@ pub(crate) mod tests {
         assert_eq!(e.containers, vec![("c1".into(), "main".into())]);
         let e = log(&stopped()).explain("ns/web", 61_035 * MS).unwrap();
         assert_eq!(e.verdict, Verdict::Waiting);
-        assert_eq!(e.progress, Progress::NextNotCalled { step: 0 });
+        assert_eq!(e.progress, TeardownProgress::NextNotCalled { step: 0 });
         assert_eq!(
             e.expected_next.map(|n| n.method),
             Some("RemovePodSandbox".into())
@@ -971,7 +974,7 @@ pub(crate) mod tests {
         let e = log(&[run_pod()]).explain("web", 0).unwrap();
         assert_eq!(e.verdict, Verdict::NotTornDown);
         assert!(
-            matches!(e.progress, Progress::NotStarted { last_call: Some(ref m), .. } if m == "RunPodSandbox")
+            matches!(e.progress, TeardownProgress::NotStarted { last_call: Some(ref m), .. } if m == "RunPodSandbox")
         );
         assert!(log(&[run_pod()]).explain("other", 0).is_none());
     }
@@ -1066,7 +1069,7 @@ pub(crate) mod tests {
         ));
         let e = log(&r).explain("ns/web", 15_001 * MS).unwrap();
         assert_eq!(e.blocker, None);
-        assert_eq!(e.progress, Progress::CallFailed { step: 0 });
+        assert_eq!(e.progress, TeardownProgress::CallFailed { step: 0 });
         assert_eq!(
             e.kernel.last().unwrap().event.op,
             SandboxOp::Exit { status: Some(9) }

@@ -7,8 +7,8 @@
 //!   and how its method is known (seen, inferred with evidence, unknown).
 //! - [`observation`]: what the engine is fed ([`observation::Observation`]:
 //!   calls, plugin and connection events, loss, the capture clock), the
-//!   records `nri-trace record` writes.
-//! - [`record_file`]: the observations as `nri-trace record` writes them
+//!   records `nri-trace watch --save` writes.
+//! - [`record_file`]: the observations as `nri-trace watch --save` writes them
 //!   (versioned NDJSON, docs/schema.md), and their redaction.
 //! - [`trace_decoder`]: one runtime's CRI and NRI sockets decoded together
 //!   into observations.

@@ -2,7 +2,7 @@
 //! calls, NRI calls, connection and plugin events, capture loss, and the
 //! capture clock.
 //!
-//! This is the boundary `nri-trace record` writes (one [`Observation`] per
+//! This is the boundary `nri-trace watch --save` writes (one [`Observation`] per
 //! NDJSON line, docs/schema.md) and `nri-trace replay` reads back: the
 //! engine sees the same stream live and replayed, so it gives the same
 //! findings. The [`Observation::Clock`] lines carry what the decoders know

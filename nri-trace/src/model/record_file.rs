@@ -1,4 +1,4 @@
-//! The file `nri-trace record` writes and `nri-trace replay` reads: the
+//! The file `nri-trace watch --save` writes and `nri-trace replay` reads: the
 //! model's [`Observation`] stream as NDJSON (docs/schema.md, JSON Schema
 //! in docs/schema/record.schema.json).
 //!

@@ -72,6 +72,20 @@ pub struct Tables {
     pub methods: Vec<MethodSummary>,
 }
 
+impl Tables {
+    /// `engine`'s tables now, the rows `filter` keeps.
+    fn of(engine: &TraceEngine, filter: &Filter) -> Self {
+        Tables {
+            hooks: engine
+                .hook_summary()
+                .into_iter()
+                .filter(|h| filter.keeps_plugin(&h.plugin))
+                .collect(),
+            methods: engine.method_summary(),
+        }
+    }
+}
+
 /// How the run ended, for the sinks' last words.
 pub struct Ending<'a> {
     pub tables: &'a Tables,
@@ -90,6 +104,15 @@ pub struct Progress<'a> {
     pub now_ns: Option<u64>,
     /// Inputs read so far (capture events, or observations on replay).
     pub inputs: u64,
+    filter: &'a Filter,
+}
+
+impl Progress<'_> {
+    /// The latency tables so far, as the sinks show them (rows of other
+    /// plugins left out under `--plugin`, as at the end).
+    pub fn tables(&self) -> Tables {
+        Tables::of(self.engine, self.filter)
+    }
 }
 
 /// Where records go: text, JSON, the report, the TUI, metrics, explain.
@@ -308,6 +331,7 @@ impl Pipeline {
             engine: &self.engine,
             now_ns: self.now_ns,
             inputs: self.inputs,
+            filter: &self.filter,
         };
         for s in &mut self.sinks {
             s.idle(&p).map_err(PipelineError::Sink)?;
@@ -335,15 +359,7 @@ impl Pipeline {
             w.finish()
                 .map_err(|source| PipelineError::Save { path: name, source })?;
         }
-        let tables = Tables {
-            hooks: self
-                .engine
-                .hook_summary()
-                .into_iter()
-                .filter(|h| self.filter.keeps_plugin(&h.plugin))
-                .collect(),
-            methods: self.engine.method_summary(),
-        };
+        let tables = Tables::of(&self.engine, &self.filter);
         let ending = Ending {
             tables: &tables,
             now_ns: self.now_ns,

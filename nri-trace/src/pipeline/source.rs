@@ -75,6 +75,16 @@ impl Source {
         }
     }
 
+    /// A raw capture holds every byte unredacted; its replay redacts
+    /// secrets unless `keep` (`replay --no-redact`). A record file's lines
+    /// are replayed as they were saved, redacted or not.
+    pub fn keep_raw_secrets(mut self, keep: bool) -> Self {
+        if let Source::Capture { session, .. } = &mut self {
+            session.redacted = !keep;
+        }
+        self
+    }
+
     /// The file's name as messages give it ("standard input" for `-`).
     pub fn name(&self) -> &str {
         match self {
@@ -203,7 +213,11 @@ fn capture_session(path: &Path, name: &str) -> Result<SessionInfo, SourceError> 
         source,
     })?;
     // A bad line is reported by the replay itself.
-    Ok(session_of_events(events.filter_map(Result::ok)))
+    let mut session = session_of_events(events.filter_map(Result::ok));
+    // What a raw capture's replay shows is redacted unless asked not to
+    // ([`Source::keep_raw_secrets`]), as a live `watch` is.
+    session.redacted = true;
+    Ok(session)
 }
 
 /// The runtime a raw capture traced: its CRI and NRI sockets as the

@@ -19,8 +19,8 @@ use crate::{
     engine::{
         record::Record,
         teardown::{
-            Blocker, Explanation, KernelEntry, NextStep, Progress, Removal, Step, StepHook,
-            TeardownLog, Verdict,
+            Blocker, Explanation, KernelEntry, NextStep, Removal, Step, StepHook, TeardownLog,
+            TeardownProgress, Verdict,
         },
     },
     human::{clock, duration, duration_opt, sanitize},
@@ -233,7 +233,7 @@ fn kernel_evidence(e: &SandboxEvent) -> String {
 fn progress_sentence(e: &Explanation) -> String {
     let pod = sanitize(&e.pod);
     match &e.progress {
-        Progress::Removed { took_ns } => {
+        TeardownProgress::Removed { took_ns } => {
             let per_step: Vec<String> = e
                 .steps
                 .iter()
@@ -270,13 +270,13 @@ fn progress_sentence(e: &Explanation) -> String {
                 }
             )
         }
-        Progress::NotStarted { last_call, at } => format!(
+        TeardownProgress::NotStarted { last_call, at } => format!(
             "no teardown call of {pod} was seen (no StopContainer, StopPodSandbox or \
              RemovePodSandbox); its last call was {}{}",
             last_call.as_deref().map(sanitize).unwrap_or_default(),
             at.map(|t| format!(" at {}", clock(&t))).unwrap_or_default()
         ),
-        Progress::HookFailed { step, hook } => {
+        TeardownProgress::HookFailed { step, hook } => {
             let s = &e.steps[*step];
             format!(
                 "{pod}: plugin hook {} during {}{}",
@@ -296,7 +296,7 @@ fn progress_sentence(e: &Explanation) -> String {
                 }
             )
         }
-        Progress::CallFailed { step } => {
+        TeardownProgress::CallFailed { step } => {
             let s = &e.steps[*step];
             format!(
                 "{pod}: {}{} did not complete: {} after {}",
@@ -309,7 +309,7 @@ fn progress_sentence(e: &Explanation) -> String {
                 duration_opt(s.duration_ns)
             )
         }
-        Progress::NextNotCalled { step } => {
+        TeardownProgress::NextNotCalled { step } => {
             let s = &e.steps[*step];
             format!(
                 "{pod}: {} succeeded{}, but kubelet has not called {} since{}",
@@ -437,17 +437,17 @@ pub fn base_sentence(e: &Explanation) -> String {
 /// The calls and kernel events that show it, one per line.
 pub fn evidence(e: &Explanation) -> Vec<String> {
     let mut v: Vec<String> = match &e.progress {
-        Progress::Removed { .. } | Progress::NextNotCalled { .. } => {
+        TeardownProgress::Removed { .. } | TeardownProgress::NextNotCalled { .. } => {
             e.steps.iter().map(step_line).collect()
         }
-        Progress::NotStarted { .. } => Vec::new(),
-        Progress::HookFailed { step, .. } => {
+        TeardownProgress::NotStarted { .. } => Vec::new(),
+        TeardownProgress::HookFailed { step, .. } => {
             let s = &e.steps[*step];
             std::iter::once(step_line(s))
                 .chain(s.failed_hooks().map(|h| format!("NRI {}", failed_hook(h))))
                 .collect()
         }
-        Progress::CallFailed { step } => vec![step_line(&e.steps[*step])],
+        TeardownProgress::CallFailed { step } => vec![step_line(&e.steps[*step])],
     };
     match &e.blocker {
         None => {}

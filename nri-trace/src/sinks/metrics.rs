@@ -1,4 +1,4 @@
-//! Prometheus metrics of a trace (`trace --metrics-addr`): the text
+//! Prometheus metrics of a trace (`watch --metrics-addr`): the text
 //! exposition format 0.0.4
 //! (<https://prometheus.io/docs/instrumenting/exposition_formats/>) of the
 //! hook latency histograms, the CRI call duration histograms, the finding
@@ -16,36 +16,41 @@ use crate::{
 };
 
 /// `--metrics-addr`: keeps the exposition [`metrics_server`] serves up to
-/// date, re-rendered when the loop is idle and something changed.
+/// date, re-rendered when the loop is idle and inputs came since the last
+/// rendering. The metrics are of everything the engine saw, not only of
+/// the records the filters keep, so it goes by the inputs, not by records.
 ///
 /// [`metrics_server`]: super::metrics_server
 pub struct MetricsSink {
     text: Arc<Mutex<String>>,
-    dirty: bool,
+    /// [`Progress::inputs`] when last rendered (`None`: never).
+    rendered_at: Option<u64>,
 }
 
 impl MetricsSink {
     /// A sink writing the exposition into `text` (the server reads it).
     pub fn new(text: Arc<Mutex<String>>) -> Self {
-        MetricsSink { text, dirty: true }
+        MetricsSink {
+            text,
+            rendered_at: None,
+        }
     }
 
     fn publish(&mut self, engine: &TraceEngine) {
         let rendered = render(engine);
         *self.text.lock().unwrap_or_else(|e| e.into_inner()) = rendered;
-        self.dirty = false;
     }
 }
 
 impl Sink for MetricsSink {
     fn record(&mut self, _: &Record) -> io::Result<()> {
-        self.dirty = true;
         Ok(())
     }
 
     fn idle(&mut self, p: &Progress) -> io::Result<()> {
-        if self.dirty {
+        if self.rendered_at != Some(p.inputs) {
             self.publish(p.engine);
+            self.rendered_at = Some(p.inputs);
         }
         Ok(())
     }

@@ -510,7 +510,7 @@ impl Drop for Capture {
 
 // ------------------------------------------------ the capture command
 
-/// `nri-trace capture ARGS` running as its own process, its stdout and
+/// `nri-trace debug capture ARGS` running as its own process, its stdout and
 /// stderr going to files in the temp dir (removed on drop).
 pub struct CaptureCmd {
     child: Child,
@@ -550,7 +550,7 @@ impl CaptureCmd {
             || {
                 if let Some(st) = child.try_wait().expect("try_wait") {
                     panic!(
-                        "{name}: nri-trace capture exited ({st}) before it was ready:\n{}",
+                        "{name}: nri-trace debug capture exited ({st}) before it was ready:\n{}",
                         read_or_empty(err)
                     );
                 }
@@ -558,7 +558,7 @@ impl CaptureCmd {
             },
             || {
                 format!(
-                    "{name}: nri-trace capture not ready after {TIMEOUT:?}:\n{}",
+                    "{name}: nri-trace debug capture not ready after {TIMEOUT:?}:\n{}",
                     read_or_empty(err)
                 )
             },
@@ -585,7 +585,7 @@ impl CaptureCmd {
             || pred(&self.stdout_lines()),
             || {
                 format!(
-                    "{}: timed out waiting for {what} in nri-trace capture's output:\n{}\nstderr:\n{}",
+                    "{}: timed out waiting for {what} in nri-trace debug capture's output:\n{}\nstderr:\n{}",
                     self.name,
                     self.stdout_lines(),
                     self.stderr_text()
@@ -599,11 +599,11 @@ impl CaptureCmd {
     /// has exited successfully.
     pub async fn stop(mut self) -> String {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let what = format!("{}: nri-trace capture, sent SIGTERM,", self.name);
+        let what = format!("{}: nri-trace debug capture, sent SIGTERM,", self.name);
         let status = wait_exit(&mut self.child, &what).await;
         assert!(
             status.success(),
-            "{}: nri-trace capture failed ({status}):\n{}",
+            "{}: nri-trace debug capture failed ({status}):\n{}",
             self.name,
             self.stderr_text()
         );

@@ -1,4 +1,4 @@
-//! Checks `nri-trace trace` records against the lab's truth: every plugin
+//! Checks `nri-trace watch` records against the lab's truth: every plugin
 //! delivery under the CRI span of the driver's call that caused it, and the
 //! contract findings. Shared by the live tests (trace_lab.rs) and the replay
 //! of committed recordings (trace_replay.rs).

@@ -1,11 +1,11 @@
 //! Export to NDJSON: the rows of the current view (after its filter), or
-//! every record kept this session (the `trace --format ndjson` records).
+//! every record kept this session (the records `watch -o json` prints).
 //! Files are created new, mode 0600: they name pods, containers and error
 //! messages of the node.
 
 use std::{
     fs::File,
-    io::{self, BufWriter, Write},
+    io,
     path::{Path, PathBuf},
 };
 
@@ -17,6 +17,7 @@ use super::{
     state::TuiState,
     views::{calls, findings, pods, timeline},
 };
+use crate::capture::recording::RecordingWriter;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
@@ -108,7 +109,8 @@ pub fn create_private(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
-/// Write `rows` to a new file at `path`, one JSON object per line.
+/// Write `rows` to a new file at `path`, one JSON object per line, each
+/// with `"v"` first as every line nri-trace writes (docs/schema.md).
 pub fn write_ndjson(path: &Path, rows: &[Value]) -> Result<(), ExportError> {
     let f = create_private(path).map_err(|source| ExportError::Create {
         path: path.to_path_buf(),
@@ -118,13 +120,12 @@ pub fn write_ndjson(path: &Path, rows: &[Value]) -> Result<(), ExportError> {
         path: path.to_path_buf(),
         source,
     };
-    let mut w = BufWriter::new(f);
+    let mut w = RecordingWriter::new(f);
     for r in rows {
-        serde_json::to_writer(&mut w, r).map_err(|e| werr(io::Error::other(e)))?;
-        w.write_all(b"\n").map_err(werr)?;
+        w.write_record(r, false).map_err(werr)?;
     }
-    w.flush().map_err(werr)?;
-    w.get_ref().sync_all().map_err(werr)?;
+    let f = w.finish().map_err(werr)?;
+    f.sync_all().map_err(werr)?;
     Ok(())
 }
 

@@ -113,7 +113,7 @@ pub fn draw(f: &mut Frame, app: &App, st: &TuiState, th: &Theme) {
 pub fn run(shared: Arc<Mutex<TuiState>>, opts: TuiOptions) -> io::Result<()> {
     if !io::stdout().is_terminal() || !io::stdin().is_terminal() {
         return Err(io::Error::other(
-            "the TUI needs a terminal; use `nri-trace trace` for line output",
+            "the TUI needs a terminal; use `-o text` or `-o json` for line output",
         ));
     }
     let signals = terminal::Signals::register()?;

@@ -19,7 +19,7 @@ use std::{
 use super::{lock, StatusInfo, TuiOptions, TuiState};
 use crate::{
     engine::record::Record,
-    pipeline::{Ending, Progress, Sink, Stop},
+    pipeline::{Ending, Progress, Sink, Stop, Tables},
 };
 
 /// Whether the records come live or from a file.
@@ -112,7 +112,8 @@ impl Sink for TuiSink {
         if let Some(t) = p.now_ns {
             st.set_now(t);
         }
-        st.set_summaries(p.engine.hook_summary(), p.engine.method_summary());
+        let Tables { hooks, methods } = p.tables();
+        st.set_summaries(hooks, methods);
         if rate.is_some() {
             st.set_status(StatusInfo {
                 events_per_s: rate,
