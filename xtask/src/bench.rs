@@ -19,9 +19,10 @@
 //! - cri-decode: the same for recorded CRI streams (HTTP/2, HPACK, gRPC),
 //!   with the cost of method inference beside it
 //!   (`nri-trace/benches/cri_decode.rs`; no probes, no root needed either).
-//! - trace-engine: the engine (`TraceAnalysis` + `PodModel`) over a long
-//!   recording (events/s, pod lifecycles/s), and its memory after 10,000
-//!   pod lifecycles against the 100 MiB target
+//! - trace-engine: the pipeline (`Pipeline`: the decoders and the
+//!   `TraceEngine`, folding into a `PodModel`) over a long recording
+//!   (events/s, pod lifecycles/s), and its memory after 10,000 pod
+//!   lifecycles against the 100 MiB target
 //!   (`nri-trace/benches/trace_engine.rs`; no probes, no root needed).
 //! - tui-frame: the TUI's frame time per view at 1,002 pods, and a second
 //!   of live load (100 records, 4 frames)
@@ -1327,7 +1328,8 @@ const NRI_DECODE: [(&str, &str, &str); 4] = [
     (
         "nri_decode/full",
         "full",
-        "the whole pipeline: framing, protobuf, matching, records, hook timing",
+        "the pipeline's decoder stage (`TraceDecoder`): routing, framing, protobuf, matching, \
+         plugin identity, observations",
     ),
     (
         "nri_decode/assembler",
@@ -1406,8 +1408,8 @@ fn nri_decode(quick: bool) -> Result<NriDecode> {
 const CRI_DECODE: [(&str, &str); 4] = [
     (
         "full",
-        "the whole pipeline: HTTP/2 framing, HPACK, gRPC reassembly, streams, method inference, \
-         protobuf, identity, records, per-method latency",
+        "the pipeline's decoder stage (`TraceDecoder`): HTTP/2 framing, HPACK, gRPC reassembly, \
+         streams, method inference, protobuf, identity, observations",
     ),
     (
         "framing",
@@ -1652,8 +1654,8 @@ fn trace_engine_section(e: &TraceEngine) -> String {
     let mut s = format!(
         "## Engine throughput and memory\n\n\
          One run = the whole long input ({} repetitions of the happy trace recording, each \
-         with its own ids, connections and times) through a fresh `TraceAnalysis` and \
-         `PodModel`, on one core ({}); criterion median. MB/s = captured payload bytes (10^6) \
+         with its own ids, connections and times) through a fresh `Pipeline` (decoders and \
+         engine) and `PodModel`, on one core ({}); criterion median. MB/s = captured payload bytes (10^6) \
          per second.\n\n\
          Input: `{}`\n\n\
          | benchmark | time per run (ms) | events/s | MB/s | pod lifecycles/s |\n\
@@ -1670,7 +1672,7 @@ fn trace_engine_section(e: &TraceEngine) -> String {
     );
     s += &format!(
         "Memory: a fresh process streams {} pod lifecycles ({} events, one repetition \
-         generated at a time) through one `TraceAnalysis` and one `PodModel`; \
+         generated at a time) through one `Pipeline` and one `PodModel`; \
          /proc/self/status.\n\n\
          Memory run: `{}`\n\n\
          | | |\n| --- | ---: |\n\
@@ -2110,7 +2112,7 @@ fn nri_decode_section(d: &NriDecode) -> String {
     s += &format!(
         "\nframing + bookkeeping (full - prost_only): {:.1} us = {:.2} x prost_only; \
          bookkeeping alone (full - prost_only - framing): {:.1} us = {:.2} x prost_only, \
-         of which hook timing and records (full - assembler): {:.1} us.\n",
+         of which routing and observations (full - assembler): {:.1} us.\n",
         d.rest() / 1e3,
         d.rest() / d.prost(),
         bookkeeping / 1e3,

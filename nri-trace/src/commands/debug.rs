@@ -8,12 +8,7 @@ use std::{
 
 use anyhow::{bail, Result};
 use nri_trace::{
-    capture::{
-        ebpf::{EbpfBackend, ProgramSet},
-        recording::RecordingWriter,
-        session::{self, SessionConfig},
-        CaptureEvent,
-    },
+    capture::{recording::RecordingWriter, session::SessionConfig, CaptureEvent},
     model::{observation::Observation, trace_decoder::TraceDecoder},
     output,
     pipeline::{
@@ -25,7 +20,7 @@ use nri_trace::{
     sinks::lines,
 };
 
-use super::{drain, ebpf_options, seconds};
+use super::{drain, seconds, start_capture};
 use crate::cli::{
     args::{CaptureOutput, LineOutput},
     CaptureArgs, DebugCmd, NriStageArgs, StageArgs,
@@ -106,7 +101,6 @@ impl Stage for CapturePrinter {
 }
 
 async fn capture(a: CaptureArgs) -> Result<()> {
-    let backend = EbpfBackend::load(&ebpf_options(&a.probe, ProgramSet::Capture, false))?;
     let cfg = SessionConfig {
         sockets: a.sockets,
         pids: a.pids,
@@ -115,26 +109,7 @@ async fn capture(a: CaptureArgs) -> Result<()> {
         existing_socketpair_env: a.socketpair_env.clone(),
         ..Default::default()
     };
-    let mut s = session::start(cfg, Box::new(backend)).await?;
-    for l in &s.info.listeners {
-        eprintln!(
-            "nri-trace: capturing {} (pid {}, listening fd {}, {} open connections)",
-            l.path.display(),
-            l.pid,
-            l.listen_fd,
-            l.connections.len()
-        );
-    }
-    for p in &s.info.existing_socketpairs {
-        eprintln!(
-            "nri-trace: capturing pid {} fd {} (its peer, pid {}, has {})",
-            p.pid,
-            p.fd,
-            p.peer_pid,
-            a.socketpair_env.as_deref().unwrap_or_default()
-        );
-    }
-    eprintln!("nri-trace: ready (tracking pids {:?})", s.info.tracked_pids);
+    let mut s = start_capture(cfg, &a.probe).await?;
     let printer = CapturePrinter {
         out: BufWriter::new(io::stdout()),
         format: a.output,
@@ -269,17 +244,7 @@ async fn decode(a: StageArgs, which: Which, plugin_ends: bool) -> Result<()> {
         Which::Nri => target::nri_session(&socket, vec![], follow)?,
         Which::Cri => target::cri_session(&socket, follow)?,
     };
-    let backend = EbpfBackend::load(&ebpf_options(&a.probe, ProgramSet::Capture, false))?;
-    let mut s = session::start(cfg, Box::new(backend)).await?;
-    for l in &s.info.listeners {
-        eprintln!(
-            "nri-trace: decoding {} (runtime pid {}, {} connections open)",
-            l.path.display(),
-            l.pid,
-            l.connections.len()
-        );
-    }
-    eprintln!("nri-trace: ready (tracking pids {:?})", s.info.tracked_pids);
+    let mut s = start_capture(cfg, &a.probe).await?;
     let printer = DecodePrinter::new(which, socket, json);
     live::run(&mut s, printer, Stop::new(), seconds(a.duration)?).await?;
     Ok(())

@@ -14,7 +14,10 @@ use std::{
 };
 
 use nri_trace::{
-    capture::ebpf::{EbpfOptions, ProgramSet},
+    capture::{
+        ebpf::{EbpfBackend, EbpfOptions, ProgramSet},
+        session::{self, Session, SessionConfig},
+    },
     engine::contract::ContractConfig,
     model::record_file::SessionInfo,
     pipeline::{Filter, Sink},
@@ -45,6 +48,34 @@ pub fn ebpf_options(p: &ProbeArgs, programs: ProgramSet, sandbox: bool) -> EbpfO
         programs,
         sandbox,
     }
+}
+
+/// Load the probes and start the capture session `cfg` describes, then
+/// say on standard error what it captures: each socket with the
+/// connections already open on it, each socketpair that was open before
+/// (a pre-launched plugin's), and `ready` once the probes are attached
+/// (the tests and the bench wait for that word).
+pub async fn start_capture(cfg: SessionConfig, probe: &ProbeArgs) -> anyhow::Result<Session> {
+    let env = cfg.existing_socketpair_env.clone().unwrap_or_default();
+    let backend = EbpfBackend::load(&ebpf_options(probe, ProgramSet::Capture, cfg.sandbox))?;
+    let s = session::start(cfg, Box::new(backend)).await?;
+    for l in &s.info.listeners {
+        eprintln!(
+            "nri-trace: capturing {} (pid {}, listening fd {}, {} open connections)",
+            l.path.display(),
+            l.pid,
+            l.listen_fd,
+            l.connections.len()
+        );
+    }
+    for p in &s.info.existing_socketpairs {
+        eprintln!(
+            "nri-trace: capturing pid {} fd {} (its peer, pid {}, has {env})",
+            p.pid, p.fd, p.peer_pid,
+        );
+    }
+    eprintln!("nri-trace: ready (tracking pids {:?})", s.info.tracked_pids);
+    Ok(s)
 }
 
 pub fn drain(p: &ProbeArgs) -> Duration {

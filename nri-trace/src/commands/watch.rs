@@ -4,11 +4,7 @@
 
 use anyhow::{Context, Result};
 use nri_trace::{
-    capture::{
-        ebpf::{EbpfBackend, ProgramSet},
-        recording::{self, RecordingWriter},
-        session,
-    },
+    capture::recording::{self, RecordingWriter},
     model::record_file::RecordWriter,
     pipeline::{
         live,
@@ -22,7 +18,7 @@ use nri_trace::{
     },
 };
 
-use super::{contract, drain, ebpf_options, filter, json_sink, on_terminal, seconds, text_sink};
+use super::{contract, drain, filter, json_sink, on_terminal, seconds, start_capture, text_sink};
 use crate::cli::{args::WatchOutput, WatchArgs};
 
 pub async fn run(a: WatchArgs) -> Result<()> {
@@ -76,17 +72,7 @@ pub async fn run(a: WatchArgs) -> Result<()> {
         eprintln!("nri-trace: metrics on http://{bound}/metrics");
         p.add_sink(Box::new(MetricsSink::new(text)));
     }
-    let backend = EbpfBackend::load(&ebpf_options(&a.probe, ProgramSet::Capture, cfg.sandbox))?;
-    let mut s = session::start(cfg, Box::new(backend)).await?;
-    for l in &s.info.listeners {
-        eprintln!(
-            "nri-trace: tracing {} (runtime pid {}, {} connections open)",
-            l.path.display(),
-            l.pid,
-            l.connections.len()
-        );
-    }
-    eprintln!("nri-trace: ready (tracking pids {:?})", s.info.tracked_pids);
+    let mut s = start_capture(cfg, &a.probe).await?;
     let stop = Stop::new();
     match output {
         WatchOutput::Text => p.add_sink(text_sink(&a.decode)),

@@ -86,3 +86,17 @@ pub(crate) fn headerless_garbage(
         g
     })
 }
+
+/// [`headerless_garbage`] to put before `stream`, and up to 8 cuts of the
+/// two together: the input of each decoder's resync-after-garbage test.
+pub(crate) fn garbage_before(
+    stream: &[u8],
+    lens: &'static [usize],
+    max: usize,
+) -> impl Strategy<Value = (Vec<u8>, Vec<usize>)> {
+    let stream_len = stream.len();
+    headerless_garbage(lens, max, stream[0]).prop_flat_map(move |g| {
+        let len = g.len() + stream_len;
+        (Just(g), cuts(len, 8))
+    })
+}

@@ -162,13 +162,7 @@ pub fn records_of_events_in(
     session: &SessionInfo,
     contract: ContractConfig,
 ) -> Collected {
-    let (sink, got) = Collect::new();
-    let mut p = Pipeline::new(session, contract);
-    p.add_sink(Box::new(sink));
-    // Only sinks fail, and Collect does not.
-    let _ = self::events(events, p);
-    let out = got.borrow().clone();
-    out
+    collected(session, contract, |p| self::events(events, p))
 }
 
 /// The records and tables `observations` give (a record file's).
@@ -177,10 +171,20 @@ pub fn records_of_observations(
     session: &SessionInfo,
     contract: ContractConfig,
 ) -> Collected {
+    collected(session, contract, |p| self::observations(observations, p))
+}
+
+/// What `feed` gives a fresh pipeline with a [`Collect`] sink.
+fn collected<T>(
+    session: &SessionInfo,
+    contract: ContractConfig,
+    feed: impl FnOnce(Pipeline) -> Result<T, PipelineError>,
+) -> Collected {
     let (sink, got) = Collect::new();
     let mut p = Pipeline::new(session, contract);
     p.add_sink(Box::new(sink));
-    let _ = self::observations(observations, p);
+    // Only sinks fail, and Collect does not.
+    let _ = feed(p);
     let out = got.borrow().clone();
     out
 }

@@ -1141,7 +1141,7 @@ impl Iterator for FrameDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::test_strategies::{bytes, bytes_below, config, cuts, headerless_garbage};
+    use crate::decode::test_strategies::{bytes, bytes_below, config, cuts, garbage_before};
     use proptest::prelude::*;
     use proptest::sample::Index;
 
@@ -1499,16 +1499,13 @@ mod tests {
         assert_eq!(got[2], units[5].1[0]);
     }
 
-    /// Garbage holding no header start (see [`headerless_garbage`]),
+    /// Garbage holding no header start (`test_strategies::headerless_garbage`),
     /// then the sample without its preface, cut anywhere.
     fn garbage_then_body() -> impl Strategy<Value = (Vec<u8>, Vec<usize>)> {
-        let (wire, _) = sample();
-        let body = wire[PREFACE.len()..].to_vec();
-        headerless_garbage(&[1, 3, 9, 13, 100, 1000, 20_000], 20_000, body[0]).prop_flat_map(
-            move |g| {
-                let len = g.len() + body.len();
-                (Just(g), cuts(len, 8))
-            },
+        garbage_before(
+            &sample().0[PREFACE.len()..],
+            &[1, 3, 9, 13, 100, 1000, 20_000],
+            20_000,
         )
     }
 

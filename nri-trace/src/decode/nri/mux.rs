@@ -253,7 +253,7 @@ impl Iterator for MuxDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::test_strategies::{bytes, bytes_below, config, cuts, headerless_garbage};
+    use crate::decode::test_strategies::{bytes, bytes_below, config, cuts, garbage_before};
     use proptest::prelude::*;
     use proptest::sample::Index;
 
@@ -358,14 +358,10 @@ mod tests {
         }
     }
 
-    /// Garbage holding no header start (see [`headerless_garbage`]),
+    /// Garbage holding no header start (`test_strategies::headerless_garbage`),
     /// then the sample, cut anywhere.
     fn garbage_then_sample() -> impl Strategy<Value = (Vec<u8>, Vec<usize>)> {
-        let (wire, _) = sample();
-        headerless_garbage(&[1, 3, 8, 13, 100, 1000], 1000, wire[0]).prop_flat_map(move |g| {
-            let len = g.len() + wire.len();
-            (Just(g), cuts(len, 8))
-        })
+        garbage_before(&sample().0, &[1, 3, 8, 13, 100, 1000], 1000)
     }
 
     proptest! {

@@ -349,7 +349,7 @@ impl Iterator for MuxTtrpc {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::test_strategies::{bytes, bytes_below, config, cuts, headerless_garbage};
+    use crate::decode::test_strategies::{bytes, bytes_below, config, cuts, garbage_before};
     use proptest::prelude::*;
     use proptest::sample::Index;
     use proptest::test_runner::{RngAlgorithm, TestRng};
@@ -480,14 +480,10 @@ mod tests {
         );
     }
 
-    /// Garbage holding no header start (see [`headerless_garbage`]),
+    /// Garbage holding no header start (`test_strategies::headerless_garbage`),
     /// then the sample, cut anywhere.
     fn garbage_then_sample() -> impl Strategy<Value = (Vec<u8>, Vec<usize>)> {
-        let (wire, _) = sample();
-        headerless_garbage(&[1, 2, 9, 10, 11, 57, 2000], 2000, wire[0]).prop_flat_map(move |g| {
-            let len = g.len() + wire.len();
-            (Just(g), cuts(len, 8))
-        })
+        garbage_before(&sample().0, &[1, 2, 9, 10, 11, 57, 2000], 2000)
     }
 
     proptest! {
