@@ -29,18 +29,15 @@ fn embed_ebpf() {
     let out = PathBuf::from(env::var("OUT_DIR").unwrap()).join("nri-trace-ebpf.o");
     let default = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap())
         .join("../target/bpf/bpfel-unknown-none/release/nri-trace-ebpf");
-    let src = env::var_os("NRI_TRACE_EBPF_OBJ")
-        .map(PathBuf::from)
-        .unwrap_or(default);
+    let src = env::var_os("NRI_TRACE_EBPF_OBJ").map_or(default, PathBuf::from);
     println!("cargo:rerun-if-changed={}", src.display());
-    match fs::read(&src) {
-        Ok(bytes) => fs::write(&out, bytes).unwrap(),
-        Err(_) => {
-            println!(
-                "cargo:warning=eBPF object {} not found: embedding none (run `cargo xtask build`)",
-                src.display()
-            );
-            fs::write(&out, []).unwrap();
-        }
+    if let Ok(bytes) = fs::read(&src) {
+        fs::write(&out, bytes).unwrap()
+    } else {
+        println!(
+            "cargo:warning=eBPF object {} not found: embedding none (run `cargo xtask build`)",
+            src.display()
+        );
+        fs::write(&out, []).unwrap();
     }
 }

@@ -55,7 +55,7 @@ pub const PAUSE_IMAGE: &str = "localhost/nri-trace/pause:lab";
 /// The lab's workload image.
 pub const BUSYBOX_IMAGE: &str = "localhost/nri-trace/busybox:lab";
 /// kubelet's default `--runtime-request-timeout`.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_mins(2);
 /// The lab directory when `NRI_TRACE_LAB_DIR` is not set.
 pub const DEFAULT_LAB_DIR: &str = "/var/lib/nri-trace-lab";
 
@@ -72,8 +72,7 @@ type ImageClient = cri::image_service_client::ImageServiceClient<Channel>;
 pub fn default_socket() -> PathBuf {
     let lab = std::env::var_os("NRI_TRACE_LAB_DIR")
         .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_LAB_DIR));
+        .map_or_else(|| PathBuf::from(DEFAULT_LAB_DIR), PathBuf::from);
     lab.join("run/containerd.sock")
 }
 
@@ -89,7 +88,11 @@ pub fn new_uid() -> String {
     }
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    let h: String = b.iter().fold(String::new(), |mut h, x| {
+        use std::fmt::Write as _;
+        let _ = write!(h, "{x:02x}");
+        h
+    });
     format!(
         "{}-{}-{}-{}-{}",
         &h[0..8],
@@ -146,6 +149,7 @@ impl PodSpec {
 
     /// Sets the log directory to `<root>/<namespace>_<name>_<uid>`, as
     /// kubelet lays out /var/log/pods.
+    #[must_use]
     pub fn with_log_root(mut self, root: Option<&Path>) -> Self {
         self.log_directory =
             root.map(|r| r.join(format!("{}_{}_{}", self.namespace, self.name, self.uid)));
@@ -440,7 +444,7 @@ impl Default for RetryPolicy {
         Self {
             initial_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(10),
-            budget: Duration::from_secs(300),
+            budget: Duration::from_mins(5),
             retry_deadline: None,
             bump_attempt_on_orphan: true,
         }
@@ -748,7 +752,7 @@ impl Driver {
     ) -> Result<Self> {
         let path = socket.to_path_buf();
         let connects = Arc::new(AtomicU64::new(0));
-        let counter = connects.clone();
+        let counter = Arc::clone(&connects);
         let channel = Endpoint::try_from("http://cri.invalid")
             .map_err(|e| DriverError::Connect(e.to_string()))?
             .connect_timeout(Duration::from_secs(10))
@@ -835,12 +839,12 @@ impl Driver {
         for r in self.records() {
             s.calls += 1;
             let failed = r.outcome != Outcome::Ok;
-            s.failures += failed as u64;
-            s.deadline_exceeded += (r.outcome == Outcome::DeadlineExceeded) as u64;
-            s.retries += (r.retry > 0) as u64;
+            s.failures += u64::from(failed);
+            s.deadline_exceeded += u64::from(r.outcome == Outcome::DeadlineExceeded);
+            s.retries += u64::from(r.retry > 0);
             let m = s.methods.entry(r.method.clone()).or_default();
             m.calls += 1;
-            m.failures += failed as u64;
+            m.failures += u64::from(failed);
             m.total_ms += r.ms;
             m.max_ms = m.max_ms.max(r.ms);
         }
@@ -931,7 +935,7 @@ impl Driver {
                 attempt: container
                     .as_ref()
                     .map(|c| c.attempt)
-                    .or(pod.as_ref().map(|p| p.attempt))
+                    .or_else(|| pod.as_ref().map(|p| p.attempt))
                     .unwrap_or(0),
                 retry,
                 outcome: outcome.clone(),
@@ -1185,7 +1189,7 @@ impl Driver {
         c: &ContainerSpec,
         policy: &RetryPolicy,
     ) -> Result<ContainerRef> {
-        self.create_container_with_deadline(pod, sandbox_id, c, self.timeout, policy)
+        Box::pin(self.create_container_with_deadline(pod, sandbox_id, c, self.timeout, policy))
             .await
     }
 
@@ -1210,22 +1214,21 @@ impl Driver {
         loop {
             let d = lp.deadline();
             let cref = spec.container_ref(None);
-            let res = self
-                .call(
-                    "CreateContainer",
-                    Some(pref.clone()),
-                    Some(cref.clone()),
-                    d,
-                    lp.retry,
-                    req.clone(),
-                    |mut c, r| async move { c.create_container(r).await },
-                    |resp: &cri::CreateContainerResponse, _, c| {
-                        if let Some(c) = c {
-                            c.id = Some(resp.container_id.clone());
-                        }
-                    },
-                )
-                .await;
+            let res = Box::pin(self.call(
+                "CreateContainer",
+                Some(pref.clone()),
+                Some(cref.clone()),
+                d,
+                lp.retry,
+                req.clone(),
+                |mut c, r| async move { c.create_container(r).await },
+                |resp: &cri::CreateContainerResponse, _, c| {
+                    if let Some(c) = c {
+                        c.id = Some(resp.container_id.clone());
+                    }
+                },
+            ))
+            .await;
             let outcome = match res {
                 Ok(resp) => return Ok(spec.container_ref(Some(&resp.container_id))),
                 Err(o) => o,
@@ -1413,9 +1416,7 @@ impl Driver {
                     "{}: not running after {:.1} s (state {})",
                     target(pod, Some(c)),
                     within.as_secs_f64(),
-                    cri::ContainerState::try_from(st.state)
-                        .map(|s| s.as_str_name())
-                        .unwrap_or("?")
+                    cri::ContainerState::try_from(st.state).map_or("?", |s| s.as_str_name())
                 )));
             }
             tokio::time::sleep(interval).await;

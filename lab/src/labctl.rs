@@ -74,8 +74,7 @@ impl Lab {
     /// driven by this repository's lab/lab.sh.
     pub fn from_env() -> Self {
         let dir = std::env::var_os("NRI_TRACE_LAB_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("/var/lib/nri-trace-lab"));
+            .map_or_else(|| PathBuf::from("/var/lib/nri-trace-lab"), PathBuf::from);
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("lab.sh");
         Self { dir, script }
     }

@@ -176,7 +176,7 @@ impl Run {
         Ok(())
     }
 
-    fn plugin_args(&self, p: &PluginSpec) -> Vec<String> {
+    fn plugin_args(&self, p: &PluginSpec<'_>) -> Vec<String> {
         let mut a = vec![
             "--name".into(),
             p.name.into(),
@@ -185,19 +185,19 @@ impl Run {
             "--truth".into(),
             self.truth.display().to_string(),
         ];
-        a.extend(p.args.iter().map(|s| s.to_string()));
+        a.extend(p.args.iter().map(ToString::to_string));
         a
     }
 
     /// Install a pre-launched plugin (before `up`).
-    pub fn prelaunch(&self, p: &PluginSpec) -> Result<()> {
+    pub fn prelaunch(&self, p: &PluginSpec<'_>) -> Result<()> {
         self.lab
             .install_prelaunched(p.idx, p.name, &self.bins.plugin, &self.plugin_args(p))?;
         Ok(())
     }
 
     /// Start an external plugin and wait until the runtime configured it.
-    pub fn external(&mut self, p: &PluginSpec) -> Result<()> {
+    pub fn external(&mut self, p: &PluginSpec<'_>) -> Result<()> {
         let log = std::fs::File::create(self.out.join(format!("plugin-{}-{}.log", p.idx, p.name)))?;
         let child = Command::new(&self.bins.plugin)
             .args(self.plugin_args(p))
@@ -444,7 +444,7 @@ fn drive(r: &mut Run) -> Result<()> {
             r.up("5s")?;
             r.plugin("slow", "10", &["--on", "RUN_POD_SANDBOX=delay:3000"])?;
             let mut pod = r.driver_spawn(&["up", "--name", "late-pod"])?;
-            sleep(Duration::from_millis(1000));
+            sleep(Duration::from_secs(1));
             r.note("registering plugin late while RunPodSandbox(late-pod) is in flight")?;
             r.plugin("late", "20", &[])?;
             let out = wait_child(&mut pod, "cri-driver up late-pod")?;
@@ -1122,7 +1122,7 @@ fn unkillable(r: &mut Run) -> Result<()> {
         outcome(&first)
     ))?;
     hold_stuck(r, &format!("stuck pid {pid}"))?;
-    let before = proc_state(pid).map_or("gone".to_string(), |(s, _)| format!("state {s}"));
+    let before = proc_state(pid).map_or_else(|| "gone".to_string(), |(s, _)| format!("state {s}"));
     r.note(&format!("pid {pid} before the release: {before}"))?;
     // Release: the server's connection is aborted, the read fails, and the
     // pending SIGKILL ends the reader.
@@ -1595,7 +1595,7 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
         }
         "plugin-timeout" => {
             let d = deliveries(&t, "hang");
-            let hung: Vec<&Delivery> = d
+            let hung: Vec<&Delivery<'_>> = d
                 .iter()
                 .filter(|x| x.event == Some("RUN_POD_SANDBOX"))
                 .collect();

@@ -30,7 +30,7 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    unsafe { libc::clock_gettime(clock, &mut ts) };
+    unsafe { libc::clock_gettime(clock, &raw mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
@@ -72,7 +72,7 @@ pub enum Outcome {
 }
 
 /// One ground-truth record.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "source", rename_all = "snake_case")]
 pub enum Truth {
     /// The CRI driver made one CRI call.
@@ -197,7 +197,7 @@ impl TruthWriter {
         let mut f = self
             .file
             .lock()
-            .map_err(|_| std::io::Error::other("poisoned"))?;
+            .map_err(|_poisoned| std::io::Error::other("poisoned"))?;
         // One write per line so concurrent appenders never interleave.
         f.write_all(&line)?;
         f.flush()

@@ -27,9 +27,10 @@ fn require_root(name: &str) -> bool {
         return true;
     }
     let ci = std::env::var("CI").unwrap_or_default();
-    if ci == "true" || ci == "1" {
-        panic!("{name}: needs root (the lab runs a private containerd), and CI={ci}");
-    }
+    assert!(
+        !(ci == "true" || ci == "1"),
+        "{name}: needs root (the lab runs a private containerd), and CI={ci}"
+    );
     println!("skipping {name}: needs root (the lab runs a private containerd)");
     false
 }
@@ -104,7 +105,7 @@ struct LabUp;
 
 impl Drop for LabUp {
     fn drop(&mut self) {
-        let o = lab("down", Duration::from_secs(120));
+        let o = lab("down", Duration::from_mins(2));
         if !o.status.success() {
             eprintln!("lab.sh down failed:\n{}{}", o.stdout, o.stderr);
         }
@@ -157,7 +158,7 @@ fn lifecycle(dir: &Path, prefix: &str, netns: bool) {
     let o = run(
         &format!("cri-driver lifecycle {prefix}"),
         &mut cmd,
-        Duration::from_secs(180),
+        Duration::from_mins(3),
     );
     assert!(
         o.status.success(),
@@ -318,15 +319,15 @@ fn lifecycle_host_network_and_netns() {
     if !require_root(name) {
         return;
     }
-    let _lock = labctl::lock_within(Duration::from_secs(600)).expect("lab lock");
-    let o = lab("install", Duration::from_secs(600));
+    let _lock = labctl::lock_within(Duration::from_mins(10)).expect("lab lock");
+    let o = lab("install", Duration::from_mins(10));
     assert!(
         o.status.success(),
         "lab.sh install failed:\n{}{}",
         o.stdout,
         o.stderr
     );
-    let o = lab("up", Duration::from_secs(120));
+    let o = lab("up", Duration::from_mins(2));
     let up = LabUp;
     assert!(
         o.status.success(),
@@ -342,7 +343,7 @@ fn lifecycle_host_network_and_netns() {
     drop(up);
     // down must have left nothing: a second down finds nothing to do and
     // reports nothing left.
-    let o = lab("down", Duration::from_secs(120));
+    let o = lab("down", Duration::from_mins(2));
     assert!(
         o.status.success(),
         "lab.sh down failed:\n{}{}",

@@ -28,7 +28,7 @@ const PLUGIN: &str = env!("CARGO_BIN_EXE_nri-test-plugin");
 const DRIVER: &str = env!("CARGO_BIN_EXE_cri-driver");
 
 fn ci() -> bool {
-    matches!(std::env::var("CI").as_deref(), Ok("true") | Ok("1"))
+    matches!(std::env::var("CI").as_deref(), Ok("true" | "1"))
 }
 
 /// True when the test must not run (and has said so).
@@ -37,9 +37,7 @@ fn skip(name: &str) -> bool {
         return false;
     }
     let reason = "needs root (runs a private containerd)";
-    if ci() {
-        panic!("{name}: {reason}");
-    }
+    assert!(!ci(), "{name}: {reason}");
     eprintln!("skipping {name}: {reason}");
     true
 }
@@ -61,14 +59,13 @@ fn lab(args: &[&str], timeout: &str) {
         .env("NRI_TRACE_LAB_REQUEST_TIMEOUT", timeout)
         .output()
         .expect("running lab.sh");
-    if !out.status.success() {
-        panic!(
-            "lab.sh {args:?} failed ({}):\n{}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    assert!(
+        out.status.success(),
+        "lab.sh {args:?} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 /// The lab, held for one test: lock, install, down, our pre-launched
@@ -354,14 +351,11 @@ fn plugins_see_a_pod_lifecycle() {
     let t0 = Instant::now();
     // A zombie has exited (PID 1 of these VMs reaps orphans only slowly).
     let alive = |pid: u32| {
-        fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| {
-                s.rsplit(')')
-                    .next()
-                    .map(|r| !r.trim_start().starts_with('Z'))
-                    .unwrap_or(false)
-            })
-            .unwrap_or(false)
+        fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| !r.trim_start().starts_with('Z'))
+        })
     };
     while alive(pre_pid) {
         assert!(
@@ -414,7 +408,7 @@ fn plugins_see_a_pod_lifecycle() {
 
         let recs: Vec<Rec> = nri_records(t)
             .into_iter()
-            .filter(|r| r.pod.as_ref().map(|p| p.name == pod).unwrap_or(false))
+            .filter(|r| r.pod.as_ref().is_some_and(|p| p.name == pod))
             .collect();
         let events: Vec<&str> = recs.iter().filter_map(|r| r.event.as_deref()).collect();
         let pod_events: Vec<&str> = events
@@ -504,7 +498,7 @@ fn hanging_plugin_is_disconnected() {
         .into_iter()
         .find(|r| {
             r.event.as_deref() == Some("RUN_POD_SANDBOX")
-                && r.pod.as_ref().map(|p| p.name == pod) == Some(true)
+                && r.pod.as_ref().is_some_and(|p| p.name == pod)
         })
         .unwrap_or_else(|| panic!("no RUN_POD_SANDBOX for {pod}: {all:#?}"));
     assert_eq!(run.action, Action::Hang);

@@ -177,7 +177,11 @@ pub enum Syscall {
 
 /// Every `Syscall`, in numbering order (for tests and name lookups).
 pub const ALL_SYSCALLS: [Syscall; 30] = {
-    use Syscall::*;
+    use Syscall::{
+        Accept, Accept4, Bind, CgroupMkdir, CgroupRmdir, CloneNs, Close, Connect, Dup, Dup2, Dup3,
+        Exit, Mount, Read, Readv, Recvfrom, Recvmsg, Rmdir, Sched, Sendmsg, Sendto, Setns, Signal,
+        Socketpair, Umount2, Unlink, Unlinkat, Unshare, Write, Writev,
+    };
     [
         Read,
         Readv,
@@ -214,7 +218,11 @@ pub const ALL_SYSCALLS: [Syscall; 30] = {
 
 impl Syscall {
     pub fn from_u16(v: u16) -> Option<Self> {
-        use Syscall::*;
+        use Syscall::{
+            Accept, Accept4, Bind, CgroupMkdir, CgroupRmdir, CloneNs, Close, Connect, Dup, Dup2,
+            Dup3, Exit, Mount, Read, Readv, Recvfrom, Recvmsg, Rmdir, Sched, Sendmsg, Sendto,
+            Setns, Signal, Socketpair, Umount2, Unlink, Unlinkat, Unshare, Write, Writev,
+        };
         Some(match v {
             1 => Read,
             2 => Readv,
@@ -260,7 +268,11 @@ impl Syscall {
     }
 
     pub fn name(self) -> &'static str {
-        use Syscall::*;
+        use Syscall::{
+            Accept, Accept4, Bind, CgroupMkdir, CgroupRmdir, CloneNs, Close, Connect, Dup, Dup2,
+            Dup3, Exit, Mount, Read, Readv, Recvfrom, Recvmsg, Rmdir, Sched, Sendmsg, Sendto,
+            Setns, Signal, Socketpair, Umount2, Unlink, Unlinkat, Unshare, Write, Writev,
+        };
         match self {
             Read => "read",
             Readv => "readv",
@@ -341,7 +353,7 @@ pub struct RecordHeader {
     pub len: u32,
 }
 
-pub const RECORD_HEADER_LEN: usize = core::mem::size_of::<RecordHeader>();
+pub const RECORD_HEADER_LEN: usize = size_of::<RecordHeader>();
 
 /// Key of the `FDS` map: one fd of one process.
 #[repr(C)]
@@ -481,12 +493,14 @@ pub struct SandboxRecord {
     /// The calling task's comm, NUL padded.
     pub comm: [u8; 16],
     pub flags: u32,
-    pub _pad: u32,
+    /// Explicit padding, zeroed by the probe (no uninitialized bytes
+    /// reach the ring buffer).
+    pub pad: u32,
     pub path: [u8; SANDBOX_PATH_LEN],
     pub path2: [u8; SANDBOX_PATH_LEN],
 }
 
-pub const SANDBOX_RECORD_LEN: usize = core::mem::size_of::<SandboxRecord>();
+pub const SANDBOX_RECORD_LEN: usize = size_of::<SandboxRecord>();
 
 /// Indexes of the per-CPU `COUNTERS` array.
 pub mod counter {
@@ -522,12 +536,12 @@ mod tests {
     fn layouts_are_stable() {
         // The eBPF side and userspace must agree on these exact sizes.
         assert_eq!(RECORD_HEADER_LEN, 48);
-        assert_eq!(core::mem::size_of::<FdKey>(), 8);
-        assert_eq!(core::mem::size_of::<Config>(), 24);
+        assert_eq!(size_of::<FdKey>(), 8);
+        assert_eq!(size_of::<Config>(), 24);
         assert_eq!(SANDBOX_RECORD_LEN, 48 + 2 * SANDBOX_PATH_LEN);
-        assert_eq!(core::mem::align_of::<SandboxRecord>(), 8);
-        assert_eq!(core::mem::size_of::<FdState>(), 16);
-        assert_eq!(core::mem::align_of::<RecordHeader>(), 8);
+        assert_eq!(align_of::<SandboxRecord>(), 8);
+        assert_eq!(size_of::<FdState>(), 16);
+        assert_eq!(align_of::<RecordHeader>(), 8);
         assert!(TGID_SLOTS.is_power_of_two());
         assert_eq!(MAX_SNAP as usize % MAX_CHUNK, 0);
     }

@@ -131,7 +131,7 @@ fn draft(sc: Syscall, ret: i64) -> Option<Draft> {
         (*rec).aux = 0;
         (*rec).comm = bpf_get_current_comm().unwrap_or([0; 16]);
         (*rec).flags = 0;
-        (*rec)._pad = 0;
+        (*rec).pad = 0;
         (*rec).path[0] = 0;
         (*rec).path2[0] = 0;
     }

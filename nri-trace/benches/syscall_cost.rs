@@ -122,7 +122,7 @@ fn connect_when_ready(sock: &OsString, ready: &OsString) -> TracedConn {
         "nri-trace-bench: listening on {}",
         Path::new(sock).display()
     );
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_mins(2);
     while !Path::new(ready).exists() {
         assert!(
             Instant::now() < deadline,
@@ -160,7 +160,7 @@ fn drain(mut client: UnixStream) {
         unsafe {
             let mut set: libc::cpu_set_t = std::mem::zeroed();
             libc::CPU_SET(cpu, &mut set);
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+            libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &raw const set);
         }
     }
     let mut buf = vec![0u8; 1 << 20];
@@ -232,9 +232,7 @@ fn traced(c: &mut Criterion, conn: &TracedConn) -> u64 {
 #[inline(always)]
 fn write_once(fd: RawFd, buf: &[u8]) -> isize {
     let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
-    if n < 0 {
-        panic!("write: {}", std::io::Error::last_os_error());
-    }
+    assert!(n >= 0, "write: {}", std::io::Error::last_os_error());
     n
 }
 
@@ -270,8 +268,8 @@ fn throughput() {
                 fd,
                 libc::SOL_SOCKET,
                 libc::SO_SNDBUFFORCE,
-                (&bytes as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                (&raw const bytes).cast(),
+                size_of::<libc::c_int>() as libc::socklen_t,
             )
         };
         assert_eq!(rc, 0, "SO_SNDBUFFORCE: {}", std::io::Error::last_os_error());

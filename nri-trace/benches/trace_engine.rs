@@ -622,7 +622,7 @@ impl Sink for ModelSink {
         Ok(())
     }
 
-    fn finish(&mut self, _: &Ending) -> std::io::Result<()> {
+    fn finish(&mut self, _: &Ending<'_>) -> std::io::Result<()> {
         Ok(())
     }
 }
@@ -636,7 +636,7 @@ fn new_pipeline(keep: bool) -> (Pipeline, Rc<RefCell<Folded>>) {
         ..Default::default()
     }));
     let mut p = Pipeline::new(&session(), Default::default());
-    p.add_sink(Box::new(ModelSink(folded.clone())));
+    p.add_sink(Box::new(ModelSink(Rc::clone(&folded))));
     (p, folded)
 }
 

@@ -89,7 +89,7 @@ fn repeat(rec: &Record, r: u64, span_ns: u64) -> Record {
             v.ts.mono_ns += by;
             v.pod.as_mut().map(tag);
         }
-        _ => {}
+        Record::Observed(_) => {}
     }
     rec
 }
@@ -99,12 +99,12 @@ fn last_ns(rec: &Record) -> Option<u64> {
         Record::CriSpan(s) => s.call.end.or(s.call.start).map(|t| t.mono_ns),
         Record::NriUncaused(u) => u.span.call.end.map(|t| t.mono_ns),
         Record::Violation(v) => Some(v.ts.mono_ns),
-        _ => None,
+        Record::Observed(_) => None,
     }
 }
 
-fn frame(term: &mut Terminal<TestBackend>, app: &App, st: &TuiState, th: &Theme) {
-    term.draw(|f| draw(f, app, st, th)).expect("draw");
+fn frame(term: &mut Terminal<TestBackend>, app: &App, st: &TuiState, th: Theme) {
+    term.draw(|f| draw(f, app, st, &th)).expect("draw");
 }
 
 fn main() {
@@ -167,7 +167,7 @@ fn main() {
         app.show(view);
         let mut term = Terminal::new(TestBackend::new(w, h)).expect("terminal");
         g.bench_function(name, |b| {
-            b.iter(|| frame(&mut term, black_box(&app), &st, &th))
+            b.iter(|| frame(&mut term, black_box(&app), &st, th))
         });
     }
     let app = App::new();
@@ -181,7 +181,7 @@ fn main() {
                 for (i, rec) in live.iter().enumerate() {
                     s.on_record(rec);
                     if (i + 1) % (LIVE_RECORDS / LIVE_FRAMES) == 0 {
-                        frame(&mut term, &app, &s, &th);
+                        frame(&mut term, &app, &s, th);
                     }
                 }
                 s

@@ -99,7 +99,7 @@ pub fn btf() -> Check {
 
 pub fn kernel_version() -> Check {
     let mut u: libc::utsname = unsafe { std::mem::zeroed() };
-    unsafe { libc::uname(&mut u) };
+    unsafe { libc::uname(&raw mut u) };
     let rel = unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) }
         .to_string_lossy()
         .into_owned();
@@ -265,10 +265,10 @@ pub fn runtimes() -> Check {
                         r.pid,
                         r.cri_socket
                             .as_ref()
-                            .map_or("none found".into(), |p| p.display().to_string()),
+                            .map_or_else(|| "none found".into(), |p| p.display().to_string()),
                         r.nri_socket
                             .as_ref()
-                            .map_or("none (NRI off?)".into(), |p| p.display().to_string())
+                            .map_or_else(|| "none (NRI off?)".into(), |p| p.display().to_string())
                     )
                 })
                 .collect();

@@ -75,7 +75,7 @@ pub fn duration(ns: u64) -> String {
 
 /// An optional duration, "-" when missing.
 pub fn duration_opt(ns: Option<u64>) -> String {
-    ns.map(duration).unwrap_or_else(|| "-".into())
+    ns.map_or_else(|| "-".into(), duration)
 }
 
 /// HH:MM:SS.micros of a wall-clock time (UTC).
@@ -124,7 +124,7 @@ mod tests {
         let s = sanitize("web\x1b[31mred\x1b]0;pwned\x07\u{9b}2J");
         assert_eq!(s, "web␛[31mred␛]0;pwned␇\u{fffd}2J");
         assert!(is_inert(&s));
-        assert!(!s.chars().any(|c| c.is_control()));
+        assert!(!s.chars().any(char::is_control));
     }
 
     #[test]

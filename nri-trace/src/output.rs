@@ -110,8 +110,8 @@ impl Counts {
             CaptureEvent::Chunk(c) => {
                 self.chunks += 1;
                 self.bytes += c.bytes.len() as u64;
-                self.truncated_chunks += c.truncated as u64;
-                self.chunks_after_gap += c.gap_before as u64;
+                self.truncated_chunks += u64::from(c.truncated);
+                self.chunks_after_gap += u64::from(c.gap_before);
             }
             CaptureEvent::Loss(l) => self.loss = *l,
             CaptureEvent::Process(_) | CaptureEvent::Sandbox(_) => {}

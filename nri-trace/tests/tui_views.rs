@@ -62,9 +62,9 @@ fn key(app: &mut App, st: &TuiState, c: KeyCode) {
     app.on_key(KeyEvent::new(c, KeyModifiers::NONE), st);
 }
 
-fn buffer(st: &TuiState, app: &App, w: u16, h: u16, th: &Theme) -> Buffer {
+fn buffer(st: &TuiState, app: &App, w: u16, h: u16, th: Theme) -> Buffer {
     let mut term = Terminal::new(TestBackend::new(w, h)).expect("test terminal");
-    term.draw(|f| draw(f, app, st, th)).expect("draw");
+    term.draw(|f| draw(f, app, st, &th)).expect("draw");
     term.backend().buffer().clone()
 }
 
@@ -83,7 +83,7 @@ fn text(b: &Buffer) -> String {
 }
 
 fn screen(st: &TuiState, app: &App, w: u16, h: u16) -> String {
-    text(&buffer(st, app, w, h, &Theme::colored()))
+    text(&buffer(st, app, w, h, Theme::colored()))
 }
 
 fn snap(name: &str, screen: &str) {
@@ -106,7 +106,11 @@ fn app_on(view: View) -> App {
 fn pods_view() {
     let st = state("late-registration");
     // Three pods from the lab, the late one with its finding.
-    let pods: Vec<String> = st.pods().pods().map(|p| p.label()).collect();
+    let pods: Vec<String> = st
+        .pods()
+        .pods()
+        .map(nri_trace::engine::pods::PodView::label)
+        .collect();
     assert!(pods.iter().any(|p| p.contains("late-pod")), "{pods:?}");
     for &(w, h) in SIZES {
         let s = screen(&st, &app_on(View::Pods), w, h);
@@ -338,7 +342,7 @@ fn hostile_pod_name_renders_inert() {
     let mut seen_visible = false;
     for app in &apps {
         for &(w, h) in SIZES {
-            let b = buffer(&st, app, w, h, &Theme::colored());
+            let b = buffer(&st, app, w, h, Theme::colored());
             for cell in b.content() {
                 assert!(
                     is_inert(cell.symbol()),
@@ -386,12 +390,12 @@ fn no_color_renders_without_colors() {
     let mut colored_seen = false;
     for view in View::ALL {
         let app = app_on(view);
-        let b = buffer(&st, &app, 200, 50, &Theme::plain());
+        let b = buffer(&st, &app, 200, 50, Theme::plain());
         for cell in b.content() {
             assert_eq!(cell.fg, Color::Reset, "{view:?}: a foreground color");
             assert_eq!(cell.bg, Color::Reset, "{view:?}: a background color");
         }
-        let b = buffer(&st, &app, 200, 50, &Theme::colored());
+        let b = buffer(&st, &app, 200, 50, Theme::colored());
         colored_seen |= b.content().iter().any(|c| c.fg != Color::Reset);
     }
     assert!(

@@ -26,7 +26,7 @@ pub const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 /// FNV-1a over `data`, continuing from `h`.
 pub fn fnv1a(mut h: u64, data: &[u8]) -> u64 {
     for &b in data {
-        h ^= b as u64;
+        h ^= u64::from(b);
         h = h.wrapping_mul(FNV_PRIME);
     }
     h

@@ -28,7 +28,7 @@ fn the_module_table_and_the_tree_agree() {
         .filter_map(|l| l.strip_prefix("| `"))
         .filter_map(|l| l.split_once("` |"))
         .map(|(p, _)| p.to_string())
-        .filter(|p| p.ends_with(".rs"))
+        .filter(|p| Path::new(p).extension().is_some_and(|e| e == "rs"))
         .collect();
     let missing: Vec<_> = files.difference(&named).collect();
     let gone: Vec<_> = named.difference(&files).collect();

@@ -347,7 +347,7 @@ async fn fds_past_the_fd_table() {
     let o = single_open(NAME, &evs, peer.pid(), &path);
     assert_eq!(
         o.origin,
-        nri_trace::capture::Origin::Accept {
+        Origin::Accept {
             listen_fd: LISTEN_FD
         },
         "{NAME}: {o:?}"
@@ -711,9 +711,9 @@ async fn socketpair_and_fork() {
         );
     }
     let mut fds_seen: Vec<i32> = opens.iter().map(|o| o.fd).collect();
-    fds_seen.sort();
+    fds_seen.sort_unstable();
     let mut want = vec![parent_fd, child_fd];
-    want.sort();
+    want.sort_unstable();
     assert_eq!(fds_seen, want, "{NAME}: the two ends");
     let parent_conn = opens.iter().find(|o| o.fd == parent_fd).unwrap().conn;
     let child_conn = opens.iter().find(|o| o.fd == child_fd).unwrap().conn;

@@ -264,7 +264,7 @@ impl Pods {
                         .by_id
                         .get(p)
                         .cloned()
-                        .unwrap_or((String::new(), p.into())),
+                        .unwrap_or_else(|| (String::new(), p.into())),
                 })
             }
             "sandbox" => {
@@ -399,8 +399,8 @@ fn saved_and_raw_replay_alike() {
     let saved = dir.join("happy.ndjson");
     {
         let file = nri_trace::capture::recording::create_private(&saved).unwrap();
-        let w = nri_trace::model::record_file::RecordWriter::new(
-            Box::new(file) as Box<dyn std::io::Write>,
+        let w = nri_trace::model::record_file::RecordWriter::<Box<dyn std::io::Write>>::new(
+            Box::new(file),
             &session,
         )
         .unwrap();
@@ -415,8 +415,7 @@ fn saved_and_raw_replay_alike() {
         String::from_utf8(from_saved.clone()).unwrap()
     );
     let redacted = String::from_utf8(replay(&f, &["-o", "json"])).unwrap();
-    let session: serde_json::Value =
-        serde_json::from_str(redacted.lines().next().unwrap()).unwrap();
+    let session: Value = serde_json::from_str(redacted.lines().next().unwrap()).unwrap();
     assert_eq!(session["type"], "session");
     assert_eq!(session["redacted"], true, "{session}");
     // From standard input too.

@@ -90,11 +90,15 @@ fn plugin_timeout_shows_timed_out_and_closed() {
     };
     let records = check("plugin-timeout", &out);
     let calls = nri_check::calls(&records);
-    let hung: Vec<_> = calls
-        .iter()
-        .filter(|c| c.plugin.label() == "10-hang" && c.outcome == Outcome::TimedOut)
-        .collect();
-    assert_eq!(hung.len(), 1, "one timed-out call of 10-hang");
+
+    assert_eq!(
+        calls
+            .iter()
+            .filter(|c| c.plugin.label() == "10-hang" && c.outcome == Outcome::TimedOut)
+            .count(),
+        1,
+        "one timed-out call of 10-hang"
+    );
     assert!(records.iter().any(|r| matches!(
         r,
         Record::Observed(Observation::NriPluginGone { plugin, .. }) if plugin.label() == "10-hang"

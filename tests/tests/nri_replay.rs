@@ -224,7 +224,7 @@ fn attach_mid_stream(fixture: &str) {
                 f.end = None;
                 f.duration_ns = c.duration_ns;
                 f.outcome = c.outcome.clone();
-                f.summary = c.summary.clone();
+                f.summary.clone_from(&c.summary);
             }
             let same = f == *c;
             assert!(

@@ -39,7 +39,7 @@ fn fixtures() -> Vec<(String, PathBuf)> {
     let dir = root().join("tests/fixtures/trace");
     let mut v: Vec<_> = std::fs::read_dir(&dir)
         .expect("fixtures dir")
-        .filter_map(|e| e.ok())
+        .filter_map(Result::ok)
         .map(|e| e.path().join("recording.ndjson.gz"))
         .filter(|p| p.exists())
         .map(|p| {
@@ -75,7 +75,7 @@ fn record_events(events: &[CaptureEvent], redacted: bool) -> Vec<u8> {
     let buf = SharedBuf::default();
     let info = session(redacted);
     let mut p = Pipeline::new(&info, ContractConfig::default());
-    let w = RecordWriter::new(Box::new(buf.clone()) as Box<dyn std::io::Write>, &info).unwrap();
+    let w = RecordWriter::<Box<dyn std::io::Write>>::new(Box::new(buf.clone()), &info).unwrap();
     p.save_to("the record file".into(), w);
     replay::events(events, p).unwrap();
     buf.bytes()
@@ -180,7 +180,9 @@ fn lines_read_back_to_what_was_written() {
         // Each observation re-encodes to the bytes it was read from.
         let obs = observations(&bytes);
         let mut again = RecordWriter::new(Vec::new(), &session(false)).unwrap();
-        obs.iter().for_each(|o| again.write(o).unwrap());
+        for o in &obs {
+            again.write(o).unwrap();
+        }
         assert_eq!(
             String::from_utf8(again.finish().unwrap()).unwrap(),
             String::from_utf8(bytes).unwrap(),

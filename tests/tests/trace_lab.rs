@@ -12,7 +12,7 @@ mod output_check;
 mod record_schema;
 mod trace_check;
 
-use std::{ffi::OsStr, path::Path};
+use std::{ffi::OsStr, path::Path, sync::Arc};
 
 use lab_trace::TraceProc;
 use nri_trace::{
@@ -478,8 +478,8 @@ fn traced_and_explained(
     // A previous run's files must not pass for this one's.
     let _ = std::fs::remove_file(out_dir.join("truth.ndjson"));
     let _ = std::fs::remove_file(TraceProc::observations(&out_dir));
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let traced_done = done.clone();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let traced_done = Arc::clone(&done);
     let explained =
         std::thread::spawn(move || explain_while_held(&out_dir, pod, held, &traced_done));
     let run = traced(scenario);

@@ -36,7 +36,15 @@ fn open_pty() -> Pty {
         ws_xpixel: 0,
         ws_ypixel: 0,
     };
-    let rc = unsafe { libc::openpty(&mut m, &mut s, std::ptr::null_mut(), std::ptr::null(), &ws) };
+    let rc = unsafe {
+        libc::openpty(
+            &raw mut m,
+            &raw mut s,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            &raw const ws,
+        )
+    };
     assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
     Pty {
         master: unsafe { std::fs::File::from_raw_fd(m) },
@@ -70,7 +78,7 @@ fn wait_for(screen: &Mutex<Screen>, what: &str, step: &str) {
 
 fn lflags(fd: i32) -> libc::tcflag_t {
     let mut t: libc::termios = unsafe { std::mem::zeroed() };
-    assert_eq!(unsafe { libc::tcgetattr(fd, &mut t) }, 0);
+    assert_eq!(unsafe { libc::tcgetattr(fd, &raw mut t) }, 0);
     t.c_lflag
 }
 
@@ -79,9 +87,7 @@ fn tui_in_a_pty_switches_views_filters_shows_evidence_and_restores_the_terminal(
     let bin = lab_trace::bin("nri-trace");
     if !bin.exists() {
         let why = format!("{} not built: run `cargo test --workspace`", bin.display());
-        if lab_trace::ci() {
-            panic!("{why}");
-        }
+        assert!(!lab_trace::ci(), "{why}");
         eprintln!("skipping: {why}");
         return;
     }
@@ -121,7 +127,7 @@ fn tui_in_a_pty_switches_views_filters_shows_evidence_and_restores_the_terminal(
     }));
     let mut master_in = pty.master.try_clone().unwrap();
     let reader = {
-        let screen = screen.clone();
+        let screen = Arc::clone(&screen);
         std::thread::spawn(move || {
             let mut buf = [0u8; 8192];
             // Ends with EIO once every slave end is closed.

@@ -48,7 +48,7 @@ use std::{
 use anyhow::{bail, Context, Result};
 
 #[derive(clap::Args)]
-pub struct BenchArgs {
+pub(crate) struct BenchArgs {
     /// Rounds over all states (interleaved); medians over rounds are reported.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
@@ -107,7 +107,7 @@ impl Part {
     }
 }
 
-pub fn run(a: BenchArgs) -> Result<()> {
+pub(crate) fn run(a: BenchArgs) -> Result<()> {
     let started = Instant::now();
     // Everything but the decode and engine parts attaches probes: only then
     // are root, the tools and the eBPF build needed.
@@ -220,7 +220,7 @@ struct Ctx {
 
 impl Ctx {
     fn prepare(quick: bool) -> Result<Ctx> {
-        if thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        if thread::available_parallelism().map_or(1, std::num::NonZero::get) < 2 {
             bail!("the benchmarks pin the measured process and the probes to two different CPUs: this machine has one");
         }
         for tool in ["taskset", "bpftrace", "python3"] {
@@ -316,8 +316,7 @@ fn which(tool: &str) -> Result<()> {
         .args(["-c", &format!("command -v {tool}")])
         .stdout(Stdio::null())
         .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
+        .is_ok_and(|s| s.success());
     if !ok {
         bail!("`{tool}` is not installed; the benchmarks need it");
     }
@@ -547,7 +546,7 @@ fn start_capture(ctx: &Ctx, sock: &Path) -> Result<Proc> {
     let sock = sock.to_str().context("socket path is not UTF-8")?;
     let mut cmd = ctx.nri_trace_cmd(&["debug", "capture", "--socket", sock, "-o", "count"]);
     // Probe options to compare (e.g. "--ring-bytes 4194304"), by hand.
-    if let Ok(extra) = std::env::var("NRI_TRACE_BENCH_CAPTURE_ARGS") {
+    if let Ok(extra) = env::var("NRI_TRACE_BENCH_CAPTURE_ARGS") {
         cmd.args(extra.split_whitespace());
     }
     let mut p = Proc::spawn("nri-trace capture", &mut cmd)?;
@@ -679,8 +678,8 @@ impl ProbeCost {
 }
 
 fn probe_cost(ctx: &Ctx, rounds: usize) -> Result<ProbeCost> {
-    let (_idle, sock) = idle_listener(&ctx.work)?;
-    let idle_pid = _idle.pid();
+    let (idle, sock) = idle_listener(&ctx.work)?;
+    let idle_pid = idle.pid();
     let mut rows: Vec<ProbeRow> = State::ALL
         .iter()
         .map(|&state| ProbeRow {
@@ -691,7 +690,7 @@ fn probe_cost(ctx: &Ctx, rounds: usize) -> Result<ProbeCost> {
         })
         .collect();
     for round in 1..=rounds {
-        for row in rows.iter_mut() {
+        for row in &mut rows {
             let (w, g, u) = measure_state(ctx, row.state, idle_pid, &sock)?;
             eprintln!(
                 "bench: probe round {round}/{rounds}: {:<52} write {w:7.1} ns  getppid {g:7.1} ns  unlinkat {u:7.1} ns",
@@ -764,7 +763,7 @@ fn attach(ctx: &Ctx, state: State, pid: u32, sock: &Path) -> Result<Option<Proc>
             let mut cmd = Command::new("taskset");
             cmd.args(["-c", HELPER_CPU, "bpftrace", "-e", &prog]);
             let mut p = Proc::spawn("bpftrace pair", &mut cmd)?;
-            p.wait_for("Attaching", Duration::from_secs(60))?;
+            p.wait_for("Attaching", Duration::from_mins(1))?;
             Ok(Some(p))
         }
     }
@@ -774,7 +773,7 @@ fn attach(ctx: &Ctx, state: State, pid: u32, sock: &Path) -> Result<Option<Proc>
 fn run_untraced(ctx: &Ctx) -> Result<(f64, f64, f64)> {
     ctx.forget(&[UNTRACED_WRITE, UNTRACED_GETPPID, UNTRACED_UNLINKAT]);
     let mut p = Proc::spawn("bench (untraced)", &mut ctx.bench_cmd())?;
-    p.wait_success(Duration::from_secs(300))?;
+    p.wait_success(Duration::from_mins(5))?;
     Ok((
         ctx.median_ns(UNTRACED_WRITE)?,
         ctx.median_ns(UNTRACED_GETPPID)?,
@@ -867,7 +866,7 @@ fn run_traced(ctx: &Ctx, i: usize, captured: bool) -> Result<(f64, Option<Summar
     let mut cmd = ctx.bench_cmd();
     cmd.args(["--exact", id]);
     let (mut bench, capture) = start_traced_process(ctx, &mut cmd, "bench (traced)", captured)?;
-    bench.wait_success(Duration::from_secs(600))?;
+    bench.wait_success(Duration::from_mins(10))?;
     let summary = capture.map(stop_capture).transpose()?;
     if let Some(s) = &summary {
         check_captured(s, size.is_some())?;
@@ -1126,7 +1125,7 @@ fn lossless_search(
     let (mut lo, mut hi) = (0.0, full_rate);
     let mut runs = vec![];
     for _ in 0..steps {
-        let rate = (lo + hi) / 2.0;
+        let rate = f64::midpoint(lo, hi);
         let r = run_writer(ctx, size, seconds, rate, true)?;
         if r.lost() == 0 {
             lo = rate;
@@ -1160,7 +1159,7 @@ fn run_writer_with(
         .env("NRI_TRACE_BENCH_SECONDS", seconds.to_string())
         .env("NRI_TRACE_BENCH_RATE", rate.to_string());
     let (mut writer, capture) = start_traced_process(ctx, &mut cmd, "throughput writer", captured)?;
-    let line = writer.wait_for("nri-trace-bench: throughput", Duration::from_secs(120))?;
+    let line = writer.wait_for("nri-trace-bench: throughput", Duration::from_mins(2))?;
     writer.wait_success(Duration::from_secs(30))?;
     let summary = capture.map(stop_capture).transpose()?;
     if let Some(s) = &summary {
@@ -1250,7 +1249,7 @@ fn syscall_mix(seconds: u64, workload: Option<&str>) -> Result<Mix> {
         "bpftrace syscall count",
         Command::new("bpftrace").args(["-e", &prog]),
     )?;
-    bt.wait_for("Attaching", Duration::from_secs(60))?;
+    bt.wait_for("Attaching", Duration::from_mins(1))?;
     // Its own process group, so that the whole workload can be stopped.
     let mut load = match workload {
         Some(w) => Some(Proc::spawn(
@@ -1511,7 +1510,7 @@ fn run_decode_bench(bench: &str, ids: &[String], quick: bool) -> Result<DecodeRu
     for id in ids {
         let _ = fs::remove_file(estimates_path(&criterion_home, id));
     }
-    let two_cpus = thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
+    let two_cpus = thread::available_parallelism().map_or(1, std::num::NonZero::get) >= 2;
     let cpu = (two_cpus && which("taskset").is_ok()).then_some(BENCH_CPU);
     let mut cmd = match cpu {
         Some(cpu) => pinned(cpu, &exe),
@@ -1524,10 +1523,13 @@ fn run_decode_bench(bench: &str, ids: &[String], quick: bool) -> Result<DecodeRu
     eprintln!(
         "bench: {} ({})",
         bench.replace('_', "-"),
-        cpu.map_or("not pinned".to_string(), |c| format!("pinned to CPU {c}"))
+        cpu.map_or_else(
+            || "not pinned".to_string(),
+            |c| format!("pinned to CPU {c}")
+        )
     );
     let mut p = Proc::spawn(&format!("bench ({bench})"), &mut cmd)?;
-    p.wait_success(Duration::from_secs(600))?;
+    p.wait_success(Duration::from_mins(10))?;
     let prefix = format!("{bench} input: ");
     let inputs: Vec<String> = p
         .seen
@@ -1663,7 +1665,7 @@ fn trace_engine_section(e: &TraceEngine) -> String {
          | full | {:.1} | {:.0} | {:.1} | {:.0} |\n\n",
         fmt_f0(e.reps),
         e.cpu
-            .map_or("not pinned".to_string(), |c| format!("pinned to CPU {c}")),
+            .map_or_else(|| "not pinned".to_string(), |c| format!("pinned to CPU {c}")),
         e.input,
         e.ns / 1e6,
         e.events * 1e9 / e.ns,
@@ -1771,8 +1773,10 @@ fn tui_frame_section(t: &TuiFrame) -> String {
          | benchmark | what | time (ms) | share of the {TUI_REDRAW_MS} ms redraw period |\n\
          | --- | --- | ---: | ---: |\n",
         fmt_f0(t.pods),
-        t.cpu
-            .map_or("not pinned".to_string(), |c| format!("pinned to CPU {c}")),
+        t.cpu.map_or_else(
+            || "not pinned".to_string(),
+            |c| format!("pinned to CPU {c}")
+        ),
         t.input,
     );
     for (id, what, ns) in &t.medians {
@@ -1795,7 +1799,7 @@ fn header_section() -> String {
         "cargo xtask {}",
         env::args().skip(1).collect::<Vec<_>>().join(" ")
     );
-    let nproc = thread::available_parallelism().map_or(0, |n| n.get());
+    let nproc = thread::available_parallelism().map_or(0, std::num::NonZero::get);
     let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let cpu = fs::read_to_string("/proc/cpuinfo")
         .unwrap_or_default()
@@ -1931,16 +1935,17 @@ fn writer_row(size: u64, r: &WriterRun) -> String {
     let capture = match &r.summary {
         Some(c) => {
             format!(
-                "nri-trace | {} | {} | {} | {} | {} | {} |",
+                "nri-trace | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 fmt_rate(r.target),
                 fmt_f(r.mb_s()),
                 fmt_f0(r.writes_s()),
                 fmt_f(r.write_ns),
                 r.writes,
-                c.chunks
-            ) + &format!(
-                " {} | {} | {} | {} |",
-                r.bytes, c.bytes, c.lost_records, c.lost_bytes
+                c.chunks,
+                r.bytes,
+                c.bytes,
+                c.lost_records,
+                c.lost_bytes
             )
         }
         None => format!(
@@ -2048,8 +2053,8 @@ fn mix_section(m: &Mix, p: Option<&ProbeCost>, workload: Option<&str>) -> String
          {} syscalls, {} probed: probed share p = {:.1} %.\n\n\
          | syscall nr | name | probed | count | share |\n| ---: | --- | --- | ---: | ---: |\n",
         m.seconds,
-        workload.map_or(
-            ", with no workload of its own (whatever else ran on the machine is in it)".into(),
+        workload.map_or_else(
+            || ", with no workload of its own (whatever else ran on the machine is in it)".into(),
             |w| format!(" while `{w}` ran")
         ),
         m.total(),
@@ -2096,8 +2101,10 @@ fn nri_decode_section(d: &NriDecode) -> String {
          Input: `{}`\n\n\
          | benchmark | what it runs | time per run (us) | MB/s | messages/s |\n\
          | --- | --- | ---: | ---: | ---: |\n",
-        d.cpu
-            .map_or("not pinned".to_string(), |c| format!("pinned to CPU {c}")),
+        d.cpu.map_or_else(
+            || "not pinned".to_string(),
+            |c| format!("pinned to CPU {c}")
+        ),
         d.input
     );
     for ((_, label, what), ns) in NRI_DECODE.iter().zip(d.ns) {
@@ -2127,8 +2134,10 @@ fn cri_decode_section(d: &CriDecode) -> String {
         "## CRI decode throughput\n\n\
          One run = the whole recording, on one core ({}); criterion medians. \
          MB/s = captured payload bytes (10^6) per second. Headline: `{}`.\n\n",
-        d.cpu
-            .map_or("not pinned".to_string(), |c| format!("pinned to CPU {c}")),
+        d.cpu.map_or_else(
+            || "not pinned".to_string(),
+            |c| format!("pinned to CPU {c}")
+        ),
         CRI_INPUTS[0]
     );
     for i in &d.inputs {
@@ -2271,7 +2280,7 @@ fn median(v: &[f64]) -> f64 {
     match s.len() {
         0 => f64::NAN,
         n if n % 2 == 1 => s[n / 2],
-        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+        n => f64::midpoint(s[n / 2 - 1], s[n / 2]),
     }
 }
 

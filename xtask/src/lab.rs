@@ -9,7 +9,7 @@ use clap::Subcommand;
 use crate::{cargo, run, workspace_root};
 
 #[derive(Subcommand)]
-pub enum LabCmd {
+pub(crate) enum LabCmd {
     /// Install containerd 1.7 (trixie, pinned), runc, CNI plugins, busybox.
     Install,
     /// Start the private containerd with NRI (idempotent).
@@ -26,7 +26,7 @@ pub enum LabCmd {
 
 /// `cargo xtask demo`: build everything, then the lab demo with nri-trace
 /// capturing the lab's NRI and CRI sockets.
-pub fn demo(extra: &[String]) -> Result<()> {
+pub(crate) fn demo(extra: &[String]) -> Result<()> {
     let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
     if ci || !crate::setup::toolchain_ready() {
         crate::setup::run()?;
@@ -50,13 +50,13 @@ fn lab_sh(arg: &str) -> Result<()> {
 
 /// Build the lab binaries (debug: they are small and build fast) and
 /// return their directory.
-pub fn build_lab() -> Result<PathBuf> {
+pub(crate) fn build_lab() -> Result<PathBuf> {
     run(cargo().args(["build", "-q", "-p", "nri-trace-lab", "--bins"]))
         .context("building the lab")?;
     Ok(workspace_root().join("target/debug"))
 }
 
-pub fn run_lab(cmd: LabCmd) -> Result<()> {
+pub(crate) fn run_lab(cmd: LabCmd) -> Result<()> {
     match cmd {
         LabCmd::Install => lab_sh("install"),
         LabCmd::Up => lab_sh("up"),

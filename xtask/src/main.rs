@@ -35,7 +35,10 @@ enum Cmd {
         #[arg(long)]
         debug: bool,
     },
-    /// Run every test: setup, build, unit tests, and the root/eBPF tests.
+    /// Check formatting and the workspace lints (clippy, warnings denied).
+    Lint,
+    /// Run every test: setup, the lints, build, unit tests, and the
+    /// root/eBPF tests.
     Test {
         /// Extra arguments passed to `cargo test` (after `--`).
         #[arg(last = true)]
@@ -67,6 +70,7 @@ fn main() -> Result<()> {
     match cli.cmd {
         Cmd::Setup => setup::run(),
         Cmd::Build { debug } => build(!debug).map(|_| ()),
+        Cmd::Lint => lint(),
         Cmd::Test { args } => test(&args),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Lab { cmd } => lab::run_lab(cmd),
@@ -95,9 +99,10 @@ pub fn ebpf_object() -> PathBuf {
 pub fn build_ebpf() -> Result<PathBuf> {
     setup::check_toolchain()?;
     let root = workspace_root();
-    let cargo_home = env::var("CARGO_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(env::var("HOME").unwrap_or_default()).join(".cargo"));
+    let cargo_home = env::var("CARGO_HOME").map_or_else(
+        |_| PathBuf::from(env::var("HOME").unwrap_or_default()).join(".cargo"),
+        PathBuf::from,
+    );
     // /usr/bin first so that Debian's cargo/rustc win over rustup's proxies;
     // bpf-linker lives in CARGO_HOME/bin.
     let path = format!(
@@ -155,12 +160,11 @@ pub fn build(release: bool) -> Result<PathBuf> {
 }
 
 fn test(extra: &[String]) -> Result<()> {
-    let ci = env::var("CI")
-        .map(|v| v == "true" || v == "1")
-        .unwrap_or(false);
+    let ci = env::var("CI").is_ok_and(|v| v == "true" || v == "1");
     if ci || !setup::toolchain_ready() {
         setup::run()?;
     }
+    lint()?;
     let obj = build_ebpf()?;
     let mut cmd = cargo();
     cmd.args(["test", "--workspace", "--all-targets"])
@@ -169,6 +173,24 @@ fn test(extra: &[String]) -> Result<()> {
         cmd.arg("--").args(extra);
     }
     run(&mut cmd).context("cargo test")?;
+    Ok(())
+}
+
+/// `cargo fmt --check` and clippy with the workspace lints (Cargo.toml,
+/// `[workspace.lints]`) as errors: a lint that passes locally and fails
+/// here fails CI, not a later reader.
+fn lint() -> Result<()> {
+    run(cargo().args(["fmt", "--all", "--check"]))
+        .context("cargo fmt --check: run `cargo fmt --all` (rustup component rustfmt)")?;
+    run(cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))
+    .context("cargo clippy: fix the warnings above (rustup component clippy)")?;
     Ok(())
 }
 
@@ -182,9 +204,9 @@ pub fn cargo() -> Command {
 pub fn run(cmd: &mut Command) -> Result<()> {
     let status = cmd
         .status()
-        .with_context(|| format!("running {:?}", cmd.get_program()))?;
+        .with_context(|| format!("running {}", cmd.get_program().display()))?;
     if !status.success() {
-        bail!("{:?} failed: {status}", cmd.get_program());
+        bail!("{} failed: {status}", cmd.get_program().display());
     }
     Ok(())
 }

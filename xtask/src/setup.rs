@@ -23,11 +23,10 @@ const APT_PACKAGES: &[&str] = &[
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
 fn bpf_linker() -> PathBuf {
-    let home = std::env::var("CARGO_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| {
-            PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cargo")
-        });
+    let home = std::env::var("CARGO_HOME").map_or_else(
+        |_| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cargo"),
+        PathBuf::from,
+    );
     home.join("bin/bpf-linker")
 }
 
@@ -44,8 +43,7 @@ fn missing_packages() -> Vec<&'static str> {
         .copied()
         .filter(|p| {
             output("dpkg-query", &["-W", "-f=${Status}", p])
-                .map(|s| !s.contains("install ok installed"))
-                .unwrap_or(true)
+                .is_none_or(|s| !s.contains("install ok installed"))
         })
         .collect()
 }
@@ -55,17 +53,16 @@ fn linker_ok() -> bool {
         bpf_linker().to_str().unwrap_or("bpf-linker"),
         &["--version"],
     )
-    .map(|v| v.contains(BPF_LINKER_VERSION))
-    .unwrap_or(false)
+    .is_some_and(|v| v.contains(BPF_LINKER_VERSION))
 }
 
 /// True when nothing needs installing (cheap: no network).
-pub fn toolchain_ready() -> bool {
+pub(crate) fn toolchain_ready() -> bool {
     missing_packages().is_empty() && linker_ok() && check_toolchain().is_ok()
 }
 
 /// Fails with the fix when Debian's rustc cannot build the eBPF crate.
-pub fn check_toolchain() -> Result<()> {
+pub(crate) fn check_toolchain() -> Result<()> {
     let v = output("/usr/bin/rustc", &["--version"]).with_context(|| {
         "/usr/bin/rustc not found: run `cargo xtask setup` (installs Debian's rustc-web)"
     })?;
@@ -96,7 +93,7 @@ pub fn check_toolchain() -> Result<()> {
     Ok(())
 }
 
-pub fn run() -> Result<()> {
+pub(crate) fn run() -> Result<()> {
     let missing = missing_packages();
     if missing.is_empty() {
         println!("setup: Debian packages present");

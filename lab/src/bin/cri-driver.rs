@@ -283,12 +283,12 @@ impl Ctx {
 
 fn container_spec(name: String, a: &ContainerArgs) -> ContainerSpec {
     let mut c = ContainerSpec::new(name);
-    c.image = a.image.clone();
+    c.image.clone_from(&a.image);
     if !a.command.is_empty() {
-        c.command = a.command.clone();
+        c.command.clone_from(&a.command);
     }
-    c.env = a.env.clone();
-    c.mounts = a.mounts.clone();
+    c.env.clone_from(&a.env);
+    c.mounts.clone_from(&a.mounts);
     c
 }
 
@@ -374,14 +374,14 @@ async fn run(cli: Cli) -> ExitCode {
     });
     let res = match cli.scenario {
         Scenario::Lifecycle(a) => lifecycle(ctx, a).await,
-        Scenario::Retry(a) => retry(ctx, a).await,
-        Scenario::IgnoreSigterm(a) => ignore_sigterm(ctx, a).await,
-        Scenario::Up(a) => up(ctx, a).await,
+        Scenario::Retry(a) => Box::pin(retry(ctx, a)).await,
+        Scenario::IgnoreSigterm(a) => Box::pin(ignore_sigterm(ctx, a)).await,
+        Scenario::Up(a) => Box::pin(up(ctx, a)).await,
         Scenario::Stop(a) => sandbox_steps(ctx, a, true, false).await,
         Scenario::Remove(a) => sandbox_steps(ctx, a, false, true).await,
         Scenario::Down(a) => sandbox_steps(ctx, a, true, true).await,
         Scenario::List => list(ctx).await,
-        Scenario::Mix(a) => mix(ctx, a).await,
+        Scenario::Mix(a) => Box::pin(mix(ctx, a)).await,
     };
     let summary = driver.summary();
     let (mut out, err) = match res {
@@ -595,12 +595,15 @@ async fn lifecycle(ctx: Arc<Ctx>, a: LifecycleArgs) -> ScenarioResult {
         let containers: Vec<ContainerSpec> = (0..a.containers)
             .map(|j| container_spec(format!("c{j}"), &a.container))
             .collect();
-        let ctx = ctx.clone();
-        let sem = sem.clone();
+        let ctx = Arc::clone(&ctx);
+        let sem = Arc::clone(&sem);
         let grace = a.grace_secs;
         set.spawn(async move {
             let _permit = sem.acquire_owned().await;
-            (i, one_lifecycle(ctx, spec, containers, run, grace).await)
+            (
+                i,
+                Box::pin(one_lifecycle(ctx, spec, containers, run, grace)).await,
+            )
         });
     }
     let mut pods = BTreeMap::new();
@@ -721,7 +724,7 @@ async fn retry(ctx: Arc<Ctx>, a: RetryArgs) -> ScenarioResult {
         Ok(items) => {
             leftovers = json!(items
                 .iter()
-                .map(|s| json!({"id": s.id, "state": api::PodSandboxState::try_from(s.state).map(|x| x.as_str_name()).unwrap_or("?"), "attempt": s.metadata.as_ref().map(|m| m.attempt)}))
+                .map(|s| json!({"id": s.id, "state": api::PodSandboxState::try_from(s.state).map_or("?", |x| x.as_str_name()), "attempt": s.metadata.as_ref().map(|m| m.attempt)}))
                 .collect::<Vec<_>>());
             sandboxes = items.into_iter().map(|s| s.id).collect();
         }
@@ -740,7 +743,7 @@ async fn retry(ctx: Arc<Ctx>, a: RetryArgs) -> ScenarioResult {
                     .map(|c| json!({"id": c.id,
                         "name": c.metadata.as_ref().map(|m| m.name.clone()),
                         "attempt": c.metadata.as_ref().map(|m| m.attempt),
-                        "state": api::ContainerState::try_from(c.state).map(|x| x.as_str_name()).unwrap_or("?")}))
+                        "state": api::ContainerState::try_from(c.state).map_or("?", |x| x.as_str_name())}))
                     .collect::<Vec<_>>())
             }
             Err(e) => log::warn!("{e}"),
@@ -814,7 +817,7 @@ async fn ignore_sigterm(ctx: Arc<Ctx>, a: IgnoreSigtermArgs) -> ScenarioResult {
     let mut started = None;
     let mut v = json!({"name": spec.name, "grace_secs": a.grace_secs});
     let mut torn_down = false;
-    let res: Result<()> = async {
+    let res: Result<()> = Box::pin(async {
         start_pod(&ctx, &spec, std::slice::from_ref(&c), true, &mut started).await?;
         let s = started.as_ref().ok_or_else(|| anyhow!("no sandbox"))?;
         let cref = &s.containers[0];
@@ -828,7 +831,7 @@ async fn ignore_sigterm(ctx: Arc<Ctx>, a: IgnoreSigtermArgs) -> ScenarioResult {
         let st = ctx.driver.container_status(Some(&s.pod), cref).await?;
         v["exit_code"] = json!(st.exit_code);
         v["reason"] = json!(st.reason);
-        v["state"] = json!(api::ContainerState::try_from(st.state).map(|x| x.as_str_name()).unwrap_or("?"));
+        v["state"] = json!(api::ContainerState::try_from(st.state).map_or("?", |x| x.as_str_name()));
         ctx.driver.note(format!(
             "StopContainer of {} (ignores SIGTERM) with grace {} s took {:.0} ms; exit code {}",
             cref.name,
@@ -847,7 +850,7 @@ async fn ignore_sigterm(ctx: Arc<Ctx>, a: IgnoreSigtermArgs) -> ScenarioResult {
             );
         }
         Ok(())
-    }
+    })
     .await;
     match res {
         Ok(()) => Ok(v),
@@ -920,7 +923,7 @@ async fn list(ctx: Arc<Ctx>) -> ScenarioResult {
         Ok(items) => Ok(json!({"sandboxes": items.iter().map(|s| {
             let m = s.metadata.clone().unwrap_or_default();
             json!({"id": s.id, "name": m.name, "namespace": m.namespace, "uid": m.uid, "attempt": m.attempt,
-                   "state": api::PodSandboxState::try_from(s.state).map(|x| x.as_str_name()).unwrap_or("?")})
+                   "state": api::PodSandboxState::try_from(s.state).map_or("?", |x| x.as_str_name())})
         }).collect::<Vec<_>>()})),
         Err(e) => fail(json!({}), e),
     }
@@ -936,7 +939,7 @@ const MIX_NODE_CALLS: usize = 7;
 const MIX_POD_CALLS: usize = 14;
 /// How often `mix` looks for the pause file, and for how long.
 const PAUSE_POLL: Duration = Duration::from_millis(20);
-const PAUSE_GIVE_UP: Duration = Duration::from_secs(600);
+const PAUSE_GIVE_UP: Duration = Duration::from_mins(10);
 
 fn mix_pod_name(prefix: &str, phase: &str, i: usize) -> String {
     format!("{prefix}-{phase}-{i}")
@@ -948,15 +951,11 @@ fn mix_calls_per_phase(pods: usize) -> usize {
 }
 
 fn container_state(s: i32) -> &'static str {
-    api::ContainerState::try_from(s)
-        .map(|x| x.as_str_name())
-        .unwrap_or("?")
+    api::ContainerState::try_from(s).map_or("?", |x| x.as_str_name())
 }
 
 fn sandbox_state(s: i32) -> &'static str {
-    api::PodSandboxState::try_from(s)
-        .map(|x| x.as_str_name())
-        .unwrap_or("?")
+    api::PodSandboxState::try_from(s).map_or("?", |x| x.as_str_name())
 }
 
 /// Node-level calls, as kubelet's runtime health check, image manager and
@@ -1000,7 +999,7 @@ async fn mix_pod(ctx: &Ctx, spec: &PodSpec) -> Value {
     let mut started: Option<Started> = None;
     let mut removed = false;
     let mut v = json!({"name": spec.name, "uid": spec.uid});
-    let res: Result<()> = async {
+    let res: Result<()> = Box::pin(async {
         let sid = d.run_pod_sandbox(spec, &ctx.policy).await?;
         let pod = spec.pod_ref(Some(&sid));
         v["sandbox_id"] = json!(sid);
@@ -1039,7 +1038,7 @@ async fn mix_pod(ctx: &Ctx, spec: &PodSpec) -> Value {
         removed = true;
         d.list_pod_sandbox(None).await?;
         Ok(())
-    }
+    })
     .await;
     if res.is_err() && !removed {
         if let Some(s) = &started {
@@ -1067,7 +1066,7 @@ async fn mix_phase(ctx: &Ctx, a: &MixArgs, phase: &str) -> (Value, Result<()>) {
     ));
     let mut v = json!({"phase": phase, "start_mono_ns": truth::mono_ns()});
     let mut pods = vec![];
-    let res: Result<()> = async {
+    let res: Result<()> = Box::pin(async {
         v["node"] = mix_node_calls(ctx).await?;
         for i in 0..a.pods {
             let spec = ctx.pod_spec(mix_pod_name(&a.prefix, phase, i), &a.pod);
@@ -1080,7 +1079,7 @@ async fn mix_phase(ctx: &Ctx, a: &MixArgs, phase: &str) -> (Value, Result<()>) {
             }
         }
         Ok(())
-    }
+    })
     .await;
     v["end_mono_ns"] = json!(truth::mono_ns());
     let calls = d.records().len() - calls_before;
@@ -1137,7 +1136,7 @@ async fn mix(ctx: Arc<Ctx>, a: MixArgs) -> ScenarioResult {
                 ));
             }
         }
-        let (v, r) = mix_phase(&ctx, &a, phase).await;
+        let (v, r) = Box::pin(mix_phase(&ctx, &a, phase)).await;
         phases.push(v);
         if let Err(e) = r {
             res = Err(e);

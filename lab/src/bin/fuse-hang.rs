@@ -463,21 +463,21 @@ fn errno() -> i32 {
 
 fn cstr(p: &Path) -> Result<CString, String> {
     CString::new(p.as_os_str().as_encoded_bytes())
-        .map_err(|_| format!("{} contains a NUL byte", p.display()))
+        .map_err(|_nul| format!("{} contains a NUL byte", p.display()))
 }
 
 /// Block the stop signals and return a signalfd that reads them.
 fn stop_signals() -> Result<OwnedFd, String> {
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
+        libc::sigemptyset(&raw mut set);
         for s in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
-            libc::sigaddset(&mut set, s);
+            libc::sigaddset(&raw mut set, s);
         }
-        if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+        if libc::pthread_sigmask(libc::SIG_BLOCK, &raw const set, std::ptr::null_mut()) != 0 {
             return Err("pthread_sigmask failed".into());
         }
-        let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+        let fd = libc::signalfd(-1, &raw const set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
         if fd < 0 {
             return Err(format!("signalfd: {}", std::io::Error::last_os_error()));
         }
@@ -549,8 +549,8 @@ fn serve(fuse: &OwnedFd, sig: &OwnedFd, fs: &mut Fs) -> Result<String, String> {
             let n = unsafe {
                 libc::read(
                     sig.as_raw_fd(),
-                    (&mut si as *mut libc::signalfd_siginfo).cast(),
-                    std::mem::size_of::<libc::signalfd_siginfo>(),
+                    (&raw mut si).cast(),
+                    size_of::<libc::signalfd_siginfo>(),
                 )
             };
             if n > 0 {
@@ -644,8 +644,7 @@ fn run(mnt: PathBuf) -> Result<String, String> {
     say(serde_json::json!({"mounted": mnt, "pid": std::process::id()}));
     let time = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+        .map_or(0, |d| d.as_secs());
     let mut fs = Fs::new(time);
     let res = serve(&fuse, &sig, &mut fs);
     // Closing the only descriptor aborts the connection: held requests end

@@ -145,7 +145,7 @@ fn main() {
 fn realtime_priority() {
     let p = libc::sched_param { sched_priority: 10 };
     // SAFETY: plain syscall on the calling thread with a valid param.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) } != 0 {
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &raw const p) } != 0 {
         log::warn!(
             "SCHED_FIFO not available ({}): truth timestamps may carry scheduling noise",
             std::io::Error::last_os_error()

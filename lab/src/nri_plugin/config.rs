@@ -46,9 +46,10 @@ pub fn event_bit(event: Event) -> i32 {
 
 /// Upper-case wire name of an event number, e.g. "RUN_POD_SANDBOX".
 pub fn event_name(event: i32) -> String {
-    Event::try_from(event)
-        .map(|e| e.as_str_name().to_string())
-        .unwrap_or_else(|_| format!("EVENT_{event}"))
+    Event::try_from(event).map_or_else(
+        |_| format!("EVENT_{event}"),
+        |e| e.as_str_name().to_string(),
+    )
 }
 
 fn norm(s: &str) -> String {
@@ -127,7 +128,7 @@ pub fn parse_action(s: &str) -> Result<Action> {
 }
 
 /// An action as written in JSON: the short string or the [`Action`] object.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum ActionSpec {
     Short(String),
@@ -144,7 +145,7 @@ impl ActionSpec {
 }
 
 /// A list of events as written in JSON: `"a,b"` or `["a", "b"]`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum EventList {
     Csv(String),
@@ -188,7 +189,7 @@ impl EventList {
 }
 
 /// The plugin's configuration (JSON, see the module docs).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PluginConfig {
     pub name: Option<String>,
@@ -262,7 +263,7 @@ impl PluginConfig {
 }
 
 /// The resolved behaviour of a plugin.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Behaviour {
     /// ConfigureResponse.events.
     pub mask: i32,

@@ -201,7 +201,7 @@ impl TtrpcSplitter {
 
 /// ttrpc `Request` (containerd/ttrpc request.proto), decoded here only to
 /// read and strip `timeout_nano`.
-#[derive(Clone, PartialEq, prost::Message)]
+#[derive(Clone, PartialEq, Eq, prost::Message)]
 pub struct WireRequest {
     #[prost(string, tag = "1")]
     pub service: String,
@@ -215,7 +215,7 @@ pub struct WireRequest {
     pub metadata: Vec<WireKeyValue>,
 }
 
-#[derive(Clone, PartialEq, prost::Message)]
+#[derive(Clone, PartialEq, Eq, prost::Message)]
 pub struct WireKeyValue {
     #[prost(string, tag = "1")]
     pub key: String,
@@ -224,7 +224,7 @@ pub struct WireKeyValue {
 }
 
 /// ttrpc `Response{status = 1 (google.rpc.Status), payload = 2}`.
-#[derive(Clone, PartialEq, prost::Message)]
+#[derive(Clone, PartialEq, Eq, prost::Message)]
 pub struct WireResponse {
     #[prost(message, optional, tag = "1")]
     pub status: Option<WireStatus>,
@@ -233,7 +233,7 @@ pub struct WireResponse {
 }
 
 /// `google.rpc.Status` without its details.
-#[derive(Clone, PartialEq, prost::Message)]
+#[derive(Clone, PartialEq, Eq, prost::Message)]
 pub struct WireStatus {
     #[prost(int32, tag = "1")]
     pub code: i32,
@@ -297,10 +297,10 @@ impl Mux {
             trunk_r,
             p_write,
             r_write,
-            observer.clone(),
+            Arc::clone(&observer),
             closed_tx,
         ));
-        tokio::spawn(plugin_writer(p_read, trunk_w.clone(), observer));
+        tokio::spawn(plugin_writer(p_read, Arc::clone(&trunk_w), observer));
         tokio::spawn(runtime_writer(r_read, trunk_w));
 
         MuxHandles {
@@ -440,10 +440,7 @@ async fn plugin_writer(
             if h.msg_type == TTRPC_RESPONSE {
                 let at = mono_ns();
                 let (code, message) = match WireResponse::decode(body.as_slice()) {
-                    Ok(r) => r
-                        .status
-                        .map(|s| (s.code, s.message))
-                        .unwrap_or((0, String::new())),
+                    Ok(r) => r.status.map_or((0, String::new()), |s| (s.code, s.message)),
                     Err(e) => (-1, format!("undecodable response: {e}")),
                 };
                 observer(MuxEvent::Response {
@@ -529,7 +526,7 @@ mod tests {
     fn many_frames_in_one_read_and_a_split_header() {
         let mut wire = vec![];
         for i in 0..10u8 {
-            wire.extend(encode_frame(1 + (i as u32 % 2), &[i; 5]));
+            wire.extend(encode_frame(1 + (u32::from(i) % 2), &[i; 5]));
         }
         // Cut inside the 4th frame's header.
         let cut = 3 * 13 + 4;
@@ -612,7 +609,7 @@ mod tests {
         // that starts in the last frame, as ttrpc-go's buffered writer does.
         let m1 = ttrpc_msg(1, TTRPC_REQUEST, &[9u8; 5000]);
         let m2 = ttrpc_msg(3, TTRPC_REQUEST, b"xy");
-        let mut stream = m1.clone();
+        let mut stream = m1;
         stream.extend(&m2);
         let wire = encode_frames(1, &stream, 4096);
         let mut d = FrameDecoder::new();
@@ -660,7 +657,7 @@ mod tests {
             flags: 0,
         };
         let seen = Arc::new(std::sync::Mutex::new(vec![]));
-        let s2 = seen.clone();
+        let s2 = Arc::clone(&seen);
         let obs: MuxObserver = Arc::new(move |e| s2.lock().unwrap().push(e));
         let out = inbound_plugin_message(h, body, &obs);
         let h2 = TtrpcHeader::parse(&out);
@@ -690,7 +687,7 @@ mod tests {
         // byte streams, and what it writes comes back framed.
         let (ours, theirs) = UnixStream::pair().unwrap();
         let seen = Arc::new(std::sync::Mutex::new(vec![]));
-        let s2 = seen.clone();
+        let s2 = Arc::clone(&seen);
         let mut h = Mux::start(ours, Arc::new(move |e| s2.lock().unwrap().push(e)));
         let (mut tr, mut tw) = theirs.into_split();
 

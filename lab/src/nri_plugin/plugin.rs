@@ -164,14 +164,12 @@ impl PluginOptions {
                 }
             }
         }
-        let truth = match &config.truth {
-            Some(t) => t.clone(),
-            None => {
-                let t =
-                    std::env::temp_dir().join(format!("nri-test-plugin-{idx}-{name}.truth.ndjson"));
-                log::warn!("no truth file configured; recording to {}", t.display());
-                t
-            }
+        let truth = if let Some(t) = &config.truth {
+            t.clone()
+        } else {
+            let t = std::env::temp_dir().join(format!("nri-test-plugin-{idx}-{name}.truth.ndjson"));
+            log::warn!("no truth file configured; recording to {}", t.display());
+            t
         };
         config.behaviour()?; // fail early on a bad config
         Ok(Self {
@@ -390,8 +388,15 @@ impl Shared {
     /// Record every request still unanswered (at disconnect).
     fn flush_unanswered(&self) {
         let now = mono_ns();
-        let calls: Vec<Call> = self.calls.lock().unwrap().drain().map(|(_, c)| c).collect();
-        for c in calls.into_iter().filter(|c| !c.recorded) {
+
+        for c in self
+            .calls
+            .lock()
+            .unwrap()
+            .drain()
+            .map(|(_, c)| c)
+            .filter(|c| !c.recorded)
+        {
             let expired =
                 c.timeout_nano > 0 && now.saturating_sub(c.recv_mono_ns) >= c.timeout_nano as u64;
             let outcome = if expired {
@@ -477,8 +482,7 @@ impl Shared {
         }
         let action = d
             .target
-            .map(|t| self.behaviour.read().unwrap().action(t))
-            .unwrap_or(Action::Ok);
+            .map_or(Action::Ok, |t| self.behaviour.read().unwrap().action(t));
         let call = {
             let mut calls = self.calls.lock().unwrap();
             let c = calls.entry(stream_id).or_insert_with(|| Call {
@@ -558,7 +562,7 @@ impl MethodHandler for Method {
 /// Adopt the pre-launched plugin's inherited socket.
 fn adopt_fd(fd: RawFd) -> Result<tokio::net::UnixStream> {
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+    if unsafe { libc::fstat(fd, &raw mut st) } != 0 {
         bail!("NRI_PLUGIN_SOCKET={fd}: {}", io::Error::last_os_error());
     }
     if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
@@ -602,7 +606,7 @@ pub async fn run(opts: PluginOptions) -> Result<String> {
         pid: std::process::id(),
     });
 
-    let s2 = shared.clone();
+    let s2 = Arc::clone(&shared);
     let observer: MuxObserver = Arc::new(move |e| s2.on_mux(e));
     let mux = Mux::start(trunk, observer);
 
@@ -612,7 +616,7 @@ pub async fn run(opts: PluginOptions) -> Result<String> {
         methods.insert(
             m.to_string(),
             Box::new(Method {
-                shared: shared.clone(),
+                shared: Arc::clone(&shared),
                 name: m,
             }),
         );

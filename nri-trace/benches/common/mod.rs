@@ -9,7 +9,7 @@ use std::{
 
 /// Where criterion writes (its own rule, minus `cargo metadata`: this
 /// workspace's target directory).
-pub fn criterion_dir() -> PathBuf {
+pub(crate) fn criterion_dir() -> PathBuf {
     if let Some(d) = env::var_os("CRITERION_HOME") {
         return d.into();
     }
@@ -22,7 +22,7 @@ pub fn criterion_dir() -> PathBuf {
 /// criterion's median (ns per run) of the benchmark `id` (its path under
 /// the criterion directory: group, name, input...), if this run (since
 /// `since`) wrote it.
-pub fn median_ns(id: &[&str], since: SystemTime) -> Option<f64> {
+pub(crate) fn median_ns(id: &[&str], since: SystemTime) -> Option<f64> {
     let mut p = criterion_dir();
     p.extend(id);
     let p = p.join("new/estimates.json");

@@ -395,7 +395,7 @@ impl<'a> BtfIndex<'a> {
             }
             found_struct = true;
             if let Some(bits) = self.find_member(rec, struct_name, member, 0, 0, &mut budget)? {
-                return u32::try_from(bits / 8).map_err(|_| {
+                return u32::try_from(bits / 8).map_err(|_too_big| {
                     BtfError::Malformed(format!(
                         "offset of {struct_name}.{member} ({bits} bits) does not fit in 32 bits"
                     ))
@@ -666,7 +666,7 @@ mod tests {
         // Bitfields and missing names are errors.
         assert!(matches!(
             btf.member_offset("task_struct", "in_execve"),
-            Err(BtfError::Bitfield { .. }) | Err(BtfError::MemberNotFound { .. })
+            Err(BtfError::Bitfield { .. } | BtfError::MemberNotFound { .. })
         ));
         assert!(matches!(
             btf.member_offset("task_struct", "no_such_member"),
@@ -755,7 +755,7 @@ mod tests {
         let mut mutated = blob.clone();
         for _ in 0..40 {
             mutated.copy_from_slice(&blob);
-            for _ in 0..1 + rng.next() % 8 {
+            for _ in 0..=(rng.next() % 8) {
                 // Bias towards the header and the start of the type section.
                 let span = if rng.next() & 1 == 0 {
                     4096
@@ -1040,7 +1040,7 @@ mod tests {
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         for _ in 0..20_000 {
             let mut blob = good.clone();
-            for _ in 0..1 + rng.next() % 6 {
+            for _ in 0..=(rng.next() % 6) {
                 let at = (rng.next() % blob.len() as u64) as usize;
                 blob[at] = rng.next() as u8;
             }

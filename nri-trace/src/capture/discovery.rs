@@ -216,7 +216,7 @@ pub fn parse_proc_net_unix(text: &str) -> Vec<UnixSocketEntry> {
 fn parse_proc_net_unix_line(line: &str) -> Option<UnixSocketEntry> {
     let mut rest = line;
     let mut fields = [""; 7];
-    for field in fields.iter_mut() {
+    for field in &mut fields {
         let trimmed = rest.trim_start_matches([' ', '\t']);
         let end = trimmed.find([' ', '\t']).unwrap_or(trimmed.len());
         let (token, tail) = trimmed.split_at(end);
@@ -523,6 +523,10 @@ fn scan_holders(inodes: &HashSet<u64>) -> HolderScan {
 }
 
 /// Lists `(tgid, fd, inode)` for every fd in any `/proc/<tgid>/fd` whose socket inode is in `inodes`.
+#[allow(
+    clippy::implicit_hasher,
+    reason = "callers build the set here; no other hasher is in use"
+)]
 pub fn find_socket_holders(inodes: &HashSet<u64>) -> Vec<(u32, u32, u64)> {
     scan_holders(inodes).holders
 }
@@ -550,7 +554,7 @@ pub fn peer_cred(pid: u32, fd: u32) -> Option<PeerCred> {
     let pid = libc::pid_t::try_from(pid).ok()?;
     let fd = libc::c_int::try_from(fd).ok()?;
     // SAFETY: pidfd_open(pid_t, unsigned int) has no memory arguments.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0 as libc::c_uint) };
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, libc::c_uint::MIN) };
     let pidfd = libc::c_int::try_from(pidfd).ok().filter(|&r| r >= 0)?;
     // SAFETY: the kernel just returned this fd to us and nothing else owns it.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
@@ -561,7 +565,7 @@ pub fn peer_cred(pid: u32, fd: u32) -> Option<PeerCred> {
             libc::SYS_pidfd_getfd,
             pidfd.as_raw_fd(),
             fd,
-            0 as libc::c_uint,
+            libc::c_uint::MIN,
         )
     };
     let dup = libc::c_int::try_from(dup).ok().filter(|&r| r >= 0)?;
@@ -573,7 +577,7 @@ pub fn peer_cred(pid: u32, fd: u32) -> Option<PeerCred> {
         uid: 0,
         gid: 0,
     };
-    let mut len = libc::socklen_t::try_from(std::mem::size_of::<libc::ucred>()).ok()?;
+    let mut len = libc::socklen_t::try_from(size_of::<libc::ucred>()).ok()?;
     // SAFETY: cred/len point to live, correctly sized locals for the duration of the call.
     let rc = unsafe {
         libc::getsockopt(
@@ -581,11 +585,11 @@ pub fn peer_cred(pid: u32, fd: u32) -> Option<PeerCred> {
             libc::SOL_SOCKET,
             libc::SO_PEERCRED,
             std::ptr::addr_of_mut!(cred).cast::<libc::c_void>(),
-            &mut len,
+            &raw mut len,
         )
     };
     drop(dup);
-    if rc != 0 || usize::try_from(len).ok()? != std::mem::size_of::<libc::ucred>() {
+    if rc != 0 || usize::try_from(len).ok()? != size_of::<libc::ucred>() {
         return None;
     }
     Some(PeerCred {
@@ -926,7 +930,7 @@ fn diag_socket() -> Result<Socket, DiscoveryError> {
             libc::SOL_SOCKET,
             libc::SO_RCVTIMEO,
             std::ptr::addr_of!(timeout).cast::<libc::c_void>(),
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            size_of::<libc::timeval>() as libc::socklen_t,
         )
     };
     if rc != 0 {
@@ -1208,8 +1212,7 @@ mod tests {
         fn new(tag: &str) -> TempDir {
             let nanos = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0);
+                .map_or(0, |d| d.as_nanos());
             let dir = std::env::temp_dir().join(format!(
                 "nri-trace-discovery-{}-{tag}-{nanos}",
                 std::process::id()
@@ -1901,7 +1904,7 @@ mod tests {
         let mut x = 0x9e37_79b9u32;
         for round in 0..2000usize {
             let mut noise = good.clone();
-            for _ in 0..(round % 7 + 1) {
+            for _ in 0..=(round % 7) {
                 x ^= x << 13;
                 x ^= x >> 17;
                 x ^= x << 5;
@@ -1991,7 +1994,7 @@ mod tests {
         // SAFETY: stat is plain old data; fstat fills it for a valid fd.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: the fd is open for the duration of the call; st is a live local.
-        let rc = unsafe { libc::fstat(fd.as_raw_fd(), &mut st) };
+        let rc = unsafe { libc::fstat(fd.as_raw_fd(), &raw mut st) };
         assert_eq!(rc, 0, "fstat: {}", io::Error::last_os_error());
         st.st_ino
     }

@@ -172,7 +172,7 @@ impl EbpfBackend {
             rlim_cur: libc::RLIM_INFINITY,
             rlim_max: libc::RLIM_INFINITY,
         };
-        unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rl) };
+        unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &raw const rl) };
 
         let ring = opts.ring_bytes.max(4096).next_power_of_two();
         let mut ebpf = EbpfLoader::new()
@@ -328,7 +328,7 @@ where
             problem: "is missing from the object",
         })?
         .try_into()
-        .map_err(|_| BackendError::Program {
+        .map_err(|_wrong_type| BackendError::Program {
             program: name.into(),
             problem: "is not of the type nri-trace attaches it as",
         })?;

@@ -170,6 +170,10 @@ pub struct Chunk {
     pub syscall_len: u64,
 }
 
+#[allow(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde passes a reference"
+)]
 fn ser_syscall<S: serde::Serializer>(s: &Syscall, ser: S) -> Result<S::Ok, S::Error> {
     ser.serialize_str(s.name())
 }
@@ -252,6 +256,10 @@ pub struct Loss {
     pub pod_map_full: u64,
 }
 
+#[allow(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde passes a reference"
+)]
 fn is_zero(v: &u64) -> bool {
     *v == 0
 }

@@ -178,7 +178,7 @@ mod tests {
         let mut x: u64 = 0x9e3779b97f4a7c15;
         for len in 0..200 {
             let mut b = vec![0u8; len];
-            for v in b.iter_mut() {
+            for v in &mut b {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;

@@ -101,7 +101,7 @@ impl RecordingError {
 /// Create a recording file readable by its owner only (0600): a raw
 /// capture holds everything the runtime read and wrote, container
 /// environments and mount secrets included. An existing file is replaced.
-pub fn create_private(path: &std::path::Path) -> std::io::Result<File> {
+pub fn create_private(path: &Path) -> io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     let _ = std::fs::remove_file(path);
     std::fs::OpenOptions::new()
@@ -247,6 +247,7 @@ impl<R: BufRead, T: RecordType> RecordingReader<R, T> {
 
     /// Cap lines at `max` bytes (newline excluded) instead of the default;
     /// longer lines give [`RecordingError::LineTooLong`] and are skipped.
+    #[must_use]
     pub fn with_max_line_bytes(mut self, max: usize) -> Self {
         self.max_line = max;
         self
@@ -593,7 +594,7 @@ mod tests {
                 pid: u32::MAX,
                 uid: 65534,
                 comm: Some("plugin\u{1b}[31m é".into()),
-                cmdline: vec!["/bin/plugin".into(), "".into(), "--idx=10".into()],
+                cmdline: vec!["/bin/plugin".into(), String::new(), "--idx=10".into()],
                 env,
             }),
         ];
@@ -969,7 +970,7 @@ mod tests {
         interrupted: bool,
     }
 
-    impl io::Read for Flaky<'_> {
+    impl Read for Flaky<'_> {
         fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
             if !self.interrupted {
                 self.interrupted = true;
@@ -1095,7 +1096,7 @@ mod tests {
         let mut parsed = 0;
         for round in 0..3000 {
             let mut input = Vec::new();
-            for _ in 0..1 + rng.below(4) {
+            for _ in 0..=rng.below(4) {
                 let mut l = lines[rng.below(lines.len())].to_vec();
                 match round % 4 {
                     // Uniform noise.
@@ -1104,7 +1105,7 @@ mod tests {
                     }
                     // Point mutations of a valid line.
                     1 => {
-                        for _ in 0..1 + rng.below(3) {
+                        for _ in 0..=rng.below(3) {
                             let i = rng.below(l.len());
                             l[i] = ALPHABET[rng.below(ALPHABET.len())];
                         }

@@ -151,7 +151,7 @@ pub fn signal_name(sig: i32) -> String {
     usize::try_from(sig)
         .ok()
         .and_then(|i| NAMES.get(i))
-        .map_or_else(|| format!("signal {sig}"), |n| n.to_string())
+        .map_or_else(|| format!("signal {sig}"), ToString::to_string)
 }
 
 /// An errno as "EBUSY (Device or resource busy)"; "ok" for 0.
@@ -339,7 +339,7 @@ fn c_str(b: &[u8]) -> String {
 
 fn errno_of(ret: i64) -> i32 {
     if ret < 0 {
-        (-ret).min(i32::MAX as i64) as i32
+        (-ret).min(i64::from(i32::MAX)) as i32
     } else {
         0
     }
@@ -527,8 +527,8 @@ impl SandboxContext {
                     );
                 }
                 if let Some((c, g)) = self.pids.get(target) {
-                    *target_comm = c.clone();
-                    *target_cgroup = g.clone();
+                    target_comm.clone_from(c);
+                    target_cgroup.clone_from(g);
                 }
             }
             SandboxOp::Exit { .. } => {

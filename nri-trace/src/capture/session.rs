@@ -141,7 +141,7 @@ pub fn monotonic_ns() -> u64 {
 /// CLOCK_REALTIME minus CLOCK_MONOTONIC now: the offset capture
 /// timestamps' wall clock is derived with.
 pub fn wall_offset_ns() -> i128 {
-    clock_ns(libc::CLOCK_REALTIME) as i128 - monotonic_ns() as i128
+    i128::from(clock_ns(libc::CLOCK_REALTIME)) - i128::from(monotonic_ns())
 }
 
 fn clock_ns(clock: libc::clockid_t) -> u64 {
@@ -149,7 +149,7 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    unsafe { libc::clock_gettime(clock, &mut ts) };
+    unsafe { libc::clock_gettime(clock, &raw mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
@@ -195,6 +195,10 @@ impl AsRawFd for Fd {
 }
 
 /// Start capturing. Must be called inside a tokio runtime.
+#[allow(
+    clippy::unused_async,
+    reason = "it spawns the drain task: async keeps it inside a runtime"
+)]
 pub async fn start(
     cfg: SessionConfig,
     mut backend: Box<dyn CaptureBackend>,
@@ -237,7 +241,7 @@ pub async fn start(
         let name = tracker.add_bind_path(l.path.clone());
         backend.watch_bind_path(&l.path, name)?;
     }
-    tracked.sort();
+    tracked.sort_unstable();
     tracked.dedup();
     let sandbox = if cfg.sandbox {
         let tree = super::sandbox::runtime_tree(&tracked);
@@ -610,7 +614,7 @@ impl Reattach {
         if !new_pids.is_empty() {
             self.fast_until_ns = now + REATTACH_FAST_NS;
         }
-        new_pids.sort();
+        new_pids.sort_unstable();
         new_pids.dedup();
         if new_pids.is_empty() {
             return;
@@ -753,7 +757,7 @@ async fn drain_until_stopped(
             );
         }
         if let Some(ctx) = resolver.sandbox.as_mut() {
-            for ev in out.iter_mut() {
+            for ev in &mut out {
                 match ev {
                     CaptureEvent::Sandbox(s) => ctx.enrich(s, now),
                     // A restarted runtime: watch its tree too.
@@ -993,7 +997,7 @@ impl Follower {
                 inode,
                 peer_inode: None,
                 candidate: nc.peer_pid,
-                wait: wait.unwrap_or(Wait::Until {
+                wait: wait.unwrap_or_else(|| Wait::Until {
                     until_ns: now_ns.saturating_add(RETRY_NS),
                 }),
             };

@@ -137,7 +137,8 @@ impl ConnTracker {
     }
 
     pub fn ts(&self, mono_ns: u64) -> Timestamp {
-        let wall = (mono_ns as i128 + self.wall_offset_ns).clamp(0, u64::MAX as i128) as u64;
+        let wall =
+            (i128::from(mono_ns) + self.wall_offset_ns).clamp(0, i128::from(u64::MAX)) as u64;
         Timestamp {
             mono_ns,
             wall_ns: wall,
@@ -155,12 +156,11 @@ impl ConnTracker {
     /// The name under which the kernel is to report a bind() of `path`
     /// (`CaptureBackend::watch_bind_path`).
     pub fn add_bind_path(&mut self, path: PathBuf) -> u32 {
-        let i = match self.bind_paths.iter().position(|p| *p == path) {
-            Some(i) => i,
-            None => {
-                self.bind_paths.push(path);
-                self.bind_paths.len() - 1
-            }
+        let i = if let Some(i) = self.bind_paths.iter().position(|p| *p == path) {
+            i
+        } else {
+            self.bind_paths.push(path);
+            self.bind_paths.len() - 1
         };
         i as u32
     }
@@ -495,7 +495,7 @@ impl ConnTracker {
 
     fn on_exit(&mut self, tgid: u32, ts_ns: u64, out: &mut Vec<CaptureEvent>) {
         let mut keys: Vec<_> = self.by_fd.keys().filter(|k| k.0 == tgid).copied().collect();
-        keys.sort();
+        keys.sort_unstable();
         for k in keys {
             if let Some(id) = self.by_fd.get(&k).copied() {
                 self.release_fd(k, id, ts_ns, CloseReason::ProcessExit, out);
@@ -612,7 +612,7 @@ impl ConnTracker {
             .filter(|(_, p)| p.conn == id)
             .map(|(t, _)| *t)
             .collect();
-        tids.sort();
+        tids.sort_unstable();
         for t in tids {
             if let Some(p) = self.pending.remove(&t) {
                 out.push(CaptureEvent::Chunk(finish(p, true)));
@@ -629,7 +629,7 @@ impl ConnTracker {
             .filter(|(_, p)| now_mono_ns.saturating_sub(p.ts.mono_ns) > max_age_ns)
             .map(|(t, _)| *t)
             .collect();
-        stale.sort();
+        stale.sort_unstable();
         for t in stale {
             if let Some(p) = self.pending.remove(&t) {
                 out.push(CaptureEvent::Chunk(finish(p, true)));

@@ -7,7 +7,7 @@ use nri_trace_common::{DEFAULT_RING_BYTES, DEFAULT_SNAP};
 
 /// `watch -o`.
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum WatchOutput {
+pub(crate) enum WatchOutput {
     /// Per pod, each CRI call with the NRI hooks it caused (docs/trace.md).
     Text,
     /// NDJSON records (docs/schema.md).
@@ -18,7 +18,7 @@ pub enum WatchOutput {
 
 /// `replay -o`.
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ReplayOutput {
+pub(crate) enum ReplayOutput {
     Tui,
     /// `report`'s summary.
     Report,
@@ -28,14 +28,14 @@ pub enum ReplayOutput {
 
 /// Commands that print lines: text for people, JSON for pipelines.
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LineOutput {
+pub(crate) enum LineOutput {
     Text,
     Json,
 }
 
 /// `debug capture -o`.
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum CaptureOutput {
+pub(crate) enum CaptureOutput {
     Text,
     /// The raw capture format `replay` and `--save-raw` use.
     Json,
@@ -45,7 +45,7 @@ pub enum CaptureOutput {
 
 /// Which records reach the output (docs/trace.md, "Filters").
 #[derive(clap::Args, Clone, Default)]
-pub struct FilterArgs {
+pub(crate) struct FilterArgs {
     /// Only records about pods of this namespace.
     #[arg(short = 'n', long, value_name = "NAMESPACE")]
     pub namespace: Option<String>,
@@ -59,7 +59,7 @@ pub struct FilterArgs {
 
 /// What the engine is told, and what text output leaves out.
 #[derive(clap::Args, Clone, Default)]
-pub struct DecodeArgs {
+pub(crate) struct DecodeArgs {
     /// Hook budget for the hook-over-budget rule (default: half of each
     /// request's plugin timeout; docs/contract.md).
     #[arg(long, value_name = "MS")]
@@ -75,7 +75,7 @@ pub struct DecodeArgs {
 }
 
 #[derive(Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
-pub enum KernelEvents {
+pub(crate) enum KernelEvents {
     #[default]
     Explaining,
     All,
@@ -83,7 +83,7 @@ pub enum KernelEvents {
 
 /// The runtime to trace.
 #[derive(clap::Args, Clone, Default)]
-pub struct TargetArgs {
+pub(crate) struct TargetArgs {
     /// The runtime's CRI socket [default: found from the running
     /// containerd or CRI-O].
     #[arg(long, value_name = "PATH")]
@@ -103,7 +103,7 @@ pub struct TargetArgs {
 
 /// How the probes capture.
 #[derive(clap::Args, Clone)]
-pub struct ProbeArgs {
+pub(crate) struct ProbeArgs {
     /// Bytes captured per syscall at most.
     #[arg(long, default_value_t = DEFAULT_SNAP)]
     pub snap_len: u32,

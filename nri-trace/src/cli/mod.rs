@@ -3,7 +3,7 @@
 //! Inspektor Gadget: `-o` is always an output format, `-n` a namespace,
 //! `--pod` / `--plugin` filters.
 
-pub mod args;
+pub(crate) mod args;
 
 use std::path::PathBuf;
 
@@ -22,13 +22,13 @@ use args::{
     after_help = "Without a command, on a terminal: the live TUI (`nri-trace watch -o tui`).\n\
                   Docs: docs/ in the source tree (README.md lists them)."
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     pub cmd: Option<Cmd>,
 }
 
 #[derive(Subcommand)]
-pub enum Cmd {
+pub(crate) enum Cmd {
     /// Trace the runtime live: each CRI call with the NRI hooks it caused,
     /// their times, the contract findings (TUI on a terminal, else text).
     Watch(WatchArgs),
@@ -57,7 +57,7 @@ pub enum Cmd {
 
 /// `nri-trace watch`.
 #[derive(clap::Args, Clone)]
-pub struct WatchArgs {
+pub(crate) struct WatchArgs {
     /// Output format [default: tui on a terminal, else text].
     #[arg(short, long, value_enum)]
     pub output: Option<WatchOutput>,
@@ -94,7 +94,7 @@ pub struct WatchArgs {
 
 /// `nri-trace replay`.
 #[derive(clap::Args)]
-pub struct ReplayArgs {
+pub(crate) struct ReplayArgs {
     /// The file (`-`: a record file on standard input), gzipped or not.
     pub file: PathBuf,
     /// Output format [default: tui on a terminal, else report].
@@ -112,7 +112,7 @@ pub struct ReplayArgs {
 
 /// `nri-trace report`.
 #[derive(clap::Args)]
-pub struct ReportArgs {
+pub(crate) struct ReportArgs {
     /// The file (`-`: a record file on standard input).
     pub file: PathBuf,
     #[command(flatten)]
@@ -127,7 +127,7 @@ pub struct ReportArgs {
 
 /// `nri-trace explain`.
 #[derive(clap::Args)]
-pub struct ExplainArgs {
+pub(crate) struct ExplainArgs {
     /// The pod: namespace/name, name, or sandbox id (or its start).
     pub pod: String,
     /// The file `watch --save` wrote (or a raw --save-raw capture).
@@ -140,7 +140,7 @@ pub struct ExplainArgs {
 }
 
 #[derive(Subcommand)]
-pub enum DebugCmd {
+pub(crate) enum DebugCmd {
     /// The capture stage: the raw byte streams of a process's unix-socket
     /// connections (docs/capture.md).
     Capture(CaptureArgs),
@@ -154,7 +154,7 @@ pub enum DebugCmd {
 
 /// `nri-trace debug capture`.
 #[derive(clap::Args)]
-pub struct CaptureArgs {
+pub(crate) struct CaptureArgs {
     /// A listening unix socket: capture the server side of its connections.
     #[arg(long = "socket", value_name = "PATH")]
     pub sockets: Vec<PathBuf>,
@@ -183,7 +183,7 @@ pub struct CaptureArgs {
 
 /// `nri-trace debug nri|cri`.
 #[derive(clap::Args)]
-pub struct StageArgs {
+pub(crate) struct StageArgs {
     /// Decode this raw capture (`--save-raw`, `debug capture -o json`)
     /// instead of tracing live.
     pub file: Option<PathBuf>,
@@ -201,7 +201,7 @@ pub struct StageArgs {
 
 /// `nri-trace debug nri`.
 #[derive(clap::Args)]
-pub struct NriStageArgs {
+pub(crate) struct NriStageArgs {
     #[command(flatten)]
     pub stage: StageArgs,
     /// Capture only the runtime's end of plugin connections.
@@ -211,7 +211,7 @@ pub struct NriStageArgs {
 
 /// `nri-trace hold`.
 #[derive(clap::Args)]
-pub struct HoldArgs {
+pub(crate) struct HoldArgs {
     #[arg(long, value_enum)]
     pub programs: nri_trace::capture::ebpf::ProgramSet,
     /// Track this pid (the filter then has one entry, as in real use).

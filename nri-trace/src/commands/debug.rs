@@ -26,7 +26,7 @@ use crate::cli::{
     CaptureArgs, DebugCmd, NriStageArgs, StageArgs,
 };
 
-pub async fn run(cmd: DebugCmd) -> Result<()> {
+pub(crate) async fn run(cmd: DebugCmd) -> Result<()> {
     match cmd {
         DebugCmd::Capture(a) => capture(a).await,
         DebugCmd::Nri(NriStageArgs {
@@ -218,7 +218,7 @@ async fn decode(a: StageArgs, which: Which, plugin_ends: bool) -> Result<()> {
                 Which::Cri => &session.cri_socket,
             })
         });
-        let (_, truncated) =
+        let ((), truncated) =
             replay::run_capture(&name, events, DecodePrinter::new(which, socket, json))?;
         if let Some(e) = truncated {
             eprintln!("nri-trace: {name}: {e}; decoded what came before");
@@ -230,14 +230,13 @@ async fn decode(a: StageArgs, which: Which, plugin_ends: bool) -> Result<()> {
         plugin_ends,
         sandbox: false,
     };
-    let socket = match a.socket.clone() {
-        Some(s) => s,
-        None => {
-            let t = Target::find(None, None)?;
-            match which {
-                Which::Nri => t.nri,
-                Which::Cri => t.cri,
-            }
+    let socket = if let Some(s) = a.socket.clone() {
+        s
+    } else {
+        let t = Target::find(None, None)?;
+        match which {
+            Which::Nri => t.nri,
+            Which::Cri => t.cri,
         }
     };
     let cfg = match which {

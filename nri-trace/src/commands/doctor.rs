@@ -21,7 +21,7 @@ struct CheckLine<'a> {
 }
 
 /// Run the checks; exit status 1 when one failed.
-pub fn run(output: LineOutput) -> Result<()> {
+pub(crate) fn run(output: LineOutput) -> Result<()> {
     let checks = doctor::run();
     let failed = checks.iter().any(|c| c.status == Status::Fail);
     let stdout = std::io::stdout();

@@ -13,7 +13,7 @@ use nri_trace::{
 
 use crate::cli::{args::LineOutput, ExplainArgs};
 
-pub fn run(a: ExplainArgs) -> Result<()> {
+pub(crate) fn run(a: ExplainArgs) -> Result<()> {
     let src = source::open(&a.file)?;
     let name = src.name().to_string();
     let mut p = Pipeline::new(src.session(), ContractConfig::default());

@@ -12,7 +12,7 @@ use nri_trace::capture::{
 
 use crate::cli::HoldArgs;
 
-pub async fn run(a: HoldArgs) -> Result<()> {
+pub(crate) async fn run(a: HoldArgs) -> Result<()> {
     let mut b = EbpfBackend::load(&EbpfOptions {
         programs: a.programs,
         sandbox: a.sandbox,

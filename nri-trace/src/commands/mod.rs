@@ -1,12 +1,12 @@
 //! What each command does; `main.rs` only dispatches here. Errors are
 //! anyhow at this edge, with the fix in the message.
 
-pub mod debug;
-pub mod doctor;
-pub mod explain;
-pub mod hold;
-pub mod replay;
-pub mod watch;
+pub(crate) mod debug;
+pub(crate) mod doctor;
+pub(crate) mod explain;
+pub(crate) mod hold;
+pub(crate) mod replay;
+pub(crate) mod watch;
 
 use std::{
     io::{self, IsTerminal},
@@ -27,7 +27,7 @@ use nri_trace::{
 use crate::cli::args::{DecodeArgs, FilterArgs, KernelEvents, ProbeArgs};
 
 /// Whether `e` comes from writing to a pipe nobody reads any more.
-pub fn broken_pipe(e: &anyhow::Error) -> bool {
+pub(crate) fn broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
         c.downcast_ref::<io::Error>()
             .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
@@ -35,12 +35,12 @@ pub fn broken_pipe(e: &anyhow::Error) -> bool {
 }
 
 /// Standard input and output are a terminal (the TUI can run).
-pub fn on_terminal() -> bool {
+pub(crate) fn on_terminal() -> bool {
     io::stdout().is_terminal() && io::stdin().is_terminal()
 }
 
 /// The probes a live run loads.
-pub fn ebpf_options(p: &ProbeArgs, programs: ProgramSet, sandbox: bool) -> EbpfOptions {
+pub(crate) fn ebpf_options(p: &ProbeArgs, programs: ProgramSet, sandbox: bool) -> EbpfOptions {
     EbpfOptions {
         ring_bytes: p.ring_bytes,
         snap_len: p.snap_len,
@@ -55,7 +55,10 @@ pub fn ebpf_options(p: &ProbeArgs, programs: ProgramSet, sandbox: bool) -> EbpfO
 /// connections already open on it, each socketpair that was open before
 /// (a pre-launched plugin's), and `ready` once the probes are attached
 /// (the tests and the bench wait for that word).
-pub async fn start_capture(cfg: SessionConfig, probe: &ProbeArgs) -> anyhow::Result<Session> {
+pub(crate) async fn start_capture(
+    cfg: SessionConfig,
+    probe: &ProbeArgs,
+) -> anyhow::Result<Session> {
     let env = cfg.existing_socketpair_env.clone().unwrap_or_default();
     let backend = EbpfBackend::load(&ebpf_options(probe, ProgramSet::Capture, cfg.sandbox))?;
     let s = session::start(cfg, Box::new(backend)).await?;
@@ -78,30 +81,30 @@ pub async fn start_capture(cfg: SessionConfig, probe: &ProbeArgs) -> anyhow::Res
     Ok(s)
 }
 
-pub fn drain(p: &ProbeArgs) -> Duration {
+pub(crate) fn drain(p: &ProbeArgs) -> Duration {
     Duration::from_millis(p.drain_ms.max(1))
 }
 
-pub fn contract(d: &DecodeArgs) -> ContractConfig {
+pub(crate) fn contract(d: &DecodeArgs) -> ContractConfig {
     ContractConfig {
         hook_budget_ns: d.hook_budget_ms.map(|ms| ms * 1_000_000),
     }
 }
 
-pub fn filter(f: &FilterArgs) -> Filter {
+pub(crate) fn filter(f: &FilterArgs) -> Filter {
     Filter::new(f.namespace.clone(), f.pod.clone(), f.plugin.clone())
 }
 
-pub fn seconds(s: Option<f64>) -> anyhow::Result<Option<Duration>> {
+pub(crate) fn seconds(s: Option<f64>) -> anyhow::Result<Option<Duration>> {
     s.map(|s| {
         Duration::try_from_secs_f64(s)
-            .map_err(|_| anyhow::anyhow!("--duration {s}: give a number of seconds, e.g. 30"))
+            .map_err(|e| anyhow::anyhow!("--duration {s}: {e}; give a number of seconds, e.g. 30"))
     })
     .transpose()
 }
 
 /// The text sink on standard output.
-pub fn text_sink(d: &DecodeArgs) -> Box<dyn Sink> {
+pub(crate) fn text_sink(d: &DecodeArgs) -> Box<dyn Sink> {
     Box::new(TextSink::new(
         io::stdout(),
         !d.no_tables,
@@ -110,6 +113,6 @@ pub fn text_sink(d: &DecodeArgs) -> Box<dyn Sink> {
 }
 
 /// The JSON sink on standard output.
-pub fn json_sink(session: &SessionInfo) -> io::Result<Box<dyn Sink>> {
+pub(crate) fn json_sink(session: &SessionInfo) -> io::Result<Box<dyn Sink>> {
     Ok(Box::new(JsonSink::new(io::stdout(), session)?))
 }

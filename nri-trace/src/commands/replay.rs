@@ -18,16 +18,18 @@ use crate::cli::{
     ReplayArgs, ReportArgs,
 };
 
-pub fn run(a: ReplayArgs) -> Result<()> {
-    let output = a.output.unwrap_or(if on_terminal() {
-        ReplayOutput::Tui
-    } else {
-        ReplayOutput::Report
+pub(crate) fn run(a: ReplayArgs) -> Result<()> {
+    let output = a.output.unwrap_or_else(|| {
+        if on_terminal() {
+            ReplayOutput::Tui
+        } else {
+            ReplayOutput::Report
+        }
     });
     replay_to(&a.file, output, &a.filter, &a.decode, a.no_redact)
 }
 
-pub fn report(a: ReportArgs) -> Result<()> {
+pub(crate) fn report(a: ReportArgs) -> Result<()> {
     replay_to(
         &a.file,
         ReplayOutput::Report,
@@ -68,7 +70,7 @@ fn replay_to(
 }
 
 /// What a replay met besides the records, on stderr.
-pub fn warn(name: &str, r: &replay::Replayed) {
+pub(crate) fn warn(name: &str, r: &replay::Replayed) {
     if let Some(e) = &r.truncated {
         eprintln!("nri-trace: {name}: {e}; replayed what came before");
     }

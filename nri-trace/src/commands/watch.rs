@@ -21,11 +21,13 @@ use nri_trace::{
 use super::{contract, drain, filter, json_sink, on_terminal, seconds, start_capture, text_sink};
 use crate::cli::{args::WatchOutput, WatchArgs};
 
-pub async fn run(a: WatchArgs) -> Result<()> {
-    let output = a.output.unwrap_or(if on_terminal() {
-        WatchOutput::Tui
-    } else {
-        WatchOutput::Text
+pub(crate) async fn run(a: WatchArgs) -> Result<()> {
+    let output = a.output.unwrap_or_else(|| {
+        if on_terminal() {
+            WatchOutput::Tui
+        } else {
+            WatchOutput::Text
+        }
     });
     let duration = seconds(a.duration)?;
     let target = Target::find(a.target.cri_socket.clone(), a.target.nri_socket.clone())?;
@@ -48,7 +50,7 @@ pub async fn run(a: WatchArgs) -> Result<()> {
     if let Some(path) = &a.save {
         let f = recording::create_private(path)
             .with_context(|| format!("creating {}", path.display()))?;
-        let w = RecordWriter::new(Box::new(f) as Box<dyn std::io::Write>, &info)
+        let w = RecordWriter::<Box<dyn std::io::Write>>::new(Box::new(f), &info)
             .with_context(|| format!("writing {}", path.display()))?;
         p.save_to(path.display().to_string(), w);
     }

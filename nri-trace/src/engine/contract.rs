@@ -15,7 +15,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::{
     correlate::{CriSpan, NoCause},
-    findings::*,
+    findings::{
+        rule, Certainty, Evidence, Severity, Violation, CONTAINER_BEFORE_POD_READY,
+        CONTAINER_EVENT_ORDER, CONTAINER_IN_STOPPED_POD, HOOK_OVER_BUDGET, NAME_RESERVATION_RETRY,
+        PLUGIN_TIMEOUT, POD_EVENT_ORDER, POD_UNKNOWN_TO_PLUGIN, SUBSCRIBED_NOT_DELIVERED,
+        TEARDOWN_HOOK_FAILED, UNEXPLAINED_AFTER_RESTART, UNSUBSCRIBED_DELIVERED,
+    },
     hook_latency::HookSpan,
     record::Record,
     sandbox_rules::SandboxRules,
@@ -77,7 +82,7 @@ fn record_time(r: &Record) -> Option<u64> {
 }
 
 fn pod_of_hook(h: &HookSpan) -> Option<String> {
-    h.call.pod.as_ref().map(|p| p.to_string())
+    h.call.pod.as_ref().map(ToString::to_string)
 }
 
 fn ts0() -> Timestamp {
@@ -320,10 +325,10 @@ impl ContractChecker {
                     ..Default::default()
                 });
                 let old_label = std::mem::replace(&mut p.label, plugin.label());
-                p.index = plugin.index.clone();
+                p.index.clone_from(&plugin.index);
                 p.registered |= plugin.source == IdentitySource::RegisterPlugin;
                 if events.is_some() {
-                    p.events = events.clone();
+                    p.events.clone_from(events);
                 }
                 let label = p.label.clone();
                 if old_label != label && self.by_label.get(&old_label) == Some(conn) {
@@ -421,7 +426,7 @@ impl ContractChecker {
         self.sandbox.learn(
             s.call.sandbox_id.as_deref(),
             s.call.container_id.as_deref(),
-            s.call.pod.as_ref().map(|p| p.to_string()),
+            s.call.pod.as_ref().map(ToString::to_string),
         );
         if let Some(id) = &s.call.sandbox_id {
             self.saw_pod(id);
@@ -594,7 +599,11 @@ impl ContractChecker {
             severity: Severity::Error,
             certainty: self.certainty(None),
             ts: c.end.unwrap_or(start),
-            pod: c.pod.as_ref().map(|p| p.to_string()).or(Some(id.clone())),
+            pod: c
+                .pod
+                .as_ref()
+                .map(ToString::to_string)
+                .or_else(|| Some(id.clone())),
             plugin: None,
             message: format!(
                 "{} of a pod from before the runtime restarted (new pid {pid}) succeeded but \
@@ -648,11 +657,10 @@ impl ContractChecker {
             self.report_teardown(h, span, out);
         }
         // Budget.
-        let budget = self.cfg.hook_budget_ns.or(h
-            .call
-            .timeout_nano
-            .filter(|t| *t > 0)
-            .map(|t| t as u64 / 2));
+        let budget = self
+            .cfg
+            .hook_budget_ns
+            .or_else(|| h.call.timeout_nano.filter(|t| *t > 0).map(|t| t as u64 / 2));
         // A timed-out hook is the timeout rule's.
         let own = h.own_ns.filter(|_| h.call.outcome != Outcome::TimedOut);
         if let (Some(b), Some(own)) = (budget, own) {
@@ -703,10 +711,10 @@ impl ContractChecker {
             } else {
                 CONTAINER_EVENT_ORDER
             };
-            if inverted && self.fired.insert((rule, label.clone(), object.clone())) {
+            if inverted && self.fired.insert((rule, label.clone(), object)) {
                 let got: Vec<&str> = {
                     let mut v: Vec<(u64, &str)> = seen.iter().map(|(e, t)| (*t, *e)).collect();
-                    v.sort();
+                    v.sort_unstable();
                     v.into_iter().map(|(_, e)| e).collect()
                 };
                 out.push(Violation {
@@ -866,7 +874,7 @@ impl ContractChecker {
                 .container
                 .as_ref()
                 .map(|c| c.id.clone())
-                .or(h.call.pod.as_ref().map(|p| p.id.clone()))
+                .or_else(|| h.call.pod.as_ref().map(|p| p.id.clone()))
                 .unwrap_or_default();
             ops.entry((h.hook.as_str(), object.clone()))
                 .or_default()
@@ -1004,7 +1012,7 @@ mod tests {
         capture::Loss,
         decode::{cri::message::PodMeta, nri::message::Event},
         engine::{record::Uncaused, test_calls::*},
-        model::nri_call::{IdentitySource, PluginId},
+        model::nri_call::PluginId,
     };
 
     const ALL: [&str; 3] = ["RUN_POD_SANDBOX", "STOP_POD_SANDBOX", "REMOVE_POD_SANDBOX"];
@@ -1020,7 +1028,7 @@ mod tests {
                 comm: None,
                 source: IdentitySource::RegisterPlugin,
             },
-            events: Some(events.iter().map(|e| e.to_string()).collect()),
+            events: Some(events.iter().map(ToString::to_string).collect()),
         })
     }
 
@@ -1112,7 +1120,7 @@ mod tests {
         ];
         let v = check(&records);
         let mut r = rules(&v);
-        r.sort();
+        r.sort_unstable();
         assert_eq!(r, vec![SUBSCRIBED_NOT_DELIVERED, UNSUBSCRIBED_DELIVERED]);
         let missed = v
             .iter()
@@ -1199,7 +1207,7 @@ mod tests {
     fn synchronize(label: &str, idx: &str, conn: u64, pods: &[&str]) -> Record {
         let mut h = to_plugin(hook(None, label, "", 1, 2), label, idx, conn);
         h.call.method = Some("Synchronize".into());
-        h.call.synchronized_pods = pods.iter().map(|p| p.to_string()).collect();
+        h.call.synchronized_pods = pods.iter().map(ToString::to_string).collect();
         Record::NriUncaused(Uncaused {
             span: h,
             no_cri_cause: NoCause::PluginLifecycle,
@@ -1248,7 +1256,7 @@ mod tests {
             plugin("late", "20", 3, &ALL),
             synchronize("late", "20", 3, &["s0"]),
             stop("s1", 200),
-            late_run.clone(),
+            late_run,
         ]);
         assert_eq!(rules(&v), Vec::<&str>::new());
         // Held no longer than UNKNOWN_POD_HOLD_NS of capture time: a record
@@ -1435,7 +1443,7 @@ mod tests {
         };
         let mut first = cri(Some("RunPodSandbox"), "", 0, 1000);
         first.sandbox_id = None;
-        first.pod = Some(pod.clone());
+        first.pod = Some(pod);
         first.outcome = CriOutcome::DeadlineExceeded;
         let mut reserved = first.clone();
         (reserved.start, reserved.end) = (ts(1200), ts(1201));
@@ -1477,7 +1485,7 @@ mod tests {
                 comm: None,
                 source,
             },
-            events: Some(ALL.iter().map(|e| e.to_string()).collect()),
+            events: Some(ALL.iter().map(ToString::to_string).collect()),
         })
     }
 

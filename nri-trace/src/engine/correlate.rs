@@ -140,6 +140,10 @@ fn same_object(call: &CriCall, d: &HookSpan) -> bool {
 /// method that makes it is `m` (its own, or its only candidate that makes
 /// it when its method is unknown); `Some(None)` when several candidates
 /// would.
+#[allow(
+    clippy::option_option,
+    reason = "three answers: cannot, can by one method, can by several"
+)]
 fn cause_method(call: &CriCall, hook: &Hook) -> Option<Option<String>> {
     let causes = hook_causes(hook);
     match (&call.method, &call.identified) {
@@ -151,7 +155,7 @@ fn cause_method(call: &CriCall, hook: &Hook) -> Option<Option<String>> {
                 .collect();
             match fit.len() {
                 0 => None,
-                1 => Some(Some(fit[0].to_string())),
+                1 => Some(Some(fit[0].clone())),
                 _ => Some(None),
             }
         }
@@ -312,7 +316,9 @@ impl Correlator {
         let nri_permille = call
             .duration_ns
             .filter(|d| *d > 0 && !hooks.is_empty())
-            .map(|d| ((nri_ns as u128 * 1000) / d as u128).min(u32::MAX as u128) as u32);
+            .map(|d| {
+                ((u128::from(nri_ns) * 1000) / u128::from(d)).min(u128::from(u32::MAX)) as u32
+            });
         CriSpan {
             call,
             hooks,
@@ -333,9 +339,7 @@ fn end_of(call: &CriCall) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        decode::cri::message::PodMeta, decode::nri::message::Event, model::nri_call::Outcome,
-    };
+    use crate::{decode::cri::message::PodMeta, model::nri_call::Outcome};
 
     use super::super::test_calls::*;
 
@@ -362,7 +366,7 @@ mod tests {
             .iter()
             .filter_map(|o| match o {
                 Correlated::Cri(s) => Some(s),
-                _ => None,
+                Correlated::Uncaused { .. } => None,
             })
             .collect();
         assert_eq!(spans.len(), 2);
@@ -431,7 +435,7 @@ mod tests {
             .iter()
             .filter_map(|o| match o {
                 Correlated::Uncaused { why, .. } => Some(*why),
-                _ => None,
+                Correlated::Cri(_) => None,
             })
             .collect();
         assert_eq!(

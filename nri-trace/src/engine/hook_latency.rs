@@ -156,7 +156,7 @@ struct Operation {
 }
 
 /// Latency of one (plugin, hook).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HookSummary {
     pub plugin: String,
     pub hook: Hook,
@@ -251,7 +251,7 @@ impl HookTimer {
             if joins {
                 let op = self.open.get_mut(&key).expect("checked above");
                 queued_ns = Some(start.saturating_sub(op.first_start));
-                queued_behind = op.plugins.clone();
+                queued_behind.clone_from(&op.plugins);
                 op.last_end = op.last_end.max(end);
                 op.plugins.push(plugin.clone());
             } else {
@@ -281,7 +281,7 @@ impl HookTimer {
         }
         let own_ns = call
             .plugin_ns
-            .or(call.duration_ns.filter(|_| call.end.is_some()));
+            .or_else(|| call.duration_ns.filter(|_| call.end.is_some()));
         let at = call.end.or(call.start).map_or(0, |t| t.mono_ns);
         self.last_ns = self.last_ns.max(at);
         if let Some(d) = own_ns {
@@ -351,7 +351,7 @@ impl HookTimer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{decode::nri::message::Event, engine::test_calls::hook};
+    use crate::engine::test_calls::hook;
 
     #[test]
     fn a_hook_shows_as_its_name_and_lines_up() {

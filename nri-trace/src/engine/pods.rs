@@ -225,7 +225,7 @@ impl PodModel {
             }
         });
         if pod.sandbox_id.is_none() {
-            pod.sandbox_id = c.sandbox_id.clone();
+            pod.sandbox_id.clone_from(&c.sandbox_id);
         }
         if let Some(id) = &pod.sandbox_id {
             self.by_sandbox.insert(id.clone(), key.clone());
@@ -270,7 +270,7 @@ impl PodModel {
                     _ => view.phase,
                 };
             }
-            self.by_container.insert(id.clone(), key.clone());
+            self.by_container.insert(id.clone(), key);
         }
         let container = container_name.or_else(|| {
             c.container_id

@@ -294,7 +294,7 @@ impl TeardownLog {
                     }
                 }
             }
-            _ => {}
+            Record::Observed(_) => {}
         }
     }
 
@@ -311,7 +311,7 @@ impl TeardownLog {
         if at > self.now_ns {
             self.now_ns = at;
             if let Some(t) = c.end.or(c.start) {
-                self.wall_offset_ns = t.wall_ns as i128 - t.mono_ns as i128;
+                self.wall_offset_ns = i128::from(t.wall_ns) - i128::from(t.mono_ns);
             }
         }
         let sandbox = c.sandbox_id.clone().or_else(|| {
@@ -319,25 +319,25 @@ impl TeardownLog {
                 .as_ref()
                 .and_then(|id| self.by_container.get(id).cloned())
         });
-        let label = c.pod.as_ref().map(|p| p.to_string());
-        let Some(key) = sandbox.clone().or(label.clone()) else {
+        let label = c.pod.as_ref().map(ToString::to_string);
+        let Some(key) = sandbox.clone().or_else(|| label.clone()) else {
             return;
         };
         self.bound();
         let p = self.pods.entry(key.clone()).or_default();
         if let Some(l) = &label {
-            p.label = l.clone();
+            p.label.clone_from(l);
             let ids = self.by_label.entry(l.clone()).or_default();
             if !ids.contains(&key) {
-                ids.push(key.clone());
+                ids.push(key);
                 if ids.len() > 8 {
                     ids.remove(0);
                 }
             }
         } else if p.label.is_empty() {
-            p.label = key.clone();
+            p.label = key;
         }
-        p.sandbox_id = sandbox.or(p.sandbox_id.take());
+        p.sandbox_id = sandbox.or_else(|| p.sandbox_id.take());
         p.last_seen = p.last_seen.max(at);
         let method = c.method.clone().unwrap_or_else(|| "(unknown)".into());
         p.last_call = Some((method.clone(), c.end.or(c.start)));
@@ -685,16 +685,14 @@ impl TeardownLog {
             return Some(k);
         }
         // "name" alone, or a sandbox id prefix: only when it is unique.
-        let hits: Vec<&String> = self
-            .pods
+
+        // Several pods of that name (recreated): the one seen last.
+        self.pods
             .iter()
             .filter(|(k, p)| {
                 p.label.rsplit('/').next() == Some(pod) || (pod.len() >= 6 && k.starts_with(pod))
             })
             .map(|(k, _)| k)
-            .collect();
-        // Several pods of that name (recreated): the one seen last.
-        hits.into_iter()
             .max_by_key(|k| self.pods[*k].last_seen)
             .cloned()
     }
@@ -827,7 +825,6 @@ pub(crate) mod tests {
     use crate::{
         decode::{cri::message::PodMeta, nri::message::Event},
         engine::test_calls::*,
-        model::{cri_call::CriOutcome, nri_call::Outcome},
     };
 
     pub(crate) fn run_pod() -> Record {
@@ -843,7 +840,9 @@ pub(crate) mod tests {
 
     pub(crate) fn log(records: &[Record]) -> TeardownLog {
         let mut l = TeardownLog::new();
-        records.iter().for_each(|r| l.on_record(r));
+        for r in records {
+            l.on_record(r);
+        }
         l
     }
 

@@ -10,16 +10,20 @@ use crate::{
     },
 };
 
-pub const MS: u64 = 1_000_000;
+pub(crate) const MS: u64 = 1_000_000;
 
-pub fn ts(ms: u64) -> Option<Timestamp> {
+#[allow(
+    clippy::unnecessary_wraps,
+    reason = "the fields it fills are Option<Timestamp>"
+)]
+pub(crate) fn ts(ms: u64) -> Option<Timestamp> {
     Some(Timestamp {
         mono_ns: ms * MS,
         wall_ns: ms * MS,
     })
 }
 
-pub fn cri(method: Option<&str>, sandbox: &str, start: u64, end: u64) -> CriCall {
+pub(crate) fn cri(method: Option<&str>, sandbox: &str, start: u64, end: u64) -> CriCall {
     CriCall {
         conn: ConnId(1),
         stream_id: 1,
@@ -41,7 +45,13 @@ pub fn cri(method: Option<&str>, sandbox: &str, start: u64, end: u64) -> CriCall
     }
 }
 
-pub fn hook(event: Option<Event>, plugin: &str, pod: &str, start: u64, end: u64) -> HookSpan {
+pub(crate) fn hook(
+    event: Option<Event>,
+    plugin: &str,
+    pod: &str,
+    start: u64,
+    end: u64,
+) -> HookSpan {
     let call = NriCall {
         conn: ConnId(2),
         mux_conn: 1,
@@ -74,7 +84,7 @@ pub fn hook(event: Option<Event>, plugin: &str, pod: &str, start: u64, end: u64)
         synchronized_pods: Vec::new(),
     };
     HookSpan {
-        hook: event.map_or(Hook::Method("Synchronize".into()), Hook::Event),
+        hook: event.map_or_else(|| Hook::Method("Synchronize".into()), Hook::Event),
         call,
         queued_ns: Some(0),
         queued_behind: vec![],
@@ -83,7 +93,7 @@ pub fn hook(event: Option<Event>, plugin: &str, pod: &str, start: u64, end: u64)
 }
 
 /// A CRI span record of `call` with these hooks.
-pub fn span(call: CriCall, hooks: Vec<HookSpan>) -> crate::engine::record::Record {
+pub(crate) fn span(call: CriCall, hooks: Vec<HookSpan>) -> crate::engine::record::Record {
     crate::engine::record::Record::CriSpan(crate::engine::correlate::CriSpan {
         call,
         hooks,
@@ -93,7 +103,7 @@ pub fn span(call: CriCall, hooks: Vec<HookSpan>) -> crate::engine::record::Recor
 }
 
 /// `h` as delivered to plugin `idx`-`name` on connection `conn`.
-pub fn to_plugin(mut h: HookSpan, name: &str, idx: &str, conn: u64) -> HookSpan {
+pub(crate) fn to_plugin(mut h: HookSpan, name: &str, idx: &str, conn: u64) -> HookSpan {
     h.call.plugin.name = Some(name.into());
     h.call.plugin.index = Some(idx.into());
     h.call.conn = ConnId(conn);

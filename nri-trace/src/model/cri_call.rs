@@ -362,7 +362,7 @@ fn cap_insert<'a>(
     map: &'a mut HashMap<String, ObjFacts>,
     id: &str,
     next_seq: &mut u64,
-) -> Option<&'a mut ObjFacts> {
+) -> &'a mut ObjFacts {
     if !map.contains_key(id) && map.len() >= MAX_IDS {
         // Forget objects known to be gone first, then the oldest half (by
         // when they were first seen: deterministic, unlike map order).
@@ -375,13 +375,13 @@ fn cap_insert<'a>(
         }
         map.shrink_to_fit();
     }
-    Some(map.entry(id.to_owned()).or_insert_with(|| {
+    map.entry(id.to_owned()).or_insert_with(|| {
         *next_seq += 1;
         ObjFacts {
             seq: *next_seq,
             ..Default::default()
         }
-    }))
+    })
 }
 
 impl CriCallAssembler {
@@ -492,7 +492,7 @@ impl CriCallAssembler {
             }
         }
         // Calls that never ended have no end.
-        for o in out[first..].iter_mut() {
+        for o in &mut out[first..] {
             if let CriObservation::Call(c) = o {
                 if c.outcome == CriOutcome::NoResponse {
                     c.end = None;
@@ -592,7 +592,7 @@ impl CriCallAssembler {
                             CriOutcome::Error {
                                 code,
                                 status: grpc_status_name(code).into(),
-                                message: trailers.grpc_message.clone().unwrap_or_default(),
+                                message: trailers.grpc_message.unwrap_or_default(),
                             },
                             None,
                         ),
@@ -604,7 +604,7 @@ impl CriCallAssembler {
                                     .to_owned(),
                             ),
                         ),
-                        None => match trailers.grpc_message.clone() {
+                        None => match trailers.grpc_message {
                             Some(message) => (
                                 CriOutcome::Error {
                                     code: 2,
@@ -774,17 +774,17 @@ impl CriCallAssembler {
             }
             None => None,
         };
-        call.pod = req.pod.clone();
-        call.sandbox_id = req.sandbox_id.clone();
-        call.container = req.container.clone();
-        call.container_id = req.container_id.clone();
+        call.pod.clone_from(&req.pod);
+        call.sandbox_id.clone_from(&req.sandbox_id);
+        call.container.clone_from(&req.container);
+        call.container_id.clone_from(&req.container_id);
         let mut summary = req.summary.clone();
         if let Some(r) = &resp {
             if call.sandbox_id.is_none() {
-                call.sandbox_id = r.sandbox_id.clone();
+                call.sandbox_id.clone_from(&r.sandbox_id);
             }
             if call.container_id.is_none() {
-                call.container_id = r.container_id.clone();
+                call.container_id.clone_from(&r.container_id);
             }
             if !r.summary.is_empty() {
                 if !summary.is_empty() {
@@ -837,9 +837,9 @@ impl CriCallAssembler {
         match (m, resp) {
             (CriMethod::RunPodSandbox, Some(r)) => {
                 if let Some(id) = &r.sandbox_id {
-                    if let Some(f) = cap_insert(&mut self.sandboxes, id, &mut self.next_seq) {
-                        f.pod = req.pod.clone();
-                    }
+                    cap_insert(&mut self.sandboxes, id, &mut self.next_seq)
+                        .pod
+                        .clone_from(&req.pod);
                     observed.push((
                         Kind::Sandbox,
                         id.clone(),
@@ -849,10 +849,9 @@ impl CriCallAssembler {
             }
             (CriMethod::CreateContainer, Some(r)) => {
                 if let Some(id) = &r.container_id {
-                    if let Some(f) = cap_insert(&mut self.containers, id, &mut self.next_seq) {
-                        f.container = req.container.clone();
-                        f.sandbox_id = req.sandbox_id.clone();
-                    }
+                    let f = cap_insert(&mut self.containers, id, &mut self.next_seq);
+                    f.container.clone_from(&req.container);
+                    f.sandbox_id.clone_from(&req.sandbox_id);
                     observed.push((
                         Kind::Container,
                         id.clone(),
@@ -864,23 +863,21 @@ impl CriCallAssembler {
         }
         if let Some(r) = resp {
             for s in &r.sandboxes {
-                if let Some(f) = cap_insert(&mut self.sandboxes, &s.id, &mut self.next_seq) {
-                    if f.pod.is_none() {
-                        f.pod = s.pod.clone();
-                    }
+                let f = cap_insert(&mut self.sandboxes, &s.id, &mut self.next_seq);
+                if f.pod.is_none() {
+                    f.pod.clone_from(&s.pod);
                 }
                 if let Some(state) = s.state {
                     observed.push((Kind::Sandbox, s.id.clone(), ObjState::Sandbox(state)));
                 }
             }
             for c in &r.containers {
-                if let Some(f) = cap_insert(&mut self.containers, &c.id, &mut self.next_seq) {
-                    if f.container.is_none() {
-                        f.container = c.container.clone();
-                    }
-                    if f.sandbox_id.is_none() {
-                        f.sandbox_id = c.sandbox_id.clone();
-                    }
+                let f = cap_insert(&mut self.containers, &c.id, &mut self.next_seq);
+                if f.container.is_none() {
+                    f.container.clone_from(&c.container);
+                }
+                if f.sandbox_id.is_none() {
+                    f.sandbox_id.clone_from(&c.sandbox_id);
                 }
                 if let Some(state) = c.state {
                     observed.push((Kind::Container, c.id.clone(), ObjState::Container(state)));
@@ -907,12 +904,13 @@ impl CriCallAssembler {
                 let live = &mut self.live[kind as usize];
                 // Ids evicted from the facts go from the live set too.
                 live.retain(|id| map.contains_key(id));
-                let gone: Vec<String> = live
-                    .iter()
-                    .filter(|id| !listed.contains(id.as_str()))
-                    .cloned()
-                    .collect();
-                observed.extend(gone.into_iter().map(|id| (kind, id, ObjState::Gone)));
+
+                observed.extend(
+                    live.iter()
+                        .filter(|id| !listed.contains(id.as_str()))
+                        .cloned()
+                        .map(|id| (kind, id, ObjState::Gone)),
+                );
             }
         }
         // A status call for an object the runtime no longer has.
@@ -940,7 +938,7 @@ impl CriCallAssembler {
             .sandbox_id
             .as_ref()
             .map(|id| (Kind::Sandbox, id))
-            .or(req.container_id.as_ref().map(|id| (Kind::Container, id)));
+            .or_else(|| req.container_id.as_ref().map(|id| (Kind::Container, id)));
         if !m.is_read_only() {
             if let Some((kind, id)) = target {
                 self.bump(kind, id);
@@ -979,7 +977,7 @@ impl CriCallAssembler {
         }
     }
 
-    fn facts(&mut self, kind: Kind, id: &str) -> Option<&mut ObjFacts> {
+    fn facts(&mut self, kind: Kind, id: &str) -> &mut ObjFacts {
         let map = match kind {
             Kind::Sandbox => &mut self.sandboxes,
             Kind::Container => &mut self.containers,
@@ -988,26 +986,22 @@ impl CriCallAssembler {
     }
 
     fn bump(&mut self, kind: Kind, id: &str) {
-        if let Some(f) = self.facts(kind, id) {
-            f.mutations += 1;
-        }
+        self.facts(kind, id).mutations += 1;
     }
 
     fn set_state(&mut self, kind: Kind, id: &str, state: ObjState) {
-        if let Some(f) = self.facts(kind, id) {
-            f.state = Some(state);
-            let live = &mut self.live[kind as usize];
-            if state == ObjState::Gone {
-                live.remove(id);
-            } else if !live.contains(id) {
-                live.insert(id.to_owned());
-                if live.len() > MAX_IDS {
-                    let map = match kind {
-                        Kind::Sandbox => &self.sandboxes,
-                        Kind::Container => &self.containers,
-                    };
-                    live.retain(|id| map.contains_key(id));
-                }
+        self.facts(kind, id).state = Some(state);
+        let live = &mut self.live[kind as usize];
+        if state == ObjState::Gone {
+            live.remove(id);
+        } else if !live.contains(id) {
+            live.insert(id.to_owned());
+            if live.len() > MAX_IDS {
+                let map = match kind {
+                    Kind::Sandbox => &self.sandboxes,
+                    Kind::Container => &self.containers,
+                };
+                live.retain(|id| map.contains_key(id));
             }
         }
     }
@@ -1128,7 +1122,7 @@ impl CriCallAssembler {
                     let target = info.and_then(|i| {
                         i.sandbox_id
                             .map(|id| (Kind::Sandbox, id))
-                            .or(i.container_id.map(|id| (Kind::Container, id)))
+                            .or_else(|| i.container_id.map(|id| (Kind::Container, id)))
                     });
                     (m, target)
                 })
@@ -1178,7 +1172,7 @@ impl CriCallAssembler {
                 .or_insert_with(|| cands.clone());
             entry.retain(|m| cands.contains(m));
             if entry.len() == 1 && cands.len() > 1 && cands.contains(&entry[0]) {
-                cands = entry.clone();
+                cands.clone_from(entry);
                 why.push("calls sharing its :path HPACK slot fit only it".to_owned());
             }
         }

@@ -242,6 +242,11 @@ pub struct NriCall {
     pub synchronized_pods: Vec<String>,
 }
 
+#[allow(clippy::ref_option, reason = "serde passes a reference")]
+#[allow(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde passes a reference"
+)]
 fn ser_event<S: serde::Serializer>(e: &Option<Event>, s: S) -> Result<S::Ok, S::Error> {
     match e {
         Some(e) => s.serialize_str(e.as_str_name()),
@@ -673,12 +678,9 @@ impl NriCallAssembler {
         }
         match m.kind {
             MessageType::Request => {
-                let req = match message::decode_request(&m.payload) {
-                    Ok(r) => r,
-                    Err(_) => {
-                        self.stats.undecodable += 1;
-                        return;
-                    }
+                let Ok(req) = message::decode_request(&m.payload) else {
+                    self.stats.undecodable += 1;
+                    return;
                 };
                 let Some(method) = Method::from_wire(&req.service, &req.method) else {
                     if req.service.starts_with(NRI_SERVICE_PREFIX) {
@@ -786,12 +788,9 @@ impl NriCallAssembler {
                 }
             }
             MessageType::Response => {
-                let resp = match message::decode_response(&m.payload) {
-                    Ok(r) => r,
-                    Err(_) => {
-                        self.stats.undecodable += 1;
-                        return;
-                    }
+                let Ok(resp) = message::decode_response(&m.payload) else {
+                    self.stats.undecodable += 1;
+                    return;
                 };
                 let outcome = match resp.error() {
                     Some(Status { code, message }) => Outcome::Error {
@@ -1286,8 +1285,7 @@ fn describe_response(b: &ResponseBody) -> String {
             let a = r
                 .adjust
                 .as_ref()
-                .map(describe_adjust)
-                .unwrap_or_else(|| "no adjustment".into());
+                .map_or_else(|| "no adjustment".into(), describe_adjust);
             let u = describe_updates(r.update.len(), r.evict.len());
             if u.is_empty() {
                 a
@@ -1320,7 +1318,7 @@ mod tests {
 
     use super::*;
     use crate::{
-        capture::{Chunk, ConnOpen, Origin, Syscall},
+        capture::{Origin, Syscall},
         decode::nri::proto::envelope,
     };
 
@@ -1401,7 +1399,12 @@ mod tests {
         let n = MAX_PENDING_PER_CONN as u32 + 100;
         for i in 0..n {
             a.on_capture(
-                &chunk(1, Direction::Out, 10 + i as u64, request_frame(2 * i + 1)),
+                &chunk(
+                    1,
+                    Direction::Out,
+                    10 + u64::from(i),
+                    request_frame(2 * i + 1),
+                ),
                 &mut out,
             );
         }

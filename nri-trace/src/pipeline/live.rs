@@ -45,7 +45,7 @@ pub async fn run<S: Stage>(
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let result = loop {
         let ev = tokio::select! {
-            _ = stop.wait(), if !stopping => {
+            () = stop.wait(), if !stopping => {
                 // The session flushes what the kernel holds, then its
                 // event stream ends.
                 session.stop_signal();
@@ -95,7 +95,7 @@ pub async fn until_signal(duration: Option<Duration>) {
     };
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
-        _ = sleep => {}
+        () = term => {}
+        () = sleep => {}
     }
 }

@@ -66,7 +66,7 @@ pub enum PipelineError {
 
 /// The engine's latency tables, as the sinks show them at the end (rows
 /// of other plugins left out under `--plugin`).
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Tables {
     pub hooks: Vec<HookSummary>,
     pub methods: Vec<MethodSummary>,
@@ -129,11 +129,11 @@ pub trait Sink {
     }
     /// Nothing more is queued for now (flush), and at least every 500 ms
     /// while live.
-    fn idle(&mut self, _p: &Progress) -> io::Result<()> {
+    fn idle(&mut self, _p: &Progress<'_>) -> io::Result<()> {
         Ok(())
     }
     /// The input ended: the tables, then whatever the sink shows last.
-    fn finish(&mut self, end: &Ending) -> io::Result<()>;
+    fn finish(&mut self, end: &Ending<'_>) -> io::Result<()>;
 }
 
 /// Asks a live run to stop: a signal, `--duration`, or a sink (the TUI's
@@ -220,6 +220,7 @@ impl Pipeline {
     }
 
     /// Keep only the records `filter` matches (for every sink).
+    #[must_use]
     pub fn with_filter(mut self, filter: Filter) -> Self {
         self.filter = filter;
         self

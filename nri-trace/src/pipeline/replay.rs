@@ -133,7 +133,7 @@ impl Collect {
     /// The sink, and where it keeps what it is given.
     pub fn new() -> (Self, Rc<RefCell<Collected>>) {
         let c = Rc::new(RefCell::new(Collected::default()));
-        (Collect(c.clone()), c)
+        (Collect(Rc::clone(&c)), c)
     }
 }
 
@@ -143,7 +143,7 @@ impl Sink for Collect {
         Ok(())
     }
 
-    fn finish(&mut self, end: &Ending) -> io::Result<()> {
+    fn finish(&mut self, end: &Ending<'_>) -> io::Result<()> {
         self.0.borrow_mut().tables = end.tables.clone();
         Ok(())
     }

@@ -78,6 +78,7 @@ impl Source {
     /// A raw capture holds every byte unredacted; its replay redacts
     /// secrets unless `keep` (`replay --no-redact`). A record file's lines
     /// are replayed as they were saved, redacted or not.
+    #[must_use]
     pub fn keep_raw_secrets(mut self, keep: bool) -> Self {
         if let Source::Capture { session, .. } = &mut self {
             session.redacted = !keep;
@@ -200,7 +201,10 @@ pub fn open(path: &Path) -> Result<Source, SourceError> {
         }
         other => Err(SourceError::Unknown {
             name,
-            first: other.map_or("not an nri-trace line".into(), |k| format!("of type {k:?}")),
+            first: other.map_or_else(
+                || "not an nri-trace line".into(),
+                |k| format!("of type {k:?}"),
+            ),
         }),
     }
 }

@@ -90,13 +90,11 @@ impl Target {
             [] => return Err(TargetError::NoRuntime),
             _ => return Err(TargetError::Several(found)),
         };
-        let cri = match cri.or(runtime.cri_socket.clone()) {
-            Some(c) => c,
-            None => return Err(TargetError::NoCriSocket(runtime)),
+        let Some(cri) = cri.or_else(|| runtime.cri_socket.clone()) else {
+            return Err(TargetError::NoCriSocket(runtime));
         };
-        let nri = match nri.or(runtime.nri_socket.clone()) {
-            Some(n) => n,
-            None => return Err(TargetError::NoNriSocket(runtime)),
+        let Some(nri) = nri.or_else(|| runtime.nri_socket.clone()) else {
+            return Err(TargetError::NoNriSocket(runtime));
         };
         Ok(Target {
             cri,

@@ -75,8 +75,7 @@ pub fn call_text(w: &mut impl Write, c: &CriCall) -> io::Result<()> {
     };
     let dur = c
         .duration_ns
-        .map(crate::human::duration)
-        .unwrap_or_else(|| "-".into());
+        .map_or_else(|| "-".into(), crate::human::duration);
     write!(
         w,
         "{when} {:<24} {:<40} {:>10}  {}",

@@ -37,7 +37,12 @@ impl TeardownSink {
     /// The sink, and the log it fills.
     pub fn new() -> (Self, Rc<RefCell<TeardownLog>>) {
         let log = Rc::new(RefCell::new(TeardownLog::new()));
-        (TeardownSink { log: log.clone() }, log)
+        (
+            TeardownSink {
+                log: Rc::clone(&log),
+            },
+            log,
+        )
     }
 }
 
@@ -47,7 +52,7 @@ impl Sink for TeardownSink {
         Ok(())
     }
 
-    fn finish(&mut self, _: &Ending) -> io::Result<()> {
+    fn finish(&mut self, _: &Ending<'_>) -> io::Result<()> {
         Ok(())
     }
 }
@@ -319,7 +324,7 @@ fn progress_sentence(e: &Explanation) -> String {
                     .unwrap_or_default(),
                 e.expected_next
                     .as_ref()
-                    .map_or("?".into(), |n| sanitize(&n.method)),
+                    .map_or_else(|| "?".into(), |n| sanitize(&n.method)),
                 e.waited_ns
                     .map(|w| format!(" ({} ago)", duration(w)))
                     .unwrap_or_default()
@@ -544,7 +549,7 @@ pub fn text(
     if let Some(n) = &e.expected_next {
         write!(w, "  next: {}", next_text(n))?;
         if let Some(t) = e.waited_ns {
-            write!(w, ", waited for {}", crate::human::duration(t))?;
+            write!(w, ", waited for {}", duration(t))?;
         }
         writeln!(w)?;
     }

@@ -42,11 +42,11 @@ impl<W: Write> Sink for JsonSink<W> {
         self.out.write_record(r, false)
     }
 
-    fn idle(&mut self, _: &Progress) -> io::Result<()> {
+    fn idle(&mut self, _: &Progress<'_>) -> io::Result<()> {
         self.out.flush()
     }
 
-    fn finish(&mut self, end: &Ending) -> io::Result<()> {
+    fn finish(&mut self, end: &Ending<'_>) -> io::Result<()> {
         for m in &end.tables.methods {
             self.out
                 .write_record(&TableRow::CriMethodSummary(m), false)?;

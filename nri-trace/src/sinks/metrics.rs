@@ -38,7 +38,10 @@ impl MetricsSink {
 
     fn publish(&mut self, engine: &TraceEngine) {
         let rendered = render(engine);
-        *self.text.lock().unwrap_or_else(|e| e.into_inner()) = rendered;
+        *self
+            .text
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = rendered;
     }
 }
 
@@ -47,7 +50,7 @@ impl Sink for MetricsSink {
         Ok(())
     }
 
-    fn idle(&mut self, p: &Progress) -> io::Result<()> {
+    fn idle(&mut self, p: &Progress<'_>) -> io::Result<()> {
         if self.rendered_at != Some(p.inputs) {
             self.publish(p.engine);
             self.rendered_at = Some(p.inputs);
@@ -55,7 +58,7 @@ impl Sink for MetricsSink {
         Ok(())
     }
 
-    fn finish(&mut self, end: &Ending) -> io::Result<()> {
+    fn finish(&mut self, end: &Ending<'_>) -> io::Result<()> {
         self.publish(end.engine);
         Ok(())
     }

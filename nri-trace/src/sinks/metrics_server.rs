@@ -25,13 +25,13 @@ pub async fn serve(addr: SocketAddr) -> io::Result<(SocketAddr, Arc<Mutex<String
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     let text = Arc::new(Mutex::new(String::new()));
-    let shared = text.clone();
+    let shared = Arc::clone(&text);
     tokio::spawn(async move {
         loop {
             let Ok((conn, _)) = listener.accept().await else {
                 continue;
             };
-            tokio::spawn(answer(conn, shared.clone()));
+            tokio::spawn(answer(conn, Arc::clone(&shared)));
         }
     });
     Ok((bound, text))

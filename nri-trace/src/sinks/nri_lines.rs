@@ -13,7 +13,7 @@ use crate::{
 };
 
 fn subject(c: &NriCall) -> String {
-    let mut s = c.pod.as_ref().map(|p| p.to_string()).unwrap_or_default();
+    let mut s = c.pod.as_ref().map(ToString::to_string).unwrap_or_default();
     if let Some(k) = &c.container {
         s.push('/');
         s.push_str(&k.to_string());
@@ -83,9 +83,7 @@ fn call_line(w: &mut impl Write, c: &NriCall, hook: &str, own_ns: Option<u64>) -
     };
     // The plugin's own time when its end was captured, else the
     // runtime's wait.
-    let dur = own_ns
-        .map(crate::human::duration)
-        .unwrap_or_else(|| "-".into());
+    let dur = own_ns.map_or_else(|| "-".into(), crate::human::duration);
     write!(
         w,
         "{when} {arrow} {:<18} {:<28} {:<36} {:>10}  {}",
@@ -168,7 +166,7 @@ pub fn pending_text(w: &mut impl Write, c: &NriCall) -> io::Result<()> {
         "{} NRI -> {} {} called (teardown hook; its end follows)",
         c.start.map(|t| clock(&t)).unwrap_or_default(),
         sanitize(&c.plugin.label()),
-        c.event.map(|e| e.as_str_name()).unwrap_or("?")
+        c.event.map_or("?", |e| e.as_str_name())
     )
 }
 

@@ -47,7 +47,7 @@ impl<W: Write> Sink for ReportSink<W> {
         Ok(())
     }
 
-    fn finish(&mut self, end: &Ending) -> io::Result<()> {
+    fn finish(&mut self, end: &Ending<'_>) -> io::Result<()> {
         render(
             &mut self.out,
             &self.model,
@@ -83,8 +83,7 @@ pub fn render(
                     "{} {}{}",
                     e.method,
                     e.duration_ns
-                        .map(crate::human::duration)
-                        .unwrap_or_else(|| "-".into()),
+                        .map_or_else(|| "-".into(), crate::human::duration),
                     if e.nri_ns > 0 {
                         format!(" ({} in NRI)", crate::human::duration(e.nri_ns))
                     } else {

@@ -218,12 +218,15 @@ impl<W: Write> TextSink<W> {
             // `-o json`.
             (None, _) => "?".into(),
         };
-        let mut subject = pod.map(|p| sanitize(&p.to_string())).unwrap_or_else(|| {
-            c.sandbox_id
-                .as_deref()
-                .map(|id| format!("sandbox {}", short(id)))
-                .unwrap_or_default()
-        });
+        let mut subject = pod.map_or_else(
+            || {
+                c.sandbox_id
+                    .as_deref()
+                    .map(|id| format!("sandbox {}", short(id)))
+                    .unwrap_or_default()
+            },
+            |p| sanitize(&p.to_string()),
+        );
         if let Some(k) = &c.container {
             subject.push('/');
             subject.push_str(&sanitize(&k.name));
@@ -536,12 +539,12 @@ impl<W: Write> Sink for TextSink<W> {
         self.release(self.latest_ns)
     }
 
-    fn idle(&mut self, p: &Progress) -> io::Result<()> {
+    fn idle(&mut self, p: &Progress<'_>) -> io::Result<()> {
         self.release(p.now_ns.unwrap_or(0).max(self.latest_ns))?;
         self.out.flush()
     }
 
-    fn finish(&mut self, end: &Ending) -> io::Result<()> {
+    fn finish(&mut self, end: &Ending<'_>) -> io::Result<()> {
         self.release(u64::MAX)?;
         if self.tables {
             writeln!(self.out)?;

@@ -166,15 +166,15 @@ fn iovecs(base: *mut u8, len: usize) -> [libc::iovec; 3] {
     unsafe {
         [
             libc::iovec {
-                iov_base: base as *mut libc::c_void,
+                iov_base: base.cast::<libc::c_void>(),
                 iov_len: a,
             },
             libc::iovec {
-                iov_base: base.add(a) as *mut libc::c_void,
+                iov_base: base.add(a).cast::<libc::c_void>(),
                 iov_len: b,
             },
             libc::iovec {
-                iov_base: base.add(a + b) as *mut libc::c_void,
+                iov_base: base.add(a + b).cast::<libc::c_void>(),
                 iov_len: c,
             },
         ]
@@ -184,7 +184,11 @@ fn iovecs(base: *mut u8, len: usize) -> [libc::iovec; 3] {
 fn msghdr(iov: &mut [libc::iovec; 3]) -> libc::msghdr {
     let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
     m.msg_iov = iov.as_mut_ptr();
-    m.msg_iovlen = iov.len() as _;
+    // usize here; c_int on musl, hence the cast.
+    #[allow(trivial_numeric_casts, reason = "the field's type differs by libc")]
+    {
+        m.msg_iovlen = iov.len() as _;
+    }
     m
 }
 
@@ -196,10 +200,10 @@ fn recv_exact(fd: i32, op: Op, buf: &mut [u8]) -> Result<(), String> {
         let p = unsafe { buf.as_mut_ptr().add(got) };
         let r = unsafe {
             match op {
-                Op::Read => libc::read(fd, p as *mut libc::c_void, want),
+                Op::Read => libc::read(fd, p.cast::<libc::c_void>(), want),
                 Op::Recvfrom => libc::recvfrom(
                     fd,
-                    p as *mut libc::c_void,
+                    p.cast::<libc::c_void>(),
                     want,
                     0,
                     std::ptr::null_mut(),
@@ -212,7 +216,7 @@ fn recv_exact(fd: i32, op: Op, buf: &mut [u8]) -> Result<(), String> {
                 Op::Recvmsg => {
                     let mut iov = iovecs(p, want);
                     let mut m = msghdr(&mut iov);
-                    libc::recvmsg(fd, &mut m, 0)
+                    libc::recvmsg(fd, &raw mut m, 0)
                 }
                 _ => unreachable!("{op:?} is not a receive"),
             }
@@ -243,23 +247,23 @@ fn send_all(fd: i32, op: Op, buf: &[u8]) -> Result<(), String> {
         let p = unsafe { buf.as_ptr().add(sent) };
         let r = unsafe {
             match op {
-                Op::Write => libc::write(fd, p as *const libc::c_void, left),
+                Op::Write => libc::write(fd, p.cast::<libc::c_void>(), left),
                 Op::Sendto => libc::sendto(
                     fd,
-                    p as *const libc::c_void,
+                    p.cast::<libc::c_void>(),
                     left,
                     libc::MSG_NOSIGNAL,
                     std::ptr::null(),
                     0,
                 ),
                 Op::Writev => {
-                    let iov = iovecs(p as *mut u8, left);
+                    let iov = iovecs(p.cast_mut(), left);
                     libc::writev(fd, iov.as_ptr(), iov.len() as i32)
                 }
                 Op::Sendmsg => {
-                    let mut iov = iovecs(p as *mut u8, left);
+                    let mut iov = iovecs(p.cast_mut(), left);
                     let m = msghdr(&mut iov);
-                    libc::sendmsg(fd, &m, libc::MSG_NOSIGNAL)
+                    libc::sendmsg(fd, &raw const m, libc::MSG_NOSIGNAL)
                 }
                 _ => unreachable!("{op:?} is not a send"),
             }
@@ -294,7 +298,7 @@ fn say(line: &str) {
 fn read_fd0_line() -> Result<(), String> {
     let mut b = [0u8; 1];
     loop {
-        let r = unsafe { libc::read(0, b.as_mut_ptr() as *mut libc::c_void, 1) };
+        let r = unsafe { libc::read(0, b.as_mut_ptr().cast::<libc::c_void>(), 1) };
         match r {
             1 if b[0] == b'\n' => return Ok(()),
             1 => {}
@@ -388,7 +392,7 @@ fn serve(args: &[String]) -> Result<(), String> {
             rlim_cur: 8192,
             rlim_max: 8192,
         };
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raw const lim) } != 0 {
             return Err(format!("setrlimit(RLIMIT_NOFILE, 8192): {}", errno()));
         }
         let fd = move_fd(listener.into_raw_fd(), HIGH_LISTEN_FD)?;
@@ -411,7 +415,7 @@ fn serve(args: &[String]) -> Result<(), String> {
         }
     }
     for h in handles {
-        h.join().map_err(|_| "connection thread panicked")??;
+        h.join().map_err(|_panic| "connection thread panicked")??;
     }
     drop(listener);
     say("done");
@@ -485,7 +489,7 @@ fn socketpair(args: &[String]) -> Result<(), String> {
     send_all(a, Op::Write, &reply)?;
     close(a)?;
     let mut status = 0;
-    if unsafe { libc::waitpid(pid, &mut status, 0) } != pid {
+    if unsafe { libc::waitpid(pid, &raw mut status, 0) } != pid {
         return Err(format!("waitpid: {}", errno()));
     }
     if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
@@ -660,7 +664,7 @@ fn run_mirror(fd: i32, steps: &[Step], key: u64, waits: bool) -> Result<(), Stri
         }
     }
     let mut b = [0u8; 1];
-    let r = unsafe { libc::read(fd, b.as_mut_ptr() as *mut libc::c_void, 1) };
+    let r = unsafe { libc::read(fd, b.as_mut_ptr().cast::<libc::c_void>(), 1) };
     if r != 0 {
         return Err(format!(
             "mirror: expected end of stream, read returned {r} ({})",

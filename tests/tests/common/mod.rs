@@ -19,15 +19,15 @@ use nri_trace::capture::{
 use tokio::task::JoinHandle;
 
 /// The helper binary of this package.
-pub const PEER_BIN: &str = env!("CARGO_BIN_EXE_unix-peer");
+pub(crate) const PEER_BIN: &str = env!("CARGO_BIN_EXE_unix-peer");
 
 /// Generous bound for anything a test waits on.
-pub const TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(30);
 
 // ------------------------------------------------ guard
 
 /// Why these tests cannot run here, if they cannot.
-pub fn skip_reason() -> Option<String> {
+pub(crate) fn skip_reason() -> Option<String> {
     if unsafe { libc::geteuid() } != 0 {
         return Some(format!(
             "not running as root (euid {}): loading eBPF programs and reading other \
@@ -47,12 +47,12 @@ pub fn skip_reason() -> Option<String> {
 
 /// True when the test may run. Otherwise it prints why and returns false,
 /// except in CI (CI=true or CI=1), where these tests must run: it panics.
-pub fn guard(test: &str) -> bool {
+pub(crate) fn guard(test: &str) -> bool {
     skip_unless_ci(test, skip_reason())
 }
 
 /// [`guard`] for the tests that run the `nri-trace` binary itself.
-pub fn guard_cli(test: &str) -> bool {
+pub(crate) fn guard_cli(test: &str) -> bool {
     let bin = nri_trace_tests::workspace_bin("nri-trace");
     let reason = skip_reason().or_else(|| {
         (!bin.exists()).then(|| {
@@ -70,20 +70,20 @@ fn skip_unless_ci(test: &str, reason: Option<String>) -> bool {
         return true;
     };
     // "1" too, as `cargo xtask test` treats it.
-    if matches!(std::env::var("CI").as_deref(), Ok("true") | Ok("1")) {
+    if matches!(std::env::var("CI").as_deref(), Ok("true" | "1")) {
         panic!("{test}: cannot run the root/eBPF tests in CI: {reason}");
     }
     eprintln!("skipping {test}: {reason}");
     false
 }
 
-pub use nri_trace_tests::{fnv1a, pattern, pattern_byte, FNV_OFFSET};
+pub(crate) use nri_trace_tests::{fnv1a, pattern, pattern_byte, FNV_OFFSET};
 
 // ------------------------------------------------ scripts
 
 /// One data step of a unix-peer script, located in its direction's stream.
 #[derive(Clone, Debug)]
-pub struct StepRange {
+pub(crate) struct StepRange {
     pub index: usize,
     pub syscall: Syscall,
     pub direction: Direction,
@@ -108,7 +108,7 @@ fn syscall_of(name: &str) -> Syscall {
 
 /// What a unix-peer connection running `script` does.
 #[derive(Clone, Debug)]
-pub struct Expected {
+pub(crate) struct Expected {
     pub steps: Vec<StepRange>,
     /// Bytes the server reads (the client must send exactly these).
     pub in_len: usize,
@@ -117,7 +117,7 @@ pub struct Expected {
 }
 
 /// The data steps of a unix-peer script (`wait`s skipped, repeats expanded).
-pub fn parse_script(script: &str) -> Vec<(Syscall, usize)> {
+pub(crate) fn parse_script(script: &str) -> Vec<(Syscall, usize)> {
     let mut steps = Vec::new();
     for item in script.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         if item == "wait" {
@@ -135,7 +135,7 @@ pub fn parse_script(script: &str) -> Vec<(Syscall, usize)> {
 }
 
 /// Bytes a connection running `script` reads from its client.
-pub fn script_in_len(script: &str) -> usize {
+pub(crate) fn script_in_len(script: &str) -> usize {
     parse_script(script)
         .iter()
         .filter(|(s, _)| s.is_inbound())
@@ -145,7 +145,7 @@ pub fn script_in_len(script: &str) -> usize {
 
 /// Replays `script` as the server will, given the bytes the client sends
 /// (`client_sends`, exactly as long as the script reads).
-pub fn expect_script(script: &str, client_sends: &[u8]) -> Expected {
+pub(crate) fn expect_script(script: &str, client_sends: &[u8]) -> Expected {
     let mut steps = Vec::new();
     let (mut in_off, mut out) = (0usize, Vec::new());
     let mut key = FNV_OFFSET;
@@ -187,7 +187,7 @@ pub fn expect_script(script: &str, client_sends: &[u8]) -> Expected {
 /// Check that every chunk of (conn, dir) lies inside one script step and
 /// carries that step's syscall; returns the chunks per step index.
 #[track_caller]
-pub fn assert_chunks_follow_steps(
+pub(crate) fn assert_chunks_follow_steps(
     what: &str,
     evs: &[CaptureEvent],
     conn: ConnId,
@@ -225,7 +225,7 @@ pub fn assert_chunks_follow_steps(
 // ------------------------------------------------ the traced peer
 
 /// A running unix-peer. Killed and reaped on drop.
-pub struct Peer {
+pub(crate) struct Peer {
     child: Child,
     stdin: Option<ChildStdin>,
     lines: std_mpsc::Receiver<String>,
@@ -233,7 +233,7 @@ pub struct Peer {
 }
 
 impl Peer {
-    pub fn spawn(name: &str, args: &[&str]) -> Peer {
+    pub(crate) fn spawn(name: &str, args: &[&str]) -> Peer {
         let mut child = Command::new(PEER_BIN)
             .args(args)
             .stdin(Stdio::piped())
@@ -260,7 +260,7 @@ impl Peer {
     }
 
     /// A serving peer: started, and listening on `path` (`ready` seen).
-    pub fn serve(name: &str, path: &Path, script: &str, extra: &[&str]) -> Peer {
+    pub(crate) fn serve(name: &str, path: &Path, script: &str, extra: &[&str]) -> Peer {
         let _ = std::fs::remove_file(path);
         let mut args = vec!["serve", path.to_str().expect("utf-8 path"), script];
         args.extend_from_slice(extra);
@@ -269,12 +269,12 @@ impl Peer {
         peer
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// The next stdout line, which must start with `prefix`.
-    pub fn expect_line(&self, prefix: &str) -> String {
+    pub(crate) fn expect_line(&self, prefix: &str) -> String {
         let r = tokio::task::block_in_place(|| self.lines.recv_timeout(TIMEOUT));
         match r {
             Ok(l) if l.starts_with(prefix) => l,
@@ -287,20 +287,20 @@ impl Peer {
     }
 
     /// SIGKILL it (and reap it).
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         self.child.kill().expect("kill unix-peer");
         self.child.wait().expect("reap unix-peer");
     }
 
-    pub fn send_line(&mut self, line: &str) {
+    pub(crate) fn send_line(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("stdin open");
         writeln!(stdin, "{line}")
-            .and_then(|_| stdin.flush())
+            .and_then(|()| stdin.flush())
             .expect("write to unix-peer stdin");
     }
 
     /// Wait for the peer to exit (it must succeed).
-    pub async fn wait_success(&mut self) {
+    pub(crate) async fn wait_success(&mut self) {
         let what = format!("{}: unix-peer (pid {})", self.name, self.pid());
         let status = wait_exit(&mut self.child, &what).await;
         assert!(
@@ -319,16 +319,14 @@ impl Drop for Peer {
 
 /// Poll `done` every 5 ms until it holds; after `timeout`, panic with
 /// `fail()`.
-pub async fn poll_until(
+pub(crate) async fn poll_until(
     timeout: Duration,
     mut done: impl FnMut() -> bool,
     fail: impl FnOnce() -> String,
 ) {
     let deadline = Instant::now() + timeout;
     while !done() {
-        if Instant::now() >= deadline {
-            panic!("{}", fail());
-        }
+        assert!(Instant::now() < deadline, "{}", fail());
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
@@ -357,12 +355,12 @@ fn kill_if_running(child: &mut Child) {
 }
 
 /// A per-test socket path under the temp dir (unique per test and process).
-pub fn socket_path(test: &str) -> PathBuf {
+pub(crate) fn socket_path(test: &str) -> PathBuf {
     std::env::temp_dir().join(format!("nri-trace-it-{test}-{}.sock", std::process::id()))
 }
 
 /// Removes the socket file when the test ends, however it ends.
-pub struct RmOnDrop(pub PathBuf);
+pub(crate) struct RmOnDrop(pub PathBuf);
 impl Drop for RmOnDrop {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
@@ -371,14 +369,14 @@ impl Drop for RmOnDrop {
 
 // ------------------------------------------------ capture
 
-pub fn ebpf_options() -> EbpfOptions {
+pub(crate) fn ebpf_options() -> EbpfOptions {
     EbpfOptions {
         programs: ProgramSet::Capture,
         ..EbpfOptions::default()
     }
 }
 
-pub fn session_config() -> SessionConfig {
+pub(crate) fn session_config() -> SessionConfig {
     SessionConfig {
         sockets: vec![],
         pids: vec![],
@@ -397,14 +395,14 @@ pub fn session_config() -> SessionConfig {
 /// for test `name`, and a session config that captures that socket. `rm`
 /// removes the socket file when the test ends; fields drop in order, so
 /// the peer is gone before it.
-pub struct Served {
+pub(crate) struct Served {
     pub path: PathBuf,
     pub peer: Peer,
     pub cfg: SessionConfig,
     pub rm: RmOnDrop,
 }
 
-pub fn serve_captured(name: &str, script: &str, extra: &[&str]) -> Served {
+pub(crate) fn serve_captured(name: &str, script: &str, extra: &[&str]) -> Served {
     let path = socket_path(name);
     let rm = RmOnDrop(path.clone());
     let peer = Peer::serve(name, &path, script, extra);
@@ -419,7 +417,7 @@ pub fn serve_captured(name: &str, script: &str, extra: &[&str]) -> Served {
 }
 
 /// A capture session whose events are collected in the background.
-pub struct Capture {
+pub(crate) struct Capture {
     session: Session,
     events: Arc<Mutex<Vec<CaptureEvent>>>,
     task: Option<JoinHandle<()>>,
@@ -427,7 +425,7 @@ pub struct Capture {
 }
 
 impl Capture {
-    pub async fn start(name: &str, cfg: SessionConfig, opts: EbpfOptions) -> Capture {
+    pub(crate) async fn start(name: &str, cfg: SessionConfig, opts: EbpfOptions) -> Capture {
         let backend = EbpfBackend::load(&opts)
             .unwrap_or_else(|e| panic!("{name}: loading the eBPF backend: {e}"));
         let mut session = session::start(cfg, Box::new(backend))
@@ -435,7 +433,7 @@ impl Capture {
             .unwrap_or_else(|e| panic!("{name}: starting the session: {e}"));
         let mut rx = std::mem::replace(&mut session.events, tokio::sync::mpsc::channel(1).1);
         let events = Arc::new(Mutex::new(Vec::new()));
-        let sink = events.clone();
+        let sink = Arc::clone(&events);
         let task = tokio::spawn(async move {
             while let Some(ev) = rx.recv().await {
                 sink.lock().unwrap().push(ev);
@@ -449,21 +447,21 @@ impl Capture {
         }
     }
 
-    pub fn session(&self) -> &Session {
+    pub(crate) fn session(&self) -> &Session {
         &self.session
     }
 
-    pub fn snapshot(&self) -> Vec<CaptureEvent> {
+    pub(crate) fn snapshot(&self) -> Vec<CaptureEvent> {
         self.events.lock().unwrap().clone()
     }
 
     /// A handle for blocking client threads to look at the events so far.
-    pub fn shared(&self) -> Arc<Mutex<Vec<CaptureEvent>>> {
-        self.events.clone()
+    pub(crate) fn shared(&self) -> Arc<Mutex<Vec<CaptureEvent>>> {
+        Arc::clone(&self.events)
     }
 
     /// Wait until `pred` holds for the events so far; fail after `timeout`.
-    pub async fn wait_for(
+    pub(crate) async fn wait_for(
         &self,
         what: &str,
         timeout: Duration,
@@ -485,7 +483,7 @@ impl Capture {
 
     /// Stop the session (it flushes and closes the stream) and return every
     /// event it produced.
-    pub async fn finish(mut self) -> Vec<CaptureEvent> {
+    pub(crate) async fn finish(mut self) -> Vec<CaptureEvent> {
         tokio::time::timeout(TIMEOUT, self.session.stop())
             .await
             .unwrap_or_else(|_| panic!("{}: the session did not stop", self.name));
@@ -512,7 +510,7 @@ impl Drop for Capture {
 
 /// `nri-trace debug capture ARGS` running as its own process, its stdout and
 /// stderr going to files in the temp dir (removed on drop).
-pub struct CaptureCmd {
+pub(crate) struct CaptureCmd {
     child: Child,
     stdout: PathBuf,
     stderr: PathBuf,
@@ -521,7 +519,7 @@ pub struct CaptureCmd {
 
 impl CaptureCmd {
     /// Start it and wait for its `nri-trace: ready` line on stderr.
-    pub async fn start(name: &str, args: &[&str]) -> CaptureCmd {
+    pub(crate) async fn start(name: &str, args: &[&str]) -> CaptureCmd {
         let bin = nri_trace_tests::workspace_bin("nri-trace");
         let file = |ext: &str| {
             std::env::temp_dir().join(format!("nri-trace-it-{name}-{}.{ext}", std::process::id()))
@@ -567,19 +565,19 @@ impl CaptureCmd {
         cmd
     }
 
-    pub fn stderr_text(&self) -> String {
+    pub(crate) fn stderr_text(&self) -> String {
         read_or_empty(&self.stderr)
     }
 
     /// What it printed so far, up to its last complete line.
-    pub fn stdout_lines(&self) -> String {
+    pub(crate) fn stdout_lines(&self) -> String {
         let mut out = read_or_empty(&self.stdout);
         out.truncate(out.rfind('\n').map_or(0, |i| i + 1));
         out
     }
 
     /// Wait until `pred` holds for its stdout so far; fail after TIMEOUT.
-    pub async fn wait_for(&self, what: &str, pred: impl Fn(&str) -> bool) {
+    pub(crate) async fn wait_for(&self, what: &str, pred: impl Fn(&str) -> bool) {
         poll_until(
             TIMEOUT,
             || pred(&self.stdout_lines()),
@@ -597,7 +595,7 @@ impl CaptureCmd {
 
     /// SIGTERM it, as an operator would, and return its whole stdout once it
     /// has exited successfully.
-    pub async fn stop(mut self) -> String {
+    pub(crate) async fn stop(mut self) -> String {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let what = format!("{}: nri-trace debug capture, sent SIGTERM,", self.name);
         let status = wait_exit(&mut self.child, &what).await;
@@ -625,17 +623,22 @@ impl Drop for CaptureCmd {
 }
 
 /// Run blocking client code off the async workers, with a deadline.
-pub async fn blocking<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+pub(crate) async fn blocking<T: Send + 'static>(
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
     match tokio::time::timeout(TIMEOUT, tokio::task::spawn_blocking(f)).await {
         Ok(Ok(v)) => v,
         Ok(Err(e)) => std::panic::resume_unwind(e.into_panic()),
-        Err(_) => panic!("{what}: client did not finish within {TIMEOUT:?}"),
+        Err(tokio::time::error::Elapsed { .. }) => {
+            panic!("{what}: client did not finish within {TIMEOUT:?}")
+        }
     }
 }
 
 // ------------------------------------------------ event views
 
-pub fn opens(evs: &[CaptureEvent]) -> Vec<&ConnOpen> {
+pub(crate) fn opens(evs: &[CaptureEvent]) -> Vec<&ConnOpen> {
     evs.iter()
         .filter_map(|e| match e {
             CaptureEvent::Open(o) => Some(o),
@@ -644,7 +647,7 @@ pub fn opens(evs: &[CaptureEvent]) -> Vec<&ConnOpen> {
         .collect()
 }
 
-pub fn closes(evs: &[CaptureEvent]) -> Vec<&ConnClose> {
+pub(crate) fn closes(evs: &[CaptureEvent]) -> Vec<&ConnClose> {
     evs.iter()
         .filter_map(|e| match e {
             CaptureEvent::Close(c) => Some(c),
@@ -653,7 +656,7 @@ pub fn closes(evs: &[CaptureEvent]) -> Vec<&ConnClose> {
         .collect()
 }
 
-pub fn all_chunks(evs: &[CaptureEvent]) -> Vec<&Chunk> {
+pub(crate) fn all_chunks(evs: &[CaptureEvent]) -> Vec<&Chunk> {
     evs.iter()
         .filter_map(|e| match e {
             CaptureEvent::Chunk(c) => Some(c),
@@ -663,7 +666,7 @@ pub fn all_chunks(evs: &[CaptureEvent]) -> Vec<&Chunk> {
 }
 
 /// Chunks of one connection and direction, in capture order.
-pub fn chunks(evs: &[CaptureEvent], conn: ConnId, dir: Direction) -> Vec<&Chunk> {
+pub(crate) fn chunks(evs: &[CaptureEvent], conn: ConnId, dir: Direction) -> Vec<&Chunk> {
     all_chunks(evs)
         .into_iter()
         .filter(|c| c.conn == conn && c.direction == dir)
@@ -671,7 +674,7 @@ pub fn chunks(evs: &[CaptureEvent], conn: ConnId, dir: Direction) -> Vec<&Chunk>
 }
 
 /// The byte stream of one connection and direction (its chunks concatenated).
-pub fn stream(evs: &[CaptureEvent], conn: ConnId, dir: Direction) -> Vec<u8> {
+pub(crate) fn stream(evs: &[CaptureEvent], conn: ConnId, dir: Direction) -> Vec<u8> {
     chunks(evs, conn, dir)
         .iter()
         .flat_map(|c| c.bytes.iter().copied())
@@ -679,7 +682,7 @@ pub fn stream(evs: &[CaptureEvent], conn: ConnId, dir: Direction) -> Vec<u8> {
 }
 
 /// One line per event, payloads summarized, for failure messages.
-pub fn describe(evs: &[CaptureEvent]) -> String {
+pub(crate) fn describe(evs: &[CaptureEvent]) -> String {
     let mut s = String::new();
     for e in evs {
         let line = match e {
@@ -705,7 +708,7 @@ pub fn describe(evs: &[CaptureEvent]) -> String {
 }
 
 /// Index of the first differing byte (or the shorter length), for messages.
-pub fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
+pub(crate) fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
     if a == b {
         return None;
     }
@@ -713,13 +716,13 @@ pub fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
         a.iter()
             .zip(b)
             .position(|(x, y)| x != y)
-            .unwrap_or(a.len().min(b.len())),
+            .unwrap_or_else(|| a.len().min(b.len())),
     )
 }
 
 /// Assert two byte streams are equal, with a readable message.
 #[track_caller]
-pub fn assert_bytes_eq(what: &str, got: &[u8], want: &[u8]) {
+pub(crate) fn assert_bytes_eq(what: &str, got: &[u8], want: &[u8]) {
     if let Some(i) = first_difference(got, want) {
         panic!(
             "{what}: captured {} bytes, expected {}; first difference at byte {i}",
@@ -732,7 +735,7 @@ pub fn assert_bytes_eq(what: &str, got: &[u8], want: &[u8]) {
 // ------------------------------------------------ client side
 
 /// Connect to `path` as the (untraced) client, with I/O timeouts.
-pub fn connect(path: &Path) -> std::os::unix::net::UnixStream {
+pub(crate) fn connect(path: &Path) -> std::os::unix::net::UnixStream {
     let s = std::os::unix::net::UnixStream::connect(path)
         .unwrap_or_else(|e| panic!("connect {}: {e}", path.display()));
     s.set_read_timeout(Some(TIMEOUT)).unwrap();
@@ -743,7 +746,11 @@ pub fn connect(path: &Path) -> std::os::unix::net::UnixStream {
 /// Send `send` (from a second thread) while reading exactly `recv_len`
 /// bytes; returns what was read. Concurrent, so that neither side can
 /// block the other whatever the script's order.
-pub fn exchange(s: &std::os::unix::net::UnixStream, send: Vec<u8>, recv_len: usize) -> Vec<u8> {
+pub(crate) fn exchange(
+    s: &std::os::unix::net::UnixStream,
+    send: Vec<u8>,
+    recv_len: usize,
+) -> Vec<u8> {
     use std::io::Read;
     let mut w = s.try_clone().expect("clone client stream");
     let writer = std::thread::spawn(move || w.write_all(&send));
@@ -755,7 +762,7 @@ pub fn exchange(s: &std::os::unix::net::UnixStream, send: Vec<u8>, recv_len: usi
 
 /// `exchange` on a blocking thread, then the end of stream: the whole
 /// conversation of a client whose server closes after its script.
-pub async fn exchange_to_end(
+pub(crate) async fn exchange_to_end(
     what: &str,
     client: std::os::unix::net::UnixStream,
     send: Vec<u8>,
@@ -770,7 +777,7 @@ pub async fn exchange_to_end(
 }
 
 /// The server closed the connection: the next read returns end of stream.
-pub fn expect_eof(s: &std::os::unix::net::UnixStream) {
+pub(crate) fn expect_eof(s: &std::os::unix::net::UnixStream) {
     use std::io::Read;
     let mut b = [0u8; 1];
     let n = (&*s).read(&mut b).expect("client read at end");

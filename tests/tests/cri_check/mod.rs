@@ -17,12 +17,12 @@ use nri_trace_lab::truth::{ContainerRef, Outcome, PodRef, Truth};
 
 /// Recorded events through the pipeline, as `nri-trace replay` runs a raw
 /// capture.
-pub fn replay(events: &[CaptureEvent]) -> Collected {
+pub(crate) fn replay(events: &[CaptureEvent]) -> Collected {
     records_of_events(events, Default::default())
 }
 
 /// The CRI calls among the records.
-pub fn calls(records: &[Record]) -> Vec<&CriCall> {
+pub(crate) fn calls(records: &[Record]) -> Vec<&CriCall> {
     records
         .iter()
         .filter_map(|r| match r {
@@ -33,7 +33,7 @@ pub fn calls(records: &[Record]) -> Vec<&CriCall> {
 }
 
 /// One truth CRI call.
-pub struct TruthCall<'a> {
+pub(crate) struct TruthCall<'a> {
     pub method: &'a str,
     pub pod: Option<&'a PodRef>,
     pub container: Option<&'a ContainerRef>,
@@ -44,7 +44,7 @@ pub struct TruthCall<'a> {
     pub retry: u32,
 }
 
-pub fn truth_calls(truth: &[Truth], since: u64) -> Vec<TruthCall<'_>> {
+pub(crate) fn truth_calls(truth: &[Truth], since: u64) -> Vec<TruthCall<'_>> {
     truth
         .iter()
         .filter_map(|t| match t {
@@ -75,7 +75,7 @@ pub fn truth_calls(truth: &[Truth], since: u64) -> Vec<TruthCall<'_>> {
 
 /// What a comparison found.
 #[derive(Debug, Default)]
-pub struct CriReport {
+pub(crate) struct CriReport {
     /// Truth calls made after the attach.
     pub compared: usize,
     /// Of those, found among the decoded calls.
@@ -89,7 +89,7 @@ pub struct CriReport {
 }
 
 impl CriReport {
-    pub fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         format!(
             "{}/{} CRI calls found; method known {}, inferred {}, unknown {}; {} mislabeled",
             self.matched, self.compared, self.known, self.inferred, self.unknown, self.mislabeled
@@ -103,7 +103,7 @@ fn id_of(c: &CriCall) -> (Option<&str>, Option<&str>) {
 
 /// How well decoded call `c` matches truth call `t` by identity (higher is
 /// better); the method is not used, so that a mislabel shows.
-fn affinity(t: &TruthCall, c: &CriCall) -> u32 {
+fn affinity(t: &TruthCall<'_>, c: &CriCall) -> u32 {
     let mut a = 0;
     let (sid, cid) = id_of(c);
     if let (Some(p), Some(cp)) = (t.pod, c.pod.as_ref()) {
@@ -129,8 +129,7 @@ fn outcome_agrees(t: &Outcome, c: &CriOutcome) -> bool {
         (Outcome::Ok, CriOutcome::Ok) => true,
         (Outcome::Error { code, .. }, CriOutcome::Error { code: c, .. }) => *code as u32 == *c,
         // The client gave up: its reset, or the server's own expiry.
-        (Outcome::DeadlineExceeded, CriOutcome::DeadlineExceeded)
-        | (Outcome::DeadlineExceeded, CriOutcome::Cancelled) => true,
+        (Outcome::DeadlineExceeded, CriOutcome::DeadlineExceeded | CriOutcome::Cancelled) => true,
         (Outcome::DeadlineExceeded, CriOutcome::Error { code: 4, .. }) => true,
         _ => false,
     }
@@ -143,14 +142,14 @@ fn outcome_agrees(t: &Outcome, c: &CriOutcome) -> bool {
 /// What a trace attached to a running connection may not know (what it
 /// reports must still agree).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Allow {
+pub(crate) struct Allow {
     /// A repeated grpc-timeout value may sit in a pre-attach HPACK slot.
     pub deadline_hidden: bool,
     /// Pods and containers created before the attach are known by id only.
     pub identity_missing: bool,
 }
 
-pub fn compare(truth: &[Truth], calls: &[&CriCall], since: u64, allow: Allow) -> CriReport {
+pub(crate) fn compare(truth: &[Truth], calls: &[&CriCall], since: u64, allow: Allow) -> CriReport {
     let mut r = CriReport::default();
     let mut used = vec![false; calls.len()];
     for t in truth_calls(truth, since) {
@@ -263,7 +262,7 @@ pub fn compare(truth: &[Truth], calls: &[&CriCall], since: u64, allow: Allow) ->
 }
 
 /// Committed fixtures: `tests/fixtures/cri/<name>/`.
-pub fn fixture_dir(name: &str) -> PathBuf {
+pub(crate) fn fixture_dir(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("fixtures/cri")
         .join(name)

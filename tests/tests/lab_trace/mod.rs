@@ -29,16 +29,16 @@ use nri_trace_lab::{
 };
 use nri_trace_tests::SharedBuf;
 
-pub fn ci() -> bool {
-    matches!(std::env::var("CI").as_deref(), Ok("true") | Ok("1"))
+pub(crate) fn ci() -> bool {
+    matches!(std::env::var("CI").as_deref(), Ok("true" | "1"))
 }
 
 /// The workspace's binaries (built by `cargo test --workspace`).
-pub use nri_trace_tests::workspace_bin as bin;
+pub(crate) use nri_trace_tests::workspace_bin as bin;
 
 /// True when the live lab test `test` can run; under CI a missing
 /// requirement fails it, elsewhere it says why it skips.
-pub fn guard(test: &str) -> bool {
+pub(crate) fn guard(test: &str) -> bool {
     let mut why = None;
     if unsafe { libc::geteuid() } != 0 {
         why = Some("not running as root: the lab runs a private containerd".to_string());
@@ -55,9 +55,7 @@ pub fn guard(test: &str) -> bool {
         }
     }
     let Some(why) = why else { return true };
-    if ci() {
-        panic!("{test}: {why}");
-    }
+    assert!(!ci(), "{test}: {why}");
     eprintln!("skipping {test}: {why}");
     false
 }
@@ -66,18 +64,18 @@ pub fn guard(test: &str) -> bool {
 /// node) while a scenario runs, saving the decoded calls (`--save`) and
 /// the raw capture (`--save-raw`) beside its output, and serving metrics.
 #[derive(Default)]
-pub struct TraceProc {
+pub(crate) struct TraceProc {
     child: Option<Child>,
     out: PathBuf,
 }
 
 impl TraceProc {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// (stdout, raw capture, stderr) in a scenario's output directory.
-    pub fn paths(out: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    pub(crate) fn paths(out: &Path) -> (PathBuf, PathBuf, PathBuf) {
         (
             out.join("nri-trace.ndjson"),
             out.join("nri-trace.raw.ndjson"),
@@ -86,7 +84,7 @@ impl TraceProc {
     }
 
     /// The record file `--save` wrote.
-    pub fn observations(out: &Path) -> PathBuf {
+    pub(crate) fn observations(out: &Path) -> PathBuf {
         out.join("nri-trace.observations.ndjson")
     }
 }
@@ -177,7 +175,7 @@ fn metrics_addr(out: &Path) -> Option<String> {
 }
 
 /// A plain HTTP/1.0 GET; the body.
-pub fn http_get(addr: &str, path: &str) -> Result<String> {
+pub(crate) fn http_get(addr: &str, path: &str) -> Result<String> {
     use std::io::Write;
     let mut s = std::net::TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
@@ -193,7 +191,7 @@ pub fn http_get(addr: &str, path: &str) -> Result<String> {
 /// Run `scenario` with `nri-trace watch` attached; returns its output
 /// directory (under the test target dir, `<group>/<scenario>`), or `None`
 /// when the test is skipped.
-pub fn run_traced(group: &str, scenario: &str) -> Option<PathBuf> {
+pub(crate) fn run_traced(group: &str, scenario: &str) -> Option<PathBuf> {
     if !guard(scenario) {
         return None;
     }
@@ -219,7 +217,7 @@ pub fn run_traced(group: &str, scenario: &str) -> Option<PathBuf> {
 /// of the live output); `replay FILE -o text` of that file tells each
 /// pod's story within its line budget. The records and tables of the
 /// replay.
-pub fn live_equals_replay(scenario: &str, out: &Path) -> Collected {
+pub(crate) fn live_equals_replay(scenario: &str, out: &Path) -> Collected {
     let (stdout, raw, _) = TraceProc::paths(out);
     let live = std::fs::read(&stdout).unwrap_or_else(|e| panic!("{}: {e}", stdout.display()));
     let session = match RecordingReader::<_, RecordLine>::new(&live[..]).next() {
@@ -245,7 +243,7 @@ pub fn live_equals_replay(scenario: &str, out: &Path) -> Collected {
 }
 
 /// `nri-trace ARGS`, which must succeed: its stdout.
-pub fn nri_trace_stdout<I, S>(what: &str, args: I) -> Vec<u8>
+pub(crate) fn nri_trace_stdout<I, S>(what: &str, args: I) -> Vec<u8>
 where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
@@ -311,7 +309,7 @@ fn saved_replays_to_live(scenario: &str, out: &Path, live: &[u8]) {
 }
 
 /// The events of a run's raw capture.
-pub fn raw_events(out: &Path) -> Vec<nri_trace::capture::CaptureEvent> {
+pub(crate) fn raw_events(out: &Path) -> Vec<nri_trace::capture::CaptureEvent> {
     let (_, raw, _) = TraceProc::paths(out);
     nri_trace::capture::recording::read_file(&raw)
         .unwrap_or_else(|e| panic!("reading {}: {e}", raw.display()))

@@ -22,27 +22,27 @@ use nri_trace_lab::truth::{self, Action, Truth};
 
 /// Hook durations must agree with the plugin's own handler time this well
 /// (issue 4).
-pub const DURATION_TOLERANCE_NS: u64 = 1_000_000;
+pub(crate) const DURATION_TOLERANCE_NS: u64 = 1_000_000;
 
 /// See `compare`: how long after the capture began following a plugin's end
 /// a call may still have begun before it.
-pub const FOLLOW_MARGIN_NS: u64 = 5_000_000;
+pub(crate) const FOLLOW_MARGIN_NS: u64 = 5_000_000;
 
 /// See `compare`: how far two stamps of one byte's passage may be out of
 /// order. The runtime's write is stamped at its syscall's exit, after the
 /// data is queued, and the plugin on the other CPU may read it first; the
 /// plugin stamps its reply after its write returned, and the runtime may
 /// read it first. An interrupt on either side widens that.
-pub const STAMP_SLACK_NS: u64 = 1_000_000;
+pub(crate) const STAMP_SLACK_NS: u64 = 1_000_000;
 
 /// The capture events of a recording (plain or gzip).
-pub fn read_recording(rec: &Path) -> Vec<CaptureEvent> {
+pub(crate) fn read_recording(rec: &Path) -> Vec<CaptureEvent> {
     recording::read_file(rec).unwrap_or_else(|e| panic!("reading recording {}: {e}", rec.display()))
 }
 
 /// Recorded events through the pipeline, as `nri-trace replay` runs a raw
 /// capture, with `nri_socket` as the runtime's NRI socket.
-pub fn replay(events: &[CaptureEvent], nri_socket: &Path) -> Collected {
+pub(crate) fn replay(events: &[CaptureEvent], nri_socket: &Path) -> Collected {
     let mut session = session_of_events(events);
     session.nri_socket = nri_socket.display().to_string();
     records_of_events_in(events, &session, Default::default())
@@ -50,14 +50,14 @@ pub fn replay(events: &[CaptureEvent], nri_socket: &Path) -> Collected {
 
 /// Every NRI call the records hold, with its hook timing (under the CRI
 /// call that caused it, or without a cause).
-pub fn hooks(records: &[Record]) -> Vec<&HookSpan> {
-    records.iter().flat_map(|r| r.hooks()).collect()
+pub(crate) fn hooks(records: &[Record]) -> Vec<&HookSpan> {
+    records.iter().flat_map(Record::hooks).collect()
 }
 
 /// When the capture began following the plugin's end of each runtime-side
 /// connection (the peer end's Open): calls that started before cannot have
 /// a plugin time.
-pub fn plugin_end_since(events: &[CaptureEvent]) -> HashMap<ConnId, u64> {
+pub(crate) fn plugin_end_since(events: &[CaptureEvent]) -> HashMap<ConnId, u64> {
     events
         .iter()
         .filter_map(|e| match e {
@@ -68,13 +68,13 @@ pub fn plugin_end_since(events: &[CaptureEvent]) -> HashMap<ConnId, u64> {
 }
 
 /// The NRI calls among the records.
-pub fn calls(records: &[Record]) -> Vec<&NriCall> {
+pub(crate) fn calls(records: &[Record]) -> Vec<&NriCall> {
     hooks(records).into_iter().map(|h| &h.call).collect()
 }
 
 /// What a comparison found.
 #[derive(Debug, Default)]
-pub struct Report {
+pub(crate) struct Report {
     /// Truth records compared (plugin deliveries after the attach).
     pub compared: usize,
     pub matched: usize,
@@ -120,7 +120,7 @@ fn outcome_matches(truth_outcome: &truth::Outcome, action: &Action, got: &Outcom
 /// response after the plugin replied (both within [`STAMP_SLACK_NS`]).
 /// Those stamps are nri-trace's, the receipt and reply the plugin's own
 /// clock readings, so a wrong pairing or a wrong stamp fails.
-pub fn compare(
+pub(crate) fn compare(
     truth: &[Truth],
     calls: &[&NriCall],
     since: u64,
@@ -161,8 +161,7 @@ pub fn compare(
         // The candidate whose start is nearest the plugin's receive time.
         let best = candidates.min_by_key(|(_, c)| {
             c.start
-                .map(|s| s.mono_ns.abs_diff(*recv_mono_ns))
-                .unwrap_or(u64::MAX)
+                .map_or(u64::MAX, |s| s.mono_ns.abs_diff(*recv_mono_ns))
         });
         let what = format!(
             "{label} {method} {} pod {:?} container {:?} at {recv_mono_ns}",
@@ -260,7 +259,7 @@ pub fn compare(
 
 impl Report {
     /// "p50 / p90 / p99 / max" of the duration differences, in µs.
-    pub fn diff_quantiles_us(&self) -> String {
+    pub(crate) fn diff_quantiles_us(&self) -> String {
         let mut d = self.duration_diffs_ns.clone();
         if d.is_empty() {
             return "-".into();
@@ -272,7 +271,7 @@ impl Report {
 }
 
 /// Committed fixtures: `tests/fixtures/nri/<scenario>/`.
-pub fn fixture_dir(scenario: &str) -> PathBuf {
+pub(crate) fn fixture_dir(scenario: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("fixtures/nri")
         .join(scenario)

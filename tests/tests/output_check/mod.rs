@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde_json::Value;
 
 /// The JSON lines of an output.
-pub fn json_lines(bytes: &[u8]) -> Vec<Value> {
+pub(crate) fn json_lines(bytes: &[u8]) -> Vec<Value> {
     bytes
         .split(|&b| b == b'\n')
         .filter(|l| !l.is_empty())
@@ -45,7 +45,7 @@ fn plugin_label(p: &Value) -> String {
 
 /// What the JSON of a run holds, counted.
 #[derive(Debug, Default)]
-pub struct Counts {
+pub(crate) struct Counts {
     pub cri: usize,
     pub hooks: usize,
     pub findings: usize,
@@ -57,7 +57,7 @@ pub struct Counts {
     pub hook_calls: BTreeMap<(String, String), usize>,
 }
 
-pub fn counts(json: &[Value]) -> Counts {
+pub(crate) fn counts(json: &[Value]) -> Counts {
     let mut c = Counts::default();
     let mut pods = BTreeSet::new();
     let hook = |c: &mut Counts, pods: &mut BTreeSet<(String, String)>, h: &Value| {
@@ -110,7 +110,7 @@ pub fn counts(json: &[Value]) -> Counts {
 /// The lines the latency tables take: a blank line, then each table's
 /// header and rows (or its one "no ... seen" line), separated by a blank
 /// line (sinks/lines.rs `summary_text`).
-pub fn table_lines(c: &Counts) -> usize {
+pub(crate) fn table_lines(c: &Counts) -> usize {
     let (m, h) = c.table_rows;
     1 + if m == 0 { 1 } else { 1 + m } + 1 + if h == 0 { 1 } else { 1 + h }
 }
@@ -127,7 +127,7 @@ fn starts_with_clock(l: &str) -> bool {
 
 /// What `-o text` printed, read back.
 #[derive(Debug, Default)]
-pub struct Text {
+pub(crate) struct Text {
     pub lines: usize,
     /// Lines of events outside any CRI call: kernel events (`~~`), a
     /// plugin going (`**`), the runtime exiting or back (`==`).
@@ -139,7 +139,7 @@ pub struct Text {
     pub per_pod: HashMap<String, Vec<String>>,
 }
 
-pub fn read_text(text: &str) -> Text {
+pub(crate) fn read_text(text: &str) -> Text {
     let mut t = Text::default();
     for l in text.lines() {
         t.lines += 1;
@@ -199,7 +199,7 @@ pub fn read_text(text: &str) -> Text {
 /// plugins going, the runtime exiting), of which there are at most 3 per
 /// pod, 1 per plugin and 2 per runtime restart (docs/trace.md: where and
 /// why). The counts, for the docs.
-pub fn check_text(what: &str, text: &str, json: &[Value]) -> (Text, Counts) {
+pub(crate) fn check_text(what: &str, text: &str, json: &[Value]) -> (Text, Counts) {
     let c = counts(json);
     let t = read_text(text);
     assert_eq!(
@@ -231,8 +231,7 @@ pub fn check_text(what: &str, text: &str, json: &[Value]) -> (Text, Counts) {
         table_lines(&c),
         t.outside
     );
-    let plugins: std::collections::BTreeSet<&String> =
-        c.hook_calls.keys().map(|(p, _)| p).collect();
+    let plugins: BTreeSet<&String> = c.hook_calls.keys().map(|(p, _)| p).collect();
     let restarts = text.matches("(runtime restarted)").count();
     assert!(
         t.outside <= 3 * c.pods + plugins.len() + 2 * restarts,

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-pub fn validator() -> jsonschema::Validator {
+pub(crate) fn validator() -> jsonschema::Validator {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/schema/record.schema.json");
     let text = std::fs::read_to_string(&path).expect("docs/schema/record.schema.json");
     let schema: Value = serde_json::from_str(&text).expect("the schema is JSON");
@@ -14,7 +14,7 @@ pub fn validator() -> jsonschema::Validator {
 }
 
 /// Validate every line of a record file; the count of lines by type.
-pub fn validate_lines(
+pub(crate) fn validate_lines(
     v: &jsonschema::Validator,
     what: &str,
     bytes: &[u8],

@@ -5,10 +5,10 @@
 use nri_trace::capture::{CaptureEvent, Chunk};
 
 /// Deterministic xorshift64.
-pub struct Rng(pub u64);
+pub(crate) struct Rng(pub u64);
 
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -19,7 +19,7 @@ impl Rng {
 /// The same byte streams in other chunks: random sizes, or (round 0) one
 /// byte per chunk. Gap and truncation flags stay on the first and last
 /// piece of their chunk.
-pub fn resplit(events: &[CaptureEvent], round: u32, rng: &mut Rng) -> Vec<CaptureEvent> {
+pub(crate) fn resplit(events: &[CaptureEvent], round: u32, rng: &mut Rng) -> Vec<CaptureEvent> {
     let mut split = Vec::with_capacity(events.len() * 2);
     for ev in events {
         let CaptureEvent::Chunk(c) = ev else {
@@ -50,7 +50,7 @@ pub fn resplit(events: &[CaptureEvent], round: u32, rng: &mut Rng) -> Vec<Captur
 }
 
 /// Indices of the chunk events.
-pub fn chunk_indices(events: &[CaptureEvent]) -> Vec<usize> {
+pub(crate) fn chunk_indices(events: &[CaptureEvent]) -> Vec<usize> {
     events
         .iter()
         .enumerate()
@@ -61,7 +61,7 @@ pub fn chunk_indices(events: &[CaptureEvent]) -> Vec<usize> {
 
 /// A mid-stream attach at chunk event `cut`, 3 bytes into it: the opens
 /// before it are kept (discovery finds those connections at attach).
-pub fn attach_at(events: &[CaptureEvent], cut: usize) -> Vec<CaptureEvent> {
+pub(crate) fn attach_at(events: &[CaptureEvent], cut: usize) -> Vec<CaptureEvent> {
     let mut tail: Vec<CaptureEvent> = events[..cut]
         .iter()
         .filter(|e| matches!(e, CaptureEvent::Open(_)))

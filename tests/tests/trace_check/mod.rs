@@ -14,7 +14,11 @@ use nri_trace_lab::truth::{self, Truth};
 /// Every plugin delivery in the truth, made while the driver's CRI call
 /// that causes it was in flight, is a hook of the decoded span of that
 /// call: same plugin, event and object.
-pub fn check_correlation(scenario: &str, records: &[Record], truth: &[Truth]) -> (usize, usize) {
+pub(crate) fn check_correlation(
+    scenario: &str,
+    records: &[Record],
+    truth: &[Truth],
+) -> (usize, usize) {
     let since = truth::observer_attached_ns(truth).expect("attach note");
     let spans: Vec<_> = records
         .iter()
@@ -86,7 +90,7 @@ pub fn check_correlation(scenario: &str, records: &[Record], truth: &[Truth]) ->
         let object = container
             .as_ref()
             .map(|c| c.id.clone())
-            .or(pod.as_ref().map(|p| p.id.clone()))
+            .or_else(|| pod.as_ref().map(|p| p.id.clone()))
             .unwrap_or_default();
         let found = spans.iter().any(|s| {
             s.call.method.as_deref() == Some(method.as_str())
@@ -134,7 +138,7 @@ pub fn check_correlation(scenario: &str, records: &[Record], truth: &[Truth]) ->
 }
 
 /// The contract findings among the records: (rule, plugin, certain).
-pub fn findings(records: &[Record]) -> Vec<(&'static str, Option<String>, bool)> {
+pub(crate) fn findings(records: &[Record]) -> Vec<(&'static str, Option<String>, bool)> {
     records
         .iter()
         .filter_map(|r| match r {
@@ -147,7 +151,7 @@ pub fn findings(records: &[Record]) -> Vec<(&'static str, Option<String>, bool)>
 }
 
 /// The messages of the findings of `rule`.
-pub fn finding_messages<'a>(records: &'a [Record], rule: &str) -> Vec<&'a str> {
+pub(crate) fn finding_messages<'a>(records: &'a [Record], rule: &str) -> Vec<&'a str> {
     records
         .iter()
         .filter_map(|r| match r {

@@ -7,7 +7,7 @@ use std::{io::BufReader, path::Path};
 use nri_trace_lab::truth::{self, Truth};
 
 /// Every record of the truth file at `path` (gzipped if it ends in .gz).
-pub fn read(path: &Path) -> Vec<Truth> {
+pub(crate) fn read(path: &Path) -> Vec<Truth> {
     let f = std::fs::File::open(path)
         .unwrap_or_else(|e| panic!("reading truth {}: {e}", path.display()));
     let r = if path.extension().is_some_and(|e| e == "gz") {

@@ -41,6 +41,7 @@ impl Side {
         }
     }
 
+    #[must_use]
     pub fn other(self) -> Side {
         match self {
             Side::Client => Side::Server,

@@ -810,7 +810,7 @@ impl std::fmt::Debug for FrameDecoder {
             .field("max_header_block", &self.max_header_block)
             .field("buffered", &self.buffered())
             .field("synced", &self.is_synced())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

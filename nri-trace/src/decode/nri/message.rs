@@ -50,7 +50,7 @@ pub enum MessageError {
 }
 
 /// A ttrpc request, envelope decoded, body not yet.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WireRequest {
     pub service: String,
     pub method: String,
@@ -67,7 +67,7 @@ pub struct Status {
 }
 
 /// A ttrpc response, envelope decoded, body not yet.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WireResponse {
     /// `None` or code 0: success.
     pub status: Option<Status>,
@@ -130,7 +130,9 @@ impl Method {
     /// The method for a (service, method) pair; `None` for anything that is
     /// not NRI's API.
     pub fn from_wire(service: &str, method: &str) -> Option<Method> {
-        use Method::*;
+        use Method::{
+            Configure, Event, RegisterPlugin, Shutdown, StateChange, Synchronize, UpdateContainers,
+        };
         Some(match (service, method) {
             (RUNTIME_SERVICE, "RegisterPlugin") => RegisterPlugin,
             (RUNTIME_SERVICE, "UpdateContainers") => UpdateContainers,
@@ -265,7 +267,14 @@ impl RequestBody {
                 }
             }
             Method::Event(event) => {
-                use api::*;
+                use api::{
+                    CreateContainerRequest, PostCreateContainerRequest, PostStartContainerRequest,
+                    PostUpdateContainerRequest, PostUpdatePodSandboxRequest,
+                    RemoveContainerRequest, RemovePodSandboxRequest, RunPodSandboxRequest,
+                    StartContainerRequest, StopContainerRequest, StopPodSandboxRequest,
+                    UpdateContainerRequest, UpdatePodSandboxRequest,
+                    ValidateContainerAdjustmentRequest,
+                };
                 let mut validate = None;
                 let subject = match event {
                     Event::RunPodSandbox => subject!(bytes, RunPodSandboxRequest, name, pod),
@@ -408,10 +417,7 @@ mod tests {
             container: None,
         }
         .encode_to_vec();
-        let pe = api::StopPodSandboxRequest {
-            pod: Some(pod.clone()),
-        }
-        .encode_to_vec();
+        let pe = api::StopPodSandboxRequest { pod: Some(pod) }.encode_to_vec();
         let a = RequestBody::decode(Method::StateChange, &sc).unwrap();
         let b = RequestBody::decode(Method::Event(Event::StopPodSandbox), &pe).unwrap();
         assert_eq!(a, b);

@@ -52,6 +52,7 @@ pub enum PodSort {
 }
 
 impl PodSort {
+    #[must_use]
     pub fn next(self) -> Self {
         match self {
             PodSort::Attention => PodSort::Name,
@@ -87,6 +88,7 @@ pub enum CallFilter {
 }
 
 impl CallFilter {
+    #[must_use]
     pub fn next(self) -> Self {
         match self {
             CallFilter::All => CallFilter::Cri,

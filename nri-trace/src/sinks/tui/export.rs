@@ -151,10 +151,7 @@ pub fn export(
         let path = dir.join(file);
         match write_ndjson(&path, &rows) {
             Err(ExportError::Create { source, .. })
-                if source.kind() == io::ErrorKind::AlreadyExists =>
-            {
-                continue
-            }
+                if source.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e),
             Ok(()) => return Ok((path, rows.len())),
         }

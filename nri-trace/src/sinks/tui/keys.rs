@@ -87,7 +87,7 @@ impl App {
         match key.code {
             KeyCode::Char('q') => return Action::Quit,
             KeyCode::Char('?') => self.help = true,
-            KeyCode::Char('p') | KeyCode::Char(' ') => {
+            KeyCode::Char('p' | ' ') => {
                 self.paused = !self.paused;
                 return Action::Pause(self.paused);
             }
@@ -141,7 +141,7 @@ impl App {
                 self.selected[View::Timeline.index()] = 0;
                 self.show(View::Timeline);
             }
-            (View::Timeline, KeyCode::Char('+') | KeyCode::Char('=')) if self.zoom < MAX_ZOOM => {
+            (View::Timeline, KeyCode::Char('+' | '=')) if self.zoom < MAX_ZOOM => {
                 self.zoom += 1;
                 self.scroll = self.scroll.saturating_mul(2);
             }

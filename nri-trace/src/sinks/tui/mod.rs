@@ -79,12 +79,14 @@ impl Default for TuiOptions {
 /// The state, even if a feeder panicked while holding it (the model stays
 /// readable; what it shows is at worst one record short).
 pub fn lock(shared: &Mutex<TuiState>) -> MutexGuard<'_, TuiState> {
-    shared.lock().unwrap_or_else(|e| e.into_inner())
+    shared
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Draw the whole screen: status line, tabs, the current view, footer,
 /// and the help on top when open.
-pub fn draw(f: &mut Frame, app: &App, st: &TuiState, th: &Theme) {
+pub fn draw(f: &mut Frame<'_>, app: &App, st: &TuiState, th: &Theme) {
     let [status, tabs, body, footer] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Length(1),

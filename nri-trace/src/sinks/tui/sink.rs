@@ -50,9 +50,9 @@ impl TuiSink {
         let shared = Arc::new(Mutex::new(TuiState::new()));
         lock(&shared).set_status(status.clone());
         let close = Arc::new(AtomicBool::new(false));
-        opts.close = Some(close.clone());
+        opts.close = Some(Arc::clone(&close));
         let ui = {
-            let shared = shared.clone();
+            let shared = Arc::clone(&shared);
             std::thread::spawn(move || {
                 let r = super::run(shared, opts);
                 stop.request();
@@ -75,7 +75,7 @@ impl TuiSink {
         let shared = Arc::new(Mutex::new(TuiState::new()));
         lock(&shared).set_status(status.clone());
         let sink = TuiSink {
-            shared: shared.clone(),
+            shared: Arc::clone(&shared),
             ui: None,
             close: Arc::new(AtomicBool::new(false)),
             mode: Mode::Replay,
@@ -103,7 +103,7 @@ impl Sink for TuiSink {
         Ok(())
     }
 
-    fn idle(&mut self, p: &Progress) -> io::Result<()> {
+    fn idle(&mut self, p: &Progress<'_>) -> io::Result<()> {
         let rate = match self.mode {
             Mode::Live => self.events_per_s(p.inputs),
             Mode::Replay => None,
@@ -123,7 +123,7 @@ impl Sink for TuiSink {
         Ok(())
     }
 
-    fn finish(&mut self, end: &Ending) -> io::Result<()> {
+    fn finish(&mut self, end: &Ending<'_>) -> io::Result<()> {
         {
             let mut st = lock(&self.shared);
             if let Some(t) = end.now_ns {
@@ -137,7 +137,7 @@ impl Sink for TuiSink {
         match self.ui.take() {
             Some(ui) => ui
                 .join()
-                .map_err(|_| io::Error::other("the TUI thread panicked"))?,
+                .map_err(|_panic| io::Error::other("the TUI thread panicked"))?,
             None => Ok(()),
         }
     }

@@ -450,12 +450,11 @@ impl TuiState {
     fn count_call(&mut self, ts: Option<Timestamp>, n: u64) {
         let Some(ts) = ts else { return };
         let s = ts.mono_ns / 1_000_000_000;
-        match self.rate.iter_mut().find(|(x, _)| *x == s) {
-            Some((_, c)) => *c += n,
-            None => {
-                self.rate.push_back((s, n));
-                self.rate.make_contiguous().sort_unstable();
-            }
+        if let Some((_, c)) = self.rate.iter_mut().find(|(x, _)| *x == s) {
+            *c += n
+        } else {
+            self.rate.push_back((s, n));
+            self.rate.make_contiguous().sort_unstable();
         }
         while self.rate.len() > RATE_WINDOW_S as usize + 1 {
             self.rate.pop_front();
@@ -658,9 +657,7 @@ impl TuiState {
                         PluginConn {
                             label: label.clone(),
                             connected: true,
-                            events: events
-                                .as_ref()
-                                .map(|e| e.iter().map(|s| s.to_string()).collect()),
+                            events: events.clone(),
                         },
                     );
                 }

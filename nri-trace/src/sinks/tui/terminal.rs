@@ -117,9 +117,9 @@ impl Signals {
             ids.push(signal_hook::flag::register_conditional_shutdown(
                 sig,
                 1,
-                flag.clone(),
+                Arc::clone(&flag),
             )?);
-            ids.push(signal_hook::flag::register(sig, flag.clone())?);
+            ids.push(signal_hook::flag::register(sig, Arc::clone(&flag))?);
         }
         Ok(Signals { flag, ids })
     }

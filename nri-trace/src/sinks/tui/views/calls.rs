@@ -38,7 +38,7 @@ pub fn rows<'a>(app: &App, st: &'a TuiState) -> Vec<&'a CallRow> {
         .collect()
 }
 
-pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
+pub fn render(f: &mut Frame<'_>, area: Rect, app: &App, st: &TuiState, th: &Theme) {
     let all = rows(app, st);
     // The selection past the end (the default) follows the tail.
     let sel = app
@@ -47,7 +47,7 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
     let height = area.height.saturating_sub(2) as usize;
     let start = window_start(sel, height);
     let wide = area.width >= 120;
-    let body: Vec<Row> = all
+    let body: Vec<Row<'_>> = all
         .iter()
         .skip(start)
         .take(height)

@@ -73,7 +73,7 @@ pub fn severity_name(s: Severity) -> &'static str {
     }
 }
 
-fn severity_style(s: Severity, th: &Theme) -> Style {
+fn severity_style(s: Severity, th: Theme) -> Style {
     match s {
         Severity::Critical | Severity::Error => th.bad(),
         Severity::Warning => th.warn(),
@@ -99,7 +99,7 @@ pub fn rows<'a>(app: &App, st: &'a TuiState) -> Vec<&'a Finding> {
         .collect()
 }
 
-pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
+pub fn render(f: &mut Frame<'_>, area: Rect, app: &App, st: &TuiState, th: &Theme) {
     let all = rows(app, st);
     let sel = app
         .selected_of(View::Findings)
@@ -132,7 +132,7 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
     let wide = area.width >= 120;
     let height = list_area.height.saturating_sub(2) as usize;
     let start = window_start(sel, height);
-    let body: Vec<Row> = all
+    let body: Vec<Row<'_>> = all
         .iter()
         .skip(start)
         .take(height)
@@ -143,14 +143,11 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
                 Certainty::Uncertain { .. } => format!("{}?", severity_name(v.severity)),
             };
             let mut cells = vec![
-                Span::styled(sev, severity_style(v.severity, th)),
+                Span::styled(sev, severity_style(v.severity, *th)),
                 Span::raw(v.rule),
-                Span::raw(v.pod.as_deref().map(sanitize).unwrap_or_else(|| "-".into())),
+                Span::raw(v.pod.as_deref().map_or_else(|| "-".into(), sanitize)),
                 Span::styled(
-                    v.plugin
-                        .as_deref()
-                        .map(sanitize)
-                        .unwrap_or_else(|| "-".into()),
+                    v.plugin.as_deref().map_or_else(|| "-".into(), sanitize),
                     th.accent(),
                 ),
                 Span::raw(age(st.age_ns(Some(v.ts)))),
@@ -186,11 +183,11 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
         th,
     );
     if let (Some(d), Some(fd)) = (detail_area, all.get(sel)) {
-        render_detail(f, d, st, fd, th);
+        render_detail(f, d, st, fd, *th);
     }
 }
 
-fn render_detail(f: &mut Frame, area: Rect, st: &TuiState, fd: &Finding, th: &Theme) {
+fn render_detail(f: &mut Frame<'_>, area: Rect, st: &TuiState, fd: &Finding, th: Theme) {
     let v = &fd.violation;
     let rule = findings::rule(v.rule);
     let mut lines = vec![
@@ -207,14 +204,9 @@ fn render_detail(f: &mut Frame, area: Rect, st: &TuiState, fd: &Finding, th: &Th
         Line::from(sanitize(&v.message)),
         Line::from(vec![
             Span::styled("pod ", th.dim()),
-            Span::raw(v.pod.as_deref().map(sanitize).unwrap_or_else(|| "-".into())),
+            Span::raw(v.pod.as_deref().map_or_else(|| "-".into(), sanitize)),
             Span::styled("  plugin ", th.dim()),
-            Span::raw(
-                v.plugin
-                    .as_deref()
-                    .map(sanitize)
-                    .unwrap_or_else(|| "-".into()),
-            ),
+            Span::raw(v.plugin.as_deref().map_or_else(|| "-".into(), sanitize)),
             Span::styled("  age ", th.dim()),
             Span::raw(age(st.age_ns(Some(v.ts)))),
         ]),
@@ -225,9 +217,7 @@ fn render_detail(f: &mut Frame, area: Rect, st: &TuiState, fd: &Finding, th: &Th
         lines.push(Line::from(vec![
             Span::raw(format!(
                 "  {} {} ",
-                e.start
-                    .map(|t| clock_ms(&t))
-                    .unwrap_or_else(|| "-".repeat(12)),
+                e.start.map_or_else(|| "-".repeat(12), |t| clock_ms(&t)),
                 e.kind.to_uppercase()
             )),
             Span::raw(sanitize(&e.what)),

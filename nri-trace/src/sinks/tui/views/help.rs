@@ -33,7 +33,7 @@ pub const LEGEND: &[(&str, &str)] = &[
     ("error?", "finding with incomplete evidence (uncertain)"),
 ];
 
-pub fn render(f: &mut Frame, area: Rect, th: &Theme) {
+pub fn render(f: &mut Frame<'_>, area: Rect, th: &Theme) {
     let w = area.width.min(76);
     let h = (KEYS.len() + LEGEND.len() + 5) as u16;
     let [row] = Layout::vertical([Constraint::Length(h.min(area.height))])

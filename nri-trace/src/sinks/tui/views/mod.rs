@@ -23,7 +23,7 @@ use ratatui::{
 /// table every list view draws.
 #[allow(clippy::too_many_arguments)]
 pub fn list_table<'a>(
-    f: &mut Frame,
+    f: &mut Frame<'_>,
     area: Rect,
     rows: Vec<Row<'a>>,
     widths: impl IntoIterator<Item = Constraint>,
@@ -63,7 +63,7 @@ impl Theme {
         Theme { color: true }
     }
 
-    fn fg(&self, c: Color) -> Style {
+    fn fg(self, c: Color) -> Style {
         if self.color {
             Style::new().fg(c)
         } else {

@@ -37,11 +37,13 @@ pub fn sparkline(
     let vals: Vec<u64> = values.skip(n.saturating_sub(width)).collect();
     let max = vals.iter().copied().max().unwrap_or(0).max(1);
     vals.iter()
-        .map(|&v| SPARK[((v as u128 * 7 + max as u128 / 2) / max as u128).min(7) as usize])
+        .map(|&v| {
+            SPARK[((u128::from(v) * 7 + u128::from(max) / 2) / u128::from(max)).min(7) as usize]
+        })
         .collect()
 }
 
-pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
+pub fn render(f: &mut Frame<'_>, area: Rect, app: &App, st: &TuiState, th: &Theme) {
     let hooks = st.hook_summaries();
     let methods = st.method_summaries();
     let [conn_area, hook_area, method_area] = Layout::vertical([
@@ -52,7 +54,7 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
     .areas(area);
 
     // Plugin connections, one line.
-    let mut conns: Vec<Span> = vec![Span::styled(" Plugins ", th.header())];
+    let mut conns: Vec<Span<'_>> = vec![Span::styled(" Plugins ", th.header())];
     let mut any = false;
     for p in st.plugins() {
         any = true;
@@ -77,7 +79,7 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
     let height = hook_area.height.saturating_sub(2) as usize;
     let hsel = sel.min(hooks.len().saturating_sub(1));
     let start = window_start(hsel, height);
-    let rows: Vec<Row> = hooks
+    let rows: Vec<Row<'_>> = hooks
         .iter()
         .skip(start)
         .take(height)
@@ -131,7 +133,7 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
         .saturating_sub(hooks.len())
         .min(methods.len().saturating_sub(1));
     let start = window_start(msel, height);
-    let rows: Vec<Row> = methods
+    let rows: Vec<Row<'_>> = methods
         .iter()
         .skip(start)
         .take(height)

@@ -111,7 +111,7 @@ pub fn export_row(st: &TuiState, p: &PodView) -> PodRow {
     }
 }
 
-pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
+pub fn render(f: &mut Frame<'_>, area: Rect, app: &App, st: &TuiState, th: &Theme) {
     let pods = rows(app, st);
     let stuck = pods
         .iter()
@@ -139,7 +139,7 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
         .selected_of(View::Pods)
         .min(pods.len().saturating_sub(1));
     let start = window_start(sel, height);
-    let body: Vec<Row> = pods
+    let body: Vec<Row<'_>> = pods
         .iter()
         .skip(start)
         .take(height)

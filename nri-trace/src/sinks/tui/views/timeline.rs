@@ -51,7 +51,7 @@ pub fn find_pod<'a>(st: &'a TuiState, key: &PodKey) -> Option<&'a PodView> {
     })
 }
 
-fn build(pod: &PodView, st: &TuiState, th: &Theme, wide: bool) -> Vec<TlRow> {
+fn build(pod: &PodView, st: &TuiState, th: Theme, wide: bool) -> Vec<TlRow> {
     let mut entries: Vec<_> = pod.timeline.iter().collect();
     entries.sort_by_key(|e| e.start.map(|t| t.mono_ns));
     let mut rows = Vec::new();
@@ -67,8 +67,7 @@ fn build(pod: &PodView, st: &TuiState, th: &Theme, wide: bool) -> Vec<TlRow> {
         if let Some(s) = start {
             let end = e
                 .duration_ns
-                .map(|d| s.saturating_add(d))
-                .unwrap_or_else(|| st.now_ns().max(s));
+                .map_or_else(|| st.now_ns().max(s), |d| s.saturating_add(d));
             bars.push(Bar {
                 from_ns: s,
                 to_ns: end,
@@ -161,7 +160,7 @@ fn build(pod: &PodView, st: &TuiState, th: &Theme, wide: bool) -> Vec<TlRow> {
 pub fn row_count(app: &App, st: &TuiState) -> usize {
     let th = Theme::plain();
     app.timeline_key(st)
-        .and_then(|k| find_pod(st, &k).map(|p| build(p, st, &th, false).len()))
+        .and_then(|k| find_pod(st, &k).map(|p| build(p, st, th, false).len()))
         .unwrap_or(0)
 }
 
@@ -179,7 +178,7 @@ fn fit(s: &str, w: usize) -> String {
 
 /// Spans of a row of cells, consecutive cells of one style merged.
 fn merge(cells: &[(char, Style)]) -> Vec<Span<'static>> {
-    let mut out: Vec<Span> = Vec::new();
+    let mut out: Vec<Span<'_>> = Vec::new();
     let mut cur = String::new();
     let mut cur_style = Style::new();
     for (c, s) in cells {
@@ -195,7 +194,7 @@ fn merge(cells: &[(char, Style)]) -> Vec<Span<'static>> {
     out
 }
 
-pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
+pub fn render(f: &mut Frame<'_>, area: Rect, app: &App, st: &TuiState, th: &Theme) {
     let block = Block::default().borders(Borders::TOP);
     let Some(pod) = app.timeline_key(st).and_then(|k| find_pod(st, &k)) else {
         let p = Paragraph::new("No pod to show: choose one in Pods (1) with Enter.")
@@ -203,7 +202,7 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, st: &TuiState, th: &Theme) {
         f.render_widget(p, area);
         return;
     };
-    let rows = build(pod, st, th, area.width >= 120);
+    let rows = build(pod, st, *th, area.width >= 120);
     let starts = rows.iter().flat_map(|r| r.bars.iter().map(|b| b.from_ns));
     let ends = rows.iter().flat_map(|r| r.bars.iter().map(|b| b.to_ns));
     let t0 = starts.min().unwrap_or(0);
