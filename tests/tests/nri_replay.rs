@@ -159,15 +159,10 @@ fn split_decodes_identically(fixture: &str) {
     let events = fixture_events(fixture);
     let (want, _) = analyze(events.clone(), vec![LAB_NRI_SOCKET.into()]);
     assert!(!want.is_empty());
-    let mut rng = replay_util::Rng(0x2545f4914f6cdd1d);
-    for round in 0..20 {
-        let split = replay_util::resplit(&events, round, &mut rng);
+    replay_util::for_splits(&events, 20, |split| {
         let (got, _) = analyze(split, vec![LAB_NRI_SOCKET.into()]);
-        assert_eq!(
-            got, want,
-            "round {round}: split changed the decoded records"
-        );
-    }
+        assert_eq!(got, want, "{fixture}: a split changed the decoded records");
+    });
 }
 
 /// Start the replay at every point of a real stream (a mid-stream attach):

@@ -622,7 +622,10 @@ fn read_u32(bytes: &[u8], at: usize, big_endian: bool) -> Option<u32> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::{prelude::*, test_runner::TestRunner};
+
     use super::*;
+    use crate::decode::test_strategies;
 
     /// The kernel BTF, or `None` (with the reason printed) when this
     /// machine has none; under CI=true a missing file fails the test.
@@ -746,40 +749,26 @@ mod tests {
     #[test]
     fn kernel_blob_truncated_and_corrupted() {
         let Some(blob) = kernel_btf() else { return };
-        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-        for _ in 0..40 {
-            let len = (rng.next() % blob.len() as u64) as usize;
-            let cut = &blob[..len];
-            assert!(member_offset(cut, "task_struct", "exit_code").is_err());
-        }
-        let mut mutated = blob.clone();
-        for _ in 0..40 {
-            mutated.copy_from_slice(&blob);
-            for _ in 0..=(rng.next() % 8) {
-                // Bias towards the header and the start of the type section.
-                let span = if rng.next() & 1 == 0 {
-                    4096
-                } else {
-                    mutated.len()
-                };
-                let at = (rng.next() % span as u64) as usize;
-                mutated[at] = rng.next() as u8;
-            }
-            let _ = member_offset(&mutated, "task_struct", "exit_code");
-        }
+        let n = blob.len();
+        // Cuts anywhere; 1-9 corrupted bytes, half of them in the header
+        // and the start of the type section.
+        let corruption =
+            prop::collection::vec((prop_oneof![0..n.min(4096), 0..n], any::<u8>()), 1..=9);
+        let mut runner = TestRunner::new(test_strategies::config(40));
+        runner
+            .run(&(0..n, corruption), |(len, bytes)| {
+                prop_assert!(member_offset(&blob[..len], "task_struct", "exit_code").is_err());
+                let mut mutated = blob.clone();
+                for (at, b) in bytes {
+                    mutated[at] = b;
+                }
+                let _ = member_offset(&mutated, "task_struct", "exit_code");
+                Ok(())
+            })
+            .unwrap();
     }
 
     // ---- synthetic blobs ----
-
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-    }
 
     /// Builds a BTF blob in either byte order.
     struct Builder {
@@ -1036,17 +1025,24 @@ mod tests {
                 "prefix {len}"
             );
         }
-        // Random garbage and random corruption never panic.
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-        for _ in 0..20_000 {
-            let mut blob = good.clone();
-            for _ in 0..=(rng.next() % 6) {
-                let at = (rng.next() % blob.len() as u64) as usize;
-                blob[at] = rng.next() as u8;
+    }
+
+    proptest! {
+        #![proptest_config(test_strategies::config(20_000))]
+
+        /// Random corruption of a good blob, and random garbage, give an
+        /// answer or an error, never a panic.
+        #[test]
+        fn corrupted_and_random_blobs_never_panic(
+            bytes in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..=7),
+            junk in test_strategies::bytes_below(200),
+        ) {
+            let mut blob = sample(false, true);
+            for (at, b) in bytes {
+                let at = at.index(blob.len());
+                blob[at] = b;
             }
             let _ = member_offset(&blob, "outer", "d");
-            let len = (rng.next() % 200) as usize;
-            let junk: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
             let _ = member_offset(&junk, "outer", "d");
         }
     }

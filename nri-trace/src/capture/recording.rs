@@ -535,7 +535,9 @@ pub(super) fn de_syscall<'de, D: Deserializer<'de>>(d: D) -> Result<Syscall, D::
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+    use std::{collections::BTreeMap, sync::Arc};
+
+    use proptest::{prelude::*, sample::Index, test_runner::TestRunner};
 
     use super::super::{
         hex, Chunk, CloseReason, ConnClose, ConnId, ConnOpen, Direction, Loss, Origin, Peer,
@@ -1065,19 +1067,48 @@ mod tests {
         );
     }
 
-    /// xorshift64*: deterministic pseudo-random numbers without a crate.
-    struct Rng(u64);
+    /// Bytes that matter to JSON and to our fields, to get past the syntax
+    /// checks more often than uniform noise would.
+    const ALPHABET: &[u8] = b"{}[]:,\"\\ 0123456789abcdefgv-e.+\n\rtruefalsnl\xff\xc3\xa9";
 
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
+    /// One line of garbage: uniform noise, or one of `lines` mutated
+    /// (point mutations, cut and spliced with a piece of another, or a run
+    /// of JSON-ish bytes inserted).
+    fn garbage_line(lines: &Arc<Vec<Vec<u8>>>) -> impl Strategy<Value = Vec<u8>> {
+        let l = Arc::clone(lines);
+        let line = any::<Index>().prop_map(move |i| l[i.index(l.len())].clone());
+        let json_byte = || prop::sample::select(ALPHABET);
+        prop_oneof![
+            crate::decode::test_strategies::bytes_below(200),
+            (
+                line.clone(),
+                prop::collection::vec((any::<Index>(), json_byte()), 1..=4)
+            )
+                .prop_map(|(mut l, muts)| {
+                    for (i, b) in muts {
+                        let at = i.index(l.len());
+                        l[at] = b;
+                    }
+                    l
+                }),
+            (line.clone(), any::<Index>(), line.clone(), any::<Index>()).prop_map(
+                |(mut l, i, other, j)| {
+                    l.truncate(i.index(l.len()));
+                    l.extend_from_slice(&other[j.index(other.len())..]);
+                    l
+                }
+            ),
+            (
+                line,
+                any::<Index>(),
+                prop::collection::vec(json_byte(), 0..8)
+            )
+                .prop_map(|(mut l, i, ins)| {
+                    let at = i.index(l.len());
+                    l.splice(at..at, ins);
+                    l
+                }),
+        ]
     }
 
     /// Garbage never panics, every item names a line that exists, and
@@ -1085,74 +1116,55 @@ mod tests {
     #[test]
     fn garbage_never_panics() {
         let valid = record(&samples());
-        let lines: Vec<&[u8]> = valid
-            .split(|&b| b == b'\n')
-            .filter(|l| !l.is_empty())
-            .collect();
-        // Bytes that matter to JSON and to our fields, to get past the
-        // syntax checks more often than uniform noise would.
-        const ALPHABET: &[u8] = b"{}[]:,\"\\ 0123456789abcdefgv-e.+\n\rtruefalsnl\xff\xc3\xa9";
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-        let mut parsed = 0;
-        for round in 0..3000 {
-            let mut input = Vec::new();
-            for _ in 0..=rng.below(4) {
-                let mut l = lines[rng.below(lines.len())].to_vec();
-                match round % 4 {
-                    // Uniform noise.
-                    0 => {
-                        l = (0..rng.below(200)).map(|_| rng.next() as u8).collect();
+        let lines: Arc<Vec<Vec<u8>>> = Arc::new(
+            valid
+                .split(|&b| b == b'\n')
+                .filter(|l| !l.is_empty())
+                .map(<[u8]>::to_vec)
+                .collect(),
+        );
+        // 1-5 lines, most ended by a newline; a quarter of the cases with
+        // a 64-byte line limit.
+        let input = prop::collection::vec((garbage_line(&lines), prop::bool::weighted(0.8)), 1..=5)
+            .prop_map(|ls| {
+                let mut input = Vec::new();
+                for (l, newline) in ls {
+                    input.extend_from_slice(&l);
+                    if newline {
+                        input.push(b'\n');
                     }
-                    // Point mutations of a valid line.
-                    1 => {
-                        for _ in 0..=rng.below(3) {
-                            let i = rng.below(l.len());
-                            l[i] = ALPHABET[rng.below(ALPHABET.len())];
+                }
+                input
+            });
+        let max = prop_oneof![1 => Just(64), 3 => Just(DEFAULT_MAX_LINE_BYTES)];
+        let parsed = std::cell::Cell::new(0u32);
+        let mut runner = TestRunner::new(crate::decode::test_strategies::config(3000));
+        runner
+            .run(&(input, max), |(input, max)| {
+                let physical = input.split(|&b| b == b'\n').count() as u64;
+                for item in read_events(&input[..]).with_max_line_bytes(max) {
+                    match item {
+                        Ok(ev) => {
+                            parsed.set(parsed.get() + 1);
+                            let again = read_file_bytes(&record(std::slice::from_ref(&ev)));
+                            prop_assert_eq!(again, vec![ev]);
+                        }
+                        Err(e) => {
+                            let line = e.line().unwrap();
+                            prop_assert!(
+                                (1..=physical).contains(&line),
+                                "{} in {} lines",
+                                e,
+                                physical
+                            );
+                            prop_assert!(!e.to_string().is_empty());
                         }
                     }
-                    // Cut, or splice a piece of another line in.
-                    2 => {
-                        let i = rng.below(l.len());
-                        let other = lines[rng.below(lines.len())];
-                        let j = rng.below(other.len());
-                        l.truncate(i);
-                        l.extend_from_slice(&other[j..]);
-                    }
-                    // Insert a run of JSON-ish bytes.
-                    _ => {
-                        let i = rng.below(l.len());
-                        let ins: Vec<u8> = (0..rng.below(8))
-                            .map(|_| ALPHABET[rng.below(ALPHABET.len())])
-                            .collect();
-                        l.splice(i..i, ins);
-                    }
                 }
-                input.extend_from_slice(&l);
-                if rng.below(5) != 0 {
-                    input.push(b'\n');
-                }
-            }
-            let physical = input.split(|&b| b == b'\n').count() as u64;
-            let max = if rng.below(4) == 0 {
-                64
-            } else {
-                DEFAULT_MAX_LINE_BYTES
-            };
-            for item in read_events(&input[..]).with_max_line_bytes(max) {
-                match item {
-                    Ok(ev) => {
-                        parsed += 1;
-                        let again = read_file_bytes(&record(std::slice::from_ref(&ev)));
-                        assert_eq!(again, vec![ev]);
-                    }
-                    Err(e) => {
-                        let line = e.line().unwrap();
-                        assert!((1..=physical).contains(&line), "{e} in {physical} lines");
-                        assert!(!e.to_string().is_empty());
-                    }
-                }
-            }
-        }
+                Ok(())
+            })
+            .unwrap();
+        let parsed = parsed.get();
         // The mutations must not all be rejected, or the round trip above
         // tests nothing.
         assert!(parsed > 100, "only {parsed} mutated lines parsed");

@@ -3,24 +3,36 @@
 #![allow(dead_code)]
 
 use nri_trace::capture::{CaptureEvent, Chunk};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
 
-/// Deterministic xorshift64.
-pub(crate) struct Rng(pub u64);
-
-impl Rng {
-    pub(crate) fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+/// `cases` cases, proptest's fast RNG, no failure files in the tree;
+/// `PROPTEST_CASES=N` runs N instead (as the decoders' own properties,
+/// nri-trace/src/decode/test_strategies.rs).
+pub(crate) fn config(cases: u32) -> Config {
+    Config {
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(cases),
+        failure_persistence: None,
+        rng_algorithm: proptest::test_runner::RngAlgorithm::XorShift,
+        ..Config::default()
     }
 }
 
-/// The same byte streams in other chunks: random sizes, or (round 0) one
-/// byte per chunk. Gap and truncation flags stay on the first and last
-/// piece of their chunk.
-pub(crate) fn resplit(events: &[CaptureEvent], round: u32, rng: &mut Rng) -> Vec<CaptureEvent> {
+/// Piece sizes for [`resplit`], used in turn.
+pub(crate) fn piece_sizes() -> impl Strategy<Value = Vec<usize>> {
+    prop::collection::vec(1usize..4096, 1..64)
+}
+
+/// The same byte streams in other chunks: each chunk cut into pieces of
+/// the `sizes` in turn (each at most what is left of the chunk), or into
+/// one byte each when `sizes` is empty. Gap and truncation flags stay on
+/// the first and last piece of their chunk.
+pub(crate) fn resplit(events: &[CaptureEvent], sizes: &[usize]) -> Vec<CaptureEvent> {
     let mut split = Vec::with_capacity(events.len() * 2);
+    let mut next = sizes.iter().copied().cycle();
     for ev in events {
         let CaptureEvent::Chunk(c) = ev else {
             split.push(ev.clone());
@@ -29,13 +41,8 @@ pub(crate) fn resplit(events: &[CaptureEvent], round: u32, rng: &mut Rng) -> Vec
         let mut rest: &[u8] = &c.bytes;
         let mut first = true;
         while !rest.is_empty() {
-            let x = rng.next();
-            let n = if round == 0 {
-                1
-            } else {
-                1 + (x % (rest.len() as u64)) as usize
-            };
-            let (a, b) = rest.split_at(n.min(rest.len()));
+            let n = next.next().unwrap_or(1).clamp(1, rest.len());
+            let (a, b) = rest.split_at(n);
             split.push(CaptureEvent::Chunk(Chunk {
                 bytes: a.to_vec(),
                 gap_before: c.gap_before && first,
@@ -47,6 +54,18 @@ pub(crate) fn resplit(events: &[CaptureEvent], round: u32, rng: &mut Rng) -> Vec
         }
     }
     split
+}
+
+/// `check` on `events` cut into one-byte chunks, then on `cases` random
+/// re-chunkings of them (a failing one is shrunk and reported).
+pub(crate) fn for_splits(events: &[CaptureEvent], cases: u32, check: impl Fn(Vec<CaptureEvent>)) {
+    check(resplit(events, &[]));
+    TestRunner::new(config(cases))
+        .run(&piece_sizes(), |sizes| {
+            check(resplit(events, &sizes));
+            Ok(())
+        })
+        .unwrap();
 }
 
 /// Indices of the chunk events.

@@ -381,7 +381,10 @@ impl ResponseBody {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+    use crate::decode::test_strategies;
 
     #[test]
     fn methods_map_both_ways() {
@@ -460,34 +463,30 @@ mod tests {
         assert!(ok.error().is_none());
     }
 
-    #[test]
-    fn arbitrary_bytes_never_panic() {
-        // xorshift: deterministic pseudo-random inputs.
-        let mut x = 0x9e3779b97f4a7c15u64;
-        let methods: Vec<Method> = [
-            Method::RegisterPlugin,
-            Method::UpdateContainers,
-            Method::Configure,
-            Method::Synchronize,
-            Method::Shutdown,
-            Method::StateChange,
-        ]
-        .into_iter()
-        .chain(EVENT_METHODS.iter().map(|(_, e)| Method::Event(*e)))
-        .collect();
-        for i in 0..20_000 {
-            let len = i % 97;
-            let bytes: Vec<u8> = (0..len)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
+    proptest! {
+        #![proptest_config(test_strategies::config(20_000))]
+
+        /// Any bytes, as any method's request or response: an answer or
+        /// an error, never a panic.
+        #[test]
+        fn arbitrary_bytes_never_panic(
+            bytes in test_strategies::bytes_below(97),
+            method in any::<proptest::sample::Index>(),
+        ) {
+            let methods: Vec<Method> = [
+                Method::RegisterPlugin,
+                Method::UpdateContainers,
+                Method::Configure,
+                Method::Synchronize,
+                Method::Shutdown,
+                Method::StateChange,
+            ]
+            .into_iter()
+            .chain(EVENT_METHODS.iter().map(|(_, e)| Method::Event(*e)))
+            .collect();
+            let m = methods[method.index(methods.len())];
             let _ = decode_request(&bytes);
             let _ = decode_response(&bytes);
-            let m = methods[i % methods.len()];
             let _ = RequestBody::decode(m, &bytes);
             let _ = ResponseBody::decode(m, &bytes);
         }
