@@ -1157,6 +1157,8 @@ fn match_env_peers(
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
     use std::os::unix::fs::symlink;
     use std::os::unix::net::{UnixListener, UnixStream};
@@ -1901,19 +1903,23 @@ mod tests {
         for cut in 0..good.len() {
             let _ = parse(&good[..cut]);
         }
-        let mut x = 0x9e37_79b9u32;
-        for round in 0..2000usize {
-            let mut noise = good.clone();
-            for _ in 0..=(round % 7) {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                let i = x as usize % noise.len();
-                noise[i] = (x >> 8) as u8;
-            }
-            noise.truncate(x as usize % (noise.len() + 1));
-            let _ = parse(&noise);
-        }
+        // 1-7 bytes changed anywhere, then cut anywhere.
+        let noise = (
+            prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..=7),
+            any::<prop::sample::Index>(),
+        );
+        proptest::test_runner::TestRunner::new(crate::decode::test_strategies::config(2000))
+            .run(&noise, |(bytes, cut)| {
+                let mut noise = good.clone();
+                for (at, b) in bytes {
+                    let at = at.index(noise.len());
+                    noise[at] = b;
+                }
+                noise.truncate(cut.index(noise.len() + 1));
+                let _ = parse(&noise);
+                Ok(())
+            })
+            .unwrap();
     }
 
     /// Pairing sockets with the holders of their peers, without /proc.

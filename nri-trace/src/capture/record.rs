@@ -111,8 +111,12 @@ pub fn encode(h: &RecordHeader, payload: &[u8]) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use std::mem::offset_of;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::decode::test_strategies;
 
     #[test]
     fn offsets_match_repr_c() {
@@ -172,18 +176,12 @@ mod tests {
         assert_eq!(parse(&encode(&h, b"")), Err(RecordError::Syscall(0)));
     }
 
-    #[test]
-    fn arbitrary_bytes_never_panic() {
-        // Deterministic pseudo-random inputs of every length up to 200.
-        let mut x: u64 = 0x9e3779b97f4a7c15;
-        for len in 0..200 {
-            let mut b = vec![0u8; len];
-            for v in &mut b {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                *v = x as u8;
-            }
+    proptest! {
+        #![proptest_config(test_strategies::config(2000))]
+
+        /// Any bytes, up to 200: a record or an error, never a panic.
+        #[test]
+        fn arbitrary_bytes_never_panic(b in test_strategies::bytes_below(201)) {
             let _ = parse(&b);
         }
     }

@@ -1314,12 +1314,13 @@ mod tests {
     //! Bounds and garbage. Real-peer behaviour (containerd, the ttrpc crate,
     //! the NRI logger) is tested on recordings in tests/tests/nri_replay.rs;
     //! these synthetic streams exercise what no well-behaved peer sends.
+    use proptest::{prelude::*, test_runner::TestRunner};
     use prost::Message as _;
 
     use super::*;
     use crate::{
         capture::{Origin, Syscall},
-        decode::nri::proto::envelope,
+        decode::{nri::proto::envelope, test_strategies},
     };
 
     fn ts(ns: u64) -> Timestamp {
@@ -1476,34 +1477,37 @@ mod tests {
         assert_eq!(a.stats().answered_after_deadline, 1);
     }
 
+    /// 3000 chunks of garbage, a valid request frame in every tenth, in
+    /// either direction: no panic, and the calls in flight stay bounded.
     #[test]
     fn garbage_never_panics_and_stays_bounded() {
-        let mut a = NriCallAssembler::new(vec!["/nri.sock".into()]);
-        let mut out = Vec::new();
-        a.on_capture(&open(1), &mut out);
-        let mut x = 0x853c49e6748fea9bu64;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
-        for i in 0..3000u64 {
-            let len = (next() % 300) as usize;
-            let mut bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
-            // Now and then a valid frame in between.
-            if i % 10 == 0 {
-                bytes.extend(request_frame((next() as u32) | 1));
-            }
-            let dir = if next() % 2 == 0 {
-                Direction::In
-            } else {
-                Direction::Out
-            };
-            a.on_capture(&chunk(1, dir, i, bytes), &mut out);
-            out.clear();
-        }
-        assert!(a.in_flight() <= MAX_PENDING_PER_CONN);
-        a.finish(&mut out);
+        let chunk_of = (
+            test_strategies::bytes_below(300),
+            any::<u32>(),
+            any::<bool>(),
+        );
+        let chunks = prop::collection::vec(chunk_of, 3000);
+        TestRunner::new(test_strategies::config(1))
+            .run(&chunks, |chunks| {
+                let mut a = NriCallAssembler::new(vec!["/nri.sock".into()]);
+                let mut out = Vec::new();
+                a.on_capture(&open(1), &mut out);
+                for (i, (mut bytes, stream, inbound)) in chunks.into_iter().enumerate() {
+                    if i % 10 == 0 {
+                        bytes.extend(request_frame(stream | 1));
+                    }
+                    let dir = if inbound {
+                        Direction::In
+                    } else {
+                        Direction::Out
+                    };
+                    a.on_capture(&chunk(1, dir, i as u64, bytes), &mut out);
+                    out.clear();
+                }
+                prop_assert!(a.in_flight() <= MAX_PENDING_PER_CONN);
+                a.finish(&mut out);
+                Ok(())
+            })
+            .unwrap();
     }
 }
