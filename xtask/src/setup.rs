@@ -19,6 +19,9 @@ const APT_PACKAGES: &[&str] = &[
     "gcc",
     // k8s-cri (the lab's CRI driver) runs protoc in its build script.
     "protobuf-compiler",
+    // The BTF parser's offsets checked against the kernel's own dump
+    // (capture/btf.rs, kernel_offsets_match_bpftool).
+    "bpftool",
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
