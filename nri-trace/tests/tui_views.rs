@@ -304,7 +304,11 @@ fn hostile_state() -> TuiState {
                 }
             }
             Record::Violation(v) => {
-                v.message = format!("{}\x1b]52;c;aGk=\x07", v.message);
+                // The plugin's name is in the finding's sentence too.
+                v.plugin = Some(format!(
+                    "{}\x1b]52;c;aGk=\x07",
+                    v.plugin.as_deref().unwrap_or("p")
+                ));
                 v.pod = Some(format!("x/{HOSTILE}"));
             }
             _ => {}

@@ -19,16 +19,17 @@ use nri_trace::{
     capture::sandbox::SandboxOp,
     engine::{
         findings::{
-            HOOK_OVER_BUDGET, NAME_RESERVATION_RETRY, PLUGIN_TIMEOUT, POD_UNKNOWN_TO_PLUGIN,
-            PROCESS_SURVIVES_SIGKILL, TEARDOWN_HOOK_FAILED, TEARDOWN_UNMOUNT_FAILED,
-            UNEXPLAINED_AFTER_RESTART,
+            Detail, HOOK_OVER_BUDGET, NAME_RESERVATION_RETRY, PLUGIN_TIMEOUT,
+            POD_UNKNOWN_TO_PLUGIN, PROCESS_SURVIVES_SIGKILL, TEARDOWN_HOOK_FAILED,
+            TEARDOWN_UNMOUNT_FAILED, UNEXPLAINED_AFTER_RESTART,
         },
         record::Record,
     },
     model::observation::Observation,
+    sinks::finding_message::message,
 };
 use nri_trace_lab::truth::{self, PluginEvent, Truth};
-use trace_check::{finding_messages, findings};
+use trace_check::{finding_details, findings};
 
 fn records(scenario: &str, out: &Path) -> Vec<Record> {
     lab_trace::live_equals_replay(scenario, out).records
@@ -157,10 +158,15 @@ fn trace_plugin_timeout_found() {
         "{f:?}"
     );
     // containerd's own timer fired: it closed the plugin's connection.
-    let m = finding_messages(&records, PLUGIN_TIMEOUT);
+    let m = finding_details(&records, PLUGIN_TIMEOUT);
     assert!(
-        m.iter()
-            .any(|m| m.ends_with("the runtime closed its connection")),
+        m.iter().any(|(_, d)| matches!(
+            d,
+            Detail::PluginTimeout {
+                connection_closed: true,
+                ..
+            }
+        )),
         "{m:?}"
     );
 }
@@ -202,7 +208,8 @@ fn trace_teardown_error_found() {
     let named = records.iter().any(|r| {
         matches!(r, Record::Violation(v)
             if v.rule == TEARDOWN_HOOK_FAILED
-                && v.message.contains("later plugins not called: 50-observer"))
+                && matches!(&v.detail, Detail::TeardownHookFailed { not_called, .. }
+                    if not_called.iter().any(|p| p == "50-observer")))
     });
     assert_eq!(named, !observer_got_stop);
 }
@@ -681,11 +688,11 @@ fn trace_hung_teardown_client_gone() {
         !gone_before,
         "10-hung's connection closed before the deadline"
     );
-    let m = finding_messages(&records, PLUGIN_TIMEOUT);
+    let m = finding_details(&records, PLUGIN_TIMEOUT);
     assert!(
-        m.iter()
-            .any(|m| m.starts_with("10-hung did not answer STOP_POD_SANDBOX")
-                && m.ends_with("with the connection left open")),
+        m.iter().any(|(p, d)| *p == Some("10-hung")
+            && matches!(d, Detail::PluginTimeout { hook, connection_closed: false, .. }
+                if hook == "STOP_POD_SANDBOX")),
         "{m:?}"
     );
 }
@@ -786,7 +793,7 @@ fn trace_runtime_restart() {
     expected.sort();
     for r in &records {
         if let Record::Violation(v) = r {
-            eprintln!("runtime-restart: {}: {}", v.rule, v.message);
+            eprintln!("runtime-restart: {}: {}", v.rule, message(v));
         }
     }
     assert_eq!(got, expected);

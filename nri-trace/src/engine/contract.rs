@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use super::{
     correlate::{CriSpan, NoCause},
     findings::{
-        rule, Certainty, Evidence, Severity, Violation, CONTAINER_BEFORE_POD_READY,
+        rule, Certainty, Detail, Evidence, Severity, Violation, CONTAINER_BEFORE_POD_READY,
         CONTAINER_EVENT_ORDER, CONTAINER_IN_STOPPED_POD, HOOK_OVER_BUDGET, NAME_RESERVATION_RETRY,
         PLUGIN_TIMEOUT, POD_EVENT_ORDER, POD_UNKNOWN_TO_PLUGIN, SUBSCRIBED_NOT_DELIVERED,
         TEARDOWN_HOOK_FAILED, UNEXPLAINED_AFTER_RESTART, UNSUBSCRIBED_DELIVERED,
@@ -200,7 +200,7 @@ impl ContractChecker {
         rule_id: &'static str,
         h: &HookSpan,
         label: &str,
-        message: String,
+        detail: Detail,
     ) -> Violation {
         Violation {
             rule: rule_id,
@@ -209,7 +209,7 @@ impl ContractChecker {
             ts: h.call.end.or(h.call.start).unwrap_or_else(ts0),
             pod: pod_of_hook(h),
             plugin: Some(label.to_owned()),
-            message,
+            detail,
             evidence: vec![nri_evidence(h)],
         }
     }
@@ -412,10 +412,9 @@ impl ContractChecker {
                 },
                 pod: None,
                 plugin: Some(p.label.clone()),
-                message: format!(
-                    "{} missed {} subscribed event deliveries after it was disconnected",
-                    p.label, p.missed_after_gone
-                ),
+                detail: Detail::MissedAfterDisconnect {
+                    missed: p.missed_after_gone,
+                },
                 evidence: vec![],
             });
         }
@@ -465,23 +464,15 @@ impl ContractChecker {
         }
         // containerd closes the connection only when its own timer fired;
         // on a cancelled CRI call it keeps it (model::nri_call module docs).
-        let then = if closed {
-            "the runtime closed its connection"
-        } else {
-            "the runtime gave up on it with the connection left open"
-        };
         out.push(self.hook_finding(
             PLUGIN_TIMEOUT,
             h,
             &label,
-            format!(
-                "{label} did not answer {} within its timeout{}; {then}",
-                h.hook,
-                h.call
-                    .timeout_nano
-                    .map(|t| format!(" ({} ms)", t / 1_000_000))
-                    .unwrap_or_default()
-            ),
+            Detail::PluginTimeout {
+                hook: h.hook.clone(),
+                timeout_ns: h.call.timeout_nano.and_then(|t| u64::try_from(t).ok()),
+                connection_closed: closed,
+            },
         ));
     }
 
@@ -517,19 +508,15 @@ impl ContractChecker {
         {
             return true;
         }
-        let how = match &p.synced {
-            Some(_) => "its Synchronize did not list it",
-            None => "it got no Synchronize",
-        };
         let mut v = self.hook_finding(
             UNEXPLAINED_AFTER_RESTART,
             h,
             label,
-            format!(
-                "{label} received {} for a pod from before the runtime restarted (new pid {pid}) \
-                 that it was never told about since: {how}, no RunPodSandbox",
-                h.hook
-            ),
+            Detail::UnannouncedAfterRestart {
+                hook: h.hook.clone(),
+                runtime_pid: pid,
+                synchronized: p.synced.is_some(),
+            },
         );
         if !p.registered {
             v.certainty = Certainty::Uncertain {
@@ -605,12 +592,12 @@ impl ContractChecker {
                 .map(ToString::to_string)
                 .or_else(|| Some(id.clone())),
             plugin: None,
-            message: format!(
-                "{} of a pod from before the runtime restarted (new pid {pid}) succeeded but \
-                 delivered no {event}; subscribed: {}",
-                c.method.as_deref().unwrap_or("?"),
-                missed.join(", ")
-            ),
+            detail: Detail::UndeliveredAfterRestart {
+                method: c.method.clone(),
+                event: event.to_owned(),
+                runtime_pid: pid,
+                subscribed: missed,
+            },
             evidence: vec![cri_evidence(c)],
         });
     }
@@ -641,7 +628,9 @@ impl ContractChecker {
                     UNSUBSCRIBED_DELIVERED,
                     h,
                     &label,
-                    format!("{label} received {} without subscribing to it", h.hook),
+                    Detail::Unsubscribed {
+                        hook: h.hook.clone(),
+                    },
                 ));
             }
         }
@@ -669,12 +658,11 @@ impl ContractChecker {
                     HOOK_OVER_BUDGET,
                     h,
                     &label,
-                    format!(
-                        "{label} took {} ms on {}, over its budget of {} ms",
-                        own / 1_000_000,
-                        h.hook,
-                        b / 1_000_000
-                    ),
+                    Detail::HookOverBudget {
+                        hook: h.hook.clone(),
+                        own_ns: own,
+                        budget_ns: b,
+                    },
                 ));
             }
         }
@@ -712,10 +700,10 @@ impl ContractChecker {
                 CONTAINER_EVENT_ORDER
             };
             if inverted && self.fired.insert((rule, label.clone(), object)) {
-                let got: Vec<&str> = {
+                let got: Vec<String> = {
                     let mut v: Vec<(u64, &str)> = seen.iter().map(|(e, t)| (*t, *e)).collect();
                     v.sort_unstable();
-                    v.into_iter().map(|(_, e)| e).collect()
+                    v.into_iter().map(|(_, e)| e.to_owned()).collect()
                 };
                 out.push(Violation {
                     rule,
@@ -724,7 +712,7 @@ impl ContractChecker {
                     ts: h.call.start.unwrap_or_else(ts0),
                     pod: pod_of_hook(h),
                     plugin: Some(label.clone()),
-                    message: format!("{label} saw {} in this order", got.join(" -> ")),
+                    detail: Detail::EventOrder { seen: got },
                     evidence: vec![nri_evidence(h)],
                 });
             }
@@ -750,12 +738,9 @@ impl ContractChecker {
                         POD_UNKNOWN_TO_PLUGIN,
                         h,
                         &label,
-                        format!(
-                            "{label} received {} for a pod it was never told about: not in its \
-                             Synchronize, no RunPodSandbox (it registered while the pod was \
-                             being created: the Synchronize race)",
-                            h.hook
-                        ),
+                        Detail::PodUnknown {
+                            hook: h.hook.clone(),
+                        },
                     );
                     self.unknown_pending
                         .push((start, label.clone(), pod.id.clone(), v));
@@ -784,11 +769,10 @@ impl ContractChecker {
                         CONTAINER_BEFORE_POD_READY,
                         h,
                         &label,
-                        format!(
-                            "{} of {} began before the pod's RunPodSandbox hooks finished",
-                            h.hook,
-                            h.call.container.as_ref().map_or("?", |c| c.name.as_str())
-                        ),
+                        Detail::ContainerBeforePodReady {
+                            hook: h.hook.clone(),
+                            container: h.call.container.as_ref().map(|c| c.name.clone()),
+                        },
                     ));
                 }
             }
@@ -802,7 +786,9 @@ impl ContractChecker {
                         CONTAINER_IN_STOPPED_POD,
                         h,
                         &label,
-                        format!("{} after the pod's StopPodSandbox", h.hook),
+                        Detail::ContainerInStoppedPod {
+                            hook: h.hook.clone(),
+                        },
                     ));
                 }
             }
@@ -812,21 +798,12 @@ impl ContractChecker {
     fn report_teardown(&mut self, h: &HookSpan, span: Option<&CriSpan>, out: &mut Vec<Violation>) {
         let label = h.call.plugin.label();
         let mut evidence = vec![nri_evidence(h)];
-        let mut message = format!("{label} failed {} ({})", h.hook, h.call.outcome.describe());
         let mut severity = Severity::Warning;
+        let mut not_called = Vec::new();
         if let Some(s) = span {
             evidence.insert(0, cri_evidence(&s.call));
-            if s.call.outcome.is_ok() {
-                message.push_str(&format!(
-                    "; the runtime went on: CRI {} succeeded",
-                    s.call.method.as_deref().unwrap_or("?")
-                ));
-            } else {
+            if !s.call.outcome.is_ok() {
                 severity = Severity::Critical;
-                message.push_str(&format!(
-                    "; CRI {} failed with it",
-                    s.call.method.as_deref().unwrap_or("?")
-                ));
             }
             // Later plugins (higher index) subscribed but not delivered to.
             let later: Vec<String> = self
@@ -847,7 +824,7 @@ impl ContractChecker {
                 .collect();
             if !later.is_empty() {
                 severity = Severity::Critical;
-                message.push_str(&format!("; later plugins not called: {}", later.join(", ")));
+                not_called = later;
             }
         }
         out.push(Violation {
@@ -857,7 +834,13 @@ impl ContractChecker {
             ts: h.call.end.or(h.call.start).unwrap_or_else(ts0),
             pod: pod_of_hook(h),
             plugin: Some(label),
-            message,
+            detail: Detail::TeardownHookFailed {
+                hook: h.hook.clone(),
+                outcome: h.call.outcome.clone(),
+                cri_method: span.and_then(|s| s.call.method.clone()),
+                cri_ok: span.map(|s| s.call.outcome.is_ok()),
+                not_called,
+            },
             evidence,
         });
     }
@@ -924,11 +907,10 @@ impl ContractChecker {
                     ts: op.call.start.unwrap_or_else(ts0),
                     pod: pod_of_hook(op),
                     plugin: Some(p.label.clone()),
-                    message: format!(
-                        "{} is subscribed to {hook} and connected since before it, but only {} received it",
-                        p.label,
-                        got.join(", ")
-                    ),
+                    detail: Detail::NotDelivered {
+                        hook: hook.to_owned(),
+                        received_by: got.clone(),
+                    },
                     evidence: vec![cri_evidence(&s.call), nri_evidence(op)],
                 });
             }
@@ -982,15 +964,13 @@ impl ContractChecker {
                     ts: c.end.unwrap_or_else(ts0),
                     pod: Some(format!("{}/{}", pod.namespace, pod.name)),
                     plugin: None,
-                    message: format!(
-                        "{m} of {}/{} (attempt {}) was requested {} times after the client's deadline \
-                         ({reserved} answered 'name reserved'); the pod was held up {} ms",
-                        pod.namespace,
-                        pod.name,
-                        pod.attempt,
-                        calls.len(),
-                        end.saturating_sub(first.mono_ns) / 1_000_000
-                    ),
+                    detail: Detail::NameReservationRetry {
+                        method: m.to_owned(),
+                        attempt: pod.attempt,
+                        requests: calls.len(),
+                        reserved,
+                        held_ns: end.saturating_sub(first.mono_ns),
+                    },
                     evidence: calls.iter().map(cri_evidence).collect(),
                 });
             }
@@ -1082,9 +1062,16 @@ mod tests {
         ]));
         assert_eq!(rules(&v), vec![POD_EVENT_ORDER]);
         assert_eq!(v[0].certainty, Certainty::Certain);
-        assert!(v[0]
-            .message
-            .contains("RUN_POD_SANDBOX -> REMOVE_POD_SANDBOX -> STOP_POD_SANDBOX"));
+        assert_eq!(
+            v[0].detail,
+            Detail::EventOrder {
+                seen: vec![
+                    "RUN_POD_SANDBOX".into(),
+                    "REMOVE_POD_SANDBOX".into(),
+                    "STOP_POD_SANDBOX".into()
+                ]
+            }
+        );
     }
 
     #[test]
@@ -1172,9 +1159,9 @@ mod tests {
         assert_eq!(rules(&v), vec![TEARDOWN_HOOK_FAILED]);
         assert_eq!(v[0].severity, Severity::Critical);
         assert!(
-            v[0].message.contains("later plugins not called: 20-b"),
-            "{}",
-            v[0].message
+            matches!(&v[0].detail, Detail::TeardownHookFailed { not_called, .. } if not_called == &["20-b"]),
+            "{:?}",
+            v[0].detail
         );
     }
 
@@ -1201,7 +1188,17 @@ mod tests {
         ];
         let v = check(&records);
         assert_eq!(rules(&v), vec![HOOK_OVER_BUDGET]);
-        assert!(v[0].message.contains("1600 ms"));
+        assert!(
+            matches!(
+                v[0].detail,
+                Detail::HookOverBudget {
+                    own_ns: 1_600_000_000,
+                    ..
+                }
+            ),
+            "{:?}",
+            v[0].detail
+        );
     }
 
     fn synchronize(label: &str, idx: &str, conn: u64, pods: &[&str]) -> Record {
@@ -1423,12 +1420,18 @@ mod tests {
         ];
         let v = check(&records);
         assert_eq!(rules(&v), vec![PLUGIN_TIMEOUT, PLUGIN_TIMEOUT]);
-        assert!(v[0].message.contains("(1000 ms)"), "{}", v[0].message);
         assert!(
-            v[1].message.contains("missed 1 subscribed"),
-            "{}",
-            v[1].message
+            matches!(
+                v[0].detail,
+                Detail::PluginTimeout {
+                    timeout_ns: Some(1_000_000_000),
+                    ..
+                }
+            ),
+            "{:?}",
+            v[0].detail
         );
+        assert_eq!(v[1].detail, Detail::MissedAfterDisconnect { missed: 1 });
         // Gone plugins are not "subscribed but not delivered".
         assert!(!rules(&v).contains(&SUBSCRIBED_NOT_DELIVERED));
     }
@@ -1465,12 +1468,18 @@ mod tests {
         let v = check(&records);
         assert_eq!(rules(&v), vec![NAME_RESERVATION_RETRY]);
         assert!(
-            v[0].message.contains("requested 3 times"),
-            "{}",
-            v[0].message
+            matches!(
+                v[0].detail,
+                Detail::NameReservationRetry {
+                    requests: 3,
+                    reserved: 1,
+                    held_ns: 3_100_000_000,
+                    ..
+                }
+            ),
+            "{:?}",
+            v[0].detail
         );
-        assert!(v[0].message.contains("1 answered 'name reserved'"));
-        assert!(v[0].message.contains("held up 3100 ms"));
         assert_eq!(v[0].evidence.len(), 3);
     }
 
@@ -1536,9 +1545,15 @@ mod tests {
         assert_eq!(rules(&v), vec![UNEXPLAINED_AFTER_RESTART]);
         assert_eq!(v[0].certainty, Certainty::Certain);
         assert!(
-            v[0].message.contains("it got no Synchronize"),
-            "{}",
-            v[0].message
+            matches!(
+                v[0].detail,
+                Detail::UnannouncedAfterRestart {
+                    synchronized: false,
+                    ..
+                }
+            ),
+            "{:?}",
+            v[0].detail
         );
         // Without the restart the same delivery is unremarkable.
         let mut r = before_restart(IdentitySource::RegisterPlugin);
@@ -1592,10 +1607,13 @@ mod tests {
         let v = check(&r);
         assert_eq!(rules(&v), vec![UNEXPLAINED_AFTER_RESTART]);
         assert!(
-            v[0].message
-                .contains("delivered no REMOVE_POD_SANDBOX; subscribed: 10-a"),
-            "{}",
-            v[0].message
+            matches!(
+                &v[0].detail,
+                Detail::UndeliveredAfterRestart { event, subscribed, .. }
+                    if event == "REMOVE_POD_SANDBOX" && subscribed == &["10-a"]
+            ),
+            "{:?}",
+            v[0].detail
         );
         // A failed RemovePodSandbox, or one with the event, is not it.
         let mut r = before_restart(IdentitySource::RegisterPlugin);

@@ -4,11 +4,17 @@
 //!
 //! Both rule checkers produce these: the NRI contract over calls
 //! (`contract`) and the kernel's side of a teardown (`sandbox_rules`).
-//! Sinks turn them into words.
+//! A finding carries what was seen as data ([`Detail`], one variant per
+//! kind of finding); sinks turn it into words
+//! (`sinks::finding_message`).
 
 use serde::Serialize;
 
-use crate::capture::{ConnId, Timestamp};
+use super::hook_latency::Hook;
+use crate::{
+    capture::{ConnId, Timestamp},
+    model::nri_call::Outcome,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -175,6 +181,115 @@ pub struct Violation {
     /// "namespace/name" or a sandbox id.
     pub pod: Option<String>,
     pub plugin: Option<String>,
-    pub message: String,
+    /// What was seen, as data.
+    pub detail: Detail,
     pub evidence: Vec<Evidence>,
+}
+
+/// What a finding saw, one variant per kind of finding (`"kind"` in
+/// JSON). The plugin and pod are the [`Violation`]'s own fields.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Detail {
+    /// pod-event-order, container-event-order: the plugin's events of one
+    /// object, in the order it received them.
+    EventOrder { seen: Vec<String> },
+    /// unsubscribed-event-delivered.
+    Unsubscribed { hook: Hook },
+    /// subscribed-event-not-delivered: who did receive it.
+    NotDelivered {
+        hook: String,
+        received_by: Vec<String>,
+    },
+    /// pod-unknown-to-plugin: a plugin received an event of a pod neither
+    /// its Synchronize nor a RunPodSandbox announced (the Synchronize race).
+    PodUnknown { hook: Hook },
+    /// event-unexplained-after-restart, at a plugin: an event of a pod from
+    /// before the restart it was never told of since; `synchronized`:
+    /// whether it got a Synchronize (that did not list the pod).
+    UnannouncedAfterRestart {
+        hook: Hook,
+        runtime_pid: u32,
+        synchronized: bool,
+    },
+    /// event-unexplained-after-restart, at the runtime: a teardown call of
+    /// a pod from before the restart succeeded without delivering `event`
+    /// to these subscribed plugins.
+    UndeliveredAfterRestart {
+        method: Option<String>,
+        event: String,
+        runtime_pid: u32,
+        subscribed: Vec<String>,
+    },
+    /// teardown-hook-failed: the hook's outcome; the CRI call it was part
+    /// of (method, whether it succeeded) when known; subscribed plugins
+    /// after it that were not called.
+    TeardownHookFailed {
+        hook: Hook,
+        outcome: Outcome,
+        cri_method: Option<String>,
+        cri_ok: Option<bool>,
+        not_called: Vec<String>,
+    },
+    /// plugin-timeout: no answer within `timeout_ns`; whether the runtime
+    /// then closed the connection (containerd does when its own timer
+    /// fired) or left it open (a cancelled request).
+    PluginTimeout {
+        hook: Hook,
+        timeout_ns: Option<u64>,
+        connection_closed: bool,
+    },
+    /// plugin-timeout, at the end: deliveries a disconnected plugin would
+    /// have had.
+    MissedAfterDisconnect { missed: u64 },
+    /// hook-over-budget.
+    HookOverBudget {
+        hook: Hook,
+        own_ns: u64,
+        budget_ns: u64,
+    },
+    /// container-before-pod-ready.
+    ContainerBeforePodReady {
+        hook: Hook,
+        container: Option<String>,
+    },
+    /// container-in-stopped-pod.
+    ContainerInStoppedPod { hook: Hook },
+    /// cri-name-reservation-retry: `requests` calls after the client's
+    /// deadline, `reserved` of them answered "name reserved"; the pod was
+    /// held up `held_ns`.
+    NameReservationRetry {
+        method: String,
+        attempt: u32,
+        requests: usize,
+        reserved: usize,
+        held_ns: u64,
+    },
+    /// process-survives-sigkill: `pid` alive `after_ns` after SIGKILL from
+    /// `sender`.
+    ProcessSurvivesSigkill {
+        pid: u32,
+        comm: Option<String>,
+        sender_comm: String,
+        sender_pid: u32,
+        after_ns: u64,
+    },
+    /// teardown-unmount-failed, teardown-remove-failed: the syscall's
+    /// failure, not redone within `within_ns`.
+    TeardownPathFailed {
+        op: PathOp,
+        path: String,
+        errno: i32,
+        comm: String,
+        pid: u32,
+        within_ns: u64,
+    },
+}
+
+/// What was done to a pod's path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PathOp {
+    Unmount,
+    Remove,
 }

@@ -11,8 +11,8 @@
 use std::collections::HashMap;
 
 use super::findings::{
-    Certainty, Evidence, Severity, Violation, PROCESS_SURVIVES_SIGKILL, TEARDOWN_REMOVE_FAILED,
-    TEARDOWN_UNMOUNT_FAILED,
+    Certainty, Detail, Evidence, PathOp, Severity, Violation, PROCESS_SURVIVES_SIGKILL,
+    TEARDOWN_REMOVE_FAILED, TEARDOWN_UNMOUNT_FAILED,
 };
 use crate::capture::{
     sandbox::{errno_text, ids_in, SandboxEvent, SandboxOp},
@@ -120,14 +120,14 @@ impl SandboxRules {
     /// Take one kernel event (capture time `now`); `certainty` of the
     /// findings it leads to.
     pub fn on_event(&mut self, e: &SandboxEvent, certainty: &Certainty) {
-        let finding = |rule, pod, message, outcome| Violation {
+        let finding = |rule, pod, detail, outcome| Violation {
             rule,
             severity: super::findings::rule(rule).map_or(Severity::Error, |r| r.severity),
             certainty: certainty.clone(),
             ts: e.ts,
             pod,
             plugin: None,
-            message,
+            detail,
             evidence: vec![kernel_evidence(e, outcome)],
         };
         let due = e.ts.mono_ns.saturating_add(SETTLE_NS);
@@ -151,17 +151,13 @@ impl SandboxRules {
                     violation: finding(
                         PROCESS_SURVIVES_SIGKILL,
                         Some(pod),
-                        format!(
-                            "pid {target}{} was still alive {} s after SIGKILL from {}[{}]: \
-                             stuck in the kernel (see its state and wchan: nri-trace explain)",
-                            target_comm
-                                .as_ref()
-                                .map(|c| format!(" ({c})"))
-                                .unwrap_or_default(),
-                            SETTLE_NS / 1_000_000_000,
-                            e.comm,
-                            e.tgid
-                        ),
+                        Detail::ProcessSurvivesSigkill {
+                            pid: *target,
+                            comm: target_comm.clone(),
+                            sender_comm: e.comm.clone(),
+                            sender_pid: e.tgid,
+                            after_ns: SETTLE_NS,
+                        },
                         "no exit".into(),
                     ),
                 })
@@ -187,10 +183,10 @@ impl SandboxRules {
                     return;
                 }
                 let umount = matches!(e.op, SandboxOp::Umount { .. });
-                let (rule, what) = if umount {
-                    (TEARDOWN_UNMOUNT_FAILED, "unmounting")
+                let (rule, op) = if umount {
+                    (TEARDOWN_UNMOUNT_FAILED, PathOp::Unmount)
                 } else {
-                    (TEARDOWN_REMOVE_FAILED, "removing")
+                    (TEARDOWN_REMOVE_FAILED, PathOp::Remove)
                 };
                 Some(Held {
                     due,
@@ -198,13 +194,14 @@ impl SandboxRules {
                     violation: finding(
                         rule,
                         Some(pod),
-                        format!(
-                            "{what} {path} failed with {} ({}[{}]) and was not redone within {} s",
-                            errno_text(errno),
-                            e.comm,
-                            e.tgid,
-                            SETTLE_NS / 1_000_000_000
-                        ),
+                        Detail::TeardownPathFailed {
+                            op,
+                            path: path.to_owned(),
+                            errno,
+                            comm: e.comm.clone(),
+                            pid: e.tgid,
+                            within_ns: SETTLE_NS,
+                        },
                         errno_text(errno),
                     ),
                 })
@@ -341,9 +338,12 @@ mod tests {
         assert_eq!(out[0].rule, PROCESS_SURVIVES_SIGKILL);
         assert_eq!(out[0].pod.as_deref(), Some("ns/web"));
         assert!(
-            out[0].message.contains("pid 42 (cat)"),
-            "{}",
-            out[0].message
+            matches!(
+                &out[0].detail,
+                Detail::ProcessSurvivesSigkill { pid: 42, comm: Some(c), .. } if c == "cat"
+            ),
+            "{:?}",
+            out[0].detail
         );
         // An exit in time cancels it; a pod nobody knows is not judged.
         let mut r = rules();
@@ -385,7 +385,18 @@ mod tests {
         r.release(u64::MAX, &mut out);
         assert_eq!(out.len(), 1, "one finding per path");
         assert_eq!(out[0].rule, TEARDOWN_UNMOUNT_FAILED);
-        assert!(out[0].message.contains("EBUSY"), "{}", out[0].message);
+        assert!(
+            matches!(
+                out[0].detail,
+                Detail::TeardownPathFailed {
+                    op: PathOp::Unmount,
+                    errno: libc::EBUSY,
+                    ..
+                }
+            ),
+            "{:?}",
+            out[0].detail
+        );
         let mut r = rules();
         r.on_event(&um(1, libc::EBUSY), &Certainty::Certain);
         r.on_event(&um(3, 0), &Certainty::Certain);

@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde::Serialize;
 
-use super::{correlate::CriSpan, record::Record};
+use super::{correlate::CriSpan, findings::Detail, record::Record};
 use crate::capture::{
     sandbox::{ids_in, SandboxEvent, SandboxOp},
     Timestamp,
@@ -191,7 +191,8 @@ pub struct KernelEntry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PodFinding {
     pub rule: &'static str,
-    pub message: String,
+    pub plugin: Option<String>,
+    pub detail: Detail,
 }
 
 /// What `explain` knows of one pod: data, which `sinks::explain` puts into
@@ -288,7 +289,8 @@ impl TeardownLog {
                         if p.findings.len() < MAX_STEPS {
                             p.findings.push(PodFinding {
                                 rule: v.rule,
-                                message: v.message.clone(),
+                                plugin: v.plugin.clone(),
+                                detail: v.detail.clone(),
                             });
                         }
                     }

@@ -19,13 +19,19 @@ use crate::{
     engine::{
         record::Record,
         teardown::{
-            Blocker, Explanation, KernelEntry, NextStep, Removal, Step, StepHook, TeardownLog,
-            TeardownProgress, Verdict,
+            Blocker, Explanation, KernelEntry, NextStep, PodFinding, Removal, Step, StepHook,
+            TeardownLog, TeardownProgress, Verdict,
         },
     },
     human::{clock, duration, duration_opt, sanitize},
     pipeline::{Ending, Sink},
+    sinks::finding_message,
 };
+
+/// A finding against the explained pod, in words.
+fn finding_sentence(e: &Explanation, f: &PodFinding) -> String {
+    finding_message::sentence(&f.detail, f.plugin.as_deref(), Some(&e.pod))
+}
 
 /// Collects every pod's teardown; the caller explains a pod from it once
 /// the input ended.
@@ -117,6 +123,7 @@ pub fn json(
         node,
         sentence: sentence(e, node),
         evidence: evidence(e),
+        finding_lines: e.findings.iter().map(|f| finding_sentence(e, f)).collect(),
         kernel_lines: e.kernel.iter().map(kernel_line).collect(),
     };
     crate::capture::recording::RecordingWriter::new(&mut *w).write_record(&line, true)
@@ -153,6 +160,8 @@ pub struct Explained<'a> {
     pub node: Option<&'a [ContainerFacts]>,
     pub sentence: String,
     pub evidence: Vec<String>,
+    /// The findings' sentences, in the order of `findings`.
+    pub finding_lines: Vec<String>,
     /// The kernel events as lines.
     pub kernel_lines: Vec<String>,
 }
@@ -585,7 +594,7 @@ pub fn text(
     if !e.findings.is_empty() {
         writeln!(w, "  findings:")?;
         for f in &e.findings {
-            writeln!(w, "    {}: {}", f.rule, sanitize(&f.message))?;
+            writeln!(w, "    {}: {}", f.rule, sanitize(&finding_sentence(e, f)))?;
         }
     }
     match node {

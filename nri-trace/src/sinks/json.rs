@@ -8,6 +8,7 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
+use super::finding_message::ViolationLine;
 use crate::{
     capture::recording::RecordingWriter,
     engine::{cri_latency::MethodSummary, hook_latency::HookSummary, record::Record},
@@ -21,6 +22,24 @@ use crate::{
 enum TableRow<'a> {
     CriMethodSummary(&'a MethodSummary),
     HookSummary(&'a HookSummary),
+}
+
+/// A record as its JSON line: a finding also gets its sentence
+/// (`message`, beside the data in `detail`).
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum RecordLine<'a> {
+    Violation(ViolationLine<'a>),
+    Other(&'a Record),
+}
+
+impl<'a> RecordLine<'a> {
+    pub fn of(r: &'a Record) -> Self {
+        match r {
+            Record::Violation(v) => RecordLine::Violation(ViolationLine::new(v)),
+            r => RecordLine::Other(r),
+        }
+    }
 }
 
 /// Records as NDJSON lines on `W`.
@@ -39,7 +58,7 @@ impl<W: Write> JsonSink<W> {
 
 impl<W: Write> Sink for JsonSink<W> {
     fn record(&mut self, r: &Record) -> io::Result<()> {
-        self.out.write_record(r, false)
+        self.out.write_record(&RecordLine::of(r), false)
     }
 
     fn idle(&mut self, _: &Progress<'_>) -> io::Result<()> {

@@ -3,7 +3,7 @@
 
 use std::io::{self, Write};
 
-use super::{cri_lines, nri_lines};
+use super::{cri_lines, finding_message::message, nri_lines};
 use crate::{
     engine::{
         cri_latency::MethodSummary,
@@ -70,7 +70,7 @@ pub fn violation_text(w: &mut impl Write, v: &Violation, prefix: &str) -> io::Re
         v.rule,
         sanitize(v.pod.as_deref().unwrap_or("-")),
         certainty,
-        sanitize(&v.message)
+        sanitize(&message(v))
     )?;
     for e in &v.evidence {
         writeln!(

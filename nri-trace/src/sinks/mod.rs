@@ -12,11 +12,14 @@
 //!   [`metrics_server`].
 //! - [`explain`]: `explain POD`: a pod's teardown and what holds it.
 //!
+//! [`finding_message`] words a finding, the same for every sink.
+//!
 //! (`crate::output` prints the raw capture stream of `debug capture`;
 //! `crate::human` is the one duration format and the one sanitizer.)
 
 pub mod cri_lines;
 pub mod explain;
+pub mod finding_message;
 pub mod json;
 pub mod lines;
 pub mod metrics;

@@ -26,7 +26,11 @@ use std::{
     io::{self, BufWriter, Write},
 };
 
-use super::{cri_lines, lines, nri_lines};
+use super::{
+    cri_lines,
+    finding_message::{is_disconnect, message},
+    lines, nri_lines,
+};
 use crate::{
     capture::{
         sandbox::{ids_in, SandboxEvent, SandboxOp},
@@ -34,7 +38,7 @@ use crate::{
     },
     engine::{
         correlate::{CriSpan, NoCause},
-        findings::{Certainty, Violation, PLUGIN_TIMEOUT},
+        findings::{Certainty, Violation},
         hook_latency::HookSpan,
         pod_index::{PodIndex, PodName},
         pods::PodModel,
@@ -184,7 +188,7 @@ impl<W: Write> TextSink<W> {
             Record::Violation(v) => {
                 // The finding says whether the runtime closed the plugin's
                 // connection (contract.rs report_timeout).
-                if v.rule == PLUGIN_TIMEOUT && v.message.ends_with("closed its connection") {
+                if is_disconnect(v) {
                     if let Some(p) = &v.plugin {
                         if self.timed_out.len() < 1024 {
                             self.timed_out.insert(p.clone());
@@ -505,7 +509,7 @@ fn finding_line(w: &mut impl Write, v: &Violation) -> io::Result<()> {
     if let Some(p) = &v.plugin {
         write!(w, ", {}", sanitize(p))?;
     }
-    write!(w, "]: {}", sanitize(&v.message))?;
+    write!(w, "]: {}", sanitize(&message(v)))?;
     if let Certainty::Uncertain { why } = &v.certainty {
         write!(w, " (uncertain: {})", sanitize(why))?;
     }

@@ -6,7 +6,7 @@
 
 use nri_trace::engine::{
     correlate::{causes, NoCause},
-    findings::Certainty,
+    findings::{Certainty, Detail},
     record::Record,
 };
 use nri_trace_lab::truth::{self, Truth};
@@ -150,12 +150,15 @@ pub(crate) fn findings(records: &[Record]) -> Vec<(&'static str, Option<String>,
         .collect()
 }
 
-/// The messages of the findings of `rule`.
-pub(crate) fn finding_messages<'a>(records: &'a [Record], rule: &str) -> Vec<&'a str> {
+/// What the findings of `rule` saw, with their plugin.
+pub(crate) fn finding_details<'a>(
+    records: &'a [Record],
+    rule: &str,
+) -> Vec<(Option<&'a str>, &'a Detail)> {
     records
         .iter()
         .filter_map(|r| match r {
-            Record::Violation(v) if v.rule == rule => Some(v.message.as_str()),
+            Record::Violation(v) if v.rule == rule => Some((v.plugin.as_deref(), &v.detail)),
             _ => None,
         })
         .collect()

@@ -17,7 +17,7 @@ use super::{
     state::TuiState,
     views::{calls, findings, pods, timeline},
 };
-use crate::capture::recording::RecordingWriter;
+use crate::{capture::recording::RecordingWriter, sinks::json::RecordLine};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
@@ -95,7 +95,10 @@ pub fn screen_rows(app: &App, st: &TuiState) -> Vec<Value> {
 
 /// Every record kept this session, oldest first.
 pub fn session_rows(st: &TuiState) -> Vec<Value> {
-    st.session().iter().map(value).collect()
+    st.session()
+        .iter()
+        .map(|r| value(RecordLine::of(r)))
+        .collect()
 }
 
 /// Create `path`, new (never through a symlink or over a file), 0600.

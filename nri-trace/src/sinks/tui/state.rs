@@ -65,6 +65,8 @@ pub struct Finding {
     pub seq: u64,
     #[serde(flatten)]
     pub violation: Violation,
+    /// Its sentence (`sinks::finding_message`), worded once.
+    pub message: String,
 }
 
 /// What a call-log row is.
@@ -618,11 +620,14 @@ impl TuiState {
             Record::Violation(v) => {
                 self.counts.findings += 1;
                 let seq = self.next_seq();
+                let message = crate::sinks::finding_message::message(v);
+                let outcome = sanitize(&message);
                 push_bounded(
                     &mut self.findings,
                     Finding {
                         seq,
                         violation: v.clone(),
+                        message,
                     },
                     MAX_FINDINGS,
                     &mut self.dropped.findings,
@@ -639,7 +644,7 @@ impl TuiState {
                     subject: v.pod.as_deref().map(sanitize).unwrap_or_default(),
                     duration_ns: None,
                     queued_ns: None,
-                    outcome: sanitize(&v.message),
+                    outcome,
                     ok: false,
                     nested: false,
                 });

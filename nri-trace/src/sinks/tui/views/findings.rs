@@ -94,7 +94,7 @@ pub fn rows<'a>(app: &App, st: &'a TuiState) -> Vec<&'a Finding> {
                 || v.pod.as_deref().is_some_and(|p| matches(p, filter))
                 || v.plugin.as_deref().is_some_and(|p| matches(p, filter))
                 || matches(severity_name(v.severity), filter)
-                || matches(&v.message, filter)
+                || matches(&f.message, filter)
         })
         .collect()
 }
@@ -153,7 +153,7 @@ pub fn render(f: &mut Frame<'_>, area: Rect, app: &App, st: &TuiState, th: &Them
                 Span::raw(age(st.age_ns(Some(v.ts)))),
             ];
             if wide {
-                cells.push(Span::raw(sanitize(&v.message)));
+                cells.push(Span::raw(sanitize(&fd.message)));
             }
             Row::new(cells)
         })
@@ -201,7 +201,7 @@ fn render_detail(f: &mut Frame<'_>, area: Rect, st: &TuiState, fd: &Finding, th:
             }),
             Span::raw(format!("  at {}", clock_ms(&v.ts))),
         ]),
-        Line::from(sanitize(&v.message)),
+        Line::from(sanitize(&fd.message)),
         Line::from(vec![
             Span::styled("pod ", th.dim()),
             Span::raw(v.pod.as_deref().map_or_else(|| "-".into(), sanitize)),
