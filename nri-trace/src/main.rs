@@ -39,7 +39,7 @@ fn main() -> Result<()> {
             Cmd::Watch(a) => commands::watch::run(a).await,
             Cmd::Replay(a) => commands::replay::run(a),
             Cmd::Report(a) => commands::replay::report(a),
-            Cmd::Explain(a) => commands::explain::run(a),
+            Cmd::Explain(a) => commands::explain::run(a).await,
             Cmd::Doctor { output } => commands::doctor::run(output),
             Cmd::Debug(d) => commands::debug::run(d).await,
             Cmd::Hold(a) => commands::hold::run(a).await,

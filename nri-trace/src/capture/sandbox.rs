@@ -231,6 +231,44 @@ pub fn ids_in(path: &str) -> impl Iterator<Item = &str> {
         .filter(|w| w.len() == 64)
 }
 
+/// Pod uids (Kubernetes object uids, 8-4-4-4-12 hex digits) in a path,
+/// with dashes: kubelet's own paths name a pod by its uid, not by a
+/// runtime id: "/var/lib/kubelet/pods/<uid>/volumes/...", and the pod
+/// cgroup "kubepods-besteffort-pod<uid with _>.slice" (systemd driver)
+/// or "kubepods/besteffort/pod<uid>" (cgroupfs driver).
+pub fn pod_uids_in(path: &str) -> impl Iterator<Item = String> + '_ {
+    const GROUPS: [usize; 5] = [8, 4, 4, 4, 12];
+    let b = path.as_bytes();
+    (0..b.len().saturating_sub(35)).filter_map(move |i| {
+        let w = &b[i..i + 36];
+        let edge_ok = |j: Option<&u8>| j.is_none_or(|c| !c.is_ascii_hexdigit());
+        // "pod<uid>" in cgroup names: the 'd' before it is not a digit of it.
+        let after_pod = i >= 3 && &b[i - 3..i] == b"pod";
+        if !(after_pod || edge_ok(i.checked_sub(1).and_then(|j| b.get(j))))
+            || !edge_ok(b.get(i + 36))
+        {
+            return None;
+        }
+        let mut at = 0;
+        for (g, len) in GROUPS.iter().enumerate() {
+            if !w[at..at + len]
+                .iter()
+                .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
+            {
+                return None;
+            }
+            at += len;
+            if g < 4 {
+                if !matches!(w[at], b'-' | b'_') {
+                    return None;
+                }
+                at += 1;
+            }
+        }
+        Some(String::from_utf8_lossy(w).replace('_', "-"))
+    })
+}
+
 impl SandboxOp {
     /// An unmount's or a removal's path and errno.
     pub fn path_result(&self) -> Option<(&str, i32)> {
@@ -631,6 +669,25 @@ mod tests {
     use super::*;
     use nri_trace_common::{RecordHeader, RecordKind, SandboxRecord};
     use std::mem::offset_of;
+
+    #[test]
+    fn pod_uids_in_kubelet_paths_and_cgroups() {
+        let uid = "0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b";
+        let volume = format!("/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~empty-dir/data");
+        assert_eq!(pod_uids_in(&volume).collect::<Vec<_>>(), [uid]);
+        let systemd = format!(
+            "/sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice",
+            uid.replace('-', "_")
+        );
+        assert_eq!(pod_uids_in(&systemd).collect::<Vec<_>>(), [uid]);
+        let cgroupfs = format!("/sys/fs/cgroup/kubepods/besteffort/pod{uid}");
+        assert_eq!(pod_uids_in(&cgroupfs).collect::<Vec<_>>(), [uid]);
+        // A runtime id is not a uid; neither is a longer hex run.
+        assert_eq!(pod_uids_in(&"a".repeat(64)).count(), 0);
+        assert_eq!(pod_uids_in(&format!("{uid}0")).count(), 0);
+        assert_eq!(pod_uids_in("").count(), 0);
+        assert_eq!(pod_uids_in("/pods/short").count(), 0);
+    }
 
     #[test]
     fn offsets_match_repr_c() {

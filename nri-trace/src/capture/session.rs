@@ -244,7 +244,22 @@ pub async fn start(
     tracked.sort_unstable();
     tracked.dedup();
     let sandbox = if cfg.sandbox {
-        let tree = super::sandbox::runtime_tree(&tracked);
+        // kubelet's own share of a teardown (unmounting the pod's volumes,
+        // removing its cgroup: pod-stuck-terminating-zh.txt) is done by
+        // the CRI client: the peers on the sockets whose far end is not
+        // followed (the CRI socket), whatever their process is called.
+        let clients = initial.iter().filter_map(|ev| match ev {
+            CaptureEvent::Open(o)
+                if o.socket_path
+                    .as_ref()
+                    .is_some_and(|p| cfg.no_follow_sockets.contains(p)) =>
+            {
+                o.peer.as_ref().map(|p| p.pid)
+            }
+            _ => None,
+        });
+        let roots: Vec<u32> = tracked.iter().copied().chain(clients).collect();
+        let tree = super::sandbox::runtime_tree(&roots);
         log::debug!("watching the sandbox events of {} processes", tree.len());
         backend.watch_tasks(&tree)?;
         Some(super::sandbox::SandboxContext::new())

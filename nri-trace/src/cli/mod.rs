@@ -131,7 +131,18 @@ pub(crate) struct ExplainArgs {
     /// The pod: namespace/name, name, or sandbox id (or its start).
     pub pod: String,
     /// The file `watch --save` wrote (or a raw --save-raw capture).
-    pub file: PathBuf,
+    /// Without it: attach to the runtime now, watch kubelet's next
+    /// teardown attempts of the pod (up to --wait), then explain.
+    pub file: Option<PathBuf>,
+    /// Without FILE: how long to watch for kubelet's next teardown
+    /// attempt, in seconds (kubelet retries a terminating pod every few
+    /// seconds).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
+    pub wait: f64,
+    #[command(flatten)]
+    pub target: TargetArgs,
+    #[command(flatten)]
+    pub probe: ProbeArgs,
     #[arg(short, long, value_enum, default_value = "text")]
     pub output: LineOutput,
     /// Do not look at this node's processes, mounts and cgroups.

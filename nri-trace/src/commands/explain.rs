@@ -1,20 +1,36 @@
-//! `nri-trace explain POD FILE`: the pod's teardown in a saved file, and
-//! what this node still holds of it.
+//! `nri-trace explain POD [FILE]`: why a pod is not gone. With FILE, its
+//! teardown as the saved file shows it; without, live: attach now, watch
+//! kubelet's next teardown attempts of the pod (up to `--wait`), then
+//! explain from what they showed. Either way, what this node still holds
+//! of it.
 
-use std::io::Write;
+use std::{cell::RefCell, io::Write, rc::Rc, time::Duration};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use nri_trace::{
     capture::session,
-    engine::{contract::ContractConfig, teardown::Verdict},
-    pipeline::{replay, source, Pipeline},
+    engine::{
+        contract::ContractConfig, record::Record, sandbox_rules::SETTLE_NS, teardown::TeardownLog,
+        teardown::Verdict,
+    },
+    pipeline::{live, replay, source, target, target::Follow, target::Target, Ending, Pipeline},
+    pipeline::{Progress, Sink, Stop},
     sinks::explain::{self, TeardownSink},
 };
 
+use super::{drain, start_capture};
 use crate::cli::{args::LineOutput, ExplainArgs};
 
-pub(crate) fn run(a: ExplainArgs) -> Result<()> {
-    let src = source::open(&a.file)?;
+pub(crate) async fn run(a: ExplainArgs) -> Result<()> {
+    match a.file.clone() {
+        Some(file) => from_file(&a, &file),
+        None => live(&a).await,
+    }
+}
+
+/// The pod's teardown in a saved file.
+fn from_file(a: &ExplainArgs, file: &std::path::Path) -> Result<()> {
+    let src = source::open(file)?;
     let name = src.name().to_string();
     let mut p = Pipeline::new(src.session(), ContractConfig::default());
     let (sink, log) = TeardownSink::new();
@@ -22,17 +38,98 @@ pub(crate) fn run(a: ExplainArgs) -> Result<()> {
     let r = replay::run(src, p)?;
     super::replay::warn(&name, &r);
     let log = log.borrow();
-    let inspect = !a.no_proc;
     // On the node, "now" is now (waits run up to this moment), when the
     // recording is from this boot: the same wall-minus-monotonic offset.
     let (last, offset) = log.last_seen();
     let now = session::monotonic_ns();
     let same_boot = (offset - session::wall_offset_ns()).abs() < 1_000_000_000;
-    let at = if inspect && same_boot && now >= last {
+    let at = if !a.no_proc && same_boot && now >= last {
         now
     } else {
         0
     };
+    show(a, &log, at, &format!("in {name}"))
+}
+
+/// Attach, watch the pod's next teardown attempt (or `--wait`), explain.
+async fn live(a: &ExplainArgs) -> Result<()> {
+    let wait = Duration::try_from_secs_f64(a.wait).map_err(|e| {
+        anyhow::anyhow!("--wait {}: {e}; give a number of seconds, e.g. 60", a.wait)
+    })?;
+    let target = Target::find(a.target.cri_socket.clone(), a.target.nri_socket.clone())
+        .context("explain without a FILE traces the runtime now")?;
+    let follow = Follow {
+        drain: drain(&a.probe),
+        plugin_ends: !a.target.no_plugin_end,
+        sandbox: !a.target.no_sandbox,
+    };
+    let cfg = target::runtime_session(&target, follow)?;
+    let info = target.session_info(true);
+    let mut p = Pipeline::new(&info, ContractConfig::default());
+    let (sink, log) = TeardownSink::new();
+    p.add_sink(Box::new(sink));
+    let stop = Stop::new();
+    let mut s = start_capture(cfg, &a.probe).await?;
+    let since = session::monotonic_ns();
+    eprintln!(
+        "nri-trace: watching {}'s next teardown attempt (kubelet retries every few seconds), \
+         up to {} s (--wait)",
+        a.pod,
+        wait.as_secs_f64()
+    );
+    p.add_sink(Box::new(UntilAttempt {
+        log: Rc::clone(&log),
+        pod: a.pod.clone(),
+        since,
+        stop: stop.clone(),
+    }));
+    live::run(&mut s, p, stop, Some(wait)).await?;
+    let log = log.borrow();
+    let now = session::monotonic_ns();
+    if !log.attempt_seen(&a.pod, since, SETTLE_NS, now) {
+        eprintln!(
+            "nri-trace: no teardown attempt of {} seen through in {} s: what follows is what \
+             was seen (a longer --wait may catch kubelet's next retry)",
+            a.pod,
+            wait.as_secs_f64()
+        );
+    }
+    show(a, &log, now, "while watching")
+}
+
+/// Stops a live explain once the pod's teardown attempt is seen through.
+struct UntilAttempt {
+    log: Rc<RefCell<TeardownLog>>,
+    pod: String,
+    since: u64,
+    stop: Stop,
+}
+
+impl Sink for UntilAttempt {
+    fn record(&mut self, _: &Record) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn idle(&mut self, _: &Progress<'_>) -> std::io::Result<()> {
+        let now = session::monotonic_ns();
+        if self
+            .log
+            .borrow()
+            .attempt_seen(&self.pod, self.since, SETTLE_NS, now)
+        {
+            self.stop.request();
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, _: &Ending<'_>) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Explain `a.pod` from `log` as of `at` (0: its last record), with the
+/// node's facts unless `--no-proc`; `seen` says where the log came from.
+fn show(a: &ExplainArgs, log: &TeardownLog, at: u64, seen: &str) -> Result<()> {
     let Some(e) = log.explain(&a.pod, at) else {
         let known = log.pods();
         let listed = if known.is_empty() {
@@ -49,13 +146,13 @@ pub(crate) fn run(a: ExplainArgs) -> Result<()> {
             )
         };
         bail!(
-            "no call of pod {:?} in {name} ({} pods seen{listed}): give namespace/name, the \
+            "no call of pod {:?} {seen} ({} pods seen{listed}): give namespace/name, the \
              name, or the sandbox id",
             a.pod,
             known.len()
         );
     };
-    let facts = (inspect && e.verdict != Verdict::Gone).then(|| explain::node_facts(&e));
+    let facts = (!a.no_proc && e.verdict != Verdict::Gone).then(|| explain::node_facts(&e));
     let mut w = std::io::BufWriter::new(std::io::stdout().lock());
     match a.output {
         LineOutput::Text => explain::text(&mut w, &e, facts.as_deref())?,

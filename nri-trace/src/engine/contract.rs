@@ -425,6 +425,7 @@ impl ContractChecker {
         self.sandbox.learn(
             s.call.sandbox_id.as_deref(),
             s.call.container_id.as_deref(),
+            s.call.pod.as_ref().map(|p| p.uid.as_str()),
             s.call.pod.as_ref().map(ToString::to_string),
         );
         if let Some(id) = &s.call.sandbox_id {

@@ -15,7 +15,7 @@ use super::findings::{
     TEARDOWN_REMOVE_FAILED, TEARDOWN_UNMOUNT_FAILED,
 };
 use crate::capture::{
-    sandbox::{errno_text, ids_in, SandboxEvent, SandboxOp},
+    sandbox::{errno_text, ids_in, pod_uids_in, SandboxEvent, SandboxOp},
     ConnId,
 };
 
@@ -90,11 +90,12 @@ fn kernel_evidence(e: &SandboxEvent, outcome: String) -> Evidence {
 }
 
 impl SandboxRules {
-    /// A pod's ids, from its CRI calls.
+    /// A pod's ids, from its CRI calls (its uid names kubelet's paths).
     pub fn learn(
         &mut self,
         sandbox_id: Option<&str>,
         container_id: Option<&str>,
+        uid: Option<&str>,
         pod: Option<String>,
     ) {
         let Some(sb) = sandbox_id else { return };
@@ -105,6 +106,9 @@ impl SandboxRules {
             .or_else(|| self.pods.get(sb).cloned())
             .unwrap_or_else(|| sb.to_string());
         self.pods.insert(sb.to_string(), label.clone());
+        if let Some(u) = uid.filter(|u| !u.is_empty()) {
+            self.pods.insert(u.to_string(), label.clone());
+        }
         if let Some(c) = container_id {
             self.pods.insert(c.to_string(), label);
         }
@@ -115,6 +119,12 @@ impl SandboxRules {
             .iter()
             .flat_map(|t| ids_in(t))
             .find_map(|id| self.pods.get(id).cloned())
+            .or_else(|| {
+                texts
+                    .iter()
+                    .flat_map(|t| pod_uids_in(t))
+                    .find_map(|uid| self.pods.get(&uid).cloned())
+            })
     }
 
     /// Take one kernel event (capture time `now`); `certainty` of the
@@ -322,8 +332,39 @@ mod tests {
 
     fn rules() -> SandboxRules {
         let mut r = SandboxRules::default();
-        r.learn(Some("sb"), Some(CID), Some("ns/web".into()));
+        r.learn(Some("sb"), Some(CID), Some(UID), Some("ns/web".into()));
         r
+    }
+
+    const UID: &str = "0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b";
+
+    /// kubelet's own unmount of the pod's volume names the pod by uid.
+    #[test]
+    fn kubelet_volume_unmount_failure_names_the_pod() {
+        let path = format!("/var/lib/kubelet/pods/{UID}/volumes/kubernetes.io~empty-dir/data");
+        let mut r = rules();
+        r.on_event(
+            &ev(
+                1,
+                8,
+                SandboxOp::Umount {
+                    path: path.clone(),
+                    flags: 0,
+                    errno: libc::EBUSY,
+                },
+            ),
+            &Certainty::Certain,
+        );
+        let mut out = vec![];
+        r.release(u64::MAX, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].rule, TEARDOWN_UNMOUNT_FAILED);
+        assert_eq!(out[0].pod.as_deref(), Some("ns/web"));
+        assert!(
+            matches!(&out[0].detail, Detail::TeardownPathFailed { path: p, .. } if *p == path),
+            "{:?}",
+            out[0].detail
+        );
     }
 
     #[test]

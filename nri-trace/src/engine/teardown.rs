@@ -28,7 +28,7 @@ use serde::Serialize;
 
 use super::{correlate::CriSpan, findings::Detail, record::Record};
 use crate::capture::{
-    sandbox::{ids_in, SandboxEvent, SandboxOp},
+    sandbox::{ids_in, pod_uids_in, SandboxEvent, SandboxOp},
     Timestamp,
 };
 use crate::model::{
@@ -250,6 +250,8 @@ pub struct TeardownLog {
     pods: HashMap<String, PodTeardown>,
     /// Container id -> sandbox id.
     by_container: HashMap<String, String>,
+    /// Pod uid -> its key: kubelet's paths name a pod by uid.
+    by_uid: HashMap<String, String>,
     /// "ns/name" -> sandbox ids, newest last.
     by_label: HashMap<String, Vec<String>>,
     /// Latest capture time seen.
@@ -326,6 +328,9 @@ impl TeardownLog {
             return;
         };
         self.bound();
+        if let Some(uid) = c.pod.as_ref().map(|p| &p.uid).filter(|u| !u.is_empty()) {
+            self.by_uid.insert(uid.clone(), key.clone());
+        }
         let p = self.pods.entry(key.clone()).or_default();
         if let Some(l) = &label {
             p.label.clone_from(l);
@@ -461,6 +466,13 @@ impl TeardownLog {
                 self.by_container.get(id).cloned()
             }
         });
+        // kubelet's share: its volume directories and pod cgroup.
+        let key = key.or_else(|| {
+            texts
+                .iter()
+                .flat_map(|t| pod_uids_in(t))
+                .find_map(|uid| self.by_uid.get(&uid).cloned())
+        });
         // An exit of a process signalled earlier: the pod of that signal.
         let key = key.or_else(|| match ev.op {
             SandboxOp::Exit { .. } => self.pods.iter().find_map(|(k, p)| {
@@ -509,6 +521,7 @@ impl TeardownLog {
         }
         let pods = &self.pods;
         self.by_container.retain(|_, sb| pods.contains_key(sb));
+        self.by_uid.retain(|_, k| pods.contains_key(k));
         self.by_label.retain(|_, ids| {
             ids.retain(|k| pods.contains_key(k));
             !ids.is_empty()
@@ -520,6 +533,33 @@ impl TeardownLog {
     /// since this boot).
     pub fn last_seen(&self) -> (u64, i128) {
         (self.now_ns, self.wall_offset_ns)
+    }
+
+    /// Whether a teardown attempt of `pod` that began at or after
+    /// `since_ns` has been seen through by capture time `now_ns`: a
+    /// teardown call of it that ended at least `settle_ns` before (the
+    /// kernel rules hold their findings that long: `SETTLE_NS`), a hook
+    /// under one pending that long, or the pod removed. `explain` without
+    /// a recording waits for this: kubelet retries a terminating pod's
+    /// teardown every few seconds, and one attempt shows where it fails.
+    pub fn attempt_seen(&self, pod: &str, since_ns: u64, settle_ns: u64, now_ns: u64) -> bool {
+        let Some(p) = self.find(pod).and_then(|k| self.pods.get(&k)) else {
+            return false;
+        };
+        let ripe = |t: u64| t >= since_ns && now_ns.saturating_sub(t) >= settle_ns;
+        let removed = p
+            .steps
+            .iter()
+            .any(|s| s.method == "RemovePodSandbox" && s.ok());
+        removed
+            || p.steps.iter().any(|s| {
+                s.start.is_some_and(|t| {
+                    t.mono_ns >= since_ns && ripe(t.mono_ns + s.duration_ns.unwrap_or(0))
+                })
+            })
+            || p.pending_hooks
+                .values()
+                .any(|c| c.start.is_some_and(|t| ripe(t.mono_ns)))
     }
 
     /// The pods known, "namespace/name" (or sandbox id).
