@@ -34,6 +34,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("load", "100 pod lifecycles with 3 plugins, 4 pods in flight"),
     ("cri-late-attach", "cri-driver makes a kubelet-like call mix on one connection; the observer attaches after the first half (its HPACK table holds entries it never saw)"),
     ("cri-deadline-retry-go", "as cri-deadline-retry with go-cri-client (grpc-go's client-side deadline, kubelet's stack)"),
+    ("pods-before-attach", "2 pods (one container each) made before the observer attaches, then torn down: their teardown calls name them only by id"),
     ("cri-late-attach-go", "as cri-late-attach with go-cri-client (grpc-go, kubelet's HPACK encoder; built offline from Debian's sources)"),
     ("upstream-witness", "the NRI project's own logger plugin (built offline from Debian's sources) witnesses 2 lifecycles beside a test plugin"),
     ("runtime-restart", "containerd restarts while a pod runs (a pre-launched and an external plugin); the pod is torn down and another made after it"),
@@ -467,6 +468,17 @@ fn drive(r: &mut Run) -> Result<()> {
             let mut c = r.driver_cmd(&[]);
             c.args(["mix", "--pods", "3"]);
             r.late_attach(c, "cri-driver mix")?;
+        }
+        "pods-before-attach" => {
+            r.lab.up("2s")?;
+            let ids = ["early-0", "early-1"]
+                .into_iter()
+                .map(|name| sandbox_id_of(&r.driver(&["up", "--name", name])?))
+                .collect::<Result<Vec<_>>>()?;
+            r.attach_observer()?;
+            for id in &ids {
+                r.driver(&["down", "--sandbox-id", id])?;
+            }
         }
         "cri-deadline-retry-go" => {
             r.up("5s")?;
@@ -2007,6 +2019,20 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
                 "the upstream logger and the test plugin saw the same {} events in the same order ({pods} pods)",
                 logger.len()
             ));
+        }
+        "pods-before-attach" => {
+            let n = all_cri_ok(&t)?;
+            let up = cri_calls(&t)
+                .iter()
+                .filter(|c| c.0 == "RunPodSandbox")
+                .count();
+            ensure!(up == 2, "expected 2 RunPodSandbox calls, got {up}");
+            facts.push(match note_at(&t, truth::OBSERVER_ATTACHED) {
+                Some(at) => format!(
+                    "{n} CRI calls ok; the observer attached at {at} ns, after both pods ran"
+                ),
+                None => format!("{n} CRI calls ok (no observer)"),
+            });
         }
         "cri-late-attach" | "cri-late-attach-go" => {
             let n = all_cri_ok(&t)?;

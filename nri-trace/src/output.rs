@@ -87,6 +87,14 @@ pub fn text(w: &mut impl Write, ev: &CaptureEvent, dump_max: usize) -> io::Resul
             l.lost_records, l.lost_bytes, l.read_faults, l.fd_map_full, l.malformed, l.sandbox_suppressed, l.pod_map_full
         ),
         CaptureEvent::Sandbox(s) => writeln!(w, "{} ~~ {}", clock(&s.ts), sanitize(&s.describe())),
+        CaptureEvent::CriState(s) => writeln!(
+            w,
+            "{} runtime state (asked over CRI): {} pods, {} containers{}",
+            clock(&s.ts),
+            s.pods.len(),
+            s.containers.len(),
+            if s.truncated { ", truncated" } else { "" }
+        ),
     }
 }
 
@@ -114,7 +122,7 @@ impl Counts {
                 self.chunks_after_gap += u64::from(c.gap_before);
             }
             CaptureEvent::Loss(l) => self.loss = *l,
-            CaptureEvent::Process(_) | CaptureEvent::Sandbox(_) => {}
+            CaptureEvent::Process(_) | CaptureEvent::Sandbox(_) | CaptureEvent::CriState(_) => {}
         }
     }
 }

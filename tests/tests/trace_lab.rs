@@ -79,6 +79,84 @@ fn traced(scenario: &str) -> Option<(std::path::PathBuf, Vec<Record>)> {
     Some((out, records))
 }
 
+/// The pods of the runtime's state (`cri_state` lines), by name.
+fn listed_pods(records: &[Record]) -> Vec<Vec<String>> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Observed(Observation::CriState(s)) => {
+                Some(s.pods.iter().map(|p| p.name.clone()).collect())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// `watch` attached after two pods were made, then they were torn down:
+/// the runtime's lists, asked at start over nri-trace's own CRI
+/// connection, name their StopPodSandbox spans (namespace/name, not a
+/// sandbox id); that connection is not traced. With `--no-cri-state`
+/// nothing is asked: nri-trace holds no connection to the runtime.
+#[test]
+fn trace_pods_before_attach_named_from_the_runtime_state() {
+    let Some((out, records)) = traced("pods-before-attach") else {
+        return;
+    };
+    let mut listed = listed_pods(&records);
+    assert_eq!(listed.len(), 1, "one cri_state line: {listed:?}");
+    listed[0].sort();
+    assert_eq!(listed[0], ["early-0", "early-1"]);
+    for name in ["early-0", "early-1"] {
+        let stop = records.iter().find_map(|r| match r {
+            Record::CriSpan(s)
+                if s.call.method.as_deref() == Some("StopPodSandbox")
+                    && s.call.pod.as_ref().is_some_and(|p| p.name == name) =>
+            {
+                s.call.pod.clone()
+            }
+            _ => None,
+        });
+        let pod = stop.unwrap_or_else(|| panic!("no StopPodSandbox span names {name}"));
+        assert!(!pod.namespace.is_empty(), "{pod:?}");
+        eprintln!("pods-before-attach: StopPodSandbox of {pod}");
+    }
+    // nri-trace's own connection: not a traced CRI connection or call, but
+    // there (the runtime's end of it is nri-trace's peer).
+    let clients: Vec<String> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Observed(Observation::CriConnection { client, .. }) => client.clone(),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        !clients.iter().any(|c| c.contains("nri-trace")),
+        "{clients:?}"
+    );
+    let peers = std::fs::read_to_string(TraceProc::peers(&out)).unwrap();
+    assert!(peers.contains("containerd["), "peers of nri-trace: {peers}");
+
+    let Some(off) = lab_trace::run_traced_with(
+        "trace-lab-no-cri-state",
+        "pods-before-attach",
+        TraceProc::with_args(&["--no-cri-state"]),
+    ) else {
+        return;
+    };
+    let records = lab_trace::live_equals_replay("pods-before-attach", &off).records;
+    assert_eq!(listed_pods(&records), Vec::<Vec<String>>::new());
+    let peers = std::fs::read_to_string(TraceProc::peers(&off)).unwrap();
+    assert!(
+        !peers.contains("containerd["),
+        "--no-cri-state: nri-trace is connected to the runtime: {peers}"
+    );
+    let spans = records
+        .iter()
+        .filter(|r| matches!(r, Record::CriSpan(s) if s.call.method.as_deref() == Some("StopPodSandbox")))
+        .count();
+    assert_eq!(spans, 2, "the teardowns are still traced");
+}
+
 #[test]
 fn trace_happy_hooks_under_their_cri_calls() {
     let Some((out, records)) = traced("happy") else {

@@ -18,6 +18,7 @@
 
 pub mod backend;
 pub mod btf;
+pub mod cri_state;
 pub mod discovery;
 pub mod ebpf;
 pub mod holders;
@@ -281,4 +282,7 @@ pub enum CaptureEvent {
     Loss(Loss),
     /// A signal, exit, unmount, ... of the runtime's process tree.
     Sandbox(sandbox::SandboxEvent),
+    /// The runtime's pods and containers, asked over CRI at start and
+    /// after a runtime restart (`SessionConfig::cri_state`).
+    CriState(cri_state::CriState),
 }

@@ -78,6 +78,16 @@ pub struct SessionConfig {
     /// tracked processes, shims, kubelet and their descendants): the
     /// backend must have its sandbox probes attached.
     pub sandbox: bool,
+    /// Connections whose peer (SO_PEERCRED) is one of these processes are
+    /// not captured: dropped from the stream and switched off in the
+    /// kernel as soon as their peer is known (nri-trace's own pid, so
+    /// that its CRI state query is not traced as a runtime's call).
+    pub ignore_peer_pids: Vec<u32>,
+    /// Ask the runtime listening on this CRI socket for its pods and
+    /// containers (capture/cri_state.rs) at start and whenever a process
+    /// listens on it again (a runtime restart): a
+    /// [`CaptureEvent::CriState`] in the stream each time it answers.
+    pub cri_state: Option<PathBuf>,
 }
 
 impl Default for SessionConfig {
@@ -93,6 +103,8 @@ impl Default for SessionConfig {
             follow_peer_ends: false,
             no_follow_sockets: vec![],
             sandbox: false,
+            ignore_peer_pids: vec![],
+            cri_state: None,
         }
     }
 }
@@ -142,6 +154,14 @@ pub fn monotonic_ns() -> u64 {
 /// timestamps' wall clock is derived with.
 pub fn wall_offset_ns() -> i128 {
     i128::from(clock_ns(libc::CLOCK_REALTIME)) - i128::from(monotonic_ns())
+}
+
+/// Now as a capture [`Timestamp`]: CLOCK_MONOTONIC and the wall clock
+/// that goes with it.
+pub fn now_timestamp() -> super::Timestamp {
+    let mono_ns = monotonic_ns();
+    let wall_ns = u64::try_from(i128::from(mono_ns) + wall_offset_ns()).unwrap_or(0);
+    super::Timestamp { mono_ns, wall_ns }
 }
 
 fn clock_ns(clock: libc::clockid_t) -> u64 {
@@ -319,12 +339,21 @@ pub async fn start(
         existing_socketpair_env: cfg.existing_socketpair_env.clone(),
         no_follow_sockets: cfg.no_follow_sockets.clone(),
     };
+    let cri_state = cfg.cri_state.map(|path| {
+        let (ask, asked) = mpsc::unbounded_channel();
+        // The first query, at start.
+        let _ = ask.send(Ask::Start);
+        tokio::spawn(ask_cri_state(path.clone(), tx.downgrade(), asked));
+        (path, ask)
+    });
     let resolver = Resolver {
         peer_env: cfg.peer_env,
         follower,
         no_follow,
         reattach,
         sandbox,
+        ignore_peer_pids: cfg.ignore_peer_pids,
+        cri_state,
     };
     let task = tokio::spawn(async move {
         for ev in initial {
@@ -788,6 +817,21 @@ async fn drain_until_stopped(
         }
         // Syscalls whose last record never came (lost) are flushed after 1 s.
         tracker.flush_stale(now, 1_000_000_000, &mut out);
+        drop_ignored_peers(
+            &mut out,
+            &mut tracker,
+            &mut *backend,
+            &resolver.ignore_peer_pids,
+        );
+        if let Some((path, ask)) = &resolver.cri_state {
+            // A runtime (re)started on the CRI socket: its state anew.
+            let restarted = out.iter().any(|ev| {
+                matches!(ev, CaptureEvent::Process(ProcessEvent::Listening { path: p, .. }) if p == path)
+            });
+            if restarted {
+                let _ = ask.send(Ask::Restart);
+            }
+        }
         if stopping || now.saturating_sub(last_loss_check) > 250_000_000 {
             last_loss_check = now;
             if let Ok(mut l) = backend.loss() {
@@ -822,6 +866,138 @@ struct Resolver {
     reattach: Reattach,
     /// Present when `SessionConfig::sandbox` is set.
     sandbox: Option<super::sandbox::SandboxContext>,
+    /// `SessionConfig::ignore_peer_pids`.
+    ignore_peer_pids: Vec<u32>,
+    /// `SessionConfig::cri_state`'s socket, and how to ask the task that
+    /// queries it.
+    cri_state: Option<(PathBuf, mpsc::UnboundedSender<Ask>)>,
+}
+
+/// Connections in `out` whose peer is one of `pids` leave the capture:
+/// their events go, the tracker forgets them, the kernel stops capturing
+/// their fds. Their peer is known in the batch that opened them
+/// (`ConnTracker::resolve_peers`); a connection of ours lives far longer
+/// than a batch (the CRI state query keeps its connection open).
+fn drop_ignored_peers(
+    out: &mut Vec<CaptureEvent>,
+    tracker: &mut ConnTracker,
+    backend: &mut dyn CaptureBackend,
+    pids: &[u32],
+) {
+    if pids.is_empty() {
+        return;
+    }
+    let dropped: HashSet<ConnId> = out
+        .iter()
+        .filter_map(|ev| match ev {
+            CaptureEvent::Open(o) if o.peer.as_ref().is_some_and(|p| pids.contains(&p.pid)) => {
+                Some(o.conn)
+            }
+            _ => None,
+        })
+        .collect();
+    if dropped.is_empty() {
+        return;
+    }
+    for &conn in &dropped {
+        for (tgid, fd) in tracker.forget(conn) {
+            if let Ok(fd) = u32::try_from(fd) {
+                if let Err(e) = backend.track_fd(tgid, fd, 0) {
+                    log::debug!("switching off fd {fd} of {tgid} (our own connection): {e}");
+                }
+            }
+        }
+    }
+    out.retain(|ev| {
+        let conn = match ev {
+            CaptureEvent::Open(o) => o.conn,
+            CaptureEvent::Chunk(c) => c.conn,
+            CaptureEvent::Close(c) => c.conn,
+            _ => return true,
+        };
+        !dropped.contains(&conn)
+    });
+}
+
+/// Why the CRI state is asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ask {
+    Start,
+    /// A new runtime process listens on the CRI socket: it may not answer
+    /// CRI calls until it has loaded its state (containerd's CRI plugin
+    /// answers "server is not initialized yet"), so it is asked again a
+    /// few times.
+    Restart,
+}
+
+/// Tries after a restart, and the pause before the n-th (n x this).
+const RESTART_TRIES: u32 = 8;
+const RESTART_BACKOFF: Duration = Duration::from_millis(250);
+
+/// The CRI state task: one query per ask, its answer into the event
+/// stream. It holds the stream weakly (the stream ends with the drain
+/// task) and ends when the drain task drops its asker. The last query's
+/// connection stays open until the next: its peer is known to the capture
+/// long before it closes (see [`drop_ignored_peers`]).
+async fn ask_cri_state(
+    path: PathBuf,
+    tx: mpsc::WeakSender<CaptureEvent>,
+    mut asked: mpsc::UnboundedReceiver<Ask>,
+) {
+    let mut _open = None;
+    while let Some(why) = asked.recv().await {
+        let tries = if why == Ask::Restart {
+            RESTART_TRIES
+        } else {
+            1
+        };
+        let mut failed = None;
+        for n in 0..tries {
+            if n > 0 {
+                tokio::time::sleep(RESTART_BACKOFF * n).await;
+            }
+            match super::cri_state::query(&path, now_timestamp).await {
+                Ok((state, channel)) => {
+                    log::debug!(
+                        "CRI state: {} pods, {} containers, {} bytes in {} µs",
+                        state.pods.len(),
+                        state.containers.len(),
+                        state.bytes,
+                        state.took_ns / 1000
+                    );
+                    _open = Some(channel);
+                    failed = None;
+                    let Some(tx) = tx.upgrade() else { return };
+                    if tx.send(CaptureEvent::CriState(state)).await.is_err() {
+                        return;
+                    }
+                    break;
+                }
+                Err(e) => failed = Some(e),
+            }
+        }
+        if let Some(e) = failed {
+            // The error and its sources, each once (tonic's transport
+            // error says little without the io::Error under it).
+            let mut why = String::new();
+            let mut next: Option<&dyn std::error::Error> = Some(&e);
+            while let Some(err) = next {
+                let text = err.to_string();
+                if !why.contains(&text) {
+                    if !why.is_empty() {
+                        why.push_str(": ");
+                    }
+                    why.push_str(&text);
+                }
+                next = err.source();
+            }
+            log::warn!(
+                "cannot read the runtime's pods and containers over CRI ({why}): pods made \
+                 before the trace are named only once a traced call names them. Give the \
+                 runtime's CRI socket with --cri-socket, or --no-cri-state not to ask"
+            );
+        }
+    }
 }
 
 /// A traced connection found at start whose peer end is to be followed.

@@ -83,6 +83,10 @@ pub struct ConnTracker {
     /// (tgid, fd) of peer processes the kernel tracks but that are no peer
     /// end: to be switched off (see `take_ignored_fds`).
     ignored_fds: Vec<(u32, i32)>,
+    /// (tgid, fd) of connections dropped with [`ConnTracker::forget`]:
+    /// their records still in flight are ignored until the fd is opened
+    /// anew, closed, or its process exits.
+    forgotten: HashSet<(u32, i32)>,
 }
 
 /// What /proc tells about a connection's fd, for [`ConnTracker::resolve_peers`].
@@ -133,7 +137,31 @@ impl ConnTracker {
             unresolved: Vec::new(),
             peer_procs: HashSet::new(),
             ignored_fds: Vec::new(),
+            forgotten: HashSet::new(),
         }
+    }
+
+    /// Drop `conn` from the capture as if it had never been seen (no Close
+    /// follows): nri-trace's own connection to a traced socket
+    /// (`SessionConfig::ignore_peer_pids`). Returns its fds, to be switched
+    /// off in the kernel; their records already on the way are ignored.
+    pub fn forget(&mut self, conn: ConnId) -> Vec<(u32, i32)> {
+        let mut fds: Vec<(u32, i32)> = self
+            .by_fd
+            .iter()
+            .filter(|(_, c)| **c == conn)
+            .map(|(k, _)| *k)
+            .collect();
+        fds.sort_unstable();
+        for k in &fds {
+            self.by_fd.remove(k);
+            self.existing_since.remove(k);
+            self.forgotten.insert(*k);
+        }
+        self.conns.remove(&conn);
+        self.pending.retain(|_, p| p.conn != conn);
+        self.unresolved.retain(|u| u.0 != conn);
+        fds
     }
 
     pub fn ts(&self, mono_ns: u64) -> Timestamp {
@@ -352,6 +380,7 @@ impl ConnTracker {
 
     fn on_open(&mut self, r: &RawRecord<'_>, out: &mut Vec<CaptureEvent>) {
         let key = (r.tgid, r.fd);
+        self.forgotten.remove(&key);
         if let Some(scan) = self.existing_since.get(&key) {
             if r.ts_ns <= *scan {
                 return; // the /proc scan already registered this connection
@@ -484,6 +513,7 @@ impl ConnTracker {
 
     fn on_close(&mut self, tgid: u32, fd: i32, ts_ns: u64, out: &mut Vec<CaptureEvent>) {
         self.existing_since.remove(&(tgid, fd));
+        self.forgotten.remove(&(tgid, fd));
         if self.peer_procs.contains(&tgid) {
             // Closed before it was switched off: nothing left to switch off.
             self.ignored_fds.retain(|k| *k != (tgid, fd));
@@ -503,6 +533,7 @@ impl ConnTracker {
         }
         self.existing_since.retain(|k, _| k.0 != tgid);
         self.ignored_fds.retain(|k| k.0 != tgid);
+        self.forgotten.retain(|k| k.0 != tgid);
         self.peer_procs.remove(&tgid);
         out.push(CaptureEvent::Process(ProcessEvent::Exit {
             ts: self.ts(ts_ns),
@@ -512,6 +543,9 @@ impl ConnTracker {
 
     fn on_data(&mut self, r: &RawRecord<'_>, out: &mut Vec<CaptureEvent>) {
         let key = (r.tgid, r.fd);
+        if self.forgotten.contains(&key) {
+            return;
+        }
         let conn = match self.by_fd.get(&key) {
             Some(c) => *c,
             // Not a peer end (see on_open); switched off at the batch end.
@@ -745,6 +779,31 @@ mod tests {
                 }
             })
             .collect()
+    }
+
+    #[test]
+    fn a_forgotten_connection_leaves_no_trace_until_its_fd_is_reused() {
+        let mut t = ConnTracker::new(0);
+        t.add_listener(1, 3, "/s".into());
+        let accept = |ts| Rec {
+            aux: 3,
+            ts,
+            ..rec(RecordKind::Open, Syscall::Accept4, 7)
+        };
+        let ev = feed(&mut t, &accept(100));
+        let CaptureEvent::Open(o) = &ev[0] else {
+            panic!("{ev:?}")
+        };
+        assert_eq!(t.forget(o.conn), vec![(1, 7)]);
+        assert_eq!(t.conn_of(1, 7), None);
+        // Records already on the way: no new connection, no bytes, no close.
+        assert!(feed(&mut t, &data(Syscall::Read, 7, 0, 101, b"hello")).is_empty());
+        assert!(feed(&mut t, &rec(RecordKind::Close, Syscall::Close, 7)).is_empty());
+        // The fd accepted anew is a connection like any other.
+        let ev = feed(&mut t, &accept(102));
+        assert!(matches!(&ev[..], [CaptureEvent::Open(_)]), "{ev:?}");
+        let ev = feed(&mut t, &data(Syscall::Read, 7, 0, 103, b"hi"));
+        assert_eq!(chunks(&ev).len(), 1);
     }
 
     #[test]

@@ -99,6 +99,12 @@ pub(crate) struct TargetArgs {
     /// unlinks, namespaces, cgroups; docs/explain.md).
     #[arg(long)]
     pub no_sandbox: bool,
+    /// Do not ask the runtime for its pods and containers (ListPodSandbox,
+    /// ListContainers on its CRI socket, at start and after a restart):
+    /// pods made before the trace then show by sandbox id until a traced
+    /// call names them (docs/cri.md).
+    #[arg(long)]
+    pub no_cri_state: bool,
 }
 
 /// How the probes capture.

@@ -229,6 +229,9 @@ async fn decode(a: StageArgs, which: Which, plugin_ends: bool) -> Result<()> {
         drain: drain(&a.probe),
         plugin_ends,
         sandbox: false,
+        // The decoder alone shows what it decodes; the runtime's lists
+        // are for the engine's names (`watch`).
+        cri_state: false,
     };
     let socket = if let Some(s) = a.socket.clone() {
         s

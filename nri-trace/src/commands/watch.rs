@@ -43,6 +43,7 @@ pub(crate) async fn run(a: WatchArgs) -> Result<()> {
         drain: drain(&a.probe),
         plugin_ends: !a.target.no_plugin_end,
         sandbox: !a.target.no_sandbox,
+        cri_state: !a.target.no_cri_state,
     };
     let cfg = target::runtime_session(&target, follow)?;
     let info = target.session_info(!a.no_redact);

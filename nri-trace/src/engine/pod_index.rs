@@ -6,10 +6,12 @@
 //! RunPodSandbox (request metadata, sandbox id in the response),
 //! CreateContainer (the sandbox id, the container id in the response), and
 //! every NRI event (its `PodSandbox` has id, name and namespace; nri
-//! api.proto). [`PodIndex`] remembers those so a later call that names an
-//! id is known by its pod, and a kernel event by the container id in its
-//! cgroup path. Pure: it reads only the records, in order, so live and
-//! replayed runs resolve the same way.
+//! api.proto), and, for pods made before the trace, the runtime's own
+//! lists (`cri_state` observations: ListPodSandbox and ListContainers,
+//! capture/cri_state.rs). [`PodIndex`] remembers those so a later call
+//! that names an id is known by its pod, and a kernel event by the
+//! container id in its cgroup path. Pure: it reads only the records, in
+//! order, so live and replayed runs resolve the same way.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -20,8 +22,12 @@ use serde::Serialize;
 
 use super::record::Record;
 use crate::{
-    capture::sandbox::{ids_in, SandboxOp},
-    model::{nri_call::NriCall, observation::Observation},
+    capture::{
+        cri_state::CriState,
+        sandbox::{ids_in, SandboxOp},
+    },
+    decode::cri::message::{ContainerMeta, PodMeta},
+    model::{cri_call::CriCall, nri_call::NriCall, observation::Observation},
 };
 
 /// Most sandboxes (and containers) remembered; the oldest go first.
@@ -54,6 +60,12 @@ pub struct PodIndex {
     sandbox_of: HashMap<String, String>,
     /// Ids in the order first learnt (sandboxes and containers), to bound.
     order: VecDeque<String>,
+    /// The runtime's last lists (a `cri_state` observation): each
+    /// sandbox's pod metadata, each container's sandbox and metadata, as
+    /// a call's `pod` and `container` carry them. Replaced by the next
+    /// lists; bounded by theirs (`cri_state::MAX_OBJECTS`).
+    listed_pods: HashMap<String, PodMeta>,
+    listed_containers: HashMap<String, (String, ContainerMeta)>,
 }
 
 impl PodIndex {
@@ -109,9 +121,75 @@ impl PodIndex {
         }
     }
 
+    /// Learn the runtime's lists: every pod and container it has, named.
+    pub fn learn_state(&mut self, s: &CriState) {
+        self.listed_pods.clear();
+        self.listed_containers.clear();
+        for p in &s.pods {
+            self.learn_pod(
+                &p.id,
+                PodName {
+                    namespace: p.namespace.clone(),
+                    name: p.name.clone(),
+                },
+            );
+            self.listed_pods.insert(
+                p.id.clone(),
+                PodMeta {
+                    name: p.name.clone(),
+                    namespace: p.namespace.clone(),
+                    uid: p.uid.clone(),
+                    attempt: p.attempt,
+                },
+            );
+        }
+        for c in &s.containers {
+            self.learn_container(&c.id, &c.sandbox_id);
+            self.listed_containers.insert(
+                c.id.clone(),
+                (
+                    c.sandbox_id.clone(),
+                    ContainerMeta {
+                        name: c.name.clone(),
+                        attempt: c.attempt,
+                    },
+                ),
+            );
+        }
+    }
+
+    /// Fill in what `call` does not say of its pod and container from the
+    /// runtime's lists: a StopPodSandbox of a pod made before the trace
+    /// names only its sandbox id (CRI api.proto), the lists name the pod,
+    /// as an earlier RunPodSandbox would have (`model::cri_call` fills
+    /// those from the calls it saw).
+    pub fn fill_from_state(&self, call: &mut CriCall) {
+        let listed = call
+            .container_id
+            .as_ref()
+            .and_then(|id| self.listed_containers.get(id));
+        if let Some((sandbox, meta)) = listed {
+            if call.container.is_none() {
+                call.container = Some(meta.clone());
+            }
+            if call.sandbox_id.is_none() && !sandbox.is_empty() {
+                call.sandbox_id = Some(sandbox.clone());
+            }
+        }
+        if call.pod.is_none() {
+            call.pod = call
+                .sandbox_id
+                .as_ref()
+                .and_then(|id| self.listed_pods.get(id))
+                .filter(|m| !m.name.is_empty())
+                .cloned();
+        }
+    }
+
     /// Learn what `r` shows of ids and pods.
     pub fn learn(&mut self, r: &Record) {
         match r {
+            Record::Observed(Observation::CriState(s)) => self.learn_state(s),
             Record::CriSpan(s) => {
                 let c = &s.call;
                 if let (Some(p), Some(id)) = (&c.pod, &c.sandbox_id) {
@@ -208,5 +286,99 @@ impl PodIndex {
             }
             Record::Observed(_) => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        capture::{
+            cri_state::{StateContainer, StatePod},
+            Timestamp,
+        },
+        engine::test_calls::{cri, span},
+    };
+
+    fn state() -> CriState {
+        CriState {
+            ts: Timestamp {
+                mono_ns: 1,
+                wall_ns: 2,
+            },
+            pods: vec![StatePod {
+                id: "bc2c".into(),
+                namespace: "default".into(),
+                name: "web-7f9c".into(),
+                uid: "u1".into(),
+                attempt: 3,
+                state: "ready".into(),
+                created_unix_ns: 5,
+            }],
+            containers: vec![StateContainer {
+                id: "k1".into(),
+                sandbox_id: "bc2c".into(),
+                name: "nginx".into(),
+                attempt: 1,
+                state: "running".into(),
+                created_unix_ns: 6,
+            }],
+            truncated: false,
+            bytes: 0,
+            took_ns: 0,
+        }
+    }
+
+    #[test]
+    fn listed_pods_name_calls_that_give_only_ids() {
+        let mut ix = PodIndex::new();
+        ix.learn(&Record::Observed(Observation::CriState(state())));
+        // StopPodSandbox: the sandbox id alone.
+        let mut stop = cri(Some("StopPodSandbox"), "bc2c", 0, 1);
+        ix.fill_from_state(&mut stop);
+        assert_eq!(
+            stop.pod,
+            Some(PodMeta {
+                name: "web-7f9c".into(),
+                namespace: "default".into(),
+                uid: "u1".into(),
+                attempt: 3,
+            })
+        );
+        assert_eq!(stop.pod.as_ref().unwrap().to_string(), "default/web-7f9c");
+        // StopContainer: the container id alone.
+        let mut c = cri(Some("StopContainer"), "x", 0, 1);
+        c.sandbox_id = None;
+        c.container_id = Some("k1".into());
+        ix.fill_from_state(&mut c);
+        assert_eq!(c.sandbox_id.as_deref(), Some("bc2c"));
+        assert_eq!(c.container.as_ref().map(|k| k.name.as_str()), Some("nginx"));
+        assert_eq!(c.pod.as_ref().map(|p| p.name.as_str()), Some("web-7f9c"));
+        // The sinks' index names both from the state record too.
+        let name = PodName {
+            namespace: "default".into(),
+            name: "web-7f9c".into(),
+        };
+        assert_eq!(ix.pod_of(&span(stop.clone(), vec![])), Some(name.clone()));
+        assert_eq!(ix.by_id("k1"), Some(&name));
+        // A call that says its pod keeps it; an unknown id stays unnamed.
+        let mut other = cri(Some("StopPodSandbox"), "zz", 0, 1);
+        ix.fill_from_state(&mut other);
+        assert_eq!(other.pod, None);
+    }
+
+    #[test]
+    fn the_next_lists_replace_the_last() {
+        let mut ix = PodIndex::new();
+        ix.learn_state(&state());
+        let mut later = state();
+        later.pods.clear();
+        later.containers.clear();
+        ix.learn_state(&later);
+        let mut c = cri(Some("StopContainer"), "x", 0, 1);
+        c.sandbox_id = None;
+        c.container_id = Some("k1".into());
+        ix.fill_from_state(&mut c);
+        assert_eq!((c.pod, c.container, c.sandbox_id), (None, None, None));
     }
 }

@@ -9,7 +9,10 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::record::Record;
-use crate::{capture::Timestamp, model::cri_call::CriOutcome};
+use crate::{
+    capture::{cri_state::CriState, Timestamp},
+    model::{cri_call::CriOutcome, observation::Observation},
+};
 
 /// Most timeline entries kept per pod (the oldest go first).
 pub const MAX_TIMELINE: usize = 256;
@@ -174,6 +177,7 @@ impl PodModel {
         self.bound();
         match r {
             Record::CriSpan(_) => self.on_span(r),
+            Record::Observed(Observation::CriState(s)) => self.on_state(s),
             Record::Violation(v) => {
                 match v
                     .pod
@@ -187,6 +191,64 @@ impl PodModel {
             }
             _ => {}
         }
+    }
+
+    /// The pods the runtime listed (`cri_state`) that the model does not
+    /// know yet, in the state and with the containers it listed: the pods
+    /// made before the trace.
+    fn on_state(&mut self, s: &CriState) {
+        for p in &s.pods {
+            if p.name.is_empty() || self.by_sandbox.contains_key(&p.id) {
+                continue;
+            }
+            let key = format!("{}/{}/{}/{}", p.namespace, p.name, p.uid, p.attempt);
+            let containers = s
+                .containers
+                .iter()
+                .filter(|c| c.sandbox_id == p.id)
+                .map(|c| {
+                    let phase = match c.state.as_str() {
+                        "created" => ContainerPhase::Created,
+                        "running" => ContainerPhase::Running,
+                        "exited" => ContainerPhase::Exited,
+                        _ => ContainerPhase::Seen,
+                    };
+                    self.by_container.insert(c.id.clone(), key.clone());
+                    (
+                        c.id.clone(),
+                        ContainerView {
+                            name: c.name.clone(),
+                            attempt: c.attempt,
+                            phase,
+                        },
+                    )
+                })
+                .collect();
+            let view = PodView {
+                namespace: p.namespace.clone(),
+                name: p.name.clone(),
+                uid: p.uid.clone(),
+                attempt: p.attempt,
+                sandbox_id: Some(p.id.clone()),
+                // SANDBOX_NOTREADY: stopped (or its pause process died).
+                phase: if p.state == "ready" {
+                    PodPhase::Ready
+                } else {
+                    PodPhase::Stopped
+                },
+                first_seen: Some(s.ts),
+                last_seen: Some(s.ts),
+                cri_ns: 0,
+                nri_ns: 0,
+                containers,
+                timeline: Vec::new(),
+                findings: 0,
+            };
+            self.by_sandbox.insert(p.id.clone(), key.clone());
+            self.by_label.insert(view.label(), key.clone());
+            self.pods.entry(key).or_insert(view);
+        }
+        self.bound();
     }
 
     fn on_span(&mut self, r: &Record) {
@@ -351,6 +413,50 @@ mod tests {
         assert_eq!(p.slowest().unwrap().method, "RunPodSandbox");
         m.on_record(&span("RemovePodSandbox", 300, 310, false, vec![]));
         assert_eq!(m.pods().next().unwrap().phase, PodPhase::Removed);
+    }
+
+    #[test]
+    fn listed_pods_are_pods_before_any_call() {
+        use crate::capture::cri_state::{StateContainer, StatePod};
+        let mut m = PodModel::new();
+        let state = CriState {
+            ts: Timestamp {
+                mono_ns: 5,
+                wall_ns: 6,
+            },
+            pods: vec![StatePod {
+                id: "s1".into(),
+                namespace: "ns".into(),
+                name: "web".into(),
+                uid: "u".into(),
+                attempt: 0,
+                state: "ready".into(),
+                created_unix_ns: 1,
+            }],
+            containers: vec![StateContainer {
+                id: "k1".into(),
+                sandbox_id: "s1".into(),
+                name: "app".into(),
+                attempt: 0,
+                state: "running".into(),
+                created_unix_ns: 2,
+            }],
+            truncated: false,
+            bytes: 0,
+            took_ns: 0,
+        };
+        m.on_record(&Record::Observed(Observation::CriState(state.clone())));
+        let p = m.pods().next().unwrap();
+        assert_eq!((p.label(), p.phase), ("ns/web".into(), PodPhase::Ready));
+        assert_eq!(p.containers["k1"].phase, ContainerPhase::Running);
+        // Its StopPodSandbox (named from the lists by the engine) is the
+        // same pod; the lists again change nothing.
+        m.on_record(&span("StopPodSandbox", 200, 230, true, vec![]));
+        m.on_record(&Record::Observed(Observation::CriState(state)));
+        assert_eq!(m.len(), 1);
+        let p = m.pods().next().unwrap();
+        assert_eq!(p.phase, PodPhase::Stopped);
+        assert_eq!(p.timeline.len(), 1);
     }
 
     #[test]

@@ -13,6 +13,7 @@ use super::{
     findings::{Certainty, Severity, Violation},
     histogram::Buckets,
     hook_latency::{Hook, HookSummary, HookTimer},
+    pod_index::PodIndex,
     record::{Record, Uncaused},
 };
 use crate::{capture::Loss, model::observation::Observation};
@@ -34,6 +35,9 @@ pub struct TraceEngine {
     /// The last clock: (now, oldest CRI call in decoding, oldest open NRI
     /// delivery).
     clock: (u64, Option<u64>, Option<u64>),
+    /// The runtime's own lists of its pods and containers (`cri_state`):
+    /// names for calls that give only ids of pods made before the trace.
+    listed: PodIndex,
 }
 
 impl Default for TraceEngine {
@@ -54,13 +58,15 @@ impl TraceEngine {
             finding_counts: BTreeMap::new(),
             loss: Loss::default(),
             clock: (0, None, None),
+            listed: PodIndex::new(),
         }
     }
 
     /// Feed one observation; append what settles to `out`.
     pub fn on_observation(&mut self, o: Observation, out: &mut Vec<Record>) {
         let fresh = match o {
-            Observation::CriCall(c) => {
+            Observation::CriCall(mut c) => {
+                self.listed.fill_from_state(&mut c);
                 self.cri_stats.on_call(&c);
                 self.correlator.on_cri(c);
                 None
@@ -80,6 +86,10 @@ impl TraceEngine {
                     .advance(now_ns, cri_oldest_ns, nri_open_ns, &mut self.settled);
                 self.contract.advance(now_ns, &mut self.violations);
                 None
+            }
+            Observation::CriState(s) => {
+                self.listed.learn_state(&s);
+                Some(Record::Observed(Observation::CriState(s)))
             }
             // Passed on as they came.
             other => Some(Record::Observed(other)),

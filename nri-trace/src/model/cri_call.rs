@@ -464,7 +464,10 @@ impl CriCallAssembler {
                     self.slot_candidates.retain(|(conn, _), _| *conn != c.conn);
                 }
             }
-            CaptureEvent::Process(_) | CaptureEvent::Loss(_) | CaptureEvent::Sandbox(_) => {}
+            CaptureEvent::Process(_)
+            | CaptureEvent::Loss(_)
+            | CaptureEvent::Sandbox(_)
+            | CaptureEvent::CriState(_) => {}
         }
     }
 

@@ -584,7 +584,10 @@ impl NriCallAssembler {
                     }
                 }
             }
-            CaptureEvent::Process(_) | CaptureEvent::Loss(_) | CaptureEvent::Sandbox(_) => {}
+            CaptureEvent::Process(_)
+            | CaptureEvent::Loss(_)
+            | CaptureEvent::Sandbox(_)
+            | CaptureEvent::CriState(_) => {}
         }
     }
 

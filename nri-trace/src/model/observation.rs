@@ -16,7 +16,7 @@ use super::{
     cri_call::{CriCall, CriObservation},
     nri_call::{NriCall, NriObservation, PluginId},
 };
-use crate::capture::{sandbox::SandboxEvent, ConnId, Loss, Timestamp};
+use crate::capture::{cri_state::CriState, sandbox::SandboxEvent, ConnId, Loss, Timestamp};
 
 /// One engine input.
 // Observations are handed over one by one; calls dominate the stream.
@@ -76,6 +76,10 @@ pub enum Observation {
     /// A signal, exit, unmount, unlink, namespace or cgroup event of the
     /// runtime's process tree (`--sandbox`).
     Sandbox(SandboxEvent),
+    /// The runtime's pods and containers as it listed them when nri-trace
+    /// asked (at start, after a runtime restart): names for the ids of
+    /// pods made before the trace (capture/cri_state.rs).
+    CriState(CriState),
     /// The capture has reached `now_ns` (monotonic); no CRI call still
     /// being decoded started before `cri_oldest_ns`, and no NRI event
     /// delivery still awaiting its response before `nri_open_ns`.
@@ -102,6 +106,7 @@ impl Observation {
             | Observation::RuntimeExited { ts, .. }
             | Observation::RuntimeStarted { ts, .. } => Some(*ts),
             Observation::Sandbox(s) => Some(s.ts),
+            Observation::CriState(s) => Some(s.ts),
             Observation::CaptureLoss(_) => None,
             Observation::Clock { now_ns, .. } => Some(Timestamp {
                 mono_ns: *now_ns,

@@ -74,6 +74,7 @@ pub const OBSERVATION_TYPES: &[&str] = &[
     "runtime_exited",
     "runtime_started",
     "sandbox",
+    "cri_state",
     "clock",
 ];
 

@@ -92,15 +92,22 @@ impl TraceDecoder {
             }
             CaptureEvent::Chunk(c) => (Some(c.conn), Some(c.ts.mono_ns)),
             CaptureEvent::Close(c) => (Some(c.conn), Some(c.ts.mono_ns)),
-            CaptureEvent::Process(_) | CaptureEvent::Loss(_) | CaptureEvent::Sandbox(_) => {
-                (None, None)
-            }
+            CaptureEvent::Process(_)
+            | CaptureEvent::Loss(_)
+            | CaptureEvent::Sandbox(_)
+            | CaptureEvent::CriState(_) => (None, None),
         };
         match ev {
             CaptureEvent::Loss(l) => out.push(Observation::CaptureLoss(*l)),
             // Kernel events, not connection bytes: nothing to decode.
             CaptureEvent::Sandbox(s) => {
                 out.push(Observation::Sandbox(s.clone()));
+                return;
+            }
+            // What the runtime listed when nri-trace asked: for the
+            // engine's pod index (capture/cri_state.rs).
+            CaptureEvent::CriState(s) => {
+                out.push(Observation::CriState(s.clone()));
                 return;
             }
             _ => {}

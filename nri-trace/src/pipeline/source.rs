@@ -102,7 +102,15 @@ struct Kind {
 }
 
 /// The types a raw capture's lines have (capture/recording.rs).
-const CAPTURE_TYPES: &[&str] = &["open", "chunk", "close", "process", "loss", "sandbox"];
+const CAPTURE_TYPES: &[&str] = &[
+    "open",
+    "chunk",
+    "close",
+    "process",
+    "loss",
+    "sandbox",
+    "cri_state",
+];
 
 fn reader(path: &Path) -> Result<(String, Box<dyn BufRead + Send>), SourceError> {
     let stdin = path == Path::new("-");

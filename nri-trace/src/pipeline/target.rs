@@ -130,6 +130,10 @@ pub struct Follow {
     /// Watch the runtime's process tree (signals, exits, unmounts...;
     /// docs/explain.md).
     pub sandbox: bool,
+    /// Ask the runtime for its pods and containers over its CRI socket, at
+    /// start and after a restart, to name the pods made before the trace
+    /// (capture/cri_state.rs; `--no-cri-state` turns it off).
+    pub cri_state: bool,
 }
 
 /// The session that follows an NRI socket: external plugins' connections,
@@ -186,11 +190,17 @@ pub fn cri_session(socket: &std::path::Path, follow: Follow) -> Result<SessionCo
     })
 }
 
-/// The session `watch` runs: both sockets of the runtime.
+/// The session `watch` runs: both sockets of the runtime, and, unless
+/// `--no-cri-state`, the runtime's state asked over its CRI socket (the
+/// connection that asks is nri-trace's own: not traced).
 pub fn runtime_session(target: &Target, follow: Follow) -> Result<SessionConfig, TargetError> {
     let cri = cri_session(&target.cri, follow)?;
     let mut cfg = nri_session(&target.nri, vec![], follow)?;
     cfg.sockets.extend(cri.sockets);
     cfg.no_follow_sockets = cri.no_follow_sockets;
+    if follow.cri_state {
+        cfg.cri_state = Some(target.cri.clone());
+        cfg.ignore_peer_pids = vec![std::process::id()];
+    }
     Ok(cfg)
 }

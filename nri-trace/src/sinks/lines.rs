@@ -53,6 +53,19 @@ pub fn observation_text(w: &mut impl Write, o: &Observation) -> io::Result<()> {
         Observation::CriCall(c) => cri_lines::call_text(w, c),
         Observation::NriCall(c) => nri_lines::call_text(w, c),
         Observation::Clock { .. } => Ok(()),
+        Observation::CriState(s) => {
+            let ready = s.pods.iter().filter(|p| p.state == "ready").count();
+            let running = s.containers.iter().filter(|c| c.state == "running").count();
+            writeln!(
+                w,
+                "{} == runtime state (ListPodSandbox, ListContainers): {} pods ({ready} ready), \
+                 {} containers ({running} running){}",
+                clock(&s.ts),
+                s.pods.len(),
+                s.containers.len(),
+                if s.truncated { ", more not kept" } else { "" }
+            )
+        }
     }
 }
 

@@ -121,14 +121,16 @@ impl<W: Write> TextSink<W> {
 
     /// Whether `r` is told by other lines or left to other outputs: a
     /// plugin's identity (its hook lines name it), a teardown hook still
-    /// waiting (its hook line comes when it ends), a CRI connection; a
-    /// plugin gone with the runtime (the runtime's line names it).
+    /// waiting (its hook line comes when it ends), a CRI connection, the
+    /// runtime's lists of its pods (the calls' lines name the pods from
+    /// them); a plugin gone with the runtime (the runtime's line names it).
     fn told_elsewhere(&mut self, r: &Record) -> bool {
         match r {
             Record::Observed(
                 Observation::NriPlugin { .. }
                 | Observation::NriPending(_)
-                | Observation::CriConnection { .. },
+                | Observation::CriConnection { .. }
+                | Observation::CriState(_),
             ) => true,
             Record::Observed(Observation::NriPluginGone { ts, plugin, .. }) => {
                 let label = plugin.label();

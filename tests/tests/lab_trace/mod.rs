@@ -67,11 +67,27 @@ pub(crate) fn guard(test: &str) -> bool {
 pub(crate) struct TraceProc {
     child: Option<Child>,
     out: PathBuf,
+    /// More `watch` arguments (e.g. `--no-cri-state`).
+    args: Vec<String>,
 }
 
 impl TraceProc {
     pub(crate) fn new() -> Self {
         Self::default()
+    }
+
+    pub(crate) fn with_args(args: &[&str]) -> Self {
+        Self {
+            args: args.iter().map(ToString::to_string).collect(),
+            ..Self::default()
+        }
+    }
+
+    /// The processes at the other end of nri-trace's own unix socket
+    /// connections just before it was stopped, one `comm[pid]` a line (the
+    /// runtime's view of who is connected: SO_PEERCRED of each of them).
+    pub(crate) fn peers(out: &Path) -> PathBuf {
+        out.join("nri-trace.peers.txt")
     }
 
     /// (stdout, raw capture, stderr) in a scenario's output directory.
@@ -109,6 +125,7 @@ impl Observer for TraceProc {
             .arg(Self::observations(out))
             .arg("--save-raw")
             .arg(&raw)
+            .args(&self.args)
             .stdout(std::fs::File::create(&stdout)?)
             .stderr(std::fs::File::create(&stderr)?)
             .stdin(Stdio::null())
@@ -146,6 +163,7 @@ impl Observer for TraceProc {
                 .with_context(|| format!("scraping http://{addr}/metrics"))?;
             std::fs::write(self.out.join("metrics.txt"), text)?;
         }
+        std::fs::write(Self::peers(&self.out), peers_of(c.id()))?;
         unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
         let t0 = Instant::now();
         let st = loop {
@@ -165,6 +183,21 @@ impl Observer for TraceProc {
         }
         Ok(())
     }
+}
+
+/// `comm[pid]` of the peer of every connected socket `pid` holds, a line
+/// each.
+fn peers_of(pid: u32) -> String {
+    use nri_trace::capture::discovery;
+    let mut lines = String::new();
+    for (fd, _) in discovery::socket_fds_of(pid).unwrap_or_default() {
+        let Some(cred) = discovery::peer_cred(pid, fd) else {
+            continue;
+        };
+        let comm = discovery::process_info(cred.pid).map_or_else(|| "?".into(), |i| i.comm);
+        lines.push_str(&format!("{comm}[{}]\n", cred.pid));
+    }
+    lines
 }
 
 /// The metrics address nri-trace printed on its stderr, if any.
@@ -192,6 +225,11 @@ pub(crate) fn http_get(addr: &str, path: &str) -> Result<String> {
 /// directory (under the test target dir, `<group>/<scenario>`), or `None`
 /// when the test is skipped.
 pub(crate) fn run_traced(group: &str, scenario: &str) -> Option<PathBuf> {
+    run_traced_with(group, scenario, TraceProc::new())
+}
+
+/// [`run_traced`] with this observer.
+pub(crate) fn run_traced_with(group: &str, scenario: &str, trace: TraceProc) -> Option<PathBuf> {
     if !guard(scenario) {
         return None;
     }
@@ -205,7 +243,7 @@ pub(crate) fn run_traced(group: &str, scenario: &str) -> Option<PathBuf> {
         driver: bin("cri-driver"),
         plugin: bin("nri-test-plugin"),
     };
-    scenario::run_observed(scenario, lab, bins, &out, Some(Box::new(TraceProc::new())))
+    scenario::run_observed(scenario, lab, bins, &out, Some(Box::new(trace)))
         .unwrap_or_else(|e| panic!("scenario {scenario}: {e:#}"));
     Some(out)
 }

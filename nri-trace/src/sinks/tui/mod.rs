@@ -188,6 +188,7 @@ pub fn event_mono_ns(ev: &CaptureEvent) -> Option<u64> {
         CaptureEvent::Close(c) => Some(c.ts.mono_ns),
         CaptureEvent::Process(p) => Some(p.ts().mono_ns),
         CaptureEvent::Sandbox(s) => Some(s.ts.mono_ns),
+        CaptureEvent::CriState(s) => Some(s.ts.mono_ns),
         CaptureEvent::Loss(_) => None,
     }
 }
