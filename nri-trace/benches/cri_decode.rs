@@ -358,7 +358,8 @@ fn frame(
             CaptureEvent::Open(_)
             | CaptureEvent::Process(_)
             | CaptureEvent::Loss(_)
-            | CaptureEvent::Sandbox(_) => {}
+            | CaptureEvent::Sandbox(_)
+            | CaptureEvent::CriState(_) => {}
         }
     }
     conns

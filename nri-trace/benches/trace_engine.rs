@@ -253,6 +253,7 @@ fn ts_of(ev: &CaptureEvent) -> Option<Timestamp> {
         CaptureEvent::Close(c) => Some(c.ts),
         CaptureEvent::Process(p) => Some(p.ts()),
         CaptureEvent::Sandbox(s) => Some(s.ts),
+        CaptureEvent::CriState(s) => Some(s.ts),
         CaptureEvent::Loss(_) => None,
     }
 }
@@ -360,6 +361,7 @@ impl Base {
                         | ProcessEvent::Listening { ts: t, .. },
                     ) => *t = ts(*t),
                     CaptureEvent::Sandbox(s) => s.ts = ts(s.ts),
+                    CaptureEvent::CriState(s) => s.ts = ts(s.ts),
                     CaptureEvent::Loss(_) => {}
                 }
                 ev

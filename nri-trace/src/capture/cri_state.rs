@@ -80,6 +80,18 @@ pub struct StatePod {
     pub created_unix_ns: i64,
 }
 
+impl std::fmt::Display for StatePod {
+    /// `namespace/name`, as kubectl writes it (the name alone without a
+    /// namespace), as every other pod reference.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.namespace.is_empty() {
+            f.write_str(&self.name)
+        } else {
+            write!(f, "{}/{}", self.namespace, self.name)
+        }
+    }
+}
+
 /// A container as the runtime listed it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateContainer {
@@ -163,7 +175,7 @@ impl CriState {
             .collect();
         if pods.len() > MAX_OBJECTS {
             truncated = true;
-            pods.sort_by(|a, b| b.created_unix_ns.cmp(&a.created_unix_ns));
+            pods.sort_by_key(|p| std::cmp::Reverse(p.created_unix_ns));
             pods.truncate(MAX_OBJECTS);
         }
         pods.sort_by(|a, b| a.id.cmp(&b.id));
@@ -184,7 +196,7 @@ impl CriState {
             .collect();
         if containers.len() > MAX_OBJECTS {
             truncated = true;
-            containers.sort_by(|a, b| b.created_unix_ns.cmp(&a.created_unix_ns));
+            containers.sort_by_key(|c| std::cmp::Reverse(c.created_unix_ns));
             containers.truncate(MAX_OBJECTS);
         }
         containers.sort_by(|a, b| a.id.cmp(&b.id));
@@ -248,14 +260,14 @@ pub async fn query(
     req.set_timeout(CALL_TIMEOUT);
     let pods = tokio::time::timeout(CALL_TIMEOUT, client.list_pod_sandbox(req))
         .await
-        .map_err(|_| timeout("ListPodSandbox"))?
+        .map_err(|_elapsed| timeout("ListPodSandbox"))?
         .map_err(call_err("ListPodSandbox"))?
         .into_inner();
     let mut req = tonic::Request::new(cri::ListContainersRequest { filter: None });
     req.set_timeout(CALL_TIMEOUT);
     let containers = tokio::time::timeout(CALL_TIMEOUT, client.list_containers(req))
         .await
-        .map_err(|_| timeout("ListContainers"))?
+        .map_err(|_elapsed| timeout("ListContainers"))?
         .map_err(call_err("ListContainers"))?
         .into_inner();
     let bytes = (pods.encoded_len() + containers.encoded_len()) as u64;

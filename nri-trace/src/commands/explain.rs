@@ -62,6 +62,8 @@ async fn live(a: &ExplainArgs) -> Result<()> {
         drain: drain(&a.probe),
         plugin_ends: !a.target.no_plugin_end,
         sandbox: !a.target.no_sandbox,
+        // Names the pods made before the attach (a stuck pod is one).
+        cri_state: !a.target.no_cri_state,
     };
     let cfg = target::runtime_session(&target, follow)?;
     let info = target.session_info(true);

@@ -387,6 +387,18 @@ impl ContractChecker {
                 let certainty = self.certainty(None);
                 self.sandbox.on_event(s, &certainty);
             }
+            // Pods made before the attach: their ids and uids name the
+            // paths of their teardown.
+            Record::Observed(Observation::CriState(s)) => {
+                for p in &s.pods {
+                    self.sandbox
+                        .learn(Some(&p.id), None, Some(&p.uid), Some(p.to_string()));
+                }
+                for c in &s.containers {
+                    self.sandbox
+                        .learn(Some(&c.sandbox_id), Some(&c.id), None, None);
+                }
+            }
             Record::Violation(_) | Record::Observed(_) => {}
         }
     }

@@ -28,6 +28,7 @@ use serde::Serialize;
 
 use super::{correlate::CriSpan, findings::Detail, record::Record};
 use crate::capture::{
+    cri_state::CriState,
     sandbox::{ids_in, pod_uids_in, SandboxEvent, SandboxOp},
     Timestamp,
 };
@@ -285,6 +286,7 @@ impl TeardownLog {
             Record::NriUncaused(u) => self.hook_ended(&u.span.call),
             Record::Observed(Observation::NriPending(c)) => self.hook_called(c),
             Record::Observed(Observation::Sandbox(s)) => self.on_kernel(s),
+            Record::Observed(Observation::CriState(s)) => self.on_state(s),
             Record::Violation(v) => {
                 if let Some(key) = v.pod.as_ref().and_then(|l| self.key_of_label(l)) {
                     if let Some(p) = self.pods.get_mut(&key) {
@@ -428,6 +430,38 @@ impl TeardownLog {
     /// The pod a kernel event is about: a container or sandbox id of a
     /// known pod in its paths or cgroup (or, for an exit, in the cgroup the
     /// process was in when it was signalled).
+    /// The runtime's own lists (at the attach, after a restart): pods made
+    /// before the trace get their name, uid and containers, so that a pod
+    /// already stuck is found by name and its kernel events by its ids.
+    fn on_state(&mut self, s: &CriState) {
+        for pod in &s.pods {
+            self.bound();
+            let label = pod.to_string();
+            let p = self.pods.entry(pod.id.clone()).or_default();
+            p.label.clone_from(&label);
+            p.sandbox_id = Some(pod.id.clone());
+            p.last_seen = p.last_seen.max(s.ts.mono_ns);
+            let ids = self.by_label.entry(label).or_default();
+            if !ids.contains(&pod.id) {
+                ids.push(pod.id.clone());
+                if ids.len() > 8 {
+                    ids.remove(0);
+                }
+            }
+            if !pod.uid.is_empty() {
+                self.by_uid.insert(pod.uid.clone(), pod.id.clone());
+            }
+        }
+        for c in &s.containers {
+            if let Some(p) = self.pods.get_mut(&c.sandbox_id) {
+                if p.containers.len() < MAX_STEPS {
+                    p.containers.insert(c.id.clone(), c.name.clone());
+                    self.by_container.insert(c.id.clone(), c.sandbox_id.clone());
+                }
+            }
+        }
+    }
+
     fn on_kernel(&mut self, ev: &SandboxEvent) {
         // The teardown's events: what makes a pod is left out.
         if matches!(
@@ -1145,6 +1179,67 @@ pub(crate) mod tests {
                 errno: libc::EBUSY,
             },
         )
+    }
+
+    /// A pod made before the trace, known from the runtime's lists only:
+    /// found by name, and kubelet's failing unmount of its volume (a path
+    /// naming its uid) is the blocker.
+    #[test]
+    fn a_pod_from_the_runtime_state_and_kubelets_volume() {
+        use crate::capture::cri_state::{CriState, StateContainer, StatePod};
+        let uid = "0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b";
+        let sb = "5b".repeat(32);
+        let state = CriState {
+            ts: Timestamp {
+                mono_ns: 10 * MS,
+                wall_ns: 0,
+            },
+            pods: vec![StatePod {
+                id: sb.clone(),
+                namespace: "ns".into(),
+                name: "old".into(),
+                uid: uid.into(),
+                attempt: 0,
+                state: "notready".into(),
+                created_unix_ns: 0,
+            }],
+            containers: vec![StateContainer {
+                id: CID.into(),
+                sandbox_id: sb.clone(),
+                name: "main".into(),
+                attempt: 0,
+                state: "exited".into(),
+                created_unix_ns: 0,
+            }],
+            truncated: false,
+            bytes: 0,
+            took_ns: 0,
+        };
+        let volume = format!("/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~empty-dir/data");
+        let r = vec![
+            Record::Observed(Observation::CriState(state)),
+            kernel(
+                2000,
+                77,
+                "kubelet",
+                SandboxOp::Umount {
+                    path: volume.clone(),
+                    flags: 0,
+                    errno: libc::EBUSY,
+                },
+            ),
+        ];
+        let log = log(&r);
+        let e = log.explain("ns/old", 0).unwrap();
+        assert_eq!(e.sandbox_id.as_deref(), Some(sb.as_str()));
+        assert_eq!(e.containers, vec![(CID.to_string(), "main".to_string())]);
+        assert!(
+            matches!(&e.blocker, Some(Blocker::UnmountFailed { path, errno, .. }) if *path == volume && *errno == libc::EBUSY),
+            "{:?}",
+            e.blocker
+        );
+        // Nothing of its teardown was seen: no attempt yet.
+        assert!(!log.attempt_seen("ns/old", 0, 0, u64::MAX));
     }
 
     #[test]

@@ -388,6 +388,8 @@ pub(crate) fn session_config() -> SessionConfig {
         follow_peer_ends: false,
         no_follow_sockets: vec![],
         sandbox: false,
+        ignore_peer_pids: vec![],
+        cri_state: None,
     }
 }
 
