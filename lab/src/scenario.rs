@@ -36,6 +36,8 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("cri-deadline-retry-go", "as cri-deadline-retry with go-cri-client (grpc-go's client-side deadline, kubelet's stack)"),
     ("pods-before-attach", "2 pods (one container each) made before the observer attaches, then torn down: their teardown calls name them only by id"),
     ("cri-late-attach-go", "as cri-late-attach with go-cri-client (grpc-go, kubelet's HPACK encoder; built offline from Debian's sources)"),
+    ("cri-late-attach-nri", "as cri-late-attach with 4 pods per phase and two test plugins (one subscribed to every event, one to the stop events only) connected before the observer"),
+    ("cri-late-attach-go-nri", "as cri-late-attach-go with 4 pods per phase, a test plugin and the NRI project's logger plugin connected before the observer"),
     ("upstream-witness", "the NRI project's own logger plugin (built offline from Debian's sources) witnesses 2 lifecycles beside a test plugin"),
     ("runtime-restart", "containerd restarts while a pod runs (a pre-launched and an external plugin); the pod is torn down and another made after it"),
     ("unkillable", "a container process blocked in a FUSE read that is never answered survives StopContainer's SIGKILL in state D"),
@@ -141,8 +143,14 @@ impl Run {
     /// A client whose connection predates the observer: `cmd` runs a call
     /// mix with `--pause-file`; the observer attaches once it has paused,
     /// then it resumes on the same connection.
-    fn late_attach(&mut self, mut cmd: Command, what: &str) -> Result<()> {
+    fn late_attach(&mut self, cmd: Command, what: &str) -> Result<()> {
         self.lab.up("2s")?;
+        self.late_attach_up(cmd, what)
+    }
+
+    /// [`Self::late_attach`] with the runtime already up (and plugins
+    /// connected before the observer).
+    fn late_attach_up(&mut self, mut cmd: Command, what: &str) -> Result<()> {
         let resume = self.out.join("resume");
         let _ = std::fs::remove_file(&resume);
         let mut child = cmd
@@ -498,6 +506,37 @@ fn drive(r: &mut Run) -> Result<()> {
                 String::from_utf8_lossy(&out.stderr).trim()
             );
         }
+        "cri-late-attach-nri" => {
+            r.lab.up("2s")?;
+            r.plugin("alpha", "10", &[])?;
+            // Subscribed to the stop events only: a RemovePodSandbox's own
+            // REMOVE_POD_SANDBOX does not reach it.
+            r.plugin(
+                "stops",
+                "20",
+                &["--events", "STOP_POD_SANDBOX,STOP_CONTAINER"],
+            )?;
+            let mut c = r.driver_cmd(&[]);
+            c.args(["mix", "--pods", "4"]);
+            r.late_attach_up(c, "cri-driver mix")?;
+        }
+        "cri-late-attach-go-nri" => {
+            let bin = go_cri_client()?;
+            for step in ["install", "build"] {
+                let st = upstream_logger(&[step]).status()?;
+                ensure!(st.success(), "upstream-logger.sh {step} failed ({st})");
+            }
+            r.lab.up("2s")?;
+            r.plugin("alpha", "10", &[])?;
+            start_upstream_logger(r)?;
+            let mut c = Command::new(bin);
+            c.arg("-socket")
+                .arg(r.lab.cri_socket())
+                .arg("-truth")
+                .arg(&r.truth)
+                .args(["mix", "-pods", "4"]);
+            r.late_attach_up(c, "go-cri-client mix")?;
+        }
         "cri-late-attach-go" => {
             let bin = go_cri_client()?;
             let mut c = Command::new(bin);
@@ -675,6 +714,18 @@ fn upstream_witness(r: &mut Run) -> Result<()> {
     }
     r.up("2s")?;
     r.plugin("alpha", "10", &[])?;
+    let log = start_upstream_logger(r)?;
+    r.lifecycle("witness", 2, 1, 1)?;
+    r.lab.down()?;
+    for (event, kind, id) in parse_logger_log(&std::fs::read_to_string(&log)?) {
+        r.note(&format!("upstream-logger: {event} {kind} {id}"))?;
+    }
+    Ok(())
+}
+
+/// Start the upstream logger (index 99, logging to `nri-logger.log` in the
+/// run's directory) and wait until it has synchronized; its log's path.
+fn start_upstream_logger(r: &mut Run) -> Result<PathBuf> {
     let log = r.out.join("nri-logger.log");
     let _ = std::fs::remove_file(&log);
     let child = upstream_logger(&["run", "-idx", "99", "-name", "upstream-logger", "-log-file"])
@@ -694,12 +745,7 @@ fn upstream_witness(r: &mut Run) -> Result<()> {
         );
         sleep(Duration::from_millis(50));
     }
-    r.lifecycle("witness", 2, 1, 1)?;
-    r.lab.down()?;
-    for (event, kind, id) in parse_logger_log(&std::fs::read_to_string(&log)?) {
-        r.note(&format!("upstream-logger: {event} {kind} {id}"))?;
-    }
-    Ok(())
+    Ok(log)
 }
 
 /// (EVENT, "pod"|"container", id) per object dump in the upstream logger's
@@ -2034,11 +2080,16 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
                 None => format!("{n} CRI calls ok (no observer)"),
             });
         }
-        "cri-late-attach" | "cri-late-attach-go" => {
+        "cri-late-attach"
+        | "cri-late-attach-go"
+        | "cri-late-attach-nri"
+        | "cri-late-attach-go-nri" => {
             let n = all_cri_ok(&t)?;
-            // 2 phases x (7 + 14 per pod), 3 pods; cri-driver adds a
-            // connect-time Version.
-            let want = 2 * (7 + 14 * 3) + usize::from(name == "cri-late-attach");
+            // 2 phases x (7 + 14 per pod), 3 pods (4 with plugins);
+            // cri-driver adds a connect-time Version.
+            let pods = if name.ends_with("-nri") { 4 } else { 3 };
+            let tonic = !name.starts_with("cri-late-attach-go");
+            let want = 2 * (7 + 14 * pods) + usize::from(tonic);
             ensure!(n == want, "expected {want} CRI calls, got {n}");
             facts.push(format!(
                 "{n} CRI calls ok on one connection, observer attached mid-way"

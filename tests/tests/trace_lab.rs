@@ -7,6 +7,7 @@
 //!
 //! Needs root, the eBPF object and the lab (mandatory under CI=true).
 
+mod cri_check;
 mod lab_trace;
 mod output_check;
 mod record_schema;
@@ -342,6 +343,66 @@ fn trace_cri_late_attach_finds_nothing() {
             .filter(|r| matches!(r, Record::CriSpan(_)))
             .count();
         assert!(spans >= 40, "{scenario}: {spans} CRI spans");
+    }
+}
+
+/// A late attach to a connection that made the same mix before, with NRI
+/// plugins connected before the observer (test plugins; with grpc-go also
+/// the NRI project's logger): every CRI call after the attach is found and
+/// none mislabeled (against the driver's truth); among the calls during
+/// which the runtime delivered an NRI event at most 2 % stay unknown; every
+/// delivery sits under a CRI call; nothing is found.
+#[test]
+fn trace_cri_late_attach_with_plugins_names_the_calls() {
+    for scenario in ["cri-late-attach-nri", "cri-late-attach-go-nri"] {
+        let Some((out, records)) = traced(scenario) else {
+            return;
+        };
+        let truth = truth::read(&out.join("truth.ndjson")).expect("truth");
+        let since = truth::observer_attached_ns(&truth).expect("attach note");
+        let calls = cri_check::calls(&records);
+        let allow = cri_check::Allow {
+            deadline_hidden: true,
+            identity_missing: true,
+        };
+        let all = cri_check::compare(&truth, &calls, since, allow);
+        let nri = cri_check::compare(&cri_check::with_nri_during(&truth), &calls, since, allow);
+        eprintln!(
+            "{scenario}: all calls: {}\n{scenario}: calls with an NRI delivery: {}",
+            all.line(),
+            nri.line()
+        );
+        assert!(
+            all.problems.is_empty(),
+            "{scenario}:\n{}",
+            all.problems.join("\n")
+        );
+        assert_eq!(all.mislabeled, 0, "{scenario}");
+        assert_eq!(all.matched, all.compared, "{scenario}");
+        assert!(nri.compared >= 20, "{scenario}: {}", nri.line());
+        assert!(
+            nri.unknown * 50 <= nri.matched,
+            "{scenario}: {}",
+            nri.line()
+        );
+        let uncaused: Vec<String> = records
+            .iter()
+            .filter_map(|r| match r {
+                Record::NriUncaused(u)
+                    if u.no_cri_cause
+                        == nri_trace::engine::correlate::NoCause::NoCriCallInFlight =>
+                {
+                    Some(format!("{} {}", u.span.call.plugin.label(), u.span.hook))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            uncaused,
+            Vec::<String>::new(),
+            "{scenario}: deliveries with no CRI cause"
+        );
+        assert_eq!(findings(&records), vec![], "{scenario}");
     }
 }
 

@@ -6,6 +6,7 @@
 //! Fixtures: `tests/fixtures/trace/<scenario>/{recording,truth}.ndjson.gz`,
 //! made by tests/tests/trace_lab.rs (target/tmp/trace-lab/<scenario>).
 
+mod cri_check;
 mod replay_util;
 mod trace_check;
 mod truth_file;
@@ -223,4 +224,92 @@ fn explain_says_every_pod_of_the_fixtures_is_gone() {
         )]
     );
     assert!(e.findings.iter().any(|f| f.rule == "teardown-hook-failed"));
+}
+
+/// Late attaches with NRI plugins connected before the observer
+/// (trace_lab.rs `trace_cri_late_attach_with_plugins_names_the_calls`).
+const LATE_WITH_PLUGINS: &[&str] = &["cri-late-attach-nri", "cri-late-attach-go-nri"];
+
+/// Replayed whole, then started at many points (mid-chunk too): every CRI
+/// call after the cut is found and none mislabeled against the driver's
+/// truth; among the calls during which the runtime delivered an NRI event
+/// at most 2 % stay unknown (over all cuts); replayed whole, every delivery
+/// sits under a CRI call.
+#[test]
+fn late_attach_with_plugins_never_mislabels() {
+    let allow = cri_check::Allow {
+        deadline_hidden: true,
+        identity_missing: true,
+    };
+    for name in LATE_WITH_PLUGINS {
+        let evs = events(name);
+        let truth = truth(name);
+        let with_nri = cri_check::with_nri_during(&truth);
+        let since = nri_trace_lab::truth::observer_attached_ns(&truth).expect("attach note");
+        let whole = replay(evs.clone());
+        let uncaused: Vec<String> = whole
+            .iter()
+            .filter_map(|r| match r {
+                Record::NriUncaused(u)
+                    if u.no_cri_cause
+                        == nri_trace::engine::correlate::NoCause::NoCriCallInFlight =>
+                {
+                    Some(format!("{} {}", u.span.call.plugin.label(), u.span.hook))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            uncaused,
+            Vec::<String>::new(),
+            "{name}: deliveries with no CRI cause"
+        );
+        let calls = cri_check::calls(&whole);
+        let all = cri_check::compare(&truth, &calls, since, allow);
+        let nri = cri_check::compare(&with_nri, &calls, since, allow);
+        assert!(
+            all.problems.is_empty(),
+            "{name}:\n{}",
+            all.problems.join("\n")
+        );
+        eprintln!(
+            "{name}: all calls: {}\n{name}: calls with an NRI delivery: {}",
+            all.line(),
+            nri.line()
+        );
+        assert!(nri.unknown * 50 <= nri.matched, "{name}: {}", nri.line());
+        let chunks = replay_util::chunk_indices(&evs);
+        let step = (chunks.len() / 40).max(1);
+        let (mut cuts, mut matched, mut unknown, mut inferred, mut known) = (0, 0, 0, 0, 0);
+        for cut in chunks.iter().step_by(step).copied() {
+            let cut_ts = match &evs[cut] {
+                CaptureEvent::Chunk(c) => c.ts.mono_ns,
+                _ => unreachable!(),
+            };
+            let got = replay(replay_util::attach_at(&evs, cut));
+            let calls = cri_check::calls(&got);
+            let from = cut_ts.max(since) + 1;
+            let r = cri_check::compare(&truth, &calls, from, allow);
+            assert!(
+                r.problems.is_empty(),
+                "{name} cut at event {cut}:\n{}",
+                r.problems.join("\n")
+            );
+            assert_eq!(r.matched, r.compared, "{name} cut at event {cut}");
+            let n = cri_check::compare(&with_nri, &calls, from, allow);
+            cuts += 1;
+            matched += n.matched;
+            unknown += n.unknown;
+            inferred += n.inferred;
+            known += n.known;
+        }
+        eprintln!(
+            "{name}: attach at {cuts} points: calls with an NRI delivery after the cut: \
+             {matched}, known {known}, inferred {inferred}, unknown {unknown}"
+        );
+        assert!(
+            unknown * 50 <= matched,
+            "{name}: {unknown} unknown of {matched}"
+        );
+    }
 }

@@ -23,12 +23,17 @@
 //! call it hung), and a delivery until no CRI call that could contain it is
 //! still unreported. Pure and deterministic.
 
+use std::collections::{BTreeSet, HashMap};
+
 use serde::Serialize;
 
 use super::hook_latency::{Hook, HookSpan};
 use crate::{
     capture::Timestamp,
-    decode::nri::message::Event,
+    decode::{
+        cri::message::{CriMethod, ObjectKind},
+        nri::message::Event,
+    },
     model::{
         cri_call::{CriCall, Identified},
         nri_call::Caller,
@@ -107,8 +112,26 @@ fn hook_causes(hook: &Hook) -> &'static [&'static str] {
     hook.event().map_or(&[], causes)
 }
 
+/// Which object of delivery `d` the id of an unknown call's request is
+/// (`CriCall::request_id`: the object predates the attach, so the CRI stage
+/// could not tell): containerd ids are unique across sandboxes and
+/// containers, so the one it equals is its kind.
+fn request_id_kind(call: &CriCall, d: &HookSpan) -> Option<ObjectKind> {
+    let id = call.request_id.as_deref().filter(|i| !i.is_empty())?;
+    if d.call.container.as_ref().is_some_and(|c| c.id == id) {
+        Some(ObjectKind::Container)
+    } else if d.call.pod.as_ref().is_some_and(|p| p.id == id) {
+        Some(ObjectKind::Sandbox)
+    } else {
+        None
+    }
+}
+
 /// Does `call` name the pod or container of delivery `d`?
 fn same_object(call: &CriCall, d: &HookSpan) -> bool {
+    if request_id_kind(call, d).is_some() {
+        return true;
+    }
     let (pod, ctr) = (d.call.pod.as_ref(), d.call.container.as_ref());
     let id_eq = |a: Option<&String>, b: Option<&str>| match (a, b) {
         (Some(a), Some(b)) => !b.is_empty() && a == b,
@@ -136,32 +159,56 @@ fn same_object(call: &CriCall, d: &HookSpan) -> bool {
     }
 }
 
-/// Can `call` have made `hook`: `None` if not; `Some(Some(m))` when the
-/// method that makes it is `m` (its own, or its only candidate that makes
-/// it when its method is unknown); `Some(None)` when several candidates
-/// would.
-#[allow(
-    clippy::option_option,
-    reason = "three answers: cannot, can by one method, can by several"
-)]
-fn cause_method(call: &CriCall, hook: &Hook) -> Option<Option<String>> {
-    let causes = hook_causes(hook);
+/// The methods `call` may be that make delivery `d`: its own method if it
+/// makes it; when its method is unknown, those of its candidates that make
+/// it (and, when its request's id is `d`'s pod or container, that name
+/// that kind of object in their request). Empty: `call` did not make `d`.
+fn cause_methods(call: &CriCall, d: &HookSpan) -> Vec<String> {
+    let causes = hook_causes(&d.hook);
     match (&call.method, &call.identified) {
-        (Some(m), _) => causes.contains(&m.as_str()).then(|| Some(m.clone())),
-        (None, Identified::Unknown { candidates }) => {
-            let fit: Vec<&String> = candidates
-                .iter()
-                .filter(|c| causes.contains(&c.as_str()))
-                .collect();
-            match fit.len() {
-                0 => None,
-                1 => Some(Some(fit[0].clone())),
-                _ => Some(None),
+        (Some(m), _) => {
+            if causes.contains(&m.as_str()) {
+                vec![m.clone()]
+            } else {
+                vec![]
             }
         }
+        (None, Identified::Unknown { candidates }) => {
+            let kind = request_id_kind(call, d);
+            candidates
+                .iter()
+                .filter(|c| causes.contains(&c.as_str()))
+                .filter(|c| {
+                    kind.is_none_or(|k| {
+                        CriMethod::from_name(c).and_then(CriMethod::request_names) == Some(k)
+                    })
+                })
+                .cloned()
+                .collect()
+        }
+        _ => vec![],
+    }
+}
+
+/// NRI events that containerd 1.7 delivers for an object only while its
+/// NRI state says it still needs stopping or removal (pkg/nri/nri.go
+/// `needsStopping` / `needsRemoval`), a state a successful removal deletes
+/// (`setState(id, Removed)` in `RemovePodSandbox` / `RemoveContainer`,
+/// reached on every successful path of the CRI handlers in
+/// pkg/cri/server/sandbox_remove.go and container_remove.go that found the
+/// object). One of them begun after a call ended proves that the call did
+/// not remove that object.
+fn proves_not_removed(event: Event) -> Option<ObjectKind> {
+    match event {
+        Event::StopPodSandbox | Event::RemovePodSandbox => Some(ObjectKind::Sandbox),
+        Event::StopContainer | Event::RemoveContainer => Some(ObjectKind::Container),
         _ => None,
     }
 }
+
+/// Most objects whose last stop/removal delivery is remembered; past it
+/// the older half is forgotten (a call then stays unknown, never wrong).
+const MAX_LAST_DELIVERY: usize = 16384;
 
 /// Attaches NRI deliveries to CRI calls. Feed it in capture order; it
 /// yields [`Correlated`] items as they settle.
@@ -171,6 +218,9 @@ pub struct Correlator {
     calls: Vec<CriCall>,
     /// Event deliveries waiting for the CRI call that may contain them.
     deliveries: Vec<HookSpan>,
+    /// (kind, object id) -> start of the latest delivery of an event that
+    /// proves the object was not removed before it ([`proves_not_removed`]).
+    last_delivery: HashMap<(ObjectKind, String), u64>,
 }
 
 impl Correlator {
@@ -195,7 +245,29 @@ impl Correlator {
             });
             return;
         }
+        self.remember(&span);
         self.deliveries.push(span);
+    }
+
+    fn remember(&mut self, span: &HookSpan) {
+        let Some(kind) = span.hook.event().and_then(proves_not_removed) else {
+            return;
+        };
+        let id = match kind {
+            ObjectKind::Sandbox => span.call.pod.as_ref().map(|p| p.id.clone()),
+            ObjectKind::Container => span.call.container.as_ref().map(|c| c.id.clone()),
+        };
+        let (Some(id), Some(start)) = (id.filter(|i| !i.is_empty()), span.call.start) else {
+            return;
+        };
+        let t = self.last_delivery.entry((kind, id)).or_insert(0);
+        *t = (*t).max(start.mono_ns);
+        if self.last_delivery.len() > MAX_LAST_DELIVERY {
+            let mut times: Vec<u64> = self.last_delivery.values().copied().collect();
+            times.sort_unstable();
+            let cut = times[times.len() / 2];
+            self.last_delivery.retain(|_, t| *t > cut);
+        }
     }
 
     /// Capture time is now `now`; the CRI stage still has calls begun at
@@ -274,44 +346,60 @@ impl Correlator {
     fn claim(&mut self, mut call: CriCall) -> CriSpan {
         let (start, end) = (call.start.map_or(0, |t| t.mono_ns), end_of(&call));
         let mut hooks = Vec::new();
-        let mut resolved: Option<(String, String)> = None;
-        let mut conflict = false;
+        // For an unknown call: the methods that make every delivery it
+        // holds, and what it was seen to name.
+        let mut fit: Option<Vec<String>> = None;
+        let mut named: Option<(ObjectKind, String, Option<String>)> = None;
         let mut i = 0;
         while i < self.deliveries.len() {
             let d = &self.deliveries[i];
             let ds = d.call.start.map_or(0, |t| t.mono_ns);
             let inside = call.start.is_some() && ds >= start && ds <= end;
-            let method = cause_method(&call, &d.hook);
-            let take = inside && same_object(&call, d) && method.is_some();
-            if take {
-                if let (None, Some(Some(m))) = (&call.method, method) {
-                    match &resolved {
-                        None => resolved = Some((m, d.hook.to_string())),
-                        // Two deliveries pointing at different methods:
-                        // nothing is concluded.
-                        Some((r, _)) if *r != m => conflict = true,
-                        _ => {}
-                    }
-                }
-                hooks.push(self.deliveries.remove(i));
+            let methods = if inside && same_object(&call, d) {
+                cause_methods(&call, d)
             } else {
-                i += 1;
-            }
-        }
-        let resolved = resolved.filter(|_| !conflict);
-        if let (Some((m, hook)), Identified::Unknown { candidates }) = (resolved, &call.identified)
-        {
-            call.identified = Identified::Inferred {
-                evidence: format!(
-                    "its messages fit {}; during it the runtime delivered NRI {hook} for the \
-                     object it names, which only {m} of those makes",
-                    candidates.join(" or ")
-                ),
+                vec![]
             };
-            call.method = Some(m);
-            call.service = Some("runtime.v1.RuntimeService".into());
+            if methods.is_empty() {
+                i += 1;
+                continue;
+            }
+            if call.method.is_none() {
+                if let Some(kind) = request_id_kind(&call, d) {
+                    let pod = d.call.pod.as_ref().map(|p| p.id.clone());
+                    let id = call.request_id.clone().unwrap_or_default();
+                    named = Some((kind, id, pod.filter(|p| !p.is_empty())));
+                }
+                fit = Some(match fit {
+                    None => methods,
+                    Some(f) => f.into_iter().filter(|m| methods.contains(m)).collect(),
+                });
+            }
+            hooks.push(self.deliveries.remove(i));
         }
         hooks.sort_by_key(|h| h.call.start.map(|t| t.mono_ns));
+        if let Some((kind, id, pod)) = named {
+            // The deliveries say which object the request's id is.
+            match kind {
+                ObjectKind::Sandbox => call.sandbox_id = Some(id),
+                ObjectKind::Container => {
+                    call.container_id = Some(id);
+                    if call.sandbox_id.is_none() {
+                        call.sandbox_id = pod;
+                    }
+                }
+            }
+            call.request_id = None;
+        }
+        if let (Some(fit), Identified::Unknown { candidates }) = (fit, &call.identified) {
+            if let Some((m, why)) = self.decide(&call, &hooks, &fit) {
+                call.identified = Identified::Inferred {
+                    evidence: format!("its messages fit {}; {why}", candidates.join(" or ")),
+                };
+                call.method = Some(m);
+                call.service = Some("runtime.v1.RuntimeService".into());
+            }
+        }
         let nri_ns = hooks.iter().filter_map(|h| h.call.duration_ns).sum();
         let nri_permille = call
             .duration_ns
@@ -326,6 +414,71 @@ impl Correlator {
             nri_permille,
         }
     }
+
+    /// The method of unknown `call` from the deliveries it holds (`hooks`,
+    /// in start order), of which `fit` are the methods that make them all:
+    /// the method and the evidence, or `None` when they do not decide.
+    fn decide(
+        &self,
+        call: &CriCall,
+        hooks: &[HookSpan],
+        fit: &[String],
+    ) -> Option<(String, String)> {
+        let object = |kind: ObjectKind| -> &'static str {
+            match kind {
+                ObjectKind::Sandbox => "pod sandbox",
+                ObjectKind::Container => "container",
+            }
+        };
+        let what: Vec<String> = hooks
+            .iter()
+            .map(|h| h.hook.to_string())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if let [m] = fit {
+            return Some((
+                m.clone(),
+                format!(
+                    "during it the runtime delivered NRI {} for the object it names, which only {m} of those makes",
+                    what.join(", ")
+                ),
+            ));
+        }
+        // Stop or remove: a successful removal ends the object's NRI
+        // events, so one delivered after the call ended rules it out.
+        let pair = |a: &str, b: &str| {
+            fit.len() == 2 && fit.iter().any(|m| m == a) && fit.iter().any(|m| m == b)
+        };
+        let (stop, remove, kind) = if pair("StopPodSandbox", "RemovePodSandbox") {
+            ("StopPodSandbox", "RemovePodSandbox", ObjectKind::Sandbox)
+        } else if pair("StopContainer", "RemoveContainer") {
+            ("StopContainer", "RemoveContainer", ObjectKind::Container)
+        } else {
+            return None;
+        };
+        if !call.outcome.is_ok() {
+            return None;
+        }
+        let id = match kind {
+            ObjectKind::Sandbox => call.sandbox_id.clone(),
+            ObjectKind::Container => call.container_id.clone(),
+        }?;
+        let later = self.last_delivery.get(&(kind, id))?;
+        let end = call.end?.mono_ns;
+        (*later > end).then(|| {
+            (
+                stop.to_owned(),
+                format!(
+                    "during it the runtime delivered NRI {} for the {o} it names, which {stop} \
+                     and {remove} make; the runtime delivered a stop or removal event for that \
+                     {o} after it ended, which containerd does not after a successful {remove}",
+                    what.join(", "),
+                    o = object(kind)
+                ),
+            )
+        })
+    }
 }
 
 fn end_ts(end: Option<Timestamp>, start: Option<Timestamp>) -> u64 {
@@ -339,7 +492,10 @@ fn end_of(call: &CriCall) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{decode::cri::message::PodMeta, model::nri_call::Outcome};
+    use crate::{
+        decode::cri::message::PodMeta,
+        model::{cri_call::CriOutcome, nri_call::Outcome},
+    };
 
     use super::super::test_calls::*;
 
@@ -521,5 +677,138 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    fn unknown(request_id: &str, start: u64, end: u64, candidates: &[&str]) -> CriCall {
+        let mut call = cri(None, "", start, end);
+        call.sandbox_id = None;
+        call.request_id = Some(request_id.into());
+        call.identified = Identified::Unknown {
+            candidates: candidates.iter().map(|c| (*c).to_owned()).collect(),
+        };
+        call
+    }
+
+    const TEARDOWN: [&str; 5] = [
+        "StartContainer",
+        "StopContainer",
+        "RemoveContainer",
+        "StopPodSandbox",
+        "RemovePodSandbox",
+    ];
+
+    fn container_hook(event: Event, ctr: &str, start: u64, end: u64) -> HookSpan {
+        let mut h = hook(Some(event), "a", "s1", start, end);
+        h.call.container = Some(crate::model::nri_call::ContainerRef {
+            id: ctr.into(),
+            name: "c".into(),
+        });
+        h
+    }
+
+    /// A pod made before the attach: its id is in the request of a hidden
+    /// call, which its STOP_POD_SANDBOX delivery names; the pod's removal
+    /// delivered after the call ended rules RemovePodSandbox out.
+    #[test]
+    fn request_id_names_the_pod_and_a_later_removal_decides_stop() {
+        let mut c = Correlator::new();
+        let mut out = Vec::new();
+        c.on_nri(
+            hook(Some(Event::StopPodSandbox), "a", "s1", 10, 20),
+            &mut out,
+        );
+        c.on_nri(
+            hook(Some(Event::RemovePodSandbox), "a", "s1", 50, 60),
+            &mut out,
+        );
+        c.on_cri(unknown("s1", 5, 30, &TEARDOWN));
+        let mut remove = unknown("s1", 45, 70, &TEARDOWN);
+        remove.stream_id = 3;
+        c.on_cri(remove);
+        out.extend(run(&mut c, 100));
+        let spans: Vec<&CriSpan> = out
+            .iter()
+            .filter_map(|o| match o {
+                Correlated::Cri(s) => Some(s),
+                Correlated::Uncaused { .. } => None,
+            })
+            .collect();
+        assert_eq!(spans.len(), 2, "{out:?}");
+        assert_eq!(spans[0].call.method.as_deref(), Some("StopPodSandbox"));
+        assert_eq!(spans[0].call.sandbox_id.as_deref(), Some("s1"));
+        assert_eq!(spans[0].call.request_id, None);
+        assert_eq!(spans[0].hooks.len(), 1);
+        let Identified::Inferred { evidence } = &spans[0].call.identified else {
+            panic!("{:?}", spans[0].call.identified);
+        };
+        assert!(evidence.contains("after it ended"), "{evidence}");
+        assert_eq!(spans[1].call.method.as_deref(), Some("RemovePodSandbox"));
+    }
+
+    /// Without a later event for the pod, STOP_POD_SANDBOX alone does not
+    /// tell StopPodSandbox from RemovePodSandbox (the removal's own
+    /// REMOVE_POD_SANDBOX may go to no plugin); neither does a failed call.
+    /// The delivery still sits under the call.
+    #[test]
+    fn stop_delivery_alone_leaves_stop_or_remove_unknown() {
+        for (later, ok) in [(false, true), (true, false)] {
+            let mut c = Correlator::new();
+            let mut out = Vec::new();
+            c.on_nri(
+                hook(Some(Event::StopPodSandbox), "a", "s1", 10, 20),
+                &mut out,
+            );
+            if later {
+                c.on_nri(
+                    hook(Some(Event::RemovePodSandbox), "a", "s1", 50, 60),
+                    &mut out,
+                );
+            }
+            let mut call = unknown("s1", 5, 30, &TEARDOWN);
+            if !ok {
+                call.outcome = CriOutcome::Unknown;
+            }
+            c.on_cri(call);
+            out.extend(run(&mut c, 100));
+            let Some(Correlated::Cri(s)) = out.first() else {
+                panic!("{out:?}");
+            };
+            assert_eq!(s.call.method, None, "later {later} ok {ok}");
+            assert_eq!(s.hooks.len(), 1);
+            assert_eq!(s.call.sandbox_id.as_deref(), Some("s1"));
+            // Only pod methods are left.
+            match &s.call.identified {
+                Identified::Unknown { candidates } => assert_eq!(
+                    candidates.len(),
+                    5,
+                    "the call's own candidates are kept: {candidates:?}"
+                ),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    /// The same for a container: its id in the request, STOP_CONTAINER
+    /// during the call, REMOVE_CONTAINER after it: StopContainer. A
+    /// delivery for another container of the pod is not taken.
+    #[test]
+    fn request_id_names_the_container_and_a_later_removal_decides_stop() {
+        let mut c = Correlator::new();
+        let mut out = Vec::new();
+        c.on_nri(container_hook(Event::StopContainer, "c1", 10, 20), &mut out);
+        c.on_nri(container_hook(Event::StopContainer, "c2", 12, 22), &mut out);
+        c.on_nri(
+            container_hook(Event::RemoveContainer, "c1", 50, 60),
+            &mut out,
+        );
+        c.on_cri(unknown("c1", 5, 30, &TEARDOWN));
+        out.extend(run(&mut c, 40));
+        let Some(Correlated::Cri(s)) = out.iter().find(|o| matches!(o, Correlated::Cri(_))) else {
+            panic!("{out:?}");
+        };
+        assert_eq!(s.call.method.as_deref(), Some("StopContainer"));
+        assert_eq!(s.call.container_id.as_deref(), Some("c1"));
+        assert_eq!(s.call.sandbox_id.as_deref(), Some("s1"));
+        assert_eq!(s.hooks.len(), 1);
     }
 }

@@ -34,6 +34,7 @@ pub(crate) fn cri(method: Option<&str>, sandbox: &str, start: u64, end: u64) -> 
         sandbox_id: Some(sandbox.into()),
         container: None,
         container_id: None,
+        request_id: None,
         start: ts(start),
         end: ts(end),
         duration_ns: Some((end - start) * MS),

@@ -148,6 +148,12 @@ pub struct CriCall {
     pub sandbox_id: Option<String>,
     pub container: Option<ContainerMeta>,
     pub container_id: Option<String>,
+    /// The id field 1 of the request holds, when the method is unknown and
+    /// no earlier call said whether it is a pod sandbox or a container
+    /// (`message::request_id`): a later stage that sees the object named
+    /// elsewhere (an NRI delivery during the call) can tell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
     /// When the request headers went through (`None`: partial call).
     pub start: Option<Timestamp>,
     pub end: Option<Timestamp>,
@@ -713,6 +719,7 @@ impl CriCallAssembler {
             sandbox_id: None,
             container: None,
             container_id: None,
+            request_id: None,
             start: e.st.start,
             end: Some(e.end),
             duration_ns: e.st.start.map(|s| e.end.mono_ns.saturating_sub(s.mono_ns)),
@@ -761,6 +768,7 @@ impl CriCallAssembler {
     ) {
         call.method = Some(m.name().to_owned());
         call.service = Some(m.service().name().to_owned());
+        call.request_id = None;
         let req = match request.map(|b| message::decode_request(m, b)) {
             Some(Ok(r)) => r,
             Some(Err(_)) => {
@@ -1213,6 +1221,10 @@ impl CriCallAssembler {
                 Kind::Container => call.container_id = Some(id.clone()),
             }
             self.fill_identity(&mut call);
+        } else if cands.iter().any(|m| m.request_names().is_some()) {
+            // An id no earlier call showed (its object predates the
+            // attach): kept as is, for the NRI events that name it.
+            call.request_id = request.as_deref().and_then(message::request_id);
         }
         if self.held.len() >= MAX_HELD {
             self.stats.held_overflow += 1;

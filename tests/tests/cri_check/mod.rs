@@ -97,6 +97,42 @@ impl CriReport {
     }
 }
 
+/// `truth` with only the driver's calls during which a plugin recorded an
+/// NRI event delivery for the pod the call was about (by sandbox id, or by
+/// uid and name before RunPodSandbox answered): "calls during which the
+/// runtime delivers an NRI event".
+pub(crate) fn with_nri_during(truth: &[Truth]) -> Vec<Truth> {
+    let delivered = |pod: &PodRef, start: u64, end: u64| {
+        truth.iter().any(|n| match n {
+            Truth::Nri {
+                event: Some(_),
+                pod: Some(np),
+                recv_mono_ns,
+                ..
+            } => {
+                (start..=end).contains(recv_mono_ns)
+                    && (pod.sandbox_id.as_deref() == Some(np.id.as_str())
+                        || (pod.uid == np.uid && pod.name == np.name))
+            }
+            _ => false,
+        })
+    };
+    truth
+        .iter()
+        .filter(|t| match t {
+            Truth::Cri {
+                pod: Some(pod),
+                start_mono_ns,
+                end_mono_ns,
+                ..
+            } => delivered(pod, *start_mono_ns, *end_mono_ns),
+            Truth::Cri { .. } => false,
+            _ => true,
+        })
+        .cloned()
+        .collect()
+}
+
 fn id_of(c: &CriCall) -> (Option<&str>, Option<&str>) {
     (c.sandbox_id.as_deref(), c.container_id.as_deref())
 }

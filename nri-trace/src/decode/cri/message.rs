@@ -238,6 +238,93 @@ impl CriMethod {
     }
 }
 
+impl CriMethod {
+    /// The method named `name` (as in `:path`).
+    pub fn from_name(name: &str) -> Option<Self> {
+        CriMethod::ALL.iter().copied().find(|m| m.name() == name)
+    }
+
+    /// What field 1 of its request holds, when an object id: the pod
+    /// sandbox id (`pod_sandbox_id`) or the container id (`container_id`)
+    /// of api.proto, the id [`decode_request`] reads. List filters (field
+    /// 1 is a message) are not ids.
+    pub fn request_names(self) -> Option<ObjectKind> {
+        use CriMethod as M;
+        match self {
+            M::StopPodSandbox
+            | M::RemovePodSandbox
+            | M::PodSandboxStatus
+            | M::PodSandboxStats
+            | M::PortForward
+            | M::CreateContainer => Some(ObjectKind::Sandbox),
+            M::StartContainer
+            | M::StopContainer
+            | M::RemoveContainer
+            | M::ContainerStatus
+            | M::ContainerStats
+            | M::UpdateContainerResources
+            | M::ReopenContainerLog
+            | M::ExecSync
+            | M::Exec
+            | M::Attach
+            | M::CheckpointContainer => Some(ObjectKind::Container),
+            _ => None,
+        }
+    }
+}
+
+/// The kind of object a CRI id names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ObjectKind {
+    Sandbox,
+    Container,
+}
+
+/// Field 1 of a request read as raw protobuf, whatever the message type:
+/// the id it names when it is a non-empty string of printable characters
+/// (every CRI request that names one object has its id in field 1,
+/// [`CriMethod::request_names`]). A method hidden by HPACK still shows
+/// which object its request is about.
+pub fn request_id(bytes: &[u8]) -> Option<String> {
+    let mut rest = bytes;
+    let mut found = None;
+    while !rest.is_empty() {
+        let (key, n) = varint(rest)?;
+        rest = &rest[n..];
+        let (field, wire) = (key >> 3, key & 7);
+        match wire {
+            0 => rest = &rest[varint(rest)?.1..],
+            1 => rest = rest.get(8..)?,
+            5 => rest = rest.get(4..)?,
+            2 => {
+                let (len, n) = varint(rest)?;
+                let len = usize::try_from(len).ok()?;
+                let body = rest.get(n..n.checked_add(len)?)?;
+                rest = &rest[n + len..];
+                if field == 1 {
+                    // Protobuf keeps the last of a repeated scalar field.
+                    found = Some(body);
+                }
+            }
+            _ => return None,
+        }
+    }
+    let text = std::str::from_utf8(found?).ok()?;
+    (!text.is_empty() && !text.chars().any(char::is_control)).then(|| text.to_owned())
+}
+
+/// A protobuf varint at the start of `b`: (value, length).
+fn varint(b: &[u8]) -> Option<(u64, usize)> {
+    let mut v = 0u64;
+    for (i, byte) in b.iter().take(10).enumerate() {
+        v |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some((v, i + 1));
+        }
+    }
+    None
+}
+
 /// The state change a successful call makes (see [`CriMethod::effect`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Effect {
@@ -680,6 +767,38 @@ mod tests {
 
     fn enc<T: Message>(m: &T) -> Vec<u8> {
         m.encode_to_vec()
+    }
+
+    /// The table of [`CriMethod::request_names`] is what
+    /// [`decode_request`] reads: a request whose field 1 is the string
+    /// "abc" names sandbox or container "abc" exactly for those methods;
+    /// [`request_id`] reads it back whatever the method.
+    #[test]
+    fn request_names_is_what_decode_reads() {
+        let raw = [0x0a, 3, b'a', b'b', b'c'];
+        assert_eq!(request_id(&raw).as_deref(), Some("abc"));
+        for &m in CriMethod::ALL {
+            let info = decode_request(m, &raw).unwrap_or_default();
+            let got = match (info.sandbox_id.as_deref(), info.container_id.as_deref()) {
+                (Some("abc"), _) => Some(ObjectKind::Sandbox),
+                (_, Some("abc")) => Some(ObjectKind::Container),
+                _ => None,
+            };
+            assert_eq!(got, m.request_names(), "{m:?}");
+            assert_eq!(CriMethod::from_name(m.name()), Some(m));
+        }
+        // A message in field 1 (a list filter), a truncated field, an
+        // empty string: no id.
+        assert_eq!(request_id(&[0x0a, 2, 0x0a, 0]), None);
+        assert_eq!(request_id(&[0x0a, 5, b'a']), None);
+        assert_eq!(request_id(&[0x0a, 0]), None);
+        assert_eq!(request_id(&[0x10, 1]), None);
+        // Other fields around it are skipped.
+        let with_timeout = cri::StopContainerRequest {
+            container_id: "c1".into(),
+            timeout: 30,
+        };
+        assert_eq!(request_id(&enc(&with_timeout)).as_deref(), Some("c1"));
     }
 
     #[test]
