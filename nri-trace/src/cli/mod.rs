@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 
 use args::{
     CaptureOutput, DecodeArgs, FilterArgs, LineOutput, ProbeArgs, ReplayOutput, TargetArgs,
-    WatchOutput,
+    WaitArgs, WatchOutput,
 };
 
 #[derive(Parser)]
@@ -65,6 +65,8 @@ pub(crate) struct WatchArgs {
     pub filter: FilterArgs,
     #[command(flatten)]
     pub target: TargetArgs,
+    #[command(flatten)]
+    pub wait: WaitArgs,
     /// Also write the decoded calls to FILE, as `replay` reads them
     /// (versioned NDJSON, created 0600, secrets redacted: docs/schema.md).
     #[arg(long, value_name = "FILE")]
@@ -77,7 +79,8 @@ pub(crate) struct WatchArgs {
     /// wrote, unredacted (created 0600; for debugging decoders).
     #[arg(long, value_name = "FILE")]
     pub save_raw: Option<PathBuf>,
-    /// Stop after this many seconds (default: until Ctrl-C or SIGTERM).
+    /// Stop after this many seconds, a wait for the runtime included
+    /// (default: until Ctrl-C or SIGTERM).
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
     /// Serve Prometheus metrics on ADDR, e.g. 127.0.0.1:9464 (docs/trace.md).
@@ -174,9 +177,14 @@ pub(crate) struct CaptureArgs {
     /// Text: dump at most this many bytes per syscall.
     #[arg(long, default_value_t = 256)]
     pub dump_bytes: usize,
-    /// Stop after this many seconds (default: until Ctrl-C or SIGTERM).
+    /// Stop after this many seconds, a wait for the sockets included
+    /// (default: until Ctrl-C or SIGTERM).
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
+    /// Exit when nothing listens on a --socket yet [default: wait for a
+    /// process to bind it, and capture it from its bind].
+    #[arg(long)]
+    pub no_wait: bool,
     #[command(flatten)]
     pub probe: ProbeArgs,
 }
@@ -192,9 +200,12 @@ pub(crate) struct StageArgs {
     pub socket: Option<PathBuf>,
     #[arg(short, long, value_enum, default_value = "text")]
     pub output: LineOutput,
-    /// Stop after this many seconds (default: until Ctrl-C or SIGTERM).
+    /// Stop after this many seconds, a wait for the runtime included
+    /// (default: until Ctrl-C or SIGTERM).
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
+    #[command(flatten)]
+    pub wait: WaitArgs,
     #[command(flatten)]
     pub probe: ProbeArgs,
 }

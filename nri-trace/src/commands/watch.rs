@@ -8,8 +8,8 @@ use nri_trace::{
     model::record_file::RecordWriter,
     pipeline::{
         live,
-        target::{self, Follow, Target},
-        Pipeline, Stop,
+        target::{self, Follow},
+        Pipeline,
     },
     sinks::{
         metrics::MetricsSink,
@@ -18,7 +18,10 @@ use nri_trace::{
     },
 };
 
-use super::{contract, drain, filter, json_sink, on_terminal, seconds, start_capture, text_sink};
+use super::{
+    announce, contract, drain, filter, find_target, json_sink, load_probes, on_terminal, seconds,
+    start_capture, text_sink,
+};
 use crate::cli::{args::WatchOutput, WatchArgs};
 
 pub(crate) async fn run(a: WatchArgs) -> Result<()> {
@@ -29,8 +32,25 @@ pub(crate) async fn run(a: WatchArgs) -> Result<()> {
             WatchOutput::Text
         }
     });
-    let duration = seconds(a.duration)?;
-    let target = Target::find(a.target.cri_socket.clone(), a.target.nri_socket.clone())?;
+    // From the start: `--duration` bounds the wait for the runtime too.
+    let stop = live::stop_on_signal(seconds(a.duration)?);
+    let follow = Follow {
+        drain: drain(&a.probe),
+        plugin_ends: !a.target.no_plugin_end,
+        sandbox: !a.target.no_sandbox,
+        wait: !a.wait.no_wait,
+    };
+    let backend = load_probes(&a.probe, follow.sandbox)?;
+    let Some(target) = find_target(
+        a.target.cri_socket.clone(),
+        a.target.nri_socket.clone(),
+        a.wait.no_wait,
+        &stop,
+    )
+    .await?
+    else {
+        return Ok(());
+    };
     if let Some((kind, pid)) = target.runtime {
         eprintln!(
             "nri-trace: runtime {} pid {pid}: CRI {}, NRI {}",
@@ -39,11 +59,6 @@ pub(crate) async fn run(a: WatchArgs) -> Result<()> {
             target.nri.display()
         );
     }
-    let follow = Follow {
-        drain: drain(&a.probe),
-        plugin_ends: !a.target.no_plugin_end,
-        sandbox: !a.target.no_sandbox,
-    };
     let cfg = target::runtime_session(&target, follow)?;
     let info = target.session_info(!a.no_redact);
     let mut p = Pipeline::new(&info, contract(&a.decode)).with_filter(filter(&a.filter));
@@ -74,8 +89,8 @@ pub(crate) async fn run(a: WatchArgs) -> Result<()> {
         eprintln!("nri-trace: metrics on http://{bound}/metrics");
         p.add_sink(Box::new(MetricsSink::new(text)));
     }
-    let mut s = start_capture(cfg, &a.probe).await?;
-    let stop = Stop::new();
+    let mut s = start_capture(cfg, backend).await?;
+    let mut tui = None;
     match output {
         WatchOutput::Text => p.add_sink(text_sink(&a.decode)),
         WatchOutput::Json => p.add_sink(json_sink(&info)?),
@@ -86,14 +101,16 @@ pub(crate) async fn run(a: WatchArgs) -> Result<()> {
                 export_dir: a.export_dir.clone(),
                 ..Default::default()
             };
-            p.add_sink(Box::new(TuiSink::open(
-                Mode::Live,
-                status,
-                opts,
-                stop.clone(),
-            )));
+            tui = Some((status, opts, stop.clone()));
         }
     }
-    live::run(&mut s, p, stop, duration).await?;
+    // The TUI takes the terminal once the runtime is served: the notices
+    // of the wait are on it until then.
+    let stage = announce(p, &s, Some(&target)).on_served(Box::new(move |p: &mut Pipeline| {
+        if let Some((status, opts, stop)) = tui {
+            p.add_sink(Box::new(TuiSink::open(Mode::Live, status, opts, stop)));
+        }
+    }));
+    live::run(&mut s, stage, stop).await?;
     Ok(())
 }

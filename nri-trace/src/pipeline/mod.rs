@@ -19,6 +19,7 @@ pub mod live;
 pub mod replay;
 pub mod source;
 pub mod target;
+pub mod wait;
 
 use std::{
     io::{self, Write},

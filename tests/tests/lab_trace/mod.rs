@@ -67,11 +67,22 @@ pub(crate) fn guard(test: &str) -> bool {
 pub(crate) struct TraceProc {
     child: Option<Child>,
     out: PathBuf,
+    /// Give the lab's sockets (`--cri-socket`, `--nri-socket`) instead of
+    /// finding the runtime: for a runtime that is not up yet.
+    lab_sockets: bool,
 }
 
 impl TraceProc {
     pub(crate) fn new() -> Self {
         Self::default()
+    }
+
+    /// Started on the lab's sockets, given on its command line.
+    pub(crate) fn on_lab_sockets() -> Self {
+        Self {
+            lab_sockets: true,
+            ..Self::default()
+        }
     }
 
     /// (stdout, raw capture, stderr) in a scenario's output directory.
@@ -90,7 +101,7 @@ impl TraceProc {
 }
 
 impl Observer for TraceProc {
-    fn attach(&mut self, _lab: &Lab, out: &Path) -> Result<()> {
+    fn attach(&mut self, lab: &Lab, out: &Path) -> Result<()> {
         self.out = out.to_path_buf();
         let (stdout, raw, stderr) = Self::paths(out);
         // No socket flags: the runtime and its sockets are found the way
@@ -102,8 +113,15 @@ impl Observer for TraceProc {
         // containerd's own errors can hold `name="value"` text (`plugin
         // type="loopback" failed`, hung-teardown-hook). Redaction is
         // checked on the lab recordings in record_file.rs.
-        let child = Command::new(bin("nri-trace"))
-            .args(["watch", "-o", "json", "--metrics-addr", "127.0.0.1:0"])
+        let mut cmd = Command::new(bin("nri-trace"));
+        cmd.args(["watch", "-o", "json", "--metrics-addr", "127.0.0.1:0"]);
+        if self.lab_sockets {
+            cmd.arg("--cri-socket")
+                .arg(lab.cri_socket())
+                .arg("--nri-socket")
+                .arg(lab.nri_socket());
+        }
+        let child = cmd
             .arg("--no-redact")
             .arg("--save")
             .arg(Self::observations(out))
@@ -192,6 +210,11 @@ pub(crate) fn http_get(addr: &str, path: &str) -> Result<String> {
 /// directory (under the test target dir, `<group>/<scenario>`), or `None`
 /// when the test is skipped.
 pub(crate) fn run_traced(group: &str, scenario: &str) -> Option<PathBuf> {
+    run_traced_by(group, scenario, TraceProc::new())
+}
+
+/// [`run_traced`] with `trace` as the observer.
+pub(crate) fn run_traced_by(group: &str, scenario: &str, trace: TraceProc) -> Option<PathBuf> {
     if !guard(scenario) {
         return None;
     }
@@ -205,7 +228,7 @@ pub(crate) fn run_traced(group: &str, scenario: &str) -> Option<PathBuf> {
         driver: bin("cri-driver"),
         plugin: bin("nri-test-plugin"),
     };
-    scenario::run_observed(scenario, lab, bins, &out, Some(Box::new(TraceProc::new())))
+    scenario::run_observed(scenario, lab, bins, &out, Some(Box::new(trace)))
         .unwrap_or_else(|e| panic!("scenario {scenario}: {e:#}"));
     Some(out)
 }
