@@ -223,9 +223,18 @@ impl<S: Stage> Announce<S> {
         let list = self
             .pending
             .iter()
-            .map(|a| format!("{} {}{}", a.what, a.path.display(), directory_note(&a.path)))
+            .map(|a| format!("{} {}", a.what, a.path.display()))
             .collect::<Vec<_>>()
             .join(" and ");
+        // Each missing directory once (both sockets are often in one).
+        let mut notes: Vec<String> = self
+            .pending
+            .iter()
+            .map(|a| directory_note(&a.path))
+            .filter(|n| !n.is_empty())
+            .collect();
+        notes.dedup();
+        let list = format!("{list}{}", notes.concat());
         let first = self.said.is_none();
         (self.say)(&format!(
             "nri-trace: {}waiting for the runtime to serve {list} (traced from its bind); \
@@ -353,6 +362,25 @@ mod tests {
         assert_eq!(said.len(), 3, "{said:?}");
         assert!(said[1].starts_with("nri-trace: NRI /run/nri.sock is served by pid 42"));
         assert!(said[2].starts_with("nri-trace: CRI /nonexistent-dir-nri-trace/containerd.sock"));
+    }
+
+    #[test]
+    fn a_missing_directory_is_named_once() {
+        let said = Arc::new(Mutex::new(Vec::<String>::new()));
+        let log = Arc::clone(&said);
+        let pending = ["containerd.sock", "nri.sock"]
+            .map(|n| Awaited {
+                what: "socket",
+                path: Path::new("/nonexistent-dir-nri-trace/run").join(n),
+            })
+            .to_vec();
+        let _a = Announce::new(
+            Count::default(),
+            pending,
+            Box::new(move |s| log.lock().unwrap().push(s.to_string())),
+        );
+        let said = said.lock().unwrap();
+        assert_eq!(said[0].matches("does not exist yet").count(), 1, "{said:?}");
     }
 
     #[test]
