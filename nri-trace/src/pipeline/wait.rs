@@ -171,6 +171,9 @@ impl Awaited {
     }
 }
 
+/// What runs on a stage once every awaited socket is served.
+pub type OnServed<S> = Box<dyn FnOnce(&mut S)>;
+
 /// A [`Stage`] that says, while its session waits for sockets nothing
 /// serves yet, what it waits for (at once, then every [`SAY_AGAIN`]), and
 /// when each is served; once all are, `on_served` runs on the stage (the
@@ -181,7 +184,7 @@ pub struct Announce<S: Stage> {
     since: Instant,
     said: Option<Instant>,
     say: Box<dyn FnMut(&str)>,
-    on_served: Option<Box<dyn FnOnce(&mut S)>>,
+    on_served: Option<OnServed<S>>,
 }
 
 impl<S: Stage> Announce<S> {
@@ -202,7 +205,7 @@ impl<S: Stage> Announce<S> {
     /// Run `f` on the stage once every awaited socket is served (at once
     /// when none is awaited).
     #[must_use]
-    pub fn on_served(mut self, f: Box<dyn FnOnce(&mut S)>) -> Self {
+    pub fn on_served(mut self, f: OnServed<S>) -> Self {
         if self.pending.is_empty() {
             f(&mut self.inner);
         } else {
