@@ -388,6 +388,7 @@ pub(crate) fn session_config() -> SessionConfig {
         follow_peer_ends: false,
         no_follow_sockets: vec![],
         sandbox: false,
+        wait_for_listeners: false,
     }
 }
 
