@@ -14,7 +14,7 @@ use nri_trace::{
 use crate::cli::{args::LineOutput, ExplainArgs};
 
 pub(crate) fn run(a: ExplainArgs) -> Result<()> {
-    let src = source::open(&a.file)?;
+    let src = source::open(&super::record::input(a.file)?)?;
     let name = src.name().to_string();
     let mut p = Pipeline::new(src.session(), ContractConfig::default());
     let (sink, log) = TeardownSink::new();

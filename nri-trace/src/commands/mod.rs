@@ -5,6 +5,7 @@ pub(crate) mod debug;
 pub(crate) mod doctor;
 pub(crate) mod explain;
 pub(crate) mod hold;
+pub(crate) mod record;
 pub(crate) mod replay;
 pub(crate) mod watch;
 

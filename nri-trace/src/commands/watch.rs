@@ -5,7 +5,10 @@
 use anyhow::{Context, Result};
 use nri_trace::{
     capture::recording::{self, RecordingWriter},
-    model::record_file::RecordWriter,
+    model::{
+        record_file::RecordWriter,
+        recorder::{Recorder, RecorderConfig},
+    },
     pipeline::{
         live,
         target::{self, Follow},
@@ -24,6 +27,13 @@ use super::{
 };
 use crate::cli::{args::WatchOutput, WatchArgs};
 
+/// What a live run shows: an output, or only the flight recorder's
+/// segments (`nri-trace record`).
+pub(crate) enum Show {
+    Output(WatchOutput),
+    Recorder(RecorderConfig),
+}
+
 pub(crate) async fn run(a: WatchArgs) -> Result<()> {
     let output = a.output.unwrap_or_else(|| {
         if on_terminal() {
@@ -32,6 +42,11 @@ pub(crate) async fn run(a: WatchArgs) -> Result<()> {
             WatchOutput::Text
         }
     });
+    live(a, Show::Output(output)).await
+}
+
+/// The runtime traced live, shown as `show` says.
+pub(crate) async fn live(a: WatchArgs, show: Show) -> Result<()> {
     // From the start: `--duration` bounds the wait for the runtime too.
     let stop = live::stop_on_signal(seconds(a.duration)?);
     let follow = Follow {
@@ -91,10 +106,25 @@ pub(crate) async fn run(a: WatchArgs) -> Result<()> {
     }
     let mut s = start_capture(cfg, backend).await?;
     let mut tui = None;
-    match output {
-        WatchOutput::Text => p.add_sink(text_sink(&a.decode)),
-        WatchOutput::Json => p.add_sink(json_sink(&info)?),
-        WatchOutput::Tui => {
+    match show {
+        Show::Recorder(cfg) => {
+            let dir = cfg.dir.display().to_string();
+            let r = Recorder::open(cfg.clone(), &info).with_context(|| {
+                format!("opening the recorder's directory {dir} (give another with --dir)")
+            })?;
+            eprintln!(
+                "nri-trace: recording to {dir}: at most {} MiB{}, oldest segments deleted \
+                 (`nri-trace explain POD`, `report` and `replay` read it)",
+                cfg.max_bytes >> 20,
+                cfg.max_age
+                    .map(|d| format!(" and {} s", d.as_secs()))
+                    .unwrap_or_default()
+            );
+            p.record_to(dir, r);
+        }
+        Show::Output(WatchOutput::Text) => p.add_sink(text_sink(&a.decode)),
+        Show::Output(WatchOutput::Json) => p.add_sink(json_sink(&info)?),
+        Show::Output(WatchOutput::Tui) => {
             let mut status = tui::status_of(&info, "live".into());
             status.recording = a.save.as_ref().map(|p| p.display().to_string());
             let opts = TuiOptions {
