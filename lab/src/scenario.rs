@@ -42,6 +42,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("runtime-restart", "containerd restarts while a pod runs (a pre-launched and an external plugin); the pod is torn down and another made after it"),
     ("unkillable", "a container process blocked in a FUSE read that is never answered survives StopContainer's SIGKILL in state D"),
     ("hung-teardown-hook", "a plugin's StopPodSandbox hook never returns (30 s plugin timeout); the CRI StopPodSandbox outlives its 5 s deadline"),
+    ("runtime-after-observer", "the observer starts before containerd (a DaemonSet at node boot): containerd comes up after it, then 1 pod x 1 container with a pre-launched and an external plugin"),
     ("hung-teardown-client-gone", "a plugin's StopPodSandbox hook never returns; the CRI client is killed 1 s into the call (8 s deadline): containerd keeps the plugin connected with the request open"),
 ];
 
@@ -549,6 +550,21 @@ fn drive(r: &mut Run) -> Result<()> {
         }
         "upstream-witness" => upstream_witness(r)?,
         "runtime-restart" => runtime_restart(r)?,
+        "runtime-after-observer" => {
+            r.prelaunch(&PluginSpec {
+                name: "pre",
+                idx: "05",
+                args: &[],
+            })?;
+            // The runtime down, the observer first; then the runtime.
+            r.lab.down()?;
+            r.attach_observer()?;
+            r.lab.up("2s")?;
+            let configured = |e: &PluginEvent| matches!(e, PluginEvent::Configured { .. });
+            r.wait_plugin("pre", configured, Duration::from_secs(10))?;
+            r.plugin("alpha", "10", &[])?;
+            r.lifecycle("first", 1, 1, 1)?;
+        }
         "load" => {
             r.up("2s")?;
             for (name, idx) in [("alpha", "10"), ("beta", "20"), ("gamma", "30")] {
@@ -2093,6 +2109,18 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
             ensure!(n == want, "expected {want} CRI calls, got {n}");
             facts.push(format!(
                 "{n} CRI calls ok on one connection, observer attached mid-way"
+            ));
+        }
+        "runtime-after-observer" => {
+            let n = all_cri_ok(&t)?;
+            let pods = pods_of(&t, "first");
+            ensure!(pods.len() == 1, "expected 1 pod, truth has {pods:?}");
+            for p in ["pre", "alpha"] {
+                check_pod_order(&t, p, &pods)?;
+            }
+            facts.push(format!(
+                "{n} CRI calls, all ok; pre (pre-launched) and alpha (external) each saw the pod \
+                 RUN -> STOP -> REMOVE"
             ));
         }
         "runtime-restart" => {

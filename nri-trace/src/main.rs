@@ -37,6 +37,7 @@ fn main() -> Result<()> {
     let result = rt.block_on(async move {
         match cmd {
             Cmd::Watch(a) => commands::watch::run(a).await,
+            Cmd::Record(a) => commands::record::run(a).await,
             Cmd::Replay(a) => commands::replay::run(a),
             Cmd::Report(a) => commands::replay::report(a),
             Cmd::Explain(a) => commands::explain::run(a).await,

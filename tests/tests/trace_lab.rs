@@ -937,3 +937,73 @@ fn trace_runtime_restart() {
     }
     assert_eq!(got, expected);
 }
+
+/// nri-trace started before the runtime (a DaemonSet at node boot), on
+/// the lab's sockets: it waits, says so, and traces from their bind. The
+/// first pod's CRI calls and the NRI hooks they caused (to the pre-launched
+/// plugin, whose socketpair the runtime made after its bind, and to the
+/// external one) are all there, each delivery under its CRI call.
+#[test]
+fn trace_runtime_after_observer() {
+    let scenario = "runtime-after-observer";
+    let Some(out) = lab_trace::run_traced_with("trace-lab", scenario, TraceProc::on_lab_sockets())
+    else {
+        return;
+    };
+    let (_, _, stderr) = TraceProc::paths(&out);
+    let log = std::fs::read_to_string(&stderr).expect("nri-trace's stderr");
+    let waiting = log
+        .lines()
+        .find(|l| l.contains("waiting for the runtime to serve"))
+        .unwrap_or_else(|| panic!("no waiting notice:\n{log}"));
+    assert!(
+        waiting.contains("containerd.sock") && waiting.contains("nri.sock"),
+        "{waiting}"
+    );
+    assert!(waiting.contains("--no-wait"), "{waiting}");
+    for what in ["CRI", "NRI"] {
+        assert!(
+            log.lines()
+                .any(|l| l.starts_with(&format!("nri-trace: {what} "))
+                    && l.contains("is served by pid")),
+            "no {what} served line:\n{log}"
+        );
+    }
+    let (checked, hooks) = check_correlation(scenario, &out);
+    let records = records(scenario, &out);
+    let spans: Vec<_> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::CriSpan(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    let methods: Vec<&str> = spans
+        .iter()
+        .filter_map(|s| s.call.method.as_deref())
+        .collect();
+    for m in [
+        "RunPodSandbox",
+        "CreateContainer",
+        "StartContainer",
+        "StopContainer",
+        "RemoveContainer",
+        "StopPodSandbox",
+        "RemovePodSandbox",
+    ] {
+        assert!(methods.contains(&m), "{m} not traced: {methods:?}");
+    }
+    let run_hooks: std::collections::BTreeSet<String> = spans
+        .iter()
+        .filter(|s| s.call.method.as_deref() == Some("RunPodSandbox"))
+        .flat_map(|s| s.hooks.iter().map(|h| h.call.plugin.label()))
+        .collect();
+    assert_eq!(
+        run_hooks,
+        ["05-pre", "10-alpha"].map(String::from).into(),
+        "the RunPodSandbox hooks traced"
+    );
+    // 2 plugins x (3 pod events + 4 container events at least).
+    assert!(checked >= 2 * 7, "{checked} deliveries checked");
+    eprintln!("{scenario}: {checked} deliveries checked, {hooks} hooks under their CRI calls");
+}

@@ -128,6 +128,9 @@ pub struct RecordingWriter<W: Write> {
     /// is written, so an event that cannot be serialized leaves no partial
     /// line behind to corrupt the next one.
     line: Vec<u8>,
+    /// Bytes of the lines written so far (buffered ones included): the
+    /// file's size once flushed (the flight recorder's bound).
+    bytes: u64,
 }
 
 impl<W: Write> RecordingWriter<W> {
@@ -136,7 +139,13 @@ impl<W: Write> RecordingWriter<W> {
         Self {
             out: BufWriter::with_capacity(64 * 1024, inner),
             line: Vec::new(),
+            bytes: 0,
         }
+    }
+
+    /// Bytes of the lines written so far, buffered ones included.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
     }
 
     /// Append one event as one line.
@@ -149,6 +158,7 @@ impl<W: Write> RecordingWriter<W> {
     pub fn write_record<T: Serialize>(&mut self, r: &T, flush: bool) -> io::Result<()> {
         encode_line(&mut self.line, r)?;
         let res = self.out.write_all(&self.line);
+        self.bytes += self.line.len() as u64;
         if self.line.capacity() > RETAINED_BUFFER_BYTES {
             self.line = Vec::new();
         }

@@ -88,6 +88,12 @@ pub struct SessionConfig {
     /// listens on it again (a runtime restart): a
     /// [`CaptureEvent::CriState`] in the stream each time it answers.
     pub cri_state: Option<PathBuf>,
+    /// A socket of `sockets` that nothing listens on yet is waited for
+    /// instead of an error: the kernel tracks whoever binds it from the
+    /// bind on (as after a runtime restart), and it is looked for in /proc
+    /// as a lost socket is. For a tracer started before the runtime (a
+    /// DaemonSet at node boot).
+    pub wait_for_listeners: bool,
 }
 
 impl Default for SessionConfig {
@@ -105,6 +111,7 @@ impl Default for SessionConfig {
             sandbox: false,
             ignore_peer_pids: vec![],
             cri_state: None,
+            wait_for_listeners: false,
         }
     }
 }
@@ -117,6 +124,10 @@ pub struct SessionInfo {
     /// Pre-existing connections found through
     /// [`SessionConfig::existing_socketpair_env`] and registered.
     pub existing_socketpairs: Vec<EnvPeerSocket>,
+    /// Sockets nothing served yet ([`SessionConfig::wait_for_listeners`]):
+    /// each is traced from its bind, reported as a
+    /// [`ProcessEvent::Listening`].
+    pub unserved: Vec<PathBuf>,
 }
 
 pub struct Session {
@@ -232,6 +243,8 @@ pub async fn start(
     let mut listeners = Vec::new();
     let mut tracked = Vec::new();
     let mut to_follow = Vec::new();
+    // Sockets nothing serves yet (with `wait_for_listeners`).
+    let mut unserved = Vec::new();
 
     for p in &cfg.connect_paths {
         backend.track_connect_path(p)?;
@@ -243,7 +256,7 @@ pub async fn start(
     }
     for path in &cfg.sockets {
         let follow = !cfg.no_follow_sockets.contains(path);
-        let found = attach_listeners(
+        let found = match attach_listeners(
             &mut *backend,
             &mut tracker,
             path,
@@ -251,15 +264,25 @@ pub async fn start(
             follow,
             &mut to_follow,
             &mut initial,
-        )?;
+        ) {
+            Ok(found) => found,
+            Err(SessionError::Discovery(DiscoveryError::NoListener { .. }))
+                if cfg.wait_for_listeners =>
+            {
+                unserved.push(path.clone());
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         tracked.extend(found.iter().map(|l| l.pid));
         listeners.extend(found);
     }
-    // The kernel tracks whoever binds one of these paths again (a runtime
-    // restarting) from the bind on; a /proc scan would come late.
-    for l in &listeners {
-        let name = tracker.add_bind_path(l.path.clone());
-        backend.watch_bind_path(&l.path, name)?;
+    // The kernel tracks whoever binds one of these paths (again: a runtime
+    // restarting; or for the first time: a runtime starting after us) from
+    // the bind on; a /proc scan would come late.
+    for path in listeners.iter().map(|l| &l.path).chain(&unserved) {
+        let name = tracker.add_bind_path(path.clone());
+        backend.watch_bind_path(path, name)?;
     }
     tracked.sort_unstable();
     tracked.dedup();
@@ -333,7 +356,8 @@ pub async fn start(
             m.entry(l.pid).or_insert_with(Vec::new).push(l.path.clone());
             m
         }),
-        lost: Vec::new(),
+        // Looked for as the sockets of a runtime that exited are.
+        lost: unserved.clone(),
         next_scan_ns: 0,
         fast_until_ns: 0,
         existing_socketpair_env: cfg.existing_socketpair_env.clone(),
@@ -368,6 +392,7 @@ pub async fn start(
             listeners,
             tracked_pids: tracked,
             existing_socketpairs,
+            unserved,
         },
         events: rx,
         stop: Some(stop_tx),

@@ -107,6 +107,16 @@ pub(crate) struct TargetArgs {
     pub no_cri_state: bool,
 }
 
+/// Whether a live run waits for the runtime (docs/trace.md, "Started
+/// before the runtime").
+#[derive(clap::Args, Clone, Default)]
+pub(crate) struct WaitArgs {
+    /// Exit when the runtime is not running or does not serve its sockets
+    /// yet [default: wait for it and trace it from when it serves them].
+    #[arg(long)]
+    pub no_wait: bool,
+}
+
 /// How the probes capture.
 #[derive(clap::Args, Clone)]
 pub(crate) struct ProbeArgs {

@@ -8,10 +8,11 @@ pub(crate) mod args;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+use nri_trace::model::recorder::{parse_duration, parse_size};
 
 use args::{
     CaptureOutput, DecodeArgs, FilterArgs, LineOutput, ProbeArgs, ReplayOutput, TargetArgs,
-    WatchOutput,
+    WaitArgs, WatchOutput,
 };
 
 #[derive(Parser)]
@@ -32,6 +33,10 @@ pub(crate) enum Cmd {
     /// Trace the runtime live: each CRI call with the NRI hooks it caused,
     /// their times, the contract findings (TUI on a terminal, else text).
     Watch(WatchArgs),
+    /// The flight recorder: trace the runtime live as `watch` does and keep
+    /// the last calls on disk, bounded in size (and age), for `explain`,
+    /// `report` and `replay` to read later.
+    Record(RecordArgs),
     /// Run a saved file (`watch --save`, or a raw `--save-raw` capture)
     /// through the engine again: the TUI on a terminal, else the report.
     Replay(ReplayArgs),
@@ -65,6 +70,8 @@ pub(crate) struct WatchArgs {
     pub filter: FilterArgs,
     #[command(flatten)]
     pub target: TargetArgs,
+    #[command(flatten)]
+    pub wait: WaitArgs,
     /// Also write the decoded calls to FILE, as `replay` reads them
     /// (versioned NDJSON, created 0600, secrets redacted: docs/schema.md).
     #[arg(long, value_name = "FILE")]
@@ -77,7 +84,8 @@ pub(crate) struct WatchArgs {
     /// wrote, unredacted (created 0600; for debugging decoders).
     #[arg(long, value_name = "FILE")]
     pub save_raw: Option<PathBuf>,
-    /// Stop after this many seconds (default: until Ctrl-C or SIGTERM).
+    /// Stop after this many seconds, a wait for the runtime included
+    /// (default: until Ctrl-C or SIGTERM).
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
     /// Serve Prometheus metrics on ADDR, e.g. 127.0.0.1:9464 (docs/trace.md).
@@ -92,11 +100,49 @@ pub(crate) struct WatchArgs {
     pub probe: ProbeArgs,
 }
 
+/// `nri-trace record`.
+#[derive(clap::Args, Clone)]
+pub(crate) struct RecordArgs {
+    /// Where the segments go [default: $NRI_TRACE_RECORDER_DIR, else
+    /// /var/lib/nri-trace/recorder].
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Keep at most this much on disk, the oldest deleted first (B, KiB,
+    /// MiB, GiB; at least 64KiB).
+    #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = parse_size)]
+    pub max_size: u64,
+    /// Also delete what was written longer ago than this (s, m, h, d)
+    /// [default: only the size bounds it].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub max_age: Option<std::time::Duration>,
+    #[command(flatten)]
+    pub target: TargetArgs,
+    #[command(flatten)]
+    pub wait: WaitArgs,
+    /// Keep secrets (exec command lines, NAME=value in messages) in the
+    /// segments.
+    #[arg(long)]
+    pub no_redact: bool,
+    /// Stop after this many seconds, a wait for the runtime included
+    /// (default: until Ctrl-C or SIGTERM).
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Serve Prometheus metrics on ADDR, e.g. 127.0.0.1:9464 (docs/trace.md).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub decode: DecodeArgs,
+    #[command(flatten)]
+    pub probe: ProbeArgs,
+}
+
 /// `nri-trace replay`.
 #[derive(clap::Args)]
 pub(crate) struct ReplayArgs {
-    /// The file (`-`: a record file on standard input), gzipped or not.
-    pub file: PathBuf,
+    /// The file (`-`: a record file on standard input), gzipped or not, or
+    /// a flight recorder's directory [default: the recorder's
+    /// (`nri-trace record`), when it exists].
+    pub file: Option<PathBuf>,
     /// Output format [default: tui on a terminal, else report].
     #[arg(short, long, value_enum)]
     pub output: Option<ReplayOutput>,
@@ -113,8 +159,9 @@ pub(crate) struct ReplayArgs {
 /// `nri-trace report`.
 #[derive(clap::Args)]
 pub(crate) struct ReportArgs {
-    /// The file (`-`: a record file on standard input).
-    pub file: PathBuf,
+    /// The file (`-`: a record file on standard input), or a flight
+    /// recorder's directory [default: the recorder's, when it exists].
+    pub file: Option<PathBuf>,
     #[command(flatten)]
     pub filter: FilterArgs,
     /// A raw capture: keep its secrets (exec command lines, NAME=value in
@@ -130,13 +177,17 @@ pub(crate) struct ReportArgs {
 pub(crate) struct ExplainArgs {
     /// The pod: namespace/name, name, or sandbox id (or its start).
     pub pod: String,
-    /// The file `watch --save` wrote (or a raw --save-raw capture).
-    /// Without it: attach to the runtime now, watch kubelet's next
-    /// teardown attempts of the pod (up to --wait), then explain.
+    /// The file `watch --save` wrote (or a raw --save-raw capture), or a
+    /// flight recorder's directory [default: the recorder's (`nri-trace
+    /// record`), when it exists and saw the pod]. Without either: attach
+    /// to the runtime now, watch kubelet's next teardown attempts of the
+    /// pod (up to --wait), then explain.
     pub file: Option<PathBuf>,
-    /// Without FILE: how long to watch for kubelet's next teardown
-    /// attempt, in seconds (kubelet retries a terminating pod every few
-    /// seconds).
+    /// Attach and watch now even when a flight recorder saw the pod.
+    #[arg(long, conflicts_with = "file")]
+    pub live: bool,
+    /// Live: how long to watch for kubelet's next teardown attempt, in
+    /// seconds (kubelet retries a terminating pod every few seconds).
     #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
     pub wait: f64,
     #[command(flatten)]
@@ -185,9 +236,14 @@ pub(crate) struct CaptureArgs {
     /// Text: dump at most this many bytes per syscall.
     #[arg(long, default_value_t = 256)]
     pub dump_bytes: usize,
-    /// Stop after this many seconds (default: until Ctrl-C or SIGTERM).
+    /// Stop after this many seconds, a wait for the sockets included
+    /// (default: until Ctrl-C or SIGTERM).
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
+    /// Exit when nothing listens on a --socket yet [default: wait for a
+    /// process to bind it, and capture it from its bind].
+    #[arg(long)]
+    pub no_wait: bool,
     #[command(flatten)]
     pub probe: ProbeArgs,
 }
@@ -203,9 +259,12 @@ pub(crate) struct StageArgs {
     pub socket: Option<PathBuf>,
     #[arg(short, long, value_enum, default_value = "text")]
     pub output: LineOutput,
-    /// Stop after this many seconds (default: until Ctrl-C or SIGTERM).
+    /// Stop after this many seconds, a wait for the runtime included
+    /// (default: until Ctrl-C or SIGTERM).
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
+    #[command(flatten)]
+    pub wait: WaitArgs,
     #[command(flatten)]
     pub probe: ProbeArgs,
 }

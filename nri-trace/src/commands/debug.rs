@@ -14,13 +14,13 @@ use nri_trace::{
     pipeline::{
         live::{self, Stage},
         replay, source,
-        target::{self, Follow, Target},
-        PipelineError, Stop,
+        target::{self, Follow},
+        PipelineError,
     },
     sinks::lines,
 };
 
-use super::{drain, seconds, start_capture};
+use super::{announce, drain, find_target, load_probes, seconds, start_capture};
 use crate::cli::{
     args::{CaptureOutput, LineOutput},
     CaptureArgs, DebugCmd, NriStageArgs, StageArgs,
@@ -101,15 +101,17 @@ impl Stage for CapturePrinter {
 }
 
 async fn capture(a: CaptureArgs) -> Result<()> {
+    let stop = live::stop_on_signal(seconds(a.duration)?);
     let cfg = SessionConfig {
         sockets: a.sockets,
         pids: a.pids,
         connect_paths: a.connect_paths,
         drain_interval: drain(&a.probe),
         existing_socketpair_env: a.socketpair_env.clone(),
+        wait_for_listeners: !a.no_wait,
         ..Default::default()
     };
-    let mut s = start_capture(cfg, &a.probe).await?;
+    let mut s = start_capture(cfg, load_probes(&a.probe, false)?).await?;
     let printer = CapturePrinter {
         out: BufWriter::new(io::stdout()),
         format: a.output,
@@ -117,7 +119,8 @@ async fn capture(a: CaptureArgs) -> Result<()> {
         counts: output::Counts::default(),
         unflushed: false,
     };
-    live::run(&mut s, printer, Stop::new(), seconds(a.duration)?).await?;
+    let stage = announce(printer, &s, None);
+    live::run(&mut s, stage, stop).await?;
     Ok(())
 }
 
@@ -225,6 +228,7 @@ async fn decode(a: StageArgs, which: Which, plugin_ends: bool) -> Result<()> {
         }
         return Ok(());
     }
+    let stop = live::stop_on_signal(seconds(a.duration)?);
     let follow = Follow {
         drain: drain(&a.probe),
         plugin_ends,
@@ -232,22 +236,28 @@ async fn decode(a: StageArgs, which: Which, plugin_ends: bool) -> Result<()> {
         // The decoder alone shows what it decodes; the runtime's lists
         // are for the engine's names (`watch`).
         cri_state: false,
+        wait: !a.wait.no_wait,
     };
-    let socket = if let Some(s) = a.socket.clone() {
-        s
+    let backend = load_probes(&a.probe, false)?;
+    let (socket, target) = if let Some(s) = a.socket.clone() {
+        (s, None)
     } else {
-        let t = Target::find(None, None)?;
-        match which {
-            Which::Nri => t.nri,
-            Which::Cri => t.cri,
-        }
+        let Some(t) = find_target(None, None, a.wait.no_wait, &stop).await? else {
+            return Ok(());
+        };
+        let socket = match which {
+            Which::Nri => t.nri.clone(),
+            Which::Cri => t.cri.clone(),
+        };
+        (socket, Some(t))
     };
     let cfg = match which {
         Which::Nri => target::nri_session(&socket, vec![], follow)?,
         Which::Cri => target::cri_session(&socket, follow)?,
     };
-    let mut s = start_capture(cfg, &a.probe).await?;
+    let mut s = start_capture(cfg, backend).await?;
     let printer = DecodePrinter::new(which, socket, json);
-    live::run(&mut s, printer, Stop::new(), seconds(a.duration)?).await?;
+    let stage = announce(printer, &s, target.as_ref());
+    live::run(&mut s, stage, stop).await?;
     Ok(())
 }

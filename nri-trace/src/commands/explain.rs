@@ -18,18 +18,34 @@ use nri_trace::{
     sinks::explain::{self, TeardownSink},
 };
 
-use super::{drain, start_capture};
+use super::{drain, load_probes, start_capture};
 use crate::cli::{args::LineOutput, ExplainArgs};
 
 pub(crate) async fn run(a: ExplainArgs) -> Result<()> {
-    match a.file.clone() {
-        Some(file) => from_file(&a, &file),
-        None => live(&a).await,
+    if let Some(file) = &a.file {
+        from_file(&a, file, false)?;
+        return Ok(());
     }
+    // The flight recorder's past first, when it saw the pod (it holds
+    // kubelet's attempts too, if it still runs); else watch now.
+    let dir = super::record::default_dir();
+    if !a.live && dir.is_dir() {
+        if from_file(&a, &dir, true)? {
+            return Ok(());
+        }
+        eprintln!(
+            "nri-trace: the flight recorder in {} did not see {}: watching now",
+            dir.display(),
+            a.pod
+        );
+    }
+    live(&a).await
 }
 
-/// The pod's teardown in a saved file.
-fn from_file(a: &ExplainArgs, file: &std::path::Path) -> Result<()> {
+/// The pod's teardown in a saved file (or the recorder's directory):
+/// shown (true), or, when `or_not` and the file never saw the pod, not
+/// (false).
+fn from_file(a: &ExplainArgs, file: &std::path::Path, or_not: bool) -> Result<bool> {
     let src = source::open(file)?;
     let name = src.name().to_string();
     let mut p = Pipeline::new(src.session(), ContractConfig::default());
@@ -48,7 +64,11 @@ fn from_file(a: &ExplainArgs, file: &std::path::Path) -> Result<()> {
     } else {
         0
     };
-    show(a, &log, at, &format!("in {name}"))
+    if or_not && log.explain(&a.pod, at).is_none() {
+        return Ok(false);
+    }
+    show(a, &log, at, &format!("in {name}"))?;
+    Ok(true)
 }
 
 /// Attach, watch the pod's next teardown attempt (or `--wait`), explain.
@@ -64,14 +84,16 @@ async fn live(a: &ExplainArgs) -> Result<()> {
         sandbox: !a.target.no_sandbox,
         // Names the pods made before the attach (a stuck pod is one).
         cri_state: !a.target.no_cri_state,
+        // A stuck pod needs its runtime running: no waiting for one.
+        wait: false,
     };
     let cfg = target::runtime_session(&target, follow)?;
     let info = target.session_info(true);
     let mut p = Pipeline::new(&info, ContractConfig::default());
     let (sink, log) = TeardownSink::new();
     p.add_sink(Box::new(sink));
-    let stop = Stop::new();
-    let mut s = start_capture(cfg, &a.probe).await?;
+    let stop = live::stop_on_signal(Some(wait));
+    let mut s = start_capture(cfg, load_probes(&a.probe, follow.sandbox)?).await?;
     let since = session::monotonic_ns();
     eprintln!(
         "nri-trace: watching {}'s next teardown attempt (kubelet retries every few seconds), \
@@ -85,7 +107,7 @@ async fn live(a: &ExplainArgs) -> Result<()> {
         since,
         stop: stop.clone(),
     }));
-    live::run(&mut s, p, stop, Some(wait)).await?;
+    live::run(&mut s, p, stop).await?;
     let log = log.borrow();
     let now = session::monotonic_ns();
     if !log.attempt_seen(&a.pod, since, SETTLE_NS, now) {

@@ -5,11 +5,13 @@ pub(crate) mod debug;
 pub(crate) mod doctor;
 pub(crate) mod explain;
 pub(crate) mod hold;
+pub(crate) mod record;
 pub(crate) mod replay;
 pub(crate) mod watch;
 
 use std::{
     io::{self, IsTerminal},
+    path::PathBuf,
     time::Duration,
 };
 
@@ -20,7 +22,12 @@ use nri_trace::{
     },
     engine::contract::ContractConfig,
     model::record_file::SessionInfo,
-    pipeline::{Filter, Sink},
+    pipeline::{
+        live::Stage,
+        target::Target,
+        wait::{self, Announce, Awaited},
+        Filter, Sink, Stop,
+    },
     sinks::{json::JsonSink, text::TextSink},
 };
 
@@ -50,17 +57,27 @@ pub(crate) fn ebpf_options(p: &ProbeArgs, programs: ProgramSet, sandbox: bool) -
     }
 }
 
-/// Load the probes and start the capture session `cfg` describes, then
-/// say on standard error what it captures: each socket with the
-/// connections already open on it, each socketpair that was open before
-/// (a pre-launched plugin's), and `ready` once the probes are attached
-/// (the tests and the bench wait for that word).
+/// Load the probes (before any wait for the runtime: attaching then
+/// costs no time).
+pub(crate) fn load_probes(probe: &ProbeArgs, sandbox: bool) -> anyhow::Result<EbpfBackend> {
+    Ok(EbpfBackend::load(&ebpf_options(
+        probe,
+        ProgramSet::Capture,
+        sandbox,
+    ))?)
+}
+
+/// Start the capture session `cfg` describes on `backend`, then say on
+/// standard error what it captures: each socket with the connections
+/// already open on it, each socketpair that was open before (a
+/// pre-launched plugin's), and `ready` once the probes are attached (the
+/// tests and the bench wait for that word; sockets not served yet are
+/// waited for from then on: `pipeline::wait`).
 pub(crate) async fn start_capture(
     cfg: SessionConfig,
-    probe: &ProbeArgs,
+    backend: EbpfBackend,
 ) -> anyhow::Result<Session> {
     let env = cfg.existing_socketpair_env.clone().unwrap_or_default();
-    let backend = EbpfBackend::load(&ebpf_options(probe, ProgramSet::Capture, cfg.sandbox))?;
     let s = session::start(cfg, Box::new(backend)).await?;
     for l in &s.info.listeners {
         eprintln!(
@@ -79,6 +96,37 @@ pub(crate) async fn start_capture(
     }
     eprintln!("nri-trace: ready (tracking pids {:?})", s.info.tracked_pids);
     Ok(s)
+}
+
+/// Say a notice on standard error (the waits' words).
+pub(crate) fn say(s: &str) {
+    eprintln!("{s}");
+}
+
+/// The runtime to trace: the sockets given, or the runtime found, waited
+/// for unless `no_wait` (docs/trace.md, "Started before the runtime");
+/// `None` when `stop` came first (said on standard error).
+pub(crate) async fn find_target(
+    cri: Option<PathBuf>,
+    nri: Option<PathBuf>,
+    no_wait: bool,
+    stop: &Stop,
+) -> anyhow::Result<Option<Target>> {
+    if no_wait || (cri.is_some() && nri.is_some()) {
+        // Given sockets are waited for by the session, from their bind.
+        return Ok(Some(Target::find(cri, nri)?));
+    }
+    let found = wait::find_target(cri, nri, stop, &mut say).await?;
+    if found.is_none() {
+        say("nri-trace: stopped before the runtime came; nothing traced");
+    }
+    Ok(found)
+}
+
+/// `stage`, saying what session `s` waits for (its sockets nothing served
+/// when it started) until each is served.
+pub(crate) fn announce<S: Stage>(stage: S, s: &Session, target: Option<&Target>) -> Announce<S> {
+    Announce::new(stage, Awaited::of(&s.info.unserved, target), Box::new(say))
 }
 
 pub(crate) fn drain(p: &ProbeArgs) -> Duration {

@@ -26,12 +26,18 @@ pub(crate) fn run(a: ReplayArgs) -> Result<()> {
             ReplayOutput::Report
         }
     });
-    replay_to(&a.file, output, &a.filter, &a.decode, a.no_redact)
+    replay_to(
+        &super::record::input(a.file)?,
+        output,
+        &a.filter,
+        &a.decode,
+        a.no_redact,
+    )
 }
 
 pub(crate) fn report(a: ReportArgs) -> Result<()> {
     replay_to(
-        &a.file,
+        &super::record::input(a.file)?,
         ReplayOutput::Report,
         &a.filter,
         &a.decode,

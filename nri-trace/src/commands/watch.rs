@@ -5,11 +5,14 @@
 use anyhow::{Context, Result};
 use nri_trace::{
     capture::recording::{self, RecordingWriter},
-    model::record_file::RecordWriter,
+    model::{
+        record_file::RecordWriter,
+        recorder::{Recorder, RecorderConfig},
+    },
     pipeline::{
         live,
-        target::{self, Follow, Target},
-        Pipeline, Stop,
+        target::{self, Follow},
+        Pipeline,
     },
     sinks::{
         metrics::MetricsSink,
@@ -18,8 +21,18 @@ use nri_trace::{
     },
 };
 
-use super::{contract, drain, filter, json_sink, on_terminal, seconds, start_capture, text_sink};
+use super::{
+    announce, contract, drain, filter, find_target, json_sink, load_probes, on_terminal, seconds,
+    start_capture, text_sink,
+};
 use crate::cli::{args::WatchOutput, WatchArgs};
+
+/// What a live run shows: an output, or only the flight recorder's
+/// segments (`nri-trace record`).
+pub(crate) enum Show {
+    Output(WatchOutput),
+    Recorder(RecorderConfig),
+}
 
 pub(crate) async fn run(a: WatchArgs) -> Result<()> {
     let output = a.output.unwrap_or_else(|| {
@@ -29,8 +42,31 @@ pub(crate) async fn run(a: WatchArgs) -> Result<()> {
             WatchOutput::Text
         }
     });
-    let duration = seconds(a.duration)?;
-    let target = Target::find(a.target.cri_socket.clone(), a.target.nri_socket.clone())?;
+    live(a, Show::Output(output)).await
+}
+
+/// The runtime traced live, shown as `show` says.
+pub(crate) async fn live(a: WatchArgs, show: Show) -> Result<()> {
+    // From the start: `--duration` bounds the wait for the runtime too.
+    let stop = live::stop_on_signal(seconds(a.duration)?);
+    let follow = Follow {
+        drain: drain(&a.probe),
+        plugin_ends: !a.target.no_plugin_end,
+        sandbox: !a.target.no_sandbox,
+        wait: !a.wait.no_wait,
+        cri_state: !a.target.no_cri_state,
+    };
+    let backend = load_probes(&a.probe, follow.sandbox)?;
+    let Some(target) = find_target(
+        a.target.cri_socket.clone(),
+        a.target.nri_socket.clone(),
+        a.wait.no_wait,
+        &stop,
+    )
+    .await?
+    else {
+        return Ok(());
+    };
     if let Some((kind, pid)) = target.runtime {
         eprintln!(
             "nri-trace: runtime {} pid {pid}: CRI {}, NRI {}",
@@ -39,12 +75,6 @@ pub(crate) async fn run(a: WatchArgs) -> Result<()> {
             target.nri.display()
         );
     }
-    let follow = Follow {
-        drain: drain(&a.probe),
-        plugin_ends: !a.target.no_plugin_end,
-        sandbox: !a.target.no_sandbox,
-        cri_state: !a.target.no_cri_state,
-    };
     let cfg = target::runtime_session(&target, follow)?;
     let info = target.session_info(!a.no_redact);
     let mut p = Pipeline::new(&info, contract(&a.decode)).with_filter(filter(&a.filter));
@@ -75,26 +105,43 @@ pub(crate) async fn run(a: WatchArgs) -> Result<()> {
         eprintln!("nri-trace: metrics on http://{bound}/metrics");
         p.add_sink(Box::new(MetricsSink::new(text)));
     }
-    let mut s = start_capture(cfg, &a.probe).await?;
-    let stop = Stop::new();
-    match output {
-        WatchOutput::Text => p.add_sink(text_sink(&a.decode)),
-        WatchOutput::Json => p.add_sink(json_sink(&info)?),
-        WatchOutput::Tui => {
+    let mut s = start_capture(cfg, backend).await?;
+    let mut tui = None;
+    match show {
+        Show::Recorder(cfg) => {
+            let dir = cfg.dir.display().to_string();
+            let r = Recorder::open(cfg.clone(), &info).with_context(|| {
+                format!("opening the recorder's directory {dir} (give another with --dir)")
+            })?;
+            eprintln!(
+                "nri-trace: recording to {dir}: at most {} MiB{}, oldest segments deleted \
+                 (`nri-trace explain POD`, `report` and `replay` read it)",
+                cfg.max_bytes >> 20,
+                cfg.max_age
+                    .map(|d| format!(" and {} s", d.as_secs()))
+                    .unwrap_or_default()
+            );
+            p.record_to(dir, r);
+        }
+        Show::Output(WatchOutput::Text) => p.add_sink(text_sink(&a.decode)),
+        Show::Output(WatchOutput::Json) => p.add_sink(json_sink(&info)?),
+        Show::Output(WatchOutput::Tui) => {
             let mut status = tui::status_of(&info, "live".into());
             status.recording = a.save.as_ref().map(|p| p.display().to_string());
             let opts = TuiOptions {
                 export_dir: a.export_dir.clone(),
                 ..Default::default()
             };
-            p.add_sink(Box::new(TuiSink::open(
-                Mode::Live,
-                status,
-                opts,
-                stop.clone(),
-            )));
+            tui = Some((status, opts, stop.clone()));
         }
     }
-    live::run(&mut s, p, stop, duration).await?;
+    // The TUI takes the terminal once the runtime is served: the notices
+    // of the wait are on it until then.
+    let stage = announce(p, &s, Some(&target)).on_served(Box::new(move |p: &mut Pipeline| {
+        if let Some((status, opts, stop)) = tui {
+            p.add_sink(Box::new(TuiSink::open(Mode::Live, status, opts, stop)));
+        }
+    }));
+    live::run(&mut s, stage, stop).await?;
     Ok(())
 }

@@ -10,6 +10,8 @@
 //!   records `nri-trace watch --save` writes.
 //! - [`record_file`]: the observations as `nri-trace watch --save` writes them
 //!   (versioned NDJSON, docs/schema.md), and their redaction.
+//! - [`recorder`]: the flight recorder (`nri-trace record`): record-file
+//!   segments in a directory, rotated and bounded in size and age.
 //! - [`trace_decoder`]: one runtime's CRI and NRI sockets decoded together
 //!   into observations.
 //! - [`chunk_stamps`]: stream offsets to capture timestamps.
@@ -21,4 +23,5 @@ pub mod cri_call;
 pub mod nri_call;
 pub mod observation;
 pub mod record_file;
+pub mod recorder;
 pub mod trace_decoder;

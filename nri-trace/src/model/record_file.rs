@@ -142,6 +142,11 @@ impl<W: std::io::Write> RecordWriter<W> {
         self.out.flush()
     }
 
+    /// Bytes written so far, the session line and buffered lines included.
+    pub fn bytes(&self) -> u64 {
+        self.out.bytes()
+    }
+
     /// Write the `session_end` line and flush.
     pub fn finish(mut self) -> std::io::Result<W> {
         let end = SessionEnd {

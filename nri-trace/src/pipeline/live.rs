@@ -25,21 +25,26 @@ pub trait Stage {
 /// TUI's rates).
 pub const TICK: Duration = Duration::from_millis(500);
 
-/// Run `p` on `session`'s events until `stop` is requested, a signal
-/// comes or `duration` passes.
+/// A [`Stop`] requested on SIGINT or SIGTERM, or once `duration` has
+/// passed from now: made when the command starts, so `--duration` bounds
+/// the whole run, a wait for the runtime included (`wait`).
+pub fn stop_on_signal(duration: Option<Duration>) -> Stop {
+    let stop = Stop::new();
+    let requested = stop.clone();
+    tokio::spawn(async move {
+        until_signal(duration).await;
+        requested.request();
+    });
+    stop
+}
+
+/// Run `p` on `session`'s events until `stop` is requested (a signal,
+/// `--duration`: [`stop_on_signal`]; or a sink).
 pub async fn run<S: Stage>(
     session: &mut Session,
     mut p: S,
     stop: Stop,
-    duration: Option<Duration>,
 ) -> Result<S::Output, PipelineError> {
-    {
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            until_signal(duration).await;
-            stop.request();
-        });
-    }
     let mut stopping = false;
     let mut ticks = tokio::time::interval(TICK);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

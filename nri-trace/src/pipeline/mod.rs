@@ -4,8 +4,9 @@
 //! ```text
 //! source ──CaptureEvent──> TraceDecoder ──Observation──> TraceEngine ──Record──> Filter ──> sinks
 //!  live session             (model)          │  (--save)      (engine)                  text, json, report,
-//!  raw capture file                          └─> record file                            tui, metrics, explain
-//!  record file ──────────────Observation──────────────────┘
+//!  raw capture file                          ├─> record file                            tui, metrics, explain
+//!                                            └─> recorder segments (`record`)
+//!  record file, recorder dir ───Observation───────────────┘
 //! ```
 //!
 //! [`Pipeline`] is that chain; [`live::run`] is the one live loop (a
@@ -19,6 +20,7 @@ pub mod live;
 pub mod replay;
 pub mod source;
 pub mod target;
+pub mod wait;
 
 use std::{
     io::{self, Write},
@@ -38,6 +40,7 @@ use crate::{
     model::{
         observation::Observation,
         record_file::{redact, RecordWriter, SessionEnd, SessionInfo},
+        recorder::Recorder,
         trace_decoder::TraceDecoder,
     },
 };
@@ -180,6 +183,8 @@ pub struct Pipeline {
     sinks: Vec<Box<dyn Sink>>,
     save: Option<(String, RecordWriter<Box<dyn Write>>)>,
     save_raw: Option<(String, RecordingWriter<Box<dyn Write>>)>,
+    /// The flight recorder (`nri-trace record`).
+    recorder: Option<(String, Recorder)>,
     /// Reused buffers.
     obs: Vec<Observation>,
     records: Vec<Record>,
@@ -208,6 +213,7 @@ impl Pipeline {
             sinks: Vec::new(),
             save: None,
             save_raw: None,
+            recorder: None,
             obs: Vec::new(),
             records: Vec::new(),
             now_ns: None,
@@ -234,6 +240,12 @@ impl Pipeline {
     /// has written its session line; `name` is for error messages.
     pub fn save_to(&mut self, name: String, writer: RecordWriter<Box<dyn Write>>) {
         self.save = Some((name, writer));
+    }
+
+    /// Also write every observation to the flight recorder's segments
+    /// (`nri-trace record`); `name` (its directory) is for error messages.
+    pub fn record_to(&mut self, name: String, recorder: Recorder) {
+        self.recorder = Some((name, recorder));
     }
 
     /// Also write every capture event to a raw capture file (`--save-raw`).
@@ -289,6 +301,12 @@ impl Pipeline {
                 source,
             })?;
         }
+        if let Some((name, r)) = self.recorder.as_mut() {
+            r.write(&o).map_err(|source| PipelineError::Save {
+                path: name.clone(),
+                source,
+            })?;
+        }
         self.engine.on_observation(o, &mut self.records);
         self.emit()?;
         let settled = self.engine.settled_before();
@@ -328,6 +346,12 @@ impl Pipeline {
                 source,
             })?;
         }
+        if let Some((name, r)) = self.recorder.as_mut() {
+            r.flush().map_err(|source| PipelineError::Save {
+                path: name.clone(),
+                source,
+            })?;
+        }
         let p = Progress {
             engine: &self.engine,
             now_ns: self.now_ns,
@@ -358,6 +382,10 @@ impl Pipeline {
         }
         if let Some((name, w)) = self.save_raw.take() {
             w.finish()
+                .map_err(|source| PipelineError::Save { path: name, source })?;
+        }
+        if let Some((name, r)) = self.recorder.take() {
+            r.finish()
                 .map_err(|source| PipelineError::Save { path: name, source })?;
         }
         let tables = Tables::of(&self.engine, &self.filter);

@@ -3,7 +3,8 @@
 //! docs/schema.md) goes straight to the engine, a raw capture
 //! (`--save-raw`, `debug capture -o json`: capture events) through the
 //! decoders first. Both may be gzipped; a record file may come on
-//! standard input (`-`).
+//! standard input (`-`); a directory is a flight recorder's (`nri-trace
+//! record`): its segments, read in order as one record file.
 
 use std::{
     fs::File,
@@ -19,7 +20,10 @@ use crate::{
         runtimes::{runtime_from, RuntimeKind},
         CaptureEvent,
     },
-    model::record_file::{RecordLine, SessionInfo},
+    model::{
+        record_file::{RecordLine, SessionInfo},
+        recorder,
+    },
 };
 
 /// Why a file cannot be replayed.
@@ -44,6 +48,11 @@ pub enum SourceError {
          `nri-trace watch --save` (or --save-raw, `nri-trace debug capture -o json`)"
     )]
     Unknown { name: String, first: String },
+    #[error(
+        "{name} holds no recorder segments (segment-N.ndjson): is `nri-trace record` writing \
+         there? Give its --dir, or a file `watch --save` wrote"
+    )]
+    NoSegments { name: String },
     #[error(
         "{name} is a raw capture on standard input: give it as a file (its sockets are read \
          from it before the replay), or replay the record file `watch --save` writes"
@@ -112,7 +121,62 @@ const CAPTURE_TYPES: &[&str] = &[
     "cri_state",
 ];
 
+/// A flight recorder's segments (`model::recorder`) as one stream, oldest
+/// first: each up to its last newline, so a segment cut mid-line (a
+/// recorder killed, or the one being written now) loses that line only;
+/// a segment deleted since the listing (rotated away) is skipped.
+fn segments_reader(dir: &Path, name: &str) -> Result<Box<dyn Read + Send>, SourceError> {
+    let open_err = |source| SourceError::Open {
+        name: name.to_string(),
+        source,
+    };
+    let mut stream: Box<dyn Read + Send> = Box::new(io::empty());
+    let mut any = false;
+    for seg in recorder::segments(dir).map_err(open_err)? {
+        let mut f = match File::open(&seg.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(open_err(e)),
+        };
+        let whole = whole_lines(&mut f).map_err(open_err)?;
+        any = true;
+        stream = Box::new(stream.chain(f.take(whole)));
+    }
+    if !any {
+        return Err(SourceError::NoSegments {
+            name: name.to_string(),
+        });
+    }
+    Ok(stream)
+}
+
+/// The length of `f` up to its last newline (kept), with `f` rewound.
+fn whole_lines(f: &mut File) -> io::Result<u64> {
+    use std::io::{Seek, SeekFrom};
+    let len = f.metadata()?.len();
+    let mut end = len;
+    let mut buf = [0u8; 4096];
+    while end > 0 {
+        let start = end.saturating_sub(buf.len() as u64);
+        let n = (end - start) as usize;
+        f.seek(SeekFrom::Start(start))?;
+        f.read_exact(&mut buf[..n])?;
+        if let Some(i) = buf[..n].iter().rposition(|&b| b == b'\n') {
+            end = start + i as u64 + 1;
+            break;
+        }
+        end = start;
+    }
+    f.seek(SeekFrom::Start(0))?;
+    Ok(end)
+}
+
 fn reader(path: &Path) -> Result<(String, Box<dyn BufRead + Send>), SourceError> {
+    if path.is_dir() {
+        let name = format!("the recorder's {}", path.display());
+        let stream = segments_reader(path, &name)?;
+        return Ok((name, Box::new(BufReader::with_capacity(256 * 1024, stream))));
+    }
     let stdin = path == Path::new("-");
     let name = if stdin {
         "standard input".to_string()

@@ -134,6 +134,10 @@ pub struct Follow {
     /// start and after a restart, to name the pods made before the trace
     /// (capture/cri_state.rs; `--no-cri-state` turns it off).
     pub cri_state: bool,
+    /// A socket nothing serves yet is waited for, and traced from its
+    /// bind, instead of an error (`--no-wait` turns it off; docs/trace.md,
+    /// "Started before the runtime").
+    pub wait: bool,
 }
 
 /// The session that follows an NRI socket: external plugins' connections,
@@ -143,7 +147,7 @@ pub fn nri_session(
     pids: Vec<u32>,
     follow: Follow,
 ) -> Result<SessionConfig, TargetError> {
-    let listening = std::fs::metadata(socket).is_ok();
+    let listening = follow.wait || std::fs::metadata(socket).is_ok();
     if !listening && pids.is_empty() {
         return Err(TargetError::SocketMissing {
             what: "NRI",
@@ -166,6 +170,7 @@ pub fn nri_session(
         existing_socketpair_env: Some("NRI_PLUGIN_SOCKET".into()),
         follow_peer_ends: follow.plugin_ends,
         sandbox: follow.sandbox,
+        wait_for_listeners: follow.wait,
         ..Default::default()
     })
 }
@@ -173,7 +178,7 @@ pub fn nri_session(
 /// The session that follows a CRI socket (kubelet's end is not followed:
 /// it would cost kubelet and add nothing).
 pub fn cri_session(socket: &std::path::Path, follow: Follow) -> Result<SessionConfig, TargetError> {
-    if std::fs::metadata(socket).is_err() {
+    if !follow.wait && std::fs::metadata(socket).is_err() {
         return Err(TargetError::SocketMissing {
             what: "CRI",
             path: socket.to_path_buf(),
@@ -186,6 +191,7 @@ pub fn cri_session(socket: &std::path::Path, follow: Follow) -> Result<SessionCo
         drain_interval: follow.drain,
         no_follow_sockets: vec![socket.to_path_buf()],
         sandbox: follow.sandbox,
+        wait_for_listeners: follow.wait,
         ..Default::default()
     })
 }

@@ -390,6 +390,7 @@ pub(crate) fn session_config() -> SessionConfig {
         sandbox: false,
         ignore_peer_pids: vec![],
         cri_state: None,
+        wait_for_listeners: false,
     }
 }
 

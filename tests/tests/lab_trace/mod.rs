@@ -69,6 +69,9 @@ pub(crate) struct TraceProc {
     out: PathBuf,
     /// More `watch` arguments (e.g. `--no-cri-state`).
     args: Vec<String>,
+    /// Give the lab's sockets (`--cri-socket`, `--nri-socket`) instead of
+    /// finding the runtime: for a runtime that is not up yet.
+    lab_sockets: bool,
 }
 
 impl TraceProc {
@@ -79,6 +82,14 @@ impl TraceProc {
     pub(crate) fn with_args(args: &[&str]) -> Self {
         Self {
             args: args.iter().map(ToString::to_string).collect(),
+            ..Self::default()
+        }
+    }
+
+    /// Started on the lab's sockets, given on its command line.
+    pub(crate) fn on_lab_sockets() -> Self {
+        Self {
+            lab_sockets: true,
             ..Self::default()
         }
     }
@@ -106,7 +117,7 @@ impl TraceProc {
 }
 
 impl Observer for TraceProc {
-    fn attach(&mut self, _lab: &Lab, out: &Path) -> Result<()> {
+    fn attach(&mut self, lab: &Lab, out: &Path) -> Result<()> {
         self.out = out.to_path_buf();
         let (stdout, raw, stderr) = Self::paths(out);
         // No socket flags: the runtime and its sockets are found the way
@@ -118,8 +129,15 @@ impl Observer for TraceProc {
         // containerd's own errors can hold `name="value"` text (`plugin
         // type="loopback" failed`, hung-teardown-hook). Redaction is
         // checked on the lab recordings in record_file.rs.
-        let child = Command::new(bin("nri-trace"))
-            .args(["watch", "-o", "json", "--metrics-addr", "127.0.0.1:0"])
+        let mut cmd = Command::new(bin("nri-trace"));
+        cmd.args(["watch", "-o", "json", "--metrics-addr", "127.0.0.1:0"]);
+        if self.lab_sockets {
+            cmd.arg("--cri-socket")
+                .arg(lab.cri_socket())
+                .arg("--nri-socket")
+                .arg(lab.nri_socket());
+        }
+        let child = cmd
             .arg("--no-redact")
             .arg("--save")
             .arg(Self::observations(out))
