@@ -267,8 +267,17 @@ impl Pods {
                         .unwrap_or_else(|| (String::new(), p.into())),
                 })
             }
+            // A signal is about its target; other events about their
+            // caller's cgroup and the path they name.
             "sandbox" => {
-                let texts = [l["cgroup"].as_str(), l["path"].as_str()];
+                let texts = if l["op"] == "signal" {
+                    [l["target_cgroup"].as_str(), None]
+                } else {
+                    [
+                        l["cgroup"].as_str(),
+                        l["path"].as_str().or(l["target"].as_str()),
+                    ]
+                };
                 texts.iter().flatten().find_map(|t| {
                     t.split(|c: char| !c.is_ascii_hexdigit() || c.is_ascii_uppercase())
                         .filter(|w| w.len() == 64)
@@ -282,8 +291,11 @@ impl Pods {
 
 fn plugin_matches(l: &Value, want: &str) -> bool {
     let is = |p: &Value| {
-        let label = match (p["index"].as_str(), p["name"].as_str()) {
-            (Some(i), Some(n)) => format!("{i}-{n}"),
+        // The label nri-trace gives a plugin (PluginId::label): IDX-NAME,
+        // or comm[pid] when no name is known (registered before the attach).
+        let label = match (p["index"].as_str(), p["name"].as_str(), p["comm"].as_str()) {
+            (Some(i), Some(n), _) => format!("{i}-{n}"),
+            (None, None, Some(c)) => format!("{c}[{}]", p["pid"]),
             _ => String::new(),
         };
         label == want || p["name"].as_str() == Some(want)

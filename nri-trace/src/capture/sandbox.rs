@@ -299,6 +299,30 @@ impl SandboxOp {
 }
 
 impl SandboxEvent {
+    /// The texts that name the pod an event is about (its ids, or
+    /// kubelet's uid, appear in them): a signal is about its target (its
+    /// sender is the runtime's), so its target's cgroup; any other event
+    /// is about the caller's cgroup and the path it names.
+    pub fn pod_texts(&self) -> Vec<&str> {
+        if let SandboxOp::Signal { target_cgroup, .. } = &self.op {
+            return target_cgroup.as_deref().into_iter().collect();
+        }
+        let mut texts: Vec<&str> = self.cgroup.as_deref().into_iter().collect();
+        match &self.op {
+            SandboxOp::Umount { path, .. }
+            | SandboxOp::Unlink { path, .. }
+            | SandboxOp::CgroupMkdir { path, .. }
+            | SandboxOp::CgroupRmdir { path, .. } => texts.push(path),
+            SandboxOp::NsBind { target, .. } => texts.push(target),
+            SandboxOp::Signal { .. }
+            | SandboxOp::Exit { .. }
+            | SandboxOp::Unshare { .. }
+            | SandboxOp::Setns { .. }
+            | SandboxOp::CloneNs { .. } => {}
+        }
+        texts
+    }
+
     /// One line in words (unsanitized: sinks sanitize).
     pub fn describe(&self) -> String {
         let who = format!("{}[{}]", self.comm, self.tgid);

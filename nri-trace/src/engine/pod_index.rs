@@ -22,10 +22,7 @@ use serde::Serialize;
 
 use super::record::Record;
 use crate::{
-    capture::{
-        cri_state::CriState,
-        sandbox::{ids_in, SandboxOp},
-    },
+    capture::{cri_state::CriState, sandbox::ids_in},
     decode::cri::message::{ContainerMeta, PodMeta},
     model::{cri_call::CriCall, nri_call::NriCall, observation::Observation},
 };
@@ -272,18 +269,12 @@ impl PodIndex {
             }
             // A signal is about its target (its sender is the runtime's);
             // other events about the caller's cgroup and their path.
-            Record::Observed(Observation::Sandbox(e)) => {
-                let cgroup = match &e.op {
-                    SandboxOp::Signal { target_cgroup, .. } => target_cgroup.as_deref(),
-                    _ => e.cgroup.as_deref(),
-                };
-                cgroup
-                    .into_iter()
-                    .chain(e.op.path_result().map(|(p, _)| p))
-                    .flat_map(ids_in)
-                    .find_map(|id| self.by_id(id))
-                    .cloned()
-            }
+            Record::Observed(Observation::Sandbox(e)) => e
+                .pod_texts()
+                .into_iter()
+                .flat_map(ids_in)
+                .find_map(|id| self.by_id(id))
+                .cloned(),
             Record::Observed(_) => None,
         }
     }

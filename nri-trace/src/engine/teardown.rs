@@ -474,25 +474,7 @@ impl TeardownLog {
         ) {
             return;
         }
-        let mut texts: Vec<&str> = Vec::new();
-        texts.extend(ev.cgroup.as_deref());
-        match &ev.op {
-            SandboxOp::Signal { target_cgroup, .. } => {
-                // The target's cgroup, not the sender's.
-                texts.clear();
-                texts.extend(target_cgroup.as_deref());
-            }
-            SandboxOp::Umount { path, .. }
-            | SandboxOp::Unlink { path, .. }
-            | SandboxOp::CgroupMkdir { path, .. }
-            | SandboxOp::CgroupRmdir { path, .. } => texts.push(path),
-            SandboxOp::NsBind { target, .. } => texts.push(target),
-            // Namespace events name no pod path: the caller's cgroup.
-            SandboxOp::Exit { .. }
-            | SandboxOp::Unshare { .. }
-            | SandboxOp::Setns { .. }
-            | SandboxOp::CloneNs { .. } => {}
-        }
+        let texts = ev.pod_texts();
         let key = texts.iter().flat_map(|t| ids_in(t)).find_map(|id| {
             if self.pods.contains_key(id) {
                 Some(id.to_string())
