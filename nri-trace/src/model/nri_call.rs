@@ -1530,7 +1530,7 @@ mod tests {
                 .first()
                 .map(|a| a.rsplit('/').next().unwrap_or(a).to_owned()),
             cmdline: argv.iter().map(ToString::to_string).collect(),
-            env: std::collections::BTreeMap::new(),
+            env: BTreeMap::new(),
         });
         CaptureEvent::Open(o)
     }

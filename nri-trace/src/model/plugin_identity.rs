@@ -350,14 +350,15 @@ mod tests {
         })
     }
 
-    fn some(n: &str, i: &str, nf: Clue, ixf: Clue) -> Option<Got> {
-        Some((
+    /// A whole inference with high confidence.
+    fn whole(n: &str, i: &str, nf: Clue, ixf: Clue) -> Got {
+        (
             Some(n.into()),
             Some(i.into()),
             Some(nf),
             Some(ixf),
             Confidence::High,
-        ))
+        )
     }
 
     #[test]
@@ -392,12 +393,12 @@ mod tests {
                 Some("nri-device-inje"),
                 &[]
             ),
-            some("dev", "10", Clue::Flag, Clue::Flag)
+            Some(whole("dev", "10", Clue::Flag, Clue::Flag))
         );
         // The lab's plugins: clap's --name / --idx.
         assert_eq!(
             got(&["nri-test-plugin", "--name=alpha", "--idx=10"], None, &[]),
-            some("alpha", "10", Clue::Flag, Clue::Flag)
+            Some(whole("alpha", "10", Clue::Flag, Clue::Flag))
         );
     }
 
@@ -410,7 +411,7 @@ mod tests {
                 Some("nri-device-inje"),
                 &[]
             ),
-            some("nri-device-injector", "10", Clue::Argv0, Clue::Flag)
+            Some(whole("nri-device-injector", "10", Clue::Argv0, Clue::Flag))
         );
     }
 
@@ -422,7 +423,7 @@ mod tests {
                 Some("40-device-injec"),
                 &[]
             ),
-            some("device-injector", "40", Clue::Argv0, Clue::Argv0)
+            Some(whole("device-injector", "40", Clue::Argv0, Clue::Argv0))
         );
         // A name flag without an index is replaced by the binary's, as
         // ensureIdentity does.
@@ -442,7 +443,7 @@ mod tests {
                 Some("30-gamma"),
                 &[(ENV_PLUGIN_NAME, "gamma"), (ENV_PLUGIN_IDX, "30")]
             ),
-            some("gamma", "30", Clue::Env, Clue::Env)
+            Some(whole("gamma", "30", Clue::Env, Clue::Env))
         );
         // Flags that disagree lower the confidence, the environment stays.
         let i = infer(
@@ -463,7 +464,7 @@ mod tests {
         // the option override it.
         assert_eq!(
             got(&["p", "-idx", "20"], None, &[(ENV_PLUGIN_NAME, "fromenv")]),
-            some("fromenv", "20", Clue::Env, Clue::Flag)
+            Some(whole("fromenv", "20", Clue::Env, Clue::Flag))
         );
     }
 
@@ -472,7 +473,7 @@ mod tests {
         // Short comm: whole.
         assert_eq!(
             got(&[], Some("10-logger"), &[]),
-            some("logger", "10", Clue::Comm, Clue::Comm)
+            Some(whole("logger", "10", Clue::Comm, Clue::Comm))
         );
         // 15 bytes: cut; the index holds, the name is not claimed.
         let i = infer(&[], Some("40-device-injec"), &env(&[])).unwrap();
@@ -497,7 +498,7 @@ mod tests {
         // Missing value: nothing from the flag; the binary then decides.
         assert_eq!(
             got(&["/x/20-beta", "-idx"], None, &[]),
-            some("beta", "20", Clue::Argv0, Clue::Argv0)
+            Some(whole("beta", "20", Clue::Argv0, Clue::Argv0))
         );
         // An index the runtime would refuse is not taken.
         let i = infer(
