@@ -2078,7 +2078,8 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
         }
         "plugins-before-attach" => {
             let n = all_cri_ok(&t)?;
-            let attached = truth::observer_attached_ns(&t).context("no observer attached")?;
+            // Noted just before the observer (if any) attaches.
+            let attached = note_at(&t, "all plugins registered").context("no registration note")?;
             let pods = pods_of(&t, "before-attach");
             ensure!(pods.len() == 2, "expected 2 pods, truth has {pods:?}");
             for (p, idx) in BEFORE_ATTACH_PLUGINS {
