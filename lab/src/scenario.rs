@@ -44,6 +44,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("hung-teardown-hook", "a plugin's StopPodSandbox hook never returns (30 s plugin timeout); the CRI StopPodSandbox outlives its 5 s deadline"),
     ("runtime-after-observer", "the observer starts before containerd (a DaemonSet at node boot): containerd comes up after it, then 1 pod x 1 container with a pre-launched and an external plugin"),
     ("hung-teardown-client-gone", "a plugin's StopPodSandbox hook never returns; the CRI client is killed 1 s into the call (8 s deadline): containerd keeps the plugin connected with the request open"),
+    ("plugins-before-attach", "seven plugins registered before the observer attaches (external: --name/--idx flags, an NN-name binary with a name past comm's 15 bytes, an -idx-only binary, the upstream logger with Go's -idx/-name; pre-launched: flags, a bare NN-name binary), then 2 lifecycles"),
 ];
 
 /// Paths of the lab binaries (built together in one target dir).
@@ -549,6 +550,7 @@ fn drive(r: &mut Run) -> Result<()> {
             r.late_attach(c, "go-cri-client mix")?;
         }
         "upstream-witness" => upstream_witness(r)?,
+        "plugins-before-attach" => plugins_before_attach(r)?,
         "runtime-restart" => runtime_restart(r)?,
         "runtime-after-observer" => {
             r.prelaunch(&PluginSpec {
@@ -762,6 +764,123 @@ fn start_upstream_logger(r: &mut Run) -> Result<PathBuf> {
         sleep(Duration::from_millis(50));
     }
     Ok(log)
+}
+
+/// The plugins of `plugins-before-attach`: (name, idx) as each registers.
+pub const BEFORE_ATTACH_PLUGINS: [(&str, &str); 7] = [
+    ("alpha", "10"),
+    ("gamma", "30"),
+    ("pre-plain", "35"),
+    ("delta-long-plugin-name", "40"),
+    ("epsilon", "50"),
+    ("omega", "60"),
+    ("upstream-logger", "99"),
+];
+
+/// `link` made a symlink to `target` (replacing what was there).
+fn symlink(target: &Path, link: &Path) -> Result<()> {
+    let _ = std::fs::remove_file(link);
+    std::os::unix::fs::symlink(target, link)
+        .with_context(|| format!("linking {} to {}", link.display(), target.display()))
+}
+
+/// Every plugin registers (and is configured and synchronized) before the
+/// observer attaches, each named the way real plugins are: what nri-trace
+/// sees of them is their process (argv, comm, environment), not their
+/// RegisterPlugin. The names and indexes are in
+/// [`BEFORE_ATTACH_PLUGINS`]; the test plugin finds a config file beside
+/// its argv[0] (`<argv0>.json`).
+fn plugins_before_attach(r: &mut Run) -> Result<()> {
+    for step in ["install", "build"] {
+        let st = upstream_logger(&[step]).status()?;
+        ensure!(st.success(), "upstream-logger.sh {step} failed ({st})");
+    }
+    let truth = r.truth.display().to_string();
+    let json = |name: Option<&str>, idx: Option<&str>| {
+        serde_json::json!({ "name": name, "idx": idx, "truth": truth }).to_string()
+    };
+    // Pre-launched: 30-gamma, the lab's wrapper script (exec with --name
+    // --idx), and 35-pre-plain, the binary itself as NN-name with no
+    // arguments (containerd execs plugin_path/NN-name).
+    r.prelaunch(&PluginSpec {
+        name: "gamma",
+        idx: "30",
+        args: &[],
+    })?;
+    let dir = r.lab.plugin_dir();
+    symlink(&r.bins.plugin, &dir.join("35-pre-plain"))?;
+    std::fs::write(dir.join("35-pre-plain.json"), json(None, None))?;
+    r.lab.up("2s")?;
+    let configured = |e: &PluginEvent| matches!(e, PluginEvent::Configured { .. });
+    for p in ["gamma", "pre-plain"] {
+        r.wait_plugin(p, configured, Duration::from_secs(10))?;
+    }
+    // External, clap's --name / --idx (one with `=`).
+    r.external(&PluginSpec {
+        name: "alpha",
+        idx: "10",
+        args: &[],
+    })?;
+    // The others: the test plugin run as `exe` with `args`, its config
+    // (if any) in `<exe>.json`.
+    let bin = r.out.join("bin");
+    std::fs::create_dir_all(&bin)?;
+    let socket = r.lab.nri_socket().display().to_string();
+    let start = |r: &mut Run, exe: &Path, args: &[&str], name: &str| -> Result<()> {
+        let log = std::fs::File::create(r.out.join(format!("plugin-{name}.log")))?;
+        let child = Command::new(exe)
+            .args(args)
+            .arg("--socket")
+            .arg(&socket)
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {}", exe.display()))?;
+        r.plugins.push(child);
+        let synced = |e: &PluginEvent| matches!(e, PluginEvent::Synchronized { .. });
+        r.wait_plugin(name, synced, Duration::from_secs(10))
+    };
+    let linked = |r: &Run, file: &str, cfg: String| -> Result<PathBuf> {
+        let link = bin.join(file);
+        symlink(&r.bins.plugin, &link)?;
+        std::fs::write(bin.join(format!("{file}.json")), cfg)?;
+        Ok(link)
+    };
+    // An NN-name binary, no flags (the stub's ParsePluginName convention);
+    // its comm is cut at 15 bytes.
+    let long = "delta-long-plugin-name";
+    let exe = linked(r, &format!("40-{long}"), json(Some(long), Some("40")))?;
+    start(r, &exe, &[], long)?;
+    // --idx only: the name is the binary's (the stub's ensureIdentity).
+    let exe = linked(r, "epsilon", json(Some("epsilon"), None))?;
+    start(r, &exe, &["--idx", "50"], "epsilon")?;
+    // --name=omega --idx=60.
+    let exe = r.bins.plugin.clone();
+    let truth_arg = format!("--truth={truth}");
+    start(r, &exe, &["--name=omega", "--idx=60", &truth_arg], "omega")?;
+    // The upstream logger: NRI's own stub, Go's flag forms.
+    let log = r.out.join("nri-logger.log");
+    let _ = std::fs::remove_file(&log);
+    let child = upstream_logger(&["run", "-idx", "99", "-name", "upstream-logger", "-log-file"])
+        .arg(&log)
+        .stdout(Stdio::null())
+        .spawn()?;
+    r.plugins.push(child);
+    let t0 = std::time::Instant::now();
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("Synchronize:")
+    {
+        ensure!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the upstream logger did not synchronize"
+        );
+        sleep(Duration::from_millis(50));
+    }
+    r.note("all plugins registered")?;
+    r.attach_observer()?;
+    r.lifecycle("before-attach", 2, 1, 1)?;
+    Ok(())
 }
 
 /// (EVENT, "pod"|"container", id) per object dump in the upstream logger's
@@ -2029,6 +2148,38 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
                 "plugin hung received StopPodSandbox {:.1} ms before the client was killed and never answered; it stayed connected and got {} after",
                 ms(killed - hook.recv),
                 later.join(", ")
+            ));
+        }
+        "plugins-before-attach" => {
+            let n = all_cri_ok(&t)?;
+            // Noted just before the observer (if any) attaches.
+            let attached = note_at(&t, "all plugins registered").context("no registration note")?;
+            let pods = pods_of(&t, "before-attach");
+            ensure!(pods.len() == 2, "expected 2 pods, truth has {pods:?}");
+            for (p, idx) in BEFORE_ATTACH_PLUGINS {
+                if p == "upstream-logger" {
+                    continue;
+                }
+                check_handshake(&t, p, !matches!(p, "gamma" | "pre-plain"))?;
+                let registered = t.iter().find_map(|x| match x {
+                    Truth::Plugin {
+                        plugin,
+                        index,
+                        what: PluginEvent::Registered,
+                        mono_ns,
+                    } if plugin == p => Some((*mono_ns, index.as_str())),
+                    _ => None,
+                });
+                ensure!(
+                    registered.is_some_and(|(r, i)| r < attached && i == idx),
+                    "plugin {p} did not register as {idx} before the observer attached: \
+                     {registered:?}"
+                );
+                check_pod_order(&t, p, &pods)?;
+            }
+            facts.push(format!(
+                "{n} CRI calls, all ok; 6 test plugins registered before the observer attached \
+                 and saw both pods RUN -> STOP -> REMOVE (and the upstream logger)"
             ));
         }
         "upstream-witness" => {

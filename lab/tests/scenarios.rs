@@ -144,3 +144,8 @@ fn load() {
 fn upstream_witness() {
     run_scenario("upstream-witness");
 }
+
+#[test]
+fn plugins_before_attach() {
+    run_scenario("plugins-before-attach");
+}

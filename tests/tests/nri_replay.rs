@@ -71,12 +71,9 @@ fn happy_fixture_matches_truth() {
     // comes from its environment).
     assert!(calls.iter().all(|c| c.method.is_some() && !c.partial));
     assert!(calls.iter().all(|c| c.plugin.name.is_some()));
-    assert!(
-        calls
-            .iter()
-            .any(|c| c.plugin.label() == "30-gamma"
-                && c.plugin.source == IdentitySource::PrelaunchEnv)
-    );
+    assert!(calls
+        .iter()
+        .any(|c| c.plugin.label() == "30-gamma" && c.plugin.source == IdentitySource::Inferred));
 }
 
 #[test]

@@ -499,6 +499,86 @@ fn trace_upstream_witness_finds_nothing() {
     assert_eq!(findings(&records), vec![]);
 }
 
+/// Seven plugins (six test plugins and the upstream logger; five external,
+/// two pre-launched) all registered before nri-trace attached: no
+/// RegisterPlugin is seen, yet every plugin is named by its IDX-NAME,
+/// inferred from its process, with the source that decided it; every
+/// delivery the plugins recorded is under its CRI call with that name
+/// (`check_correlation` compares the truth's index-name), and no rule
+/// fires.
+#[test]
+fn trace_plugins_registered_before_attach_are_named() {
+    use nri_trace::model::{
+        nri_call::{IdentitySource, PluginId},
+        plugin_identity::{Clue, Confidence},
+    };
+    use nri_trace_lab::scenario::BEFORE_ATTACH_PLUGINS;
+    let scenario = "plugins-before-attach";
+    let Some((out, records)) = traced(scenario) else {
+        return;
+    };
+    let (checked, _) = check_correlation(scenario, &out);
+    assert!(checked > 0);
+    assert_eq!(findings(&records), vec![]);
+    // The latest identity of each connection.
+    let mut plugins: std::collections::BTreeMap<_, PluginId> = Default::default();
+    for r in &records {
+        if let Record::Observed(Observation::NriPlugin { conn, plugin, .. }) = r {
+            plugins.insert(*conn, plugin.clone());
+        }
+    }
+    let labels: Vec<String> = plugins.values().map(PluginId::label).collect();
+    eprintln!("{scenario}: plugins {labels:?}");
+    // Which source decides (name, index), per plugin.
+    let want = |name: &str| match name {
+        "gamma" | "pre-plain" => (Clue::Env, Clue::Env),
+        "delta-long-plugin-name" => (Clue::Argv0, Clue::Argv0),
+        "epsilon" => (Clue::Argv0, Clue::Flag),
+        _ => (Clue::Flag, Clue::Flag),
+    };
+    for (name, idx) in BEFORE_ATTACH_PLUGINS {
+        let label = format!("{idx}-{name}");
+        let p = plugins
+            .values()
+            .find(|p| p.label() == label)
+            .unwrap_or_else(|| panic!("no plugin {label} in {labels:?}"));
+        assert_eq!(p.source, IdentitySource::Inferred, "{p:?}");
+        let how = p.inferred.as_ref().expect("inferred");
+        assert_eq!(
+            (how.name_from, how.index_from),
+            (Some(want(name).0), Some(want(name).1)),
+            "{p:?}"
+        );
+        assert_eq!(how.confidence, Confidence::High, "{p:?}");
+        assert!(
+            how.conflicts.is_empty() && !how.evidence.is_empty(),
+            "{p:?}"
+        );
+    }
+    // The comm the issue saw alone, cut at 15 bytes, beside the full name.
+    let delta = plugins
+        .values()
+        .find(|p| p.name.as_deref() == Some("delta-long-plugin-name"))
+        .unwrap();
+    assert_eq!(delta.comm.as_deref(), Some("40-delta-long-p"));
+    // Nothing left as comm[pid], nothing registered under our eyes.
+    assert_eq!(plugins.len(), BEFORE_ATTACH_PLUGINS.len(), "{labels:?}");
+    // Every delivery is named.
+    for r in &records {
+        if let Record::CriSpan(s) = r {
+            for h in &s.hooks {
+                let l = h.call.plugin.label();
+                assert!(
+                    BEFORE_ATTACH_PLUGINS
+                        .iter()
+                        .any(|(n, i)| l == format!("{i}-{n}")),
+                    "{l}"
+                );
+            }
+        }
+    }
+}
+
 /// A process holding the container's rootfs (its cwd) while the pod is torn
 /// down with a 12 s deadline: the teardown blocks until the deadline.
 /// Every delivery is correlated; no NRI rule fires, the kernel rule

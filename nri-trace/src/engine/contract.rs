@@ -98,6 +98,10 @@ struct PluginState {
     index: Option<String>,
     /// From Configure; `None` when it registered before the trace.
     events: Option<Vec<String>>,
+    /// Without `events`: the events it was delivered, which it is
+    /// subscribed to (the runtime sends a plugin only what it subscribed
+    /// to), the part of its mask the trace can know.
+    learned: BTreeSet<String>,
     since: u64,
     gone: Option<u64>,
     timed_out: bool,
@@ -192,6 +196,22 @@ impl ContractChecker {
             };
         }
         Certainty::Certain
+    }
+
+    /// The certainty of a finding that rests on `p`'s subscription to
+    /// `hook`: uncertain when that subscription is only learned from
+    /// deliveries (its Configure was not seen).
+    fn mask_certainty(&self, p: &PluginState, hook: &str) -> Certainty {
+        match self.certainty(Some(p)) {
+            Certainty::Certain if p.events.is_none() => Certainty::Uncertain {
+                why: format!(
+                    "{}'s Configure was not seen (it registered before the capture): its \
+                     subscription to {hook} is learned from the deliveries it received",
+                    p.label
+                ),
+            },
+            c => c,
+        }
     }
 
     /// A finding of `rule_id` shown by delivery `h` to plugin `label`.
@@ -632,9 +652,15 @@ impl ContractChecker {
                 }
             }
         }
+        if let Some(p) = self.plugins.get_mut(&h.call.conn) {
+            if p.events.is_none() && h.call.event.is_some() {
+                p.learned.insert(h.hook.as_str().to_owned());
+            }
+        }
         let after_restart = self.check_after_restart(h, &label, out);
         let plugin = self.plugin_by_label(&label);
-        // Unsubscribed delivery.
+        // Unsubscribed delivery. Only against a mask seen in Configure: a
+        // learned one holds every event delivered, so it cannot show one.
         if let Some(events) = plugin.and_then(|p| p.events.as_ref()) {
             if !events.iter().any(|e| h.hook == e.as_str()) && h.call.event.is_some() {
                 out.push(self.hook_finding(
@@ -900,9 +926,10 @@ impl ContractChecker {
                 if failed_before(&p.index) {
                     continue;
                 }
+                // Without Configure, what it was delivered before (uncertain).
                 let subscribed = match &p.events {
                     Some(e) => e.iter().any(|x| x == hook),
-                    None => continue,
+                    None => p.learned.contains(hook),
                 };
                 if !subscribed
                     || !self.fired.insert((
@@ -916,7 +943,7 @@ impl ContractChecker {
                 out.push(Violation {
                     rule: SUBSCRIBED_NOT_DELIVERED,
                     severity: Severity::Error,
-                    certainty: self.certainty(Some(p)),
+                    certainty: self.mask_certainty(p, hook),
                     ts: op.call.start.unwrap_or_else(ts0),
                     pod: pod_of_hook(op),
                     plugin: Some(p.label.clone()),
@@ -1020,6 +1047,7 @@ mod tests {
                 pid: None,
                 comm: None,
                 source: IdentitySource::RegisterPlugin,
+                inferred: None,
             },
             events: Some(events.iter().map(ToString::to_string).collect()),
         })
@@ -1149,6 +1177,60 @@ mod tests {
             ),
         ];
         assert_eq!(rules(&check(&records)), Vec::<&str>::new());
+    }
+
+    /// b registered before the capture (no Configure seen): it was
+    /// delivered STOP_POD_SANDBOX of s1, so it is subscribed to it; when s2's
+    /// goes to a only, the miss is reported, uncertain, saying why. An
+    /// event it was never delivered is not judged, and no delivery can
+    /// show as unsubscribed.
+    #[test]
+    fn learned_subscription_findings_are_uncertain() {
+        let mut p = plugin("b", "20", 3, &[]);
+        if let Record::Observed(Observation::NriPlugin { events, .. }) = &mut p {
+            *events = None;
+        }
+        let stop = |pod: &str, t: u64, to: &[(&str, &str, u64)]| {
+            span(
+                cri(Some("StopPodSandbox"), pod, t, t + 50),
+                to.iter()
+                    .map(|(n, i, c)| {
+                        to_plugin(
+                            hook(Some(Event::StopPodSandbox), n, pod, t + 10, t + 20),
+                            n,
+                            i,
+                            *c,
+                        )
+                    })
+                    .collect(),
+            )
+        };
+        let records = vec![
+            plugin("a", "10", 2, &ALL),
+            p,
+            stop("s1", 100, &[("a", "10", 2), ("b", "20", 3)]),
+            span(
+                cri(Some("RemovePodSandbox"), "s1", 200, 250),
+                vec![to_plugin(
+                    hook(Some(Event::RemovePodSandbox), "a", "s1", 210, 220),
+                    "a",
+                    "10",
+                    2,
+                )],
+            ),
+            stop("s2", 300, &[("a", "10", 2)]),
+        ];
+        let v = check(&records);
+        assert_eq!(rules(&v), vec![SUBSCRIBED_NOT_DELIVERED], "{v:?}");
+        assert_eq!(v[0].plugin.as_deref(), Some("20-b"));
+        assert_eq!(v[0].pod.as_deref(), Some("ns/p"));
+        let Certainty::Uncertain { why } = &v[0].certainty else {
+            panic!("certain: {:?}", v[0]);
+        };
+        assert!(
+            why.contains("Configure was not seen") && why.contains("STOP_POD_SANDBOX"),
+            "{why}"
+        );
     }
 
     #[test]
@@ -1427,6 +1509,7 @@ mod tests {
                     pid: None,
                     comm: None,
                     source: IdentitySource::RegisterPlugin,
+                    inferred: None,
                 },
             }),
             later(2000),
@@ -1506,6 +1589,7 @@ mod tests {
                 pid: None,
                 comm: None,
                 source,
+                inferred: None,
             },
             events: Some(ALL.iter().map(ToString::to_string).collect()),
         })

@@ -63,6 +63,7 @@ pub(crate) fn hook(
             pid: None,
             comm: None,
             source: IdentitySource::RegisterPlugin,
+            inferred: None,
         },
         caller: Caller::Runtime,
         method: Some("StateChange".into()),

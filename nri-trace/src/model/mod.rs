@@ -2,6 +2,8 @@
 //!
 //! - [`nri_call`]: [`nri_call::NriCall`]s — every NRI request matched with
 //!   its response, the plugin it went to, and how it ended.
+//! - [`plugin_identity`]: a plugin's `IDX-NAME` inferred from its process
+//!   when its RegisterPlugin went before the capture.
 //! - [`cri_call`]: [`cri_call::CriCall`]s — every CRI gRPC call on the
 //!   runtime's CRI socket with its pod/container, deadline and outcome,
 //!   and how its method is known (seen, inferred with evidence, unknown).
@@ -22,6 +24,7 @@ pub mod chunk_stamps;
 pub mod cri_call;
 pub mod nri_call;
 pub mod observation;
+pub mod plugin_identity;
 pub mod record_file;
 pub mod recorder;
 pub mod trace_decoder;

@@ -43,10 +43,8 @@ use crate::{
     },
 };
 
-/// Environment variables of a pre-launched plugin (nri `pkg/adaptation`
-/// `plugin.go` `newLaunchedPlugin`): its name and index.
-pub const ENV_PLUGIN_NAME: &str = "NRI_PLUGIN_NAME";
-pub const ENV_PLUGIN_IDX: &str = "NRI_PLUGIN_IDX";
+use super::plugin_identity::{self, InferredIdentity};
+pub use super::plugin_identity::{ENV_PLUGIN_IDX, ENV_PLUGIN_NAME};
 
 /// Where a plugin's identity came from, best first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -54,11 +52,14 @@ pub const ENV_PLUGIN_IDX: &str = "NRI_PLUGIN_IDX";
 pub enum IdentitySource {
     /// The plugin's RegisterPlugin request, seen on the wire.
     RegisterPlugin,
-    /// NRI_PLUGIN_NAME / NRI_PLUGIN_IDX in the plugin's environment
-    /// (a pre-launched plugin that registered before the capture started).
-    PrelaunchEnv,
-    /// The peer process of the connection (comm, pid): an external plugin
-    /// that registered before the capture started.
+    /// Worked out from the plugin's process (argv flags, argv\[0\],
+    /// NRI_PLUGIN_NAME / NRI_PLUGIN_IDX): it registered before the capture
+    /// started. `PluginId::inferred` says how ([`plugin_identity`]).
+    #[serde(alias = "prelaunch_env")]
+    Inferred,
+    /// The peer process of the connection (comm, pid), nothing in it
+    /// naming the plugin: an external plugin that registered before the
+    /// capture started.
     PeerProcess,
     /// Nothing tells: no registration seen and no peer process found.
     Unknown,
@@ -67,13 +68,18 @@ pub enum IdentitySource {
 /// Who is at the other end of an NRI connection.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PluginId {
-    /// Plugin name (RegisterPlugin or NRI_PLUGIN_NAME).
+    /// Plugin name (RegisterPlugin, or inferred).
     pub name: Option<String>,
     /// Plugin index ("NN"), which orders deliveries.
     pub index: Option<String>,
     pub pid: Option<u32>,
     pub comm: Option<String>,
     pub source: IdentitySource,
+    /// With [`IdentitySource::Inferred`]: which source decided the name
+    /// and index, what was read, and what disagrees with it. A
+    /// RegisterPlugin seen later replaces it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inferred: Option<InferredIdentity>,
 }
 
 impl PluginId {
@@ -84,6 +90,7 @@ impl PluginId {
             pid: None,
             comm: None,
             source: IdentitySource::Unknown,
+            inferred: None,
         }
     }
 
@@ -91,19 +98,23 @@ impl PluginId {
         let Some(p) = peer else {
             return Self::unknown();
         };
-        let env_name = p.env.get(ENV_PLUGIN_NAME).cloned();
-        let env_idx = p.env.get(ENV_PLUGIN_IDX).cloned();
-        let source = if env_name.is_some() {
-            IdentitySource::PrelaunchEnv
+        let guess = plugin_identity::infer(&p.cmdline, p.comm.as_deref(), &p.env);
+        let source = if guess.is_some() {
+            IdentitySource::Inferred
         } else {
             IdentitySource::PeerProcess
         };
+        let (name, index, inferred) = match guess {
+            Some(g) => (g.name, g.index, Some(g.how)),
+            None => (None, None, None),
+        };
         PluginId {
-            name: env_name,
-            index: env_idx,
+            name,
+            index,
             pid: Some(p.pid),
             comm: p.comm.clone(),
             source,
+            inferred,
         }
     }
 
@@ -403,7 +414,12 @@ impl ConnState {
             has_plugin_end: false,
             decoders: [MuxTtrpc::new(), MuxTtrpc::new()],
             stamps: Default::default(),
-            nri: by_path || plugin.source == IdentitySource::PrelaunchEnv,
+            // The runtime sets NRI_PLUGIN_NAME only for the plugins it
+            // launches: such a peer is an NRI plugin whatever the socket.
+            nri: by_path
+                || open
+                    .and_then(|o| o.peer.as_ref())
+                    .is_some_and(|p| p.env.contains_key(ENV_PLUGIN_NAME)),
             plugin,
             announced: false,
             events: None,
@@ -481,7 +497,18 @@ pub struct NriCallAssembler {
     /// No pending call's deadline (plus grace) comes before this: the
     /// pending calls need no scan until capture time passes it.
     next_deadline: u64,
+    /// The event delivery the runtime is making (see
+    /// [`NriCallAssembler::check_delivery_order`]).
+    round: Option<DeliveryRound>,
     stats: AssemblerStats,
+}
+
+/// One event of one object, delivered by the runtime to its plugins one
+/// after another: the connections it went to so far, in order.
+struct DeliveryRound {
+    event: Event,
+    object: String,
+    conns: Vec<ConnId>,
 }
 
 impl NriCallAssembler {
@@ -494,6 +521,7 @@ impl NriCallAssembler {
             conns: HashMap::new(),
             awaiting_reply: Vec::new(),
             next_deadline: u64::MAX,
+            round: None,
             stats: AssemblerStats::default(),
         }
     }
@@ -616,6 +644,89 @@ impl NriCallAssembler {
         }
     }
 
+    /// The runtime delivers `event` of `object` (a container or pod id) to
+    /// the plugin of `conn`: check inferred plugin indexes against the
+    /// order of the deliveries. The runtime holds one lock per NRI entry
+    /// point and calls its plugins one after another sorted by index (nri
+    /// `pkg/adaptation/adaptation.go` `sortPlugins`: `plugins[i].idx <
+    /// plugins[j].idx`), so within one event of one object a plugin called
+    /// later has an index no lower than one called before. An inferred
+    /// index that breaks this is wrong (or the other plugin's is): the
+    /// inference gets the conflict and low confidence, and its plugin is
+    /// announced again. Registered identities are what the runtime uses:
+    /// they are left alone.
+    fn check_delivery_order(
+        &mut self,
+        conn: ConnId,
+        event: Event,
+        object: String,
+        ts: Timestamp,
+        out: &mut Vec<NriObservation>,
+    ) {
+        if object.is_empty() {
+            return;
+        }
+        let earlier = match self.round.as_mut() {
+            Some(r) if r.event == event && r.object == object => {
+                if r.conns.last() == Some(&conn) {
+                    // The same plugin again: the v0.12 per-event method,
+                    // then its StateChange fallback.
+                    return;
+                }
+                if r.conns.contains(&conn) {
+                    // The same event of the same object again: a new round.
+                    r.conns.clear();
+                }
+                let earlier = r.conns.clone();
+                r.conns.push(conn);
+                earlier
+            }
+            _ => {
+                self.round = Some(DeliveryRound {
+                    event,
+                    object,
+                    conns: vec![conn],
+                });
+                return;
+            }
+        };
+        let Some(this) = self.conns.get(&conn).map(|s| s.plugin.clone()) else {
+            return;
+        };
+        let Some(idx) = this.index.as_deref() else {
+            return;
+        };
+        for prev in earlier {
+            let Some(before) = self.conns.get(&prev).map(|s| s.plugin.clone()) else {
+                continue;
+            };
+            if before.index.as_deref().is_none_or(|b| b <= idx) {
+                continue;
+            }
+            let what = format!(
+                "the runtime called {} before {} with {} of {object}, but it calls plugins \
+                 in index order",
+                before.label(),
+                this.label(),
+                event.as_str_name()
+            );
+            for c in [prev, conn] {
+                let Some(st) = self.conns.get_mut(&c) else {
+                    continue;
+                };
+                if st
+                    .plugin
+                    .inferred
+                    .as_mut()
+                    .is_some_and(|i| i.add_conflict(what.clone()))
+                {
+                    st.announced = false;
+                    st.announce(c, ts, out);
+                }
+            }
+        }
+    }
+
     fn on_chunk(&mut self, c: &Chunk, out: &mut Vec<NriObservation>) {
         let nri_paths = &self.nri_paths;
         let st = self
@@ -704,6 +815,7 @@ impl NriCallAssembler {
                     st.plugin.name = Some(r.plugin_name.clone());
                     st.plugin.index = Some(r.plugin_idx.clone());
                     st.plugin.source = IdentitySource::RegisterPlugin;
+                    st.plugin.inferred = None;
                     st.announced = false;
                 }
                 let synchronized_pods = match &body {
@@ -715,6 +827,19 @@ impl NriCallAssembler {
                 let (event, subject, summary) = match body {
                     Ok(b) => describe_request(b),
                     Err(e) => (None, Subject::default(), format!("undecodable: {e}")),
+                };
+                if let (Caller::Runtime, Some(e)) = (caller_of(c.direction), event) {
+                    let object = subject
+                        .container
+                        .as_ref()
+                        .map(|k| k.id.as_str())
+                        .or_else(|| subject.pod.as_ref().map(|p| p.id.as_str()))
+                        .unwrap_or_default()
+                        .to_owned();
+                    self.check_delivery_order(c.conn, e, object, ts, out);
+                }
+                let Some(st) = self.conns.get_mut(&c.conn) else {
+                    return;
                 };
                 st.announce(c.conn, ts, out);
                 let p = PendingCall {
@@ -1393,6 +1518,124 @@ mod tests {
         f.extend_from_slice(&(t.len() as u32).to_be_bytes());
         f.extend_from_slice(&t);
         f
+    }
+
+    /// An existing connection whose peer process is `argv` (no
+    /// RegisterPlugin will be seen on it).
+    fn open_peer(conn: u64, pid: u32, argv: &[&str]) -> CaptureEvent {
+        let CaptureEvent::Open(mut o) = open(conn) else {
+            unreachable!()
+        };
+        o.peer = Some(Peer {
+            pid,
+            uid: 0,
+            comm: argv
+                .first()
+                .map(|a| a.rsplit('/').next().unwrap_or(a).to_owned()),
+            cmdline: argv.iter().map(ToString::to_string).collect(),
+            env: BTreeMap::new(),
+        });
+        CaptureEvent::Open(o)
+    }
+
+    /// The latest identity announced for each connection.
+    fn identities(out: &[NriObservation]) -> HashMap<ConnId, PluginId> {
+        let mut m = HashMap::new();
+        for o in out {
+            if let NriObservation::Plugin { conn, plugin, .. } = o {
+                m.insert(*conn, plugin.clone());
+            }
+        }
+        m
+    }
+
+    /// Plugins that registered before the capture are named from their
+    /// argv; deliveries of one event in index order leave the inference
+    /// alone, an order the inferred indexes contradict lowers the
+    /// confidence of both with the evidence, and a RegisterPlugin seen
+    /// later replaces the inference.
+    #[test]
+    fn inferred_identity_is_checked_against_the_delivery_order() {
+        use super::plugin_identity::{Clue, Confidence};
+        let mut a = NriCallAssembler::new(vec!["/nri.sock".into()]);
+        let mut out = Vec::new();
+        a.on_capture(
+            &open_peer(1, 100, &["/bin/p", "-idx", "10", "-name", "a"]),
+            &mut out,
+        );
+        a.on_capture(&open_peer(2, 200, &["/opt/nri/plugins/20-b"]), &mut out);
+        let ids = identities(&out);
+        let (first, second) = (&ids[&ConnId(1)], &ids[&ConnId(2)]);
+        assert_eq!(
+            (first.label(), second.label()),
+            ("10-a".into(), "20-b".into())
+        );
+        assert_eq!(first.source, IdentitySource::Inferred);
+        let how = first.inferred.as_ref().unwrap();
+        assert_eq!(
+            (how.name_from, how.index_from),
+            (Some(Clue::Flag), Some(Clue::Flag))
+        );
+        let how = second.inferred.as_ref().unwrap();
+        assert_eq!(how.index_from, Some(Clue::Argv0));
+        let run = |pod: &str| {
+            api::RunPodSandboxRequest {
+                pod: Some(api::PodSandbox {
+                    id: pod.into(),
+                    ..Default::default()
+                }),
+            }
+            .encode_to_vec()
+        };
+        let deliver = |a: &mut NriCallAssembler, out: &mut Vec<_>, conn, at, sid, pod: &str| {
+            let f = call_frame(sid, "RunPodSandbox", run(pod), 0);
+            a.on_capture(&chunk(conn, Direction::Out, at, f), out);
+        };
+        // s1: 10-a then 20-b, as the runtime orders them.
+        deliver(&mut a, &mut out, 1, 10, 1, "s1");
+        deliver(&mut a, &mut out, 2, 20, 1, "s1");
+        let ids = identities(&out);
+        assert!(ids
+            .values()
+            .all(|p| p.inferred.as_ref().unwrap().confidence == Confidence::High));
+        // s2: 20-b first; then 10-a (twice: a v0.12 fallback is no new round).
+        deliver(&mut a, &mut out, 2, 30, 3, "s2");
+        deliver(&mut a, &mut out, 1, 40, 3, "s2");
+        deliver(&mut a, &mut out, 1, 41, 5, "s2");
+        let ids = identities(&out);
+        for c in [1, 2] {
+            let how = ids[&ConnId(c)].inferred.as_ref().unwrap();
+            assert_eq!(how.confidence, Confidence::Low, "{how:?}");
+            assert_eq!(how.conflicts.len(), 1, "{how:?}");
+            assert!(
+                how.conflicts[0].contains("called 20-b before 10-a with RUN_POD_SANDBOX of s2"),
+                "{how:?}"
+            );
+        }
+        // The registration wins.
+        let reg = api::RegisterPluginRequest {
+            plugin_name: "b".into(),
+            plugin_idx: "05".into(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let req = envelope::Request {
+            service: message::RUNTIME_SERVICE.into(),
+            method: "RegisterPlugin".into(),
+            payload: reg,
+            timeout_nano: 0,
+            metadata: vec![],
+        }
+        .encode_to_vec();
+        let mut f = message_frame(1, 1, &req);
+        f[..4].copy_from_slice(&2u32.to_be_bytes());
+        a.on_capture(&chunk(2, Direction::In, 50, f), &mut out);
+        let b = &identities(&out)[&ConnId(2)];
+        assert_eq!(
+            (b.label().as_str(), b.source),
+            ("05-b", IdentitySource::RegisterPlugin)
+        );
+        assert!(b.inferred.is_none());
     }
 
     #[test]
