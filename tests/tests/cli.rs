@@ -275,7 +275,7 @@ impl Pods {
                 } else {
                     [
                         l["cgroup"].as_str(),
-                        l["path"].as_str().or(l["target"].as_str()),
+                        l["path"].as_str().or_else(|| l["target"].as_str()),
                     ]
                 };
                 texts.iter().flatten().find_map(|t| {
