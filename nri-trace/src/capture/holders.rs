@@ -94,6 +94,24 @@ pub fn rootfs_mounts(id: &str) -> Vec<PathBuf> {
     v
 }
 
+/// Mount points (from the host's mountinfo) under kubelet's directory of
+/// the pod with uid `uid`: its volumes (`.../pods/<uid>/volumes/...`)
+/// and the subPaths bound from them.
+pub fn pod_volume_mounts(uid: &str) -> Vec<PathBuf> {
+    let Ok(info) = Process::myself().and_then(|p| p.mountinfo()) else {
+        return Vec::new();
+    };
+    let dir = format!("/pods/{uid}/");
+    let mut v: Vec<PathBuf> = info
+        .into_iter()
+        .map(|m| m.mount_point)
+        .filter(|m| m.to_string_lossy().contains(&dir))
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
 /// Processes whose cwd, root or an open file is at or under `dir`.
 pub fn holding(dir: &Path) -> Vec<Holder> {
     let mut out = Vec::new();

@@ -179,8 +179,8 @@ fn show(a: &ExplainArgs, log: &TeardownLog, at: u64, seen: &str) -> Result<()> {
     let facts = (!a.no_proc && e.verdict != Verdict::Gone).then(|| explain::node_facts(&e));
     let mut w = std::io::BufWriter::new(std::io::stdout().lock());
     match a.output {
-        LineOutput::Text => explain::text(&mut w, &e, facts.as_deref())?,
-        LineOutput::Json => explain::json(&mut w, &e, facts.as_deref())?,
+        LineOutput::Text => explain::text(&mut w, &e, facts.as_ref())?,
+        LineOutput::Json => explain::json(&mut w, &e, facts.as_ref())?,
     }
     w.flush()?;
     Ok(())

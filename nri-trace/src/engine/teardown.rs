@@ -203,6 +203,8 @@ pub struct Explanation {
     /// "namespace/name".
     pub pod: String,
     pub sandbox_id: Option<String>,
+    /// The pod's uid (kubelet's paths name the pod by it), when known.
+    pub uid: Option<String>,
     pub verdict: Verdict,
     /// Where the CRI calls stand.
     pub progress: TeardownProgress,
@@ -229,6 +231,7 @@ pub struct Explanation {
 struct PodTeardown {
     label: String,
     sandbox_id: Option<String>,
+    uid: Option<String>,
     /// Container id -> name.
     containers: BTreeMap<String, String>,
     steps: VecDeque<Step>,
@@ -330,10 +333,14 @@ impl TeardownLog {
             return;
         };
         self.bound();
-        if let Some(uid) = c.pod.as_ref().map(|p| &p.uid).filter(|u| !u.is_empty()) {
+        let uid = c.pod.as_ref().map(|p| &p.uid).filter(|u| !u.is_empty());
+        if let Some(uid) = uid {
             self.by_uid.insert(uid.clone(), key.clone());
         }
         let p = self.pods.entry(key.clone()).or_default();
+        if uid.is_some() {
+            p.uid = uid.cloned();
+        }
         if let Some(l) = &label {
             p.label.clone_from(l);
             let ids = self.by_label.entry(l.clone()).or_default();
@@ -440,6 +447,9 @@ impl TeardownLog {
             let p = self.pods.entry(pod.id.clone()).or_default();
             p.label.clone_from(&label);
             p.sandbox_id = Some(pod.id.clone());
+            if !pod.uid.is_empty() {
+                p.uid = Some(pod.uid.clone());
+            }
             p.last_seen = p.last_seen.max(s.ts.mono_ns);
             let ids = self.by_label.entry(label).or_default();
             if !ids.contains(&pod.id) {
@@ -627,6 +637,7 @@ impl TeardownLog {
         let mut e = Explanation {
             pod: p.label.clone(),
             sandbox_id: p.sandbox_id.clone(),
+            uid: p.uid.clone(),
             verdict: Verdict::NotTornDown,
             progress: TeardownProgress::NotStarted {
                 last_call: None,

@@ -65,8 +65,27 @@ impl Sink for TeardownSink {
 
 /// What this node shows now of the pod `e` explains: each container's
 /// rootfs mounts and who holds them, its cgroup and the processes in it,
-/// and the processes sent SIGKILL that are still there.
-pub fn node_facts(e: &Explanation) -> Vec<ContainerFacts> {
+/// the processes sent SIGKILL that are still there, and the pod's volumes
+/// kubelet still has mounted, with who holds them.
+pub fn node_facts(e: &Explanation) -> NodeFacts {
+    let volumes = e
+        .uid
+        .as_deref()
+        .map(holders::pod_volume_mounts)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| VolumeFacts {
+            holders: holders::holding(&m),
+            mount: m.display().to_string(),
+        })
+        .collect();
+    NodeFacts {
+        containers: container_facts(e),
+        volumes,
+    }
+}
+
+fn container_facts(e: &Explanation) -> Vec<ContainerFacts> {
     let signalled = |name: &str| -> Vec<Holder> {
         e.alive_after_kill
             .iter()
@@ -115,18 +134,34 @@ pub fn node_facts(e: &Explanation) -> Vec<ContainerFacts> {
 pub fn json(
     w: &mut impl Write,
     e: &Explanation,
-    node: Option<&[ContainerFacts]>,
+    node: Option<&NodeFacts>,
 ) -> io::Result<()> {
     let line = Explained {
         kind: "explanation",
         explanation: e,
-        node,
+        node: node.map(|n| n.containers.as_slice()),
+        node_volumes: node.map(|n| n.volumes.as_slice()),
         sentence: sentence(e, node),
         evidence: evidence(e),
         finding_lines: e.findings.iter().map(|f| finding_sentence(e, f)).collect(),
         kernel_lines: e.kernel.iter().map(kernel_line).collect(),
     };
     crate::capture::recording::RecordingWriter::new(&mut *w).write_record(&line, true)
+}
+
+/// What the node shows now of a pod.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct NodeFacts {
+    pub containers: Vec<ContainerFacts>,
+    pub volumes: Vec<VolumeFacts>,
+}
+
+/// A volume of the pod still mounted under kubelet's pod directory.
+#[derive(Debug, Clone, Serialize)]
+pub struct VolumeFacts {
+    pub mount: String,
+    /// Processes holding it (cwd, root, open files).
+    pub holders: Vec<Holder>,
 }
 
 /// What the node shows of one container of the pod.
@@ -158,6 +193,8 @@ pub struct Explained<'a> {
     pub explanation: &'a Explanation,
     /// `None`: the node was not inspected (`--no-proc`, or a pod gone).
     pub node: Option<&'a [ContainerFacts]>,
+    /// The pod's volumes still mounted (`None` as `node`).
+    pub node_volumes: Option<&'a [VolumeFacts]>,
     pub sentence: String,
     pub evidence: Vec<String>,
     /// The findings' sentences, in the order of `findings`.
@@ -498,12 +535,24 @@ fn next_text(n: &NextStep) -> String {
 /// The sentence, completed with what the node shows when the teardown is
 /// blocked or waiting: a process holding a rootfs, or still alive in a
 /// container's cgroup.
-pub fn sentence(e: &Explanation, node: Option<&[ContainerFacts]>) -> String {
+pub fn sentence(e: &Explanation, node: Option<&NodeFacts>) -> String {
     let mut s = base_sentence(e);
     if e.verdict == Verdict::Gone {
         return s;
     }
-    for c in node.unwrap_or_default() {
+    for v in node.map(|n| n.volumes.as_slice()).unwrap_or_default() {
+        if let Some(h) = v.holders.first() {
+            s.push_str(&format!(
+                "; on this node pid {} ({}) holds the pod's volume {} (its {}, state {})",
+                h.pid,
+                sanitize(&h.comm),
+                sanitize(&v.mount),
+                h.what,
+                h.state
+            ));
+        }
+    }
+    for c in node.map(|n| n.containers.as_slice()).unwrap_or_default() {
         for p in &c.signalled {
             s.push_str(&format!(
                 "; on this node pid {} ({}) is in state {}{}",
@@ -542,7 +591,7 @@ pub fn sentence(e: &Explanation, node: Option<&[ContainerFacts]>) -> String {
 pub fn text(
     w: &mut impl Write,
     e: &Explanation,
-    node: Option<&[ContainerFacts]>,
+    node: Option<&NodeFacts>,
 ) -> io::Result<()> {
     writeln!(w, "{}", sentence(e, node))?;
     writeln!(
@@ -597,7 +646,24 @@ pub fn text(
             writeln!(w, "    {}: {}", f.rule, sanitize(&finding_sentence(e, f)))?;
         }
     }
-    match node {
+    if let Some(n) = node {
+        for v in &n.volumes {
+            writeln!(w, "  on this node: volume {} still mounted", sanitize(&v.mount))?;
+            for h in &v.holders {
+                writeln!(
+                    w,
+                    "      pid {} ({}) {} {} state {} wchan {}",
+                    h.pid,
+                    sanitize(&h.comm),
+                    h.what,
+                    sanitize(&h.path),
+                    h.state,
+                    sanitize(&h.wchan)
+                )?;
+            }
+        }
+    }
+    match node.map(|n| n.containers.as_slice()) {
         None => {}
         Some([]) => writeln!(w, "  on this node: no container of the pod known")?,
         Some(cs) => {
