@@ -108,7 +108,8 @@ pub struct Expected {
     pub errno: Option<i32>,
     /// The process that holds the path, or that survives SIGKILL.
     pub pid: Option<u32>,
-    /// The plugin and its hook.
+    /// The plugin as containerd and nri-trace name it (`NN-name`), and its
+    /// hook (the NRI event, e.g. `STOP_POD_SANDBOX`).
     pub plugin: Option<String>,
     pub hook: Option<String>,
     /// False when containerd does not keep the pod (plugin-error-on-stop).
@@ -605,8 +606,8 @@ fn make_stuck_inner(
             pod.expected = Expected {
                 failing_step: Some("StopPodSandbox".into()),
                 blocker: Some("hook_pending".into()),
-                plugin: Some(HUNG_PLUGIN.into()),
-                hook: Some("StopPodSandbox".into()),
+                plugin: Some(format!("10-{HUNG_PLUGIN}")),
+                hook: Some("STOP_POD_SANDBOX".into()),
                 // Only the first StopPodSandbox hangs (see the module doc).
                 stays_stuck: false,
                 ..Default::default()
@@ -614,8 +615,8 @@ fn make_stuck_inner(
         }
         Cause::PluginErrorOnStop => {
             pod.expected = Expected {
-                plugin: Some(FAILING_PLUGIN.into()),
-                hook: Some("StopPodSandbox".into()),
+                plugin: Some(format!("10-{FAILING_PLUGIN}")),
+                hook: Some("STOP_POD_SANDBOX".into()),
                 stays_stuck: false,
                 ..Default::default()
             };

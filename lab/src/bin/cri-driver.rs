@@ -1215,7 +1215,7 @@ async fn teardown(ctx: Arc<Ctx>, a: TeardownArgs) -> ScenarioResult {
                 log::info!("teardown of {}: {} failed (try {retry}): {e}", pod.name, step.name());
                 failures.push(json!({"step": step.name(), "retry": retry, "error": e,
                                      "at_ms": ms(t0.elapsed())}));
-                let v = json!({"pod": pod_json, "failures": failures, "stuck_at": step.name()});
+                let v = json!({"pod": pod_json, "failed_tries": failures, "stuck_at": step.name()});
                 if give_up.is_some_and(|g| t0.elapsed() + Duration::from_millis(a.retry_ms) > g) {
                     return fail(
                         v,
@@ -1239,7 +1239,7 @@ async fn teardown(ctx: Arc<Ctx>, a: TeardownArgs) -> ScenarioResult {
         pod.name,
         failures.len()
     ));
-    Ok(json!({"pod": pod_json, "containers": containers, "failures": failures,
+    Ok(json!({"pod": pod_json, "containers": containers, "failed_tries": failures,
               "teardown_ms": ms(t0.elapsed())}))
 }
 
