@@ -860,7 +860,11 @@ impl Driver {
         };
         match &outcome {
             Outcome::Ok => log::debug!("{op} {} ok", path.display()),
-            o => log::info!("{op} {} (retry {retry}) failed: {}", path.display(), describe_volume(o)),
+            o => log::info!(
+                "{op} {} (retry {retry}) failed: {}",
+                path.display(),
+                describe_volume(o)
+            ),
         }
         self.write_truth(&Truth::Volume {
             op: op.to_owned(),

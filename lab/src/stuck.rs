@@ -264,7 +264,10 @@ impl StuckPod {
                 let pid = self.expected.pid.context("reader pid")?;
                 let (state, comm) = scenario::proc_state(pid)
                     .with_context(|| format!("reader pid {pid} is gone"))?;
-                ensure!(state == 'D', "reader pid {pid} ({comm}) is in state {state}, not D");
+                ensure!(
+                    state == 'D',
+                    "reader pid {pid} ({comm}) is in state {state}, not D"
+                );
                 facts.push(format!(
                     "pid {pid} ({comm}) in state D, SIGKILL pending {}, wchan {}",
                     scenario::sigkill_pending(pid),
@@ -556,9 +559,17 @@ fn make_stuck_inner(
                 .join("state/io.containerd.runtime.v2.task/k8s.io")
                 .join(&container)
                 .join("rootfs");
-            ensure!(rootfs.is_dir(), "container rootfs {} not found", rootfs.display());
+            ensure!(
+                rootfs.is_dir(),
+                "container rootfs {} not found",
+                rootfs.display()
+            );
             let h = hold(&rootfs)?;
-            run.note(&format!("holder pid {} has its cwd in {}", h.id(), rootfs.display()))?;
+            run.note(&format!(
+                "holder pid {} has its cwd in {}",
+                h.id(),
+                rootfs.display()
+            ))?;
             pod.expected = Expected {
                 failing_step: Some("StopContainer".into()),
                 blocker: Some("unmount_failed".into()),
@@ -573,7 +584,11 @@ fn make_stuck_inner(
         Cause::VolumeBusy => {
             let path = volume::empty_dir(&volume::kubelet_root(&lab_dir), &pod.uid, VOLUME_NAME);
             let h = hold(&path)?;
-            run.note(&format!("holder pid {} has its cwd in {}", h.id(), path.display()))?;
+            run.note(&format!(
+                "holder pid {} has its cwd in {}",
+                h.id(),
+                path.display()
+            ))?;
             pod.expected = Expected {
                 failing_step: Some("unmount".into()),
                 blocker: Some("unmount_failed".into()),
@@ -593,7 +608,9 @@ fn make_stuck_inner(
                 cgroup.contains(&container),
                 "reader pid {pid} is not in container {container}'s cgroup: {cgroup}"
             );
-            run.note(&format!("reader pid {pid} of container {container} blocked in a FUSE read"))?;
+            run.note(&format!(
+                "reader pid {pid} of container {container} blocked in a FUSE read"
+            ))?;
             pod.expected = Expected {
                 failing_step: Some("StopContainer".into()),
                 blocker: Some("alive_after_kill".into()),

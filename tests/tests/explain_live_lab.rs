@@ -80,9 +80,11 @@ fn words(v: &Value) -> String {
 
 /// Whether explain's steps show a failed `method`.
 fn failed_step(v: &Value, method: &str) -> bool {
-    v["steps"].as_array().into_iter().flatten().any(|s| {
-        s["method"] == method && s["outcome"]["kind"].as_str().is_some_and(|k| k != "ok")
-    })
+    v["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|s| s["method"] == method && s["outcome"]["kind"].as_str().is_some_and(|k| k != "ok"))
 }
 
 /// The cause as the stuck pod says it should be named.
@@ -97,7 +99,10 @@ fn assert_names_cause(pod: &StuckPod, v: &Value) {
             assert_eq!(v["blocker"]["kind"], "unmount_failed", "{v}");
             assert_eq!(v["blocker"]["path"], path.as_ref(), "{v}");
             assert_eq!(v["blocker"]["errno"], libc::EBUSY, "{v}");
-            assert!(w.contains(&format!("pid {pid}")), "holder pid {pid} not named: {w}");
+            assert!(
+                w.contains(&format!("pid {pid}")),
+                "holder pid {pid} not named: {w}"
+            );
             assert!(w.contains("EBUSY"), "{w}");
             if pod.cause == Cause::BusyMount {
                 // The runtime's call that the mount holds.

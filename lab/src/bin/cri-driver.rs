@@ -264,7 +264,11 @@ struct MixArgs {
 #[derive(Args, Debug)]
 struct TeardownArgs {
     /// The pod's name (CRI metadata; its newest sandbox).
-    #[arg(long, required_unless_present = "sandbox_id", conflicts_with = "sandbox_id")]
+    #[arg(
+        long,
+        required_unless_present = "sandbox_id",
+        conflicts_with = "sandbox_id"
+    )]
     name: Option<String>,
     /// The pod's namespace (with --name).
     #[arg(long, default_value = "nri-trace")]
@@ -297,13 +301,16 @@ struct SandboxArgs {
 fn parse_volume_name(s: &str) -> std::result::Result<String, String> {
     let ok = !s.is_empty()
         && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-');
     if ok {
         Ok(s.to_owned())
     } else {
-        Err(format!("volume name {s:?} is not a DNS-1123 label (a-z, 0-9, -)"))
+        Err(format!(
+            "volume name {s:?} is not a DNS-1123 label (a-z, 0-9, -)"
+        ))
     }
 }
 
@@ -945,10 +952,9 @@ async fn up(ctx: Arc<Ctx>, a: UpArgs) -> ScenarioResult {
     let mut volumes = vec![];
     for name in &a.volumes {
         let path = volume::empty_dir(&ctx.kubelet_dir, &spec.uid, name);
-        if let Err(e) = ctx
-            .driver
-            .volume_step("mount", &path, Some(&pref), 0, || volume::mount_tmpfs(&path))
-        {
+        if let Err(e) = ctx.driver.volume_step("mount", &path, Some(&pref), 0, || {
+            volume::mount_tmpfs(&path)
+        }) {
             if let Err((p, e)) = unmount_volumes(&ctx, &pref, 0) {
                 log::warn!("unmounting volume {}: {e}", p.display());
             }
@@ -1135,7 +1141,9 @@ async fn teardown_try(
                 let d = ctx.driver.clone();
                 let pod = pod.clone();
                 set.spawn(async move {
-                    let r = d.stop_container_try(Some(&pod), &c, grace_secs, retry).await;
+                    let r = d
+                        .stop_container_try(Some(&pod), &c, grace_secs, retry)
+                        .await;
                     (c, r)
                 });
             }
@@ -1195,8 +1203,10 @@ async fn teardown(ctx: Arc<Ctx>, a: TeardownArgs) -> ScenarioResult {
         std::process::id(),
         a.retry_ms
     ));
-    print_json(&json!({"teardown": "started", "pid": std::process::id(), "pod": pod_json,
-                       "containers": containers}));
+    print_json(
+        &json!({"teardown": "started", "pid": std::process::id(), "pod": pod_json,
+                       "containers": containers}),
+    );
     let _ = std::io::Write::flush(&mut std::io::stdout());
     let give_up = (a.for_ms > 0).then(|| Duration::from_millis(a.for_ms));
     let mut step = TeardownStep::StopContainers;
@@ -1212,7 +1222,11 @@ async fn teardown(ctx: Arc<Ctx>, a: TeardownArgs) -> ScenarioResult {
                 None => break,
             },
             Err(e) => {
-                log::info!("teardown of {}: {} failed (try {retry}): {e}", pod.name, step.name());
+                log::info!(
+                    "teardown of {}: {} failed (try {retry}): {e}",
+                    pod.name,
+                    step.name()
+                );
                 failures.push(json!({"step": step.name(), "retry": retry, "error": e,
                                      "at_ms": ms(t0.elapsed())}));
                 let v = json!({"pod": pod_json, "failed_tries": failures, "stuck_at": step.name()});
@@ -1239,8 +1253,10 @@ async fn teardown(ctx: Arc<Ctx>, a: TeardownArgs) -> ScenarioResult {
         pod.name,
         failures.len()
     ));
-    Ok(json!({"pod": pod_json, "containers": containers, "failed_tries": failures,
-              "teardown_ms": ms(t0.elapsed())}))
+    Ok(
+        json!({"pod": pod_json, "containers": containers, "failed_tries": failures,
+              "teardown_ms": ms(t0.elapsed())}),
+    )
 }
 
 // ------------------------------------------------------------------ mix
@@ -1557,6 +1573,69 @@ mod tests {
             "x"
         ])
         .is_err());
+    }
+
+    #[test]
+    fn teardown_and_volume_cli() {
+        let cli = Cli::try_parse_from([
+            "cri-driver",
+            "--truth",
+            "/t",
+            "teardown",
+            "--name",
+            "p",
+            "--retry-ms",
+            "500",
+        ])
+        .unwrap();
+        match cli.scenario {
+            Scenario::Teardown(a) => {
+                assert_eq!(a.name.as_deref(), Some("p"));
+                assert_eq!(a.namespace, "nri-trace");
+                assert_eq!((a.retry_ms, a.for_ms, a.grace_secs), (500, 0, 2));
+            }
+            s => panic!("parsed as {s:?}"),
+        }
+        // One of --name and --sandbox-id, not both.
+        assert!(Cli::try_parse_from(["cri-driver", "--truth", "/t", "teardown"]).is_err());
+        assert!(Cli::try_parse_from([
+            "cri-driver",
+            "--truth",
+            "/t",
+            "teardown",
+            "--name",
+            "p",
+            "--sandbox-id",
+            "x",
+        ])
+        .is_err());
+        let cli = Cli::try_parse_from([
+            "cri-driver",
+            "--truth",
+            "/t",
+            "up",
+            "--name",
+            "u",
+            "--volume",
+            "data",
+        ])
+        .unwrap();
+        match cli.scenario {
+            Scenario::Up(a) => assert_eq!(a.volumes, ["data"]),
+            s => panic!("parsed as {s:?}"),
+        }
+        for bad in ["", "Data", "a/b", "-a", "a-"] {
+            assert!(parse_volume_name(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            TeardownStep::StopContainers.next(),
+            Some(TeardownStep::StopPodSandbox)
+        );
+        assert_eq!(
+            TeardownStep::StopPodSandbox.next(),
+            Some(TeardownStep::UnmountVolumes)
+        );
+        assert_eq!(TeardownStep::RemovePodSandbox.next(), None);
     }
 
     #[tokio::test]

@@ -106,8 +106,9 @@ fn main() -> Result<()> {
             retry_ms,
         } => {
             let cause = Cause::parse(&cause)?;
-            let out =
-                out.unwrap_or_else(|| PathBuf::from("target/lab").join(format!("stuck-{}", cause.name())));
+            let out = out.unwrap_or_else(|| {
+                PathBuf::from("target/lab").join(format!("stuck-{}", cause.name()))
+            });
             let _lock = labctl::lock()?;
             let lab = Lab::from_env();
             lab.install()?;
