@@ -540,7 +540,10 @@ fn make_stuck_inner(
         .rev()
         .find_map(|l| serde_json::from_str(l).ok())
         .context("cri-driver up printed no JSON")?;
-    pod.uid = v["pod"]["uid"].as_str().context("pod uid")?.to_owned();
+    v["pod"]["uid"]
+        .as_str()
+        .context("pod uid")?
+        .clone_into(&mut pod.uid);
     let run = pod.run.as_ref().context("run")?;
     run.note(&format!(
         "stuck pod {}/{} ({}) uid {} sandbox {} container {container}",

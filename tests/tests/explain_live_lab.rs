@@ -14,6 +14,8 @@
 //! fails here under CI after checking the stuck pod; outside CI that part
 //! is skipped with a printed reason.
 
+// Only the guard of the shared helpers is used here.
+#[allow(unused_imports)]
 mod common;
 mod record_schema;
 

@@ -127,7 +127,7 @@ fn main() -> Result<()> {
                 pod.truth.display(),
                 pod.expected
             );
-            match pod.wait_stuck(std::time::Duration::from_secs(60)) {
+            match pod.wait_stuck(std::time::Duration::from_mins(1)) {
                 Ok(facts) => facts.iter().for_each(|f| println!("  - {f}")),
                 Err(e) => println!("  not stuck as expected: {e:#}"),
             }
