@@ -624,7 +624,8 @@ cmd_down() {
 		# Never rm -rf across a mount point.
 		log "warning: mounts remain under $LAB; keeping $STATE_DIR and $RUNC_ROOT"
 	else
-		rm -rf "$STATE_DIR" "$RUNC_ROOT" "$LAB/run"
+		# kubelet/: the driver's pod volume dirs (cri-driver --volume).
+		rm -rf "$STATE_DIR" "$RUNC_ROOT" "$LAB/run" "$LAB/kubelet"
 	fi
 	# libcni caches a result per network and container id (our network
 	# and go-cni's "cni-loopback") in /var/lib/cni; without a CNI DEL they

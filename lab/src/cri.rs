@@ -586,6 +586,14 @@ pub fn describe(outcome: &Outcome) -> String {
     }
 }
 
+/// A volume step's outcome in words (`EBUSY: Device or resource busy`).
+fn describe_volume(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Error { message, .. } => message.clone(),
+        o => describe(o),
+    }
+}
+
 // ------------------------------------------------------------------ errors
 
 #[derive(Debug)]
@@ -824,6 +832,50 @@ impl Driver {
             self.truth_errors.fetch_add(1, Ordering::Relaxed);
             log::error!("cannot write truth record: {e}");
         }
+    }
+
+    /// Run one volume step of the driver's own (`op`: mount, unmount,
+    /// remove) and write its [`Truth::Volume`] record: the errno of a
+    /// failure as the outcome's code.
+    pub fn volume_step(
+        &self,
+        op: &str,
+        path: &Path,
+        pod: Option<&PodRef>,
+        retry: u32,
+        step: impl FnOnce() -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        let start_mono_ns = truth::mono_ns();
+        let res = step();
+        let end_mono_ns = truth::mono_ns();
+        let outcome = match &res {
+            Ok(()) => Outcome::Ok,
+            Err(e) => {
+                let errno = e.raw_os_error().unwrap_or(0);
+                Outcome::Error {
+                    code: errno,
+                    message: format!("{}: {e}", crate::volume::errno_name(errno)),
+                }
+            }
+        };
+        match &outcome {
+            Outcome::Ok => log::debug!("{op} {} ok", path.display()),
+            o => log::info!(
+                "{op} {} (retry {retry}) failed: {}",
+                path.display(),
+                describe_volume(o)
+            ),
+        }
+        self.write_truth(&Truth::Volume {
+            op: op.to_owned(),
+            path: path.to_string_lossy().into_owned(),
+            pod: pod.cloned(),
+            start_mono_ns,
+            end_mono_ns,
+            outcome,
+            retry,
+        });
+        res
     }
 
     /// Every call made so far.
@@ -1432,6 +1484,18 @@ impl Driver {
         c: &ContainerRef,
         grace_secs: i64,
     ) -> Result<()> {
+        self.stop_container_try(pod, c, grace_secs, 0).await
+    }
+
+    /// [`Driver::stop_container`], recorded as retry number `retry` of the
+    /// same request (kubelet's pod worker trying the teardown again).
+    pub async fn stop_container_try(
+        &self,
+        pod: Option<&PodRef>,
+        c: &ContainerRef,
+        grace_secs: i64,
+        retry: u32,
+    ) -> Result<()> {
         let d = self.timeout + Duration::from_secs(grace_secs.max(0) as u64);
         let req = cri::StopContainerRequest {
             container_id: Self::container_id(c)?,
@@ -1442,7 +1506,7 @@ impl Driver {
             pod.cloned(),
             Some(c.clone()),
             d,
-            0,
+            retry,
             req,
             |mut c, r| async move { c.stop_container(r).await },
             |_, _, _| {},
@@ -1500,6 +1564,11 @@ impl Driver {
     }
 
     pub async fn stop_pod_sandbox(&self, pod: &PodRef) -> Result<()> {
+        self.stop_pod_sandbox_try(pod, 0).await
+    }
+
+    /// [`Driver::stop_pod_sandbox`] as retry number `retry` of the same request.
+    pub async fn stop_pod_sandbox_try(&self, pod: &PodRef, retry: u32) -> Result<()> {
         let d = self.timeout;
         let req = cri::StopPodSandboxRequest {
             pod_sandbox_id: Self::sandbox_id(pod)?,
@@ -1509,7 +1578,7 @@ impl Driver {
             Some(pod.clone()),
             None,
             d,
-            0,
+            retry,
             req,
             |mut c, r| async move { c.stop_pod_sandbox(r).await },
             |_, _, _| {},
@@ -1520,6 +1589,11 @@ impl Driver {
     }
 
     pub async fn remove_pod_sandbox(&self, pod: &PodRef) -> Result<()> {
+        self.remove_pod_sandbox_try(pod, 0).await
+    }
+
+    /// [`Driver::remove_pod_sandbox`] as retry number `retry` of the same request.
+    pub async fn remove_pod_sandbox_try(&self, pod: &PodRef, retry: u32) -> Result<()> {
         let d = self.timeout;
         let req = cri::RemovePodSandboxRequest {
             pod_sandbox_id: Self::sandbox_id(pod)?,
@@ -1529,7 +1603,7 @@ impl Driver {
             Some(pod.clone()),
             None,
             d,
-            0,
+            retry,
             req,
             |mut c, r| async move { c.remove_pod_sandbox(r).await },
             |_, _, _| {},

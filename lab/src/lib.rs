@@ -4,9 +4,13 @@
 //! - `cri` / `bin/cri-driver`: a kubelet-like CRI client.
 //! - `nri_plugin` / `bin/nri-test-plugin`: fault-injecting NRI plugins.
 //! - `truth`: the ground-truth records both write (NDJSON).
+//! - `volume`: the driver's pod volumes (kubelet's emptyDir layout).
+//! - `stuck`: pods left Terminating for each cause, the driver retrying.
 pub mod cri;
 pub mod labctl;
 pub mod nri_api;
 pub mod nri_plugin;
 pub mod scenario;
+pub mod stuck;
 pub mod truth;
+pub mod volume;

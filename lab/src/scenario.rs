@@ -112,6 +112,12 @@ impl Run {
             SCENARIOS.iter().any(|(n, _)| *n == name),
             "unknown scenario {name:?}; see `nri-lab list`"
         );
+        Self::unlisted(name, lab, bins, out)
+    }
+
+    /// A run that is not one of [`SCENARIOS`] (e.g. a stuck pod of
+    /// `stuck.rs`): the same plugins, driver and truth file.
+    pub(crate) fn unlisted(name: &str, lab: Lab, bins: Bins, out: &Path) -> Result<Self> {
         std::fs::create_dir_all(out)?;
         let truth = out.join("truth.ndjson");
         let _ = std::fs::remove_file(&truth);
@@ -291,7 +297,7 @@ impl Run {
             .spawn()?)
     }
 
-    fn driver_cmd(&self, args: &[&str]) -> Command {
+    pub(crate) fn driver_cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(&self.bins.driver);
         c.arg("--socket")
             .arg(self.lab.cri_socket())
@@ -303,7 +309,7 @@ impl Run {
 
     /// Stop external plugins that are still running (the runtime's `down`
     /// disconnects them; this reaps them).
-    fn reap_plugins(&mut self) {
+    pub(crate) fn reap_plugins(&mut self) {
         for mut c in self.plugins.drain(..) {
             for _ in 0..50 {
                 if let Ok(Some(_)) = c.try_wait() {
@@ -1077,9 +1083,9 @@ impl Drop for KillOnDrop {
 /// aborts its FUSE connection so that a reader stuck in state D can die of
 /// its pending SIGKILL, and detaches the mount: neither a D-state process
 /// nor a mount under the lab dir outlives the scenario.
-struct FuseHang {
+pub(crate) struct FuseHang {
     child: Option<Child>,
-    pid: u32,
+    pub(crate) pid: u32,
     mnt: PathBuf,
     /// Its stdout: one JSON object per line.
     events: PathBuf,
@@ -1087,7 +1093,7 @@ struct FuseHang {
 
 impl FuseHang {
     /// Start it and wait until it has mounted.
-    fn start(bin: &Path, mnt: &Path, out: &Path) -> Result<Self> {
+    pub(crate) fn start(bin: &Path, mnt: &Path, out: &Path) -> Result<Self> {
         ensure!(
             bin.is_file(),
             "{} not found (build it: cargo build -p nri-trace-lab --bins)",
@@ -1140,7 +1146,7 @@ impl FuseHang {
     }
 
     /// The pid of the first reader whose READ it holds.
-    fn held_reader(&self, max: Duration) -> Result<u32> {
+    pub(crate) fn held_reader(&self, max: Duration) -> Result<u32> {
         let t0 = std::time::Instant::now();
         loop {
             let pid = self.events().iter().find_map(|v| {
@@ -1161,7 +1167,7 @@ impl FuseHang {
 
     /// SIGTERM (it closes /dev/fuse, then detaches the mount); SIGKILL
     /// after 5 s.
-    fn stop(&mut self) -> Result<std::process::ExitStatus> {
+    pub(crate) fn stop(&mut self) -> Result<std::process::ExitStatus> {
         let mut c = self.child.take().context("fuse-hang already stopped")?;
         unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
         let t0 = std::time::Instant::now();
@@ -1194,7 +1200,7 @@ impl Drop for FuseHang {
 }
 
 /// (state, comm) of a process, from /proc/PID/stat.
-fn proc_state(pid: u32) -> Option<(char, String)> {
+pub(crate) fn proc_state(pid: u32) -> Option<(char, String)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let open = stat.find('(')?;
     let close = stat.rfind(')')?;
@@ -1204,7 +1210,7 @@ fn proc_state(pid: u32) -> Option<(char, String)> {
 }
 
 /// Is SIGKILL pending for the thread or its process (/proc/PID/status)?
-fn sigkill_pending(pid: u32) -> bool {
+pub(crate) fn sigkill_pending(pid: u32) -> bool {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status.lines().any(|l| {
         let Some((k, v)) = l.split_once(':') else {
@@ -1216,7 +1222,7 @@ fn sigkill_pending(pid: u32) -> bool {
 }
 
 /// The kernel function the process sleeps in, when /proc shows it.
-fn wchan(pid: u32) -> String {
+pub(crate) fn wchan(pid: u32) -> String {
     match std::fs::read_to_string(format!("/proc/{pid}/wchan")) {
         Ok(w) if !w.trim().is_empty() && w.trim() != "0" => w.trim().to_string(),
         _ => "?".into(),
@@ -1504,7 +1510,7 @@ fn wait_child(c: &mut Child, what: &str) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn json_field(out: &str, key: &str) -> Result<String> {
+pub(crate) fn json_field(out: &str, key: &str) -> Result<String> {
     for line in out.lines() {
         if let Ok(v) = serde_json::from_str::<serde_json::Value>(line) {
             if let Some(s) = v.get(key).and_then(|x| x.as_str()) {
@@ -1515,11 +1521,11 @@ fn json_field(out: &str, key: &str) -> Result<String> {
     bail!("no {key:?} in cri-driver output: {out}")
 }
 
-fn sandbox_id_of(out: &str) -> Result<String> {
+pub(crate) fn sandbox_id_of(out: &str) -> Result<String> {
     json_field(out, "sandbox_id")
 }
 
-fn container_id_of(out: &str) -> Result<String> {
+pub(crate) fn container_id_of(out: &str) -> Result<String> {
     json_field(out, "container_id")
 }
 

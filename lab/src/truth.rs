@@ -119,6 +119,22 @@ pub enum Truth {
     },
     /// Something the scenario runner did or observed (scenario-specific).
     Note { mono_ns: u64, text: String },
+    /// The driver's own share of a pod's volumes, as kubelet's volume
+    /// manager does it: mount a pod volume before RunPodSandbox, unmount
+    /// (umount2) and remove its directory at teardown.
+    Volume {
+        /// `mount`, `unmount` or `remove`.
+        op: String,
+        /// The volume's directory on the host.
+        path: String,
+        pod: Option<PodRef>,
+        start_mono_ns: u64,
+        end_mono_ns: u64,
+        /// Error: `code` is the errno, `message` its name and text.
+        outcome: Outcome,
+        /// 0 for the first try; n for the n-th retry of the same step.
+        retry: u32,
+    },
 }
 
 /// An NRI pod as delivered to a plugin.

@@ -13,7 +13,9 @@
 //! cri-driver --truth /tmp/t.ndjson ignore-sigterm --grace-secs 3
 //! cri-driver --truth /tmp/t.ndjson up --name p1 --netns     # {"sandbox_id":..., "container_id":...}
 //! cri-driver --truth /tmp/t.ndjson up --name p2 --mount /mnt/f:/hang -- sh -c 'cat /hang/hang'
+//! cri-driver --truth /tmp/t.ndjson up --name p3 --volume data   # tmpfs emptyDir at /volumes/data
 //! cri-driver --truth /tmp/t.ndjson down --sandbox-id ID
+//! cri-driver --truth /tmp/t.ndjson teardown --name p3 --retry-ms 2000   # kubelet-like, retried
 //! cri-driver --truth /tmp/t.ndjson mix --pods 2 --pause-file /tmp/go  # warm, {"phase":"paused"}, main
 //! ```
 
@@ -30,6 +32,7 @@ use clap::{Args, Parser, Subcommand};
 use nri_trace_lab::{
     cri::{self, api, ContainerSpec, Driver, MountSpec, PodSpec, RetryPolicy},
     truth::{self, ContainerRef, Outcome, PodRef, TruthWriter},
+    volume,
 };
 use serde_json::{json, Value};
 
@@ -71,6 +74,11 @@ struct Cli {
     /// as kubelet does once its relist shows that container).
     #[arg(long)]
     no_bump_attempt: bool,
+    /// kubelet's root directory, where pod volumes go
+    /// (`pods/<uid>/volumes/kubernetes.io~empty-dir/<name>`) [default:
+    /// $NRI_TRACE_LAB_DIR/kubelet].
+    #[arg(long, value_name = "DIR")]
+    kubelet_dir: Option<PathBuf>,
     #[command(subcommand)]
     scenario: Scenario,
 }
@@ -93,6 +101,11 @@ enum Scenario {
     Remove(SandboxArgs),
     /// stop + remove.
     Down(SandboxArgs),
+    /// Tear a pod down as kubelet's pod worker does, retrying: StopContainer
+    /// of each container, StopPodSandbox, unmount the pod's volumes,
+    /// RemovePodSandbox; a step that fails (or runs into its deadline) is
+    /// tried again after --retry-ms, from that step on.
+    Teardown(TeardownArgs),
     /// ListPodSandbox (all pods the runtime knows).
     List,
     /// A kubelet-like call mix in two phases on one connection, "warm" and
@@ -216,6 +229,12 @@ struct UpArgs {
     uid: Option<String>,
     #[arg(long, default_value = "main")]
     container_name: String,
+    /// A pod volume NAME, as kubelet's emptyDir with medium Memory: a tmpfs
+    /// mounted at <kubelet dir>/pods/<uid>/volumes/kubernetes.io~empty-dir/
+    /// NAME before RunPodSandbox, given to the container at /volumes/NAME,
+    /// unmounted and removed by `down` / `teardown` (repeatable).
+    #[arg(long = "volume", value_name = "NAME", value_parser = parse_volume_name)]
+    volumes: Vec<String>,
     /// Do not poll ContainerStatus until the container runs.
     #[arg(long)]
     no_wait: bool,
@@ -243,12 +262,56 @@ struct MixArgs {
 }
 
 #[derive(Args, Debug)]
+struct TeardownArgs {
+    /// The pod's name (CRI metadata; its newest sandbox).
+    #[arg(
+        long,
+        required_unless_present = "sandbox_id",
+        conflicts_with = "sandbox_id"
+    )]
+    name: Option<String>,
+    /// The pod's namespace (with --name).
+    #[arg(long, default_value = "nri-trace")]
+    namespace: String,
+    #[arg(long)]
+    sandbox_id: Option<String>,
+    /// Wait between a failed step and its next try (kubelet's pod worker
+    /// syncs a terminating pod again within a few seconds).
+    #[arg(long, default_value_t = 2000, value_name = "MS")]
+    retry_ms: u64,
+    /// Give up (exit 1) when the pod is not removed after MS; 0: keep
+    /// trying until it is, or until killed.
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    for_ms: u64,
+    /// StopContainer timeout (grace period before SIGKILL).
+    #[arg(long, default_value_t = 2)]
+    grace_secs: i64,
+}
+
+#[derive(Args, Debug)]
 struct SandboxArgs {
     #[arg(long)]
     sandbox_id: String,
     /// StopContainer timeout (stop and down).
     #[arg(long, default_value_t = 2)]
     grace_secs: i64,
+}
+
+/// A volume name: a DNS-1123 label, as Kubernetes requires.
+fn parse_volume_name(s: &str) -> std::result::Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-');
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "volume name {s:?} is not a DNS-1123 label (a-z, 0-9, -)"
+        ))
+    }
 }
 
 fn parse_kv(s: &str) -> std::result::Result<(String, String), String> {
@@ -268,6 +331,8 @@ struct Ctx {
     driver: Driver,
     policy: RetryPolicy,
     log_dir: Option<PathBuf>,
+    /// kubelet's root directory (pod volumes).
+    kubelet_dir: PathBuf,
 }
 
 impl Ctx {
@@ -371,6 +436,14 @@ async fn run(cli: Cli) -> ExitCode {
             bump_attempt_on_orphan: !cli.no_bump_attempt,
         },
         log_dir: cli.log_dir.clone(),
+        kubelet_dir: cli.kubelet_dir.clone().unwrap_or_else(|| {
+            // The socket is <lab dir>/run/containerd.sock.
+            socket
+                .parent()
+                .and_then(Path::parent)
+                .map_or_else(|| PathBuf::from(cri::DEFAULT_LAB_DIR), Path::to_path_buf)
+                .join("kubelet")
+        }),
     });
     let res = match cli.scenario {
         Scenario::Lifecycle(a) => lifecycle(ctx, a).await,
@@ -380,6 +453,7 @@ async fn run(cli: Cli) -> ExitCode {
         Scenario::Stop(a) => sandbox_steps(ctx, a, true, false).await,
         Scenario::Remove(a) => sandbox_steps(ctx, a, false, true).await,
         Scenario::Down(a) => sandbox_steps(ctx, a, true, true).await,
+        Scenario::Teardown(a) => Box::pin(teardown(ctx, a)).await,
         Scenario::List => list(ctx).await,
         Scenario::Mix(a) => Box::pin(mix(ctx, a)).await,
     };
@@ -431,6 +505,7 @@ fn scenario_name(s: &Scenario) -> &'static str {
         Scenario::Stop(_) => "stop",
         Scenario::Remove(_) => "remove",
         Scenario::Down(_) => "down",
+        Scenario::Teardown(_) => "teardown",
         Scenario::List => "list",
         Scenario::Mix(_) => "mix",
     }
@@ -871,7 +946,29 @@ async fn up(ctx: Arc<Ctx>, a: UpArgs) -> ScenarioResult {
         spec.uid = uid.clone();
         spec = spec.with_log_root(ctx.log_dir.as_deref());
     }
-    let c = container_spec(a.container_name.clone(), &a.container);
+    let mut c = container_spec(a.container_name.clone(), &a.container);
+    // kubelet mounts the pod's volumes before it makes the sandbox.
+    let pref = spec.pod_ref(None);
+    let mut volumes = vec![];
+    for name in &a.volumes {
+        let path = volume::empty_dir(&ctx.kubelet_dir, &spec.uid, name);
+        if let Err(e) = ctx.driver.volume_step("mount", &path, Some(&pref), 0, || {
+            volume::mount_tmpfs(&path)
+        }) {
+            if let Err((p, e)) = unmount_volumes(&ctx, &pref, 0) {
+                log::warn!("unmounting volume {}: {e}", p.display());
+            }
+            return fail(
+                json!({"volume": path}),
+                anyhow!("mounting volume {name} at {}: {e}", path.display()),
+            );
+        }
+        c.mounts.push(MountSpec {
+            host_path: path.to_string_lossy().into_owned(),
+            container_path: volume::container_path(name),
+        });
+        volumes.push(path);
+    }
     let mut started = None;
     let res = start_pod(
         &ctx,
@@ -885,6 +982,7 @@ async fn up(ctx: Arc<Ctx>, a: UpArgs) -> ScenarioResult {
         "pod": {"name": spec.name, "namespace": spec.namespace, "uid": spec.uid, "attempt": spec.attempt},
         "sandbox_id": started.as_ref().and_then(|s| s.pod.sandbox_id.clone()),
         "container_id": started.as_ref().and_then(|s| s.containers.first().and_then(|c| c.id.clone())),
+        "volumes": volumes,
     });
     match res {
         Ok(()) => Ok(v),
@@ -892,9 +990,40 @@ async fn up(ctx: Arc<Ctx>, a: UpArgs) -> ScenarioResult {
             if let Some(s) = &started {
                 cleanup(&ctx, s).await;
             }
+            if let Err((p, e)) = unmount_volumes(&ctx, &pref, 0) {
+                log::warn!("unmounting volume {}: {e}", p.display());
+            }
             fail(v, e)
         }
     }
+}
+
+/// kubelet's volume teardown for a pod whose containers are stopped:
+/// umount2 each mounted volume directory of the pod, then remove the pod's
+/// directory. Each step is a `Truth::Volume` record (`retry`: the try
+/// number). Returns the first failure: (path, error).
+fn unmount_volumes(
+    ctx: &Ctx,
+    pod: &PodRef,
+    retry: u32,
+) -> std::result::Result<(), (PathBuf, std::io::Error)> {
+    let dir = volume::pod_dir(&ctx.kubelet_dir, &pod.uid);
+    if !dir.exists() {
+        return Ok(());
+    }
+    for v in volume::pod_volumes(&ctx.kubelet_dir, &pod.uid) {
+        if !volume::is_mounted(&v) {
+            continue;
+        }
+        ctx.driver
+            .volume_step("unmount", &v, Some(pod), retry, || volume::unmount(&v))
+            .map_err(|e| (v.clone(), e))?;
+    }
+    ctx.driver
+        .volume_step("remove", &dir, Some(pod), retry, || {
+            volume::remove_pod_dir(&ctx.kubelet_dir, &pod.uid)
+        })
+        .map_err(|e| (dir.clone(), e))
 }
 
 async fn sandbox_steps(ctx: Arc<Ctx>, a: SandboxArgs, stop: bool, remove: bool) -> ScenarioResult {
@@ -904,6 +1033,10 @@ async fn sandbox_steps(ctx: Arc<Ctx>, a: SandboxArgs, stop: bool, remove: bool) 
         let s = Started { pod, containers };
         if stop {
             stop_pod(&ctx, &s, a.grace_secs).await?;
+            // kubelet unmounts the pod's volumes once no container runs.
+            unmount_volumes(&ctx, &s.pod, 0).map_err(|(p, e)| {
+                anyhow!("unmounting volume {}: {e}", p.display())
+            })?;
         }
         if remove {
             remove_pod(&ctx, &s).await?;
@@ -927,6 +1060,203 @@ async fn list(ctx: Arc<Ctx>) -> ScenarioResult {
         }).collect::<Vec<_>>()})),
         Err(e) => fail(json!({}), e),
     }
+}
+
+// ------------------------------------------------------------------ teardown
+
+/// The steps of a kubelet-like teardown, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TeardownStep {
+    StopContainers,
+    StopPodSandbox,
+    UnmountVolumes,
+    RemovePodSandbox,
+}
+
+impl TeardownStep {
+    fn name(self) -> &'static str {
+        match self {
+            TeardownStep::StopContainers => "StopContainer",
+            TeardownStep::StopPodSandbox => "StopPodSandbox",
+            TeardownStep::UnmountVolumes => "unmount",
+            TeardownStep::RemovePodSandbox => "RemovePodSandbox",
+        }
+    }
+
+    fn next(self) -> Option<Self> {
+        match self {
+            TeardownStep::StopContainers => Some(TeardownStep::StopPodSandbox),
+            TeardownStep::StopPodSandbox => Some(TeardownStep::UnmountVolumes),
+            TeardownStep::UnmountVolumes => Some(TeardownStep::RemovePodSandbox),
+            TeardownStep::RemovePodSandbox => None,
+        }
+    }
+}
+
+/// The pod to tear down: by sandbox id, or the newest sandbox of a name.
+async fn teardown_target(ctx: &Ctx, a: &TeardownArgs) -> Result<PodRef> {
+    if let Some(id) = &a.sandbox_id {
+        return Ok(ctx.driver.pod_of(id).await?);
+    }
+    let name = a.name.clone().context("--name or --sandbox-id")?;
+    let filter = api::PodSandboxFilter {
+        label_selector: [
+            (cri::LABEL_POD_NAME.to_owned(), name.clone()),
+            (cri::LABEL_POD_NAMESPACE.to_owned(), a.namespace.clone()),
+        ]
+        .into_iter()
+        .collect(),
+        ..Default::default()
+    };
+    let items = ctx.driver.list_pod_sandbox(Some(filter)).await?;
+    let s = items
+        .into_iter()
+        .max_by_key(|s| s.created_at)
+        .with_context(|| format!("no pod sandbox named {}/{name}", a.namespace))?;
+    let m = s.metadata.unwrap_or_default();
+    Ok(PodRef {
+        name: m.name,
+        namespace: m.namespace,
+        uid: m.uid,
+        attempt: m.attempt,
+        sandbox_id: Some(s.id),
+    })
+}
+
+/// One try of `step`; Err(what failed) on failure.
+async fn teardown_try(
+    ctx: &Ctx,
+    step: TeardownStep,
+    pod: &PodRef,
+    to_stop: &mut Vec<ContainerRef>,
+    grace_secs: i64,
+    retry: u32,
+) -> std::result::Result<(), String> {
+    match step {
+        TeardownStep::StopContainers => {
+            // In parallel, as kubelet's killContainersWithSyncResult; a
+            // container stopped once is not stopped again.
+            let mut set = tokio::task::JoinSet::new();
+            for c in to_stop.clone() {
+                let d = ctx.driver.clone();
+                let pod = pod.clone();
+                set.spawn(async move {
+                    let r = d
+                        .stop_container_try(Some(&pod), &c, grace_secs, retry)
+                        .await;
+                    (c, r)
+                });
+            }
+            let mut failed = vec![];
+            while let Some(r) = set.join_next().await {
+                match r {
+                    Ok((c, Ok(()))) => to_stop.retain(|x| x.id != c.id),
+                    Ok((_, Err(e))) => failed.push(e.to_string()),
+                    Err(e) => failed.push(format!("stop task failed: {e}")),
+                }
+            }
+            if failed.is_empty() {
+                Ok(())
+            } else {
+                Err(failed.join("; "))
+            }
+        }
+        TeardownStep::StopPodSandbox => ctx
+            .driver
+            .stop_pod_sandbox_try(pod, retry)
+            .await
+            .map_err(|e| e.to_string()),
+        TeardownStep::UnmountVolumes => unmount_volumes(ctx, pod, retry)
+            .map_err(|(p, e)| format!("unmounting volume {}: {e}", p.display())),
+        TeardownStep::RemovePodSandbox => ctx
+            .driver
+            .remove_pod_sandbox_try(pod, retry)
+            .await
+            .map_err(|e| e.to_string()),
+    }
+}
+
+/// kubelet's pod worker on a terminating pod: each step in turn; a failed
+/// step is tried again after `retry_ms` (its `retry` number counting up),
+/// and the teardown goes on from there. Prints
+/// `{"teardown":"started",...}` once the pod is found, so that a caller
+/// knows the driver's pid and pod.
+async fn teardown(ctx: Arc<Ctx>, a: TeardownArgs) -> ScenarioResult {
+    let t0 = Instant::now();
+    let pod = match teardown_target(&ctx, &a).await {
+        Ok(p) => p,
+        Err(e) => return fail(json!({}), e),
+    };
+    let mut to_stop = match ctx.driver.containers_of(&pod).await {
+        Ok(c) => c,
+        Err(e) => return fail(json!({}), e),
+    };
+    let pod_json = json!({"name": pod.name, "namespace": pod.namespace, "uid": pod.uid,
+                          "attempt": pod.attempt, "sandbox_id": pod.sandbox_id});
+    let containers: Vec<String> = to_stop.iter().filter_map(|c| c.id.clone()).collect();
+    ctx.driver.note(format!(
+        "teardown of pod {}/{} uid {} sandbox {} by cri-driver pid {}: retry every {} ms",
+        pod.namespace,
+        pod.name,
+        pod.uid,
+        pod.sandbox_id.as_deref().unwrap_or("?"),
+        std::process::id(),
+        a.retry_ms
+    ));
+    print_json(
+        &json!({"teardown": "started", "pid": std::process::id(), "pod": pod_json,
+                       "containers": containers}),
+    );
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    let give_up = (a.for_ms > 0).then(|| Duration::from_millis(a.for_ms));
+    let mut step = TeardownStep::StopContainers;
+    let mut retry = 0u32;
+    let mut failures = vec![];
+    loop {
+        match teardown_try(&ctx, step, &pod, &mut to_stop, a.grace_secs, retry).await {
+            Ok(()) => match step.next() {
+                Some(n) => {
+                    step = n;
+                    retry = 0;
+                }
+                None => break,
+            },
+            Err(e) => {
+                log::info!(
+                    "teardown of {}: {} failed (try {retry}): {e}",
+                    pod.name,
+                    step.name()
+                );
+                failures.push(json!({"step": step.name(), "retry": retry, "error": e,
+                                     "at_ms": ms(t0.elapsed())}));
+                let v = json!({"pod": pod_json, "failed_tries": failures, "stuck_at": step.name()});
+                if give_up.is_some_and(|g| t0.elapsed() + Duration::from_millis(a.retry_ms) > g) {
+                    return fail(
+                        v,
+                        anyhow!(
+                            "pod {}/{} not torn down after {:.1} s: {} still fails: {e}",
+                            pod.namespace,
+                            pod.name,
+                            t0.elapsed().as_secs_f64(),
+                            step.name()
+                        ),
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(a.retry_ms)).await;
+                retry += 1;
+            }
+        }
+    }
+    ctx.driver.note(format!(
+        "teardown of pod {}/{} done after {} failed tries",
+        pod.namespace,
+        pod.name,
+        failures.len()
+    ));
+    Ok(
+        json!({"pod": pod_json, "containers": containers, "failed_tries": failures,
+              "teardown_ms": ms(t0.elapsed())}),
+    )
 }
 
 // ------------------------------------------------------------------ mix
@@ -1243,6 +1573,69 @@ mod tests {
             "x"
         ])
         .is_err());
+    }
+
+    #[test]
+    fn teardown_and_volume_cli() {
+        let cli = Cli::try_parse_from([
+            "cri-driver",
+            "--truth",
+            "/t",
+            "teardown",
+            "--name",
+            "p",
+            "--retry-ms",
+            "500",
+        ])
+        .unwrap();
+        match cli.scenario {
+            Scenario::Teardown(a) => {
+                assert_eq!(a.name.as_deref(), Some("p"));
+                assert_eq!(a.namespace, "nri-trace");
+                assert_eq!((a.retry_ms, a.for_ms, a.grace_secs), (500, 0, 2));
+            }
+            s => panic!("parsed as {s:?}"),
+        }
+        // One of --name and --sandbox-id, not both.
+        assert!(Cli::try_parse_from(["cri-driver", "--truth", "/t", "teardown"]).is_err());
+        assert!(Cli::try_parse_from([
+            "cri-driver",
+            "--truth",
+            "/t",
+            "teardown",
+            "--name",
+            "p",
+            "--sandbox-id",
+            "x",
+        ])
+        .is_err());
+        let cli = Cli::try_parse_from([
+            "cri-driver",
+            "--truth",
+            "/t",
+            "up",
+            "--name",
+            "u",
+            "--volume",
+            "data",
+        ])
+        .unwrap();
+        match cli.scenario {
+            Scenario::Up(a) => assert_eq!(a.volumes, ["data"]),
+            s => panic!("parsed as {s:?}"),
+        }
+        for bad in ["", "Data", "a/b", "-a", "a-"] {
+            assert!(parse_volume_name(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            TeardownStep::StopContainers.next(),
+            Some(TeardownStep::StopPodSandbox)
+        );
+        assert_eq!(
+            TeardownStep::StopPodSandbox.next(),
+            Some(TeardownStep::UnmountVolumes)
+        );
+        assert_eq!(TeardownStep::RemovePodSandbox.next(), None);
     }
 
     #[tokio::test]
