@@ -131,11 +131,7 @@ fn container_facts(e: &Explanation) -> Vec<ContainerFacts> {
 /// The explanation as one JSON line: its data, the node's facts, and
 /// the words: the sentence (completed with the node's facts) and the
 /// evidence lines.
-pub fn json(
-    w: &mut impl Write,
-    e: &Explanation,
-    node: Option<&NodeFacts>,
-) -> io::Result<()> {
+pub fn json(w: &mut impl Write, e: &Explanation, node: Option<&NodeFacts>) -> io::Result<()> {
     let line = Explained {
         kind: "explanation",
         explanation: e,
@@ -588,11 +584,7 @@ pub fn sentence(e: &Explanation, node: Option<&NodeFacts>) -> String {
     s
 }
 
-pub fn text(
-    w: &mut impl Write,
-    e: &Explanation,
-    node: Option<&NodeFacts>,
-) -> io::Result<()> {
+pub fn text(w: &mut impl Write, e: &Explanation, node: Option<&NodeFacts>) -> io::Result<()> {
     writeln!(w, "{}", sentence(e, node))?;
     writeln!(
         w,
@@ -648,7 +640,11 @@ pub fn text(
     }
     if let Some(n) = node {
         for v in &n.volumes {
-            writeln!(w, "  on this node: volume {} still mounted", sanitize(&v.mount))?;
+            writeln!(
+                w,
+                "  on this node: volume {} still mounted",
+                sanitize(&v.mount)
+            )?;
             for h in &v.holders {
                 writeln!(
                     w,
