@@ -37,6 +37,11 @@ pub struct Holder {
     pub state: String,
     /// /proc/PID/wchan: where in the kernel it sleeps ("0": running).
     pub wchan: String,
+    /// SIGKILL is pending for it (/proc/PID/status SigPnd or ShdPnd): it
+    /// was killed and has not exited (in state D it cannot until the
+    /// kernel call it waits in returns).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sigkill_pending: bool,
 }
 
 /// Most processes reported per container (a node may run thousands).
@@ -63,6 +68,15 @@ pub fn process(pid: u32, what: &str) -> Option<Holder> {
         .then(|| holder(pid, what.into(), String::new()))
 }
 
+/// Whether SIGKILL is pending for `pid`, thread or process wide
+/// (proc(5): SigPnd, ShdPnd; bit N-1 for signal N).
+fn sigkill_pending(pid: u32) -> bool {
+    const SIGKILL_BIT: u64 = 1 << (libc::SIGKILL - 1);
+    discovery::open_process(pid)
+        .and_then(|p| p.status())
+        .is_ok_and(|s| (s.sigpnd | s.shdpnd) & SIGKILL_BIT != 0)
+}
+
 fn holder(pid: u32, what: String, path: String) -> Holder {
     Holder {
         pid,
@@ -71,6 +85,7 @@ fn holder(pid: u32, what: String, path: String) -> Holder {
         path,
         state: state(pid),
         wchan: wchan(pid),
+        sigkill_pending: sigkill_pending(pid),
     }
 }
 

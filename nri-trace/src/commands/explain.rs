@@ -118,6 +118,16 @@ async fn live(a: &ExplainArgs) -> Result<()> {
             wait.as_secs_f64()
         );
     }
+    if log.explain(&a.pod, now).is_none() {
+        bail!(
+            "pod {:?} is not in the runtime's pod list (ListPodSandbox, at the attach) and no \
+             call of it came in {} s: it is gone, or not this runtime's; give namespace/name, \
+             the name or the sandbox id of a pod `crictl pods` lists ({} pods known)",
+            a.pod,
+            wait.as_secs_f64(),
+            log.pods().len()
+        );
+    }
     show(a, &log, now, "while watching")
 }
 
@@ -176,7 +186,18 @@ fn show(a: &ExplainArgs, log: &TeardownLog, at: u64, seen: &str) -> Result<()> {
             known.len()
         );
     };
+    let mut e = e;
     let facts = (!a.no_proc && e.verdict != Verdict::Gone).then(|| explain::node_facts(&e));
+    // A process killed before the trace began shows only on the node.
+    if let Some((c, p)) = facts.iter().flat_map(|f| &f.containers).find_map(|c| {
+        c.processes
+            .iter()
+            .chain(&c.signalled)
+            .find(|p| p.sigkill_pending)
+            .map(|p| (c, p))
+    }) {
+        e.note_pending_kill(p.pid, &p.comm, &c.name, &p.state, &p.wchan);
+    }
     let mut w = std::io::BufWriter::new(std::io::stdout().lock());
     match a.output {
         LineOutput::Text => explain::text(&mut w, &e, facts.as_ref())?,

@@ -144,6 +144,18 @@ pub enum Blocker {
         /// Every SIGKILL of a process still alive.
         signals: Vec<SandboxEvent>,
     },
+    /// Seen on the node, not in the trace: a process of the pod's
+    /// container with SIGKILL pending that has not exited (it was killed
+    /// before the trace began; in state D it waits in the kernel, e.g. on
+    /// a FUSE or NFS answer). `explain` reads it from /proc
+    /// ([`Explanation::note_pending_kill`]).
+    PendingSigkill {
+        pid: u32,
+        comm: String,
+        container: String,
+        state: String,
+        wchan: String,
+    },
     /// An unmount of the pod's paths failed and was not redone.
     UnmountFailed {
         path: String,
@@ -245,6 +257,33 @@ struct PodTeardown {
     /// Teardown hooks called and not ended yet, by (connection, mux
     /// conn, stream id).
     pending_hooks: BTreeMap<(u64, u32, u32), NriCall>,
+}
+
+impl Explanation {
+    /// What the node shows now, as its caller read it: process `pid` of
+    /// `container` has SIGKILL pending and has not exited. When the trace
+    /// named no blocker and the pod is not gone, that is the blocker (its
+    /// SIGKILL went before the trace began, so no signal event shows it).
+    pub fn note_pending_kill(
+        &mut self,
+        pid: u32,
+        comm: &str,
+        container: &str,
+        state: &str,
+        wchan: &str,
+    ) {
+        if self.blocker.is_some() || self.verdict == Verdict::Gone {
+            return;
+        }
+        self.verdict = Verdict::Blocked;
+        self.blocker = Some(Blocker::PendingSigkill {
+            pid,
+            comm: comm.into(),
+            container: container.into(),
+            state: state.into(),
+            wchan: wchan.into(),
+        });
+    }
 }
 
 /// The teardown of every pod, from trace records.

@@ -426,6 +426,25 @@ fn blocker_sentence(b: &Blocker) -> String {
                 }
             )
         }
+        Blocker::PendingSigkill {
+            pid,
+            comm,
+            container,
+            state,
+            wchan,
+        } => format!(
+            "pid {pid} ({}) of container {} has SIGKILL pending and has not exited: it is in \
+             state {}{} (killed before the trace began; a process in state D waits in the \
+             kernel, e.g. for a FUSE or NFS answer)",
+            sanitize(comm),
+            sanitize(container),
+            sanitize(state),
+            if wchan.is_empty() || wchan == "0" {
+                String::new()
+            } else {
+                format!(" waiting in {}", sanitize(wchan))
+            }
+        ),
         Blocker::UnmountFailed {
             path,
             errno,
@@ -512,6 +531,9 @@ pub fn evidence(e: &Explanation) -> Vec<String> {
         Some(Blocker::AliveAfterKill { signals, .. }) => {
             v.extend(signals.iter().map(kernel_evidence))
         }
+        Some(Blocker::PendingSigkill { pid, .. }) => v.push(format!(
+            "on this node now: /proc/{pid}/status shows SIGKILL pending"
+        )),
         Some(Blocker::UnmountFailed { event, .. } | Blocker::RemoveFailed { event, .. }) => {
             v.push(kernel_evidence(event))
         }
