@@ -319,9 +319,16 @@ fn progress_sentence(e: &Explanation) -> String {
         }
         TeardownProgress::NotStarted { last_call, at } => format!(
             "no teardown call of {pod} was seen (no StopContainer, StopPodSandbox or \
-             RemovePodSandbox); its last call was {}{}",
-            last_call.as_deref().map(sanitize).unwrap_or_default(),
-            at.map(|t| format!(" at {}", clock(&t))).unwrap_or_default()
+             RemovePodSandbox); {}",
+            match last_call {
+                Some(m) => format!(
+                    "its last call was {}{}",
+                    sanitize(m),
+                    at.map(|t| format!(" at {}", clock(&t))).unwrap_or_default()
+                ),
+                // Known from the runtime's own list only.
+                None => "no call of it at all since the attach".into(),
+            }
         ),
         TeardownProgress::HookFailed { step, hook } => {
             let s = &e.steps[*step];
