@@ -385,18 +385,7 @@ fn trace_cri_late_attach_with_plugins_names_the_calls() {
             "{scenario}: {}",
             nri.line()
         );
-        let uncaused: Vec<String> = records
-            .iter()
-            .filter_map(|r| match r {
-                Record::NriUncaused(u)
-                    if u.no_cri_cause
-                        == nri_trace::engine::correlate::NoCause::NoCriCallInFlight =>
-                {
-                    Some(format!("{} {}", u.span.call.plugin.label(), u.span.hook))
-                }
-                _ => None,
-            })
-            .collect();
+        let uncaused = trace_check::uncaused_in_flight(&records);
         assert_eq!(
             uncaused,
             Vec::<String>::new(),

@@ -247,18 +247,7 @@ fn late_attach_with_plugins_never_mislabels() {
         let with_nri = cri_check::with_nri_during(&truth);
         let since = nri_trace_lab::truth::observer_attached_ns(&truth).expect("attach note");
         let whole = replay(evs.clone());
-        let uncaused: Vec<String> = whole
-            .iter()
-            .filter_map(|r| match r {
-                Record::NriUncaused(u)
-                    if u.no_cri_cause
-                        == nri_trace::engine::correlate::NoCause::NoCriCallInFlight =>
-                {
-                    Some(format!("{} {}", u.span.call.plugin.label(), u.span.hook))
-                }
-                _ => None,
-            })
-            .collect();
+        let uncaused = trace_check::uncaused_in_flight(&whole);
         assert_eq!(
             uncaused,
             Vec::<String>::new(),

@@ -492,6 +492,16 @@ fn end_of(call: &CriCall) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The CRI spans of a correlator's output.
+    fn spans_of(out: &[Correlated]) -> Vec<&CriSpan> {
+        out.iter()
+            .filter_map(|o| match o {
+                Correlated::Cri(s) => Some(s),
+                Correlated::Uncaused { .. } => None,
+            })
+            .collect()
+    }
     use crate::{
         decode::cri::message::PodMeta,
         model::{cri_call::CriOutcome, nri_call::Outcome},
@@ -518,13 +528,7 @@ mod tests {
         c.on_cri(cri(Some("PodSandboxStatus"), "s1", 5, 20));
         c.on_cri(cri(Some("StopPodSandbox"), "s1", 5, 50));
         out.extend(run(&mut c, 100));
-        let spans: Vec<&CriSpan> = out
-            .iter()
-            .filter_map(|o| match o {
-                Correlated::Cri(s) => Some(s),
-                Correlated::Uncaused { .. } => None,
-            })
-            .collect();
+        let spans = spans_of(&out);
         assert_eq!(spans.len(), 2);
         let stop = spans
             .iter()
@@ -726,13 +730,7 @@ mod tests {
         remove.stream_id = 3;
         c.on_cri(remove);
         out.extend(run(&mut c, 100));
-        let spans: Vec<&CriSpan> = out
-            .iter()
-            .filter_map(|o| match o {
-                Correlated::Cri(s) => Some(s),
-                Correlated::Uncaused { .. } => None,
-            })
-            .collect();
+        let spans = spans_of(&out);
         assert_eq!(spans.len(), 2, "{out:?}");
         assert_eq!(spans[0].call.method.as_deref(), Some("StopPodSandbox"));
         assert_eq!(spans[0].call.sandbox_id.as_deref(), Some("s1"));

@@ -548,6 +548,25 @@ pub fn evidence(e: &Explanation) -> Vec<String> {
     v
 }
 
+/// A process the node shows holding or running in something of the pod.
+fn holder_line(w: &mut impl Write, h: &Holder) -> io::Result<()> {
+    writeln!(
+        w,
+        "      pid {} ({}) {} {} state {} wchan {}{}",
+        h.pid,
+        sanitize(&h.comm),
+        h.what,
+        sanitize(&h.path),
+        h.state,
+        sanitize(&h.wchan),
+        if h.sigkill_pending {
+            ", SIGKILL pending"
+        } else {
+            ""
+        }
+    )
+}
+
 /// The step kubelet makes next, in words.
 fn next_text(n: &NextStep) -> String {
     if n.retry {
@@ -675,16 +694,7 @@ pub fn text(w: &mut impl Write, e: &Explanation, node: Option<&NodeFacts>) -> io
                 sanitize(&v.mount)
             )?;
             for h in &v.holders {
-                writeln!(
-                    w,
-                    "      pid {} ({}) {} {} state {} wchan {}",
-                    h.pid,
-                    sanitize(&h.comm),
-                    h.what,
-                    sanitize(&h.path),
-                    h.state,
-                    sanitize(&h.wchan)
-                )?;
+                holder_line(w, h)?;
             }
         }
     }
@@ -710,16 +720,7 @@ pub fn text(w: &mut impl Write, e: &Explanation, node: Option<&NodeFacts>) -> io
                     short(&c.id)
                 )?;
                 for h in c.signalled.iter().chain(&c.holders).chain(&c.processes) {
-                    writeln!(
-                        w,
-                        "      pid {} ({}) {} {} state {} wchan {}",
-                        h.pid,
-                        sanitize(&h.comm),
-                        h.what,
-                        sanitize(&h.path),
-                        h.state,
-                        sanitize(&h.wchan)
-                    )?;
+                    holder_line(w, h)?;
                 }
             }
         }

@@ -150,6 +150,20 @@ pub(crate) fn findings(records: &[Record]) -> Vec<(&'static str, Option<String>,
         .collect()
 }
 
+/// NRI deliveries that found no CRI call in flight (`plugin hook`): after
+/// a late attach, each is a call the engine could not name.
+pub(crate) fn uncaused_in_flight(records: &[Record]) -> Vec<String> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::NriUncaused(u) if u.no_cri_cause == NoCause::NoCriCallInFlight => {
+                Some(format!("{} {}", u.span.call.plugin.label(), u.span.hook))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 /// What the findings of `rule` saw, with their plugin.
 pub(crate) fn finding_details<'a>(
     records: &'a [Record],
