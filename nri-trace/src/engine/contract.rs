@@ -42,24 +42,23 @@ pub struct ContractConfig {
 }
 
 fn nri_evidence(h: &HookSpan) -> Evidence {
-    Evidence {
-        kind: "nri",
+    Evidence::Nri {
         conn: h.call.conn,
         stream_id: h.call.stream_id,
-        what: format!("{} -> {}", h.hook, h.call.plugin.label()),
+        hook: h.hook.clone(),
+        plugin: h.call.plugin.label(),
         start: h.call.start,
-        outcome: h.call.outcome.describe(),
+        outcome: h.call.outcome.clone(),
     }
 }
 
 fn cri_evidence(c: &CriCall) -> Evidence {
-    Evidence {
-        kind: "cri",
+    Evidence::Cri {
         conn: c.conn,
         stream_id: c.stream_id,
-        what: c.method.clone().unwrap_or_else(|| "(unknown)".into()),
+        method: c.method.clone(),
         start: c.start,
-        outcome: c.outcome.describe(),
+        outcome: c.outcome.clone(),
     }
 }
 

@@ -12,8 +12,8 @@ use serde::Serialize;
 
 use super::hook_latency::Hook;
 use crate::{
-    capture::{ConnId, Timestamp},
-    model::nri_call::Outcome,
+    capture::{sandbox::SandboxEvent, ConnId, Timestamp},
+    model::{cri_call::CriOutcome, nri_call::Outcome},
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -156,17 +156,31 @@ pub enum Certainty {
     Uncertain { why: String },
 }
 
-/// One call that shows a finding.
+/// One call or kernel event that shows a finding, as data (sinks word
+/// it: `sinks::finding_message::evidence_words`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Evidence {
-    /// "cri" or "nri".
-    pub kind: &'static str,
-    pub conn: ConnId,
-    pub stream_id: u32,
-    /// Method or hook, and plugin for NRI calls.
-    pub what: String,
-    pub start: Option<Timestamp>,
-    pub outcome: String,
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Evidence {
+    /// A CRI call (the same output holds it: `conn`, `stream_id`).
+    Cri {
+        conn: ConnId,
+        stream_id: u32,
+        method: Option<String>,
+        start: Option<Timestamp>,
+        outcome: CriOutcome,
+    },
+    /// An NRI delivery to `plugin`.
+    Nri {
+        conn: ConnId,
+        stream_id: u32,
+        hook: Hook,
+        plugin: String,
+        start: Option<Timestamp>,
+        outcome: Outcome,
+    },
+    /// A kernel event of the sandbox probes (a SIGKILL no exit followed,
+    /// an unmount or removal that failed).
+    Kernel { event: SandboxEvent },
 }
 
 /// A rule broken.

@@ -14,10 +14,7 @@ use super::findings::{
     Certainty, Detail, Evidence, PathOp, Severity, Violation, PROCESS_SURVIVES_SIGKILL,
     TEARDOWN_REMOVE_FAILED, TEARDOWN_UNMOUNT_FAILED,
 };
-use crate::capture::{
-    sandbox::{errno_text, ids_in, pod_uids_in, SandboxEvent, SandboxOp},
-    ConnId,
-};
+use crate::capture::sandbox::{ids_in, pod_uids_in, SandboxEvent, SandboxOp};
 
 /// How long a SIGKILLed process may take to exit, and a failed unmount or
 /// removal to be redone, before it is a finding.
@@ -78,17 +75,6 @@ pub fn explains(e: &SandboxEvent) -> bool {
     }
 }
 
-fn kernel_evidence(e: &SandboxEvent, outcome: String) -> Evidence {
-    Evidence {
-        kind: "kernel",
-        conn: ConnId(0),
-        stream_id: 0,
-        what: e.describe(),
-        start: Some(e.ts),
-        outcome,
-    }
-}
-
 impl SandboxRules {
     /// A pod's ids, from its CRI calls (its uid names kubelet's paths).
     pub fn learn(
@@ -130,7 +116,7 @@ impl SandboxRules {
     /// Take one kernel event (capture time `now`); `certainty` of the
     /// findings it leads to.
     pub fn on_event(&mut self, e: &SandboxEvent, certainty: &Certainty) {
-        let finding = |rule, pod, detail, outcome| Violation {
+        let finding = |rule, pod, detail| Violation {
             rule,
             severity: super::findings::rule(rule).map_or(Severity::Error, |r| r.severity),
             certainty: certainty.clone(),
@@ -138,7 +124,7 @@ impl SandboxRules {
             pod,
             plugin: None,
             detail,
-            evidence: vec![kernel_evidence(e, outcome)],
+            evidence: vec![Evidence::Kernel { event: e.clone() }],
         };
         let due = e.ts.mono_ns.saturating_add(SETTLE_NS);
         let held = match &e.op {
@@ -168,7 +154,6 @@ impl SandboxRules {
                             sender_pid: e.tgid,
                             after_ns: SETTLE_NS,
                         },
-                        "no exit".into(),
                     ),
                 })
             }
@@ -212,7 +197,6 @@ impl SandboxRules {
                             pid: e.tgid,
                             within_ns: SETTLE_NS,
                         },
-                        errno_text(errno),
                     ),
                 })
             }

@@ -7,8 +7,11 @@
 use serde::Serialize;
 
 use crate::{
-    capture::sandbox::errno_text,
-    engine::findings::{Detail, PathOp, Violation},
+    capture::{
+        sandbox::{errno_text, SandboxOp},
+        ConnId, Timestamp,
+    },
+    engine::findings::{Detail, Evidence, PathOp, Violation},
     human::duration,
 };
 
@@ -157,6 +160,69 @@ pub fn sentence(detail: &Detail, plugin: Option<&str>, pod: Option<&str>) -> Str
     }
 }
 
+/// A piece of evidence in words (unsanitized: sinks sanitize).
+pub struct EvidenceWords {
+    /// "cri", "nri" or "kernel".
+    pub kind: &'static str,
+    pub start: Option<Timestamp>,
+    /// The call (method; hook -> plugin) or the kernel event.
+    pub what: String,
+    pub outcome: String,
+    pub ok: bool,
+    /// Where the call is in the same output (connection, stream).
+    pub at: Option<(ConnId, u32)>,
+}
+
+/// The evidence in words, the same for every sink.
+pub fn evidence_words(e: &Evidence) -> EvidenceWords {
+    match e {
+        Evidence::Cri {
+            conn,
+            stream_id,
+            method,
+            start,
+            outcome,
+        } => EvidenceWords {
+            kind: "cri",
+            start: *start,
+            what: method.clone().unwrap_or_else(|| "(unknown)".into()),
+            outcome: outcome.describe(),
+            ok: outcome.is_ok(),
+            at: Some((*conn, *stream_id)),
+        },
+        Evidence::Nri {
+            conn,
+            stream_id,
+            hook,
+            plugin,
+            start,
+            outcome,
+        } => EvidenceWords {
+            kind: "nri",
+            start: *start,
+            what: format!("{hook} -> {plugin}"),
+            outcome: outcome.describe(),
+            ok: outcome.is_ok(),
+            at: Some((*conn, *stream_id)),
+        },
+        Evidence::Kernel { event } => EvidenceWords {
+            kind: "kernel",
+            start: Some(event.ts),
+            what: event.describe(),
+            // The kernel rules' evidence: a SIGKILL no exit followed, or a
+            // path operation's failure.
+            outcome: match &event.op {
+                SandboxOp::Signal { .. } => "no exit".into(),
+                op => op
+                    .path_result()
+                    .map_or_else(String::new, |(_, errno)| errno_text(errno)),
+            },
+            ok: false,
+            at: None,
+        },
+    }
+}
+
 /// Whether the finding is a plugin the runtime disconnected (a timeout
 /// after which it closed the connection).
 pub fn is_disconnect(v: &Violation) -> bool {
@@ -191,10 +257,9 @@ impl<'a> ViolationLine<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        capture::Timestamp,
-        engine::findings::{Certainty, Severity, PLUGIN_TIMEOUT},
-        engine::hook_latency::Hook,
+    use crate::engine::{
+        findings::{Certainty, Severity, PLUGIN_TIMEOUT},
+        hook_latency::Hook,
     };
 
     fn finding(detail: Detail) -> Violation {
@@ -226,6 +291,36 @@ mod tests {
              connection"
         );
         assert!(is_disconnect(&v));
+    }
+
+    #[test]
+    fn kernel_evidence_says_its_errno() {
+        use crate::capture::sandbox::{SandboxEvent, SandboxOp};
+        let event = SandboxEvent {
+            ts: Timestamp {
+                mono_ns: 1,
+                wall_ns: 0,
+            },
+            tgid: 8,
+            tid: 8,
+            comm: "kubelet".into(),
+            cgroup_id: 1,
+            cgroup: None,
+            op: SandboxOp::Umount {
+                path: "/var/lib/kubelet/pods/u/volumes/v".into(),
+                flags: 0,
+                errno: libc::EBUSY,
+            },
+            truncated: false,
+        };
+        let w = evidence_words(&Evidence::Kernel { event });
+        assert_eq!((w.kind, w.ok, w.at), ("kernel", false, None));
+        assert!(w.outcome.starts_with("EBUSY"), "{}", w.outcome);
+        assert!(
+            w.what.contains("/var/lib/kubelet/pods/u/volumes/v"),
+            "{}",
+            w.what
+        );
     }
 
     #[test]

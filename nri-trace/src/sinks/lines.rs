@@ -3,7 +3,11 @@
 
 use std::io::{self, Write};
 
-use super::{cri_lines, finding_message::message, nri_lines};
+use super::{
+    cri_lines,
+    finding_message::{evidence_words, message},
+    nri_lines,
+};
 use crate::{
     engine::{
         cri_latency::MethodSummary,
@@ -85,14 +89,15 @@ pub fn violation_text(w: &mut impl Write, v: &Violation, prefix: &str) -> io::Re
         certainty,
         sanitize(&message(v))
     )?;
-    for e in &v.evidence {
+    for e in v.evidence.iter().map(evidence_words) {
+        let at =
+            e.at.map(|(conn, stream)| format!(" on {conn} stream {stream}"))
+                .unwrap_or_default();
         writeln!(
             w,
-            "      evidence: {} {} on {} stream {}: {}",
+            "      evidence: {} {}{at}: {}",
             e.kind,
             sanitize(&e.what),
-            e.conn,
-            e.stream_id,
             sanitize(&e.outcome)
         )?;
     }

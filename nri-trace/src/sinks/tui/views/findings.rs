@@ -14,6 +14,7 @@ use super::{age, list_table, matches, window_start, Theme};
 use crate::human::{clock_ms, sanitize};
 use crate::{
     engine::findings::{self, Certainty, Severity},
+    sinks::finding_message::evidence_words,
     sinks::tui::{
         app::{App, View},
         state::{Finding, TuiState},
@@ -212,9 +213,8 @@ fn render_detail(f: &mut Frame<'_>, area: Rect, st: &TuiState, fd: &Finding, th:
         ]),
         Line::from(Span::styled("Evidence", th.header())),
     ];
-    for e in &v.evidence {
-        let ok = e.outcome == "ok";
-        lines.push(Line::from(vec![
+    for e in v.evidence.iter().map(evidence_words) {
+        let mut spans = vec![
             Span::raw(format!(
                 "  {} {} ",
                 e.start.map_or_else(|| "-".repeat(12), |t| clock_ms(&t)),
@@ -222,9 +222,18 @@ fn render_detail(f: &mut Frame<'_>, area: Rect, st: &TuiState, fd: &Finding, th:
             )),
             Span::raw(sanitize(&e.what)),
             Span::raw("  "),
-            Span::styled(sanitize(&e.outcome), if ok { th.good() } else { th.bad() }),
-            Span::styled(format!("  [{} stream {}]", e.conn, e.stream_id), th.dim()),
-        ]));
+            Span::styled(
+                sanitize(&e.outcome),
+                if e.ok { th.good() } else { th.bad() },
+            ),
+        ];
+        if let Some((conn, stream)) = e.at {
+            spans.push(Span::styled(
+                format!("  [{conn} stream {stream}]"),
+                th.dim(),
+            ));
+        }
+        lines.push(Line::from(spans));
     }
     lines.push(Line::from(Span::styled("Rule", th.header())));
     lines.push(Line::from(rule_explanation(v.rule)));
