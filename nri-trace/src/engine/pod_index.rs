@@ -281,7 +281,7 @@ impl PodIndex {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::{
         capture::{
@@ -291,7 +291,8 @@ mod tests {
         engine::test_calls::{cri, span},
     };
 
-    fn state() -> CriState {
+    /// A pod `default/web-7f9c` (sandbox `bc2c`) with container `k1`.
+    pub(crate) fn state() -> CriState {
         CriState {
             ts: Timestamp {
                 mono_ns: 1,

@@ -108,8 +108,15 @@ impl TraceEngine {
     /// Move the settled records, then `fresh`, to `out`, each checked
     /// against the contract; its findings follow.
     fn emit(&mut self, fresh: Option<Record>, out: &mut Vec<Record>) {
+        let listed = &self.listed;
         let settled = self.settled.drain(..).map(|c| match c {
-            Correlated::Cri(span) => Record::CriSpan(span),
+            // Named again as it leaves: the runtime's list may have come
+            // in after the call ended (the state query answers while the
+            // first calls after the attach are in flight).
+            Correlated::Cri(mut span) => {
+                listed.fill_from_state(&mut span.call);
+                Record::CriSpan(span)
+            }
             Correlated::Uncaused { span, why } => Record::NriUncaused(Uncaused {
                 span,
                 no_cri_cause: why,
@@ -188,5 +195,33 @@ impl TraceEngine {
     /// The last capture loss counters.
     pub fn loss(&self) -> Loss {
         self.loss
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{pod_index::tests::state, test_calls::cri};
+
+    /// The runtime's list answers after the first call after the attach
+    /// ended, before its span leaves: the span is named.
+    #[test]
+    fn a_call_ended_before_the_list_came_is_named_as_it_leaves() {
+        let mut e = TraceEngine::new(ContractConfig::default());
+        let mut out = Vec::new();
+        e.on_observation(
+            Observation::CriCall(cri(Some("StopPodSandbox"), "bc2c", 10, 20)),
+            &mut out,
+        );
+        e.on_observation(Observation::CriState(state()), &mut out);
+        e.finish(&mut out);
+        let named: Vec<String> = out
+            .iter()
+            .filter_map(|r| match r {
+                Record::CriSpan(s) => s.call.pod.as_ref().map(ToString::to_string),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(named, ["default/web-7f9c"]);
     }
 }
