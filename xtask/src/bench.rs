@@ -1,7 +1,7 @@
 //! `cargo xtask bench`: what nri-trace's probes cost, measured around real
 //! attachments, printed as markdown tables for docs/benchmarks.md.
 //!
-//! Nine parts (see docs/benchmarks.md for how to read them):
+//! Ten parts (see docs/benchmarks.md for how to read them):
 //! - probe: syscalls of a process nri-trace does NOT track, with nothing,
 //!   the real capture, the design floors or a bpftrace pair attached.
 //! - traced: write(2) of the process nri-trace captures, without and with
@@ -27,6 +27,10 @@
 //! - tui-frame: the TUI's frame time per view at 1,002 pods, and a second
 //!   of live load (100 records, 4 frames)
 //!   (`nri-trace/benches/tui_frame.rs`; no probes, no root needed).
+//! - named-span: from the start of `nri-trace watch` to the first
+//!   StopPodSandbox span that names a pod made before it, on a fake
+//!   runtime holding 1,000 pods (`lab/src/bin/fake-cri.rs`), with and
+//!   without the CRI state query (issue 20).
 //!
 //! Every probe measurement runs the criterion benchmark `nri-trace/benches/
 //! syscall_cost.rs` (built once) pinned to one CPU; everything attached runs
@@ -75,9 +79,12 @@ pub(crate) struct BenchArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "probe,traced,paced,throughput,mix,nri-decode,cri-decode,trace-engine,tui-frame"
+        default_value = "probe,traced,paced,throughput,mix,nri-decode,cri-decode,trace-engine,tui-frame,named-span"
     )]
     only: Vec<Part>,
+    /// Starts of `nri-trace watch` per mode in the named-span part.
+    #[arg(long, default_value_t = 5)]
+    span_rounds: usize,
     /// Very short criterion runs: checks the harness, the numbers are noise.
     #[arg(long)]
     quick: bool,
@@ -94,15 +101,21 @@ enum Part {
     CriDecode,
     TraceEngine,
     TuiFrame,
+    NamedSpan,
 }
 
 impl Part {
-    /// Parts that attach probes: they need root, the tools and the eBPF
-    /// build.
+    /// Parts that attach probes around the criterion loops: they need
+    /// root, the tools and the eBPF build. named-span runs `nri-trace
+    /// watch` itself (root, and the build it makes) and none of the tools.
     fn attaches_probes(self) -> bool {
         !matches!(
             self,
-            Part::NriDecode | Part::CriDecode | Part::TraceEngine | Part::TuiFrame
+            Part::NriDecode
+                | Part::CriDecode
+                | Part::TraceEngine
+                | Part::TuiFrame
+                | Part::NamedSpan
         )
     }
 }
@@ -151,6 +164,9 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     if a.only.contains(&Part::Mix) {
         let mix = syscall_mix(a.mix_seconds, a.mix_while.as_deref())?;
         report.push(mix_section(&mix, probe.as_ref(), a.mix_while.as_deref()));
+    }
+    if a.only.contains(&Part::NamedSpan) {
+        report.push(named_span_section(&named_span(a.span_rounds)?));
     }
     // Last: they need no probe, and nothing is attached any more.
     let decode = if a.only.contains(&Part::NriDecode) {
@@ -354,8 +370,11 @@ fn build_bench_exe(name: &str) -> Result<PathBuf> {
 struct Proc {
     name: String,
     child: Child,
-    lines: mpsc::Receiver<String>,
+    /// Each line with when it was read from the pipe.
+    lines: mpsc::Receiver<(Instant, String)>,
     seen: Vec<String>,
+    /// When each line of `seen` was read.
+    seen_at: Vec<Instant>,
 }
 
 impl Proc {
@@ -374,6 +393,7 @@ impl Proc {
             child,
             lines: rx,
             seen: Vec::new(),
+            seen_at: Vec::new(),
         })
     }
 
@@ -383,29 +403,42 @@ impl Proc {
 
     /// Wait for a line containing `needle`; fail if the process ends first.
     fn wait_for(&mut self, needle: &str, timeout: Duration) -> Result<String> {
+        self.wait_for_line(needle, |l| l.contains(needle), timeout)
+            .map(|(_, l)| l)
+    }
+
+    /// Wait for a line that `hit` accepts (`what` names it in errors), and
+    /// when it was read from the pipe; fail if the process ends first.
+    fn wait_for_line(
+        &mut self,
+        what: &str,
+        hit: impl Fn(&str) -> bool,
+        timeout: Duration,
+    ) -> Result<(Instant, String)> {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 bail!(
-                    "{}: no line containing {needle:?} within {timeout:?}{}",
+                    "{}: no line containing {what:?} within {timeout:?}{}",
                     self.name,
                     self.tail()
                 );
             }
             match self.lines.recv_timeout(left) {
-                Ok(l) => {
-                    let hit = l.contains(needle);
+                Ok((at, l)) => {
+                    let hit = hit(&l);
                     self.seen.push(l.clone());
+                    self.seen_at.push(at);
                     if hit {
-                        return Ok(l);
+                        return Ok((at, l));
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
                     let st = self.child.wait()?;
                     bail!(
-                        "{} exited ({st}) before printing {needle:?}{}",
+                        "{} exited ({st}) before printing {what:?}{}",
                         self.name,
                         self.tail()
                     );
@@ -427,7 +460,10 @@ impl Proc {
                 );
             }
             match self.lines.recv_timeout(left) {
-                Ok(l) => self.seen.push(l),
+                Ok((at, l)) => {
+                    self.seen.push(l);
+                    self.seen_at.push(at);
+                }
                 Err(RecvTimeoutError::Timeout) => {}
                 // Both pipes closed: the process is ending.
                 Err(RecvTimeoutError::Disconnected) => return Ok(self.child.wait()?),
@@ -478,6 +514,12 @@ impl Proc {
         self.seen.join("\n")
     }
 
+    /// The first line seen that `hit` accepts, and when it was read.
+    fn seen_line(&self, hit: impl Fn(&str) -> bool) -> Option<(Instant, &str)> {
+        let i = self.seen.iter().position(|l| hit(l))?;
+        Some((self.seen_at[i], &self.seen[i]))
+    }
+
     fn tail(&self) -> String {
         let start = self.seen.len().saturating_sub(20);
         let lines = &self.seen[start..];
@@ -498,11 +540,11 @@ impl Drop for Proc {
     }
 }
 
-fn forward_lines(r: impl Read + Send + 'static, tx: mpsc::Sender<String>) {
+fn forward_lines(r: impl Read + Send + 'static, tx: mpsc::Sender<(Instant, String)>) {
     thread::spawn(move || {
         for l in BufReader::new(r).lines() {
             let Ok(l) = l else { break };
-            if tx.send(l).is_err() {
+            if tx.send((Instant::now(), l)).is_err() {
                 break;
             }
         }
@@ -1792,6 +1834,258 @@ fn tui_frame_section(t: &TuiFrame) -> String {
     s
 }
 
+// ------------------------------------------------------------ named span
+
+/// Pods (one container each) the fake runtime holds: issue 20's "node
+/// with 1,000 existing pods".
+const NAMED_SPAN_PODS: usize = 1000;
+/// StopPodSandbox calls sent in one start, one pod each, until a span
+/// comes out named: the first may settle before the state is in.
+const NAMED_SPAN_CALLS: usize = 10;
+
+/// One start of `nri-trace watch` against the fake runtime. Times are
+/// from the spawn of nri-trace to the line read from its pipe.
+struct SpanRound {
+    ready: Duration,
+    /// The span of the first StopPodSandbox sent.
+    first_span: Duration,
+    /// The first span naming its pod; `None`: none of the calls' spans did.
+    named: Option<Duration>,
+    /// Calls sent until then (or all of them).
+    calls: usize,
+    state: Option<StateLine>,
+    /// nri-trace's VmHWM before it is stopped, KiB.
+    peak_rss_kib: f64,
+}
+
+/// The `cri_state` line: when it came, and its `took_ns` and `bytes`.
+struct StateLine {
+    at: Duration,
+    took_ns: f64,
+    bytes: f64,
+}
+
+struct NamedSpan {
+    /// (with the CRI state, `--no-cri-state`), round by round.
+    rounds: [Vec<SpanRound>; 2],
+    /// The fake's own line ("fake-cri: serving 1000 pods").
+    fake: String,
+}
+
+/// Both modes, interleaved over `rounds` starts each, against one fake
+/// runtime.
+fn named_span(rounds: usize) -> Result<NamedSpan> {
+    let nri_trace = crate::build(true)?;
+    crate::run(crate::cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "nri-trace-lab",
+        "--bin",
+        "fake-cri",
+    ]))
+    .context("building the fake runtime (lab/src/bin/fake-cri.rs)")?;
+    let fake = crate::workspace_root().join("target/release/fake-cri");
+    let work = work_dir()?;
+    let (cri, nri) = (work.join("fake-cri.sock"), work.join("fake-nri.sock"));
+    let mut server = Proc::spawn(
+        "fake-cri serve",
+        Command::new(&fake)
+            .args(["serve", "--pods", &NAMED_SPAN_PODS.to_string(), "--cri"])
+            .arg(&cri)
+            .arg("--nri")
+            .arg(&nri),
+    )?;
+    let fake_line = server.wait_for("fake-cri: serving", Duration::from_secs(30))?;
+    let mut out = NamedSpan {
+        rounds: [Vec::new(), Vec::new()],
+        fake: fake_line,
+    };
+    for r in 0..rounds {
+        for (m, with_state) in [true, false].into_iter().enumerate() {
+            eprintln!(
+                "bench: named-span round {}/{rounds}, CRI state {with_state}",
+                r + 1
+            );
+            // Other pods each start: the engine cannot have seen them.
+            let first_pod = 100 + (r * 2 + m) * NAMED_SPAN_CALLS;
+            out.rounds[m].push(span_round(
+                &nri_trace, &fake, &cri, &nri, with_state, first_pod,
+            )?);
+            server.check_alive()?;
+        }
+    }
+    server.stop()?;
+    Ok(out)
+}
+
+fn span_round(
+    nri_trace: &Path,
+    fake: &Path,
+    cri: &Path,
+    nri: &Path,
+    with_state: bool,
+    first_pod: usize,
+) -> Result<SpanRound> {
+    let mut cmd = Command::new(nri_trace);
+    cmd.args(["watch", "-o", "json", "--cri-socket"])
+        .arg(cri)
+        .arg("--nri-socket")
+        .arg(nri);
+    if !with_state {
+        cmd.arg("--no-cri-state");
+    }
+    let t0 = Instant::now();
+    let mut p = Proc::spawn("nri-trace watch", &mut cmd)?;
+    let (ready, _) = p.wait_for_line(
+        "nri-trace: ready",
+        |l| l.contains("nri-trace: ready"),
+        Duration::from_mins(1),
+    )?;
+    let mut first_span = None;
+    let mut named = None;
+    let mut calls = 0;
+    // Without the state no span is named: one call tells what it shows.
+    let tries = if with_state { NAMED_SPAN_CALLS } else { 1 };
+    for pod in first_pod..first_pod + tries {
+        calls += 1;
+        // kubelet's side: a new connection, StopPodSandbox, the pod it
+        // named, then a call every 10 ms (fake-cri.rs says why) until
+        // dropped here.
+        let mut client = Proc::spawn(
+            "fake-cri stop",
+            Command::new(fake)
+                .args(["stop", "--pod", &pod.to_string(), "--cri"])
+                .arg(cri),
+        )?;
+        let said = client.wait_for("\"sandbox_id\":", Duration::from_secs(30))?;
+        let (Some(id), Some(ns), Some(name)) = (
+            json_string(&said, "\"sandbox_id\":"),
+            json_string(&said, "\"namespace\":"),
+            json_string(&said, "\"name\":"),
+        ) else {
+            bail!("fake-cri stop said {said:?}");
+        };
+        let (at, span) = p.wait_for_line(
+            "the StopPodSandbox cri_span",
+            |l| l.contains("\"type\":\"cri_span\"") && l.contains(&id),
+            Duration::from_secs(30),
+        )?;
+        first_span.get_or_insert(at - t0);
+        if span_pod(&span) == Some((ns, name)) {
+            named = Some(at - t0);
+            break;
+        }
+    }
+    let peak_rss_kib = fs::read_to_string(format!("/proc/{}/status", p.pid()))
+        .ok()
+        .and_then(|s| json_number(&s, &["VmHWM:"]))
+        .context("no VmHWM in nri-trace's /proc status")?;
+    p.stop()?;
+    let state = p
+        .seen_line(|l| l.contains("\"type\":\"cri_state\""))
+        .map(|(at, l)| {
+            Ok::<_, anyhow::Error>(StateLine {
+                at: at - t0,
+                took_ns: json_number(l, &["\"took_ns\":"]).context("cri_state without took_ns")?,
+                bytes: json_number(l, &["\"bytes\":"]).context("cri_state without bytes")?,
+            })
+        })
+        .transpose()?;
+    if with_state == state.is_none() {
+        bail!(
+            "nri-trace (CRI state {with_state}) printed {} cri_state line",
+            if with_state { "no" } else { "a" }
+        );
+    }
+    Ok(SpanRound {
+        ready: ready - t0,
+        first_span: first_span.context("no call sent")?,
+        named,
+        calls,
+        state,
+        peak_rss_kib,
+    })
+}
+
+/// The (namespace, name) of a span line's `pod` object, when it has one.
+fn span_pod(line: &str) -> Option<(String, String)> {
+    let pod = &line[line.find("\"pod\":{")?..];
+    let pod = &pod[..pod.find('}')?];
+    Some((
+        json_string(pod, "\"namespace\":")?,
+        json_string(pod, "\"name\":")?,
+    ))
+}
+
+/// A figure of one round, if it has it.
+type RoundFigure = dyn Fn(&SpanRound) -> Option<f64>;
+
+fn named_span_section(n: &NamedSpan) -> String {
+    fn ms(d: Duration) -> f64 {
+        d.as_secs_f64() * 1e3
+    }
+    // "median / max" of `f` over a mode's rounds, "-" when no round has it.
+    let stat = |m: usize, f: &RoundFigure| {
+        let v: Vec<f64> = n.rounds[m].iter().filter_map(f).collect();
+        if v.is_empty() {
+            "-".to_string()
+        } else {
+            let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            format!("{:.1} / {max:.1}", median(&v))
+        }
+    };
+    let never = |m: usize| n.rounds[m].iter().filter(|r| r.named.is_none()).count();
+    let rows: [(&str, &RoundFigure); 8] = [
+        ("start to `nri-trace: ready` (ms)", &|r| Some(ms(r.ready))),
+        ("start to the `cri_state` line (ms)", &|r| {
+            r.state.as_ref().map(|s| ms(s.at))
+        }),
+        ("start to the first StopPodSandbox span (ms)", &|r| {
+            Some(ms(r.first_span))
+        }),
+        ("start to the first correctly named span (ms)", &|r| {
+            r.named.map(ms)
+        }),
+        ("StopPodSandbox calls sent until named", &|r| {
+            r.named.map(|_| r.calls as f64)
+        }),
+        ("`cri_state` `took_ns` (ms)", &|r| {
+            r.state.as_ref().map(|s| s.took_ns / 1e6)
+        }),
+        ("`cri_state` `bytes` (KiB)", &|r| {
+            r.state.as_ref().map(|s| s.bytes / 1024.0)
+        }),
+        ("nri-trace peak RSS, VmHWM (MiB)", &|r| {
+            Some(r.peak_rss_kib / 1024.0)
+        }),
+    ];
+    let mut s = format!(
+        "## Named span on a node with {NAMED_SPAN_PODS} pods\n\n\
+         `nri-trace watch -o json` against `{}` (lab/src/bin/fake-cri.rs); once it says \
+         `ready`, a new CRI connection sends StopPodSandbox for one of the pods (a pod \
+         made before the trace); if its span does not name the pod, another pod's \
+         StopPodSandbox follows (at most {NAMED_SPAN_CALLS}). Times from nri-trace's \
+         spawn to its line read from the pipe; nothing pinned. {} starts per mode, \
+         interleaved; median / max.\n\n\
+         | measure | with the CRI state (default) | `--no-cri-state` |\n\
+         | --- | ---: | ---: |\n",
+        n.fake,
+        n.rounds[0].len(),
+    );
+    for (what, f) in rows {
+        s += &format!("| {what} | {} | {} |\n", stat(0, f), stat(1, f));
+    }
+    s += &format!(
+        "| starts whose spans never named the pod | {} of {} | {} of {} |\n",
+        never(0),
+        n.rounds[0].len(),
+        never(1),
+        n.rounds[1].len()
+    );
+    s
+}
+
 // ---------------------------------------------------------------- report
 
 fn header_section() -> String {
@@ -2455,6 +2749,17 @@ mod tests {
             json_number(s, &["\"median\":", "\"point_estimate\":"]),
             Some(136.93)
         );
+    }
+
+    #[test]
+    fn span_pod_reads_the_pod_object() {
+        let named = r#"{"v":1,"type":"cri_span","method":"StopPodSandbox","pod":{"name":"web-1","namespace":"team-3","uid":"u","attempt":0},"sandbox_id":"ab","container":null,"hooks":[]}"#;
+        assert_eq!(
+            span_pod(named),
+            Some(("team-3".to_string(), "web-1".to_string()))
+        );
+        let unnamed = r#"{"v":1,"type":"cri_span","method":"StopPodSandbox","pod":null,"sandbox_id":"ab","container":{"name":"c","attempt":0}}"#;
+        assert_eq!(span_pod(unnamed), None);
     }
 
     #[test]
