@@ -43,9 +43,10 @@ pub(crate) enum Cmd {
     /// Summarize a saved file: pods and where their time went, the slowest
     /// hooks, latency tables, findings (`replay -o report`).
     Report(ReportArgs),
-    /// Why is this pod (stuck in Terminating) not gone? Its teardown in a
-    /// saved file: the blocker in one sentence with its evidence, and what
-    /// this node still holds of it.
+    /// Why is this pod (stuck in Terminating) not gone? Its teardown (from
+    /// a saved file, the flight recorder, or kubelet's next attempt watched
+    /// now): the blocker in one sentence with its evidence, and what this
+    /// node still holds of it.
     Explain(ExplainArgs),
     /// Check that this node can run nri-trace, and say what to fix.
     Doctor {
