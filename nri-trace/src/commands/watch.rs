@@ -114,9 +114,9 @@ pub(crate) async fn live(a: WatchArgs, show: Show) -> Result<()> {
                 format!("opening the recorder's directory {dir} (give another with --dir)")
             })?;
             eprintln!(
-                "nri-trace: recording to {dir}: at most {} MiB{}, oldest segments deleted \
+                "nri-trace: recording to {dir}: at most {} KiB{}, oldest segments deleted \
                  (`nri-trace explain POD`, `report` and `replay` read it)",
-                cfg.max_bytes >> 20,
+                cfg.max_bytes >> 10,
                 cfg.max_age
                     .map(|d| format!(" and {} s", d.as_secs()))
                     .unwrap_or_default()
