@@ -419,6 +419,28 @@ impl Drop for StuckPod {
 /// (umount2 fails with EBUSY), as an agent or a shell left in a pod's
 /// directory would. Dies with this process (PDEATHSIG) should it be killed
 /// without dropping the guard.
+/// A host process with its cwd in `path` (a rootfs or a volume): the
+/// unmount fails with EBUSY at `failing_step`, on every try. What the pod
+/// then expects, and the holder.
+fn hold_busy(run: &Run, path: PathBuf, failing_step: &str) -> Result<(Expected, Option<Child>)> {
+    let h = hold(&path)?;
+    run.note(&format!(
+        "holder pid {} has its cwd in {}",
+        h.id(),
+        path.display()
+    ))?;
+    let expected = Expected {
+        failing_step: Some(failing_step.into()),
+        blocker: Some("unmount_failed".into()),
+        path: Some(path),
+        errno: Some(libc::EBUSY),
+        pid: Some(h.id()),
+        stays_stuck: true,
+        ..Default::default()
+    };
+    Ok((expected, Some(h)))
+}
+
 fn hold(dir: &Path) -> Result<Child> {
     let mut cmd = Command::new("sleep");
     cmd.arg("3600").current_dir(dir).stdin(Stdio::null());
@@ -567,41 +589,11 @@ fn make_stuck_inner(
                 "container rootfs {} not found",
                 rootfs.display()
             );
-            let h = hold(&rootfs)?;
-            run.note(&format!(
-                "holder pid {} has its cwd in {}",
-                h.id(),
-                rootfs.display()
-            ))?;
-            pod.expected = Expected {
-                failing_step: Some("StopContainer".into()),
-                blocker: Some("unmount_failed".into()),
-                path: Some(rootfs),
-                errno: Some(libc::EBUSY),
-                pid: Some(h.id()),
-                stays_stuck: true,
-                ..Default::default()
-            };
-            pod.holder = Some(h);
+            (pod.expected, pod.holder) = hold_busy(run, rootfs, "StopContainer")?;
         }
         Cause::VolumeBusy => {
             let path = volume::empty_dir(&volume::kubelet_root(&lab_dir), &pod.uid, VOLUME_NAME);
-            let h = hold(&path)?;
-            run.note(&format!(
-                "holder pid {} has its cwd in {}",
-                h.id(),
-                path.display()
-            ))?;
-            pod.expected = Expected {
-                failing_step: Some("unmount".into()),
-                blocker: Some("unmount_failed".into()),
-                path: Some(path),
-                errno: Some(libc::EBUSY),
-                pid: Some(h.id()),
-                stays_stuck: true,
-                ..Default::default()
-            };
-            pod.holder = Some(h);
+            (pod.expected, pod.holder) = hold_busy(run, path, "unmount")?;
         }
         Cause::AliveAfterSigkill => {
             let fuse = pod.fuse.as_ref().context("fuse-hang")?;

@@ -259,16 +259,20 @@ fn unix_ns(t: SystemTime) -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-/// A size as the command line gives it: `256MiB`, `64KiB`, `1GiB`,
-/// `1000000` (bytes), also `MB`/`KB`/`GB` (powers of 1000).
-pub fn parse_size(s: &str) -> Result<u64, String> {
+/// "256MiB" -> (256.0, "MiB"): the number and the unit after it.
+fn number_and_unit(s: &str) -> Result<(f64, &str), std::num::ParseFloatError> {
     let t = s.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: f64 = num
-        .parse()
+    Ok((num.parse()?, unit))
+}
+
+/// A size as the command line gives it: `256MiB`, `64KiB`, `1GiB`,
+/// `1000000` (bytes), also `MB`/`KB`/`GB` (powers of 1000).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let (n, unit) = number_and_unit(s)
         .map_err(|e| format!("{s:?}: {e}; give a size, e.g. 256MiB, 64KiB or 1GiB"))?;
     let mult: u64 = match unit.trim() {
         "" | "B" => 1,
@@ -289,13 +293,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 
 /// A duration as the command line gives it: `90s`, `30m`, `12h`, `2d`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num
-        .parse()
+    let (n, unit) = number_and_unit(s)
         .map_err(|e| format!("{s:?}: {e}; give a duration, e.g. 90s, 30m, 12h or 2d"))?;
     let secs = match unit.trim() {
         "s" | "" => 1.0,
