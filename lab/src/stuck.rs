@@ -164,10 +164,10 @@ impl StuckPod {
         truth::read(&self.truth).unwrap_or_default()
     }
 
-    /// The driver's failed tries so far: (step, retry, outcome), CRI calls
-    /// and volume steps of this pod.
-    pub fn failed_tries(&self) -> Vec<(String, u32, Outcome)> {
-        self.records()
+    /// The driver's tries so far: (step, retry, outcome), CRI calls and
+    /// volume steps of this pod, in the truth file's order.
+    pub fn tries(&self) -> Result<Vec<(String, u32, Outcome)>> {
+        Ok(truth::read(&self.truth)?
             .into_iter()
             .filter_map(|t| match t {
                 Truth::Cri {
@@ -176,16 +176,26 @@ impl StuckPod {
                     outcome,
                     retry,
                     ..
-                } if p.uid == self.uid && outcome != Outcome::Ok => Some((method, retry, outcome)),
+                } if p.uid == self.uid => Some((method, retry, outcome)),
                 Truth::Volume {
                     op,
                     pod: Some(p),
                     outcome,
                     retry,
                     ..
-                } if p.uid == self.uid && outcome != Outcome::Ok => Some((op, retry, outcome)),
+                } if p.uid == self.uid => Some((op, retry, outcome)),
                 _ => None,
             })
+            .collect())
+    }
+
+    /// The driver's failed tries so far (of [`Self::tries`]; none while
+    /// the truth file cannot be read).
+    pub fn failed_tries(&self) -> Vec<(String, u32, Outcome)> {
+        self.tries()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(_, _, o)| *o != Outcome::Ok)
             .collect()
     }
 

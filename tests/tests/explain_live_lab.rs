@@ -25,7 +25,7 @@ use nri_trace_lab::{
     labctl::{self, Lab},
     scenario::Bins,
     stuck::{self, Cause, StuckOptions, StuckPod},
-    truth::{self, Outcome, Truth},
+    truth::Outcome,
 };
 use nri_trace_tests::workspace_bin;
 use serde_json::Value;
@@ -167,28 +167,12 @@ fn explain_gone_pod(pod: &StuckPod) {
     );
 }
 
-/// What the truth file shows of the driver's tries: (step, retry, outcome).
+/// The driver's tries of the pod: (step, retry, succeeded).
 fn tries(pod: &StuckPod) -> Vec<(String, u32, bool)> {
-    truth::read(&pod.truth)
+    pod.tries()
         .expect("truth")
         .into_iter()
-        .filter_map(|t| match t {
-            Truth::Cri {
-                method,
-                pod: Some(p),
-                outcome,
-                retry,
-                ..
-            } if p.uid == pod.uid => Some((method, retry, outcome == Outcome::Ok)),
-            Truth::Volume {
-                op,
-                pod: Some(p),
-                outcome,
-                retry,
-                ..
-            } if p.uid == pod.uid => Some((op, retry, outcome == Outcome::Ok)),
-            _ => None,
-        })
+        .map(|(step, retry, o)| (step, retry, o == Outcome::Ok))
         .collect()
 }
 
