@@ -9,8 +9,21 @@ use crate::{
     capture::{ConnId, Loss, Timestamp},
     engine::hook_latency::{Hook, HookSpan, HookSummary},
     human::{clock, sanitize},
-    model::nri_call::{Caller, NriCall, Outcome, PluginId},
+    model::nri_call::{Caller, IdentitySource, NriCall, Outcome, PluginId},
 };
+
+/// A plugin's name for people: its `IDX-NAME` (or `comm[pid]`),
+/// sanitized, with " (inferred)" when the name and index were worked out
+/// from its process rather than read from its RegisterPlugin: it
+/// registered before nri-trace started (docs/nri.md, "Plugins registered
+/// before the attach"). JSON carries how, in `plugin.inferred`.
+pub fn plugin_name(p: &PluginId) -> String {
+    let label = sanitize(&p.label());
+    match p.source {
+        IdentitySource::Inferred => format!("{label} (inferred)"),
+        _ => label,
+    }
+}
 
 fn subject(c: &NriCall) -> String {
     let mut s = c.pod.as_ref().map(ToString::to_string).unwrap_or_default();
@@ -87,7 +100,7 @@ fn call_line(w: &mut impl Write, c: &NriCall, hook: &str, own_ns: Option<u64>) -
     write!(
         w,
         "{when} {arrow} {:<18} {:<28} {:<36} {:>10}  {}",
-        sanitize(&c.plugin.label()),
+        plugin_name(&c.plugin),
         hook,
         subject(c),
         dur,
@@ -111,7 +124,7 @@ pub fn plugin_text(
         w,
         "{} ** plugin {} on {conn} (identity from {:?}",
         clock(ts),
-        sanitize(&plugin.label()),
+        plugin_name(plugin),
         plugin.source
     )?;
     if let Some(pid) = plugin.pid {
@@ -135,7 +148,7 @@ pub fn plugin_gone_text(
         w,
         "{} ** plugin {} disconnected ({conn} closed)",
         clock(ts),
-        sanitize(&plugin.label())
+        plugin_name(plugin)
     )
 }
 
@@ -165,7 +178,7 @@ pub fn pending_text(w: &mut impl Write, c: &NriCall) -> io::Result<()> {
         w,
         "{} NRI -> {} {} called (teardown hook; its end follows)",
         c.start.map(|t| clock(&t)).unwrap_or_default(),
-        sanitize(&c.plugin.label()),
+        plugin_name(&c.plugin),
         c.event.map_or("?", |e| e.as_str_name())
     )
 }
@@ -221,4 +234,39 @@ pub fn summary_text(w: &mut impl Write, s: &[HookSummary]) -> io::Result<()> {
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plugin(source: IdentitySource) -> PluginId {
+        PluginId {
+            name: Some("logger".into()),
+            index: Some("10".into()),
+            pid: Some(42),
+            comm: Some("logger\x1b[2J".into()),
+            source,
+            inferred: None,
+        }
+    }
+
+    /// A name worked out from the process says so; a registered one and
+    /// a process name do not; control bytes never reach the terminal.
+    #[test]
+    fn an_inferred_plugin_name_is_marked() {
+        assert_eq!(
+            plugin_name(&plugin(IdentitySource::Inferred)),
+            "10-logger (inferred)"
+        );
+        assert_eq!(
+            plugin_name(&plugin(IdentitySource::RegisterPlugin)),
+            "10-logger"
+        );
+        let mut by_process = plugin(IdentitySource::PeerProcess);
+        by_process.name = None;
+        let shown = plugin_name(&by_process);
+        assert!(shown.starts_with("logger") && shown.ends_with("[42]"), "{shown}");
+        assert!(!shown.contains('\x1b'), "{shown}");
+    }
 }

@@ -29,7 +29,8 @@ use std::{
 use super::{
     cri_lines,
     finding_message::{is_disconnect, message},
-    lines, nri_lines,
+    lines,
+    nri_lines::{self, plugin_name},
 };
 use crate::{
     capture::{
@@ -142,7 +143,7 @@ impl<W: Write> TextSink<W> {
                     matches!(h, Record::Observed(Observation::RuntimeExited { ts: t, .. }) if t == ts)
                 });
                 if with_runtime {
-                    self.gone_with_runtime.push(sanitize(&label));
+                    self.gone_with_runtime.push(plugin_name(plugin));
                 }
                 with_runtime
             }
@@ -396,14 +397,14 @@ impl<W: Write> TextSink<W> {
     /// Plugins whose connections closed: this one and those held right
     /// after it, on one line.
     fn gone_line(&mut self, ts: &Timestamp, plugin: &PluginId) -> io::Result<()> {
-        let mut names = vec![sanitize(&plugin.label())];
+        let mut names = vec![plugin_name(plugin)];
         while let Some((&k, Record::Observed(Observation::NriPluginGone { plugin, .. }))) =
             self.held.first_key_value()
         {
             if self.timed_out.contains(&plugin.label()) {
                 break;
             }
-            names.push(sanitize(&plugin.label()));
+            names.push(plugin_name(plugin));
             self.held.remove(&k);
         }
         let (what, verb) = if names.len() == 1 {
@@ -481,7 +482,7 @@ fn hook_line(w: &mut impl Write, h: &HookSpan, pod: Option<&PodName>) -> io::Res
     } else {
         sanitize(h.hook.as_str())
     };
-    write!(w, "NRI {hook:<26} {:<20}", sanitize(&h.call.plugin.label()))?;
+    write!(w, "NRI {hook:<26} {:<20}", plugin_name(&h.call.plugin))?;
     if let Some(p) = pod {
         write!(w, " {:<32}", sanitize(&p.to_string()))?;
     }

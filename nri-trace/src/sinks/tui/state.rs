@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, VecDeque};
 use serde::Serialize;
 
 use crate::human::sanitize;
+use crate::sinks::nri_lines::plugin_name;
 use crate::{
     capture::{ConnId, Loss, Timestamp},
     engine::{
@@ -474,7 +475,7 @@ impl TuiState {
 
     fn hook_row(&mut self, h: &HookSpan, nested: bool) {
         let seq = self.next_seq();
-        let plugin = sanitize(&h.call.plugin.label());
+        let plugin = plugin_name(&h.call.plugin);
         let hook = sanitize(h.hook.as_str());
         if let Some(own) = h.own_ns {
             let key = (plugin.clone(), hook.clone());
@@ -583,7 +584,7 @@ impl TuiState {
                             .hooks
                             .iter()
                             .map(|h| HookBar {
-                                plugin: sanitize(&h.call.plugin.label()),
+                                plugin: plugin_name(&h.call.plugin),
                                 hook: sanitize(h.hook.as_str()),
                                 start_ns: h.call.start.map(|t| t.mono_ns),
                                 duration_ns: h.call.duration_ns,
@@ -655,7 +656,7 @@ impl TuiState {
                 plugin,
                 events,
             }) => {
-                let label = sanitize(&plugin.label());
+                let label = plugin_name(plugin);
                 if self.plugins.contains_key(conn) || self.plugins.len() < MAX_KEYS {
                     self.plugins.insert(
                         *conn,
@@ -669,7 +670,7 @@ impl TuiState {
                 self.conn_row(Some(*ts), CallKind::Conn, "plugin connected".into(), label);
             }
             Record::Observed(Observation::NriPluginGone { conn, ts, plugin }) => {
-                let label = sanitize(&plugin.label());
+                let label = plugin_name(plugin);
                 if let Some(p) = self.plugins.get_mut(conn) {
                     p.connected = false;
                 }
