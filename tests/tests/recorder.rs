@@ -115,10 +115,8 @@ fn bounded_under_load_oldest_go_and_the_rest_replays() {
                 "{} bytes after write {i} of round {round}",
                 r.total_bytes()
             );
-            if i % 64 == 0 {
-                r.flush().unwrap();
-                assert!(disk_bytes(&dir) <= max, "{} on disk", disk_bytes(&dir));
-            }
+            r.flush().unwrap();
+            assert!(disk_bytes(&dir) <= max, "{} on disk", disk_bytes(&dir));
         }
     }
     let fed: u64 = written

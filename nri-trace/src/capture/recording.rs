@@ -156,7 +156,21 @@ impl<W: Write> RecordingWriter<W> {
     /// Append one record of another kind (the same line format: `"v"`
     /// first, then the record's fields), flushing if `flush`.
     pub fn write_record<T: Serialize>(&mut self, r: &T, flush: bool) -> io::Result<()> {
+        self.stage_record(r)?;
+        self.write_staged(flush)
+    }
+
+    /// Serialize one record into the line buffer, writing nothing yet: the
+    /// bytes its line will take (the flight recorder makes room for them
+    /// before they reach the disk).
+    pub fn stage_record<T: Serialize>(&mut self, r: &T) -> io::Result<u64> {
         encode_line(&mut self.line, r)?;
+        Ok(self.line.len() as u64)
+    }
+
+    /// Write the line [`stage_record`](Self::stage_record) made, flushing if
+    /// `flush`.
+    pub fn write_staged(&mut self, flush: bool) -> io::Result<()> {
         let res = self.out.write_all(&self.line);
         self.bytes += self.line.len() as u64;
         if self.line.capacity() > RETAINED_BUFFER_BYTES {

@@ -131,11 +131,23 @@ impl<W: std::io::Write> RecordWriter<W> {
 
     /// Append one observation. Lines are buffered; `flush` when idle.
     pub fn write(&mut self, o: &Observation) -> std::io::Result<()> {
+        self.stage(o)?;
+        self.write_staged(o)
+    }
+
+    /// Serialize `o` without writing it: the bytes its line will take.
+    /// [`write_staged`](Self::write_staged) with the same `o` writes it.
+    pub fn stage(&mut self, o: &Observation) -> std::io::Result<u64> {
+        self.out.stage_record(o)
+    }
+
+    /// Write the line [`stage`](Self::stage) made of `o`.
+    pub fn write_staged(&mut self, o: &Observation) -> std::io::Result<()> {
         if let Observation::CaptureLoss(l) = o {
             self.lost_records = l.lost_records;
         }
         self.written += 1;
-        self.out.write_record(o, false)
+        self.out.write_staged(false)
     }
 
     pub fn flush(&mut self) -> std::io::Result<()> {
@@ -156,6 +168,22 @@ impl<W: std::io::Write> RecordWriter<W> {
         self.out.write_record(&Header::SessionEnd(&end), true)?;
         self.out.finish()
     }
+}
+
+/// The most bytes a `session_end` line can take (its counters at their
+/// widest), and a `session` line of `info` (its start time at its widest):
+/// what closing a segment and starting the next one add.
+pub fn header_bytes_at_most(info: &SessionInfo) -> std::io::Result<u64> {
+    let end = SessionEnd {
+        observations: u64::MAX,
+        lost_records: u64::MAX,
+    };
+    let mut widest = info.clone();
+    widest.started_unix_ns = u64::MAX;
+    let mut w = recording::RecordingWriter::new(std::io::sink());
+    let end_bytes = w.stage_record(&Header::SessionEnd(&end))?;
+    let start_bytes = w.stage_record(&Header::Session(&widest))?;
+    Ok(end_bytes + start_bytes)
 }
 
 /// Open a record file (gzipped or not) for streaming.

@@ -9,10 +9,12 @@
 //! stream in capture order (`pipeline::source` reads it so; the replay
 //! loop carries on across a segment's `session` line).
 //!
-//! The bound: after every observation written, the segments together hold
-//! at most `max_bytes` (closed ones by their size, the open one by the
-//! bytes written to it, buffered included): the oldest segments are
-//! deleted to make room. A segment is closed once it reaches
+//! The bound: the segments together never hold more than `max_bytes`
+//! (closed ones by their size, the open one by the bytes written to it,
+//! buffered included), not even between two writes: each line is
+//! serialized first, and the oldest segments are deleted to make room for
+//! it (and for the `session_end` and `session` lines, when it fills its
+//! segment) before it is written. A segment is closed once it reaches
 //! `max_bytes / SEGMENTS`, so the bound keeps about the last
 //! `(SEGMENTS - 1) / SEGMENTS` of it. With `max_age`, a closed segment
 //! whose last write is older goes too (looked at when a segment closes and
@@ -28,7 +30,7 @@ use std::{
 
 use super::{
     observation::Observation,
-    record_file::{RecordWriter, SessionInfo},
+    record_file::{header_bytes_at_most, RecordWriter, SessionInfo},
 };
 use crate::capture::recording;
 
@@ -98,6 +100,9 @@ pub struct Recorder {
     closed: VecDeque<Closed>,
     closed_bytes: u64,
     open: Option<(PathBuf, RecordWriter<fs::File>)>,
+    /// The most a segment change writes: a `session_end` line and the next
+    /// segment's `session` line.
+    change_bytes: u64,
     next_seq: u64,
     last_age_check: Instant,
 }
@@ -134,12 +139,13 @@ impl Recorder {
             closed,
             closed_bytes,
             open: None,
+            change_bytes: header_bytes_at_most(info)?,
             next_seq,
             last_age_check: Instant::now(),
         };
-        r.start_segment()?;
         r.expire_old(SystemTime::now())?;
-        r.bound()?;
+        r.make_room(r.change_bytes)?;
+        r.start_segment()?;
         Ok(r)
     }
 
@@ -183,9 +189,11 @@ impl Recorder {
         self.closed_bytes + self.open_bytes()
     }
 
-    /// Delete the oldest closed segments until the total is in bounds.
-    fn bound(&mut self) -> io::Result<()> {
-        while self.total_bytes() > self.cfg.max_bytes {
+    /// Delete the oldest closed segments until `incoming` more bytes fit
+    /// in the bound (or none is left: a line longer than the whole bound
+    /// is still written).
+    fn make_room(&mut self, incoming: u64) -> io::Result<()> {
+        while self.total_bytes() + incoming > self.cfg.max_bytes {
             let Some(old) = self.closed.pop_front() else {
                 break;
             };
@@ -223,17 +231,24 @@ impl Recorder {
     /// the segment when full and deleting the oldest to stay in bounds.
     pub fn write(&mut self, o: &Observation) -> io::Result<()> {
         if self.open.is_none() {
+            self.make_room(self.change_bytes)?;
             self.start_segment()?;
         }
+        let Some((_, w)) = self.open.as_mut() else {
+            return Ok(());
+        };
+        let line = w.stage(o)?;
+        let fills = self.open_bytes() + line >= self.segment_bytes;
+        self.make_room(line + if fills { self.change_bytes } else { 0 })?;
         if let Some((_, w)) = self.open.as_mut() {
-            w.write(o)?;
+            w.write_staged(o)?;
         }
-        if self.open_bytes() >= self.segment_bytes {
+        if fills {
             self.close_segment()?;
             self.expire_old(SystemTime::now())?;
             self.start_segment()?;
         }
-        self.bound()
+        Ok(())
     }
 
     /// Nothing more is queued for now: lines to disk, and old segments out.
@@ -249,8 +264,8 @@ impl Recorder {
 
     /// The run ended: the open segment gets its `session_end` line.
     pub fn finish(mut self) -> io::Result<()> {
-        self.close_segment()?;
-        self.bound()
+        self.make_room(self.change_bytes)?;
+        self.close_segment()
     }
 }
 
