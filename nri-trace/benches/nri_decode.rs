@@ -354,7 +354,8 @@ fn frame(
             | CaptureEvent::Process(_)
             | CaptureEvent::Loss(_)
             | CaptureEvent::Sandbox(_)
-            | CaptureEvent::CriState(_) => {}
+            | CaptureEvent::CriState(_)
+            | CaptureEvent::Tick { .. } => {}
         }
     }
     conns

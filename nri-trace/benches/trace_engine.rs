@@ -254,6 +254,7 @@ fn ts_of(ev: &CaptureEvent) -> Option<Timestamp> {
         CaptureEvent::Process(p) => Some(p.ts()),
         CaptureEvent::Sandbox(s) => Some(s.ts),
         CaptureEvent::CriState(s) => Some(s.ts),
+        CaptureEvent::Tick { ts } => Some(*ts),
         CaptureEvent::Loss(_) => None,
     }
 }
@@ -362,6 +363,7 @@ impl Base {
                     ) => *t = ts(*t),
                     CaptureEvent::Sandbox(s) => s.ts = ts(s.ts),
                     CaptureEvent::CriState(s) => s.ts = ts(s.ts),
+                    CaptureEvent::Tick { ts: t } => *t = ts(*t),
                     CaptureEvent::Loss(_) => {}
                 }
                 ev

@@ -95,6 +95,8 @@ pub fn text(w: &mut impl Write, ev: &CaptureEvent, dump_max: usize) -> io::Resul
             s.containers.len(),
             if s.truncated { ", truncated" } else { "" }
         ),
+        // The clock alone: nothing happened to tell.
+        CaptureEvent::Tick { .. } => Ok(()),
     }
 }
 
@@ -122,7 +124,10 @@ impl Counts {
                 self.chunks_after_gap += u64::from(c.gap_before);
             }
             CaptureEvent::Loss(l) => self.loss = *l,
-            CaptureEvent::Process(_) | CaptureEvent::Sandbox(_) | CaptureEvent::CriState(_) => {}
+            CaptureEvent::Process(_)
+            | CaptureEvent::Sandbox(_)
+            | CaptureEvent::CriState(_)
+            | CaptureEvent::Tick { .. } => {}
         }
     }
 }

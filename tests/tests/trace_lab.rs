@@ -223,6 +223,24 @@ fn trace_happy_hooks_under_their_cri_calls() {
     );
     assert!(!metrics.contains("nri_trace_findings_total{"), "{metrics}");
     assert!(metrics.contains("nri_trace_capture_lost_records_total 0"));
+    // The lab went quiet after the last call: it was printed then, on the
+    // capture's tick, not when nri-trace was stopped.
+    let spans = |p: &Path| {
+        std::fs::read_to_string(p)
+            .expect("nri-trace's output")
+            .lines()
+            .filter(|l| l.contains(r#""type":"cri_span""#))
+            .count()
+    };
+    let (stdout, _, _) = TraceProc::paths(&out);
+    let (before, all) = (spans(&TraceProc::before_stop(&out)), spans(&stdout));
+    assert!(all >= 21, "{all} CRI spans");
+    assert_eq!(before, all, "CRI spans printed before the stop");
+    let ticks = lab_trace::raw_events(&out)
+        .iter()
+        .filter(|e| matches!(e, nri_trace::capture::CaptureEvent::Tick { .. }))
+        .count();
+    assert!(ticks > 0, "no tick in the raw capture");
 }
 
 #[test]

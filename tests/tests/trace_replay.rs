@@ -302,3 +302,79 @@ fn late_attach_with_plugins_never_mislabels() {
         );
     }
 }
+
+/// A runtime that goes quiet after a call: the call is settled on the
+/// capture's tick (capture/session.rs sends one once the sockets are
+/// quiet), not held until the next captured event, and with the tick in
+/// the stream a replay gives the same records as without it.
+#[test]
+fn a_tick_settles_the_last_call_of_a_quiet_runtime() {
+    use nri_trace::{
+        capture::Timestamp,
+        engine::contract::ContractConfig,
+        pipeline::{replay::Collect, Pipeline},
+    };
+    let evs = events("happy");
+    let session = SessionInfo {
+        tool: "nri-trace test".into(),
+        runtime: Some("containerd".into()),
+        runtime_pid: None,
+        cri_socket: CRI.into(),
+        nri_socket: NRI.into(),
+        started_unix_ns: 0,
+        redacted: false,
+    };
+    let spans = |rs: &[Record]| {
+        rs.iter()
+            .filter(|r| matches!(r, Record::CriSpan(_)))
+            .count()
+    };
+    // The connections of the CRI socket, and the last event on one: the
+    // last call's response.
+    let cri: Vec<_> = evs
+        .iter()
+        .filter_map(|e| match e {
+            CaptureEvent::Open(o) if o.socket_path.as_deref() == Some(Path::new(CRI)) => {
+                Some(o.conn)
+            }
+            _ => None,
+        })
+        .collect();
+    let last = evs
+        .iter()
+        .rposition(|e| matches!(e, CaptureEvent::Chunk(c) if cri.contains(&c.conn)))
+        .expect("CRI chunks in the happy recording");
+    let CaptureEvent::Chunk(end) = &evs[last] else {
+        unreachable!()
+    };
+    let all = spans(&replay(evs.clone()));
+
+    let mut p = Pipeline::new(&session, ContractConfig::default());
+    let (sink, got) = Collect::new();
+    p.add_sink(Box::new(sink));
+    for e in &evs[..=last] {
+        p.on_capture(e).unwrap();
+    }
+    let before = spans(&got.borrow().records);
+    assert!(
+        before < all,
+        "the last call is still held ({before} of {all})"
+    );
+    let tick = CaptureEvent::Tick {
+        ts: Timestamp {
+            mono_ns: end.ts.mono_ns + 60_000_000,
+            wall_ns: end.ts.wall_ns + 60_000_000,
+        },
+    };
+    p.on_capture(&tick).unwrap();
+    let after = spans(&got.borrow().records);
+    assert_eq!(
+        after, all,
+        "every call settled on the tick ({before} before it)"
+    );
+
+    // The tick changes when, never what.
+    let mut with_tick = evs.clone();
+    with_tick.insert(last + 1, tick);
+    assert_eq!(replay(with_tick), replay(evs));
+}

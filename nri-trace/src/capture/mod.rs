@@ -285,4 +285,14 @@ pub enum CaptureEvent {
     /// The runtime's pods and containers, asked over CRI at start and
     /// after a runtime restart (`SessionConfig::cri_state`).
     CriState(cri_state::CriState),
+    /// The capture's clock, sent while the traced sockets are quiet: every
+    /// record the kernel stamped before `ts` has been read. Time-bound
+    /// decisions (a CRI call's settle window, a hook's deadline) are made
+    /// on capture time, so without it a runtime that goes idle would leave
+    /// its last call held until its next one. It travels in the stream
+    /// (and the raw capture file) like any event, so a replay decides
+    /// exactly as the live run did (`session.rs`, `drain_until_stopped`).
+    Tick {
+        ts: Timestamp,
+    },
 }

@@ -156,6 +156,52 @@ impl Session {
     }
 }
 
+/// How far behind the drain's clock a [`CaptureEvent::Tick`] is stamped: a
+/// probe stamps a record and submits it to the ring within microseconds
+/// (the same program run), so every record stamped before then has been
+/// read by a drain that found the ring empty this much later.
+pub const TICK_LAG_NS: u64 = 50_000_000;
+/// While nothing at all is captured, a tick this often (capture time keeps
+/// moving for deadlines: a hung hook's, a held call's).
+pub const IDLE_TICK_NS: u64 = 1_000_000_000;
+
+/// When the drain loop sends the capture's clock ([`CaptureEvent::Tick`]):
+/// once the sockets have been quiet for [`TICK_LAG_NS`] after something
+/// was captured, then every [`IDLE_TICK_NS`] while they stay quiet. Never
+/// while events flow (their own timestamps move capture time), and never
+/// behind an event already sent.
+#[derive(Debug, Default)]
+struct TickClock {
+    /// Monotonic time of the last drain that sent events.
+    last_events_ns: u64,
+    /// Whether events went since the last tick.
+    events_since_tick: bool,
+    last_tick_ns: u64,
+}
+
+impl TickClock {
+    /// After a drain at `now` that found `sent` events: the tick to send, if due.
+    fn after_drain(&mut self, now: u64, sent: bool) -> Option<u64> {
+        if sent {
+            self.last_events_ns = now;
+            self.events_since_tick = true;
+            return None;
+        }
+        let due = if self.events_since_tick {
+            now.saturating_sub(self.last_events_ns) >= TICK_LAG_NS
+        } else {
+            now.saturating_sub(self.last_tick_ns) >= IDLE_TICK_NS
+        };
+        let at = now.checked_sub(TICK_LAG_NS)?;
+        if !due || at < self.last_events_ns {
+            return None;
+        }
+        self.last_tick_ns = now;
+        self.events_since_tick = false;
+        Some(at)
+    }
+}
+
 /// CLOCK_MONOTONIC now, the clock of bpf_ktime_get_ns().
 pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
@@ -738,6 +784,7 @@ async fn drain_until_stopped(
     let mut loss = Loss::default();
     let mut malformed = 0u64;
     let mut last_loss_check = 0u64;
+    let mut ticks = TickClock::default();
     let mut out = Vec::new();
     let mut stopping = false;
     loop {
@@ -869,6 +916,14 @@ async fn drain_until_stopped(
         }
         if stopping {
             tracker.close_all(now, &mut out);
+        } else if let Some(at) = ticks.after_drain(now, !out.is_empty()) {
+            let wall_ns = u64::try_from(i128::from(at) + wall_offset_ns()).unwrap_or(0);
+            out.push(CaptureEvent::Tick {
+                ts: super::Timestamp {
+                    mono_ns: at,
+                    wall_ns,
+                },
+            });
         }
         for ev in out.drain(..) {
             if tx.send(ev).await.is_err() {
@@ -1370,6 +1425,43 @@ impl Follower {
 mod tests {
     use super::*;
     use crate::capture::Timestamp;
+
+    const MS: u64 = 1_000_000;
+
+    /// Ticks come only on quiet sockets: one a lag after the last events
+    /// (stamped after them), then one a second while nothing comes; none
+    /// while events flow.
+    #[test]
+    fn ticks_follow_quiet_never_flow() {
+        let mut t = TickClock::default();
+        let start = 10_000 * MS;
+        assert_eq!(t.after_drain(start, true), None, "events flow");
+        assert_eq!(
+            t.after_drain(start + 2 * MS, false),
+            None,
+            "not quiet long enough"
+        );
+        let first = t
+            .after_drain(start + 60 * MS, false)
+            .expect("quiet past the lag");
+        assert!(first >= start, "stamped after the last events: {first}");
+        assert_eq!(
+            t.after_drain(start + 62 * MS, false),
+            None,
+            "one tick per quiet spell"
+        );
+        assert_eq!(t.after_drain(start + 900 * MS, false), None);
+        let idle = t
+            .after_drain(start + 1100 * MS, false)
+            .expect("a second later");
+        assert!(idle > first);
+        assert_eq!(t.after_drain(start + 1101 * MS, true), None, "events again");
+        assert_eq!(t.after_drain(start + 1120 * MS, false), None);
+        let after = t
+            .after_drain(start + 1160 * MS, false)
+            .expect("quiet again");
+        assert!(after >= start + 1101 * MS);
+    }
 
     /// A backend that records nothing and accepts everything.
     struct NoBackend;

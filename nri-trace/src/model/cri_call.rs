@@ -470,6 +470,8 @@ impl CriCallAssembler {
                     self.slot_candidates.retain(|(conn, _), _| *conn != c.conn);
                 }
             }
+            // Quiet sockets: calls held for evidence still time out.
+            CaptureEvent::Tick { ts } => self.release_expired(ts.mono_ns, out),
             CaptureEvent::Process(_)
             | CaptureEvent::Loss(_)
             | CaptureEvent::Sandbox(_)

@@ -561,6 +561,8 @@ impl NriCallAssembler {
             CaptureEvent::Open(o) => Some(o.ts.mono_ns),
             CaptureEvent::Chunk(c) => Some(c.ts.mono_ns),
             CaptureEvent::Close(c) => Some(c.ts.mono_ns),
+            // Quiet sockets: a hung hook still reaches its deadline.
+            CaptureEvent::Tick { ts } => Some(ts.mono_ns),
             _ => None,
         };
         if let Some(now) = now {
@@ -615,7 +617,8 @@ impl NriCallAssembler {
             CaptureEvent::Process(_)
             | CaptureEvent::Loss(_)
             | CaptureEvent::Sandbox(_)
-            | CaptureEvent::CriState(_) => {}
+            | CaptureEvent::CriState(_)
+            | CaptureEvent::Tick { .. } => {}
         }
     }
 

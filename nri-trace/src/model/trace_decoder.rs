@@ -92,6 +92,12 @@ impl TraceDecoder {
             }
             CaptureEvent::Chunk(c) => (Some(c.conn), Some(c.ts.mono_ns)),
             CaptureEvent::Close(c) => (Some(c.conn), Some(c.ts.mono_ns)),
+            // Never behind a clock already written: a tick says only that
+            // nothing older is still to come.
+            CaptureEvent::Tick { ts } => (
+                None,
+                Some(ts.mono_ns.max(self.last_clock.map_or(0, |(n, ..)| n))),
+            ),
             CaptureEvent::Process(_)
             | CaptureEvent::Loss(_)
             | CaptureEvent::Sandbox(_)
@@ -117,6 +123,11 @@ impl TraceDecoder {
             self.routes.get(&c).copied().unwrap_or(Route::Nri)
         });
         match route {
+            // The clock is both assemblers'.
+            _ if matches!(ev, CaptureEvent::Tick { .. }) => {
+                self.cri.on_capture(ev, &mut self.cri_obs);
+                self.nri.on_capture(ev, &mut self.nri_obs);
+            }
             Route::Cri => self.cri.on_capture(ev, &mut self.cri_obs),
             Route::Nri => self.nri.on_capture(ev, &mut self.nri_obs),
             Route::Ignore => {}

@@ -266,7 +266,10 @@ mod tests {
         let mut by_process = plugin(IdentitySource::PeerProcess);
         by_process.name = None;
         let shown = plugin_name(&by_process);
-        assert!(shown.starts_with("logger") && shown.ends_with("[42]"), "{shown}");
+        assert!(
+            shown.starts_with("logger") && shown.ends_with("[42]"),
+            "{shown}"
+        );
         assert!(!shown.contains('\x1b'), "{shown}");
     }
 }

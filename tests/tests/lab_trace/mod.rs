@@ -110,6 +110,13 @@ impl TraceProc {
         )
     }
 
+    /// What nri-trace had printed when the scenario was over and the lab
+    /// quiet for a second, before it was stopped: its calls must be out by
+    /// then (the capture's ticks settle them), not held for the stop.
+    pub(crate) fn before_stop(out: &Path) -> PathBuf {
+        out.join("nri-trace.before-stop.ndjson")
+    }
+
     /// The record file `--save` wrote.
     pub(crate) fn observations(out: &Path) -> PathBuf {
         out.join("nri-trace.observations.ndjson")
@@ -181,6 +188,7 @@ impl Observer for TraceProc {
                 .with_context(|| format!("scraping http://{addr}/metrics"))?;
             std::fs::write(self.out.join("metrics.txt"), text)?;
         }
+        std::fs::copy(Self::paths(&self.out).0, Self::before_stop(&self.out))?;
         std::fs::write(Self::peers(&self.out), peers_of(c.id()))?;
         unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
         let t0 = Instant::now();

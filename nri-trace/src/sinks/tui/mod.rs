@@ -189,6 +189,7 @@ pub fn event_mono_ns(ev: &CaptureEvent) -> Option<u64> {
         CaptureEvent::Process(p) => Some(p.ts().mono_ns),
         CaptureEvent::Sandbox(s) => Some(s.ts.mono_ns),
         CaptureEvent::CriState(s) => Some(s.ts.mono_ns),
+        CaptureEvent::Tick { ts } => Some(ts.mono_ns),
         CaptureEvent::Loss(_) => None,
     }
 }
