@@ -36,8 +36,8 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("cri-deadline-retry-go", "as cri-deadline-retry with go-cri-client (grpc-go's client-side deadline, kubelet's stack)"),
     ("pods-before-attach", "2 pods (one container each) made before the observer attaches, then torn down: their teardown calls name them only by id"),
     ("cri-late-attach-go", "as cri-late-attach with go-cri-client (grpc-go, kubelet's HPACK encoder; built offline from Debian's sources)"),
-    ("cri-late-attach-nri", "as cri-late-attach with 4 pods per phase and two test plugins (one subscribed to every event, one to the stop events only) connected before the observer"),
-    ("cri-late-attach-go-nri", "as cri-late-attach-go with 4 pods per phase, a test plugin and the NRI project's logger plugin connected before the observer"),
+    ("cri-late-attach-nri", "as cri-late-attach with 4 pods per phase, a pre-launched test plugin and two external ones (one subscribed to every event, one to the stop events only), all registered before the observer"),
+    ("cri-late-attach-go-nri", "as cri-late-attach-go with 4 pods per phase, a pre-launched test plugin, an external one and the NRI project's logger plugin, all registered before the observer"),
     ("upstream-witness", "the NRI project's own logger plugin (built offline from Debian's sources) witnesses 2 lifecycles beside a test plugin"),
     ("runtime-restart", "containerd restarts while a pod runs (a pre-launched and an external plugin); the pod is torn down and another made after it"),
     ("unkillable", "a container process blocked in a FUSE read that is never answered survives StopContainer's SIGKILL in state D"),
@@ -515,7 +515,7 @@ fn drive(r: &mut Run) -> Result<()> {
             );
         }
         "cri-late-attach-nri" => {
-            r.lab.up("2s")?;
+            prelaunched_up(r, "pre", "05")?;
             r.plugin("alpha", "10", &[])?;
             // Subscribed to the stop events only: a RemovePodSandbox's own
             // REMOVE_POD_SANDBOX does not reach it.
@@ -534,7 +534,7 @@ fn drive(r: &mut Run) -> Result<()> {
                 let st = upstream_logger(&[step]).status()?;
                 ensure!(st.success(), "upstream-logger.sh {step} failed ({st})");
             }
-            r.lab.up("2s")?;
+            prelaunched_up(r, "pre", "05")?;
             r.plugin("alpha", "10", &[])?;
             start_upstream_logger(r)?;
             let mut c = Command::new(bin);
@@ -749,6 +749,19 @@ fn upstream_witness(r: &mut Run) -> Result<()> {
 
 /// Start the upstream logger (index 99, logging to `nri-logger.log` in the
 /// run's directory) and wait until it has synchronized; its log's path.
+/// The runtime (re)started with a pre-launched test plugin `idx-name`,
+/// once the runtime has configured it (the observer not attached).
+fn prelaunched_up(r: &mut Run, name: &str, idx: &str) -> Result<()> {
+    r.prelaunch(&PluginSpec {
+        name,
+        idx,
+        args: &[],
+    })?;
+    r.lab.up("2s")?;
+    let configured = |e: &PluginEvent| matches!(e, PluginEvent::Configured { .. });
+    r.wait_plugin(name, configured, Duration::from_secs(10))
+}
+
 fn start_upstream_logger(r: &mut Run) -> Result<PathBuf> {
     let log = r.out.join("nri-logger.log");
     let _ = std::fs::remove_file(&log);

@@ -365,8 +365,9 @@ fn trace_cri_late_attach_finds_nothing() {
 }
 
 /// A late attach to a connection that made the same mix before, with NRI
-/// plugins connected before the observer (test plugins; with grpc-go also
-/// the NRI project's logger): every CRI call after the attach is found and
+/// plugins registered before the observer (a pre-launched and external
+/// test plugins; with grpc-go also the NRI project's logger), each hooking
+/// by its IDX-NAME, marked inferred: every CRI call after the attach is found and
 /// none mislabeled (against the driver's truth); among the calls during
 /// which the runtime delivered an NRI event at most 2 % stay unknown; every
 /// delivery sits under a CRI call; nothing is found.
@@ -410,6 +411,7 @@ fn trace_cri_late_attach_with_plugins_names_the_calls() {
             "{scenario}: deliveries with no CRI cause"
         );
         assert_eq!(findings(&records), vec![], "{scenario}");
+        trace_check::check_late_plugins(scenario, &records);
     }
 }
 

@@ -234,7 +234,9 @@ const LATE_WITH_PLUGINS: &[&str] = &["cri-late-attach-nri", "cri-late-attach-go-
 /// call after the cut is found and none mislabeled against the driver's
 /// truth; among the calls during which the runtime delivered an NRI event
 /// at most 2 % stay unknown (over all cuts); replayed whole, every delivery
-/// sits under a CRI call.
+/// sits under a CRI call; every plugin (pre-launched and external, all
+/// registered before the attach) hooks by its IDX-NAME, marked inferred, at
+/// every cut.
 #[test]
 fn late_attach_with_plugins_never_mislabels() {
     let allow = cri_check::Allow {
@@ -253,6 +255,7 @@ fn late_attach_with_plugins_never_mislabels() {
             Vec::<String>::new(),
             "{name}: deliveries with no CRI cause"
         );
+        trace_check::check_late_plugins(name, &whole);
         let calls = cri_check::calls(&whole);
         let all = cri_check::compare(&truth, &calls, since, allow);
         let nri = cri_check::compare(&with_nri, &calls, since, allow);
@@ -276,6 +279,14 @@ fn late_attach_with_plugins_never_mislabels() {
                 _ => unreachable!(),
             };
             let got = replay(replay_util::attach_at(&evs, cut));
+            // Every plugin named as at the whole replay (those that hook
+            // after the cut).
+            let named = trace_check::hook_plugins(&got);
+            let want = trace_check::late_attach_plugins(name);
+            assert!(
+                named.keys().all(|l| want.contains(&l.as_str())),
+                "{name} cut at event {cut}: {named:?}"
+            );
             let calls = cri_check::calls(&got);
             let from = cut_ts.max(since) + 1;
             let r = cri_check::compare(&truth, &calls, from, allow);

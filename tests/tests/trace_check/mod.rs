@@ -177,3 +177,42 @@ pub(crate) fn finding_details<'a>(
         })
         .collect()
 }
+
+/// Every plugin that hooks under a CRI call, by its label (`IDX-NAME`,
+/// else `comm[pid]`), with where its identity came from.
+pub(crate) fn hook_plugins(
+    records: &[Record],
+) -> std::collections::BTreeMap<String, nri_trace::model::nri_call::IdentitySource> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::CriSpan(s) => Some(s),
+            _ => None,
+        })
+        .flat_map(|s| &s.hooks)
+        .map(|h| (h.call.plugin.label(), h.call.plugin.source))
+        .collect()
+}
+
+/// The plugins of the late-attach scenarios with plugins, all registered
+/// before the observer attached (lab/src/scenario.rs).
+pub(crate) fn late_attach_plugins(scenario: &str) -> Vec<&'static str> {
+    if scenario.contains("-go-") {
+        vec!["05-pre", "10-alpha", "99-upstream-logger"]
+    } else {
+        vec!["05-pre", "10-alpha", "20-stops"]
+    }
+}
+
+/// Each plugin of `scenario` hooks under the CRI calls by its IDX-NAME,
+/// inferred from its process (its registration went before the attach).
+pub(crate) fn check_late_plugins(scenario: &str, records: &[Record]) {
+    use nri_trace::model::nri_call::IdentitySource;
+    let got = hook_plugins(records);
+    let labels: Vec<&str> = got.keys().map(String::as_str).collect();
+    assert_eq!(labels, late_attach_plugins(scenario), "{scenario}: {got:?}");
+    assert!(
+        got.values().all(|s| *s == IdentitySource::Inferred),
+        "{scenario}: {got:?}"
+    );
+}
