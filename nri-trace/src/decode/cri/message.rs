@@ -50,50 +50,14 @@ pub struct MessageDecodeError {
 /// map entries are serialized in no fixed order), and no string field holds
 /// control characters (what a nested message read as a string looks
 /// like). `Some(n)`: `n` non-default leaf fields, so a reading that sees a
-/// nested message's fields scores above one that swallows it as a string.
+/// nested message's fields scores above one that swallows it as a string
+/// ([`leaf_count`](super::leaf_count)).
 fn fit_score<T: Message + Default + Serialize>(bytes: &[u8]) -> Option<usize> {
     let m = T::decode(bytes).ok()?;
     if m.encoded_len() != bytes.len() {
         return None;
     }
-    let v = serde_json::to_value(&m).ok()?;
-    leaves(&v)
-}
-
-/// Non-default leaves of a serialized message; `None` when a string holds
-/// control characters other than tab and newlines.
-fn leaves(v: &serde_json::Value) -> Option<usize> {
-    use serde_json::Value;
-    Some(match v {
-        Value::Null => 0,
-        Value::Bool(b) => usize::from(*b),
-        Value::Number(n) => usize::from(n.as_f64() != Some(0.0)),
-        Value::String(s) => {
-            if s.chars()
-                .any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
-            {
-                return None;
-            }
-            usize::from(!s.is_empty())
-        }
-        // A `bytes` field (serialized as numbers) is one leaf, whatever it
-        // holds.
-        Value::Array(a) if !a.is_empty() && a.iter().all(Value::is_number) => 1,
-        Value::Array(a) => {
-            let mut n = 0;
-            for x in a {
-                n += leaves(x)?;
-            }
-            n
-        }
-        Value::Object(o) => {
-            let mut n = 0;
-            for x in o.values() {
-                n += leaves(x)?;
-            }
-            n
-        }
-    })
+    super::leaf_count::leaves(&m)
 }
 
 macro_rules! cri_methods {

@@ -20,7 +20,8 @@
 //!    when the connection is seen from its preface).
 //! 5. [`message`]: CRI protobuf messages (k8s-cri's `runtime.v1` types):
 //!    the method table, identities, and the shape test that recovers a
-//!    method hidden in an unknown HPACK slot.
+//!    method hidden in an unknown HPACK slot ([`leaf_count`]: that
+//!    test's score of a decoded message).
 //!
 //! Each decoder sees one direction of one connection; what one direction
 //! learns about the other (the peer's SETTINGS_MAX_FRAME_SIZE and
@@ -32,4 +33,5 @@ pub mod frame;
 pub mod grpc;
 pub mod hpack;
 pub mod huffman;
+pub mod leaf_count;
 pub mod message;
