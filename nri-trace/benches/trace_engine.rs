@@ -36,6 +36,14 @@
 //! capture. What a run built is dropped after it, outside the timing
 //! (criterion `PerIteration`), as in the decode benches.
 //!
+//! Engine alone (benchmark `engine`): the same input decoded once
+//! beforehand into its observations (`TraceDecoder`, as the pipeline
+//! decodes), then every observation moved into a fresh `TraceEngine`
+//! (correlation, hook latency, contract rules, teardown bookkeeping), its
+//! records dropped as they come out (no sink); the observations are cloned
+//! for each run outside the timing. Issue 23's target: 1,000,000
+//! observations/s on one core.
+//!
 //! Memory (not criterion, after it): a child process of this same
 //! executable (so that nothing the criterion part allocated is counted)
 //! loads the one recording, reads its VmRSS, then streams 3,334
@@ -70,8 +78,11 @@ use std::{
 use criterion::{BatchSize, Criterion, SamplingMode, Throughput};
 use nri_trace::{
     capture::{recording, CaptureEvent, ConnId, Direction, ProcessEvent, Timestamp},
-    engine::{pods::PodModel, record::Record},
-    model::{cri_call::CriOutcome, record_file::SessionInfo},
+    engine::{pods::PodModel, record::Record, trace_engine::TraceEngine},
+    model::{
+        cri_call::CriOutcome, observation::Observation, record_file::SessionInfo,
+        trace_decoder::TraceDecoder,
+    },
     pipeline::{replay::records_of_events_in, Ending, Pipeline, Sink},
 };
 
@@ -83,6 +94,8 @@ const NRI_SOCKET: &str = "/var/lib/nri-trace-lab/run/nri.sock";
 /// The criterion group; the benchmark id is `trace_engine/full`.
 const GROUP: &str = "trace_engine";
 const BENCH: &str = "full";
+/// The engine alone, on pre-decoded observations.
+const ENGINE: &str = "engine";
 /// Repetitions of the throughput input.
 const THROUGHPUT_REPS: u32 = 100;
 /// Repetitions of the soundness check.
@@ -113,7 +126,7 @@ fn main() {
     let input = Input::measure(&events);
     // One machine-readable line (`cargo xtask bench` parses it).
     println!(
-        "trace_engine input: file={} reps={} events={} chunks={} bytes={} records={} \
+        "trace_engine input: file={} reps={} events={} observations={} chunks={} bytes={} records={} \
          cri_spans={} hooks_in_spans={} lifecycles={} base_events={} base_span_ns={} ids={} \
          uids={} id_occurrences={} split={} check_reps={} check_spans={} check_base_spans={} \
          check_hooks={} check_base_hooks={} check_pods={} check_base_pods={} \
@@ -121,6 +134,7 @@ fn main() {
         base.path.display(),
         THROUGHPUT_REPS,
         events.len(),
+        input.observations.len(),
         input.chunks,
         input.bytes,
         input.records,
@@ -548,6 +562,8 @@ struct Check {
 
 /// The throughput input's figures.
 struct Input {
+    /// The input decoded, for the engine-alone benchmark.
+    observations: Vec<Observation>,
     events: usize,
     chunks: usize,
     bytes: u64,
@@ -573,6 +589,7 @@ impl Input {
             .filter_map(chunk_bytes)
             .fold((0, 0), |(n, b), c| (n + 1, b + c.len() as u64));
         Input {
+            observations: decoded(events),
             events: events.len(),
             chunks,
             bytes,
@@ -644,6 +661,31 @@ fn new_pipeline(keep: bool) -> (Pipeline, Rc<RefCell<Folded>>) {
     (p, folded)
 }
 
+/// What the pipeline's decoder makes of `events`: the engine's input.
+fn decoded(events: &[CaptureEvent]) -> Vec<Observation> {
+    let s = session();
+    let mut d = TraceDecoder::new(vec![s.cri_socket.into()], vec![s.nri_socket.into()]);
+    let mut out = Vec::new();
+    for ev in events {
+        d.on_capture(ev, &mut out);
+    }
+    d.finish(&mut out);
+    out
+}
+
+/// Every observation into a fresh engine, records dropped as they come;
+/// then its end. Returns the engine (dropped outside the timing).
+fn run_engine(observations: Vec<Observation>) -> TraceEngine {
+    let mut engine = TraceEngine::new(Default::default());
+    let mut records = Vec::new();
+    for o in observations {
+        engine.on_observation(o, &mut records);
+        records.clear();
+    }
+    engine.finish(&mut records);
+    engine
+}
+
 fn analyze(events: &[CaptureEvent]) -> Vec<Record> {
     records_of_events_in(events, &session(), Default::default()).records
 }
@@ -675,6 +717,14 @@ fn benches(c: &mut Criterion, events: &[CaptureEvent], input: &Input) {
         b.iter_batched(
             || new_pipeline(false),
             |p| run_full(black_box(events), p),
+            BatchSize::PerIteration,
+        )
+    });
+    g.throughput(Throughput::Elements(input.observations.len() as u64));
+    g.bench_function(ENGINE, |b| {
+        b.iter_batched(
+            || input.observations.clone(),
+            |obs| run_engine(black_box(obs)),
             BatchSize::PerIteration,
         )
     });
@@ -710,6 +760,14 @@ fn print_summary(input: &Input, since: SystemTime) {
         input.bytes as f64 * 1e3 / t,
         input.lifecycles as f64 * 1e9 / t
     );
+    if let Some(t) = common::median_ns(&[GROUP, ENGINE], since) {
+        println!(
+            "{ENGINE:<8} {:>12.1} {:>12.0} observations/s ({} observations)",
+            t / 1e6,
+            input.observations.len() as f64 * 1e9 / t,
+            input.observations.len()
+        );
+    }
 }
 
 // -------------------------------------------------------------- memory

@@ -1609,6 +1609,10 @@ fn input_number(input: &str, key: &str) -> Result<f64> {
 /// The criterion id of `nri-trace/benches/trace_engine.rs`'s throughput
 /// benchmark.
 const TRACE_ENGINE_ID: &str = "trace_engine/full";
+/// The same bench's engine-alone benchmark (pre-decoded observations).
+const ENGINE_ALONE_ID: &str = "trace_engine/engine";
+/// Issue 23's target for the engine alone, on one core.
+const ENGINE_TARGET_OBS_S: f64 = 1_000_000.0;
 /// The issue's memory target after 10,000 pod lifecycles.
 const MEMORY_TARGET_MIB: f64 = 100.0;
 /// The lifecycles the memory target is stated for.
@@ -1623,6 +1627,10 @@ struct TraceEngine {
     lifecycles: f64,
     /// criterion median, ns per run over the whole long input.
     ns: f64,
+    /// The input's observations (what its decoding gives).
+    observations: f64,
+    /// criterion median of the engine alone, ns per run.
+    engine_ns: f64,
     /// The bench's `trace_engine memory:` line, as printed.
     memory: String,
     mem_lifecycles: f64,
@@ -1653,7 +1661,11 @@ impl TraceEngine {
 /// Build and run the trace_engine bench (criterion, then its memory run),
 /// then read its median and its memory lines.
 fn trace_engine(quick: bool) -> Result<TraceEngine> {
-    let run = run_decode_bench("trace_engine", &[TRACE_ENGINE_ID.to_string()], quick)?;
+    let run = run_decode_bench(
+        "trace_engine",
+        &[TRACE_ENGINE_ID.to_string(), ENGINE_ALONE_ID.to_string()],
+        quick,
+    )?;
     let input = run.inputs[0].clone();
     let line = |prefix: &str| {
         run.output
@@ -1679,6 +1691,8 @@ fn trace_engine(quick: bool) -> Result<TraceEngine> {
         bytes: input_number(&input, "bytes")?,
         lifecycles: input_number(&input, "lifecycles")?,
         ns: run.median_ns(TRACE_ENGINE_ID)?,
+        observations: input_number(&input, "observations")?,
+        engine_ns: run.median_ns(ENGINE_ALONE_ID)?,
         input,
         mem_lifecycles: input_number(&memory, "lifecycles")?,
         mem_events: input_number(&memory, "events")?,
@@ -1704,7 +1718,11 @@ fn trace_engine_section(e: &TraceEngine) -> String {
          Input: `{}`\n\n\
          | benchmark | time per run (ms) | events/s | MB/s | pod lifecycles/s |\n\
          | --- | ---: | ---: | ---: | ---: |\n\
-         | full | {:.1} | {:.0} | {:.1} | {:.0} |\n\n",
+         | full | {:.1} | {:.0} | {:.1} | {:.0} |\n\n\
+         Engine alone: the same input decoded beforehand into {} observations, moved \
+         into a fresh `TraceEngine` (records dropped as they come; the clone of the \
+         observations is outside the timing): {:.1} ms per run, **{:.0} observations/s**; \
+         target {} observations/s on one core: **{}**.\n\n",
         fmt_f0(e.reps),
         e.cpu
             .map_or_else(|| "not pinned".to_string(), |c| format!("pinned to CPU {c}")),
@@ -1713,6 +1731,15 @@ fn trace_engine_section(e: &TraceEngine) -> String {
         e.events * 1e9 / e.ns,
         e.bytes * 1e3 / e.ns,
         e.lifecycles * 1e9 / e.ns,
+        fmt_f0(e.observations),
+        e.engine_ns / 1e6,
+        e.observations * 1e9 / e.engine_ns,
+        fmt_f0(ENGINE_TARGET_OBS_S),
+        if e.observations * 1e9 / e.engine_ns >= ENGINE_TARGET_OBS_S {
+            "met"
+        } else {
+            "MISSED"
+        },
     );
     s += &format!(
         "Memory: a fresh process streams {} pod lifecycles ({} events, one repetition \
