@@ -173,14 +173,16 @@ pub enum Syscall {
     /// Not a syscall: cgroup/cgroup_rmdir.
     CgroupRmdir = 29,
     Bind = 30,
+    /// Not a syscall: sched/sched_process_exec of a process of the tree.
+    Exec = 31,
 }
 
 /// Every `Syscall`, in numbering order (for tests and name lookups).
-pub const ALL_SYSCALLS: [Syscall; 30] = {
+pub const ALL_SYSCALLS: [Syscall; 31] = {
     use Syscall::{
         Accept, Accept4, Bind, CgroupMkdir, CgroupRmdir, CloneNs, Close, Connect, Dup, Dup2, Dup3,
-        Exit, Mount, Read, Readv, Recvfrom, Recvmsg, Rmdir, Sched, Sendmsg, Sendto, Setns, Signal,
-        Socketpair, Umount2, Unlink, Unlinkat, Unshare, Write, Writev,
+        Exec, Exit, Mount, Read, Readv, Recvfrom, Recvmsg, Rmdir, Sched, Sendmsg, Sendto, Setns,
+        Signal, Socketpair, Umount2, Unlink, Unlinkat, Unshare, Write, Writev,
     };
     [
         Read,
@@ -213,6 +215,7 @@ pub const ALL_SYSCALLS: [Syscall; 30] = {
         CgroupMkdir,
         CgroupRmdir,
         Bind,
+        Exec,
     ]
 };
 
@@ -220,7 +223,7 @@ impl Syscall {
     pub fn from_u16(v: u16) -> Option<Self> {
         use Syscall::{
             Accept, Accept4, Bind, CgroupMkdir, CgroupRmdir, CloneNs, Close, Connect, Dup, Dup2,
-            Dup3, Exit, Mount, Read, Readv, Recvfrom, Recvmsg, Rmdir, Sched, Sendmsg, Sendto,
+            Dup3, Exec, Exit, Mount, Read, Readv, Recvfrom, Recvmsg, Rmdir, Sched, Sendmsg, Sendto,
             Setns, Signal, Socketpair, Umount2, Unlink, Unlinkat, Unshare, Write, Writev,
         };
         Some(match v {
@@ -254,6 +257,7 @@ impl Syscall {
             28 => CgroupMkdir,
             29 => CgroupRmdir,
             30 => Bind,
+            31 => Exec,
             _ => return None,
         })
     }
@@ -270,7 +274,7 @@ impl Syscall {
     pub fn name(self) -> &'static str {
         use Syscall::{
             Accept, Accept4, Bind, CgroupMkdir, CgroupRmdir, CloneNs, Close, Connect, Dup, Dup2,
-            Dup3, Exit, Mount, Read, Readv, Recvfrom, Recvmsg, Rmdir, Sched, Sendmsg, Sendto,
+            Dup3, Exec, Exit, Mount, Read, Readv, Recvfrom, Recvmsg, Rmdir, Sched, Sendmsg, Sendto,
             Setns, Signal, Socketpair, Umount2, Unlink, Unlinkat, Unshare, Write, Writev,
         };
         match self {
@@ -304,6 +308,7 @@ impl Syscall {
             CgroupMkdir => "cgroup_mkdir",
             CgroupRmdir => "cgroup_rmdir",
             Bind => "bind",
+            Exec => "exec",
         }
     }
 
@@ -478,6 +483,7 @@ pub const SANDBOX_NO_CODE: u32 = 4;
 /// | setns | nstype | - | fd | - |
 /// | clone_ns | clone flags | child pid | - | - |
 /// | cgroup_mkdir/rmdir | cgroup id | level | hierarchy | cgroup path |
+/// | exec | - | pid | old pid | the file executed |
 ///
 /// The header's `ret` is the syscall's return value (negative errno), or
 /// the signal's result (`TRACE_SIGNAL_*`, 0 delivered).

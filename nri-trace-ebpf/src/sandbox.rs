@@ -459,3 +459,39 @@ pub fn sandbox_cgroup_mkdir(ctx: TracePointContext) -> u32 {
 pub fn sandbox_cgroup_rmdir(ctx: TracePointContext) -> u32 {
     cgroup_event(&ctx, Syscall::CgroupRmdir)
 }
+
+/// sched/sched_process_exec of a process of the tree: a container's
+/// process (the pod's pause process first) starts running its image's
+/// program. When it comes before or after the runtime tells the plugins
+/// RunPodSandbox is the contract draft's "the sandbox is running" (nri
+/// PR 286; docs/contract.md). `comm` is already the new program's.
+#[tracepoint]
+pub fn sandbox_exec(ctx: TracePointContext) -> u32 {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if !pod_task(tgid) {
+        return 0;
+    }
+    let Some(mut d) = draft(Syscall::Exec, 0) else {
+        return 0;
+    };
+    // Format (events/sched/sched_process_exec/format): __data_loc filename
+    // 8 (offset in the low 16 bits, length in the high), pid 12, old_pid 16.
+    let loc: u32 = unsafe { ctx.read_at(8) }.unwrap_or(0);
+    let pid: i32 = unsafe { ctx.read_at(12) }.unwrap_or(0);
+    let old_pid: i32 = unsafe { ctx.read_at(16) }.unwrap_or(0);
+    d.rec().target = pid as u32;
+    d.rec().aux = old_pid;
+    let rec = d.rec();
+    let n = unsafe {
+        bpf_probe_read_kernel_str(
+            rec.path.as_mut_ptr() as *mut c_void,
+            SANDBOX_PATH_LEN as u32,
+            ctx.as_ptr().add((loc & 0xffff) as usize) as *const c_void,
+        )
+    };
+    if n as usize >= SANDBOX_PATH_LEN {
+        rec.flags |= SANDBOX_PATH_CUT;
+    }
+    d.send();
+    0
+}

@@ -241,6 +241,37 @@ fn trace_happy_hooks_under_their_cri_calls() {
         .filter(|e| matches!(e, nri_trace::capture::CaptureEvent::Tick { .. }))
         .count();
     assert!(ticks > 0, "no tick in the raw capture");
+    // The pause process and the plugins' RunPodSandbox (the contract
+    // draft's "the sandbox is running"): containerd 1.7 calls the plugins
+    // before it starts the pause process, on every pod; 2.x after.
+    let conformance: Vec<serde_json::Value> = std::fs::read_to_string(&stdout)
+        .expect("nri-trace's output")
+        .lines()
+        .filter(|l| l.contains(r#""type":"conformance""#))
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(conformance.len(), 1, "{conformance:?}");
+    let c = &conformance[0];
+    assert_eq!(c["clause"], "sandbox-running-at-run-pod-sandbox", "{c}");
+    let runtime = c["runtime"].as_str().expect("the runtime's version");
+    let (held, broken) = (c["held"].as_u64().unwrap(), c["broken"].as_u64().unwrap());
+    assert_eq!(held + broken, 3, "every pod decided: {c}");
+    if runtime.starts_with("containerd 1.") {
+        assert_eq!(broken, 3, "{c}");
+        let case = &c["broken_case"];
+        assert_eq!(case["exec_path"], "/pause", "{c}");
+        assert!(
+            case["exec_at"]["mono_ns"].as_u64() > case["delivered"]["mono_ns"].as_u64(),
+            "{c}"
+        );
+    } else {
+        assert_eq!(held, 3, "{runtime}: {c}");
+    }
+    let report = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report.contains("sandbox-running-at-run-pod-sandbox: "),
+        "{report}"
+    );
 }
 
 #[test]

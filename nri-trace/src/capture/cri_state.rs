@@ -121,8 +121,13 @@ pub struct CriState {
     pub truncated: bool,
     /// Bytes of the two responses (their protobuf messages).
     pub bytes: u64,
-    /// How long the two calls took, connect included.
+    /// How long the calls took, connect included.
     pub took_ns: u64,
+    /// The runtime's name and version as its `Version` call says
+    /// ("containerd 1.7.24~ds1"); `None` when it did not answer it. The
+    /// conformance table is per runtime version (engine/conformance.rs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
 }
 
 /// CRI `PodSandboxState` as a word (api.proto: SANDBOX_READY = 0,
@@ -207,6 +212,7 @@ impl CriState {
             truncated,
             bytes: 0,
             took_ns: 0,
+            runtime: None,
         }
     }
 }
@@ -270,12 +276,31 @@ pub async fn query(
         .map_err(|_elapsed| timeout("ListContainers"))?
         .map_err(call_err("ListContainers"))?
         .into_inner();
+    // Which runtime this is, for the conformance table: best effort (a
+    // runtime may not answer it; the lists are what matters).
+    let mut req = tonic::Request::new(cri::VersionRequest {
+        version: String::new(),
+    });
+    req.set_timeout(CALL_TIMEOUT);
+    let runtime = match tokio::time::timeout(CALL_TIMEOUT, client.version(req)).await {
+        Ok(Ok(v)) => {
+            let v = v.into_inner();
+            Some(
+                format!("{} {}", v.runtime_name, v.runtime_version)
+                    .trim()
+                    .to_string(),
+            )
+            .filter(|s| !s.is_empty())
+        }
+        _ => None,
+    };
     let bytes = (pods.encoded_len() + containers.encoded_len()) as u64;
     let took_ns = t0.elapsed().as_nanos() as u64;
     let ts = now();
     let mut state = CriState::from_lists(ts, pods.items, containers.containers);
     state.bytes = bytes;
     state.took_ns = took_ns;
+    state.runtime = runtime;
     Ok((state, channel))
 }
 

@@ -64,6 +64,7 @@ pub const SANDBOX_PROGRAMS: &[(&str, &str, &str)] = &[
     ("exit_setns", "syscalls", "sys_exit_setns"),
     ("sandbox_cgroup_mkdir", "cgroup", "cgroup_mkdir"),
     ("sandbox_cgroup_rmdir", "cgroup", "cgroup_rmdir"),
+    ("sandbox_exec", "sched", "sched_process_exec"),
 ];
 
 /// Which programs to attach. Only `Capture` captures anything; the others

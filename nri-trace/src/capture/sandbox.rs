@@ -110,6 +110,13 @@ pub enum SandboxOp {
         id: u64,
         path: String,
     },
+    /// A process of the tree started a program (execve): `path` is the
+    /// file executed; the event's comm is already the new program's and
+    /// its cgroup the one it runs in (a container's, for a container's
+    /// first process: the pod's pause process is the sandbox running).
+    Exec {
+        path: String,
+    },
 }
 
 /// A signal's name (x86_64 numbering, include/uapi/asm-generic/signal.h).
@@ -314,6 +321,8 @@ impl SandboxEvent {
             | SandboxOp::CgroupMkdir { path, .. }
             | SandboxOp::CgroupRmdir { path, .. } => texts.push(path),
             SandboxOp::NsBind { target, .. } => texts.push(target),
+            // The program's path names no pod; its cgroup does.
+            SandboxOp::Exec { .. } => {}
             SandboxOp::Signal { .. }
             | SandboxOp::Exit { .. }
             | SandboxOp::Unshare { .. }
@@ -389,6 +398,13 @@ impl SandboxEvent {
             ),
             SandboxOp::CgroupMkdir { path, .. } => format!("cgroup {path} created by {who}"),
             SandboxOp::CgroupRmdir { path, .. } => format!("cgroup {path} removed by {who}"),
+            SandboxOp::Exec { path } => format!(
+                "{who} started {path}{}",
+                self.cgroup
+                    .as_ref()
+                    .map(|c| format!(" in cgroup {c}"))
+                    .unwrap_or_default()
+            ),
         }
     }
 }
@@ -472,6 +488,7 @@ pub fn from_record(r: &RawRecord<'_>, ts: Timestamp) -> Option<SandboxEvent> {
         },
         Syscall::CgroupMkdir => SandboxOp::CgroupMkdir { id: arg, path },
         Syscall::CgroupRmdir => SandboxOp::CgroupRmdir { id: arg, path },
+        Syscall::Exec => SandboxOp::Exec { path },
         _ => return None,
     };
     Some(SandboxEvent {

@@ -318,6 +318,7 @@ pub(crate) mod tests {
             truncated: false,
             bytes: 0,
             took_ns: 0,
+            runtime: None,
         }
     }
 

@@ -444,6 +444,7 @@ mod tests {
             truncated: false,
             bytes: 0,
             took_ns: 0,
+            runtime: None,
         };
         m.on_record(&Record::Observed(Observation::CriState(state.clone())));
         let p = m.pods().next().unwrap();

@@ -520,6 +520,7 @@ impl TeardownLog {
                 | SandboxOp::Unshare { .. }
                 | SandboxOp::Setns { .. }
                 | SandboxOp::CloneNs { .. }
+                | SandboxOp::Exec { .. }
         ) {
             return;
         }
@@ -1246,6 +1247,7 @@ pub(crate) mod tests {
             truncated: false,
             bytes: 0,
             took_ns: 0,
+            runtime: None,
         };
         let volume = format!("/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~empty-dir/data");
         let r = vec![

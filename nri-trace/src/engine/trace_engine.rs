@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use super::{
+    conformance::{ClauseTally, Conformance},
     contract::{ContractChecker, ContractConfig},
     correlate::{Correlated, Correlator},
     cri_latency::{CriMethodStats, MethodSummary},
@@ -38,6 +39,8 @@ pub struct TraceEngine {
     /// The runtime's own lists of its pods and containers (`cri_state`):
     /// names for calls that give only ids of pods made before the trace.
     listed: PodIndex,
+    /// The contract's by-design clauses, tallied per runtime.
+    conformance: Conformance,
 }
 
 impl Default for TraceEngine {
@@ -59,6 +62,7 @@ impl TraceEngine {
             loss: Loss::default(),
             clock: (0, None, None),
             listed: PodIndex::new(),
+            conformance: Conformance::new(),
         }
     }
 
@@ -127,6 +131,7 @@ impl TraceEngine {
                 self.loss = *l;
             }
             self.contract.on_record(&r, &mut self.violations);
+            self.conformance.on_record(&r);
             out.push(r);
         }
         self.emit_violations(out);
@@ -146,6 +151,11 @@ impl TraceEngine {
     /// Per (plugin, hook) latency so far.
     pub fn hook_summary(&self) -> Vec<HookSummary> {
         self.timer.summary()
+    }
+
+    /// The conformance clauses decided so far (engine/conformance.rs).
+    pub fn conformance(&self) -> Vec<ClauseTally> {
+        self.conformance.tallies()
     }
 
     /// Per CRI method totals so far.

@@ -253,6 +253,19 @@ pub struct NriCall {
     pub synchronized_pods: Vec<String>,
 }
 
+impl NriCall {
+    /// A Configure call's runtime, "NAME VERSION" as the runtime sent it
+    /// (its summary starts "runtime NAME VERSION": `describe_request`).
+    pub fn configured_runtime(&self) -> Option<&str> {
+        if self.method.as_deref() != Some("Configure") {
+            return None;
+        }
+        let rest = self.summary.strip_prefix("runtime ")?;
+        let v = rest.split([',', ';']).next().unwrap_or(rest).trim();
+        (!v.is_empty()).then_some(v)
+    }
+}
+
 #[allow(clippy::ref_option, reason = "serde passes a reference")]
 #[allow(
     clippy::trivially_copy_pass_by_ref,

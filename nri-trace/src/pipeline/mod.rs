@@ -34,7 +34,7 @@ use std::{
 use crate::{
     capture::{recording::RecordingWriter, CaptureEvent},
     engine::{
-        contract::ContractConfig, cri_latency::MethodSummary, hook_latency::HookSummary,
+        conformance::ClauseTally, contract::ContractConfig, cri_latency::MethodSummary, hook_latency::HookSummary,
         record::Record, trace_engine::TraceEngine,
     },
     model::{
@@ -73,6 +73,9 @@ pub enum PipelineError {
 pub struct Tables {
     pub hooks: Vec<HookSummary>,
     pub methods: Vec<MethodSummary>,
+    /// The contract's by-design clauses, held and broken over every pod
+    /// (engine/conformance.rs).
+    pub conformance: Vec<ClauseTally>,
 }
 
 impl Tables {
@@ -85,6 +88,7 @@ impl Tables {
                 .filter(|h| filter.keeps_plugin(&h.plugin))
                 .collect(),
             methods: engine.method_summary(),
+            conformance: engine.conformance(),
         }
     }
 }

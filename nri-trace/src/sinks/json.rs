@@ -11,7 +11,10 @@ use serde::Serialize;
 use super::finding_message::ViolationLine;
 use crate::{
     capture::recording::RecordingWriter,
-    engine::{cri_latency::MethodSummary, hook_latency::HookSummary, record::Record},
+    engine::{
+        conformance::ClauseTally, cri_latency::MethodSummary, hook_latency::HookSummary,
+        record::Record,
+    },
     model::record_file::{Header, SessionInfo},
     pipeline::{Ending, Progress, Sink},
 };
@@ -22,6 +25,7 @@ use crate::{
 enum TableRow<'a> {
     CriMethodSummary(&'a MethodSummary),
     HookSummary(&'a HookSummary),
+    Conformance(&'a ClauseTally),
 }
 
 /// A record as its JSON line: a finding also gets its sentence
@@ -72,6 +76,9 @@ impl<W: Write> Sink for JsonSink<W> {
         }
         for h in &end.tables.hooks {
             self.out.write_record(&TableRow::HookSummary(h), false)?;
+        }
+        for c in &end.tables.conformance {
+            self.out.write_record(&TableRow::Conformance(c), false)?;
         }
         self.out
             .write_record(&Header::SessionEnd(&end.session_end), true)

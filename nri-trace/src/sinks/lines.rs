@@ -10,6 +10,7 @@ use super::{
 };
 use crate::{
     engine::{
+        conformance::{ClauseCase, ClauseTally, SANDBOX_RUNNING_AT_RUN_POD_SANDBOX},
         cri_latency::MethodSummary,
         findings::{Certainty, Violation},
         hook_latency::HookSummary,
@@ -113,4 +114,67 @@ pub fn summary_text(
     cri_lines::summary_text(w, methods)?;
     writeln!(w)?;
     nri_lines::summary_text(w, hooks)
+}
+
+/// What a conformance clause promises (engine/conformance.rs), in words.
+pub fn clause_words(clause: &str) -> &'static str {
+    match clause {
+        SANDBOX_RUNNING_AT_RUN_POD_SANDBOX => {
+            "the pod's sandbox (pause) process runs when plugins get RunPodSandbox"
+        }
+        _ => "a clause of the NRI contract draft",
+    }
+}
+
+/// One case of a clause, in words.
+fn case_words(c: &ClauseCase) -> String {
+    let gap = c.exec_at.mono_ns.abs_diff(c.delivered.mono_ns);
+    format!(
+        "{}: plugin {} got RunPodSandbox at {}; the sandbox's {} (pid {}) started {} {}",
+        c.pod,
+        c.plugin,
+        clock(&c.delivered),
+        c.exec_path,
+        c.exec_pid,
+        crate::human::duration(gap),
+        if c.exec_at.mono_ns <= c.delivered.mono_ns {
+            "before"
+        } else {
+            "after"
+        }
+    )
+}
+
+/// The conformance table: each clause held and broken over the pods, with
+/// one case of each.
+pub fn conformance_text(w: &mut impl Write, clauses: &[ClauseTally]) -> io::Result<()> {
+    if clauses.is_empty() {
+        return Ok(());
+    }
+    let runtime = clauses
+        .iter()
+        .find_map(|c| c.runtime.as_deref())
+        .unwrap_or("runtime version not seen");
+    writeln!(
+        w,
+        "\nCONFORMANCE ({}; by-design clauses of the NRI contract draft, docs/contract.md)",
+        sanitize(runtime)
+    )?;
+    for c in clauses {
+        writeln!(
+            w,
+            "{}: {} on {} of {} pods ({})",
+            c.clause,
+            if c.broken == 0 { "held" } else { "BROKEN" },
+            if c.broken == 0 { c.held } else { c.broken },
+            c.held + c.broken,
+            clause_words(c.clause)
+        )?;
+        for (what, case) in [("broken", &c.broken_case), ("held", &c.held_case)] {
+            if let Some(case) = case {
+                writeln!(w, "  {what}, e.g. {}", sanitize(&case_words(case)))?;
+            }
+        }
+    }
+    Ok(())
 }

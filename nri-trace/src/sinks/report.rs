@@ -6,15 +6,13 @@ use std::io::{self, Write};
 
 use crate::{
     engine::record::Record,
-    pipeline::{Ending, Sink},
+    pipeline::{Ending, Sink, Tables},
 };
 
 use super::lines;
 use crate::{
     engine::{
-        cri_latency::MethodSummary,
         findings::{Certainty, Violation},
-        hook_latency::HookSummary,
         pods::PodModel,
     },
     human::sanitize,
@@ -48,13 +46,7 @@ impl<W: Write> Sink for ReportSink<W> {
     }
 
     fn finish(&mut self, end: &Ending<'_>) -> io::Result<()> {
-        render(
-            &mut self.out,
-            &self.model,
-            &self.findings,
-            &end.tables.hooks,
-            &end.tables.methods,
-        )?;
+        render(&mut self.out, &self.model, &self.findings, end.tables)?;
         self.out.flush()
     }
 }
@@ -66,8 +58,7 @@ pub fn render(
     w: &mut impl Write,
     model: &PodModel,
     findings: &[Violation],
-    hooks: &[HookSummary],
-    methods: &[MethodSummary],
+    tables: &Tables,
 ) -> io::Result<()> {
     writeln!(w, "PODS ({})", model.len())?;
     writeln!(
@@ -129,7 +120,8 @@ pub fn render(
     }
 
     writeln!(w)?;
-    lines::summary_text(w, hooks, methods)?;
+    lines::summary_text(w, &tables.hooks, &tables.methods)?;
+    lines::conformance_text(w, &tables.conformance)?;
 
     let certain = findings
         .iter()

@@ -112,8 +112,13 @@ impl Sink for TuiSink {
         if let Some(t) = p.now_ns {
             st.set_now(t);
         }
-        let Tables { hooks, methods } = p.tables();
+        let Tables {
+            hooks,
+            methods,
+            conformance,
+        } = p.tables();
         st.set_summaries(hooks, methods);
+        st.set_conformance(conformance);
         if rate.is_some() {
             st.set_status(StatusInfo {
                 events_per_s: rate,
@@ -130,6 +135,7 @@ impl Sink for TuiSink {
                 st.set_now(t);
             }
             st.set_summaries(end.tables.hooks.clone(), end.tables.methods.clone());
+            st.set_conformance(end.tables.conformance.clone());
         }
         if self.mode == Mode::Live {
             self.close.store(true, Ordering::SeqCst);

@@ -17,6 +17,7 @@ use crate::sinks::nri_lines::plugin_name;
 use crate::{
     capture::{ConnId, Loss, Timestamp},
     engine::{
+        conformance::ClauseTally,
         cri_latency::MethodSummary,
         findings::Violation,
         hook_latency::{HookSpan, HookSummary},
@@ -203,6 +204,8 @@ pub struct TuiState {
     teardown: crate::engine::teardown::TeardownLog,
     /// "containerd v1.7.24", from the runtime's last Configure request.
     runtime_version: Option<String>,
+    /// The runtime's by-design clauses, held and broken over the pods.
+    conformance: Vec<ClauseTally>,
     pods: PodModel,
     findings: VecDeque<Finding>,
     calls: VecDeque<CallRow>,
@@ -298,6 +301,15 @@ impl TuiState {
     }
 
     /// The latest latency tables (per (plugin, hook), per CRI method).
+    /// The conformance clauses decided so far (the Findings view's title).
+    pub fn set_conformance(&mut self, clauses: Vec<ClauseTally>) {
+        self.conformance = clauses;
+    }
+
+    pub fn conformance(&self) -> &[ClauseTally] {
+        &self.conformance
+    }
+
     pub fn set_summaries(&mut self, hooks: Vec<HookSummary>, methods: Vec<MethodSummary>) {
         if self.paused {
             self.pending_summaries = Some((hooks, methods));
@@ -604,14 +616,8 @@ impl TuiState {
             }
             Record::NriUncaused(u) => {
                 let h = &u.span;
-                // Configure's summary: "runtime NAME VERSION; ..." (model/nri_call.rs).
-                if h.call.method.as_deref() == Some("Configure") {
-                    if let Some(rest) = h.call.summary.strip_prefix("runtime ") {
-                        let v = rest.split([',', ';']).next().unwrap_or(rest).trim();
-                        if !v.is_empty() {
-                            self.runtime_version = Some(sanitize(v));
-                        }
-                    }
+                if let Some(v) = h.call.configured_runtime() {
+                    self.runtime_version = Some(sanitize(v));
                 }
                 self.counts.nri_calls += 1;
                 self.counts.uncaused += 1;

@@ -128,7 +128,17 @@ pub fn render(f: &mut Frame<'_>, area: Rect, app: &App, st: &TuiState, th: &Them
         title.push(Span::raw(format!("filter: {} ", sanitize(filter))));
     }
     if all.is_empty() {
-        title.push(Span::styled("none: no contract rule broken", th.good()));
+        title.push(Span::styled("none: no contract rule broken ", th.good()));
+    }
+    // By-design clauses are tallied, not listed per pod (docs/contract.md).
+    for c in st.conformance() {
+        let (style, word) = if c.broken == 0 {
+            (th.good(), format!("held {}/{}", c.held, c.held))
+        } else {
+            (th.warn(), format!("broken {}/{}", c.broken, c.held + c.broken))
+        };
+        title.push(Span::raw(format!("│ {} ", c.clause)));
+        title.push(Span::styled(format!("{word} "), style));
     }
     let wide = area.width >= 120;
     let height = list_area.height.saturating_sub(2) as usize;

@@ -1,0 +1,267 @@
+//! Conformance: clauses of the NRI contract draft that a runtime keeps or
+//! breaks by design, counted over every pod instead of reported per pod.
+//!
+//! The draft (nri PR 286, "NRI plugin contract"; the review thread in
+//! `shared/context`) states what a plugin may rely on. Some of it a runtime
+//! breaks on every pod because of how it is built (containerd 1.7 calls
+//! the plugins' RunPodSandbox before it starts the pod's pause process;
+//! containerd 2.x after): a finding per pod would bury the real incidents,
+//! so such clauses are tallied here, per runtime: held N times, broken M
+//! times, with the evidence of one case of each. Findings
+//! ([`super::findings`]) stay for what goes wrong on one pod.
+//!
+//! Clauses, each decided only when both of its sides were seen:
+//!
+//! - [`SANDBOX_RUNNING_AT_RUN_POD_SANDBOX`]: "the pod sandbox is running"
+//!   when a plugin gets RunPodSandbox. Seen from the kernel: the exec of
+//!   the process that runs in the sandbox's own cgroup (its pause
+//!   process; the cgroup path names the sandbox id, as containerd and
+//!   CRI-O name it with either cgroup driver), before or after the start
+//!   of the first RUN_POD_SANDBOX delivery of that pod. Decided when the
+//!   RunPodSandbox CRI call settles (the exec comes before its response
+//!   either way); not decided when no exec in the sandbox's cgroup was
+//!   seen after the call began (the sandbox probes off, or attached after
+//!   the pause process started: then its exec is not in the capture).
+//!
+//! Pure and deterministic: it reads only the records the engine emits.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::Serialize;
+
+use super::{correlate::CriSpan, record::Record};
+use crate::{
+    capture::{
+        sandbox::{SandboxEvent, SandboxOp},
+        Timestamp,
+    },
+    model::observation::Observation,
+};
+
+/// The clause: the pod's sandbox (pause) process runs when plugins get
+/// RunPodSandbox.
+pub const SANDBOX_RUNNING_AT_RUN_POD_SANDBOX: &str = "sandbox-running-at-run-pod-sandbox";
+
+/// Execs remembered (the newest), and for how long.
+const MAX_EXECS: usize = 4096;
+const EXEC_KEEP_NS: u64 = 600_000_000_000;
+
+/// One clause as a runtime keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClauseTally {
+    /// The clause's id ([`SANDBOX_RUNNING_AT_RUN_POD_SANDBOX`], ...).
+    pub clause: &'static str,
+    /// The runtime as it names itself (CRI Version, or NRI Configure):
+    /// "containerd 1.7.24~ds1"; `None` until it said.
+    pub runtime: Option<String>,
+    /// Pods on which it held, and on which it was broken.
+    pub held: u64,
+    pub broken: u64,
+    /// One case of each, the first seen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_case: Option<ClauseCase>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub broken_case: Option<ClauseCase>,
+}
+
+/// One pod's case of a clause, as data (sinks word it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClauseCase {
+    /// The pod, `namespace/name` when known, and its sandbox id.
+    pub pod: String,
+    pub sandbox_id: String,
+    /// The plugin told first, and when its delivery started.
+    pub plugin: String,
+    pub delivered: Timestamp,
+    /// The sandbox's process: its program, pid, and when it started it.
+    pub exec_path: String,
+    pub exec_pid: u32,
+    pub exec_at: Timestamp,
+}
+
+struct Exec {
+    ts: Timestamp,
+    pid: u32,
+    path: String,
+    cgroup: String,
+}
+
+/// The clauses' tallies so far.
+#[derive(Default)]
+pub struct Conformance {
+    /// Recent execs of the runtime's tree, oldest first.
+    execs: VecDeque<Exec>,
+    runtime: Option<String>,
+    tallies: BTreeMap<&'static str, ClauseTally>,
+}
+
+impl Conformance {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Look at one record the engine emits.
+    pub fn on_record(&mut self, r: &Record) {
+        match r {
+            Record::Observed(Observation::Sandbox(e)) => self.on_kernel(e),
+            Record::Observed(Observation::CriState(s)) => {
+                if let Some(rt) = &s.runtime {
+                    self.runtime = Some(rt.clone());
+                }
+            }
+            Record::NriUncaused(u) => {
+                if let Some(rt) = u.span.call.configured_runtime() {
+                    self.runtime = Some(rt.to_string());
+                }
+            }
+            Record::CriSpan(s) if s.call.method.as_deref() == Some("RunPodSandbox") => {
+                self.on_run_pod_sandbox(s);
+            }
+            _ => {}
+        }
+    }
+
+    fn on_kernel(&mut self, e: &SandboxEvent) {
+        let (SandboxOp::Exec { path }, Some(cgroup)) = (&e.op, &e.cgroup) else {
+            return;
+        };
+        while self.execs.len() >= MAX_EXECS
+            || self
+                .execs
+                .front()
+                .is_some_and(|x| x.ts.mono_ns + EXEC_KEEP_NS < e.ts.mono_ns)
+        {
+            self.execs.pop_front();
+        }
+        self.execs.push_back(Exec {
+            ts: e.ts,
+            pid: e.tgid,
+            path: path.clone(),
+            cgroup: cgroup.clone(),
+        });
+    }
+
+    /// The sandbox-running clause on one RunPodSandbox call.
+    fn on_run_pod_sandbox(&mut self, s: &CriSpan) {
+        let (Some(start), Some(id)) = (s.call.start, s.call.sandbox_id.as_deref()) else {
+            return;
+        };
+        if id.is_empty() {
+            return;
+        }
+        let Some(first) = s
+            .hooks
+            .iter()
+            .filter(|h| h.hook.as_str() == "RUN_POD_SANDBOX")
+            .filter_map(|h| h.call.start.map(|t| (t, h)))
+            .min_by_key(|(t, _)| t.mono_ns)
+        else {
+            return;
+        };
+        // The sandbox's first program: the first exec in its own cgroup.
+        let Some(exec) = self
+            .execs
+            .iter()
+            .find(|x| x.ts.mono_ns >= start.mono_ns && cgroup_names(&x.cgroup, id))
+        else {
+            return;
+        };
+        let (delivered, hook) = first;
+        let case = ClauseCase {
+            pod: s
+                .call
+                .pod
+                .as_ref()
+                .map_or_else(|| id.to_string(), ToString::to_string),
+            sandbox_id: id.to_string(),
+            plugin: hook.call.plugin.label(),
+            delivered,
+            exec_path: exec.path.clone(),
+            exec_pid: exec.pid,
+            exec_at: exec.ts,
+        };
+        let held = exec.ts.mono_ns <= delivered.mono_ns;
+        self.tally(SANDBOX_RUNNING_AT_RUN_POD_SANDBOX, held, case);
+    }
+
+    fn tally(&mut self, clause: &'static str, held: bool, case: ClauseCase) {
+        let t = self.tallies.entry(clause).or_insert_with(|| ClauseTally {
+            clause,
+            runtime: None,
+            held: 0,
+            broken: 0,
+            held_case: None,
+            broken_case: None,
+        });
+        t.runtime.clone_from(&self.runtime);
+        if held {
+            t.held += 1;
+            t.held_case.get_or_insert(case);
+        } else {
+            t.broken += 1;
+            t.broken_case.get_or_insert(case);
+        }
+    }
+
+    /// Every clause decided at least once, by clause id.
+    pub fn tallies(&self) -> Vec<ClauseTally> {
+        self.tallies.values().cloned().collect()
+    }
+}
+
+/// Whether a cgroup path is the sandbox's own: its last component names
+/// the sandbox id (`.../<id>`, `.../cri-containerd-<id>.scope`,
+/// `.../crio-<id>.scope`).
+fn cgroup_names(cgroup: &str, id: &str) -> bool {
+    cgroup
+        .rsplit('/')
+        .next()
+        .is_some_and(|last| last.contains(id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sandbox_cgroup_is_named_by_its_last_component() {
+        assert!(cgroup_names("/kubepods/podu1/abc123", "abc123"));
+        assert!(cgroup_names(
+            "/kubepods.slice/kubepods-podu1.slice/cri-containerd-abc123.scope",
+            "abc123"
+        ));
+        // A container of the pod: its own id is last.
+        assert!(!cgroup_names("/kubepods/podu1/def456", "abc123"));
+        assert!(!cgroup_names("/kubepods/abc123/def456", "abc123"));
+    }
+
+    #[test]
+    fn tallies_held_and_broken_with_one_case_each() {
+        let mut c = Conformance::new();
+        c.runtime = Some("containerd 1.7.24".into());
+        for (i, held) in [(1, false), (2, true), (3, false)] {
+            let case = ClauseCase {
+                pod: format!("ns/p{i}"),
+                sandbox_id: format!("s{i}"),
+                plugin: "10-a".into(),
+                delivered: Timestamp {
+                    mono_ns: 10,
+                    wall_ns: 10,
+                },
+                exec_path: "/pause".into(),
+                exec_pid: i,
+                exec_at: Timestamp {
+                    mono_ns: if held { 5 } else { 15 },
+                    wall_ns: 0,
+                },
+            };
+            c.tally(SANDBOX_RUNNING_AT_RUN_POD_SANDBOX, held, case);
+        }
+        let t = c.tallies();
+        assert_eq!(t.len(), 1);
+        assert_eq!((t[0].held, t[0].broken), (1, 2));
+        assert_eq!(t[0].runtime.as_deref(), Some("containerd 1.7.24"));
+        assert_eq!(t[0].broken_case.as_ref().unwrap().pod, "ns/p1");
+        assert_eq!(t[0].held_case.as_ref().unwrap().pod, "ns/p2");
+    }
+}
