@@ -118,6 +118,19 @@ impl Run {
     /// A run that is not one of [`SCENARIOS`] (e.g. a stuck pod of
     /// `stuck.rs`): the same plugins, driver and truth file.
     pub(crate) fn unlisted(name: &str, lab: Lab, bins: Bins, out: &Path) -> Result<Self> {
+        // A run starts the runtime itself, with its own request timeout and
+        // pre-launched plugins (which containerd reads only when it starts):
+        // a lab left up (`cargo xtask lab up`, or a run that was killed)
+        // comes down first, and plugins a killed run left behind go.
+        if let Some(runtime) = lab.running() {
+            eprintln!(
+                "lab: the lab is up ({runtime}); bringing it down so that {name} starts it with its own plugins ({})",
+                lab.runtime.name()
+            );
+            lab.down()
+                .context("bringing down the lab that was up before the scenario")?;
+        }
+        lab.clear_plugins()?;
         std::fs::create_dir_all(out)?;
         let truth = out.join("truth.ndjson");
         let _ = std::fs::remove_file(&truth);
@@ -324,8 +337,14 @@ impl Run {
 }
 
 impl Drop for Run {
+    /// Whatever way the run ends (an error returned half-way, a panic),
+    /// its external plugins are reaped and its pre-launched plugins leave
+    /// the plugin dir, so the next `up` does not start them.
     fn drop(&mut self) {
         self.reap_plugins();
+        if let Err(e) = self.lab.clear_plugins() {
+            eprintln!("lab: {e:#}");
+        }
     }
 }
 
@@ -353,13 +372,11 @@ pub fn run_observed(
         }
     }
     let down = r.lab.down();
-    r.reap_plugins();
-    let lab = r.lab.clone();
     let truth_path = r.truth.clone();
+    // Reaps the plugins and clears the pre-launched ones, failed run or not.
     drop(r);
     res?;
     down?;
-    let _ = lab.clear_plugins();
     verify(name, &truth_path)
 }
 
@@ -2336,6 +2353,78 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A scenario that fails half-way (here: `up` fails right after the
+    /// pre-launched plugin was installed) leaves no plugin in the plugin
+    /// dir, brings the runtime down, and a lab found up (with a plugin a
+    /// killed run left behind) is brought down and cleared before the run
+    /// starts it. lab.sh is replaced by a script that logs its calls, so
+    /// this runs without root or containerd.
+    #[test]
+    fn failed_run_cleans_up_and_a_lab_found_up_goes_down_first() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("scenario-cleanup-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let calls = dir.join("calls");
+        let script = dir.join("fake-lab.sh");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\necho \"$1 $NRI_TRACE_LAB_RUNTIME plugins: $(ls \"$NRI_TRACE_LAB_DIR/nri/plugins\" | tr '\\n' ' ')\" >>'{}'\n\
+                 [ \"$1\" = up ] && {{ echo 'fake up fails' >&2; exit 1; }}\nexit 0\n",
+                calls.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let lab = Lab {
+            dir: dir.clone(),
+            runtime: crate::labctl::Runtime::Containerd21,
+            script,
+        };
+        // "Our containerd": a process whose command line names the lab's
+        // config, as lab.sh's pid file check wants.
+        let mut holder = Command::new("sh")
+            .args(["-c", "sleep 60"])
+            .arg(dir.join("config.toml"))
+            .spawn()
+            .unwrap();
+        std::fs::write(dir.join("containerd.pid"), holder.id().to_string()).unwrap();
+        std::fs::write(dir.join("runtime"), "containerd-1.7\n").unwrap();
+        assert_eq!(lab.running().as_deref(), Some("containerd-1.7"));
+        lab.install_prelaunched("40", "stale", Path::new("/nonexistent"), &[])
+            .unwrap();
+
+        let bins = Bins {
+            driver: PathBuf::from("/nonexistent/cri-driver"),
+            plugin: PathBuf::from("/nonexistent/nri-test-plugin"),
+        };
+        let err = run("happy", lab.clone(), bins, &dir.join("out")).unwrap_err();
+        let _ = holder.kill();
+        let _ = holder.wait();
+        assert!(format!("{err:#}").contains("lab.sh up failed"), "{err:#}");
+        let calls = std::fs::read_to_string(&calls).unwrap();
+        let calls: Vec<&str> = calls.lines().map(str::trim_end).collect();
+        assert_eq!(
+            calls,
+            [
+                // The lab found up comes down (its stale plugin still there) ...
+                "down containerd-2.1 plugins: 40-stale",
+                // ... and the run starts it with its own plugin only ...
+                "up containerd-2.1 plugins: 30-gamma",
+                // ... and brings it down after the failure.
+                "down containerd-2.1 plugins: 30-gamma",
+            ]
+        );
+        let left: Vec<_> = std::fs::read_dir(lab.plugin_dir())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert!(left.is_empty(), "plugins left behind: {left:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn logger_log_is_parsed() {
