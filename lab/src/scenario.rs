@@ -1725,6 +1725,40 @@ fn notes(t: &[Truth]) -> Vec<&str> {
         .collect()
 }
 
+/// The runtime version plugin `name` was configured with (its own record
+/// of the NRI Configure request), e.g. "1.7.24~ds1" or "2.1.9+unknown".
+fn runtime_version<'a>(t: &'a [Truth], name: &str) -> Result<&'a str> {
+    plugin_events(t, name)
+        .into_iter()
+        .find_map(|e| match e {
+            PluginEvent::Configured { version, .. } => Some(version.as_str()),
+            _ => None,
+        })
+        .with_context(|| format!("plugin {name} was never configured"))
+}
+
+/// containerd 2.1 (NRI 0.8) synchronizes a registering plugin only when
+/// no CRI request is in flight (containerd/nri#63 fixed); 1.7 and 2.0 do not.
+fn nri_race_closed(version: &str) -> bool {
+    let mut parts = version.split(['.', '~', '+', '-']);
+    let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    (major, minor) >= (2, 1)
+}
+
+/// When plugin `name` first recorded an event matching `pred`.
+fn plugin_event_at(t: &[Truth], name: &str, pred: impl Fn(&PluginEvent) -> bool) -> Option<u64> {
+    t.iter().find_map(|x| match x {
+        Truth::Plugin {
+            plugin,
+            mono_ns,
+            what,
+            ..
+        } if plugin == name && pred(what) => Some(*mono_ns),
+        _ => None,
+    })
+}
+
 fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
 }
@@ -1890,11 +1924,41 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
             let run = deliveries(&t, "late")
                 .iter()
                 .any(|x| x.event == Some("RUN_POD_SANDBOX") && x.pod == Some("late-pod"));
-            ensure!(
-                !synced.iter().any(|n| n == "late-pod") && !run,
-                "late plugin heard of late-pod (synced {synced:?}, RunPodSandbox {run}): the race did not happen"
-            );
-            facts.push(format!("late plugin synchronized with {synced:?}: late-pod missing, and no RunPodSandbox for it (nri#63)"));
+            let version = runtime_version(&t, "late")?;
+            if nri_race_closed(version) {
+                // containerd 2.1 (NRI 0.8) holds a registering plugin's
+                // Synchronize until the CRI calls in flight are done
+                // (nri#63 closed): the late plugin hears of late-pod in
+                // its Synchronize, after the held RunPodSandbox.
+                let sync_at = plugin_event_at(&t, "late", |e| {
+                    matches!(e, PluginEvent::Synchronized { .. })
+                })
+                .context("late plugin never synchronized")?;
+                // The hook in flight: the slow plugin's RUN_POD_SANDBOX.
+                let run_end = deliveries(&t, "slow")
+                    .iter()
+                    .find(|x| x.event == Some("RUN_POD_SANDBOX") && x.pod == Some("late-pod"))
+                    .and_then(|x| x.reply)
+                    .context("the slow plugin did not answer RunPodSandbox(late-pod)")?;
+                ensure!(
+                    synced.iter().any(|n| n == "late-pod") && sync_at >= run_end,
+                    "containerd {version}: late plugin synchronized with {synced:?} at {sync_at}, the held RunPodSandbox(late-pod) hook was answered at {run_end}: expected Synchronize held until then, listing late-pod"
+                );
+                let registered =
+                    plugin_event_at(&t, "late", |e| matches!(e, PluginEvent::Registered))
+                        .context("late plugin never registered")?;
+                facts.push(format!(
+                    "containerd {version}: the late plugin registered {:.0} ms before the held RunPodSandbox(late-pod) hook was answered; its Synchronize came {:.1} ms after and listed {synced:?} (nri#63 closed)",
+                    ms(run_end.saturating_sub(registered)),
+                    ms(sync_at.saturating_sub(run_end))
+                ));
+            } else {
+                ensure!(
+                    !synced.iter().any(|n| n == "late-pod") && !run,
+                    "late plugin heard of late-pod (synced {synced:?}, RunPodSandbox {run}): the race did not happen"
+                );
+                facts.push(format!("late plugin synchronized with {synced:?}: late-pod missing, and no RunPodSandbox for it (nri#63)"));
+            }
             let after: Vec<&str> = deliveries(&t, "late")
                 .iter()
                 .filter(|x| x.pod == Some("late-pod"))
@@ -1919,11 +1983,29 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
                 "first try: {:?}",
                 runs[0].3
             );
-            ensure!(
-                matches!(runs.last().map(|c| c.3), Some(Outcome::Ok)),
-                "last try: {:?}",
-                runs.last().map(|c| c.3)
-            );
+            let adopted = notes(&t)
+                .into_iter()
+                .find(|n| n.starts_with("adopted sandbox"));
+            let version = runtime_version(&t, "slow")?;
+            if let (Some(note), false) = (adopted, version.starts_with("1.")) {
+                // containerd 2.x lists the sandbox READY once its pause
+                // container runs, before the NRI RunPodSandbox hook
+                // returns: the retry finds the name reserved and cri-driver
+                // adopts the sandbox of the timed-out try it lists (kubelet
+                // would retry until the name is free).
+                ensure!(
+                    runs.last().is_some_and(|c| matches!(c.3, Outcome::Error { message, .. } if crate::cri::reserved_for(message).is_some())),
+                    "containerd {version}: adopted a sandbox but the last try was {:?}",
+                    runs.last().map(|c| c.3)
+                );
+                facts.push(format!("containerd {version}: {note}"));
+            } else {
+                ensure!(
+                    matches!(runs.last().map(|c| c.3), Some(Outcome::Ok)),
+                    "last try: {:?}",
+                    runs.last().map(|c| c.3)
+                );
+            }
             let names: Vec<_> = runs.iter().map(|c| c.1).collect();
             ensure!(
                 names.windows(2).all(|w| w[0] == w[1]),
