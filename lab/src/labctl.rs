@@ -253,9 +253,21 @@ impl Lab {
                 let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
                     continue;
                 };
+                let prog = cmd
+                    .split(|b| *b == 0)
+                    .next()
+                    .map(|a| {
+                        String::from_utf8_lossy(a)
+                            .rsplit('/')
+                            .next()
+                            .unwrap_or("")
+                            .to_owned()
+                    })
+                    .unwrap_or_default();
                 let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+                // containerd 2.1 runs as $LAB/ctrd21/pkg/usr/bin/containerd.
                 let ours = cmd.contains(&format!("{dir}/"))
-                    && (cmd.starts_with("containerd") || cmd.contains("containerd-shim"));
+                    && (prog == "containerd" || prog.starts_with("containerd-shim"));
                 if ours || ids.iter().any(|id| cmd.contains(id.as_str())) {
                     left.push(format!("process {pid}: {}", cmd.trim()));
                 }
