@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
-# nri-trace lab: a PRIVATE containerd 1.7 with NRI enabled.
+# nri-trace lab: a PRIVATE containerd (1.7 or 2.1) with NRI enabled.
 #
 #   lab.sh install   apt: containerd 1.7 from trixie (pinned low), runc,
-#                    busybox-static, CNI plugins, gcc, iproute2 (idempotent)
+#                    busybox-static, CNI plugins, gcc, iproute2 (idempotent);
+#                    with NRI_TRACE_LAB_RUNTIME=containerd-2.1 also sid's
+#                    containerd 2.1, fetched with a private apt config and
+#                    unpacked (dpkg -x) under $LAB/ctrd21 (never installed)
 #   lab.sh up        write config, build + import images, start containerd
 #   lab.sh down      stop everything `up` started and clean up after it
-#   lab.sh status    what runs, sockets, images, leftovers
+#   lab.sh status    what runs (which runtime), sockets, images, leftovers
+#
+# One lab at a time: both runtimes use the same sockets, state and runc
+# root under $LAB (so every test finds them where it always did); each has
+# its own containerd root (metadata, content, snapshots). The runtime is
+# chosen at `up` (NRI_TRACE_LAB_RUNTIME, default containerd-1.7) and kept
+# in $LAB/runtime until `down`, which stops whichever one runs.
 #
 # Everything lives under $NRI_TRACE_LAB_DIR (default /var/lib/nri-trace-lab);
 # the node's own containerd (if any) on /run/containerd/containerd.sock is
@@ -26,7 +35,44 @@ NRI_SOCK="$LAB/run/nri.sock"
 CONFIG="$LAB/config.toml"
 PIDFILE="$LAB/containerd.pid"
 LOG="$LAB/containerd.log"
-ROOT_DIR="$LAB/root"
+# containerd-1.7 (default) or containerd-2.1. `down`, `restart` and
+# `status` act on the runtime recorded by `up` ($LAB/runtime) while it runs.
+RUNTIME_FILE="$LAB/runtime"
+WANT_RUNTIME="${NRI_TRACE_LAB_RUNTIME:-containerd-1.7}"
+case "$WANT_RUNTIME" in
+containerd-1.7 | containerd-2.1) ;;
+*) die_early="NRI_TRACE_LAB_RUNTIME=$WANT_RUNTIME: want containerd-1.7 or containerd-2.1" ;;
+esac
+RUNTIME="$WANT_RUNTIME"
+if [[ -f $LAB/containerd.pid ]]; then
+	# Up (or died without `down`): the runtime `up` started. A lab.sh from
+	# before containerd 2.1 wrote no runtime file and ran only 1.7.
+	RUNTIME="$(cat "$RUNTIME_FILE" 2>/dev/null || echo containerd-1.7)"
+fi
+# containerd 2.1 from Debian sid, unpacked here (package tree in pkg/, the
+# private apt config and its state in apt/).
+CTRD21_DIR="$LAB/ctrd21"
+CTRD21_BIN="$CTRD21_DIR/pkg/usr/bin"
+SYSTEM_PATH="$PATH"
+select_runtime() { # containerd-1.7 | containerd-2.1
+	RUNTIME="$1"
+	if [[ $RUNTIME == containerd-2.1 ]]; then
+		CONTAINERD="$CTRD21_BIN/containerd"
+		CTR="$CTRD21_BIN/ctr"
+		# Its own shim first on PATH: containerd starts containerd-shim-runc-v2
+		# by name, and the system's is 1.7's.
+		export PATH="$CTRD21_BIN:$SYSTEM_PATH"
+		# Its own metadata, content and snapshots: a 1.7 root is never opened
+		# by 2.1 (nor the other way round).
+		ROOT_DIR="$LAB/root-ctrd21"
+	else
+		CONTAINERD="containerd"
+		CTR="ctr"
+		export PATH="$SYSTEM_PATH"
+		ROOT_DIR="$LAB/root"
+	fi
+}
+select_runtime "$RUNTIME"
 STATE_DIR="$LAB/state"
 RUNC_ROOT="$LAB/runc"
 CNI_CONF_DIR="$LAB/cni/net.d"
@@ -35,7 +81,7 @@ CNI_NET="nri-trace-lab"
 BRIDGE="nritlab0"
 SUBNET="10.88.77.0/24"
 IMAGES_DIR="$LAB/images"
-NS="k8s.io" # the CRI plugin of containerd 1.7 always uses this namespace
+NS="k8s.io" # the CRI plugin of containerd 1.7 and 2.1 always uses this namespace
 PAUSE_REF="localhost/nri-trace/pause:lab"
 BUSYBOX_REF="localhost/nri-trace/busybox:lab"
 CGROOT="/sys/fs/cgroup"
@@ -54,7 +100,8 @@ die() {
 need_root() { [[ $(id -u) -eq 0 ]] || die "must run as root"; }
 # Debian's python3 (stdlib only); pyenv shims may point elsewhere.
 python() { if [[ -x /usr/bin/python3 ]]; then /usr/bin/python3 "$@"; else python3 "$@"; fi; }
-ctr_() { ctr --address "$SOCK" "$@"; }
+[[ -z ${die_early:-} ]] || die "$die_early"
+ctr_() { "$CTR" --address "$SOCK" "$@"; }
 
 # ---------------------------------------------------------------- install
 
@@ -110,6 +157,7 @@ cmd_install() {
 	if ((${#want[@]} == 0)); then
 		log "all packages installed (containerd $cver, runc $(pkg_version runc)); nothing to do"
 		check_bookworm_base
+		if [[ $WANT_RUNTIME == containerd-2.1 ]]; then install_ctrd21; fi
 		return 0
 	fi
 
@@ -147,6 +195,74 @@ cmd_install() {
 	if pgrep -x containerd >/dev/null; then
 		log "note: a containerd is running (pids $(pgrep -d, -x containerd)); the lab neither uses nor stops it"
 	fi
+	if [[ $WANT_RUNTIME == containerd-2.1 ]]; then install_ctrd21; fi
+}
+
+# containerd 2.1 from Debian sid, never installed: a private apt
+# configuration (APT_CONFIG: its own sources.list with sid only, its own
+# state, cache and parts dirs, so neither the system's apt config nor its
+# package lists are read or written) downloads the `containerd` package and
+# `dpkg -x` unpacks it under $CTRD21_DIR/pkg. The package's binaries need
+# libc6 >= 2.34 (bookworm has 2.36) and runc (bookworm's, from
+# `cmd_install`). Idempotent: nothing is fetched once the unpacked
+# containerd answers with 2.1.
+install_ctrd21() {
+	local have
+	if [[ -x $CTRD21_BIN/containerd ]] && have="$("$CTRD21_BIN/containerd" --version 2>/dev/null)" &&
+		[[ $have == *" 2.1."* ]]; then
+		log "containerd 2.1 already unpacked in $CTRD21_DIR/pkg ($(awk '{print $3}' <<<"$have"))"
+		return 0
+	fi
+	local apt="$CTRD21_DIR/apt"
+	rm -rf "$apt" "$CTRD21_DIR/pkg.tmp"
+	mkdir -p "$apt/etc/apt.conf.d" "$apt/etc/sources.list.d" "$apt/etc/preferences.d" \
+		"$apt/state/lists/partial" "$apt/cache/archives/partial" "$apt/debs"
+	: >"$apt/status"
+	: >"$apt/etc/apt.conf"
+	cat >"$apt/etc/sources.list" <<-EOF
+		# nri-trace lab: Debian sid, for containerd 2.1 only (private apt config).
+		deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian sid main
+	EOF
+	cat >"$apt/apt.conf" <<-EOF
+		Dir::Etc::main "$apt/etc/apt.conf";
+		Dir::Etc::parts "$apt/etc/apt.conf.d";
+		Dir::Etc::sourcelist "$apt/etc/sources.list";
+		Dir::Etc::sourceparts "$apt/etc/sources.list.d";
+		Dir::Etc::preferences "$apt/etc/preferences";
+		Dir::Etc::preferencesparts "$apt/etc/preferences.d";
+		Dir::State "$apt/state";
+		Dir::State::status "$apt/status";
+		Dir::Cache "$apt/cache";
+		APT::Architecture "$(dpkg --print-architecture)";
+		Acquire::Languages "none";
+		Acquire::IndexTargets::deb::DEP-11::DefaultEnabled "false";
+		Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled "false";
+		Acquire::IndexTargets::deb::DEP-11-icons-hidpi::DefaultEnabled "false";
+		APT::Sandbox::User "root";
+		// This machine kind's clock runs ahead of the archive's Release
+		// dates (its own apt config turns the same checks off).
+		Acquire::Check-Valid-Until "false";
+		Acquire::Check-Date "false";
+	EOF
+	log "fetching containerd 2.1 from Debian sid (private apt config $apt/apt.conf)"
+	APT_CONFIG="$apt/apt.conf" apt-get update -q >/dev/null ||
+		die "apt-get update of the private sid source failed (apt config $apt/apt.conf)"
+	local ver
+	ver="$(APT_CONFIG="$apt/apt.conf" apt-cache policy containerd | awk '/Candidate:/ {print $2}')"
+	[[ $ver == 2.1.* ]] ||
+		die "Debian sid's containerd is ${ver:-absent}, not 2.1.x: lab.sh wants 2.1 (pin a snapshot.debian.org mirror in install_ctrd21)"
+	(cd "$apt/debs" && APT_CONFIG="$apt/apt.conf" apt-get download -q "containerd=$ver" >/dev/null) ||
+		die "apt-get download containerd=$ver failed"
+	local deb
+	deb="$(ls "$apt/debs"/containerd_*.deb)"
+	dpkg-deb -x "$deb" "$CTRD21_DIR/pkg.tmp"
+	rm -rf "$CTRD21_DIR/pkg"
+	mv "$CTRD21_DIR/pkg.tmp" "$CTRD21_DIR/pkg"
+	have="$("$CTRD21_BIN/containerd" --version)" ||
+		die "the unpacked $CTRD21_BIN/containerd does not run"
+	[[ $have == *" 2.1."* ]] || die "unpacked containerd says $have, want 2.1"
+	[[ -x $CTRD21_BIN/containerd-shim-runc-v2 ]] || die "$deb has no containerd-shim-runc-v2"
+	log "containerd $ver unpacked in $CTRD21_DIR/pkg (not installed; dpkg does not know it)"
 }
 
 # Fail loudly if libc6 came from trixie (by hand or an earlier run); warn
@@ -338,6 +454,92 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 EOF
 }
 
+# containerd 2.1: config version 3. The CRI plugin is split into
+# io.containerd.cri.v1.runtime (runc, CNI, netns, oom) and
+# io.containerd.cri.v1.images (snapshotter, sandbox image as
+# pinned_images.sandbox); the streaming server stays on
+# io.containerd.grpc.v1.cri. Keys as `containerd config default` of 2.1.9
+# prints them (and containerd's docs/cri/config.md).
+write_config_v3() { # snapshotter [output file]
+	local snap="$1"
+	cat >"${2:-$CONFIG}" <<EOF
+# Generated by nri-trace lab/lab.sh: a private containerd 2.1 with NRI.
+version = 3
+root = "$ROOT_DIR"
+state = "$STATE_DIR"
+temp = "$LAB/tmp"
+oom_score = 0
+required_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime", "io.containerd.cri.v1.images", "io.containerd.nri.v1.nri"]
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.blockfile", "io.containerd.snapshotter.v1.erofs", "io.containerd.differ.v1.erofs"]
+
+[grpc]
+  address = "$SOCK"
+
+[ttrpc]
+  address = "$TTRPC_SOCK"
+
+[debug]
+  level = "$LOG_LEVEL"
+
+[plugins]
+  [plugins.'io.containerd.internal.v1.opt']
+    path = "$LAB/opt"
+
+  [[plugins.'io.containerd.transfer.v1.local'.unpack_config]]
+    platform = "linux/$(go_arch)"
+    snapshotter = "$snap"
+
+  [plugins.'io.containerd.nri.v1.nri']
+    disable = false
+    disable_connections = false
+    socket_path = "$NRI_SOCK"
+    plugin_path = "$LAB/nri/plugins"
+    plugin_config_path = "$LAB/nri/conf.d"
+    plugin_registration_timeout = "$REGISTRATION_TIMEOUT"
+    plugin_request_timeout = "$REQUEST_TIMEOUT"
+
+  [plugins.'io.containerd.cri.v1.images']
+    snapshotter = "$snap"
+
+    [plugins.'io.containerd.cri.v1.images'.pinned_images]
+      sandbox = "$PAUSE_REF"
+
+  [plugins.'io.containerd.cri.v1.runtime']
+    enable_selinux = false
+    # This VM refuses to lower oom_score_adj (as for 1.7).
+    restrict_oom_score_adj = true
+    netns_mounts_under_state_dir = true
+    # No /etc/cdi here; CDI only adds log noise.
+    enable_cdi = false
+
+    [plugins.'io.containerd.cri.v1.runtime'.containerd]
+      default_runtime_name = "runc"
+
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+
+        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+          BinaryName = "/usr/sbin/runc"
+          Root = "$RUNC_ROOT"
+          SystemdCgroup = false
+
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dirs = ["$CNI_BIN_DIR"]
+      conf_dir = "$CNI_CONF_DIR"
+      max_conf_num = 1
+
+  [plugins.'io.containerd.grpc.v1.cri']
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+    disable_tcp_service = true
+EOF
+}
+
+# The config of the runtime `up` starts.
+write_runtime_config() { # snapshotter [output file]
+	if [[ $RUNTIME == containerd-2.1 ]]; then write_config_v3 "$@"; else write_config "$@"; fi
+}
+
 # ---------------------------------------------------------------- up
 
 # pid of our containerd, if it runs (checked against its command line so a
@@ -366,10 +568,20 @@ mark_cgroup_parents() {
 
 start_containerd() {
 	[[ -S $SOCK ]] && rm -f "$SOCK" "$TTRPC_SOCK" # stale from a crash
-	log "starting containerd ($(containerd --version | awk '{print $3}'), snapshotter $(cat "$LAB/snapshotter"))"
+	log "starting containerd ($("$CONTAINERD" --version | awk '{print $3}'), snapshotter $(cat "$LAB/snapshotter"))"
 	# setsid: its own session, so it outlives this shell and no job
 	# control signal from the caller's terminal reaches it.
-	setsid containerd --config "$CONFIG" >>"$LOG" 2>&1 </dev/null &
+	# Only stdin/out/err: any other descriptor of the caller would live as
+	# long as containerd (flock(1) hands its lock fd to its command, so
+	# `flock /run/nri-trace-lab.lock lab.sh up` would otherwise leave the
+	# lab lock held by containerd until it stops).
+	(
+		for fd in /proc/"$BASHPID"/fd/*; do
+			fd="${fd##*/}"
+			if ((fd > 2)); then eval "exec $fd>&-"; fi
+		done
+		exec setsid "$CONTAINERD" --config "$CONFIG" >>"$LOG" 2>&1 </dev/null
+	) &
 	local pid=$!
 	echo "$pid" >"$PIDFILE"
 	local deadline=$((SECONDS + 20))
@@ -411,18 +623,18 @@ delete_all_containers() {
 	# SIGKILL every task; the CRI plugin notices each exit and deletes the
 	# task itself (a concurrent `ctr tasks delete` would race it and fail).
 	for id in $tasks; do
-		timeout 10 ctr --address "$SOCK" -n "$NS" tasks kill --all --signal SIGKILL "$id" >/dev/null 2>&1 || true
+		timeout 10 "$CTR" --address "$SOCK" -n "$NS" tasks kill --all --signal SIGKILL "$id" >/dev/null 2>&1 || true
 	done
 	for ((i = 0; i < 100; i++)); do
 		[[ -z $(list_tasks) ]] && break
 		sleep 0.1
 	done
 	for id in $(list_tasks); do # whatever CRI did not delete
-		timeout 15 ctr --address "$SOCK" -n "$NS" tasks delete --force "$id" >/dev/null 2>&1 || true
+		timeout 15 "$CTR" --address "$SOCK" -n "$NS" tasks delete --force "$id" >/dev/null 2>&1 || true
 	done
 	[[ -z $(list_tasks) ]] || log "warning: tasks still there: $(list_tasks | tr '\n' ' ')"
-	for id in $(timeout 10 ctr --address "$SOCK" -n "$NS" containers ls -q 2>/dev/null || true); do
-		if timeout 15 ctr --address "$SOCK" -n "$NS" containers delete "$id" >/dev/null 2>&1; then
+	for id in $(timeout 10 "$CTR" --address "$SOCK" -n "$NS" containers ls -q 2>/dev/null || true); do
+		if timeout 15 "$CTR" --address "$SOCK" -n "$NS" containers delete "$id" >/dev/null 2>&1; then
 			n=$((n + 1))
 		else
 			log "warning: could not delete container $id"
@@ -436,23 +648,40 @@ prepare() {
 	mkdir -p "$LAB" "$LAB/run" "$ROOT_DIR" "$STATE_DIR" "$RUNC_ROOT" "$LAB/opt" "$LAB/tmp" \
 		"$LAB/nri/plugins" "$LAB/nri/conf.d"
 	chmod 0711 "$LAB"
+	echo "$RUNTIME" >"$RUNTIME_FILE"
 	pick_snapshotter >"$LAB/snapshotter"
 	write_cni_conf
-	write_config "$(cat "$LAB/snapshotter")"
+	write_runtime_config "$(cat "$LAB/snapshotter")"
 	mark_cgroup_parents
 }
 
 cmd_up() {
 	need_root
-	command -v containerd >/dev/null || die "containerd not installed: run 'lab.sh install'"
-	# The config below (NRI section, version 2) is written for 1.7.
-	[[ $(containerd --version) == *" 1.7."* ]] ||
-		die "need containerd 1.7 ($(containerd --version)); run 'lab.sh install'"
 	local t0=$SECONDS pid
+	if [[ $RUNTIME != "$WANT_RUNTIME" ]] && ! our_pid >/dev/null; then
+		# $RUNTIME died without a `down`: clean up after it first.
+		log "$RUNTIME stopped uncleanly: down, then up $WANT_RUNTIME"
+		cmd_down
+		select_runtime "$WANT_RUNTIME"
+	fi
+	if [[ $RUNTIME == containerd-2.1 ]]; then
+		[[ -x $CONTAINERD ]] ||
+			die "containerd 2.1 not unpacked: run 'NRI_TRACE_LAB_RUNTIME=containerd-2.1 lab.sh install'"
+		[[ $("$CONTAINERD" --version) == *" 2.1."* ]] ||
+			die "need containerd 2.1 ($("$CONTAINERD" --version)); run 'NRI_TRACE_LAB_RUNTIME=containerd-2.1 lab.sh install'"
+	else
+		command -v containerd >/dev/null || die "containerd not installed: run 'lab.sh install'"
+		# The config (NRI section, version 2) is written for 1.7.
+		[[ $(containerd --version) == *" 1.7."* ]] ||
+			die "need containerd 1.7 ($(containerd --version)); run 'lab.sh install'"
+	fi
 	if pid="$(our_pid)"; then
-		log "containerd already running (pid $pid)"
+		# One lab at a time: the other runtime must go down first.
+		[[ $RUNTIME == "$WANT_RUNTIME" ]] ||
+			die "the lab runs $RUNTIME (pid $pid), not $WANT_RUNTIME: 'lab.sh down' first, then 'up' again"
+		log "$RUNTIME already running (pid $pid)"
 		# Settings (e.g. NRI_TRACE_LAB_REQUEST_TIMEOUT) apply at start only.
-		if ! cmp -s "$CONFIG" <(write_config "$(cat "$LAB/snapshotter")" /dev/stdout); then
+		if ! cmp -s "$CONFIG" <(write_runtime_config "$(cat "$LAB/snapshotter")" /dev/stdout); then
 			log "warning: running config differs from the current settings; 'down' and 'up' to apply"
 		fi
 	else
@@ -462,7 +691,7 @@ cmd_up() {
 		# (`down` deletes them all while containerd answers). The CRI
 		# plugin has loaded them as NOTREADY pods, with netns, IP leases
 		# and cgroups still around: a full `down` and a fresh start.
-		if [[ -n $(timeout 10 ctr --address "$SOCK" -n "$NS" containers ls -q 2>/dev/null) ]]; then
+		if [[ -n $(timeout 10 "$CTR" --address "$SOCK" -n "$NS" containers ls -q 2>/dev/null) ]]; then
 			log "found containers left by an unclean stop: down, then start again"
 			cmd_down
 			prepare
@@ -528,7 +757,7 @@ our_cni_result_ids() {
 	done
 }
 
-list_tasks() { timeout 10 ctr --address "$SOCK" -n "$NS" tasks ls -q 2>/dev/null || true; }
+list_tasks() { timeout 10 "$CTR" --address "$SOCK" -n "$NS" tasks ls -q 2>/dev/null || true; }
 
 wait_gone() { # pid timeout_s
 	local i
@@ -551,7 +780,7 @@ cmd_down() {
 
 	# 1. Pods and containers, through our containerd while it answers, so
 	#    shims exit the normal way (they remove their sockets and bundles).
-	if our_pid >/dev/null && timeout 5 ctr --address "$SOCK" version >/dev/null 2>&1; then
+	if our_pid >/dev/null && timeout 5 "$CTR" --address "$SOCK" version >/dev/null 2>&1; then
 		delete_all_containers
 	fi
 	our_ids >>"$LAB/ids"
@@ -661,7 +890,7 @@ cmd_down() {
 	log "down in $((SECONDS - t0)) s"
 	# Keep the id list while something is left, for the next `down`.
 	report_leftovers || die "down left something behind (see LEFT lines)"
-	rm -f "$LAB/ids"
+	rm -f "$LAB/ids" "$RUNTIME_FILE"
 }
 
 # ---------------------------------------------------------------- status
@@ -709,16 +938,17 @@ cmd_status() {
 	local pid
 	echo "lab dir:     $LAB"
 	if pid="$(our_pid)"; then
-		echo "containerd:  running, pid $pid ($(containerd --version | awk '{print $3}'))"
+		echo "runtime:     $RUNTIME"
+		echo "containerd:  running, pid $pid ($("/proc/$pid/exe" --version | awk '{print $3}'))"
 	else
-		echo "containerd:  not running"
+		echo "containerd:  not running (NRI_TRACE_LAB_RUNTIME: $WANT_RUNTIME)"
 	fi
 	printf 'grpc socket: %s %s\n' "$SOCK" "$([[ -S $SOCK ]] && echo present || echo absent)"
 	printf 'ttrpc:       %s %s\n' "$TTRPC_SOCK" "$([[ -S $TTRPC_SOCK ]] && echo present || echo absent)"
 	printf 'NRI socket:  %s %s\n' "$NRI_SOCK" "$([[ -S $NRI_SOCK ]] && echo present || echo absent)"
 	echo "config:      $CONFIG"
 	echo "log:         $LOG"
-	if [[ -n ${pid:-} ]] && timeout 5 ctr --address "$SOCK" version >/dev/null 2>&1; then
+	if [[ -n ${pid:-} ]] && timeout 5 "$CTR" --address "$SOCK" version >/dev/null 2>&1; then
 		echo "plugins:"
 		ctr_ plugins ls | awk 'NR==1 || /cri|nri|overlayfs|native/' | sed 's/^/  /'
 		echo "images ($NS):"

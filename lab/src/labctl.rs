@@ -56,11 +56,59 @@ pub fn lock_within(within: std::time::Duration) -> Result<LabLock> {
     }
 }
 
+/// The container runtime the lab runs: `NRI_TRACE_LAB_RUNTIME` (lab/lab.sh
+/// reads the same variable), chosen when the lab comes up. One lab at a
+/// time: both use the same sockets and paths under the lab dir.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runtime {
+    /// containerd 1.7.24 from Debian trixie (NRI 0.6.1): the default.
+    Containerd17,
+    /// containerd 2.1 from Debian sid, unpacked under the lab dir (NRI 0.8).
+    Containerd21,
+}
+
+impl Runtime {
+    /// The environment variable that chooses the runtime.
+    pub const ENV: &'static str = "NRI_TRACE_LAB_RUNTIME";
+
+    /// Every runtime, by name.
+    pub const ALL: [Self; 2] = [Self::Containerd17, Self::Containerd21];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Containerd17 => "containerd-1.7",
+            Self::Containerd21 => "containerd-2.1",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|r| r.name() == s)
+            .with_context(|| {
+                format!(
+                    "unknown lab runtime {s:?}: set {} to containerd-1.7 or containerd-2.1",
+                    Self::ENV
+                )
+            })
+    }
+
+    /// `$NRI_TRACE_LAB_RUNTIME`, containerd 1.7 when unset.
+    pub fn from_env() -> Result<Self> {
+        match std::env::var(Self::ENV) {
+            Ok(v) if !v.is_empty() => Self::parse(&v),
+            _ => Ok(Self::Containerd17),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Lab {
     /// $NRI_TRACE_LAB_DIR.
     pub dir: PathBuf,
-    script: PathBuf,
+    /// The runtime `up` starts ($NRI_TRACE_LAB_RUNTIME).
+    pub runtime: Runtime,
+    pub(crate) script: PathBuf,
 }
 
 impl Default for Lab {
@@ -71,12 +119,36 @@ impl Default for Lab {
 
 impl Lab {
     /// The lab at $NRI_TRACE_LAB_DIR (default /var/lib/nri-trace-lab),
-    /// driven by this repository's lab/lab.sh.
+    /// driven by this repository's lab/lab.sh, running the runtime of
+    /// $NRI_TRACE_LAB_RUNTIME (an unknown name is reported by lab.sh at
+    /// the first command; here it counts as the default).
     pub fn from_env() -> Self {
         let dir = std::env::var_os("NRI_TRACE_LAB_DIR")
             .map_or_else(|| PathBuf::from("/var/lib/nri-trace-lab"), PathBuf::from);
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("lab.sh");
-        Self { dir, script }
+        let runtime = Runtime::from_env().unwrap_or(Runtime::Containerd17);
+        Self {
+            dir,
+            runtime,
+            script,
+        }
+    }
+
+    /// The runtime of a lab that is up (lab.sh records it in
+    /// `$LAB/runtime` at `up`), or None when no containerd of the lab runs.
+    pub fn running(&self) -> Option<String> {
+        let pid = std::fs::read_to_string(self.dir.join("containerd.pid")).ok()?;
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", pid.trim())).ok()?;
+        let config = self.dir.join("config.toml");
+        // As lab.sh's our_pid: the pid is ours only while its command line
+        // names our config (a recycled pid is someone else's).
+        let ours = cmdline
+            .split(|b| *b == 0)
+            .any(|a| a == config.as_os_str().as_encoded_bytes());
+        ours.then(|| {
+            std::fs::read_to_string(self.dir.join("runtime"))
+                .map_or_else(|_| "unknown runtime".into(), |r| r.trim().to_string())
+        })
     }
 
     pub fn cri_socket(&self) -> PathBuf {
@@ -93,7 +165,8 @@ impl Lab {
         let mut cmd = Command::new("bash");
         cmd.arg(&self.script)
             .args(args)
-            .env("NRI_TRACE_LAB_DIR", &self.dir);
+            .env("NRI_TRACE_LAB_DIR", &self.dir)
+            .env(Runtime::ENV, self.runtime.name());
         if let Some(t) = request_timeout {
             cmd.env("NRI_TRACE_LAB_REQUEST_TIMEOUT", t);
         }
@@ -125,7 +198,11 @@ impl Lab {
         self.script(&["down"], None)
     }
 
-    /// Remove every pre-launched plugin of a previous run.
+    /// Remove every pre-launched plugin of a previous run. Plugins are
+    /// read by containerd only when it starts: one left behind would be
+    /// launched by the next `up` of whoever comes next (and a wrapper whose
+    /// truth file or binary is gone fails to register, which makes
+    /// containerd 1.7 refuse to start).
     pub fn clear_plugins(&self) -> Result<()> {
         let dir = self.plugin_dir();
         if let Ok(rd) = std::fs::read_dir(&dir) {
@@ -176,9 +253,21 @@ impl Lab {
                 let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
                     continue;
                 };
+                let prog = cmd
+                    .split(|b| *b == 0)
+                    .next()
+                    .map(|a| {
+                        String::from_utf8_lossy(a)
+                            .rsplit('/')
+                            .next()
+                            .unwrap_or("")
+                            .to_owned()
+                    })
+                    .unwrap_or_default();
                 let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+                // containerd 2.1 runs as $LAB/ctrd21/pkg/usr/bin/containerd.
                 let ours = cmd.contains(&format!("{dir}/"))
-                    && (cmd.starts_with("containerd") || cmd.contains("containerd-shim"));
+                    && (prog == "containerd" || prog.starts_with("containerd-shim"));
                 if ours || ids.iter().any(|id| cmd.contains(id.as_str())) {
                     left.push(format!("process {pid}: {}", cmd.trim()));
                 }
@@ -225,6 +314,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn runtime_names() {
+        for r in Runtime::ALL {
+            assert_eq!(Runtime::parse(r.name()).unwrap(), r);
+        }
+        let err = Runtime::parse("containerd-2.0").unwrap_err().to_string();
+        assert!(err.contains("NRI_TRACE_LAB_RUNTIME"), "{err}");
+    }
+
+    #[test]
     fn quoting() {
         assert_eq!(shell_quote("a b"), "'a b'");
         assert_eq!(shell_quote("it's"), r"'it'\''s'");
@@ -235,6 +333,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("labctl-{}", std::process::id()));
         let lab = Lab {
             dir: dir.clone(),
+            runtime: Runtime::Containerd17,
             script: PathBuf::from("/nonexistent"),
         };
         let p = lab

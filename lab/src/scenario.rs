@@ -118,6 +118,19 @@ impl Run {
     /// A run that is not one of [`SCENARIOS`] (e.g. a stuck pod of
     /// `stuck.rs`): the same plugins, driver and truth file.
     pub(crate) fn unlisted(name: &str, lab: Lab, bins: Bins, out: &Path) -> Result<Self> {
+        // A run starts the runtime itself, with its own request timeout and
+        // pre-launched plugins (which containerd reads only when it starts):
+        // a lab left up (`cargo xtask lab up`, or a run that was killed)
+        // comes down first, and plugins a killed run left behind go.
+        if let Some(runtime) = lab.running() {
+            eprintln!(
+                "lab: the lab is up ({runtime}); bringing it down so that {name} starts it with its own plugins ({})",
+                lab.runtime.name()
+            );
+            lab.down()
+                .context("bringing down the lab that was up before the scenario")?;
+        }
+        lab.clear_plugins()?;
         std::fs::create_dir_all(out)?;
         let truth = out.join("truth.ndjson");
         let _ = std::fs::remove_file(&truth);
@@ -324,8 +337,14 @@ impl Run {
 }
 
 impl Drop for Run {
+    /// Whatever way the run ends (an error returned half-way, a panic),
+    /// its external plugins are reaped and its pre-launched plugins leave
+    /// the plugin dir, so the next `up` does not start them.
     fn drop(&mut self) {
         self.reap_plugins();
+        if let Err(e) = self.lab.clear_plugins() {
+            eprintln!("lab: {e:#}");
+        }
     }
 }
 
@@ -353,13 +372,11 @@ pub fn run_observed(
         }
     }
     let down = r.lab.down();
-    r.reap_plugins();
-    let lab = r.lab.clone();
     let truth_path = r.truth.clone();
+    // Reaps the plugins and clears the pre-launched ones, failed run or not.
     drop(r);
     res?;
     down?;
-    let _ = lab.clear_plugins();
     verify(name, &truth_path)
 }
 
@@ -1721,6 +1738,40 @@ fn notes(t: &[Truth]) -> Vec<&str> {
         .collect()
 }
 
+/// The runtime version plugin `name` was configured with (its own record
+/// of the NRI Configure request), e.g. "1.7.24~ds1" or "2.1.9+unknown".
+fn runtime_version<'a>(t: &'a [Truth], name: &str) -> Result<&'a str> {
+    plugin_events(t, name)
+        .into_iter()
+        .find_map(|e| match e {
+            PluginEvent::Configured { version, .. } => Some(version.as_str()),
+            _ => None,
+        })
+        .with_context(|| format!("plugin {name} was never configured"))
+}
+
+/// containerd 2.1 (NRI 0.8) synchronizes a registering plugin only when
+/// no CRI request is in flight (containerd/nri#63 fixed); 1.7 and 2.0 do not.
+fn nri_race_closed(version: &str) -> bool {
+    let mut parts = version.split(['.', '~', '+', '-']);
+    let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    (major, minor) >= (2, 1)
+}
+
+/// When plugin `name` first recorded an event matching `pred`.
+fn plugin_event_at(t: &[Truth], name: &str, pred: impl Fn(&PluginEvent) -> bool) -> Option<u64> {
+    t.iter().find_map(|x| match x {
+        Truth::Plugin {
+            plugin,
+            mono_ns,
+            what,
+            ..
+        } if plugin == name && pred(what) => Some(*mono_ns),
+        _ => None,
+    })
+}
+
 fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
 }
@@ -1886,11 +1937,41 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
             let run = deliveries(&t, "late")
                 .iter()
                 .any(|x| x.event == Some("RUN_POD_SANDBOX") && x.pod == Some("late-pod"));
-            ensure!(
-                !synced.iter().any(|n| n == "late-pod") && !run,
-                "late plugin heard of late-pod (synced {synced:?}, RunPodSandbox {run}): the race did not happen"
-            );
-            facts.push(format!("late plugin synchronized with {synced:?}: late-pod missing, and no RunPodSandbox for it (nri#63)"));
+            let version = runtime_version(&t, "late")?;
+            if nri_race_closed(version) {
+                // containerd 2.1 (NRI 0.8) holds a registering plugin's
+                // Synchronize until the CRI calls in flight are done
+                // (nri#63 closed): the late plugin hears of late-pod in
+                // its Synchronize, after the held RunPodSandbox.
+                let sync_at = plugin_event_at(&t, "late", |e| {
+                    matches!(e, PluginEvent::Synchronized { .. })
+                })
+                .context("late plugin never synchronized")?;
+                // The hook in flight: the slow plugin's RUN_POD_SANDBOX.
+                let run_end = deliveries(&t, "slow")
+                    .iter()
+                    .find(|x| x.event == Some("RUN_POD_SANDBOX") && x.pod == Some("late-pod"))
+                    .and_then(|x| x.reply)
+                    .context("the slow plugin did not answer RunPodSandbox(late-pod)")?;
+                ensure!(
+                    synced.iter().any(|n| n == "late-pod") && sync_at >= run_end,
+                    "containerd {version}: late plugin synchronized with {synced:?} at {sync_at}, the held RunPodSandbox(late-pod) hook was answered at {run_end}: expected Synchronize held until then, listing late-pod"
+                );
+                let registered =
+                    plugin_event_at(&t, "late", |e| matches!(e, PluginEvent::Registered))
+                        .context("late plugin never registered")?;
+                facts.push(format!(
+                    "containerd {version}: the late plugin registered {:.0} ms before the held RunPodSandbox(late-pod) hook was answered; its Synchronize came {:.1} ms after and listed {synced:?} (nri#63 closed)",
+                    ms(run_end.saturating_sub(registered)),
+                    ms(sync_at.saturating_sub(run_end))
+                ));
+            } else {
+                ensure!(
+                    !synced.iter().any(|n| n == "late-pod") && !run,
+                    "late plugin heard of late-pod (synced {synced:?}, RunPodSandbox {run}): the race did not happen"
+                );
+                facts.push(format!("late plugin synchronized with {synced:?}: late-pod missing, and no RunPodSandbox for it (nri#63)"));
+            }
             let after: Vec<&str> = deliveries(&t, "late")
                 .iter()
                 .filter(|x| x.pod == Some("late-pod"))
@@ -1915,11 +1996,29 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
                 "first try: {:?}",
                 runs[0].3
             );
-            ensure!(
-                matches!(runs.last().map(|c| c.3), Some(Outcome::Ok)),
-                "last try: {:?}",
-                runs.last().map(|c| c.3)
-            );
+            let adopted = notes(&t)
+                .into_iter()
+                .find(|n| n.starts_with("adopted sandbox"));
+            let version = runtime_version(&t, "slow")?;
+            if let (Some(note), false) = (adopted, version.starts_with("1.")) {
+                // containerd 2.x lists the sandbox READY once its pause
+                // container runs, before the NRI RunPodSandbox hook
+                // returns: the retry finds the name reserved and cri-driver
+                // adopts the sandbox of the timed-out try it lists (kubelet
+                // would retry until the name is free).
+                ensure!(
+                    runs.last().is_some_and(|c| matches!(c.3, Outcome::Error { message, .. } if crate::cri::reserved_for(message).is_some())),
+                    "containerd {version}: adopted a sandbox but the last try was {:?}",
+                    runs.last().map(|c| c.3)
+                );
+                facts.push(format!("containerd {version}: {note}"));
+            } else {
+                ensure!(
+                    matches!(runs.last().map(|c| c.3), Some(Outcome::Ok)),
+                    "last try: {:?}",
+                    runs.last().map(|c| c.3)
+                );
+            }
             let names: Vec<_> = runs.iter().map(|c| c.1).collect();
             ensure!(
                 names.windows(2).all(|w| w[0] == w[1]),
@@ -2349,6 +2448,78 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A scenario that fails half-way (here: `up` fails right after the
+    /// pre-launched plugin was installed) leaves no plugin in the plugin
+    /// dir, brings the runtime down, and a lab found up (with a plugin a
+    /// killed run left behind) is brought down and cleared before the run
+    /// starts it. lab.sh is replaced by a script that logs its calls, so
+    /// this runs without root or containerd.
+    #[test]
+    fn failed_run_cleans_up_and_a_lab_found_up_goes_down_first() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("scenario-cleanup-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let calls = dir.join("calls");
+        let script = dir.join("fake-lab.sh");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\necho \"$1 $NRI_TRACE_LAB_RUNTIME plugins: $(ls \"$NRI_TRACE_LAB_DIR/nri/plugins\" | tr '\\n' ' ')\" >>'{}'\n\
+                 [ \"$1\" = up ] && {{ echo 'fake up fails' >&2; exit 1; }}\nexit 0\n",
+                calls.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let lab = Lab {
+            dir: dir.clone(),
+            runtime: crate::labctl::Runtime::Containerd21,
+            script,
+        };
+        // "Our containerd": a process whose command line names the lab's
+        // config, as lab.sh's pid file check wants.
+        let mut holder = Command::new("sh")
+            .args(["-c", "sleep 60"])
+            .arg(dir.join("config.toml"))
+            .spawn()
+            .unwrap();
+        std::fs::write(dir.join("containerd.pid"), holder.id().to_string()).unwrap();
+        std::fs::write(dir.join("runtime"), "containerd-1.7\n").unwrap();
+        assert_eq!(lab.running().as_deref(), Some("containerd-1.7"));
+        lab.install_prelaunched("40", "stale", Path::new("/nonexistent"), &[])
+            .unwrap();
+
+        let bins = Bins {
+            driver: PathBuf::from("/nonexistent/cri-driver"),
+            plugin: PathBuf::from("/nonexistent/nri-test-plugin"),
+        };
+        let err = run("happy", lab.clone(), bins, &dir.join("out")).unwrap_err();
+        let _ = holder.kill();
+        let _ = holder.wait();
+        assert!(format!("{err:#}").contains("lab.sh up failed"), "{err:#}");
+        let calls = std::fs::read_to_string(&calls).unwrap();
+        let calls: Vec<&str> = calls.lines().map(str::trim_end).collect();
+        assert_eq!(
+            calls,
+            [
+                // The lab found up comes down (its stale plugin still there) ...
+                "down containerd-2.1 plugins: 40-stale",
+                // ... and the run starts it with its own plugin only ...
+                "up containerd-2.1 plugins: 30-gamma",
+                // ... and brings it down after the failure.
+                "down containerd-2.1 plugins: 30-gamma",
+            ]
+        );
+        let left: Vec<_> = std::fs::read_dir(lab.plugin_dir())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert!(left.is_empty(), "plugins left behind: {left:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn logger_log_is_parsed() {

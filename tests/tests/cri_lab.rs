@@ -59,8 +59,9 @@ fn cri_lifecycle_every_call_decoded() {
 
 /// The first RunPodSandbox is a client-side deadline expiry of about
 /// `deadline_ms`; the retries ask for the same name, uid and attempt; the
-/// last one succeeds.
-fn assert_expiry_and_retry(records: &[Record], deadline_ms: u64) {
+/// last one succeeds, or, where the driver's truth says it adopted the
+/// sandbox of the timed-out try, is the runtime's "name is reserved".
+fn assert_expiry_and_retry(records: &[Record], out: &Path, deadline_ms: u64) {
     let runs: Vec<_> = cri_check::calls(records)
         .into_iter()
         .filter(|c| c.method.as_deref() == Some("RunPodSandbox"))
@@ -77,7 +78,23 @@ fn assert_expiry_and_retry(records: &[Record], deadline_ms: u64) {
         .deadline_ns
         .is_some_and(|x| x > d - d / 10 && x <= d));
     let last = runs.last().unwrap();
-    assert_eq!(last.outcome, CriOutcome::Ok);
+    let truth = nri_trace_lab::truth::read(&out.join("truth.ndjson")).expect("truth");
+    let adopted = truth.iter().any(|t| {
+        matches!(t, nri_trace_lab::truth::Truth::Note { text, .. } if text.starts_with("adopted sandbox"))
+    });
+    if adopted {
+        // containerd 2.1 lists the sandbox READY while its NRI
+        // RunPodSandbox hook is still held: the retry finds the name
+        // reserved and cri-driver adopts the listed sandbox (docs/lab.md,
+        // "Scenarios on containerd 2.1"; the scenario's verify allows this
+        // on 2.x only).
+        assert!(
+            matches!(&last.outcome, CriOutcome::Error { message, .. } if message.contains("is reserved for")),
+            "{last:?}"
+        );
+    } else {
+        assert_eq!(last.outcome, CriOutcome::Ok);
+    }
     // The retry asks for the same name and attempt (the name reservation
     // kubelet runs into).
     let first = runs[0].pod.as_ref().expect("pod of the first try");
@@ -96,7 +113,7 @@ fn cri_deadline_expiry_and_retry() {
         return;
     };
     let (records, _) = check("cri-deadline-retry", &out);
-    assert_expiry_and_retry(&records, 1000);
+    assert_expiry_and_retry(&records, &out, 1000);
 }
 
 /// The same with grpc-go's client deadline (kubelet's stack): the client
@@ -107,7 +124,7 @@ fn cri_deadline_expiry_and_retry_grpc_go() {
         return;
     };
     let (records, _) = check("cri-deadline-retry-go", &out);
-    assert_expiry_and_retry(&records, 1000);
+    assert_expiry_and_retry(&records, &out, 1000);
 }
 
 /// Calls whose `:path` was hidden by HPACK (inferred or unknown).

@@ -10,17 +10,21 @@ use crate::{cargo, run, workspace_root};
 
 #[derive(Subcommand)]
 pub(crate) enum LabCmd {
-    /// Install containerd 1.7 (trixie, pinned), runc, CNI plugins, busybox.
+    /// Install containerd 1.7 (trixie, pinned), runc, CNI plugins, busybox;
+    /// with `--runtime containerd-2.1` also sid's containerd 2.1, unpacked
+    /// under the lab dir (never installed).
     Install,
     /// Start the private containerd with NRI (idempotent).
     Up,
     /// Stop it and clean up everything it started.
     Down,
-    /// What runs, sockets, images, leftovers.
+    /// Which runtime runs, sockets, images, leftovers.
     Status,
     /// List the scenarios.
     List,
     /// Run a scenario and check its ground truth (target/lab/NAME/truth.ndjson).
+    /// A lab that is up is brought down first (the scenario starts it with
+    /// its own plugins).
     Run { name: String },
 }
 
@@ -42,10 +46,18 @@ pub(crate) fn demo(extra: &[String]) -> Result<()> {
         .current_dir(workspace_root()))
 }
 
-fn lab_sh(arg: &str) -> Result<()> {
-    run(Command::new("bash")
-        .arg(workspace_root().join("lab/lab.sh"))
-        .arg(arg))
+fn lab_sh(arg: &str, runtime: Option<&str>) -> Result<()> {
+    let mut cmd = Command::new("bash");
+    cmd.arg(workspace_root().join("lab/lab.sh")).arg(arg);
+    with_runtime(&mut cmd, runtime);
+    run(&mut cmd)
+}
+
+/// `--runtime` reaches lab.sh and nri-lab as NRI_TRACE_LAB_RUNTIME.
+fn with_runtime(cmd: &mut Command, runtime: Option<&str>) {
+    if let Some(r) = runtime {
+        cmd.env("NRI_TRACE_LAB_RUNTIME", r);
+    }
 }
 
 /// Build the lab binaries (debug: they are small and build fast) and
@@ -56,18 +68,53 @@ pub(crate) fn build_lab() -> Result<PathBuf> {
     Ok(workspace_root().join("target/debug"))
 }
 
-pub(crate) fn run_lab(cmd: LabCmd) -> Result<()> {
+pub(crate) fn run_lab(cmd: LabCmd, runtime: Option<&str>) -> Result<()> {
     match cmd {
-        LabCmd::Install => lab_sh("install"),
-        LabCmd::Up => lab_sh("up"),
-        LabCmd::Down => lab_sh("down"),
-        LabCmd::Status => lab_sh("status"),
+        LabCmd::Install => lab_sh("install", runtime),
+        LabCmd::Up => {
+            // Pre-launched plugins are a scenario's, installed by it before
+            // its own `up`; one left by a killed run would be started by
+            // this `up` (and, failing to register, stop containerd 1.7).
+            clear_left_plugins()?;
+            lab_sh("up", runtime)
+        }
+        LabCmd::Down => {
+            lab_sh("down", runtime)?;
+            clear_left_plugins()
+        }
+        LabCmd::Status => lab_sh("status", runtime),
         LabCmd::List => run(Command::new(build_lab()?.join("nri-lab")).arg("list")),
         LabCmd::Run { name } => {
             let bin = build_lab()?.join("nri-lab");
-            run(Command::new(bin)
-                .args(["run", &name])
-                .current_dir(workspace_root()))
+            let mut cmd = Command::new(bin);
+            cmd.args(["run", &name]).current_dir(workspace_root());
+            with_runtime(&mut cmd, runtime);
+            run(&mut cmd)
         }
     }
+}
+
+/// Remove the test plugins the lab's scenarios install (wrappers marked
+/// "Installed by the nri-trace lab") from $LAB/nri/plugins, saying which.
+fn clear_left_plugins() -> Result<()> {
+    let lab = std::env::var_os("NRI_TRACE_LAB_DIR")
+        .map_or_else(|| PathBuf::from("/var/lib/nri-trace-lab"), PathBuf::from);
+    let Ok(rd) = std::fs::read_dir(lab.join("nri/plugins")) else {
+        return Ok(());
+    };
+    for e in rd.flatten() {
+        // labctl's install_prelaunched writes this line into each wrapper.
+        const MARK: &[u8] = b"Installed by the nri-trace lab";
+        let marked =
+            std::fs::read(e.path()).is_ok_and(|b| b.windows(MARK.len()).any(|w| w == MARK));
+        if marked {
+            std::fs::remove_file(e.path())
+                .with_context(|| format!("removing {}", e.path().display()))?;
+            eprintln!(
+                "lab: removed {}, a scenario's pre-launched plugin left behind",
+                e.path().display()
+            );
+        }
+    }
+    Ok(())
 }

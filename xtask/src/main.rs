@@ -55,6 +55,10 @@ enum Cmd {
     },
     /// The lab: a private containerd with NRI, and its scenarios.
     Lab {
+        /// The runtime: containerd-1.7 (default) or containerd-2.1 (sets
+        /// NRI_TRACE_LAB_RUNTIME for lab.sh and the scenario runner).
+        #[arg(long, value_parser = ["containerd-1.7", "containerd-2.1"])]
+        runtime: Option<String>,
         #[command(subcommand)]
         cmd: lab::LabCmd,
     },
@@ -73,7 +77,7 @@ fn main() -> Result<()> {
         Cmd::Lint => lint(),
         Cmd::Test { args } => test(&args),
         Cmd::Bench(a) => bench::run(a),
-        Cmd::Lab { cmd } => lab::run_lab(cmd),
+        Cmd::Lab { runtime, cmd } => lab::run_lab(cmd, runtime.as_deref()),
         Cmd::Demo { args } => lab::demo(&args),
         Cmd::Run { args } => {
             let bin = build(true)?;

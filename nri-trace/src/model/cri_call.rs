@@ -670,13 +670,21 @@ impl CriCallAssembler {
                     return;
                 };
                 let waited = s.start.map(|t| ts.mono_ns.saturating_sub(t.mono_ns));
+                let past_deadline = matches!(
+                    (s.deadline_ns, waited),
+                    (Some(d), Some(w)) if w + DEADLINE_SLACK_NS >= d
+                );
                 let outcome = match (side, error_code) {
-                    (Side::Client, H2_CANCEL) => match (s.deadline_ns, waited) {
-                        (Some(d), Some(w)) if w + DEADLINE_SLACK_NS >= d => {
-                            CriOutcome::DeadlineExceeded
-                        }
-                        _ => CriOutcome::Cancelled,
-                    },
+                    (Side::Client, H2_CANCEL) if past_deadline => CriOutcome::DeadlineExceeded,
+                    (Side::Client, H2_CANCEL) => CriOutcome::Cancelled,
+                    // A gRPC server resets with CANCEL when the grpc-timeout
+                    // it was given runs out (gRPC PROTOCOL-HTTP2.md; grpc-go
+                    // does so since 1.71, grpc/grpc-go#8071: containerd 2.1's
+                    // CRI server), and the client maps a CANCEL received past
+                    // its deadline to DEADLINE_EXCEEDED (grpc/grpc-go#2211):
+                    // the client's deadline expired, whichever side's timer
+                    // reset the stream first.
+                    (Side::Server, H2_CANCEL) if past_deadline => CriOutcome::DeadlineExceeded,
                     (by, code) => CriOutcome::Reset {
                         by: match by {
                             Side::Client => "client",
