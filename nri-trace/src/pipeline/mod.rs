@@ -34,8 +34,8 @@ use std::{
 use crate::{
     capture::{recording::RecordingWriter, CaptureEvent},
     engine::{
-        conformance::ClauseTally, contract::ContractConfig, cri_latency::MethodSummary, hook_latency::HookSummary,
-        record::Record, trace_engine::TraceEngine,
+        conformance::ClauseTally, contract::ContractConfig, cri_latency::MethodSummary,
+        hook_latency::HookSummary, record::Record, trace_engine::TraceEngine,
     },
     model::{
         observation::Observation,

@@ -135,7 +135,10 @@ pub fn render(f: &mut Frame<'_>, area: Rect, app: &App, st: &TuiState, th: &Them
         let (style, word) = if c.broken == 0 {
             (th.good(), format!("held {}/{}", c.held, c.held))
         } else {
-            (th.warn(), format!("broken {}/{}", c.broken, c.held + c.broken))
+            (
+                th.warn(),
+                format!("broken {}/{}", c.broken, c.held + c.broken),
+            )
         };
         title.push(Span::raw(format!("│ {} ", c.clause)));
         title.push(Span::styled(format!("{word} "), style));
