@@ -243,7 +243,10 @@ fn trace_happy_hooks_under_their_cri_calls() {
     assert!(ticks > 0, "no tick in the raw capture");
     // The pause process and the plugins' RunPodSandbox (the contract
     // draft's "the sandbox is running"): containerd 1.7 calls the plugins
-    // before it starts the pause process, on every pod; 2.x after.
+    // before it creates the sandbox's container, on every pod (its pause
+    // starts tens of ms later); 2.x after `runc start` returned, which
+    // races the pause process's execve (docs/contract.md: 2 of 3 held,
+    // one broken by 1.5 ms, on 2.1.9): there only the decision is checked.
     let conformance: Vec<serde_json::Value> = std::fs::read_to_string(&stdout)
         .expect("nri-trace's output")
         .lines()
@@ -256,16 +259,19 @@ fn trace_happy_hooks_under_their_cri_calls() {
     let runtime = c["runtime"].as_str().expect("the runtime's version");
     let (held, broken) = (c["held"].as_u64().unwrap(), c["broken"].as_u64().unwrap());
     assert_eq!(held + broken, 3, "every pod decided: {c}");
+    for case in [&c["broken_case"], &c["held_case"]] {
+        assert!(
+            case.is_null() || case["exec_path"] == "/pause",
+            "the sandbox's program: {c}"
+        );
+    }
     if runtime.starts_with("containerd 1.") {
         assert_eq!(broken, 3, "{c}");
         let case = &c["broken_case"];
-        assert_eq!(case["exec_path"], "/pause", "{c}");
         assert!(
             case["exec_at"]["mono_ns"].as_u64() > case["delivered"]["mono_ns"].as_u64(),
             "{c}"
         );
-    } else {
-        assert_eq!(held, 3, "{runtime}: {c}");
     }
     let report = String::from_utf8_lossy(&report.stdout);
     assert!(

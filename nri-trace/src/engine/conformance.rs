@@ -14,9 +14,10 @@
 //!
 //! - [`SANDBOX_RUNNING_AT_RUN_POD_SANDBOX`]: "the pod sandbox is running"
 //!   when a plugin gets RunPodSandbox. Seen from the kernel: the exec of
-//!   the process that runs in the sandbox's own cgroup (its pause
+//!   the program that runs in the sandbox's own cgroup (its pause
 //!   process; the cgroup path names the sandbox id, as containerd and
-//!   CRI-O name it with either cgroup driver), before or after the start
+//!   CRI-O name it with either cgroup driver; the OCI runtime's own
+//!   re-exec there is skipped), before or after the start
 //!   of the first RUN_POD_SANDBOX delivery of that pod. Decided when the
 //!   RunPodSandbox CRI call settles (the exec comes before its response
 //!   either way); not decided when no exec in the sandbox's cgroup was
@@ -84,6 +85,21 @@ struct Exec {
     pid: u32,
     path: String,
     cgroup: String,
+    comm: String,
+}
+
+impl Exec {
+    /// The OCI runtime re-executing itself inside the container's cgroup
+    /// before it starts the container's program: runc's init runs a copy
+    /// of its own binary from a memfd (`/dev/fd/N`, `/proc/self/fd/N`;
+    /// seen on containerd 2.1's lab: comm `runc`), not the sandbox's
+    /// program.
+    fn is_oci_runtime(&self) -> bool {
+        self.comm.starts_with("runc")
+            || self.comm.starts_with("crun")
+            || self.path.starts_with("/dev/fd/")
+            || self.path.starts_with("/proc/self/")
+    }
 }
 
 /// The clauses' tallies so far.
@@ -138,6 +154,7 @@ impl Conformance {
             pid: e.tgid,
             path: path.clone(),
             cgroup: cgroup.clone(),
+            comm: e.comm.clone(),
         });
     }
 
@@ -158,12 +175,11 @@ impl Conformance {
         else {
             return;
         };
-        // The sandbox's first program: the first exec in its own cgroup.
-        let Some(exec) = self
-            .execs
-            .iter()
-            .find(|x| x.ts.mono_ns >= start.mono_ns && cgroup_names(&x.cgroup, id))
-        else {
+        // The sandbox's program: the first exec in its own cgroup that is
+        // not the OCI runtime's own.
+        let Some(exec) = self.execs.iter().find(|x| {
+            x.ts.mono_ns >= start.mono_ns && cgroup_names(&x.cgroup, id) && !x.is_oci_runtime()
+        }) else {
             return;
         };
         let (delivered, hook) = first;
