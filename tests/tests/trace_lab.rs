@@ -261,7 +261,7 @@ fn trace_happy_hooks_under_their_cri_calls() {
     assert_eq!(held + broken, 3, "every pod decided: {c}");
     for case in [&c["broken_case"], &c["held_case"]] {
         assert!(
-            case.is_null() || case["exec_path"] == "/pause",
+            case.is_null() || case["kernel"]["path"] == "/pause",
             "the sandbox's program: {c}"
         );
     }
@@ -269,7 +269,7 @@ fn trace_happy_hooks_under_their_cri_calls() {
         assert_eq!(broken, 3, "{c}");
         let case = &c["broken_case"];
         assert!(
-            case["exec_at"]["mono_ns"].as_u64() > case["delivered"]["mono_ns"].as_u64(),
+            case["kernel"]["at"]["mono_ns"].as_u64() > case["delivered"]["mono_ns"].as_u64(),
             "{c}"
         );
     }
@@ -844,7 +844,7 @@ fn trace_unkillable() {
 /// cause, and nri-trace says so; any other uncaused delivery is an error.
 #[test]
 fn trace_hung_teardown_hook() {
-    let Some((_out, records, v)) =
+    let Some((out, records, v)) =
         traced_and_explained("hung-teardown-hook", "hung-teardown", "hung hook kept")
     else {
         return;
@@ -902,6 +902,28 @@ fn trace_hung_teardown_hook() {
         sentence.contains("hook has not returned for")
             || sentence.contains("plugin hook 10-hung STOP_POD_SANDBOX: "),
         "{sentence}"
+    );
+    // The pod has its own netns: the plugins were told StopPodSandbox
+    // before containerd unmounted it (it does so once the hook is over;
+    // CRI-O tears the network down first: docs/contract.md).
+    let (stdout, _, _) = TraceProc::paths(&out);
+    let netns: Vec<serde_json::Value> = std::fs::read_to_string(&stdout)
+        .expect("nri-trace's output")
+        .lines()
+        .filter(|l| l.contains(r#""clause":"stop-pod-sandbox-before-netns-teardown""#))
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(netns.len(), 1, "{netns:?}");
+    let c = &netns[0];
+    assert_eq!(
+        (c["held"].as_u64(), c["broken"].as_u64()),
+        (Some(1), Some(0)),
+        "{c}"
+    );
+    let k = &c["held_case"]["kernel"];
+    assert!(
+        k["path"].as_str().is_some_and(|p| p.contains("/netns/")),
+        "{c}"
     );
 }
 

@@ -23,6 +23,15 @@
 //!   either way); not decided when no exec in the sandbox's cgroup was
 //!   seen after the call began (the sandbox probes off, or attached after
 //!   the pause process started: then its exec is not in the capture).
+//! - [`STOP_POD_SANDBOX_BEFORE_NETNS_TEARDOWN`]: plugins get StopPodSandbox
+//!   while the pod's network namespace still exists (the ordering
+//!   cri-o#9905 asks for; CRI-O tears the network down first). Seen from
+//!   the wire and the kernel: the pod's netns file as NRI gave it to the
+//!   plugins (`PodRef::netns`), its first successful unmount or unlink by
+//!   the runtime's tree, against the start of the first STOP_POD_SANDBOX
+//!   delivery of that pod. Decided once both are seen, in either order;
+//!   host-network pods (no netns) and pods whose netns is never seen
+//!   going are not decided.
 //!
 //! Pure and deterministic: it reads only the records the engine emits.
 
@@ -42,9 +51,16 @@ use crate::{
 /// The clause: the pod's sandbox (pause) process runs when plugins get
 /// RunPodSandbox.
 pub const SANDBOX_RUNNING_AT_RUN_POD_SANDBOX: &str = "sandbox-running-at-run-pod-sandbox";
+/// The clause: plugins get StopPodSandbox before the pod's network
+/// namespace is torn down.
+pub const STOP_POD_SANDBOX_BEFORE_NETNS_TEARDOWN: &str = "stop-pod-sandbox-before-netns-teardown";
 
 /// Execs remembered (the newest), and for how long.
 const MAX_EXECS: usize = 4096;
+/// Pods whose netns clause is pending, at most (the oldest go).
+const MAX_NETNS_PODS: usize = 16384;
+/// Unmounts remembered for pods first seen at their teardown.
+const MAX_RECENT_UMOUNTS: usize = 256;
 const EXEC_KEEP_NS: u64 = 600_000_000_000;
 
 /// One clause as a runtime keeps it.
@@ -73,11 +89,36 @@ pub struct ClauseCase {
     pub sandbox_id: String,
     /// The plugin told first, and when its delivery started.
     pub plugin: String,
+    /// The hook (RUN_POD_SANDBOX, STOP_POD_SANDBOX) and when its first
+    /// delivery started.
+    pub hook: &'static str,
     pub delivered: Timestamp,
-    /// The sandbox's process: its program, pid, and when it started it.
-    pub exec_path: String,
-    pub exec_pid: u32,
-    pub exec_at: Timestamp,
+    /// What the kernel saw on the other side of the clause.
+    pub kernel: KernelStep,
+}
+
+/// The kernel's side of a clause's case.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KernelStep {
+    /// `exec` (the sandbox's program started), `umount` or `unlink` (its
+    /// netns file went).
+    pub op: &'static str,
+    /// The program, or the netns file.
+    pub path: String,
+    /// Who: the process that started the program, or that removed the file.
+    pub pid: u32,
+    pub comm: String,
+    pub at: Timestamp,
+}
+
+/// One pod's netns clause, as far as seen.
+#[derive(Default)]
+struct NetnsCase {
+    path: String,
+    pod: String,
+    /// The first STOP_POD_SANDBOX delivery: its plugin and start.
+    stop: Option<(String, Timestamp)>,
+    gone: Option<KernelStep>,
 }
 
 struct Exec {
@@ -109,6 +150,14 @@ pub struct Conformance {
     execs: VecDeque<Exec>,
     runtime: Option<String>,
     tallies: BTreeMap<&'static str, ClauseTally>,
+    /// Pods with their own netns, by sandbox id, until decided; and the
+    /// sandbox id of each netns path.
+    netns: BTreeMap<String, NetnsCase>,
+    by_netns_path: BTreeMap<String, String>,
+    /// The last successful unmounts, for a pod first seen at its teardown
+    /// (made before the trace: its netns path comes with its
+    /// STOP_POD_SANDBOX delivery, which settles after the unmount).
+    recent_umounts: VecDeque<KernelStep>,
 }
 
 impl Conformance {
@@ -135,9 +184,104 @@ impl Conformance {
             }
             _ => {}
         }
+        for h in r.hooks() {
+            self.on_hook_for_netns(h);
+        }
+    }
+
+    /// A delivery naming a pod with its own netns: the pod is followed; a
+    /// STOP_POD_SANDBOX one is the clause's first side.
+    fn on_hook_for_netns(&mut self, h: &super::hook_latency::HookSpan) {
+        let Some(pod) = &h.call.pod else { return };
+        // The netns comes with the pod's RunPodSandbox (containerd 1.7
+        // sends StopPodSandbox's pod without its namespaces).
+        let path = pod.netns.as_deref().filter(|p| !p.is_empty());
+        if let (Some(path), false) = (path, self.netns.contains_key(&pod.id)) {
+            if self.netns.len() >= MAX_NETNS_PODS {
+                if let Some((_, c)) = self.netns.pop_first() {
+                    self.by_netns_path.remove(&c.path);
+                }
+            }
+            self.by_netns_path.insert(path.to_string(), pod.id.clone());
+            let gone = self.recent_umounts.iter().find(|k| k.path == path).cloned();
+            self.netns.insert(
+                pod.id.clone(),
+                NetnsCase {
+                    path: path.to_string(),
+                    pod: pod.to_string(),
+                    gone,
+                    ..NetnsCase::default()
+                },
+            );
+        }
+        if h.hook.as_str() == "STOP_POD_SANDBOX" {
+            if let (Some(c), Some(start)) = (self.netns.get_mut(&pod.id), h.call.start) {
+                if c.stop
+                    .as_ref()
+                    .is_none_or(|(_, t)| start.mono_ns < t.mono_ns)
+                {
+                    c.stop = Some((h.call.plugin.label(), start));
+                }
+            }
+            self.decide_netns(&pod.id);
+        }
+    }
+
+    /// The netns clause of one pod, once both sides are seen.
+    fn decide_netns(&mut self, id: &str) {
+        let Some(c) = self.netns.get(id) else { return };
+        let (Some((plugin, delivered)), Some(gone)) = (&c.stop, &c.gone) else {
+            return;
+        };
+        let case = ClauseCase {
+            pod: c.pod.clone(),
+            sandbox_id: id.to_string(),
+            plugin: plugin.clone(),
+            hook: "STOP_POD_SANDBOX",
+            delivered: *delivered,
+            kernel: gone.clone(),
+        };
+        let held = delivered.mono_ns < gone.at.mono_ns;
+        if let Some(c) = self.netns.remove(id) {
+            self.by_netns_path.remove(&c.path);
+        }
+        self.tally(STOP_POD_SANDBOX_BEFORE_NETNS_TEARDOWN, held, case);
     }
 
     fn on_kernel(&mut self, e: &SandboxEvent) {
+        // A followed pod's netns file unmounted or removed.
+        let gone = match &e.op {
+            SandboxOp::Umount { path, errno: 0, .. } => Some(("umount", path)),
+            SandboxOp::Unlink { path, errno: 0, .. } => Some(("unlink", path)),
+            _ => None,
+        };
+        if let Some((op, path)) = gone {
+            if op == "umount" {
+                if self.recent_umounts.len() >= MAX_RECENT_UMOUNTS {
+                    self.recent_umounts.pop_front();
+                }
+                self.recent_umounts.push_back(KernelStep {
+                    op,
+                    path: path.clone(),
+                    pid: e.tgid,
+                    comm: e.comm.clone(),
+                    at: e.ts,
+                });
+            }
+            if let Some(id) = self.by_netns_path.get(path).cloned() {
+                if let Some(c) = self.netns.get_mut(&id) {
+                    c.gone.get_or_insert_with(|| KernelStep {
+                        op,
+                        path: path.clone(),
+                        pid: e.tgid,
+                        comm: e.comm.clone(),
+                        at: e.ts,
+                    });
+                }
+                self.decide_netns(&id);
+            }
+            return;
+        }
         let (SandboxOp::Exec { path }, Some(cgroup)) = (&e.op, &e.cgroup) else {
             return;
         };
@@ -191,10 +335,15 @@ impl Conformance {
                 .map_or_else(|| id.to_string(), ToString::to_string),
             sandbox_id: id.to_string(),
             plugin: hook.call.plugin.label(),
+            hook: "RUN_POD_SANDBOX",
             delivered,
-            exec_path: exec.path.clone(),
-            exec_pid: exec.pid,
-            exec_at: exec.ts,
+            kernel: KernelStep {
+                op: "exec",
+                path: exec.path.clone(),
+                pid: exec.pid,
+                comm: exec.comm.clone(),
+                at: exec.ts,
+            },
         };
         let held = exec.ts.mono_ns <= delivered.mono_ns;
         self.tally(SANDBOX_RUNNING_AT_RUN_POD_SANDBOX, held, case);
@@ -251,6 +400,71 @@ mod tests {
         assert!(!cgroup_names("/kubepods/abc123/def456", "abc123"));
     }
 
+    /// A pod's netns clause: told before the unmount holds; a netns gone
+    /// before the StopPodSandbox delivery (CRI-O's order) breaks it; the
+    /// netns comes with RunPodSandbox only, as containerd sends it.
+    #[test]
+    fn netns_clause_in_either_order() {
+        use crate::decode::nri::message::Event;
+        use crate::engine::test_calls::{hook, ts};
+        let netns = |id: &str| format!("/run/netns/cni-{id}");
+        let run = |id: &str| {
+            let mut h = hook(Some(Event::RunPodSandbox), "a", id, 1, 2);
+            if let Some(p) = h.call.pod.as_mut() {
+                p.netns = Some(netns(id));
+            }
+            Record::NriUncaused(super::super::record::Uncaused {
+                span: h,
+                no_cri_cause: super::super::correlate::NoCause::NoCriCallInFlight,
+            })
+        };
+        let stop = |id: &str, at: u64| {
+            Record::NriUncaused(super::super::record::Uncaused {
+                span: hook(Some(Event::StopPodSandbox), "a", id, at, at + 1),
+                no_cri_cause: super::super::correlate::NoCause::NoCriCallInFlight,
+            })
+        };
+        let umount = |id: &str, at: u64| {
+            Record::Observed(Observation::Sandbox(SandboxEvent {
+                ts: ts(at).unwrap(),
+                tgid: 7,
+                tid: 7,
+                comm: "containerd".into(),
+                cgroup_id: 1,
+                cgroup: None,
+                op: SandboxOp::Umount {
+                    path: netns(id),
+                    flags: 0,
+                    errno: 0,
+                },
+                truncated: false,
+            }))
+        };
+        let mut c = Conformance::new();
+        for r in [
+            run("p1"),
+            run("p2"),
+            stop("p1", 10),
+            umount("p1", 20),
+            umount("p2", 30),
+            stop("p2", 40),
+            // A host-network pod: never decided.
+            stop("p3", 50),
+        ] {
+            c.on_record(&r);
+        }
+        let t = c.tallies();
+        assert_eq!(t.len(), 1, "{t:?}");
+        assert_eq!(t[0].clause, STOP_POD_SANDBOX_BEFORE_NETNS_TEARDOWN);
+        assert_eq!((t[0].held, t[0].broken), (1, 1));
+        assert_eq!(t[0].held_case.as_ref().unwrap().sandbox_id, "p1");
+        let broken = t[0].broken_case.as_ref().unwrap();
+        assert_eq!(
+            (broken.sandbox_id.as_str(), broken.kernel.op),
+            ("p2", "umount")
+        );
+    }
+
     #[test]
     fn tallies_held_and_broken_with_one_case_each() {
         let mut c = Conformance::new();
@@ -260,15 +474,20 @@ mod tests {
                 pod: format!("ns/p{i}"),
                 sandbox_id: format!("s{i}"),
                 plugin: "10-a".into(),
+                hook: "RUN_POD_SANDBOX",
                 delivered: Timestamp {
                     mono_ns: 10,
                     wall_ns: 10,
                 },
-                exec_path: "/pause".into(),
-                exec_pid: i,
-                exec_at: Timestamp {
-                    mono_ns: if held { 5 } else { 15 },
-                    wall_ns: 0,
+                kernel: KernelStep {
+                    op: "exec",
+                    path: "/pause".into(),
+                    pid: i,
+                    comm: "pause".into(),
+                    at: Timestamp {
+                        mono_ns: if held { 5 } else { 15 },
+                        wall_ns: 0,
+                    },
                 },
             };
             c.tally(SANDBOX_RUNNING_AT_RUN_POD_SANDBOX, held, case);

@@ -73,6 +73,7 @@ pub(crate) fn hook(
             name: "p".into(),
             namespace: "ns".into(),
             uid: "u".into(),
+            netns: None,
         }),
         container: None::<ContainerRef>,
         start: ts(start),

@@ -147,6 +147,12 @@ pub struct PodRef {
     pub name: String,
     pub namespace: String,
     pub uid: String,
+    /// The pod's network namespace file, when it has its own (NRI
+    /// `LinuxPodSandbox.namespaces`, type "network"): the path the runtime
+    /// unmounts and removes at teardown (the conformance table's netns
+    /// clause, engine/conformance.rs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<String>,
 }
 
 impl std::fmt::Display for PodRef {
@@ -1254,11 +1260,18 @@ fn complete_call(
 }
 
 fn pod_ref(p: api::PodSandbox) -> PodRef {
+    let netns = p.linux.as_ref().and_then(|l| {
+        l.namespaces
+            .iter()
+            .find(|n| n.r#type == "network" && !n.path.is_empty())
+            .map(|n| n.path.clone())
+    });
     PodRef {
         id: p.id,
         name: p.name,
         namespace: p.namespace,
         uid: p.uid,
+        netns,
     }
 }
 

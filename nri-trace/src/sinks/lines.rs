@@ -10,7 +10,10 @@ use super::{
 };
 use crate::{
     engine::{
-        conformance::{ClauseCase, ClauseTally, SANDBOX_RUNNING_AT_RUN_POD_SANDBOX},
+        conformance::{
+            ClauseCase, ClauseTally, SANDBOX_RUNNING_AT_RUN_POD_SANDBOX,
+            STOP_POD_SANDBOX_BEFORE_NETNS_TEARDOWN,
+        },
         cri_latency::MethodSummary,
         findings::{Certainty, Violation},
         hook_latency::HookSummary,
@@ -122,26 +125,32 @@ pub fn clause_words(clause: &str) -> &'static str {
         SANDBOX_RUNNING_AT_RUN_POD_SANDBOX => {
             "the pod's sandbox (pause) process runs when plugins get RunPodSandbox"
         }
+        STOP_POD_SANDBOX_BEFORE_NETNS_TEARDOWN => {
+            "plugins get StopPodSandbox before the pod's network namespace is torn down"
+        }
         _ => "a clause of the NRI contract draft",
     }
 }
 
 /// One case of a clause, in words.
 fn case_words(c: &ClauseCase) -> String {
-    let gap = c.exec_at.mono_ns.abs_diff(c.delivered.mono_ns);
+    let k = &c.kernel;
+    let gap = crate::human::duration(k.at.mono_ns.abs_diff(c.delivered.mono_ns));
+    let when = if k.at.mono_ns <= c.delivered.mono_ns {
+        "before"
+    } else {
+        "after"
+    };
+    let what = match k.op {
+        "exec" => format!("the sandbox's {} (pid {}) started", k.path, k.pid),
+        op => format!("{}[{}] did {op} {}", k.comm, k.pid, k.path),
+    };
     format!(
-        "{}: plugin {} got RunPodSandbox at {}; the sandbox's {} (pid {}) started {} {}",
+        "{}: plugin {} got {} at {}; {what} {gap} {when}",
         c.pod,
         c.plugin,
-        clock(&c.delivered),
-        c.exec_path,
-        c.exec_pid,
-        crate::human::duration(gap),
-        if c.exec_at.mono_ns <= c.delivered.mono_ns {
-            "before"
-        } else {
-            "after"
-        }
+        c.hook,
+        clock(&c.delivered)
     )
 }
 
