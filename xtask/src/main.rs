@@ -1,4 +1,4 @@
-//! Developer tasks for nri-trace: `cargo xtask <setup|build|test|bench|lab>`.
+//! Developer tasks for nri-trace: `cargo xtask <setup|build|dist|test|bench|lab>`.
 //!
 //! The eBPF crate cannot be built by the rustup toolchain on these machines
 //! (no rust-src, so no `-Z build-std`): it is built by Debian's rustc-web,
@@ -6,6 +6,7 @@
 //! bpf-linker against Debian's LLVM 22. See docs/building.md.
 
 mod bench;
+mod dist;
 mod lab;
 mod setup;
 
@@ -35,6 +36,9 @@ enum Cmd {
         #[arg(long)]
         debug: bool,
     },
+    /// The static, stripped x86_64 binary with the eBPF object embedded,
+    /// and its sha256, in target/dist/ (docs/building.md, "Distributing").
+    Dist,
     /// Check formatting and the workspace lints (clippy, warnings denied).
     Lint,
     /// Run every test: setup, the lints, build, unit tests, and the
@@ -70,6 +74,7 @@ fn main() -> Result<()> {
     match cli.cmd {
         Cmd::Setup => setup::run(),
         Cmd::Build { debug } => build(!debug).map(|_| ()),
+        Cmd::Dist => dist::run_dist().map(|_| ()),
         Cmd::Lint => lint(),
         Cmd::Test { args } => test(&args),
         Cmd::Bench(a) => bench::run(a),
