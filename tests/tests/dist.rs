@@ -466,19 +466,28 @@ fn dist_watch_in_empty_root_traces_the_lab() {
         lines.first().map(|v| v["type"].clone()),
         Some("session".into())
     );
-    // happy runs 3 pods, 2 containers each, through their whole lifecycle.
-    let run_pod = lines
+    // happy runs 3 pods, 2 containers each, through their whole
+    // lifecycle, with NRI plugins subscribed to the pod events: -o json
+    // prints each CRI call as a `cri_span` with the NRI hooks it caused.
+    let run_pod: Vec<&Value> = lines
         .iter()
-        .filter(|v| {
-            v["type"] == "cri_call"
-                && v["method"]
-                    .as_str()
-                    .is_some_and(|m| m.ends_with("RunPodSandbox"))
-        })
+        .filter(|v| v["type"] == "cri_span" && v["method"] == "RunPodSandbox")
+        .collect();
+    assert_eq!(
+        run_pod.len(),
+        3,
+        "RunPodSandbox calls traced from the empty root"
+    );
+    for span in &run_pod {
+        let hooks = span["hooks"].as_array().map_or(0, Vec::len);
+        assert!(hooks > 0, "RunPodSandbox without its NRI hooks: {span}");
+    }
+    let create = lines
+        .iter()
+        .filter(|v| v["type"] == "cri_span" && v["method"] == "CreateContainer")
         .count();
-    assert_eq!(run_pod, 3, "RunPodSandbox calls traced from the empty root");
-    assert!(
-        by_type.get("nri_call").copied().unwrap_or(0) > 0,
-        "no NRI hook traced from the empty root: {by_type:?}"
+    assert_eq!(
+        create, 6,
+        "CreateContainer calls traced from the empty root"
     );
 }
