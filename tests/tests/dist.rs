@@ -82,10 +82,12 @@ fn guard(test: &str, more: &[&str]) -> Option<PathBuf> {
     }
     for b in more {
         if !workspace_bin(b).exists() {
-            why.get_or_insert(format!(
-                "{} not built: run `cargo build --workspace` (or `cargo xtask test`)",
-                workspace_bin(b).display()
-            ));
+            why.get_or_insert_with(|| {
+                format!(
+                    "{} not built: run `cargo build --workspace` (or `cargo xtask test`)",
+                    workspace_bin(b).display()
+                )
+            });
         }
     }
     match why {
@@ -389,7 +391,7 @@ impl Observer for EmptyRootWatch {
             if let Some(st) = self.child.as_mut().unwrap().try_wait()? {
                 bail!("nri-trace exited ({st}) before it was ready:\n{log}");
             }
-            if t0.elapsed() > Duration::from_secs(60) {
+            if t0.elapsed() > Duration::from_mins(1) {
                 bail!("nri-trace not ready after 60 s:\n{log}");
             }
             std::thread::sleep(Duration::from_millis(20));
