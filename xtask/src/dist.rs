@@ -68,6 +68,14 @@ pub(crate) fn run_dist() -> Result<PathBuf> {
 
     let dir = dist_dir();
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    // One version in target/dist: the earlier builds' files go (12 MB
+    // each, and tests/tests/dist.rs takes the newest).
+    for old in fs::read_dir(&dir)?.flatten() {
+        if old.file_name().to_string_lossy().starts_with("nri-trace-") {
+            fs::remove_file(old.path())
+                .with_context(|| format!("removing {}", old.path().display()))?;
+        }
+    }
     let name = format!("nri-trace-{version}-x86_64-linux");
     let out = dir.join(&name);
     fs::copy(&built, &out)
@@ -183,4 +191,49 @@ fn output(cmd: &mut Command) -> Result<String> {
         );
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// `cargo xtask image`: the dist binary in an OCI image layout (a tar that
+/// `ctr images import` takes), built offline as the lab builds its images:
+/// lab/mkimage.py packs one deterministic layer, no registry, no docker.
+/// The image holds the binary at /usr/local/bin/nri-trace and the base
+/// directories runc mounts over; it runs `doctor` by default and what
+/// deploy/daemonset.yaml says under Kubernetes.
+pub(crate) fn run_image() -> Result<PathBuf> {
+    let bin = run_dist()?;
+    let name = bin
+        .file_name()
+        .and_then(|n| n.to_str())
+        .context("dist binary name")?;
+    let version = name
+        .strip_prefix("nri-trace-")
+        .and_then(|n| n.strip_suffix("-x86_64-linux"))
+        .with_context(|| format!("unexpected dist binary name {name}"))?;
+    let image_ref = format!("localhost/nri-trace/nri-trace:{version}");
+    let out = dist_dir().join(format!("nri-trace-{version}-x86_64-linux.oci.tar"));
+    run(Command::new("python3")
+        .arg(workspace_root().join("lab/mkimage.py"))
+        .args(["--ref", &image_ref, "--out"])
+        .arg(&out)
+        .arg("--file")
+        .arg(format!("{}:/usr/local/bin/nri-trace:0755", bin.display()))
+        .args([
+            "--entrypoint",
+            "/usr/local/bin/nri-trace",
+            "--cmd",
+            "doctor",
+        ]))
+    .context("packing the OCI image (lab/mkimage.py)")?;
+    let sum = sha256(&out)?;
+    let out_name = out.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let sum_file = dist_dir().join(format!("{out_name}.sha256"));
+    fs::write(&sum_file, format!("{sum}  {out_name}\n"))
+        .with_context(|| format!("writing {}", sum_file.display()))?;
+    println!(
+        "{}: {} bytes, image {image_ref}; import: ctr -n k8s.io images import {}",
+        out.display(),
+        fs::metadata(&out)?.len(),
+        out.display()
+    );
+    Ok(out)
 }

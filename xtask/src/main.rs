@@ -1,4 +1,4 @@
-//! Developer tasks for nri-trace: `cargo xtask <setup|build|dist|test|bench|lab>`.
+//! Developer tasks for nri-trace: `cargo xtask <setup|build|dist|image|test|bench|lab>`.
 //!
 //! The eBPF crate cannot be built by the rustup toolchain on these machines
 //! (no rust-src, so no `-Z build-std`): it is built by Debian's rustc-web,
@@ -39,6 +39,9 @@ enum Cmd {
     /// The static, stripped x86_64 binary with the eBPF object embedded,
     /// and its sha256, in target/dist/ (docs/building.md, "Distributing").
     Dist,
+    /// `dist`, then the binary in an OCI image layout tar for `ctr images
+    /// import`, built offline (deploy/README.md).
+    Image,
     /// Check formatting and the workspace lints (clippy, warnings denied).
     Lint,
     /// Run every test: setup, the lints, build, unit tests, and the
@@ -75,6 +78,7 @@ fn main() -> Result<()> {
         Cmd::Setup => setup::run(),
         Cmd::Build { debug } => build(!debug).map(|_| ()),
         Cmd::Dist => dist::run_dist().map(|_| ()),
+        Cmd::Image => dist::run_image().map(|_| ()),
         Cmd::Lint => lint(),
         Cmd::Test { args } => test(&args),
         Cmd::Bench(a) => bench::run(a),
