@@ -1,4 +1,4 @@
-//! Developer tasks for nri-trace: `cargo xtask <setup|build|test|bench|lab>`.
+//! Developer tasks for nri-trace: `cargo xtask <setup|build|dist|image|test|bench|lab>`.
 //!
 //! The eBPF crate cannot be built by the rustup toolchain on these machines
 //! (no rust-src, so no `-Z build-std`): it is built by Debian's rustc-web,
@@ -6,6 +6,7 @@
 //! bpf-linker against Debian's LLVM 22. See docs/building.md.
 
 mod bench;
+mod dist;
 mod lab;
 mod setup;
 
@@ -35,6 +36,12 @@ enum Cmd {
         #[arg(long)]
         debug: bool,
     },
+    /// The static, stripped x86_64 binary with the eBPF object embedded,
+    /// and its sha256, in target/dist/ (docs/building.md, "Distributing").
+    Dist,
+    /// `dist`, then the binary in an OCI image layout tar for `ctr images
+    /// import`, built offline (deploy/README.md).
+    Image,
     /// Check formatting and the workspace lints (clippy, warnings denied).
     Lint,
     /// Run every test: setup, the lints, build, unit tests, and the
@@ -74,6 +81,8 @@ fn main() -> Result<()> {
     match cli.cmd {
         Cmd::Setup => setup::run(),
         Cmd::Build { debug } => build(!debug).map(|_| ()),
+        Cmd::Dist => dist::run_dist().map(|_| ()),
+        Cmd::Image => dist::run_image().map(|_| ()),
         Cmd::Lint => lint(),
         Cmd::Test { args } => test(&args),
         Cmd::Bench(a) => bench::run(a),
@@ -169,10 +178,16 @@ fn test(extra: &[String]) -> Result<()> {
         setup::run()?;
     }
     lint()?;
-    let obj = build_ebpf()?;
+    // The dist binary, once, for tests/tests/dist.rs (it runs it from an
+    // empty root): a release build of its own (measured 8.4 min of the
+    // dist's 10 min here, with other builds sharing the 2 cores), too
+    // long to hide inside one test. It builds the eBPF object first.
+    let dist = dist::run_dist()?;
+    let obj = ebpf_object();
     let mut cmd = cargo();
     cmd.args(["test", "--workspace", "--all-targets"])
-        .env("NRI_TRACE_EBPF_OBJ", &obj);
+        .env("NRI_TRACE_EBPF_OBJ", &obj)
+        .env("NRI_TRACE_DIST_BIN", &dist);
     if !extra.is_empty() {
         cmd.arg("--").args(extra);
     }

@@ -18,7 +18,8 @@ use args::{
 #[derive(Parser)]
 #[command(
     name = "nri-trace",
-    version,
+    // The crate version and the commit it was built from (build.rs).
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("NRI_TRACE_GIT_COMMIT"), ")"),
     about = "See what a container runtime and its NRI plugins do to each pod, live, with eBPF",
     after_help = "Without a command, on a terminal: the live TUI (`nri-trace watch -o tui`).\n\
                   Docs: docs/ in the source tree (README.md lists them)."

@@ -1,0 +1,495 @@
+//! The dist binary (`cargo xtask dist`) on a machine with none of the
+//! build toolchain: run from an empty root that holds only the binary and
+//! the kernel's own filesystems, as a node or a scratch container would.
+//!
+//! - `doctor -o json` in the empty root passes every check the same binary
+//!   passes on the host, and `--version` names the commit under test;
+//! - `watch` in the empty root traces the lab's containerd through a
+//!   scenario (its CRI calls and NRI hooks on stdout).
+//!
+//! The binary comes from `NRI_TRACE_DIST_BIN` (`cargo xtask test` builds
+//! it first and sets it), else the newest one in target/dist. Needs root
+//! (a mount namespace, chroot, eBPF) and, for `watch`, the lab; mandatory
+//! under CI=true.
+
+use std::{
+    collections::BTreeMap,
+    ffi::CString,
+    fs,
+    os::unix::{ffi::OsStrExt, process::CommandExt},
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context, Result};
+use nri_trace_lab::{
+    labctl::{self, Lab},
+    scenario::{self, Bins, Observer},
+};
+use nri_trace_tests::workspace_bin;
+use serde_json::Value;
+
+fn ci() -> bool {
+    matches!(std::env::var("CI").as_deref(), Ok("true" | "1"))
+}
+
+/// The dist binary to test, or why there is none.
+fn dist_bin() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("NRI_TRACE_DIST_BIN") {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!("NRI_TRACE_DIST_BIN={} is not a file", p.display()))
+        };
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/dist");
+    let newest = fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("nri-trace-") && name.ends_with("-x86_64-linux")
+        })
+        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok());
+    newest.map(|e| e.path()).ok_or_else(|| {
+        format!(
+            "no dist binary in {}: run `cargo xtask dist` (or `cargo xtask test`)",
+            dir.display()
+        )
+    })
+}
+
+/// The dist binary when the test can run; otherwise it says why and
+/// returns None, or fails under CI.
+fn guard(test: &str, more: &[&str]) -> Option<PathBuf> {
+    let mut why = None;
+    if unsafe { libc::geteuid() } != 0 {
+        why = Some("not running as root: the empty root needs a mount namespace and chroot".into());
+    }
+    let bin = match dist_bin() {
+        Ok(b) => Some(b),
+        Err(e) => {
+            why.get_or_insert(e);
+            None
+        }
+    };
+    if let Some(Err(stale)) = bin.as_deref().map(built_from_head) {
+        why.get_or_insert(stale);
+    }
+    for b in more {
+        if !workspace_bin(b).exists() {
+            why.get_or_insert_with(|| {
+                format!(
+                    "{} not built: run `cargo build --workspace` (or `cargo xtask test`)",
+                    workspace_bin(b).display()
+                )
+            });
+        }
+    }
+    match why {
+        None => bin,
+        Some(why) => {
+            assert!(!ci(), "{test}: {why}");
+            eprintln!("skipping {test}: {why}");
+            None
+        }
+    }
+}
+
+/// A directory with nothing but the dist binary (as /nri-trace) and the
+/// mount points the empty root binds.
+struct EmptyRoot {
+    dir: PathBuf,
+    /// Host directories bind-mounted (recursively) at the same path inside.
+    binds: Vec<PathBuf>,
+}
+
+impl EmptyRoot {
+    fn new(name: &str, bin: &Path, binds: &[&Path]) -> Self {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join("dist-root")
+            .join(name);
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        fs::copy(bin, dir.join("nri-trace")).unwrap();
+        for b in binds {
+            fs::create_dir_all(dir.join(b.strip_prefix("/").unwrap())).unwrap();
+        }
+        // What the binary could find in the root besides its mounts:
+        // nothing (no /lib, no /usr, no /etc).
+        let mut names: Vec<String> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        for top in &names {
+            assert!(
+                top == "nri-trace" || binds.iter().any(|b| b.starts_with(format!("/{top}"))),
+                "unexpected {top} in the empty root"
+            );
+        }
+        EmptyRoot {
+            dir,
+            binds: binds.iter().map(|b| b.to_path_buf()).collect(),
+        }
+    }
+
+    /// `/nri-trace ARGS` chrooted into the root, in a private mount
+    /// namespace holding the binds (gone with the process: nothing to
+    /// unmount).
+    fn command(&self, args: &[&str]) -> Command {
+        let root = CString::new(self.dir.as_os_str().as_bytes()).unwrap();
+        let binds: Vec<(CString, CString)> = self
+            .binds
+            .iter()
+            .map(|b| {
+                (
+                    CString::new(b.as_os_str().as_bytes()).unwrap(),
+                    CString::new(
+                        self.dir
+                            .join(b.strip_prefix("/").unwrap())
+                            .as_os_str()
+                            .as_bytes(),
+                    )
+                    .unwrap(),
+                )
+            })
+            .collect();
+        let mut cmd = Command::new("/nri-trace");
+        cmd.args(args).env_clear().env("PATH", "/");
+        // Between fork and exec: only syscalls, on memory prepared above.
+        unsafe {
+            cmd.pre_exec(move || {
+                let err = std::io::Error::last_os_error;
+                if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                    return Err(err());
+                }
+                // Our mounts must not reach the host's namespace.
+                if libc::mount(
+                    std::ptr::null(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ) != 0
+                {
+                    return Err(err());
+                }
+                for (src, dst) in &binds {
+                    if libc::mount(
+                        src.as_ptr(),
+                        dst.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_BIND | libc::MS_REC,
+                        std::ptr::null(),
+                    ) != 0
+                    {
+                        return Err(err());
+                    }
+                }
+                if libc::chroot(root.as_ptr()) != 0 || libc::chdir(c"/".as_ptr()) != 0 {
+                    return Err(err());
+                }
+                Ok(())
+            });
+        }
+        cmd
+    }
+}
+
+/// `doctor -o json`'s checks: name -> (status, detail).
+fn doctor_checks(out: &Output) -> BTreeMap<String, (String, String)> {
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut checks = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let v: Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("doctor line {line:?}: {e}"));
+        if v["type"] != "doctor_check" {
+            continue;
+        }
+        checks.insert(
+            v["name"].as_str().unwrap().to_owned(),
+            (
+                v["status"].as_str().unwrap().to_owned(),
+                v["detail"].as_str().unwrap_or_default().to_owned(),
+            ),
+        );
+    }
+    assert!(
+        !checks.is_empty(),
+        "doctor printed no checks ({}):\n{text}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    checks
+}
+
+/// Ok when the dist binary is built from this checkout's HEAD, or git
+/// cannot say (a source tarball); else why not.
+fn built_from_head(bin: &Path) -> Result<(), String> {
+    let Ok(head) = Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+    else {
+        return Ok(());
+    };
+    let head = String::from_utf8_lossy(&head.stdout).trim().to_owned();
+    let commit = commit_in_name(bin);
+    if head.is_empty() || commit.trim_end_matches("-dirty") == head {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} is built from {commit}, not HEAD {head}: run `cargo xtask dist`",
+            bin.display()
+        ))
+    }
+}
+
+/// The commit the dist binary's file name says it was built from:
+/// `nri-trace-<version>-<commit>-x86_64-linux`.
+fn commit_in_name(bin: &Path) -> String {
+    let name = bin.file_name().unwrap().to_string_lossy().into_owned();
+    let middle = name
+        .strip_prefix("nri-trace-")
+        .and_then(|n| n.strip_suffix("-x86_64-linux"))
+        .unwrap_or_else(|| panic!("unexpected dist file name {name}"));
+    middle
+        .split_once('-')
+        .unwrap_or_else(|| panic!("no commit in {name}"))
+        .1
+        .to_owned()
+}
+
+/// The host's /sys and /proc are all the binary needs from the machine
+/// (tracefs, debugfs and bpffs come along under /sys with the recursive
+/// bind); /run holds the runtime sockets doctor looks for, as the
+/// DaemonSet mounts them.
+const DOCTOR_BINDS: &[&str] = &["/proc", "/sys", "/run"];
+
+#[test]
+fn dist_doctor_in_empty_root_passes_what_the_host_passes() {
+    let Some(bin) = guard("dist_doctor_in_empty_root", &[]) else {
+        return;
+    };
+    // The dist binary checked against its sha256 file (sha256sum format).
+    let sum = fs::read_to_string(format!("{}.sha256", bin.display())).unwrap();
+    let check = Command::new("sha256sum")
+        .arg("-c")
+        .arg("--strict")
+        .arg(format!(
+            "{}.sha256",
+            bin.file_name().unwrap().to_string_lossy()
+        ))
+        .current_dir(bin.parent().unwrap())
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "sha256sum -c: {sum}{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+
+    let binds: Vec<&Path> = DOCTOR_BINDS.iter().map(Path::new).collect();
+    let root = EmptyRoot::new("doctor", &bin, &binds);
+
+    // --version names the commit of the file name (which guard() checked
+    // is this checkout's HEAD).
+    let commit = commit_in_name(&bin);
+    let out = root.command(&["--version"]).output().unwrap();
+    let version = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(out.status.success(), "--version: {out:?}");
+    assert!(
+        version.starts_with("nri-trace ") && version.ends_with(&format!(" ({commit})")),
+        "--version in the empty root says {version:?}, the file name says {commit}"
+    );
+    eprintln!("empty root: {version}");
+
+    // The lab's containerd starting or stopping between the two runs would
+    // change the socket and runtime checks: hold the lab still.
+    let _lock = labctl::lock().expect("lab lock");
+    let host = doctor_checks(
+        &Command::new(&bin)
+            .args(["doctor", "-o", "json"])
+            .output()
+            .unwrap(),
+    );
+    let empty = doctor_checks(&root.command(&["doctor", "-o", "json"]).output().unwrap());
+    for (name, (status, detail)) in &empty {
+        eprintln!("empty root: {name}: {status}: {detail}");
+    }
+    assert_eq!(
+        host.keys().collect::<Vec<_>>(),
+        empty.keys().collect::<Vec<_>>(),
+        "the same checks"
+    );
+    for (name, (status, detail)) in &host {
+        if status == "ok" {
+            let (got, got_detail) = &empty[name];
+            assert_eq!(
+                got, "ok",
+                "{name}: ok on the host ({detail}), {got} in the empty root: {got_detail}"
+            );
+        }
+    }
+    // Whatever the host lacks, the binary itself must work from the empty
+    // root: its programs load, pass the verifier and attach.
+    assert_eq!(
+        empty["eBPF programs"].0, "ok",
+        "{:?}",
+        empty["eBPF programs"]
+    );
+}
+
+/// `nri-trace watch -o json` on the lab's sockets, from the empty root.
+struct EmptyRootWatch {
+    root: Option<EmptyRoot>,
+    bin: PathBuf,
+    child: Option<Child>,
+    stdout: PathBuf,
+    stderr: PathBuf,
+}
+
+impl Observer for EmptyRootWatch {
+    fn attach(&mut self, lab: &Lab, out: &Path) -> Result<()> {
+        let run_dir = lab.cri_socket().parent().unwrap().to_path_buf();
+        let binds = [Path::new("/proc"), Path::new("/sys"), &run_dir];
+        let root = EmptyRoot::new("watch", &self.bin, &binds);
+        self.stdout = out.join("empty-root-watch.ndjson");
+        self.stderr = out.join("empty-root-watch.stderr");
+        let cri = lab.cri_socket();
+        let nri = lab.nri_socket();
+        let child = root
+            .command(&[
+                "watch",
+                "-o",
+                "json",
+                "--cri-socket",
+                cri.to_str().unwrap(),
+                "--nri-socket",
+                nri.to_str().unwrap(),
+            ])
+            .stdin(Stdio::null())
+            .stdout(fs::File::create(&self.stdout)?)
+            .stderr(fs::File::create(&self.stderr)?)
+            .spawn()
+            .context("starting nri-trace in the empty root")?;
+        self.child = Some(child);
+        self.root = Some(root);
+        // A bound on the wait, not a timed assertion: readiness is
+        // checked by its line.
+        let t0 = Instant::now();
+        loop {
+            let log = fs::read_to_string(&self.stderr).unwrap_or_default();
+            if log.contains("nri-trace: ready") {
+                return Ok(());
+            }
+            if let Some(st) = self.child.as_mut().unwrap().try_wait()? {
+                bail!("nri-trace exited ({st}) before it was ready:\n{log}");
+            }
+            if t0.elapsed() > Duration::from_mins(1) {
+                bail!("nri-trace not ready after 60 s:\n{log}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn detach(&mut self) -> Result<()> {
+        let Some(mut c) = self.child.take() else {
+            return Ok(());
+        };
+        // Let the last calls drain (the drain timer is 2 ms).
+        std::thread::sleep(Duration::from_millis(300));
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        let t0 = Instant::now();
+        let st = loop {
+            if let Some(st) = c.try_wait()? {
+                break st;
+            }
+            if t0.elapsed() > Duration::from_secs(20) {
+                let _ = c.kill();
+                bail!("nri-trace did not stop within 20 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        if !st.success() {
+            bail!(
+                "nri-trace exited with {st}:\n{}",
+                fs::read_to_string(&self.stderr).unwrap_or_default()
+            );
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn dist_watch_in_empty_root_traces_the_lab() {
+    let Some(bin) = guard(
+        "dist_watch_in_empty_root",
+        &["cri-driver", "nri-test-plugin"],
+    ) else {
+        return;
+    };
+    let _lock = labctl::lock().expect("lab lock");
+    let lab = Lab::from_env();
+    lab.install().expect("lab install");
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dist/happy");
+    let watch = EmptyRootWatch {
+        root: None,
+        bin,
+        child: None,
+        stdout: PathBuf::new(),
+        stderr: PathBuf::new(),
+    };
+    let bins = Bins {
+        driver: workspace_bin("cri-driver"),
+        plugin: workspace_bin("nri-test-plugin"),
+    };
+    scenario::run_observed("happy", lab, bins, &out, Some(Box::new(watch)))
+        .unwrap_or_else(|e| panic!("scenario happy: {e:#}"));
+
+    let text = fs::read_to_string(out.join("empty-root-watch.ndjson")).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect();
+    let mut by_type: BTreeMap<String, usize> = BTreeMap::new();
+    for v in &lines {
+        *by_type
+            .entry(v["type"].as_str().unwrap_or("?").to_owned())
+            .or_default() += 1;
+    }
+    eprintln!("empty-root watch on happy: {by_type:?}");
+    assert_eq!(
+        lines.first().map(|v| v["type"].clone()),
+        Some("session".into())
+    );
+    // happy runs 3 pods, 2 containers each, through their whole
+    // lifecycle, with NRI plugins subscribed to the pod events: -o json
+    // prints each CRI call as a `cri_span` with the NRI hooks it caused.
+    let run_pod: Vec<&Value> = lines
+        .iter()
+        .filter(|v| v["type"] == "cri_span" && v["method"] == "RunPodSandbox")
+        .collect();
+    assert_eq!(
+        run_pod.len(),
+        3,
+        "RunPodSandbox calls traced from the empty root"
+    );
+    for span in &run_pod {
+        let hooks = span["hooks"].as_array().map_or(0, Vec::len);
+        assert!(hooks > 0, "RunPodSandbox without its NRI hooks: {span}");
+    }
+    let create = lines
+        .iter()
+        .filter(|v| v["type"] == "cri_span" && v["method"] == "CreateContainer")
+        .count();
+    assert_eq!(
+        create, 6,
+        "CreateContainer calls traced from the empty root"
+    );
+}
