@@ -1,4 +1,4 @@
-//! Developer tasks for nri-trace: `cargo xtask <setup|build|test|bench|lab>`.
+//! Developer tasks for nri-trace: `cargo xtask <setup|build|test|bench|fuzz|lab>`.
 //!
 //! The eBPF crate cannot be built by the rustup toolchain on these machines
 //! (no rust-src, so no `-Z build-std`): it is built by Debian's rustc-web,
@@ -6,6 +6,7 @@
 //! bpf-linker against Debian's LLVM 22. See docs/building.md.
 
 mod bench;
+mod fuzz;
 mod lab;
 mod setup;
 
@@ -37,8 +38,9 @@ enum Cmd {
     },
     /// Check formatting and the workspace lints (clippy, warnings denied).
     Lint,
-    /// Run every test: setup, the lints, build, unit tests, and the
-    /// root/eBPF tests.
+    /// Run every test: setup, the lints, build, unit tests, the
+    /// root/eBPF tests, and a short smoke of every fuzz target
+    /// (NRI_TRACE_SKIP_FUZZ=1 skips it outside CI).
     Test {
         /// Extra arguments passed to `cargo test` (after `--`).
         #[arg(last = true)]
@@ -46,6 +48,10 @@ enum Cmd {
     },
     /// Run the benchmarks and print the tables for docs/benchmarks.md.
     Bench(bench::BenchArgs),
+    /// Coverage-guided fuzzing (cargo-fuzz): build every target and run
+    /// each for a while; fails on a crash, a hang or unbounded memory
+    /// (docs/fuzzing.md).
+    Fuzz(fuzz::FuzzArgs),
     /// The self-contained demo: the lab (private containerd, NRI plugins,
     /// kubelet-like driver) traced live by nri-trace.
     Demo {
@@ -73,6 +79,7 @@ fn main() -> Result<()> {
         Cmd::Lint => lint(),
         Cmd::Test { args } => test(&args),
         Cmd::Bench(a) => bench::run(a),
+        Cmd::Fuzz(a) => fuzz::run_fuzz(&a),
         Cmd::Lab { cmd } => lab::run_lab(cmd),
         Cmd::Demo { args } => lab::demo(&args),
         Cmd::Run { args } => {
@@ -173,6 +180,11 @@ fn test(extra: &[String]) -> Result<()> {
         cmd.arg("--").args(extra);
     }
     run(&mut cmd).context("cargo test")?;
+    if fuzz::smoke_wanted(ci) {
+        fuzz::smoke(ci).context("the fuzz smoke (cargo xtask fuzz --seconds 10)")?;
+    } else {
+        println!("SKIP fuzz smoke: NRI_TRACE_SKIP_FUZZ=1");
+    }
     Ok(())
 }
 
