@@ -6,10 +6,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use nri_trace::decode::cri::hpack::{Decoder, Limits, TABLE_SIZE_CAP};
+use nri_trace::decode::cri::hpack::{Decoder, Limits};
 
 fuzz_target!(|data: &[u8]| {
     let mut dec = Decoder::attached(Limits::default());
     nri_trace_fuzz::hpack_blocks(&mut dec, data);
-    assert!(dec.table_size() <= dec.capacity().max(TABLE_SIZE_CAP));
 });

@@ -5,8 +5,11 @@
 //! Input: byte 0 picks the recording; bytes 1-2 (u16, a fraction of its
 //! length) where the observer attaches: chunks before it are not seen,
 //! connections opened before it are kept (the capture reports them as it
-//! finds them at attach); then 4-byte operations `[op, i_hi, i_lo, x]` on
-//! the chunk at index `i` (mod the number of chunks):
+//! finds them at attach); byte 3 how long it watches: 0 to the end, `n`
+//! for `8 * n` events (short runs keep executions fast: a whole recording
+//! is up to 1.6 MB of traffic); then 4-byte operations
+//! `[op, i_hi, i_lo, x]` on the chunk at index `i` (mod the number of
+//! chunks):
 //!
 //! - 0: split it at byte `x` (one syscall read in two);
 //! - 1: flip byte `x` (`x` xor 0xa5): damage;
@@ -28,14 +31,19 @@ use nri_trace::{
 
 fuzz_target!(|data: &[u8]| {
     let all = nri_trace_fuzz::recordings();
-    let [pick, a0, a1, ops @ ..] = data else {
+    let [pick, a0, a1, span, ops @ ..] = data else {
         return;
     };
     let (_, recording) = &all[usize::from(*pick) % all.len()];
     let attach = usize::from(u16::from_be_bytes([*a0, *a1])) * recording.len() / 65536;
+    let end = match span {
+        0 => recording.len(),
+        n => attach + 8 * usize::from(*n),
+    };
     let mut events: Vec<CaptureEvent> = recording
         .iter()
         .enumerate()
+        .take(end)
         .filter(|(i, e)| *i >= attach || matches!(e, CaptureEvent::Open(_)))
         .map(|(_, e)| e.clone())
         .collect();

@@ -140,14 +140,21 @@ pub fn recordings() -> &'static [(PathBuf, Vec<CaptureEvent>)] {
 /// `dec`, in order; a one-byte part `n` sets the table size bound to
 /// `n * 64` instead, and every unknown slot a block names is taught a name
 /// and value cut from that block (what the CRI assembler's inference
-/// does), so that later blocks take the learned path.
+/// does), so that later blocks take the learned path. Asserts after every
+/// block that the table stays within its bounds.
 pub fn hpack_blocks(dec: &mut hpack::Decoder, data: &[u8]) {
     for block in parts(data) {
         if let [n] = block {
             dec.set_max_table_size(usize::from(*n) * 64);
             continue;
         }
-        let Ok(decoded) = dec.decode(block) else {
+        let decoded = dec.decode(block);
+        // RFC 7541 §4.2-4.4: the entries fit the table's current maximum
+        // size, and that is bounded (TABLE_SIZE_CAP), whatever the block
+        // said: the table's memory is bounded.
+        assert!(dec.table_size() <= dec.capacity());
+        assert!(dec.capacity() <= hpack::TABLE_SIZE_CAP);
+        let Ok(decoded) = decoded else {
             continue;
         };
         for field in &decoded.fields {

@@ -40,8 +40,8 @@ pub(crate) struct FuzzArgs {
     /// Seconds of fuzzing per target.
     #[arg(long, default_value_t = 20)]
     pub(crate) seconds: u32,
-    /// Rewrite the seed corpora (fuzz/corpus/) from the lab recordings
-    /// before fuzzing.
+    /// Rewrite the seed corpora (fuzz/corpus/) from the lab recordings,
+    /// minimized, before fuzzing.
     #[arg(long)]
     pub(crate) seed: bool,
     /// Only this target (default: every one; `cargo fuzz list --fuzz-dir
@@ -64,7 +64,7 @@ pub(crate) fn run_fuzz(a: &FuzzArgs) -> Result<()> {
     let targets = targets(a.target.as_deref())?;
     build()?;
     if a.seed {
-        seed()?;
+        seed(&targets)?;
     }
     let mut all = Vec::new();
     for t in &targets {
@@ -73,7 +73,7 @@ pub(crate) fn run_fuzz(a: &FuzzArgs) -> Result<()> {
     println!("\nfuzz: {} targets, {} s each", all.len(), a.seconds);
     println!("| target | execs | execs/s | cov | ft | corpus |");
     println!("|---|---|---|---|---|---|");
-    let show = |v: Option<u64>| v.map_or("?".into(), |v| v.to_string());
+    let show = |v: Option<u64>| v.map_or_else(|| "?".into(), |v| v.to_string());
     for s in &all {
         println!(
             "| {} | {} | {} | {} | {} | {} |",
@@ -88,9 +88,14 @@ pub(crate) fn run_fuzz(a: &FuzzArgs) -> Result<()> {
     Ok(())
 }
 
-/// The CI smoke of `cargo xtask test`: every target for a few seconds.
-/// Under CI cargo-fuzz must install; elsewhere a failed install skips the
-/// smoke with the reason.
+/// Seconds per target of the smoke `cargo xtask test` runs: 14 targets x
+/// 5 s plus the instrumented build keep it near 6 minutes of CI on two
+/// cores (docs/fuzzing.md has the measured time).
+pub(crate) const SMOKE_SECONDS: u32 = 5;
+
+/// The CI smoke of `cargo xtask test`: every target for
+/// [`SMOKE_SECONDS`]. Under CI cargo-fuzz must install; elsewhere a
+/// failed install skips the smoke with the reason.
 pub(crate) fn smoke(ci: bool) -> Result<()> {
     if let Err(e) = ensure_cargo_fuzz() {
         if ci {
@@ -100,7 +105,7 @@ pub(crate) fn smoke(ci: bool) -> Result<()> {
         return Ok(());
     }
     run_fuzz(&FuzzArgs {
-        seconds: 10,
+        seconds: SMOKE_SECONDS,
         seed: false,
         target: None,
     })
@@ -194,14 +199,45 @@ fn bin(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// Rewrite fuzz/corpus/ from the lab recordings (the seed_corpus bin).
-fn seed() -> Result<()> {
-    let dir = workspace_root().join("fuzz/corpus");
-    if dir.exists() {
-        fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+/// Rewrite fuzz/corpus/<target>/ for `targets` from the lab recordings:
+/// the seed_corpus bin writes every seed it can cut under target/fuzz/
+/// seeds/, and libFuzzer's merge keeps those that add coverage (the
+/// committed corpora stay small).
+fn seed(targets: &[String]) -> Result<()> {
+    let root = workspace_root();
+    let raw = root.join("target/fuzz/seeds");
+    if raw.exists() {
+        fs::remove_dir_all(&raw).with_context(|| format!("removing {}", raw.display()))?;
     }
-    run(Command::new(bin("seed_corpus")).current_dir(workspace_root()))
-        .context("writing the seed corpora")
+    run(Command::new(bin("seed_corpus"))
+        .arg(&raw)
+        .current_dir(&root))
+    .context("writing the seed corpora")?;
+    for t in targets {
+        let dir = root.join("fuzz/corpus").join(t);
+        if dir.exists() {
+            fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+        }
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let log = root.join("target/fuzz").join(format!("{t}.merge.log"));
+        run(Command::new(bin(t))
+            .current_dir(&root)
+            .arg("-merge=1")
+            .arg(format!("-rss_limit_mb={RSS_LIMIT_MB}"))
+            .arg(&dir)
+            .arg(raw.join(t))
+            .stdout(Stdio::null())
+            .stderr(
+                fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?,
+            ))
+        .with_context(|| format!("minimizing the seeds of {t} (log: {})", log.display()))?;
+        println!(
+            "fuzz: {t}: {} seeds kept of {}",
+            fs::read_dir(&dir).map_or(0, Iterator::count),
+            fs::read_dir(raw.join(t)).map_or(0, Iterator::count)
+        );
+    }
+    Ok(())
 }
 
 fn fuzz_one(target: &str, seconds: u32) -> Result<RunStats> {

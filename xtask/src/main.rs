@@ -181,7 +181,7 @@ fn test(extra: &[String]) -> Result<()> {
     }
     run(&mut cmd).context("cargo test")?;
     if fuzz::smoke_wanted(ci) {
-        fuzz::smoke(ci).context("the fuzz smoke (cargo xtask fuzz --seconds 10)")?;
+        fuzz::smoke(ci).context("the fuzz smoke (cargo xtask fuzz --seconds 5)")?;
     } else {
         println!("SKIP fuzz smoke: NRI_TRACE_SKIP_FUZZ=1");
     }

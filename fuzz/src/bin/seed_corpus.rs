@@ -1,9 +1,15 @@
 //! Writes the seed corpora, fuzz/corpus/<target>/, from the lab recordings
 //! (tests/fixtures): real NRI and CRI bytes, cut to what each target reads
-//! with nri-trace's own decoders. `cargo xtask fuzz --seed` runs it; the
-//! fuzzer grows the corpora from there (docs/fuzzing.md).
+//! with nri-trace's own decoders, into the directory given (default
+//! fuzz/corpus/). `cargo xtask fuzz --seed` runs it and minimizes its
+//! output into fuzz/corpus/ (docs/fuzzing.md).
 
-use std::{collections::BTreeMap, fs, io::Write, path::Path};
+use std::{
+    collections::BTreeMap,
+    fs,
+    io::Write,
+    path::{Path, PathBuf},
+};
 
 use nri_trace::{
     capture::{record, CaptureEvent, Direction},
@@ -29,7 +35,12 @@ const MAX_SEED: usize = 4096;
 const PER_RECORDING: usize = 3;
 
 fn main() {
-    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
+    // Where to write (default: fuzz/corpus; `cargo xtask fuzz --seed`
+    // writes to a scratch directory and merges from there).
+    let out = std::env::args_os().nth(1).map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus"),
+        PathBuf::from,
+    );
     let mut seeds: BTreeMap<&str, Vec<Vec<u8>>> = BTreeMap::new();
     for (i, (path, events)) in recordings().iter().enumerate() {
         let name = path.parent().and_then(Path::file_name);
@@ -103,16 +114,17 @@ fn main() {
             .entry("record_file")
             .or_default()
             .push(record_file(events));
-        // The recording as it is, and attached half-way.
+        // The recording as it is; its first 256 events; attached half-way
+        // for 128 events, with one of each damage.
         let pick = i as u8;
-        seeds
-            .entry("recording_pipeline")
-            .or_default()
-            .push(vec![pick, 0, 0]);
-        seeds
-            .entry("recording_pipeline")
-            .or_default()
-            .push(vec![pick, 0x80, 0, 0, 0, 4, 7, 1, 0, 9, 3]);
+        let pipeline = seeds.entry("recording_pipeline").or_default();
+        pipeline.push(vec![pick, 0, 0, 0]);
+        pipeline.push(vec![pick, 0, 0, 32]);
+        let mut damaged = vec![pick, 0x80, 0, 16];
+        for op in 0..8u8 {
+            damaged.extend([op, 0, 3 * op + 1, 17 * op + 5]);
+        }
+        pipeline.push(damaged);
     }
     seeds.entry("btf").or_default().push(btf_blob());
     for (target, list) in &seeds {
