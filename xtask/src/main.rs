@@ -39,7 +39,7 @@ enum Cmd {
     /// Check formatting and the workspace lints (clippy, warnings denied).
     Lint,
     /// Run every test: setup, the lints, build, unit tests, the
-    /// root/eBPF tests, and a short smoke of every fuzz target
+    /// root/eBPF tests, and a 3 s smoke of every fuzz target
     /// (NRI_TRACE_SKIP_FUZZ=1 skips it outside CI).
     Test {
         /// Extra arguments passed to `cargo test` (after `--`).
@@ -181,7 +181,12 @@ fn test(extra: &[String]) -> Result<()> {
     }
     run(&mut cmd).context("cargo test")?;
     if fuzz::smoke_wanted(ci) {
-        fuzz::smoke(ci).context("the fuzz smoke (cargo xtask fuzz --seconds 5)")?;
+        fuzz::smoke(ci).with_context(|| {
+            format!(
+                "the fuzz smoke (cargo xtask fuzz --seconds {})",
+                fuzz::SMOKE_SECONDS
+            )
+        })?;
     } else {
         println!("SKIP fuzz smoke: NRI_TRACE_SKIP_FUZZ=1");
     }
@@ -194,6 +199,11 @@ fn test(extra: &[String]) -> Result<()> {
 fn lint() -> Result<()> {
     run(cargo().args(["fmt", "--all", "--check"]))
         .context("cargo fmt --check: run `cargo fmt --all` (rustup component rustfmt)")?;
+    // fuzz/ is its own workspace (docs/fuzzing.md): `--all` does not reach
+    // it. Formatting needs no build; its clippy would need the instrumented
+    // one, which `cargo xtask fuzz` makes.
+    run(cargo().args(["fmt", "--manifest-path", "fuzz/Cargo.toml", "--check"]))
+        .context("cargo fmt --check of fuzz/: run `cargo fmt --manifest-path fuzz/Cargo.toml`")?;
     run(cargo().args([
         "clippy",
         "--workspace",

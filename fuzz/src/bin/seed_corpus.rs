@@ -102,18 +102,22 @@ fn main() {
                 }
             }
         }
-        seeds
-            .entry("capture_records")
-            .or_default()
-            .push(ring_records(events));
-        seeds
-            .entry("raw_capture_file")
-            .or_default()
-            .push(raw_file(events));
-        seeds
-            .entry("record_file")
-            .or_default()
-            .push(record_file(events));
+        // The file and ring targets' seeds are whole files: from every
+        // other recording only, to keep the committed corpus small.
+        if i % 2 == 0 {
+            seeds
+                .entry("capture_records")
+                .or_default()
+                .push(ring_records(events));
+            seeds
+                .entry("raw_capture_file")
+                .or_default()
+                .push(raw_file(events));
+            seeds
+                .entry("record_file")
+                .or_default()
+                .push(record_file(events));
+        }
         // The recording as it is; its first 256 events; attached half-way
         // for 128 events, with one of each damage.
         let pick = i as u8;
@@ -324,7 +328,7 @@ fn ring_records(events: &[CaptureEvent]) -> Vec<u8> {
             }
             _ => continue,
         };
-        if out.len() + rec.len() > MAX_SEED * 2 {
+        if out.len() + rec.len() > MAX_SEED {
             break;
         }
         if !out.is_empty() {
@@ -344,7 +348,7 @@ fn raw_file(events: &[CaptureEvent]) -> Vec<u8> {
         if line.len() > 1024 {
             continue;
         }
-        if out.len() + line.len() > MAX_SEED * 2 {
+        if out.len() + line.len() > MAX_SEED {
             break;
         }
         out.extend(line);
@@ -371,7 +375,7 @@ fn record_file(events: &[CaptureEvent]) -> Vec<u8> {
     };
     let mut w = RecordWriter::new(Vec::new(), &info).expect("writing to memory");
     for o in observations {
-        if w.bytes() > MAX_SEED as u64 * 2 {
+        if w.bytes() > MAX_SEED as u64 {
             break;
         }
         w.write(&o).expect("writing to memory");
