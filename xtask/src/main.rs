@@ -1,4 +1,4 @@
-//! Developer tasks for nri-trace: `cargo xtask <setup|build|dist|image|test|bench|lab>`.
+//! Developer tasks for nri-trace: `cargo xtask <setup|build|dist|image|test|bench|fuzz|lab>`.
 //!
 //! The eBPF crate cannot be built by the rustup toolchain on these machines
 //! (no rust-src, so no `-Z build-std`): it is built by Debian's rustc-web,
@@ -7,6 +7,7 @@
 
 mod bench;
 mod dist;
+mod fuzz;
 mod lab;
 mod setup;
 
@@ -44,8 +45,9 @@ enum Cmd {
     Image,
     /// Check formatting and the workspace lints (clippy, warnings denied).
     Lint,
-    /// Run every test: setup, the lints, build, unit tests, and the
-    /// root/eBPF tests.
+    /// Run every test: setup, the lints, build, unit tests, the
+    /// root/eBPF tests, and a 3 s smoke of every fuzz target
+    /// (NRI_TRACE_SKIP_FUZZ=1 skips it outside CI).
     Test {
         /// Extra arguments passed to `cargo test` (after `--`).
         #[arg(last = true)]
@@ -53,6 +55,10 @@ enum Cmd {
     },
     /// Run the benchmarks and print the tables for docs/benchmarks.md.
     Bench(bench::BenchArgs),
+    /// Coverage-guided fuzzing (cargo-fuzz): build every target and run
+    /// each for a while; fails on a crash, a hang or unbounded memory
+    /// (docs/fuzzing.md).
+    Fuzz(fuzz::FuzzArgs),
     /// The self-contained demo: the lab (private containerd, NRI plugins,
     /// kubelet-like driver) traced live by nri-trace.
     Demo {
@@ -86,6 +92,7 @@ fn main() -> Result<()> {
         Cmd::Lint => lint(),
         Cmd::Test { args } => test(&args),
         Cmd::Bench(a) => bench::run(a),
+        Cmd::Fuzz(a) => fuzz::run_fuzz(&a),
         Cmd::Lab { runtime, cmd } => lab::run_lab(cmd, runtime.as_deref()),
         Cmd::Demo { args } => lab::demo(&args),
         Cmd::Run { args } => {
@@ -192,6 +199,16 @@ fn test(extra: &[String]) -> Result<()> {
         cmd.arg("--").args(extra);
     }
     run(&mut cmd).context("cargo test")?;
+    if fuzz::smoke_wanted(ci) {
+        fuzz::smoke(ci).with_context(|| {
+            format!(
+                "the fuzz smoke (cargo xtask fuzz --seconds {})",
+                fuzz::SMOKE_SECONDS
+            )
+        })?;
+    } else {
+        println!("SKIP fuzz smoke: NRI_TRACE_SKIP_FUZZ=1");
+    }
     Ok(())
 }
 
@@ -201,6 +218,11 @@ fn test(extra: &[String]) -> Result<()> {
 fn lint() -> Result<()> {
     run(cargo().args(["fmt", "--all", "--check"]))
         .context("cargo fmt --check: run `cargo fmt --all` (rustup component rustfmt)")?;
+    // fuzz/ is its own workspace (docs/fuzzing.md): `--all` does not reach
+    // it. Formatting needs no build; its clippy would need the instrumented
+    // one, which `cargo xtask fuzz` makes.
+    run(cargo().args(["fmt", "--manifest-path", "fuzz/Cargo.toml", "--check"]))
+        .context("cargo fmt --check of fuzz/: run `cargo fmt --manifest-path fuzz/Cargo.toml`")?;
     run(cargo().args([
         "clippy",
         "--workspace",

@@ -392,10 +392,19 @@ pub fn open_as<T: RecordType>(path: impl AsRef<Path>) -> Result<FileReader<T>, R
         path: path.to_path_buf(),
         source,
     };
-    let mut f = BufReader::new(File::open(path).map_err(open_err)?);
+    let f = File::open(path).map_err(open_err)?;
+    reader_as(Box::new(f)).map_err(open_err)
+}
+
+/// A reader of the records in `r` (gzipped or not): what [`open_as`] reads
+/// a file with. Public for the fuzz targets (fuzz/), which feed it bytes
+/// without a file.
+#[doc(hidden)]
+pub fn reader_as<T: RecordType>(r: Box<dyn Read + Send>) -> io::Result<FileReader<T>> {
+    let mut f = BufReader::new(r);
     // gzip (RFC 1952 magic 1f 8b): committed fixtures and archived captures
     // are compressed (hex NDJSON shrinks ~30x).
-    let gz = f.fill_buf().map_err(open_err)?.starts_with(&[0x1f, 0x8b]);
+    let gz = f.fill_buf()?.starts_with(&[0x1f, 0x8b]);
     let inner: Box<dyn Read + Send> = if gz {
         Box::new(flate2::bufread::MultiGzDecoder::new(f))
     } else {
