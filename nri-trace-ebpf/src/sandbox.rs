@@ -172,6 +172,24 @@ impl Draft {
         }
     }
 
+    /// Copy a tracepoint's `__data_loc char[]` field into `path`: `loc`
+    /// holds the string's offset in the record in its low 16 bits (its
+    /// length in the high 16; include/trace/trace_events.h).
+    #[inline(always)]
+    fn data_loc_path(&mut self, ctx: &TracePointContext, loc: u32) {
+        let rec = self.rec();
+        let n = unsafe {
+            bpf_probe_read_kernel_str(
+                rec.path.as_mut_ptr() as *mut c_void,
+                SANDBOX_PATH_LEN as u32,
+                ctx.as_ptr().add((loc & 0xffff) as usize) as *const c_void,
+            )
+        };
+        if n as usize >= SANDBOX_PATH_LEN {
+            rec.flags |= SANDBOX_PATH_CUT;
+        }
+    }
+
     #[inline(always)]
     fn send(self) {
         let size = RECORD_HEADER_LEN + SANDBOX_RECORD_LEN;
@@ -435,17 +453,7 @@ fn cgroup_event(ctx: &TracePointContext, sc: Syscall) -> u32 {
     d.rec().arg = id;
     d.rec().target = level as u32;
     d.rec().aux = root;
-    let rec = d.rec();
-    let n = unsafe {
-        bpf_probe_read_kernel_str(
-            rec.path.as_mut_ptr() as *mut c_void,
-            SANDBOX_PATH_LEN as u32,
-            ctx.as_ptr().add((loc & 0xffff) as usize) as *const c_void,
-        )
-    };
-    if n as usize >= SANDBOX_PATH_LEN {
-        rec.flags |= SANDBOX_PATH_CUT;
-    }
+    d.data_loc_path(ctx, loc);
     d.send();
     0
 }
@@ -481,17 +489,7 @@ pub fn sandbox_exec(ctx: TracePointContext) -> u32 {
     let old_pid: i32 = unsafe { ctx.read_at(16) }.unwrap_or(0);
     d.rec().target = pid as u32;
     d.rec().aux = old_pid;
-    let rec = d.rec();
-    let n = unsafe {
-        bpf_probe_read_kernel_str(
-            rec.path.as_mut_ptr() as *mut c_void,
-            SANDBOX_PATH_LEN as u32,
-            ctx.as_ptr().add((loc & 0xffff) as usize) as *const c_void,
-        )
-    };
-    if n as usize >= SANDBOX_PATH_LEN {
-        rec.flags |= SANDBOX_PATH_CUT;
-    }
+    d.data_loc_path(&ctx, loc);
     d.send();
     0
 }

@@ -85,9 +85,9 @@ fn truth(name: &str) -> Vec<Truth> {
     truth_file::read(&dir(name).join("truth.ndjson.gz"))
 }
 
-/// The records the replay pipeline gives, traced as on the lab.
-fn replay(evs: Vec<CaptureEvent>) -> Vec<Record> {
-    let session = SessionInfo {
+/// The lab's runtime, as a session line names it.
+fn session() -> SessionInfo {
+    SessionInfo {
         tool: "nri-trace test".into(),
         runtime: Some("containerd".into()),
         runtime_pid: None,
@@ -95,8 +95,12 @@ fn replay(evs: Vec<CaptureEvent>) -> Vec<Record> {
         nri_socket: NRI.into(),
         started_unix_ns: 0,
         redacted: false,
-    };
-    records_of_events_in(&evs, &session, Default::default()).records
+    }
+}
+
+/// The records the replay pipeline gives, traced as on the lab.
+fn replay(evs: Vec<CaptureEvent>) -> Vec<Record> {
+    records_of_events_in(&evs, &session(), Default::default()).records
 }
 
 #[test]
@@ -326,15 +330,6 @@ fn a_tick_settles_the_last_call_of_a_quiet_runtime() {
         pipeline::{replay::Collect, Pipeline},
     };
     let evs = events("happy");
-    let session = SessionInfo {
-        tool: "nri-trace test".into(),
-        runtime: Some("containerd".into()),
-        runtime_pid: None,
-        cri_socket: CRI.into(),
-        nri_socket: NRI.into(),
-        started_unix_ns: 0,
-        redacted: false,
-    };
     let spans = |rs: &[Record]| {
         rs.iter()
             .filter(|r| matches!(r, Record::CriSpan(_)))
@@ -360,7 +355,7 @@ fn a_tick_settles_the_last_call_of_a_quiet_runtime() {
     };
     let all = spans(&replay(evs.clone()));
 
-    let mut p = Pipeline::new(&session, ContractConfig::default());
+    let mut p = Pipeline::new(&session(), ContractConfig::default());
     let (sink, got) = Collect::new();
     p.add_sink(Box::new(sink));
     for e in &evs[..=last] {

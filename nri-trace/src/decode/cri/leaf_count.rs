@@ -268,53 +268,44 @@ impl ser::Serializer for Counter {
     }
 }
 
-impl ser::SerializeSeq for Parts {
-    type Ok = Count;
-    type Error = NotText;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), NotText> {
-        self.add(v)
-    }
-    fn end(self) -> Result<Count, NotText> {
-        Ok(self.seq())
-    }
+/// serde's sequence-like and struct-like compound serializers all add
+/// their parts; they differ in the method's name and in how the parts end
+/// (`seq`: one leaf for numbers only; `sum`; a variant's array: `seq`, but
+/// an object around it, so never a number).
+macro_rules! parts_impl {
+    ($trait:ident, $method:ident, |$p:ident| $end:expr $(, $key:ty)?) => {
+        impl ser::$trait for Parts {
+            type Ok = Count;
+            type Error = NotText;
+            fn $method<T: Serialize + ?Sized>(
+                &mut self,
+                $(_: $key,)?
+                v: &T,
+            ) -> Result<(), NotText> {
+                self.add(v)
+            }
+            fn end(self) -> Result<Count, NotText> {
+                let $p = self;
+                Ok($end)
+            }
+        }
+    };
 }
 
-impl ser::SerializeTuple for Parts {
-    type Ok = Count;
-    type Error = NotText;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), NotText> {
-        self.add(v)
-    }
-    fn end(self) -> Result<Count, NotText> {
-        Ok(self.seq())
-    }
-}
-
-impl ser::SerializeTupleStruct for Parts {
-    type Ok = Count;
-    type Error = NotText;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), NotText> {
-        self.add(v)
-    }
-    fn end(self) -> Result<Count, NotText> {
-        Ok(self.seq())
-    }
-}
-
-// `{"Variant": [..]}`: the array's count (one leaf if numbers only).
-impl ser::SerializeTupleVariant for Parts {
-    type Ok = Count;
-    type Error = NotText;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), NotText> {
-        self.add(v)
-    }
-    fn end(self) -> Result<Count, NotText> {
-        Ok(Count {
-            leaves: self.seq().leaves,
-            number: false,
-        })
-    }
-}
+parts_impl!(SerializeSeq, serialize_element, |p| p.seq());
+parts_impl!(SerializeTuple, serialize_element, |p| p.seq());
+parts_impl!(SerializeTupleStruct, serialize_field, |p| p.seq());
+parts_impl!(SerializeTupleVariant, serialize_field, |p| Count {
+    leaves: p.seq().leaves,
+    number: false,
+});
+parts_impl!(SerializeStruct, serialize_field, |p| p.sum(), &'static str);
+parts_impl!(
+    SerializeStructVariant,
+    serialize_field,
+    |p| p.sum(),
+    &'static str
+);
 
 impl ser::SerializeMap for Parts {
     type Ok = Count;
@@ -324,36 +315,6 @@ impl ser::SerializeMap for Parts {
         Ok(())
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), NotText> {
-        self.add(v)
-    }
-    fn end(self) -> Result<Count, NotText> {
-        Ok(self.sum())
-    }
-}
-
-impl ser::SerializeStruct for Parts {
-    type Ok = Count;
-    type Error = NotText;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        _: &'static str,
-        v: &T,
-    ) -> Result<(), NotText> {
-        self.add(v)
-    }
-    fn end(self) -> Result<Count, NotText> {
-        Ok(self.sum())
-    }
-}
-
-impl ser::SerializeStructVariant for Parts {
-    type Ok = Count;
-    type Error = NotText;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        _: &'static str,
-        v: &T,
-    ) -> Result<(), NotText> {
         self.add(v)
     }
     fn end(self) -> Result<Count, NotText> {
