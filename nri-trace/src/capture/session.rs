@@ -161,15 +161,21 @@ impl Session {
 /// (the same program run), so every record stamped before then has been
 /// read by a drain that found the ring empty this much later.
 pub const TICK_LAG_NS: u64 = 50_000_000;
-/// While nothing at all is captured, a tick this often (capture time keeps
-/// moving for deadlines: a hung hook's, a held call's).
+/// While the sockets stay quiet, a tick this often for the first
+/// [`FAST_TICKS_FOR_NS`] (a call settles 10 ms after its end, an ambiguous
+/// one within 3 s: each comes out within a tenth of a second)...
+pub const FAST_TICK_NS: u64 = 100_000_000;
+pub const FAST_TICKS_FOR_NS: u64 = 5_000_000_000;
+/// ...then this often (capture time keeps moving for deadlines: a hung
+/// hook's).
 pub const IDLE_TICK_NS: u64 = 1_000_000_000;
 
 /// When the drain loop sends the capture's clock ([`CaptureEvent::Tick`]):
-/// once the sockets have been quiet for [`TICK_LAG_NS`] after something
-/// was captured, then every [`IDLE_TICK_NS`] while they stay quiet. Never
-/// while events flow (their own timestamps move capture time), and never
-/// behind an event already sent.
+/// once the sockets have been quiet for [`TICK_LAG_NS`] after their last
+/// event, then every [`FAST_TICK_NS`], and after [`FAST_TICKS_FOR_NS`]
+/// every [`IDLE_TICK_NS`], while they stay quiet. Never while
+/// socket events flow (their own timestamps move capture time), and never
+/// behind one already sent.
 #[derive(Debug, Default)]
 struct TickClock {
     /// Monotonic time of the last drain that sent events.
@@ -187,10 +193,16 @@ impl TickClock {
             self.events_since_tick = true;
             return None;
         }
-        let due = if self.events_since_tick {
-            now.saturating_sub(self.last_events_ns) >= TICK_LAG_NS
+        let quiet = now.saturating_sub(self.last_events_ns);
+        let every = if quiet < FAST_TICKS_FOR_NS {
+            FAST_TICK_NS
         } else {
-            now.saturating_sub(self.last_tick_ns) >= IDLE_TICK_NS
+            IDLE_TICK_NS
+        };
+        let due = if self.events_since_tick {
+            quiet >= TICK_LAG_NS
+        } else {
+            now.saturating_sub(self.last_tick_ns) >= every
         };
         let at = now.checked_sub(TICK_LAG_NS)?;
         if !due || at < self.last_events_ns {
@@ -916,7 +928,19 @@ async fn drain_until_stopped(
         }
         if stopping {
             tracker.close_all(now, &mut out);
-        } else if let Some(at) = ticks.after_drain(now, !out.is_empty()) {
+        } else if let Some(at) = ticks.after_drain(
+            now,
+            // The sockets' own events: kernel events of the tree (execs,
+            // unlinks: containerd's housekeeping goes on while its sockets
+            // are quiet) do not move the decoders' clock, so they must not
+            // hold the tick back.
+            out.iter().any(|e| {
+                matches!(
+                    e,
+                    CaptureEvent::Open(_) | CaptureEvent::Chunk(_) | CaptureEvent::Close(_)
+                )
+            }),
+        ) {
             let wall_ns = u64::try_from(i128::from(at) + wall_offset_ns()).unwrap_or(0);
             out.push(CaptureEvent::Tick {
                 ts: super::Timestamp {
@@ -1429,38 +1453,29 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     /// Ticks come only on quiet sockets: one a lag after the last events
-    /// (stamped after them), then one a second while nothing comes; none
-    /// while events flow.
+    /// (stamped after them), then every 100 ms for 5 s, then every second;
+    /// none while events flow.
     #[test]
     fn ticks_follow_quiet_never_flow() {
         let mut t = TickClock::default();
         let start = 10_000 * MS;
-        assert_eq!(t.after_drain(start, true), None, "events flow");
-        assert_eq!(
-            t.after_drain(start + 2 * MS, false),
-            None,
-            "not quiet long enough"
-        );
-        let first = t
-            .after_drain(start + 60 * MS, false)
-            .expect("quiet past the lag");
+        let at = |t: &mut TickClock, ms: u64, events: bool| t.after_drain(start + ms * MS, events);
+        assert_eq!(at(&mut t, 0, true), None, "events flow");
+        assert_eq!(at(&mut t, 2, false), None, "not quiet long enough");
+        let first = at(&mut t, 60, false).expect("quiet past the lag");
         assert!(first >= start, "stamped after the last events: {first}");
-        assert_eq!(
-            t.after_drain(start + 62 * MS, false),
-            None,
-            "one tick per quiet spell"
-        );
-        assert_eq!(t.after_drain(start + 900 * MS, false), None);
-        let idle = t
-            .after_drain(start + 1100 * MS, false)
-            .expect("a second later");
-        assert!(idle > first);
-        assert_eq!(t.after_drain(start + 1101 * MS, true), None, "events again");
-        assert_eq!(t.after_drain(start + 1120 * MS, false), None);
-        let after = t
-            .after_drain(start + 1160 * MS, false)
-            .expect("quiet again");
-        assert!(after >= start + 1101 * MS);
+        assert_eq!(at(&mut t, 62, false), None, "not yet the next");
+        let next = at(&mut t, 165, false).expect("100 ms later");
+        assert!(next > first);
+        // Past 5 s of quiet: a second apart.
+        let late = at(&mut t, 6_000, false).expect("still ticking");
+        assert_eq!(at(&mut t, 6_500, false), None, "a second apart now");
+        let idle = at(&mut t, 7_001, false).expect("a second later");
+        assert!(idle > late);
+        assert_eq!(at(&mut t, 7_002, true), None, "events again");
+        assert_eq!(at(&mut t, 7_020, false), None);
+        let after = at(&mut t, 7_060, false).expect("quiet again");
+        assert!(after >= start + 7_002 * MS);
     }
 
     /// A backend that records nothing and accepts everything.
