@@ -941,13 +941,9 @@ async fn drain_until_stopped(
                 )
             }),
         ) {
-            let wall_ns = u64::try_from(i128::from(at) + wall_offset_ns()).unwrap_or(0);
-            out.push(CaptureEvent::Tick {
-                ts: super::Timestamp {
-                    mono_ns: at,
-                    wall_ns,
-                },
-            });
+            // Stamped as the capture's own events are (the wall-clock
+            // offset taken at start: docs/capture.md).
+            out.push(CaptureEvent::Tick { ts: tracker.ts(at) });
         }
         for ev in out.drain(..) {
             if tx.send(ev).await.is_err() {
