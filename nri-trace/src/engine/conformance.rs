@@ -121,12 +121,10 @@ struct NetnsCase {
     gone: Option<KernelStep>,
 }
 
+/// A program started in the runtime's tree, and the cgroup it runs in.
 struct Exec {
-    ts: Timestamp,
-    pid: u32,
-    path: String,
+    step: KernelStep,
     cgroup: String,
-    comm: String,
 }
 
 impl Exec {
@@ -136,10 +134,11 @@ impl Exec {
     /// seen on containerd 2.1's lab: comm `runc`), not the sandbox's
     /// program.
     fn is_oci_runtime(&self) -> bool {
-        self.comm.starts_with("runc")
-            || self.comm.starts_with("crun")
-            || self.path.starts_with("/dev/fd/")
-            || self.path.starts_with("/proc/self/")
+        let KernelStep { comm, path, .. } = &self.step;
+        comm.starts_with("runc")
+            || comm.starts_with("crun")
+            || path.starts_with("/dev/fd/")
+            || path.starts_with("/proc/self/")
     }
 }
 
@@ -250,56 +249,52 @@ impl Conformance {
 
     fn on_kernel(&mut self, e: &SandboxEvent) {
         // A followed pod's netns file unmounted or removed.
-        let gone = match &e.op {
-            SandboxOp::Umount { path, errno: 0, .. } => Some(("umount", path)),
-            SandboxOp::Unlink { path, errno: 0, .. } => Some(("unlink", path)),
-            _ => None,
+        let step = |op, path: &String| KernelStep {
+            op,
+            path: path.clone(),
+            pid: e.tgid,
+            comm: e.comm.clone(),
+            at: e.ts,
         };
-        if let Some((op, path)) = gone {
-            if op == "umount" {
-                if self.recent_umounts.len() >= MAX_RECENT_UMOUNTS {
-                    self.recent_umounts.pop_front();
-                }
-                self.recent_umounts.push_back(KernelStep {
-                    op,
-                    path: path.clone(),
-                    pid: e.tgid,
-                    comm: e.comm.clone(),
-                    at: e.ts,
-                });
-            }
-            if let Some(id) = self.by_netns_path.get(path).cloned() {
-                if let Some(c) = self.netns.get_mut(&id) {
-                    c.gone.get_or_insert_with(|| KernelStep {
-                        op,
-                        path: path.clone(),
-                        pid: e.tgid,
-                        comm: e.comm.clone(),
-                        at: e.ts,
-                    });
-                }
-                self.decide_netns(&id);
-            }
+        let (step, cgroup) = match (&e.op, &e.cgroup) {
+            (SandboxOp::Umount { path, errno: 0, .. }, _) => (step("umount", path), None),
+            (SandboxOp::Unlink { path, errno: 0, .. }, _) => (step("unlink", path), None),
+            (SandboxOp::Exec { path }, Some(cgroup)) => (step("exec", path), Some(cgroup)),
+            _ => return,
+        };
+        if let Some(cgroup) = cgroup {
+            self.on_exec(Exec {
+                step,
+                cgroup: cgroup.clone(),
+            });
             return;
         }
-        let (SandboxOp::Exec { path }, Some(cgroup)) = (&e.op, &e.cgroup) else {
-            return;
-        };
+        // A followed pod's netns file unmounted or removed.
+        if let Some(id) = self.by_netns_path.get(&step.path).cloned() {
+            if let Some(c) = self.netns.get_mut(&id) {
+                c.gone.get_or_insert_with(|| step.clone());
+            }
+            self.decide_netns(&id);
+        }
+        if step.op == "umount" {
+            if self.recent_umounts.len() >= MAX_RECENT_UMOUNTS {
+                self.recent_umounts.pop_front();
+            }
+            self.recent_umounts.push_back(step);
+        }
+    }
+
+    fn on_exec(&mut self, exec: Exec) {
+        let now = exec.step.at.mono_ns;
         while self.execs.len() >= MAX_EXECS
             || self
                 .execs
                 .front()
-                .is_some_and(|x| x.ts.mono_ns + EXEC_KEEP_NS < e.ts.mono_ns)
+                .is_some_and(|x| x.step.at.mono_ns + EXEC_KEEP_NS < now)
         {
             self.execs.pop_front();
         }
-        self.execs.push_back(Exec {
-            ts: e.ts,
-            pid: e.tgid,
-            path: path.clone(),
-            cgroup: cgroup.clone(),
-            comm: e.comm.clone(),
-        });
+        self.execs.push_back(exec);
     }
 
     /// The sandbox-running clause on one RunPodSandbox call.
@@ -322,7 +317,7 @@ impl Conformance {
         // The sandbox's program: the first exec in its own cgroup that is
         // not the OCI runtime's own.
         let Some(exec) = self.execs.iter().find(|x| {
-            x.ts.mono_ns >= start.mono_ns && cgroup_names(&x.cgroup, id) && !x.is_oci_runtime()
+            x.step.at.mono_ns >= start.mono_ns && cgroup_names(&x.cgroup, id) && !x.is_oci_runtime()
         }) else {
             return;
         };
@@ -337,15 +332,9 @@ impl Conformance {
             plugin: hook.call.plugin.label(),
             hook: "RUN_POD_SANDBOX",
             delivered,
-            kernel: KernelStep {
-                op: "exec",
-                path: exec.path.clone(),
-                pid: exec.pid,
-                comm: exec.comm.clone(),
-                at: exec.ts,
-            },
+            kernel: exec.step.clone(),
         };
-        let held = exec.ts.mono_ns <= delivered.mono_ns;
+        let held = exec.step.at.mono_ns <= delivered.mono_ns;
         self.tally(SANDBOX_RUNNING_AT_RUN_POD_SANDBOX, held, case);
     }
 
