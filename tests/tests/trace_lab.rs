@@ -213,12 +213,13 @@ fn trace_happy_hooks_under_their_cri_calls() {
     let metrics = std::fs::read_to_string(out.join("metrics.txt")).expect("metrics scraped");
     assert!(
         metrics.contains(
-            "nri_trace_hook_duration_seconds_count{plugin=\"10-alpha\",hook=\"RUN_POD_SANDBOX\"} 3"
+            "nri_trace_hook_duration_seconds_count{plugin=\"10-alpha\",operation=\"RunPodSandbox\"} 3"
         ),
         "{metrics}"
     );
     assert!(
-        metrics.contains("nri_trace_cri_call_duration_seconds_count{method=\"RunPodSandbox\"} 3"),
+        metrics
+            .contains("nri_trace_cri_call_duration_seconds_count{grpc_method=\"RunPodSandbox\"} 3"),
         "{metrics}"
     );
     assert!(!metrics.contains("nri_trace_findings_total{"), "{metrics}");

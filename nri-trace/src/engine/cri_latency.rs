@@ -8,7 +8,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use super::{
-    histogram::{buckets, record, Buckets},
+    histogram::{record, BucketCounts, Buckets},
     window::{WindowStats, Windowed},
 };
 use crate::model::cri_call::{CriCall, CriOutcome, Identified};
@@ -34,6 +34,15 @@ pub struct MethodSummary {
     pub last_minute: WindowStats,
 }
 
+/// One method's exported histogram.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MethodBuckets {
+    /// Method name, or "(unknown)".
+    pub method: String,
+    /// Durations of the calls whose duration is known.
+    pub durations: Buckets,
+}
+
 struct MethodStats {
     calls: u64,
     known: u64,
@@ -43,6 +52,8 @@ struct MethodStats {
     cancelled: u64,
     /// Durations in microseconds (2 significant digits, auto-resizing).
     hist: Histogram<u32>,
+    /// The durations again, exactly, in the exported buckets.
+    exported: BucketCounts,
     window: Windowed,
 }
 
@@ -56,6 +67,7 @@ impl MethodStats {
             errors: 0,
             cancelled: 0,
             hist: Histogram::new(2).expect("2 significant digits is valid"),
+            exported: BucketCounts::default(),
             window: Windowed::default(),
         }
     }
@@ -90,15 +102,19 @@ impl CriMethodStats {
         self.last_ns = self.last_ns.max(at);
         if let Some(d) = c.duration_ns {
             record(&mut m.hist, d);
+            m.exported.observe(d);
             m.window.record(at, d);
         }
     }
 
-    /// Duration histograms per method at `bounds_ns`.
-    pub fn buckets(&self, bounds_ns: &[u64]) -> Vec<(String, Buckets)> {
+    /// Duration buckets per method.
+    pub fn buckets(&self) -> Vec<MethodBuckets> {
         self.methods
             .iter()
-            .map(|(m, s)| (m.clone(), buckets(&s.hist, bounds_ns)))
+            .map(|(m, s)| MethodBuckets {
+                method: m.clone(),
+                durations: s.exported.buckets(),
+            })
             .collect()
     }
 

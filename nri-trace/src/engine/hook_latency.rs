@@ -19,7 +19,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use super::{
-    histogram::{buckets, record, Buckets},
+    histogram::{record, BucketCounts, Buckets},
     window::{WindowStats, Windowed},
 };
 use crate::{
@@ -155,6 +155,22 @@ struct Operation {
     plugins: Vec<String>,
 }
 
+/// One (plugin, hook)'s exported histogram and outcome counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookBuckets {
+    pub plugin: String,
+    pub hook: Hook,
+    /// Own times of the calls whose own time is known.
+    pub own: Buckets,
+    /// How the calls ended: answered, answered with an error (by status
+    /// code), given up at their deadline, cut by their connection's close
+    /// (calls the capture ended before are in none of these).
+    pub ok: u64,
+    pub error_codes: BTreeMap<i32, u64>,
+    pub timeouts: u64,
+    pub closed: u64,
+}
+
 /// Latency of one (plugin, hook).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HookSummary {
@@ -181,7 +197,15 @@ struct Stats {
     /// Microseconds (see [`Stats::new`]).
     own: Histogram<u32>,
     runtime: Histogram<u32>,
+    /// The own times again, exactly, in the exported buckets.
+    own_buckets: BucketCounts,
     calls: u64,
+    /// Calls answered without an error.
+    ok: u64,
+    /// Error answers by their ttrpc (gRPC) status code.
+    error_codes: BTreeMap<i32, u64>,
+    /// Calls whose connection closed before an answer or the deadline.
+    closed: u64,
     errors: u64,
     timeouts: u64,
     queued_total_ns: u64,
@@ -198,7 +222,11 @@ impl Stats {
             // than decoding a whole short recording (docs/benchmarks.md).
             own: Histogram::new(2).expect("2 significant digits"),
             runtime: Histogram::new(2).expect("2 significant digits"),
+            own_buckets: BucketCounts::default(),
             calls: 0,
+            ok: 0,
+            error_codes: BTreeMap::new(),
+            closed: 0,
             errors: 0,
             timeouts: 0,
             queued_total_ns: 0,
@@ -275,9 +303,14 @@ impl HookTimer {
             .or_insert_with(Stats::new);
         s.calls += 1;
         match call.outcome {
-            Outcome::Error { .. } => s.errors += 1,
+            Outcome::Ok => s.ok += 1,
+            Outcome::Error { code, .. } => {
+                s.errors += 1;
+                *s.error_codes.entry(code).or_default() += 1;
+            }
             Outcome::TimedOut => s.timeouts += 1,
-            _ => {}
+            Outcome::ConnectionClosed => s.closed += 1,
+            Outcome::NoResponse => {}
         }
         let own_ns = call
             .plugin_ns
@@ -286,6 +319,7 @@ impl HookTimer {
         self.last_ns = self.last_ns.max(at);
         if let Some(d) = own_ns {
             record(&mut s.own, d);
+            s.own_buckets.observe(d);
             s.window.record(at, d);
         }
         if let (Some(d), true) = (call.duration_ns, call.end.is_some()) {
@@ -301,11 +335,19 @@ impl HookTimer {
         }
     }
 
-    /// Own-time histograms per (plugin, hook) at `bounds_ns`.
-    pub fn buckets(&self, bounds_ns: &[u64]) -> Vec<(String, Hook, Buckets)> {
+    /// Own-time buckets per (plugin, hook), with how its calls ended.
+    pub fn buckets(&self) -> Vec<HookBuckets> {
         self.stats
             .iter()
-            .map(|((p, h), s)| (p.clone(), h.clone(), buckets(&s.own, bounds_ns)))
+            .map(|((p, h), s)| HookBuckets {
+                plugin: p.clone(),
+                hook: h.clone(),
+                own: s.own_buckets.buckets(),
+                ok: s.ok,
+                error_codes: s.error_codes.clone(),
+                timeouts: s.timeouts,
+                closed: s.closed,
+            })
             .collect()
     }
 

@@ -10,10 +10,9 @@ use super::{
     conformance::{ClauseTally, Conformance},
     contract::{ContractChecker, ContractConfig},
     correlate::{Correlated, Correlator},
-    cri_latency::{CriMethodStats, MethodSummary},
+    cri_latency::{CriMethodStats, MethodBuckets, MethodSummary},
     findings::{Certainty, Severity, Violation},
-    histogram::Buckets,
-    hook_latency::{Hook, HookSummary, HookTimer},
+    hook_latency::{HookBuckets, HookSummary, HookTimer},
     pod_index::PodIndex,
     record::{Record, Uncaused},
 };
@@ -163,17 +162,13 @@ impl TraceEngine {
         self.cri_stats.summary()
     }
 
-    /// Histograms for metrics: own time per (plugin, hook), duration per
-    /// CRI method, at `bounds_ns`.
-    #[allow(clippy::type_complexity)]
-    pub fn buckets(
-        &self,
-        bounds_ns: &[u64],
-    ) -> (Vec<(String, Hook, Buckets)>, Vec<(String, Buckets)>) {
-        (
-            self.timer.buckets(bounds_ns),
-            self.cri_stats.buckets(bounds_ns),
-        )
+    /// Histograms for metrics: own time per (plugin, hook) and duration
+    /// per CRI method, in [`histogram::BUCKET_BOUNDS_NS`], with their
+    /// outcome counts.
+    ///
+    /// [`histogram::BUCKET_BOUNDS_NS`]: super::histogram::BUCKET_BOUNDS_NS
+    pub fn buckets(&self) -> (Vec<HookBuckets>, Vec<MethodBuckets>) {
+        (self.timer.buckets(), self.cri_stats.buckets())
     }
 
     /// Findings so far by (rule, severity, certain).

@@ -1,8 +1,10 @@
 //! Prometheus metrics of a trace (`watch --metrics-addr`): the text
 //! exposition format 0.0.4
 //! (<https://prometheus.io/docs/instrumenting/exposition_formats/>) of the
-//! hook latency histograms, the CRI call duration histograms, the finding
-//! counters and the capture loss counters.
+//! hook latency histograms and outcome counters, the CRI call duration
+//! histograms, the finding counters and the capture loss counters
+//! (docs/metrics.md lists them, with the queries, rules and alerts of
+//! deploy/prometheus-rules.yaml).
 
 use std::{
     fmt::Write as _,
@@ -11,7 +13,14 @@ use std::{
 };
 
 use crate::{
-    engine::{findings::Severity, histogram::Buckets, record::Record, trace_engine::TraceEngine},
+    decode::cri::grpc::grpc_status_name,
+    engine::{
+        findings::Severity,
+        histogram::{Buckets, BUCKET_BOUNDS_NS},
+        hook_latency::Hook,
+        record::Record,
+        trace_engine::TraceEngine,
+    },
     pipeline::{Ending, Progress, Sink},
 };
 
@@ -64,12 +73,6 @@ impl Sink for MetricsSink {
     }
 }
 
-/// Histogram bounds, seconds: from 100 µs (a plain hook) to 2 min
-/// (kubelet's default runtime-request-timeout).
-pub const BOUNDS_S: [f64; 14] = [
-    0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 30.0, 120.0,
-];
-
 /// Escape a label value (backslash, double quote, newline).
 fn label(v: &str) -> String {
     v.replace('\\', "\\\\")
@@ -77,43 +80,139 @@ fn label(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// The operation label of a hook: the name containerd's NRI metrics give
+/// it (`containerd_nri_plugin_latency_seconds{operation}`: nri
+/// `pkg/adaptation/plugin.go` records `event.PrettyName()`, the event in
+/// CamelCase, `pkg/api/event.go` EventPrettyNames, and "Synchronize"), so
+/// the two can be joined on (plugin, operation). Methods keep their wire
+/// name.
+fn operation(hook: &Hook) -> String {
+    match hook.event() {
+        Some(e) => {
+            let mut name = String::new();
+            for word in e.as_str_name().split('_') {
+                let mut c = word.chars();
+                if let Some(first) = c.next() {
+                    name.push(first);
+                    name.push_str(&c.as_str().to_ascii_lowercase());
+                }
+            }
+            name
+        }
+        None => hook.as_str().to_string(),
+    }
+}
+
+/// The error label of an NRI call's outcome, as containerd's
+/// `containerd_nri_plugin_invocations_total{error}` has it (containerd
+/// `internal/nri/metrics.go`: "deadline_exceeded", "canceled", else the
+/// gRPC code's name in snake case); "connection_closed" is nri-trace's
+/// own: a call cut by its connection's close (containerd's ttrpc client
+/// reports it as a generic error).
+fn error_label(code: i32) -> String {
+    u32::try_from(code).map_or_else(
+        |_| "unknown_code".to_string(),
+        |c| grpc_status_name(c).to_ascii_lowercase(),
+    )
+}
+
+fn help(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
 fn histogram(out: &mut String, name: &str, labels: &str, b: &Buckets) {
-    for (bound, n) in BOUNDS_S.iter().zip(&b.cumulative) {
-        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {n}");
+    for (bound, n) in BUCKET_BOUNDS_NS.iter().zip(&b.cumulative) {
+        let le = *bound as f64 / 1e9;
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {n}");
     }
     let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", b.count);
     let _ = writeln!(out, "{name}_sum{{{labels}}} {}", b.sum_ns as f64 / 1e9);
     let _ = writeln!(out, "{name}_count{{{labels}}} {}", b.count);
 }
 
-/// The exposition of `a`'s state now.
+/// The exposition of `a`'s state now. Names and labels follow
+/// Prometheus' conventions (<https://prometheus.io/docs/practices/naming/>:
+/// base units, `_total` on counters only) and are checked with
+/// `promtool check metrics` (tests/tests/prometheus_lab.rs). Labels are
+/// bounded: plugins, hooks, CRI methods, rules; never a pod or container.
 pub fn render(a: &TraceEngine) -> String {
-    let bounds_ns: Vec<u64> = BOUNDS_S.iter().map(|s| (s * 1e9) as u64).collect();
-    let (hooks, methods) = a.buckets(&bounds_ns);
+    let (hooks, methods) = a.buckets();
     let mut out = String::new();
-    out.push_str(
-        "# HELP nri_trace_hook_duration_seconds Own time of each NRI hook, per plugin and hook.\n\
-         # TYPE nri_trace_hook_duration_seconds histogram\n",
+    help(
+        &mut out,
+        "nri_trace_build_info",
+        "gauge",
+        "The nri-trace binary serving these metrics: its version and commit.",
     );
-    for (plugin, hook, b) in &hooks {
+    let _ = writeln!(
+        out,
+        "nri_trace_build_info{{version=\"{}\",commit=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION"),
+        env!("NRI_TRACE_GIT_COMMIT")
+    );
+    help(
+        &mut out,
+        "nri_trace_hook_duration_seconds",
+        "histogram",
+        "Own time of each NRI hook, per plugin (IDX-NAME) and operation, from the wire.",
+    );
+    for h in &hooks {
         let l = format!(
-            "plugin=\"{}\",hook=\"{}\"",
-            label(plugin),
-            label(hook.as_str())
+            "plugin=\"{}\",operation=\"{}\"",
+            label(&h.plugin),
+            label(&operation(&h.hook))
         );
-        histogram(&mut out, "nri_trace_hook_duration_seconds", &l, b);
+        histogram(&mut out, "nri_trace_hook_duration_seconds", &l, &h.own);
     }
-    out.push_str(
-        "# HELP nri_trace_cri_call_duration_seconds Duration of each CRI call, per method.\n\
-         # TYPE nri_trace_cri_call_duration_seconds histogram\n",
+    help(
+        &mut out,
+        "nri_trace_hook_invocations_total",
+        "counter",
+        "NRI hook calls that ended, per plugin, operation and outcome (status, error).",
     );
-    for (method, b) in &methods {
-        let l = format!("method=\"{}\"", label(method));
-        histogram(&mut out, "nri_trace_cri_call_duration_seconds", &l, b);
+    for h in &hooks {
+        let l = format!(
+            "plugin=\"{}\",operation=\"{}\"",
+            label(&h.plugin),
+            label(&operation(&h.hook))
+        );
+        let mut outcomes = vec![("success", String::new(), h.ok)];
+        outcomes.extend(
+            h.error_codes
+                .iter()
+                .map(|(code, n)| ("error", error_label(*code), *n)),
+        );
+        outcomes.push(("error", "deadline_exceeded".into(), h.timeouts));
+        outcomes.push(("error", "connection_closed".into(), h.closed));
+        for (status, error, n) in outcomes {
+            if n > 0 || status == "success" {
+                let _ = writeln!(
+                    out,
+                    "nri_trace_hook_invocations_total{{{l},status=\"{status}\",error=\"{error}\"}} {n}"
+                );
+            }
+        }
     }
-    out.push_str(
-        "# HELP nri_trace_findings_total Contract findings (docs/contract.md).\n\
-         # TYPE nri_trace_findings_total counter\n",
+    help(
+        &mut out,
+        "nri_trace_cri_call_duration_seconds",
+        "histogram",
+        "Duration of each CRI call, per gRPC method, from the wire.",
+    );
+    for m in &methods {
+        let l = format!("grpc_method=\"{}\"", label(&m.method));
+        histogram(
+            &mut out,
+            "nri_trace_cri_call_duration_seconds",
+            &l,
+            &m.durations,
+        );
+    }
+    help(
+        &mut out,
+        "nri_trace_findings_total",
+        "counter",
+        "Contract findings, per rule, severity and certainty (docs/contract.md).",
     );
     for ((rule, severity, certain), n) in a.finding_counts() {
         let sev = match severity {
@@ -129,7 +228,7 @@ pub fn render(a: &TraceEngine) -> String {
         );
     }
     let l = a.loss();
-    for (name, help, v) in [
+    for (name, text, v) in [
         (
             "nri_trace_capture_lost_records_total",
             "Records lost by the capture (ring buffer full).",
@@ -151,10 +250,8 @@ pub fn render(a: &TraceEngine) -> String {
             l.fd_map_full,
         ),
     ] {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
-        );
+        help(&mut out, name, "counter", text);
+        let _ = writeln!(out, "{name} {v}");
     }
     out
 }
@@ -173,14 +270,36 @@ mod tests {
         };
         histogram(&mut out, "x", "plugin=\"a\"", &b);
         let lines: Vec<&str> = out.lines().collect();
-        assert_eq!(lines.len(), BOUNDS_S.len() + 3);
+        assert_eq!(lines.len(), BUCKET_BOUNDS_NS.len() + 3);
         assert_eq!(lines[0], "x_bucket{plugin=\"a\",le=\"0.0001\"} 0");
         assert_eq!(
-            lines[BOUNDS_S.len()],
+            lines[BUCKET_BOUNDS_NS.len()],
             "x_bucket{plugin=\"a\",le=\"+Inf\"} 4"
         );
-        assert_eq!(lines[BOUNDS_S.len() + 1], "x_sum{plugin=\"a\"} 1.5");
+        assert_eq!(lines[BUCKET_BOUNDS_NS.len() + 1], "x_sum{plugin=\"a\"} 1.5");
         assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+
+    #[test]
+    fn operations_are_named_as_containerd_names_them() {
+        use crate::decode::nri::message::Event;
+        for (event, name) in [
+            (Event::RunPodSandbox, "RunPodSandbox"),
+            (Event::PostUpdatePodSandbox, "PostUpdatePodSandbox"),
+            (
+                Event::ValidateContainerAdjustment,
+                "ValidateContainerAdjustment",
+            ),
+        ] {
+            assert_eq!(operation(&Hook::Event(event)), name);
+        }
+        assert_eq!(
+            operation(&Hook::Method("Synchronize".into())),
+            "Synchronize"
+        );
+        assert_eq!(error_label(4), "deadline_exceeded");
+        assert_eq!(error_label(3), "invalid_argument");
+        assert_eq!(error_label(-1), "unknown_code");
     }
 
     #[test]
@@ -189,7 +308,9 @@ mod tests {
         for family in [
             "nri_trace_hook_duration_seconds histogram",
             "nri_trace_cri_call_duration_seconds histogram",
+            "nri_trace_hook_invocations_total counter",
             "nri_trace_findings_total counter",
+            "nri_trace_build_info gauge",
             "nri_trace_capture_lost_records_total counter",
         ] {
             assert!(text.contains(&format!("# TYPE {family}")), "{text}");

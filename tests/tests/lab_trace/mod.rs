@@ -227,7 +227,7 @@ fn peers_of(pid: u32) -> String {
 }
 
 /// The metrics address nri-trace printed on its stderr, if any.
-fn metrics_addr(out: &Path) -> Option<String> {
+pub(crate) fn metrics_addr(out: &Path) -> Option<String> {
     let log = std::fs::read_to_string(TraceProc::paths(out).2).ok()?;
     let rest = log.split("metrics on http://").nth(1)?;
     Some(rest.split('/').next()?.to_string())
@@ -256,6 +256,16 @@ pub(crate) fn run_traced(group: &str, scenario: &str) -> Option<PathBuf> {
 
 /// [`run_traced`] with this observer.
 pub(crate) fn run_traced_with(group: &str, scenario: &str, trace: TraceProc) -> Option<PathBuf> {
+    run_observed_by(group, scenario, Box::new(trace))
+}
+
+/// Run `scenario` with any observer (one wrapping a [`TraceProc`]); see
+/// [`run_traced`].
+pub(crate) fn run_observed_by(
+    group: &str,
+    scenario: &str,
+    observer: Box<dyn Observer>,
+) -> Option<PathBuf> {
     if !guard(scenario) {
         return None;
     }
@@ -269,7 +279,7 @@ pub(crate) fn run_traced_with(group: &str, scenario: &str, trace: TraceProc) -> 
         driver: bin("cri-driver"),
         plugin: bin("nri-test-plugin"),
     };
-    scenario::run_observed(scenario, lab, bins, &out, Some(Box::new(trace)))
+    scenario::run_observed(scenario, lab, bins, &out, Some(observer))
         .unwrap_or_else(|e| panic!("scenario {scenario}: {e:#}"));
     Some(out)
 }

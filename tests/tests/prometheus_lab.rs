@@ -1,0 +1,582 @@
+//! Prometheus, for real (issue 22, "the fleet's pipeline"): Debian's
+//! Prometheus server (lab/prometheus.sh, unpacked privately) scrapes
+//! `nri-trace watch --metrics-addr` every second while the lab's
+//! `slow-plugin` scenario runs, with deploy/prometheus-rules.yaml loaded.
+//! Once its last scrape holds every call nri-trace saw, the test asks it
+//! over its HTTP API and checks the answers against the run's own records
+//! (nri-trace's `-o json` output):
+//!
+//! - per (plugin, operation): the hook count, the sum of the own times and
+//!   `histogram_quantile(0.99, ...)` of the buckets, the p99 Prometheus'
+//!   own algorithm gives from the records' own times; the successful
+//!   invocations; the rate-based p99 of the recording rule lies within the
+//!   records' range;
+//! - per CRI method: the call count; per (rule, severity, certainty): the
+//!   findings;
+//! - every rule of deploy/ loads and evaluates (`health: ok`);
+//! - the exposition passes `promtool check metrics` (names, units, types)
+//!   and the rules `promtool check rules`.
+//!
+//! Needs root, the eBPF object and the lab (mandatory under CI=true).
+
+// Counts are whole numbers, exact in an f64 both ways (Prometheus' JSON
+// prints them so): they are compared exactly; sums and quantiles with
+// `close`.
+#![allow(clippy::float_cmp)]
+
+mod lab_trace;
+mod output_check;
+mod record_schema;
+
+use std::{
+    collections::BTreeMap,
+    io::Write,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context, Result};
+use lab_trace::{http_get, metrics_addr, TraceProc};
+use nri_trace::engine::histogram::BUCKET_BOUNDS_NS;
+use nri_trace_lab::{labctl::Lab, scenario::Observer};
+use serde_json::Value;
+
+const SCENARIO: &str = "slow-plugin";
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace")
+        .to_path_buf()
+}
+
+fn rules_file() -> PathBuf {
+    workspace().join("deploy/prometheus-rules.yaml")
+}
+
+/// lab/prometheus.sh install: the directory of `prometheus` and
+/// `promtool` (fetched and unpacked on first use).
+fn install_prometheus() -> PathBuf {
+    let o = Command::new(workspace().join("lab/prometheus.sh"))
+        .arg("install")
+        .output()
+        .expect("running lab/prometheus.sh");
+    assert!(
+        o.status.success(),
+        "lab/prometheus.sh install: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    PathBuf::from(String::from_utf8(o.stdout).unwrap().trim())
+}
+
+/// A Prometheus query string in a URL.
+fn url_encode(q: &str) -> String {
+    q.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// An instant query's result vector: (labels, value) per series.
+fn query(prom: &str, q: &str) -> Result<Vec<(BTreeMap<String, String>, f64)>> {
+    let body = http_get(prom, &format!("/api/v1/query?query={}", url_encode(q)))?;
+    let v: Value = serde_json::from_str(&body).with_context(|| body.clone())?;
+    anyhow::ensure!(v["status"] == "success", "{q}: {v}");
+    let mut out = Vec::new();
+    for s in v["data"]["result"].as_array().context("a vector")? {
+        let labels = s["metric"]
+            .as_object()
+            .context("labels")?
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+            .collect();
+        let value: f64 = s["value"][1]
+            .as_str()
+            .context("a value")?
+            .parse()
+            .context("a float")?;
+        out.push((labels, value));
+    }
+    Ok(out)
+}
+
+/// The value of one series in an exposition's text, summed over the
+/// lines of `family` (no labels given: every series of it).
+fn exposition_total(text: &str, family: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{family}{{")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// nri-trace watch, with a Prometheus scraping it from the moment it is
+/// ready until the scenario is over; the answers are saved in `out/prom/`.
+struct Scraped {
+    trace: TraceProc,
+    bin: PathBuf,
+    prometheus: Option<Child>,
+    /// host:port of Prometheus' API, and of nri-trace's metrics.
+    api: String,
+    metrics: String,
+    out: PathBuf,
+}
+
+/// The queries whose answers the test checks, by file name.
+const QUERIES: &[(&str, &str)] = &[
+    ("hook_count", "nri_trace_hook_duration_seconds_count"),
+    ("hook_sum", "nri_trace_hook_duration_seconds_sum"),
+    (
+        "hook_p99",
+        "histogram_quantile(0.99, nri_trace_hook_duration_seconds_bucket)",
+    ),
+    (
+        "hook_p99_rate",
+        "instance_plugin_operation:nri_trace_hook_duration_seconds:p99_rate5m",
+    ),
+    ("hook_invocations", "nri_trace_hook_invocations_total"),
+    ("cri_count", "nri_trace_cri_call_duration_seconds_count"),
+    ("findings", "nri_trace_findings_total"),
+];
+
+impl Scraped {
+    fn wait_until(&self, what: &str, mut done: impl FnMut() -> Result<bool>) -> Result<()> {
+        let t0 = Instant::now();
+        loop {
+            if done()? {
+                return Ok(());
+            }
+            if t0.elapsed() > Duration::from_mins(1) {
+                let log =
+                    std::fs::read_to_string(self.out.join("prometheus.log")).unwrap_or_default();
+                bail!("Prometheus: {what} not within 60 s; its log:\n{log}");
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    fn start_prometheus(&mut self) -> Result<()> {
+        let free = std::net::TcpListener::bind("127.0.0.1:0")?;
+        self.api = free.local_addr()?.to_string();
+        drop(free);
+        let config = self.out.join("prometheus.yml");
+        // 1 s scrapes and evaluations: the scenario lasts seconds.
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+                 rule_files:\n  - {}\n\
+                 scrape_configs:\n  - job_name: nri-trace\n    static_configs:\n      \
+                 - targets: ['{}']\n",
+                rules_file().display(),
+                self.metrics
+            ),
+        )?;
+        let data = self.out.join("prometheus-data");
+        let _ = std::fs::remove_dir_all(&data);
+        let log = std::fs::File::create(self.out.join("prometheus.log"))?;
+        let child = Command::new(self.bin.join("prometheus"))
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", data.display()))
+            .arg(format!("--web.listen-address={}", self.api))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting prometheus")?;
+        self.prometheus = Some(child);
+        let api = self.api.clone();
+        self.wait_until("nri-trace up", || {
+            Ok(query(&api, "up{job=\"nri-trace\"}")
+                .unwrap_or_default()
+                .iter()
+                .any(|(_, v)| *v == 1.0))
+        })
+    }
+
+    /// Once Prometheus' last scrape holds every call nri-trace saw, save
+    /// the answers to [`QUERIES`], the rules' state and the exposition.
+    fn save_answers(&self) -> Result<()> {
+        // nri-trace re-renders at most every 500 ms once idle.
+        std::thread::sleep(Duration::from_secs(1));
+        let text = http_get(&self.metrics, "/metrics")?;
+        std::fs::write(self.out.join("metrics-final.txt"), &text)?;
+        for family in [
+            "nri_trace_hook_duration_seconds_count",
+            "nri_trace_cri_call_duration_seconds_count",
+        ] {
+            let want = exposition_total(&text, family);
+            self.wait_until(&format!("sum({family}) = {want}"), || {
+                let got = query(&self.api, &format!("sum({family})"))?;
+                Ok(got.first().is_some_and(|(_, v)| *v == want))
+            })?;
+        }
+        // Two more evaluations of the rules, on the last samples.
+        std::thread::sleep(Duration::from_millis(2500));
+        let dir = self.out.join("prom");
+        std::fs::create_dir_all(&dir)?;
+        for (name, q) in QUERIES {
+            let body = http_get(&self.api, &format!("/api/v1/query?query={}", url_encode(q)))?;
+            std::fs::write(dir.join(format!("{name}.json")), body)?;
+        }
+        std::fs::write(
+            dir.join("rules.json"),
+            http_get(&self.api, "/api/v1/rules")?,
+        )?;
+        Ok(())
+    }
+
+    fn stop_prometheus(&mut self) {
+        if let Some(mut c) = self.prometheus.take() {
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Observer for Scraped {
+    fn attach(&mut self, lab: &Lab, out: &Path) -> Result<()> {
+        self.out = out.to_path_buf();
+        self.trace.attach(lab, out)?;
+        self.metrics = metrics_addr(out).context("nri-trace printed no metrics address")?;
+        self.start_prometheus()
+    }
+
+    fn detach(&mut self) -> Result<()> {
+        let saved = self.save_answers();
+        self.stop_prometheus();
+        let stopped = self.trace.detach();
+        saved.and(stopped)
+    }
+}
+
+impl Drop for Scraped {
+    fn drop(&mut self) {
+        self.stop_prometheus();
+    }
+}
+
+/// One saved answer: (labels, value) per series.
+fn answer(out: &Path, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+    let body = std::fs::read_to_string(out.join("prom").join(format!("{name}.json")))
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["status"], "success", "{name}: {v}");
+    v["data"]["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let labels = s["metric"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+                .collect();
+            (labels, s["value"][1].as_str().unwrap().parse().unwrap())
+        })
+        .collect()
+}
+
+/// An answer keyed by the values of `keys`.
+fn by(series: Vec<(BTreeMap<String, String>, f64)>, keys: &[&str]) -> BTreeMap<Vec<String>, f64> {
+    series
+        .into_iter()
+        .map(|(l, v)| {
+            (
+                keys.iter()
+                    .map(|k| l.get(*k).cloned().unwrap_or_default())
+                    .collect(),
+                v,
+            )
+        })
+        .collect()
+}
+
+/// The records' plugin as the metrics label it (`PluginId::label`).
+fn plugin_label(p: &Value) -> String {
+    match (p["index"].as_str(), p["name"].as_str()) {
+        (Some(i), Some(n)) => format!("{i}-{n}"),
+        (None, Some(n)) => n.to_string(),
+        _ => match (p["comm"].as_str(), p["pid"].as_u64()) {
+            (Some(c), Some(pid)) => format!("{c}[{pid}]"),
+            (None, Some(pid)) => format!("pid {pid}"),
+            _ => "?".into(),
+        },
+    }
+}
+
+/// A hook as containerd's NRI metrics name the operation
+/// (RUN_POD_SANDBOX -> RunPodSandbox; methods as they are).
+fn operation(hook: &str) -> String {
+    if !hook.contains('_') && hook.chars().any(|c| c.is_ascii_lowercase()) {
+        return hook.to_string();
+    }
+    let mut name = String::new();
+    for w in hook.split('_').filter(|w| !w.is_empty()) {
+        name.push_str(&w[..1]);
+        name.push_str(&w[1..].to_ascii_lowercase());
+    }
+    name
+}
+
+/// `histogram_quantile` as Prometheus 2.x computes it
+/// (promql/quantile.go, bucketQuantile): the bucket holding rank q*count,
+/// linear inside it; the highest finite bound when the rank falls in
+/// +Inf. `counts[i]` are per bucket of [`BUCKET_BOUNDS_NS`], +Inf last.
+fn prometheus_quantile(q: f64, counts: &[u64]) -> f64 {
+    let bounds: Vec<f64> = BUCKET_BOUNDS_NS
+        .iter()
+        .map(|&b| b as f64 / 1e9)
+        .chain([f64::INFINITY])
+        .collect();
+    let cumulative: Vec<f64> = counts
+        .iter()
+        .scan(0u64, |t, n| {
+            *t += n;
+            Some(*t as f64)
+        })
+        .collect();
+    let total = *cumulative.last().unwrap();
+    let mut rank = q * total;
+    let b = cumulative[..cumulative.len() - 1]
+        .iter()
+        .position(|&c| c >= rank)
+        .unwrap_or(cumulative.len() - 1);
+    if b == bounds.len() - 1 {
+        return bounds[bounds.len() - 2];
+    }
+    let (mut start, end, mut count) = (0.0, bounds[b], cumulative[b]);
+    if b > 0 {
+        start = bounds[b - 1];
+        count -= cumulative[b - 1];
+        rank -= cumulative[b - 1];
+    }
+    start + (end - start) * (rank / count)
+}
+
+/// The per-bucket counts of these nanosecond values.
+fn bucket_counts(values: &[u64]) -> Vec<u64> {
+    let mut counts = vec![0; BUCKET_BOUNDS_NS.len() + 1];
+    for &v in values {
+        counts[BUCKET_BOUNDS_NS.partition_point(|&b| b < v)] += 1;
+    }
+    counts
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+}
+
+/// What the run's records say, per (plugin, operation): own times, and
+/// how many calls answered without error.
+#[derive(Default, Debug)]
+struct HookTruth {
+    own_ns: Vec<u64>,
+    ok: u64,
+}
+
+/// The records' own view: hooks per (plugin, operation), CRI calls with a
+/// duration per method, findings per (rule, severity, certainty).
+#[derive(Default)]
+struct Truth {
+    hooks: BTreeMap<Vec<String>, HookTruth>,
+    cri: BTreeMap<Vec<String>, u64>,
+    findings: BTreeMap<Vec<String>, u64>,
+}
+
+fn records_truth(stdout: &Path) -> Truth {
+    let Truth {
+        mut hooks,
+        mut cri,
+        mut findings,
+    } = Truth::default();
+    let text = std::fs::read_to_string(stdout).expect("nri-trace's output");
+    let mut add_hook = |h: &Value| {
+        let key = vec![
+            plugin_label(&h["plugin"]),
+            operation(h["hook"].as_str().expect("a hook")),
+        ];
+        let t: &mut HookTruth = hooks.entry(key).or_default();
+        if let Some(ns) = h["own_ns"].as_u64() {
+            t.own_ns.push(ns);
+        }
+        if h["outcome"]["kind"] == "ok" {
+            t.ok += 1;
+        }
+    };
+    for line in text.lines() {
+        let v: Value = serde_json::from_str(line).expect("a JSON line");
+        match v["type"].as_str() {
+            Some("cri_span") => {
+                for h in v["hooks"].as_array().unwrap() {
+                    add_hook(h);
+                }
+                if v["duration_ns"].is_u64() {
+                    let m = v["method"].as_str().unwrap_or("(unknown)").to_string();
+                    *cri.entry(vec![m]).or_default() += 1;
+                }
+            }
+            Some("nri_uncaused") => add_hook(&v),
+            Some("violation") => {
+                let key = ["rule", "severity", "certainty"]
+                    .iter()
+                    .map(|k| v[*k].as_str().unwrap().to_string())
+                    .collect();
+                *findings.entry(key).or_default() += 1;
+            }
+            _ => {}
+        }
+    }
+    Truth {
+        hooks,
+        cri,
+        findings,
+    }
+}
+
+#[test]
+fn prometheus_scrapes_the_hook_latencies_the_records_hold() {
+    if !lab_trace::guard("prometheus") {
+        return;
+    }
+    let bin = install_prometheus();
+    let rules = Command::new(bin.join("promtool"))
+        .args(["check", "rules"])
+        .arg(rules_file())
+        .output()
+        .unwrap();
+    assert!(
+        rules.status.success(),
+        "promtool check rules: {}{}",
+        String::from_utf8_lossy(&rules.stdout),
+        String::from_utf8_lossy(&rules.stderr)
+    );
+    // On the lab's sockets, given: the runtime is not the point here.
+    let observer = Scraped {
+        trace: TraceProc::on_lab_sockets(),
+        bin: bin.clone(),
+        prometheus: None,
+        api: String::new(),
+        metrics: String::new(),
+        out: PathBuf::new(),
+    };
+    let Some(out) = lab_trace::run_observed_by("prometheus-lab", SCENARIO, Box::new(observer))
+    else {
+        return;
+    };
+
+    // The exposition, as promtool's linter sees it.
+    let exposition = std::fs::read(out.join("metrics-final.txt")).unwrap();
+    let mut lint = Command::new(bin.join("promtool"))
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    lint.stdin.take().unwrap().write_all(&exposition).unwrap();
+    let lint = lint.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&lint.stdout),
+        String::from_utf8_lossy(&lint.stderr)
+    );
+    assert!(
+        lint.status.success() && said.trim().is_empty(),
+        "promtool check metrics: {said}"
+    );
+
+    let (stdout, _, _) = TraceProc::paths(&out);
+    let Truth {
+        hooks,
+        cri,
+        findings,
+    } = records_truth(&stdout);
+    let keys = ["plugin", "operation"];
+    let count = by(answer(&out, "hook_count"), &keys);
+    let sum = by(answer(&out, "hook_sum"), &keys);
+    let p99 = by(answer(&out, "hook_p99"), &keys);
+    let p99_rate = by(answer(&out, "hook_p99_rate"), &keys);
+    let successes: BTreeMap<Vec<String>, f64> = answer(&out, "hook_invocations")
+        .into_iter()
+        .filter(|(l, _)| l["status"] == "success")
+        .map(|(l, v)| (vec![l["plugin"].clone(), l["operation"].clone()], v))
+        .collect();
+    assert_eq!(
+        count.keys().collect::<Vec<_>>(),
+        hooks.keys().collect::<Vec<_>>(),
+        "the (plugin, operation) series"
+    );
+    for (key, t) in &hooks {
+        let n = t.own_ns.len() as f64;
+        assert_eq!(count[key], n, "{key:?}: count");
+        let s = t.own_ns.iter().sum::<u64>() as f64 / 1e9;
+        assert!(close(sum[key], s), "{key:?}: sum {} vs {s}", sum[key]);
+        assert_eq!(successes[key], t.ok as f64, "{key:?}: successes");
+        let want = prometheus_quantile(0.99, &bucket_counts(&t.own_ns));
+        assert!(close(p99[key], want), "{key:?}: p99 {} vs {want}", p99[key]);
+        // The recording rule's rate-based p99 (NaN where the window saw
+        // no new call) lies within the range of the records' buckets.
+        if let Some(r) = p99_rate.get(key).filter(|r| !r.is_nan()) {
+            let (lo, hi) = (
+                t.own_ns.iter().min().copied().unwrap_or(0),
+                t.own_ns.iter().max().copied().unwrap_or(0),
+            );
+            let lo_bound = BUCKET_BOUNDS_NS
+                .iter()
+                .rev()
+                .find(|&&b| b < lo)
+                .map_or(0.0, |&b| b as f64 / 1e9);
+            let hi_bound = BUCKET_BOUNDS_NS
+                .iter()
+                .find(|&&b| b >= hi)
+                .map_or(f64::INFINITY, |&b| b as f64 / 1e9);
+            assert!(
+                (lo_bound..=hi_bound).contains(r),
+                "{key:?}: rate p99 {r} outside [{lo_bound}, {hi_bound}]"
+            );
+        }
+        eprintln!(
+            "{key:?}: {n} hooks, sum {s:.6} s, p99 {:.6} s, rate p99 {:?}",
+            p99[key],
+            p99_rate.get(key)
+        );
+    }
+    // The slow plugin's 500 ms hooks are in its p99.
+    let slow = &p99[&vec!["10-slow".to_string(), "RunPodSandbox".to_string()]];
+    assert!(
+        (0.5..=1.0).contains(slow),
+        "10-slow RunPodSandbox p99 {slow}"
+    );
+
+    let cri_count = by(answer(&out, "cri_count"), &["grpc_method"]);
+    let cri_want: BTreeMap<Vec<String>, f64> =
+        cri.iter().map(|(k, v)| (k.clone(), *v as f64)).collect();
+    assert_eq!(cri_count, cri_want, "CRI calls per method");
+    let found = by(answer(&out, "findings"), &["rule", "severity", "certainty"]);
+    let found_want: BTreeMap<Vec<String>, f64> = findings
+        .iter()
+        .map(|(k, v)| (k.clone(), *v as f64))
+        .collect();
+    assert_eq!(found, found_want, "findings per rule");
+
+    // Every rule of deploy/ loaded and evaluates.
+    let rules: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("prom").join("rules.json")).unwrap(),
+    )
+    .unwrap();
+    let mut n = 0;
+    for g in rules["data"]["groups"].as_array().unwrap() {
+        for r in g["rules"].as_array().unwrap() {
+            n += 1;
+            assert_eq!(r["health"], "ok", "{r}");
+        }
+    }
+    assert_eq!(n, 8, "{rules}");
+}
