@@ -120,6 +120,12 @@ pub struct PodSpec {
     /// PID namespace POD (the pause process is PID 1 and workloads are not)
     /// instead of kubelet's default CONTAINER.
     pub share_pid: bool,
+    /// PID namespace NODE (`hostPID: true`): the pod sees the host's
+    /// processes, as nri-trace's DaemonSet does (deploy/daemonset.yaml).
+    pub host_pid: bool,
+    /// A privileged sandbox (`privileged: true` on a container of the pod,
+    /// which kubelet passes to RunPodSandbox too).
+    pub privileged: bool,
     /// None: kubelet's choice, the pod name for own-netns pods. Must be None
     /// for host-network pods: they share the host's UTS namespace and the
     /// runtime cannot set a hostname there.
@@ -140,6 +146,8 @@ impl PodSpec {
             attempt: 0,
             host_network,
             share_pid: false,
+            host_pid: false,
+            privileged: false,
             hostname: None,
             labels: BTreeMap::new(),
             annotations: BTreeMap::new(),
@@ -205,7 +213,9 @@ impl PodSpec {
             } else {
                 cri::NamespaceMode::Pod
             } as i32,
-            pid: if self.share_pid {
+            pid: if self.host_pid {
+                cri::NamespaceMode::Node
+            } else if self.share_pid {
                 cri::NamespaceMode::Pod
             } else {
                 cri::NamespaceMode::Container
@@ -255,7 +265,7 @@ impl PodSpec {
                 cgroup_parent: String::new(),
                 security_context: Some(cri::LinuxSandboxSecurityContext {
                     namespace_options: Some(self.namespace_options()),
-                    privileged: false,
+                    privileged: self.privileged,
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -283,6 +293,8 @@ pub struct ContainerSpec {
     /// Host directories bind-mounted into the container (CRI `Mount`s,
     /// propagation private, read-write), in order.
     pub mounts: Vec<MountSpec>,
+    /// `securityContext.privileged` (needs a privileged pod).
+    pub privileged: bool,
 }
 
 /// A host path mounted into a container, as kubelet passes a hostPath
@@ -334,6 +346,7 @@ impl ContainerSpec {
             labels: BTreeMap::new(),
             annotations: BTreeMap::new(),
             mounts: vec![],
+            privileged: false,
         }
     }
 
@@ -409,7 +422,7 @@ impl ContainerSpec {
                 resources: None,
                 security_context: Some(cri::LinuxContainerSecurityContext {
                     namespace_options: Some(pod.namespace_options()),
-                    privileged: false,
+                    privileged: self.privileged,
                     ..Default::default()
                 }),
             }),

@@ -73,3 +73,22 @@ impl std::io::Write for SharedBuf {
         Ok(())
     }
 }
+
+/// A plain HTTP/1.0 GET of `path` on `addr` (host:port): the body of a
+/// 200 answer (nri-trace's metrics, Prometheus' API).
+pub fn http_get(addr: &str, path: &str) -> std::io::Result<String> {
+    use std::io::{Error, Read, Write};
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
+    // One write: a server may answer as soon as it has the head.
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp)?;
+    let (head, body) = resp
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| Error::other(format!("GET {path}: no HTTP header end")))?;
+    if !head.starts_with("HTTP/1.0 200") {
+        return Err(Error::other(format!("GET {path}: {head}")));
+    }
+    Ok(body.to_string())
+}

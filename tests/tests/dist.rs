@@ -493,3 +493,257 @@ fn dist_watch_in_empty_root_traces_the_lab() {
         "CreateContainer calls traced from the empty root"
     );
 }
+
+/// The image of `cargo xtask image` (lab/mkimage.py, the same arguments)
+/// as a privileged pod of the lab's own containerd, started through CRI
+/// as kubelet would start deploy/daemonset.yaml's: host PID and network
+/// namespaces, tracefs and the runtime's socket directory mounted,
+/// `watch -o json --metrics-addr`. It finds the runtime from inside the
+/// pod, as on a node.
+struct ImagePod {
+    image: PathBuf,
+    out: PathBuf,
+    pod: Option<(nri_trace_lab::cri::PodSpec, String)>,
+    container: Option<nri_trace_lab::truth::ContainerRef>,
+    rt: Option<tokio::runtime::Runtime>,
+    driver: Option<nri_trace_lab::cri::Driver>,
+    metrics: String,
+}
+
+const IMAGE_REF: &str = "localhost/nri-trace/nri-trace:test";
+
+impl ImagePod {
+    fn log(&self) -> PathBuf {
+        let (pod, _) = self.pod.as_ref().expect("the pod");
+        pod.log_directory
+            .as_ref()
+            .expect("a log directory")
+            .join("nri-trace/0.log")
+    }
+}
+
+/// The stream's lines of a CRI container log (`TIME STREAM P|F TEXT`,
+/// partial lines joined).
+fn cri_log_lines(text: &str, stream: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut partial = String::new();
+    for l in text.lines() {
+        let mut f = l.splitn(4, ' ');
+        let (_, s, tag, rest) = (f.next(), f.next(), f.next(), f.next().unwrap_or(""));
+        if s != Some(stream) {
+            continue;
+        }
+        partial.push_str(rest);
+        if tag == Some("F") {
+            lines.push(std::mem::take(&mut partial));
+        }
+    }
+    lines
+}
+
+impl Observer for ImagePod {
+    fn attach(&mut self, lab: &Lab, out: &Path) -> Result<()> {
+        use nri_trace_lab::cri::{ContainerSpec, Driver, MountSpec, PodSpec, RetryPolicy};
+        self.out = out.to_path_buf();
+        let import = Command::new("ctr")
+            .arg("--address")
+            .arg(lab.cri_socket())
+            .args(["-n", "k8s.io", "images", "import"])
+            .arg(&self.image)
+            .output()
+            .context("ctr images import")?;
+        anyhow::ensure!(
+            import.status.success(),
+            "ctr images import: {}",
+            String::from_utf8_lossy(&import.stderr)
+        );
+        let free = std::net::TcpListener::bind("127.0.0.1:0")?;
+        self.metrics = free.local_addr()?.to_string();
+        drop(free);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let truth = nri_trace_lab::truth::TruthWriter::append(&out.join("image-pod.truth.ndjson"))?;
+        let driver = rt.block_on(Driver::connect(
+            &lab.cri_socket(),
+            truth,
+            Duration::from_secs(30),
+        ))?;
+        let mut pod = PodSpec::new("nri-trace-node", "kube-system", true)
+            .with_log_root(Some(&out.join("pod-logs")));
+        pod.host_pid = true;
+        pod.privileged = true;
+        let run_dir = lab
+            .cri_socket()
+            .parent()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let mut c = ContainerSpec::new("nri-trace");
+        c.image = IMAGE_REF.into();
+        c.command = vec![];
+        c.args = ["watch", "-o", "json", "--metrics-addr", &self.metrics]
+            .map(String::from)
+            .to_vec();
+        c.privileged = true;
+        c.mounts = [&*run_dir, "/sys/kernel/tracing"]
+            .iter()
+            .map(|p| MountSpec {
+                host_path: (*p).to_string(),
+                container_path: (*p).to_string(),
+            })
+            .collect();
+        let policy = RetryPolicy::none();
+        let sandbox = rt.block_on(driver.run_pod_sandbox(&pod, &policy))?;
+        let cref = rt.block_on(driver.create_container(&pod, &sandbox, &c, &policy))?;
+        rt.block_on(driver.start_container(Some(&pod.pod_ref(Some(&sandbox))), &cref))?;
+        self.pod = Some((pod, sandbox));
+        self.container = Some(cref);
+        self.driver = Some(driver);
+        self.rt = Some(rt);
+        // A bound on the wait, not a timed assertion.
+        let t0 = Instant::now();
+        loop {
+            let log = fs::read_to_string(self.log()).unwrap_or_default();
+            if cri_log_lines(&log, "stderr")
+                .iter()
+                .any(|l| l.contains("nri-trace: ready"))
+            {
+                return Ok(());
+            }
+            if t0.elapsed() > Duration::from_mins(1) {
+                bail!("nri-trace in the pod not ready after 60 s:\n{log}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn detach(&mut self) -> Result<()> {
+        let (Some(rt), Some(driver), Some((pod, sandbox)), Some(c)) = (
+            self.rt.as_ref(),
+            self.driver.as_ref(),
+            self.pod.as_ref(),
+            self.container.as_ref(),
+        ) else {
+            return Ok(());
+        };
+        // The last calls drain and the exposition is re-rendered (500 ms).
+        std::thread::sleep(Duration::from_millis(1500));
+        let metrics = nri_trace_tests::http_get(&self.metrics, "/metrics");
+        fs::write(self.out.join("image-pod-metrics.txt"), metrics?)?;
+        let pod_ref = pod.pod_ref(Some(sandbox));
+        // SIGTERM: nri-trace prints its summary and exits 0.
+        rt.block_on(driver.stop_container(Some(&pod_ref), c, 20))?;
+        let status = rt.block_on(driver.container_status(Some(&pod_ref), c))?;
+        fs::write(self.out.join("image-pod-status.txt"), format!("{status:?}"))?;
+        rt.block_on(driver.remove_container(Some(&pod_ref), c))?;
+        rt.block_on(driver.stop_pod_sandbox(&pod_ref))?;
+        rt.block_on(driver.remove_pod_sandbox(&pod_ref))?;
+        Ok(())
+    }
+}
+
+#[test]
+fn image_as_a_privileged_pod_traces_its_own_runtime() {
+    let Some(bin) = guard(
+        "image_as_a_privileged_pod",
+        &["cri-driver", "nri-test-plugin"],
+    ) else {
+        return;
+    };
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dist/image-pod");
+    let _ = fs::remove_dir_all(&out);
+    fs::create_dir_all(&out).unwrap();
+    let image = out.join("nri-trace.oci.tar");
+    let pack = Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../lab/mkimage.py"))
+        .args(["--ref", IMAGE_REF, "--out"])
+        .arg(&image)
+        .arg("--file")
+        .arg(format!("{}:/usr/local/bin/nri-trace:0755", bin.display()))
+        .args([
+            "--entrypoint",
+            "/usr/local/bin/nri-trace",
+            "--cmd",
+            "doctor",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        pack.status.success(),
+        "mkimage.py: {}",
+        String::from_utf8_lossy(&pack.stderr)
+    );
+    let _lock = labctl::lock().expect("lab lock");
+    let lab = Lab::from_env();
+    lab.install().expect("lab install");
+    let pod = ImagePod {
+        image,
+        out: PathBuf::new(),
+        pod: None,
+        container: None,
+        rt: None,
+        driver: None,
+        metrics: String::new(),
+    };
+    let bins = Bins {
+        driver: workspace_bin("cri-driver"),
+        plugin: workspace_bin("nri-test-plugin"),
+    };
+    let scenario_out = out.join("happy");
+    scenario::run_observed("happy", lab, bins, &scenario_out, Some(Box::new(pod)))
+        .unwrap_or_else(|e| panic!("scenario happy: {e:#}"));
+
+    let logs: Vec<PathBuf> = fs::read_dir(scenario_out.join("pod-logs"))
+        .unwrap()
+        .map(|e| e.unwrap().path().join("nri-trace/0.log"))
+        .collect();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    let log = fs::read_to_string(&logs[0]).unwrap();
+    let stderr = cri_log_lines(&log, "stderr").join("\n");
+    eprintln!("nri-trace in the pod, stderr:\n{stderr}");
+    let lines: Vec<Value> = cri_log_lines(&log, "stdout")
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect();
+    assert_eq!(
+        lines.first().map(|v| v["type"].clone()),
+        Some("session".into()),
+        "{stderr}"
+    );
+    // It found the lab's containerd from inside the pod (host PID
+    // namespace) and traced the scenario's pods with their hooks.
+    let run_pod: Vec<&Value> = lines
+        .iter()
+        .filter(|v| v["type"] == "cri_span" && v["method"] == "RunPodSandbox")
+        .collect();
+    assert_eq!(run_pod.len(), 3, "RunPodSandbox calls traced from the pod");
+    for span in &run_pod {
+        assert!(
+            span["pod"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("happy-")),
+            "{span}"
+        );
+        let hooks = span["hooks"].as_array().map_or(0, Vec::len);
+        assert!(hooks > 0, "RunPodSandbox without its NRI hooks: {span}");
+    }
+    // It ended on SIGTERM with its summary, exit code 0.
+    assert!(
+        lines.iter().any(|v| v["type"] == "session_end"),
+        "no session_end: {stderr}"
+    );
+    let status = fs::read_to_string(scenario_out.join("image-pod-status.txt")).unwrap();
+    assert!(status.contains("exit_code: 0"), "{status}");
+    // Metrics served from the pod, on the node's network.
+    let metrics = fs::read_to_string(scenario_out.join("image-pod-metrics.txt")).unwrap();
+    assert!(
+        metrics
+            .contains("nri_trace_cri_call_duration_seconds_count{grpc_method=\"RunPodSandbox\"} 3"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("nri_trace_hook_duration_seconds_count{plugin=\"10-alpha\",operation=\"RunPodSandbox\"} 3"),
+        "{metrics}"
+    );
+}

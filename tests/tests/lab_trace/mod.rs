@@ -27,6 +27,7 @@ use nri_trace_lab::{
     labctl::{self, Lab},
     scenario::{self, Bins, Observer},
 };
+pub(crate) use nri_trace_tests::http_get;
 use nri_trace_tests::SharedBuf;
 
 pub(crate) fn ci() -> bool {
@@ -231,20 +232,6 @@ pub(crate) fn metrics_addr(out: &Path) -> Option<String> {
     let log = std::fs::read_to_string(TraceProc::paths(out).2).ok()?;
     let rest = log.split("metrics on http://").nth(1)?;
     Some(rest.split('/').next()?.to_string())
-}
-
-/// A plain HTTP/1.0 GET; the body.
-pub(crate) fn http_get(addr: &str, path: &str) -> Result<String> {
-    use std::io::Write;
-    let mut s = std::net::TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    // One write: a server may answer as soon as it has the head.
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp)?;
-    let (head, body) = resp.split_once("\r\n\r\n").context("no HTTP header end")?;
-    anyhow::ensure!(head.starts_with("HTTP/1.0 200"), "{head}");
-    Ok(body.to_string())
 }
 
 /// Run `scenario` with `nri-trace watch` attached; returns its output
