@@ -44,6 +44,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("hung-teardown-hook", "a plugin's StopPodSandbox hook never returns (30 s plugin timeout); the CRI StopPodSandbox outlives its 5 s deadline"),
     ("runtime-after-observer", "the observer starts before containerd (a DaemonSet at node boot): containerd comes up after it, then 1 pod x 1 container with a pre-launched and an external plugin"),
     ("hung-teardown-client-gone", "a plugin's StopPodSandbox hook never returns; the CRI client is killed 1 s into the call (8 s deadline): containerd keeps the plugin connected with the request open"),
+    ("container-exits", "2 pods x 1 container whose process exits on its own (exit code 3) 0.3 s after it starts; the driver stops it 2 s after the start, as kubelet would; 2 plugins"),
     ("plugins-before-attach", "seven plugins registered before the observer attaches (external: --name/--idx flags, an NN-name binary with a name past comm's 15 bytes, an -idx-only binary, the upstream logger with Go's -idx/-name; pre-launched: flags, a bare NN-name binary), then 2 lifecycles"),
 ];
 
@@ -442,6 +443,28 @@ fn drive(r: &mut Run) -> Result<()> {
                 "happy",
                 "--concurrency",
                 "1",
+            ])?;
+        }
+        "container-exits" => {
+            r.up("2s")?;
+            r.plugin("alpha", "10", &[])?;
+            r.plugin("beta", "20", &[])?;
+            r.driver(&[
+                "lifecycle",
+                "--pods",
+                "2",
+                "--containers",
+                "1",
+                "--run-secs",
+                "2",
+                "--prefix",
+                "exits",
+                "--concurrency",
+                "1",
+                "--",
+                "sh",
+                "-c",
+                "sleep 0.3; exit 3",
             ])?;
         }
         "slow-plugin" => {
@@ -1812,6 +1835,26 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
                 "pre-launched gamma {} a Synchronize at start-up",
                 if synced { "got" } else { "did not get" }
             ));
+        }
+        "container-exits" => {
+            let n = all_cri_ok(&t)?;
+            let pods = pods_of(&t, "exits");
+            ensure!(pods.len() == 2, "expected 2 pods, truth has {pods:?}");
+            for p in ["alpha", "beta"] {
+                check_handshake(&t, p, true)?;
+                let stops = deliveries(&t, p)
+                    .iter()
+                    .filter(|x| x.event == Some("STOP_CONTAINER"))
+                    .count();
+                ensure!(
+                    stops == 2,
+                    "plugin {p} saw {stops} StopContainer, expected one per container"
+                );
+            }
+            facts.push(format!(
+                "{n} CRI calls, all ok; 2 pods x 1 container that exited on its own"
+            ));
+            facts.push("alpha and beta each saw one StopContainer per container".into());
         }
         "slow-plugin" => {
             all_cri_ok(&t)?;

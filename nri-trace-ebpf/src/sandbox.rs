@@ -4,14 +4,14 @@
 //! its cgroup is removed (pod-stuck-terminating-zh.txt). These programs
 //! report the steps of that from the runtime's process tree (`POD_TASKS`:
 //! the runtime, its shims, runc and the containers, followed through fork):
-//! signals sent to those processes, the exits of signalled ones with their
-//! code, unmounts, unlinks and rmdirs with their errno, namespace creation
+//! signals sent to those processes, the exits of signalled or exec'd ones
+//! with their code, unmounts, unlinks and rmdirs with their errno, namespace creation
 //! and entry, netns bind mounts, and cgroup directory creation and removal.
 //!
 //! Never a flood: every program first checks a hash map (one lookup for any
 //! other process), only rare syscalls are probed (none of the read/write
 //! family), signals are limited to `Config::signal_mask` (no SIGCHLD, no
-//! Go's SIGURG preemption), exits to signalled processes, paths to absolute
+//! Go's SIGURG preemption), exits to signalled or exec'd processes, paths to absolute
 //! ones, and at most `Config::sandbox_rate` records per CPU per second go
 //! out; the rest are counted (`counter::SANDBOX_SUPPRESSED`).
 
@@ -476,9 +476,14 @@ pub fn sandbox_cgroup_rmdir(ctx: TracePointContext) -> u32 {
 #[tracepoint]
 pub fn sandbox_exec(ctx: TracePointContext) -> u32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if !pod_task(tgid) {
+    let Some(bits) = POD_TASKS.get_ptr_mut(&tgid) else {
         return 0;
-    }
+    };
+    // Its exit is reported too (`sandbox_exit`), signalled or not: a
+    // container's program ending on its own is what makes the runtime
+    // send the plugins StopContainer with no CRI call (engine/correlate.rs,
+    // `container_exited`).
+    unsafe { *bits |= TASK_WATCH_EXIT };
     let Some(mut d) = draft(Syscall::Exec, 0) else {
         return 0;
     };

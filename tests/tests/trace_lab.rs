@@ -1169,3 +1169,93 @@ fn trace_runtime_after_observer() {
     assert!(checked >= 2 * 7, "{checked} deliveries checked");
     eprintln!("{scenario}: {checked} deliveries checked, {hooks} hooks under their CRI calls");
 }
+
+/// `container-exits`: each container's process exits on its own (exit
+/// code 3) before the driver stops it. The runtime tells each plugin once
+/// (StopContainer), at the exit; nri-trace labels each delivery as the
+/// exit's (`container_exited`) with the exit the sandbox probes saw (the
+/// wire does not say: containerd 1.7.24 sends the container as still
+/// `running`), and none as "no CRI call in flight".
+#[test]
+fn trace_container_exit_labels_its_stop_container() {
+    use nri_trace::engine::correlate::NoCause;
+    let Some((out, records)) = traced("container-exits") else {
+        return;
+    };
+    let mut causes: std::collections::BTreeMap<(String, String), Vec<String>> =
+        std::collections::BTreeMap::new();
+    let mut add = |h: &nri_trace::engine::hook_latency::HookSpan, cause: String| {
+        let container = h
+            .call
+            .container
+            .as_ref()
+            .map_or_else(String::new, |c| c.name.clone());
+        causes
+            .entry((
+                h.call.plugin.label(),
+                format!(
+                    "{container}@{}",
+                    h.call.pod.as_ref().map_or("", |p| p.name.as_str())
+                ),
+            ))
+            .or_default()
+            .push(cause);
+    };
+    for r in &records {
+        match r {
+            Record::CriSpan(s) => {
+                for h in s.hooks.iter().filter(|h| h.hook == "STOP_CONTAINER") {
+                    add(
+                        h,
+                        format!("cri {}", s.call.method.as_deref().unwrap_or("?")),
+                    );
+                }
+            }
+            Record::NriUncaused(u) if u.span.hook == "STOP_CONTAINER" => {
+                let cause = match (u.no_cri_cause, &u.exit) {
+                    (NoCause::ContainerExited, exit) => {
+                        if let Some(x) = exit {
+                            assert_eq!(x.status, Some(3 << 8), "{x:?}");
+                        }
+                        let c = u.span.call.container.as_ref().unwrap();
+                        format!(
+                            "exit (state {:?}, code {:?}, kernel exit {})",
+                            c.state,
+                            c.exit_code,
+                            exit.is_some()
+                        )
+                    }
+                    (why, _) => format!("{why:?}"),
+                };
+                add(&u.span, cause);
+            }
+            _ => {}
+        }
+    }
+    eprintln!("StopContainer deliveries: {causes:#?}");
+    assert_eq!(causes.len(), 4, "2 plugins x 2 containers: {causes:?}");
+    for (key, c) in &causes {
+        assert_eq!(c.len(), 1, "{key:?}: one StopContainer per exit: {c:?}");
+        // containerd 1.7 and 2.x both tell the plugins at the exit (1.7
+        // `WithContainerExit` at the task's delete, 2.x
+        // `NotifyContainerExit`), and not again at the CRI StopContainer
+        // that follows (`needsStopping`); the sandbox probes saw the
+        // container's program end with code 3 (checked above).
+        assert!(c[0].ends_with("kernel exit true)"), "{key:?}: {c:?}");
+    }
+    // The conformance table: the clause held on both containers.
+    let (stdout, _, _) = TraceProc::paths(&out);
+    let clause: Vec<serde_json::Value> = std::fs::read_to_string(&stdout)
+        .expect("nri-trace's output")
+        .lines()
+        .filter(|l| l.contains(r#""clause":"stop-container-once-per-exit""#))
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(clause.len(), 1, "{clause:?}");
+    assert_eq!(
+        (clause[0]["held"].as_u64(), clause[0]["broken"].as_u64()),
+        (Some(2), Some(0)),
+        "{}",
+        clause[0]
+    );
+}

@@ -66,7 +66,7 @@ pub enum SandboxOp {
         /// 3 overflow, 4 lost (include/trace/events/signal.h).
         result: i32,
     },
-    /// A signalled process exited. `status` is in wait(2) form: the
+    /// A signalled or exec'd process exited. `status` is in wait(2) form: the
     /// killing signal in the low 7 bits, or the exit code in bits 8-15.
     Exit {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -527,6 +527,10 @@ pub struct SandboxContext {
     walked_ns: u64,
     /// pid -> (comm, cgroup path), read when a signal to it was seen.
     pids: HashMap<u32, (Option<String>, Option<String>)>,
+    /// pid -> cgroup path of its last exec, for its exit: by then the
+    /// cgroup may be gone from the index (a container's is removed as
+    /// soon as it is empty) and the process from /proc.
+    execs: HashMap<u32, String>,
 }
 
 impl SandboxContext {
@@ -582,8 +586,10 @@ impl SandboxContext {
         self.cgroups.get(&id).cloned()
     }
 
-    /// Fill in what the node can tell about `ev`, now (`now_ns`).
-    pub fn enrich(&mut self, ev: &mut SandboxEvent, now_ns: u64) {
+    /// Fill in what the node can tell about `ev`, now (`now_ns`); false
+    /// when it is not worth passing on (see the end).
+    pub fn enrich(&mut self, ev: &mut SandboxEvent, now_ns: u64) -> bool {
+        let mut unsignalled_exit = false;
         match &mut ev.op {
             // New cgroups are found by the next walk: the tracepoint's ids
             // are per hierarchy, and a v1 one may equal a v2 id.
@@ -612,9 +618,13 @@ impl SandboxContext {
             }
             SandboxOp::Exit { .. } => {
                 // Gone from /proc by now, most likely: what was read when
-                // it was signalled.
+                // it was signalled, or when it exec'd.
+                let exec_cgroup = self.execs.remove(&ev.tgid);
                 if let Some((_, g)) = self.pids.remove(&ev.tgid) {
-                    ev.cgroup = g;
+                    ev.cgroup = g.or(exec_cgroup);
+                } else {
+                    unsignalled_exit = true;
+                    ev.cgroup = exec_cgroup;
                 }
             }
             _ => {}
@@ -626,7 +636,29 @@ impl SandboxContext {
                 // The v2 root on a v1 (or hybrid) node: the v1 path.
                 .or_else(|| proc_cgroup(ev.tgid));
         }
+        // The probes report the exit of every program the tree exec'd:
+        // one nobody signalled matters only in a container's or sandbox's
+        // cgroup (a container ending on its own: engine/correlate.rs,
+        // `container_exited`); the runtime's helpers (runc, the shims'
+        // start-up) end that way all the time.
+        if let (SandboxOp::Exec { .. }, Some(g)) = (&ev.op, &ev.cgroup) {
+            if self.execs.len() >= MAX_PIDS {
+                self.execs.clear();
+            }
+            self.execs.insert(ev.tgid, g.clone());
+        }
+        !unsignalled_exit || ev.cgroup.as_deref().is_some_and(names_an_object)
     }
+}
+
+/// Whether a cgroup's last component names a sandbox or container: the
+/// 64 hex digits of its id, as containerd and CRI-O name them with either
+/// cgroup driver (`<id>`, `cri-containerd-<id>.scope`, `crio-<id>.scope`).
+fn names_an_object(cgroup: &str) -> bool {
+    let last = cgroup.rsplit('/').next().unwrap_or_default();
+    last.as_bytes()
+        .split(|b| !b.is_ascii_hexdigit())
+        .any(|run| run.len() == 64)
 }
 
 /// The cgroup path of a process: its v2 one ("0::/path" in
@@ -708,6 +740,19 @@ pub fn runtime_tree(roots: &[u32]) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_object_cgroup_is_named_by_its_id() {
+        let id = "a0b79316cb2c5c3e1535116a362c55b5525f813cdc006b3bfef8bb1ba41cee27";
+        assert!(names_an_object(&format!("/k8s.io/{id}")));
+        assert!(names_an_object(&format!(
+            "/kubepods.slice/kubepods-pod1.slice/cri-containerd-{id}.scope"
+        )));
+        assert!(names_an_object(&format!("/kubepods/pod1/crio-{id}.scope")));
+        assert!(!names_an_object("/system.slice/containerd.service"));
+        assert!(!names_an_object(&format!("/k8s.io/{id}/sub")));
+        assert!(!names_an_object(&format!("/k8s.io/{id}0")));
+    }
     use nri_trace_common::{RecordHeader, RecordKind, SandboxRecord};
     use std::mem::offset_of;
 

@@ -885,19 +885,18 @@ async fn drain_until_stopped(
             );
         }
         if let Some(ctx) = resolver.sandbox.as_mut() {
-            for ev in &mut out {
-                match ev {
-                    CaptureEvent::Sandbox(s) => ctx.enrich(s, now),
-                    // A restarted runtime: watch its tree too.
-                    CaptureEvent::Process(ProcessEvent::Listening { tgid, .. }) => {
-                        let tree = super::sandbox::runtime_tree(&[*tgid]);
-                        if let Err(e) = backend.watch_tasks(&tree) {
-                            log::warn!("watching the restarted runtime's processes: {e}");
-                        }
+            out.retain_mut(|ev| match ev {
+                CaptureEvent::Sandbox(s) => ctx.enrich(s, now),
+                // A restarted runtime: watch its tree too.
+                CaptureEvent::Process(ProcessEvent::Listening { tgid, .. }) => {
+                    let tree = super::sandbox::runtime_tree(&[*tgid]);
+                    if let Err(e) = backend.watch_tasks(&tree) {
+                        log::warn!("watching the restarted runtime's processes: {e}");
                     }
-                    _ => {}
+                    true
                 }
-            }
+                _ => true,
+            });
         }
         // Syscalls whose last record never came (lost) are flushed after 1 s.
         tracker.flush_stale(now, 1_000_000_000, &mut out);

@@ -33,13 +33,24 @@
 //!   host-network pods (no netns) and pods whose netns is never seen
 //!   going are not decided.
 //!
+//! - [`STOP_CONTAINER_ONCE_PER_EXIT`]: a container that exits on its own
+//!   gets one StopContainer per plugin, at the exit, and none again when
+//!   kubelet's CRI StopContainer (or RemoveContainer) follows (containerd
+//!   `needsStopping`; docs/contract.md). Seen from the wire and the kernel:
+//!   the deliveries labeled `container_exited` with the exit the sandbox
+//!   probes saw ([`super::correlate::NoCause::ContainerExited`]), then the
+//!   CRI call's own STOP_CONTAINER deliveries. Decided at that CRI call.
+//!
 //! Pure and deterministic: it reads only the records the engine emits.
 
 use std::collections::{BTreeMap, VecDeque};
 
 use serde::Serialize;
 
-use super::{correlate::CriSpan, record::Record};
+use super::{
+    correlate::{cgroup_names, CriSpan},
+    record::Record,
+};
 use crate::{
     capture::{
         sandbox::{SandboxEvent, SandboxOp},
@@ -54,6 +65,13 @@ pub const SANDBOX_RUNNING_AT_RUN_POD_SANDBOX: &str = "sandbox-running-at-run-pod
 /// The clause: plugins get StopPodSandbox before the pod's network
 /// namespace is torn down.
 pub const STOP_POD_SANDBOX_BEFORE_NETNS_TEARDOWN: &str = "stop-pod-sandbox-before-netns-teardown";
+
+/// The clause: a container that exits on its own gets one StopContainer
+/// per plugin.
+pub const STOP_CONTAINER_ONCE_PER_EXIT: &str = "stop-container-once-per-exit";
+
+/// Containers whose exit clause is pending, at most (the oldest go).
+const MAX_EXITED: usize = 16384;
 
 /// Execs remembered (the newest), and for how long.
 const MAX_EXECS: usize = 4096;
@@ -101,7 +119,8 @@ pub struct ClauseCase {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct KernelStep {
     /// `exec` (the sandbox's program started), `umount` or `unlink` (its
-    /// netns file went).
+    /// netns file went), `exit` (the container's program ended: `path` is
+    /// its cgroup).
     pub op: &'static str,
     /// The program, or the netns file.
     pub path: String,
@@ -157,6 +176,17 @@ pub struct Conformance {
     /// (made before the trace: its netns path comes with its
     /// STOP_POD_SANDBOX delivery, which settles after the unmount).
     recent_umounts: VecDeque<KernelStep>,
+    /// Containers told of their own exit, by container id: the exit, the
+    /// pod, and each plugin's exit-caused deliveries (the first's start).
+    exited: BTreeMap<String, ExitedContainer>,
+}
+
+/// A container whose exit the plugins were told of.
+struct ExitedContainer {
+    exit: KernelStep,
+    pod: String,
+    sandbox_id: String,
+    deliveries: BTreeMap<String, (u32, Timestamp)>,
 }
 
 impl Conformance {
@@ -181,7 +211,21 @@ impl Conformance {
             Record::CriSpan(s) if s.call.method.as_deref() == Some("RunPodSandbox") => {
                 self.on_run_pod_sandbox(s);
             }
+            Record::CriSpan(s)
+                if matches!(
+                    s.call.method.as_deref(),
+                    Some("StopContainer" | "RemoveContainer")
+                ) =>
+            {
+                self.on_container_stop(s);
+            }
             _ => {}
+        }
+        if let Record::NriUncaused(u) = r {
+            if let (super::correlate::NoCause::ContainerExited, Some(x)) = (u.no_cri_cause, &u.exit)
+            {
+                self.on_exit_delivery(&u.span, x);
+            }
         }
         for h in r.hooks() {
             self.on_hook_for_netns(h);
@@ -338,6 +382,83 @@ impl Conformance {
         self.tally(SANDBOX_RUNNING_AT_RUN_POD_SANDBOX, held, case);
     }
 
+    /// A StopContainer delivery caused by the container's exit.
+    fn on_exit_delivery(
+        &mut self,
+        h: &super::hook_latency::HookSpan,
+        x: &super::correlate::ContainerExit,
+    ) {
+        let (Some(c), Some(start)) = (&h.call.container, h.call.start) else {
+            return;
+        };
+        if !self.exited.contains_key(&c.id) && self.exited.len() >= MAX_EXITED {
+            self.exited.pop_first();
+        }
+        let e = self
+            .exited
+            .entry(c.id.clone())
+            .or_insert_with(|| ExitedContainer {
+                exit: KernelStep {
+                    op: "exit",
+                    path: x.cgroup.clone(),
+                    pid: x.pid,
+                    comm: x.comm.clone(),
+                    at: x.at,
+                },
+                pod: h
+                    .call
+                    .pod
+                    .as_ref()
+                    .map_or_else(String::new, ToString::to_string),
+                sandbox_id: h
+                    .call
+                    .pod
+                    .as_ref()
+                    .map_or_else(String::new, |p| p.id.clone()),
+                deliveries: BTreeMap::new(),
+            });
+        let d = e
+            .deliveries
+            .entry(h.call.plugin.label())
+            .or_insert((0, start));
+        d.0 += 1;
+    }
+
+    /// The CRI StopContainer (or RemoveContainer) after a container's exit:
+    /// held when each plugin was told once, at the exit, and not again.
+    fn on_container_stop(&mut self, s: &CriSpan) {
+        let Some(id) = s.call.container_id.as_deref() else {
+            return;
+        };
+        let Some(e) = self.exited.remove(id) else {
+            return;
+        };
+        let again = s.hooks.iter().find(|h| h.hook.as_str() == "STOP_CONTAINER");
+        let twice = e.deliveries.iter().find(|(_, (n, _))| *n > 1);
+        let (plugin, delivered) = match (again, twice) {
+            (Some(h), _) => (h.call.plugin.label(), h.call.start.unwrap_or(e.exit.at)),
+            (None, Some((p, (_, t)))) => (p.clone(), *t),
+            (None, None) => match e.deliveries.iter().next() {
+                Some((p, (_, t))) => (p.clone(), *t),
+                None => return,
+            },
+        };
+        let held = again.is_none() && twice.is_none();
+        let case = ClauseCase {
+            pod: if e.pod.is_empty() {
+                e.sandbox_id.clone()
+            } else {
+                e.pod
+            },
+            sandbox_id: e.sandbox_id,
+            plugin,
+            hook: "STOP_CONTAINER",
+            delivered,
+            kernel: e.exit,
+        };
+        self.tally(STOP_CONTAINER_ONCE_PER_EXIT, held, case);
+    }
+
     fn tally(&mut self, clause: &'static str, held: bool, case: ClauseCase) {
         let t = self.tallies.entry(clause).or_insert_with(|| ClauseTally {
             clause,
@@ -361,16 +482,6 @@ impl Conformance {
     pub fn tallies(&self) -> Vec<ClauseTally> {
         self.tallies.values().cloned().collect()
     }
-}
-
-/// Whether a cgroup path is the sandbox's own: its last component names
-/// the sandbox id (`.../<id>`, `.../cri-containerd-<id>.scope`,
-/// `.../crio-<id>.scope`).
-fn cgroup_names(cgroup: &str, id: &str) -> bool {
-    cgroup
-        .rsplit('/')
-        .next()
-        .is_some_and(|last| last.contains(id))
 }
 
 #[cfg(test)]
@@ -405,12 +516,14 @@ mod tests {
             Record::NriUncaused(super::super::record::Uncaused {
                 span: h,
                 no_cri_cause: super::super::correlate::NoCause::NoCriCallInFlight,
+                exit: None,
             })
         };
         let stop = |id: &str, at: u64| {
             Record::NriUncaused(super::super::record::Uncaused {
                 span: hook(Some(Event::StopPodSandbox), "a", id, at, at + 1),
                 no_cri_cause: super::super::correlate::NoCause::NoCriCallInFlight,
+                exit: None,
             })
         };
         let umount = |id: &str, at: u64| {
@@ -452,6 +565,71 @@ mod tests {
             (broken.sandbox_id.as_str(), broken.kernel.op),
             ("p2", "umount")
         );
+    }
+
+    /// Told once at the exit and not again at the CRI StopContainer:
+    /// held; told again under the CRI call: broken.
+    #[test]
+    fn stop_container_once_per_exit() {
+        use crate::decode::nri::message::Event;
+        use crate::engine::{
+            correlate::{ContainerExit, NoCause},
+            test_calls::{cri, hook, ts},
+        };
+        let stop_hook = |ctr: &str, at| {
+            let mut h = hook(Some(Event::StopContainer), "a", "s1", at, at + 1);
+            h.call.container = Some(crate::model::nri_call::ContainerRef {
+                id: ctr.into(),
+                name: "c0".into(),
+                ..Default::default()
+            });
+            h
+        };
+        let at_exit = |ctr: &str, at| {
+            Record::NriUncaused(super::super::record::Uncaused {
+                span: stop_hook(ctr, at),
+                no_cri_cause: NoCause::ContainerExited,
+                exit: Some(ContainerExit {
+                    pid: 9,
+                    comm: "sh".into(),
+                    status: Some(3 << 8),
+                    cgroup: format!("/k8s.io/{ctr}"),
+                    at: ts(at - 1).unwrap(),
+                }),
+            })
+        };
+        let cri_stop = |ctr: &str, at, again: bool| {
+            let mut call = cri(Some("StopContainer"), "s1", at, at + 5);
+            call.container_id = Some(ctr.into());
+            Record::CriSpan(CriSpan {
+                call,
+                hooks: if again {
+                    vec![stop_hook(ctr, at + 1)]
+                } else {
+                    vec![]
+                },
+                nri_ns: 0,
+                nri_permille: None,
+            })
+        };
+        let mut c = Conformance::new();
+        for r in [
+            at_exit("c1", 10),
+            cri_stop("c1", 100, false),
+            at_exit("c2", 20),
+            cri_stop("c2", 200, true),
+            // No exit seen: not decided.
+            cri_stop("c3", 300, true),
+        ] {
+            c.on_record(&r);
+        }
+        let t = c.tallies();
+        assert_eq!(t.len(), 1, "{t:?}");
+        assert_eq!(t[0].clause, STOP_CONTAINER_ONCE_PER_EXIT);
+        assert_eq!((t[0].held, t[0].broken), (1, 1));
+        let broken = t[0].broken_case.as_ref().unwrap();
+        assert_eq!((broken.kernel.op, broken.kernel.pid), ("exit", 9));
+        assert_eq!(broken.delivered, ts(201).unwrap());
     }
 
     #[test]

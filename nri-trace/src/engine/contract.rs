@@ -380,9 +380,7 @@ impl ContractChecker {
             }
             Record::NriUncaused(u) => {
                 let h = &u.span;
-                if u.no_cri_cause == NoCause::NoCriCallInFlight {
-                    self.on_hook(h, None, out);
-                } else {
+                if u.no_cri_cause == NoCause::PluginLifecycle {
                     if h.call.method.as_deref() == Some("Synchronize") {
                         self.announce(
                             &h.call.plugin.label(),
@@ -395,6 +393,9 @@ impl ContractChecker {
                         }
                     }
                     self.on_timeout(h, out);
+                } else {
+                    // An event delivery, whatever caused it.
+                    self.on_hook(h, None, out);
                 }
             }
             Record::CriSpan(s) => self.on_span(s, out),
@@ -1302,6 +1303,7 @@ mod tests {
         Record::NriUncaused(Uncaused {
             span: h,
             no_cri_cause: NoCause::PluginLifecycle,
+            exit: None,
         })
     }
 
@@ -1342,6 +1344,7 @@ mod tests {
                 3,
             ),
             no_cri_cause: NoCause::NoCriCallInFlight,
+            exit: None,
         });
         let v = check(&[
             plugin("late", "20", 3, &ALL),
@@ -1372,6 +1375,7 @@ mod tests {
         h.call.container = Some(crate::model::nri_call::ContainerRef {
             id: ctr.into(),
             name: "c0".into(),
+            ..Default::default()
         });
         h
     }

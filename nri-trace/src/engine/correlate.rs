@@ -9,8 +9,11 @@
 //! same pod (sandbox id, or uid for RunPodSandbox, whose sandbox id comes
 //! only with its response) or container, and (3) is a method that makes
 //! that event ([`causes`]). Deliveries with no such call are kept and
-//! labeled: plugin lifecycle (Configure, Synchronize...), or no CRI call in
-//! flight (runtime-internal causes, or CRI not traced).
+//! labeled: plugin lifecycle (Configure, Synchronize...), the container's
+//! own exit (a StopContainer delivery after a process of that container's
+//! cgroup exited: containerd 2.x tells NRI of every exit, nri
+//! `NotifyContainerExit`), or no CRI call in flight (other runtime-internal
+//! causes, or CRI not traced).
 //!
 //! A CRI call whose method is unknown (hidden by HPACK after a late attach)
 //! and whose candidates include exactly one cause of a delivery it holds
@@ -23,7 +26,7 @@
 //! call it hung), and a delivery until no CRI call that could contain it is
 //! still unreported. Pure and deterministic.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use serde::Serialize;
 
@@ -68,9 +71,45 @@ pub enum NoCause {
     /// the plugin made (UpdateContainers).
     PluginLifecycle,
     /// No CRI call that makes this event was in flight for its pod or
-    /// container: a runtime-internal cause (container exit, restart), or a
-    /// CRI connection not traced.
+    /// container: a runtime-internal cause (a restart...), or a CRI
+    /// connection not traced.
     NoCriCallInFlight,
+    /// A StopContainer delivery of a container that had already exited on
+    /// its own, with no CRI call in flight: containerd's exit handler tells
+    /// the plugins (containerd 1.7 `pkg/cri/nri` `WithContainerExit` at
+    /// the task's delete, 2.x `internal/nri/nri.go` `NotifyContainerExit`;
+    /// once per container: `needsStopping`). Known from the wire (the
+    /// delivery's container is `stopped`, with its exit code from NRI
+    /// 0.9 on) or from the kernel (a process of its cgroup exited before
+    /// it: the record's `exit`).
+    ContainerExited,
+}
+
+/// A process of a container's cgroup exiting, as the sandbox probes saw
+/// it: the evidence of [`NoCause::ContainerExited`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ContainerExit {
+    pub pid: u32,
+    pub comm: String,
+    /// The wait status (exit code << 8, or the signal), when the probe
+    /// read it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<i32>,
+    /// The cgroup it ran in (naming the container).
+    pub cgroup: String,
+    pub at: Timestamp,
+}
+
+/// Whether a cgroup path is the object's own: its last component names
+/// the sandbox or container id (`.../<id>`, `.../cri-containerd-<id>.scope`,
+/// `.../crio-<id>.scope`, as containerd and CRI-O name them with either
+/// cgroup driver).
+pub(crate) fn cgroup_names(cgroup: &str, id: &str) -> bool {
+    !id.is_empty()
+        && cgroup
+            .rsplit('/')
+            .next()
+            .is_some_and(|last| last.contains(id))
 }
 
 /// What the correlator yields.
@@ -78,7 +117,12 @@ pub enum NoCause {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum Correlated {
     Cri(CriSpan),
-    Uncaused { span: HookSpan, why: NoCause },
+    Uncaused {
+        span: HookSpan,
+        why: NoCause,
+        /// The exit that caused it ([`NoCause::ContainerExited`]).
+        exit: Option<ContainerExit>,
+    },
 }
 
 /// CRI methods whose handler makes NRI event `event` (containerd 1.7
@@ -210,6 +254,11 @@ fn proves_not_removed(event: Event) -> Option<ObjectKind> {
 /// the older half is forgotten (a call then stays unknown, never wrong).
 const MAX_LAST_DELIVERY: usize = 16384;
 
+/// Exits of container processes remembered (the newest), and for how long
+/// before a StopContainer delivery one may be its cause.
+const MAX_EXITS: usize = 4096;
+const EXIT_CAUSE_NS: u64 = 60_000_000_000;
+
 /// Attaches NRI deliveries to CRI calls. Feed it in capture order; it
 /// yields [`Correlated`] items as they settle.
 #[derive(Default)]
@@ -221,6 +270,8 @@ pub struct Correlator {
     /// (kind, object id) -> start of the latest delivery of an event that
     /// proves the object was not removed before it ([`proves_not_removed`]).
     last_delivery: HashMap<(ObjectKind, String), u64>,
+    /// Recent exits of processes in a cgroup, oldest first.
+    exits: VecDeque<ContainerExit>,
 }
 
 impl Correlator {
@@ -233,6 +284,46 @@ impl Correlator {
         self.calls.push(call);
     }
 
+    /// A process exited in a cgroup: a later StopContainer delivery of
+    /// the container that cgroup names, with no CRI call in flight, is
+    /// the exit's.
+    pub fn on_exit(&mut self, exit: ContainerExit) {
+        if self.exits.len() >= MAX_EXITS {
+            self.exits.pop_front();
+        }
+        self.exits.push_back(exit);
+    }
+
+    /// Why a StopContainer delivery without a CRI call came: the
+    /// container's own exit when the wire says it had stopped or the
+    /// kernel saw a process of its cgroup exit before the delivery
+    /// started (that exit, the latest, is the evidence).
+    fn exit_cause(&self, span: &HookSpan) -> (NoCause, Option<ContainerExit>) {
+        let none = (NoCause::NoCriCallInFlight, None);
+        let Some(c) = span.call.container.as_ref() else {
+            return none;
+        };
+        if span.hook.event() != Some(Event::StopContainer) {
+            return none;
+        }
+        let start = span.call.start.map_or(0, |t| t.mono_ns);
+        let exit = self
+            .exits
+            .iter()
+            .rev()
+            .find(|x| {
+                x.at.mono_ns <= start
+                    && x.at.mono_ns + EXIT_CAUSE_NS >= start
+                    && cgroup_names(&x.cgroup, &c.id)
+            })
+            .cloned();
+        if exit.is_some() || c.state.as_deref() == Some("stopped") {
+            (NoCause::ContainerExited, exit)
+        } else {
+            none
+        }
+    }
+
     /// A finished NRI call.
     pub fn on_nri(&mut self, span: HookSpan, out: &mut Vec<Correlated>) {
         let lifecycle = span.call.caller == Caller::Plugin
@@ -242,6 +333,7 @@ impl Correlator {
             out.push(Correlated::Uncaused {
                 span,
                 why: NoCause::PluginLifecycle,
+                exit: None,
             });
             return;
         }
@@ -313,10 +405,8 @@ impl Correlator {
                 && end_ts(d.call.end, d.call.start).saturating_add(NRI_SETTLE_NS) <= now;
             if settled {
                 let span = self.deliveries.remove(i);
-                out.push(Correlated::Uncaused {
-                    span,
-                    why: NoCause::NoCriCallInFlight,
-                });
+                let (why, exit) = self.exit_cause(&span);
+                out.push(Correlated::Uncaused { span, why, exit });
             } else {
                 i += 1;
             }
@@ -545,6 +635,60 @@ mod tests {
     }
 
     #[test]
+    fn a_stop_container_after_its_exit_is_the_exits() {
+        let delivery = |ctr: &str, start, end| {
+            let mut h = hook(Some(Event::StopContainer), "a", "s1", start, end);
+            h.call.container = Some(crate::model::nri_call::ContainerRef {
+                id: ctr.into(),
+                name: ctr.into(),
+                ..Default::default()
+            });
+            h
+        };
+        let exit = |cgroup: &str, at| ContainerExit {
+            pid: 42,
+            comm: "sh".into(),
+            status: Some(3 << 8),
+            cgroup: cgroup.into(),
+            at: ts(at).unwrap(),
+        };
+        let mut c = Correlator::new();
+        let mut out = Vec::new();
+        // c1's process exits, then the runtime tells the plugins; c2's
+        // delivery has no exit in its cgroup; c3 exited after its delivery.
+        c.on_exit(exit("/kubepods/k8s.io/c1", 100));
+        c.on_exit(exit("/kubepods.slice/cri-containerd-c3.scope", 400));
+        c.on_nri(delivery("c1", 105, 106), &mut out);
+        c.on_nri(delivery("c2", 200, 201), &mut out);
+        c.on_nri(delivery("c3", 300, 301), &mut out);
+        // c4: no exit seen, but the runtime says it had stopped.
+        let mut stopped = delivery("c4", 310, 311);
+        stopped.call.container.as_mut().unwrap().state = Some("stopped".into());
+        c.on_nri(stopped, &mut out);
+        out.extend(run(&mut c, 1000));
+        let why: Vec<(String, NoCause, Option<u32>)> = out
+            .iter()
+            .filter_map(|o| match o {
+                Correlated::Uncaused { span, why, exit } => Some((
+                    span.call.container.as_ref().unwrap().id.clone(),
+                    *why,
+                    exit.as_ref().map(|x| x.pid),
+                )),
+                Correlated::Cri(_) => None,
+            })
+            .collect();
+        assert_eq!(
+            why,
+            vec![
+                ("c1".into(), NoCause::ContainerExited, Some(42)),
+                ("c2".into(), NoCause::NoCriCallInFlight, None),
+                ("c3".into(), NoCause::NoCriCallInFlight, None),
+                ("c4".into(), NoCause::ContainerExited, None),
+            ]
+        );
+    }
+
+    #[test]
     fn concurrent_calls_on_two_containers_of_a_pod_keep_their_own_events() {
         let stop = |ctr: &str, start, end| {
             let mut c = cri(Some("StopContainer"), "s1", start, end);
@@ -556,6 +700,7 @@ mod tests {
             h.call.container = Some(crate::model::nri_call::ContainerRef {
                 id: ctr.into(),
                 name: ctr.into(),
+                ..Default::default()
             });
             h
         };
@@ -706,6 +851,7 @@ mod tests {
         h.call.container = Some(crate::model::nri_call::ContainerRef {
             id: ctr.into(),
             name: "c".into(),
+            ..Default::default()
         });
         h
     }

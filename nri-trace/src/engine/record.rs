@@ -11,7 +11,7 @@
 use serde::Serialize;
 
 use super::{
-    correlate::{CriSpan, NoCause},
+    correlate::{ContainerExit, CriSpan, NoCause},
     findings::Violation,
     hook_latency::HookSpan,
 };
@@ -41,6 +41,9 @@ pub struct Uncaused {
     #[serde(flatten)]
     pub span: HookSpan,
     pub no_cri_cause: NoCause,
+    /// The container's exit, for [`NoCause::ContainerExited`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit: Option<ContainerExit>,
 }
 
 impl Record {

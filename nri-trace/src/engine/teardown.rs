@@ -1331,6 +1331,7 @@ pub(crate) mod tests {
         let ended = Record::NriUncaused(crate::engine::record::Uncaused {
             span: h,
             no_cri_cause: crate::engine::correlate::NoCause::NoCriCallInFlight,
+            exit: None,
         });
         (
             vec![

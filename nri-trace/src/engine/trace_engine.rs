@@ -9,14 +9,17 @@ use std::collections::BTreeMap;
 use super::{
     conformance::{ClauseTally, Conformance},
     contract::{ContractChecker, ContractConfig},
-    correlate::{Correlated, Correlator},
+    correlate::{ContainerExit, Correlated, Correlator},
     cri_latency::{CriMethodStats, MethodBuckets, MethodSummary},
     findings::{Certainty, Severity, Violation},
     hook_latency::{HookBuckets, HookSummary, HookTimer},
     pod_index::PodIndex,
     record::{Record, Uncaused},
 };
-use crate::{capture::Loss, model::observation::Observation};
+use crate::{
+    capture::{sandbox::SandboxOp, Loss},
+    model::observation::Observation,
+};
 
 /// The engine proper: observations in, trace records out (CRI spans with
 /// their NRI hooks, uncaused NRI calls, the contract's findings), plus
@@ -94,6 +97,20 @@ impl TraceEngine {
                 self.listed.learn_state(&s);
                 Some(Record::Observed(Observation::CriState(s)))
             }
+            Observation::Sandbox(e) => {
+                // A process of a container's cgroup exiting: the cause of
+                // a StopContainer delivery no CRI call makes.
+                if let (SandboxOp::Exit { status }, Some(cgroup)) = (&e.op, &e.cgroup) {
+                    self.correlator.on_exit(ContainerExit {
+                        pid: e.tgid,
+                        comm: e.comm.clone(),
+                        status: *status,
+                        cgroup: cgroup.clone(),
+                        at: e.ts,
+                    });
+                }
+                Some(Record::Observed(Observation::Sandbox(e)))
+            }
             // Passed on as they came.
             other => Some(Record::Observed(other)),
         };
@@ -120,9 +137,10 @@ impl TraceEngine {
                 listed.fill_from_state(&mut span.call);
                 Record::CriSpan(span)
             }
-            Correlated::Uncaused { span, why } => Record::NriUncaused(Uncaused {
+            Correlated::Uncaused { span, why, exit } => Record::NriUncaused(Uncaused {
                 span,
                 no_cri_cause: why,
+                exit,
             }),
         });
         for r in settled.chain(fresh) {

@@ -172,6 +172,14 @@ impl std::fmt::Display for PodRef {
 pub struct ContainerRef {
     pub id: String,
     pub name: String,
+    /// Its state as the runtime told the plugin (`created`, `running`,
+    /// `stopped`, `paused`; nri api.proto `ContainerState`), when it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// Its exit code, when the runtime says it finished (NRI >= 0.9 sends
+    /// `finished_at` and `exit_code`; older runtimes neither).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
 }
 
 impl std::fmt::Display for ContainerRef {
@@ -1276,9 +1284,20 @@ fn pod_ref(p: api::PodSandbox) -> PodRef {
 }
 
 fn container_ref(c: api::Container) -> ContainerRef {
+    let state = match api::ContainerState::try_from(c.state) {
+        Ok(api::ContainerState::ContainerCreated) => Some("created"),
+        Ok(api::ContainerState::ContainerPaused) => Some("paused"),
+        Ok(api::ContainerState::ContainerRunning) => Some("running"),
+        Ok(api::ContainerState::ContainerStopped) => Some("stopped"),
+        Ok(api::ContainerState::ContainerUnknown) | Err(_) => None,
+    };
     ContainerRef {
         id: c.id,
         name: c.name,
+        state: state.map(str::to_string),
+        // exit_code 0 is also "not sent": only a finish time says it is
+        // one.
+        exit_code: (c.finished_at != 0).then_some(c.exit_code),
     }
 }
 

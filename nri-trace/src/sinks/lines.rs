@@ -12,7 +12,7 @@ use crate::{
     engine::{
         conformance::{
             ClauseCase, ClauseTally, SANDBOX_RUNNING_AT_RUN_POD_SANDBOX,
-            STOP_POD_SANDBOX_BEFORE_NETNS_TEARDOWN,
+            STOP_CONTAINER_ONCE_PER_EXIT, STOP_POD_SANDBOX_BEFORE_NETNS_TEARDOWN,
         },
         cri_latency::MethodSummary,
         findings::{Certainty, Violation},
@@ -128,7 +128,18 @@ pub fn clause_words(clause: &str) -> &'static str {
         STOP_POD_SANDBOX_BEFORE_NETNS_TEARDOWN => {
             "plugins get StopPodSandbox before the pod's network namespace is torn down"
         }
+        STOP_CONTAINER_ONCE_PER_EXIT => {
+            "a container that exits on its own gets one StopContainer per plugin"
+        }
         _ => "a clause of the NRI contract draft",
+    }
+}
+
+/// What a clause is counted over.
+fn clause_unit(clause: &str) -> &'static str {
+    match clause {
+        STOP_CONTAINER_ONCE_PER_EXIT => "containers",
+        _ => "pods",
     }
 }
 
@@ -143,6 +154,7 @@ fn case_words(c: &ClauseCase) -> String {
     };
     let what = match k.op {
         "exec" => format!("the sandbox's {} (pid {}) started", k.path, k.pid),
+        "exit" => format!("the container's {}[{}] exited", k.comm, k.pid),
         op => format!("{}[{}] did {op} {}", k.comm, k.pid, k.path),
     };
     format!(
@@ -172,11 +184,12 @@ pub fn conformance_text(w: &mut impl Write, clauses: &[ClauseTally]) -> io::Resu
     for c in clauses {
         writeln!(
             w,
-            "{}: {} on {} of {} pods ({})",
+            "{}: {} on {} of {} {} ({})",
             c.clause,
             if c.broken == 0 { "held" } else { "BROKEN" },
             if c.broken == 0 { c.held } else { c.broken },
             c.held + c.broken,
+            clause_unit(c.clause),
             clause_words(c.clause)
         )?;
         for (what, case) in [("broken", &c.broken_case), ("held", &c.held_case)] {

@@ -34,7 +34,7 @@ use super::{
 };
 use crate::{
     capture::{
-        sandbox::{ids_in, SandboxEvent, SandboxOp},
+        sandbox::{ids_in, status_text, SandboxEvent, SandboxOp},
         Timestamp,
     },
     engine::{
@@ -186,6 +186,17 @@ impl<W: Write> TextSink<W> {
                         writeln!(self.out, "  {}", sanitize(&u.span.call.summary))
                     }
                     NoCause::NoCriCallInFlight => writeln!(self.out, "  (no CRI call in flight)"),
+                    NoCause::ContainerExited => match &u.exit {
+                        Some(x) => writeln!(
+                            self.out,
+                            "  (the container exited: {}[{}]{})",
+                            sanitize(&x.comm),
+                            x.pid,
+                            x.status
+                                .map_or_else(String::new, |s| format!(", {}", status_text(s)))
+                        ),
+                        None => writeln!(self.out, "  (the container exited)"),
+                    },
                 }
             }
             Record::Violation(v) => {
