@@ -40,6 +40,7 @@ use anyhow::{bail, Context, Result};
 use lab_trace::{http_get, metrics_addr, TraceProc};
 use nri_trace::engine::histogram::BUCKET_BOUNDS_NS;
 use nri_trace_lab::{labctl::Lab, scenario::Observer};
+use output_check::plugin_label;
 use serde_json::Value;
 
 const SCENARIO: &str = "slow-plugin";
@@ -296,19 +297,6 @@ fn by(series: Vec<(BTreeMap<String, String>, f64)>, keys: &[&str]) -> BTreeMap<V
             )
         })
         .collect()
-}
-
-/// The records' plugin as the metrics label it (`PluginId::label`).
-fn plugin_label(p: &Value) -> String {
-    match (p["index"].as_str(), p["name"].as_str()) {
-        (Some(i), Some(n)) => format!("{i}-{n}"),
-        (None, Some(n)) => n.to_string(),
-        _ => match (p["comm"].as_str(), p["pid"].as_u64()) {
-            (Some(c), Some(pid)) => format!("{c}[{pid}]"),
-            (None, Some(pid)) => format!("pid {pid}"),
-            _ => "?".into(),
-        },
-    }
 }
 
 /// A hook as containerd's NRI metrics name the operation

@@ -571,20 +571,11 @@ mod tests {
     /// held; told again under the CRI call: broken.
     #[test]
     fn stop_container_once_per_exit() {
-        use crate::decode::nri::message::Event;
         use crate::engine::{
             correlate::{ContainerExit, NoCause},
-            test_calls::{cri, hook, ts},
+            test_calls::{cri, stop_container_hook, ts},
         };
-        let stop_hook = |ctr: &str, at| {
-            let mut h = hook(Some(Event::StopContainer), "a", "s1", at, at + 1);
-            h.call.container = Some(crate::model::nri_call::ContainerRef {
-                id: ctr.into(),
-                name: "c0".into(),
-                ..Default::default()
-            });
-            h
-        };
+        let stop_hook = |ctr: &str, at| stop_container_hook(ctr, at, at + 1);
         let at_exit = |ctr: &str, at| {
             Record::NriUncaused(super::super::record::Uncaused {
                 span: stop_hook(ctr, at),

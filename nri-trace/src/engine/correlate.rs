@@ -636,15 +636,7 @@ mod tests {
 
     #[test]
     fn a_stop_container_after_its_exit_is_the_exits() {
-        let delivery = |ctr: &str, start, end| {
-            let mut h = hook(Some(Event::StopContainer), "a", "s1", start, end);
-            h.call.container = Some(crate::model::nri_call::ContainerRef {
-                id: ctr.into(),
-                name: ctr.into(),
-                ..Default::default()
-            });
-            h
-        };
+        let delivery = stop_container_hook;
         let exit = |cgroup: &str, at| ContainerExit {
             pid: 42,
             comm: "sh".into(),
@@ -695,15 +687,7 @@ mod tests {
             c.container_id = Some(ctr.into());
             c
         };
-        let delivery = |ctr: &str, start, end| {
-            let mut h = hook(Some(Event::StopContainer), "a", "s1", start, end);
-            h.call.container = Some(crate::model::nri_call::ContainerRef {
-                id: ctr.into(),
-                name: ctr.into(),
-                ..Default::default()
-            });
-            h
-        };
+        let delivery = stop_container_hook;
         let mut c = Correlator::new();
         let mut out = Vec::new();
         // c2's stop overlaps c1's and ends first: it must not take c1's event.

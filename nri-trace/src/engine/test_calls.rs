@@ -112,3 +112,15 @@ pub(crate) fn to_plugin(mut h: HookSpan, name: &str, idx: &str, conn: u64) -> Ho
     h.call.conn = ConnId(conn);
     h
 }
+
+/// A STOP_CONTAINER delivery of container `ctr` (named as its id) of pod
+/// s1, to plugin 10-a.
+pub(crate) fn stop_container_hook(ctr: &str, start: u64, end: u64) -> HookSpan {
+    let mut h = hook(Some(Event::StopContainer), "a", "s1", start, end);
+    h.call.container = Some(ContainerRef {
+        id: ctr.into(),
+        name: ctr.into(),
+        ..Default::default()
+    });
+    h
+}

@@ -17,7 +17,7 @@ use crate::{
     engine::{
         findings::Severity,
         histogram::{Buckets, BUCKET_BOUNDS_NS},
-        hook_latency::Hook,
+        hook_latency::{Hook, HookBuckets},
         record::Record,
         trace_engine::TraceEngine,
     },
@@ -116,6 +116,15 @@ fn error_label(code: i32) -> String {
     )
 }
 
+/// The labels of one (plugin, operation).
+fn hook_labels(h: &HookBuckets) -> String {
+    format!(
+        "plugin=\"{}\",operation=\"{}\"",
+        label(&h.plugin),
+        label(&operation(&h.hook))
+    )
+}
+
 fn help(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
@@ -157,11 +166,7 @@ pub fn render(a: &TraceEngine) -> String {
         "Own time of each NRI hook, per plugin (IDX-NAME) and operation, from the wire.",
     );
     for h in &hooks {
-        let l = format!(
-            "plugin=\"{}\",operation=\"{}\"",
-            label(&h.plugin),
-            label(&operation(&h.hook))
-        );
+        let l = hook_labels(h);
         histogram(&mut out, "nri_trace_hook_duration_seconds", &l, &h.own);
     }
     help(
@@ -171,11 +176,7 @@ pub fn render(a: &TraceEngine) -> String {
         "NRI hook calls that ended, per plugin, operation and outcome (status, error).",
     );
     for h in &hooks {
-        let l = format!(
-            "plugin=\"{}\",operation=\"{}\"",
-            label(&h.plugin),
-            label(&operation(&h.hook))
-        );
+        let l = hook_labels(h);
         let mut outcomes = vec![("success", String::new(), h.ok)];
         outcomes.extend(
             h.error_codes

@@ -32,12 +32,14 @@ fn clock(ts: &Value) -> Option<String> {
     ))
 }
 
-fn plugin_label(p: &Value) -> String {
+/// A JSON line's plugin as nri-trace labels it (`PluginId::label`).
+pub(crate) fn plugin_label(p: &Value) -> String {
     match (p["index"].as_str(), p["name"].as_str()) {
         (Some(i), Some(n)) => format!("{i}-{n}"),
         (None, Some(n)) => n.to_string(),
         _ => match (p["comm"].as_str(), p["pid"].as_u64()) {
             (Some(c), Some(pid)) => format!("{c}[{pid}]"),
+            (None, Some(pid)) => format!("pid {pid}"),
             _ => "?".into(),
         },
     }
