@@ -354,7 +354,7 @@ fn hostile(path: &Path, what: &str, bytes: &[u8]) -> String {
     let _ = r.set_read_timeout(Some(Duration::from_secs(20)));
     let reader = std::thread::spawn(move || {
         let mut n = 0usize;
-        let mut buf = [0u8; 65536];
+        let mut buf = vec![0u8; 65536];
         while let Ok(k) = r.read(&mut buf) {
             if k == 0 {
                 break;
@@ -738,7 +738,7 @@ impl Observer for Faults {
             .take()
             .context("attached")?
             .join()
-            .map_err(|_| anyhow::anyhow!("the fault controller panicked"))?;
+            .map_err(|panic| anyhow::anyhow!("the fault controller panicked: {panic:?}"))?;
         let b = self.b.lock().unwrap().take();
         if let Some(mut b) = b {
             if let Some(pid) = b.pid() {
@@ -769,11 +769,16 @@ fn check_window(what: &str, records: &[Record], truth: &[Truth], from: u64, to: 
         mono_ns: from,
         text: truth::OBSERVER_ATTACHED.into(),
     }];
-    t.extend(truth.iter().cloned().filter(|r| match r {
-        Truth::Note { .. } => false,
-        Truth::Nri { recv_mono_ns, .. } => *recv_mono_ns < to,
-        _ => true,
-    }));
+    t.extend(
+        truth
+            .iter()
+            .filter(|r| match r {
+                Truth::Note { .. } => false,
+                Truth::Nri { recv_mono_ns, .. } => *recv_mono_ns < to,
+                _ => true,
+            })
+            .cloned(),
+    );
     let within: Vec<Record> = records
         .iter()
         .filter(|r| match r {

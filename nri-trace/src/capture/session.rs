@@ -1568,7 +1568,7 @@ mod tests {
         });
         // Only one 1000-byte chunk fits; the sender waits for as long as
         // nothing is taken, however long this test is scheduled away.
-        while rx.len() < 1 {
+        while rx.is_empty() {
             tokio::task::yield_now().await;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
