@@ -494,13 +494,16 @@ impl CaptureBackend for EbpfBackend {
         })
     }
 
-    fn drain(&mut self, f: &mut dyn FnMut(&[u8])) -> usize {
-        let mut n = 0;
-        while let Some(item) = self.ring.next() {
+    fn drain(&mut self, budget: usize, f: &mut dyn FnMut(&[u8])) -> bool {
+        let mut used = 0usize;
+        while used < budget {
+            let Some(item) = self.ring.next() else {
+                return false;
+            };
+            used += item.len() + super::backend::RECORD_COST;
             f(&item);
-            n += 1;
         }
-        n
+        true
     }
 
     fn poll_fd(&self) -> RawFd {

@@ -4,7 +4,11 @@
 //!
 //! Back-pressure is deliberate: a slow consumer makes the drain task wait,
 //! the ring buffer fills, and the kernel drops and *counts* records. The
-//! traced runtime is never slowed down by nri-trace's consumer.
+//! traced runtime is never slowed down by nri-trace's consumer. The channel
+//! is bounded in bytes as well as in events ([`SessionConfig::queue_bytes`]):
+//! a count alone let a burst of 32 KiB chunks (a million tiny HTTP/2
+//! frames) queue tens of MiB in front of a slower decoder, where the ring
+//! would have held them at 16 MiB and then counted the loss.
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},
@@ -37,6 +41,17 @@ pub enum SessionError {
     Poll(#[source] std::io::Error),
 }
 
+/// Most a drain takes from the ring before its events are sent on
+/// (`CaptureBackend::drain`'s budget): a drain that ran until the ring was
+/// empty kept up with a fast producer and built one batch of everything it
+/// produced (a million 8-byte reads: some 170 MB, and an OOM kill inside a
+/// 128 MiB cgroup; docs/faults.md).
+pub const DRAIN_BUDGET: usize = 4 << 20;
+
+/// Default [`SessionConfig::queue_bytes`]: as much as the default ring
+/// holds, so that userspace queues at most what the kernel would.
+pub const DEFAULT_QUEUE_BYTES: usize = nri_trace_common::DEFAULT_RING_BYTES as usize;
+
 #[derive(Clone, Debug)]
 pub struct SessionConfig {
     /// Listening unix sockets whose server-side connections are captured.
@@ -50,6 +65,9 @@ pub struct SessionConfig {
     pub drain_interval: Duration,
     /// Capacity of the event channel.
     pub channel: usize,
+    /// Most chunk bytes (plus the events' own size) waiting in the event
+    /// channel; the drain task waits (and the ring fills) beyond it.
+    pub queue_bytes: usize,
     /// Environment variables read from each peer process into
     /// [`Peer::env`] (e.g. NRI_PLUGIN_NAME, NRI_PLUGIN_IDX).
     pub peer_env: Vec<String>,
@@ -104,6 +122,7 @@ impl Default for SessionConfig {
             connect_paths: vec![],
             drain_interval: Duration::from_millis(2),
             channel: 65536,
+            queue_bytes: DEFAULT_QUEUE_BYTES,
             peer_env: vec![],
             existing_socketpair_env: None,
             follow_peer_ends: false,
@@ -428,6 +447,7 @@ pub async fn start(
         tokio::spawn(ask_cri_state(path.clone(), tx.downgrade(), asked));
         (path, ask)
     });
+    let queue_bytes = cfg.queue_bytes;
     let resolver = Resolver {
         peer_env: cfg.peer_env,
         follower,
@@ -443,7 +463,8 @@ pub async fn start(
                 return;
             }
         }
-        drain_loop(backend, tracker, poll, tx, stop_rx, interval, resolver).await;
+        let queue = Queue::new(tx, queue_bytes);
+        drain_loop(backend, tracker, poll, queue, stop_rx, interval, resolver).await;
     });
     Ok(Session {
         info: SessionInfo {
@@ -770,7 +791,7 @@ async fn drain_loop(
     backend: Box<dyn CaptureBackend>,
     tracker: ConnTracker,
     poll: AsyncFd<Fd>,
-    tx: mpsc::Sender<CaptureEvent>,
+    tx: Queue,
     stop: tokio::sync::oneshot::Receiver<()>,
     interval: Duration,
     resolver: Resolver,
@@ -786,7 +807,7 @@ async fn drain_until_stopped(
     backend: &mut dyn CaptureBackend,
     mut tracker: ConnTracker,
     poll: &AsyncFd<Fd>,
-    tx: mpsc::Sender<CaptureEvent>,
+    mut tx: Queue,
     mut stop: tokio::sync::oneshot::Receiver<()>,
     interval: Duration,
     mut resolver: Resolver,
@@ -799,9 +820,13 @@ async fn drain_until_stopped(
     let mut ticks = TickClock::default();
     let mut out = Vec::new();
     let mut stopping = false;
+    // The last drain stopped at its budget: drain again at once.
+    let mut more = false;
     loop {
         tokio::select! {
+            biased;
             _ = &mut stop, if !stopping => stopping = true,
+            () = std::future::ready(()), if more => {}
             r = poll.readable() => {
                 if let Ok(mut g) = r {
                     g.clear_ready();
@@ -809,7 +834,7 @@ async fn drain_until_stopped(
             }
             _ = tick.tick() => {}
         }
-        backend.drain(&mut |bytes| match record::parse(bytes) {
+        more = backend.drain(DRAIN_BUDGET, &mut |bytes| match record::parse(bytes) {
             Ok(r) => tracker.on_record(&r, &mut out),
             Err(e) => {
                 malformed += 1;
@@ -925,8 +950,10 @@ async fn drain_until_stopped(
                 }
             }
         }
-        if stopping {
+        if stopping && !more {
             tracker.close_all(now, &mut out);
+        } else if stopping {
+            // The rest of the ring first.
         } else if let Some(at) = ticks.after_drain(
             now,
             // The sockets' own events: kernel events of the tree (execs,
@@ -945,13 +972,77 @@ async fn drain_until_stopped(
             out.push(CaptureEvent::Tick { ts: tracker.ts(at) });
         }
         for ev in out.drain(..) {
-            if tx.send(ev).await.is_err() {
+            if !tx.send(ev).await {
                 return;
             }
         }
-        if stopping {
+        if stopping && !more {
             return;
         }
+    }
+}
+
+/// The event channel's sender, bounded in bytes too: what the consumer has
+/// not taken yet is the newest `max_capacity - capacity` events sent (a
+/// FIFO), so their sizes are known without the receiver's help.
+struct Queue {
+    tx: mpsc::Sender<CaptureEvent>,
+    limit: usize,
+    /// Sizes of the events sent and maybe not taken yet, oldest first.
+    sizes: VecDeque<usize>,
+    bytes: usize,
+}
+
+impl Queue {
+    fn new(tx: mpsc::Sender<CaptureEvent>, limit: usize) -> Self {
+        Self {
+            tx,
+            limit,
+            sizes: VecDeque::new(),
+            bytes: 0,
+        }
+    }
+
+    /// What `ev` holds in memory while queued.
+    fn size(ev: &CaptureEvent) -> usize {
+        size_of::<CaptureEvent>()
+            + match ev {
+                CaptureEvent::Chunk(c) => c.bytes.len(),
+                _ => 0,
+            }
+    }
+
+    /// Forget the events the consumer took. Events sent by others on the
+    /// same channel (the CRI state) count as ours still queued: an
+    /// overestimate, gone once they are taken.
+    fn settle(&mut self) {
+        let queued = self.tx.max_capacity() - self.tx.capacity();
+        while self.sizes.len() > queued {
+            self.bytes -= self.sizes.pop_front().unwrap_or(0);
+        }
+    }
+
+    /// Send `ev` once it fits (an event alone always does); false when the
+    /// consumer is gone. While it waits, the drain does not run: the ring
+    /// fills and the kernel counts what it drops.
+    async fn send(&mut self, ev: CaptureEvent) -> bool {
+        let n = Self::size(&ev);
+        loop {
+            self.settle();
+            if self.bytes == 0 || self.bytes + n <= self.limit {
+                break;
+            }
+            if self.tx.is_closed() {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        if self.tx.send(ev).await.is_err() {
+            return false;
+        }
+        self.sizes.push_back(n);
+        self.bytes += n;
+        true
     }
 }
 
@@ -1442,6 +1533,58 @@ impl Follower {
 
 #[cfg(test)]
 mod tests {
+    /// The event channel holds at most `queue_bytes`: a second chunk that
+    /// would pass the bound waits until the consumer took the first, though
+    /// the channel has room for 16 events.
+    #[tokio::test]
+    async fn the_queue_is_bounded_in_bytes() {
+        use super::{mpsc, Duration, Queue};
+        use crate::capture::{CaptureEvent, Chunk, ConnId, Direction, Syscall, Timestamp};
+        let chunk = |n: usize| {
+            CaptureEvent::Chunk(Chunk {
+                conn: ConnId(1),
+                direction: Direction::In,
+                ts: Timestamp {
+                    mono_ns: 0,
+                    wall_ns: 0,
+                },
+                tid: 1,
+                syscall: Syscall::Read,
+                bytes: vec![0; n],
+                truncated: false,
+                gap_before: false,
+                syscall_len: n as u64,
+            })
+        };
+        let (tx, mut rx) = mpsc::channel(16);
+        let limit = 2 * Queue::size(&chunk(600));
+        let mut q = Queue::new(tx, limit);
+        let sender = tokio::spawn(async move {
+            for _ in 0..3 {
+                assert!(q.send(chunk(1000)).await);
+            }
+            q.sizes.len()
+        });
+        // Only one 1000-byte chunk fits; the sender waits for as long as
+        // nothing is taken, however long this test is scheduled away.
+        while rx.is_empty() {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(rx.len(), 1);
+        assert!(!sender.is_finished());
+        for _ in 0..3 {
+            assert!(rx.recv().await.is_some());
+        }
+        let left = sender.await.unwrap();
+        assert!(left <= 1, "{left}");
+        // An event alone always goes, whatever its size.
+        let (tx, mut rx) = mpsc::channel(16);
+        let mut q = Queue::new(tx, 10);
+        assert!(q.send(chunk(1 << 20)).await);
+        assert!(rx.recv().await.is_some());
+    }
+
     use super::*;
     use crate::capture::Timestamp;
 
@@ -1495,8 +1638,8 @@ mod tests {
         fn loss(&self) -> Result<Loss, BackendError> {
             Ok(Loss::default())
         }
-        fn drain(&mut self, _: &mut dyn FnMut(&[u8])) -> usize {
-            0
+        fn drain(&mut self, _: usize, _: &mut dyn FnMut(&[u8])) -> bool {
+            false
         }
         fn poll_fd(&self) -> RawFd {
             -1

@@ -221,6 +221,9 @@ struct StreamState {
     request: Option<Vec<u8>>,
     response: Option<Vec<u8>>,
     responses: u32,
+    /// Bytes of its connection were lost (capture loss, a truncated
+    /// chunk) while it was open: its end may be among them.
+    bytes_lost: bool,
 }
 
 impl StreamState {
@@ -232,9 +235,15 @@ impl StreamState {
             request: None,
             response: None,
             responses: 0,
+            bytes_lost: false,
         }
     }
 }
+
+/// `outcome_evidence` of a call whose connection closed after bytes of it
+/// were lost while the call was open: its answer may have been in them.
+pub const LOST_END_EVIDENCE: &str =
+    "bytes of its connection were lost while it was open (capture loss): its end was not seen";
 
 /// How a stream ended, before its method is settled.
 struct Ended {
@@ -520,6 +529,11 @@ impl CriCallAssembler {
         let st = self.conns.entry(c.conn).or_insert_with(ConnState::new);
         let side = side_of(c.direction);
         let si = side as usize;
+        if c.gap_before || c.truncated {
+            for s in st.streams.values_mut() {
+                s.bytes_lost = true;
+            }
+        }
         if c.gap_before {
             st.h2.gap(side);
         }
@@ -717,7 +731,15 @@ impl CriCallAssembler {
     }
 
     /// A stream ended: make its call, or hold it for evidence.
-    fn settle(&mut self, conn: ConnId, e: Ended, out: &mut Vec<CriObservation>) {
+    fn settle(&mut self, conn: ConnId, mut e: Ended, out: &mut Vec<CriObservation>) {
+        // A call open across lost bytes that "ended" with its connection:
+        // its answer may have been lost, so neither how nor when it ended
+        // is known (not "the connection closed before an answer").
+        let lost_end = e.st.bytes_lost && e.outcome == CriOutcome::ConnectionClosed;
+        if lost_end {
+            e.outcome = CriOutcome::Unknown;
+            e.outcome_evidence = Some(LOST_END_EVIDENCE.into());
+        }
         let ok = e.outcome.is_ok();
         let mut call = CriCall {
             conn,
@@ -731,8 +753,12 @@ impl CriCallAssembler {
             container_id: None,
             request_id: None,
             start: e.st.start,
-            end: Some(e.end),
-            duration_ns: e.st.start.map(|s| e.end.mono_ns.saturating_sub(s.mono_ns)),
+            end: (!lost_end).then_some(e.end),
+            duration_ns: e
+                .st
+                .start
+                .filter(|_| !lost_end)
+                .map(|s| e.end.mono_ns.saturating_sub(s.mono_ns)),
             deadline_ns: e.st.deadline_ns,
             outcome: e.outcome,
             outcome_evidence: e.outcome_evidence,
@@ -1337,7 +1363,7 @@ impl CriCallAssembler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capture::{ConnOpen, Origin, Syscall};
+    use crate::capture::{ConnClose, ConnOpen, Origin, Syscall};
     use crate::decode::test_strategies::{bytes_below, config};
     use proptest::prelude::*;
 
@@ -1389,6 +1415,77 @@ mod tests {
             1 => (0u64..3).prop_map(Garbage::Open),
             96 => chunk,
         ]
+    }
+
+    /// A call open when bytes of its connection were lost, whose
+    /// connection then closed: its end is unknown (the answer may have been
+    /// lost), not "the connection closed before an answer"; a call that
+    /// started after the loss and closed with its connection still says
+    /// so.
+    #[test]
+    fn a_call_open_across_lost_bytes_has_an_unknown_end() {
+        fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+            let len = payload.len();
+            let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+            f.extend_from_slice(&stream.to_be_bytes());
+            f.extend_from_slice(payload);
+            f
+        }
+        // :method POST, :scheme http, :path as a literal without indexing.
+        let headers = |path: &str| {
+            let mut b = vec![0x83, 0x86, 0x04, path.len() as u8];
+            b.extend_from_slice(path.as_bytes());
+            b
+        };
+        let path = "/runtime.v1.RuntimeService/StopContainer";
+        let chunk = |i: u64, bytes: Vec<u8>, gap_before: bool| {
+            CaptureEvent::Chunk(Chunk {
+                conn: ConnId(1),
+                direction: Direction::In,
+                ts: ts(i),
+                tid: 1,
+                syscall: Syscall::Read,
+                syscall_len: bytes.len() as u64,
+                bytes,
+                truncated: false,
+                gap_before,
+            })
+        };
+        let mut a = CriCallAssembler::new();
+        let mut out = Vec::new();
+        let mut first = crate::decode::cri::frame::PREFACE.to_vec();
+        first.extend(frame(0x4, 0, 0, &[]));
+        first.extend(frame(0x1, 0x4, 1, &headers(path)));
+        a.on_capture(&chunk(10, first, false), &mut out);
+        // Lost records, then a call that starts after them.
+        a.on_capture(
+            &chunk(20, frame(0x1, 0x4, 3, &headers(path)), true),
+            &mut out,
+        );
+        a.on_capture(
+            &CaptureEvent::Close(ConnClose {
+                conn: ConnId(1),
+                ts: ts(30),
+                reason: CloseReason::Closed,
+            }),
+            &mut out,
+        );
+        a.finish(&mut out);
+        let calls: Vec<_> = out
+            .iter()
+            .filter_map(|o| match o {
+                CriObservation::Call(c) => Some((c.stream_id, c)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(calls.len(), 2, "{out:?}");
+        let (_, lost) = calls.iter().find(|(id, _)| *id == 1).unwrap();
+        assert_eq!(lost.outcome, CriOutcome::Unknown);
+        assert_eq!(lost.outcome_evidence.as_deref(), Some(LOST_END_EVIDENCE));
+        assert_eq!((lost.end, lost.duration_ns), (None, None));
+        let (_, after) = calls.iter().find(|(id, _)| *id == 3).unwrap();
+        assert_eq!(after.outcome, CriOutcome::ConnectionClosed);
+        assert_eq!(after.end, Some(ts(30)));
     }
 
     proptest! {

@@ -110,7 +110,10 @@ struct Kind {
     kind: Option<String>,
 }
 
-/// The types a raw capture's lines have (capture/recording.rs).
+/// The types a raw capture's lines have (capture/recording.rs). `tick`
+/// too: a capture started on a quiet runtime (its connections opened
+/// before the start, nothing moving) begins with one (docs/capture.md,
+/// "Ticks"), and `replay` refused it as "not an nri-trace file".
 const CAPTURE_TYPES: &[&str] = &[
     "open",
     "chunk",
@@ -119,6 +122,7 @@ const CAPTURE_TYPES: &[&str] = &[
     "loss",
     "sandbox",
     "cri_state",
+    "tick",
 ];
 
 /// A flight recorder's segments (`model::recorder`) as one stream, oldest
@@ -330,5 +334,34 @@ where
         nri_socket: path_of(r.nri_socket),
         started_unix_ns: started.unwrap_or(0),
         redacted: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{open, Source};
+
+    /// A raw capture whose first line is a tick (the runtime was quiet
+    /// when the capture started) is a raw capture.
+    #[test]
+    fn a_raw_capture_may_start_with_a_tick() {
+        let path = std::env::temp_dir().join(format!("source-tick-{}.ndjson", std::process::id()));
+        std::fs::write(
+            &path,
+            concat!(
+                r#"{"v":1,"type":"tick","ts":{"mono_ns":1000,"wall_ns":2000}}"#,
+                "\n",
+                r#"{"v":1,"type":"tick","ts":{"mono_ns":2000,"wall_ns":3000}}"#,
+                "\n"
+            ),
+        )
+        .unwrap();
+        let source = open(&path);
+        let _ = std::fs::remove_file(&path);
+        match source {
+            Ok(Source::Capture { events, .. }) => assert_eq!(events.count(), 2),
+            Ok(Source::Records { .. }) => panic!("a raw capture read as a record file"),
+            Err(e) => panic!("{e}"),
+        }
     }
 }

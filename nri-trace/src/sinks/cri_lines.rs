@@ -7,7 +7,7 @@ use crate::{
     capture::{ConnId, Timestamp},
     engine::cri_latency::MethodSummary,
     human::{clock, sanitize},
-    model::cri_call::{CriCall, CriOutcome, Identified},
+    model::cri_call::{CriCall, CriOutcome, Identified, LOST_END_EVIDENCE},
 };
 
 fn short(id: &str) -> &str {
@@ -54,6 +54,11 @@ pub fn outcome(c: &CriCall) -> String {
         } => format!("RESET by the {by}: {error} ({error_code})"),
         CriOutcome::ConnectionClosed => "CONNECTION CLOSED before the end".into(),
         CriOutcome::NoResponse => "no response yet (capture ended)".into(),
+        // Its connection lost bytes while it was open, then closed
+        // (model::cri_call::LOST_END_EVIDENCE).
+        CriOutcome::Unknown if c.outcome_evidence.as_deref() == Some(LOST_END_EVIDENCE) => {
+            return "END LOST (capture loss): status unknown".into();
+        }
         CriOutcome::Unknown => "status unknown (hidden by HPACK)".into(),
     };
     if c.outcome_evidence.is_some() {

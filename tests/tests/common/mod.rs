@@ -383,6 +383,7 @@ pub(crate) fn session_config() -> SessionConfig {
         connect_paths: vec![],
         drain_interval: Duration::from_millis(2),
         channel: 65536,
+        queue_bytes: session::DEFAULT_QUEUE_BYTES,
         peer_env: vec![],
         existing_socketpair_env: None,
         follow_peer_ends: false,

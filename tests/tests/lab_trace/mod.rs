@@ -73,6 +73,10 @@ pub(crate) struct TraceProc {
     /// Give the lab's sockets (`--cri-socket`, `--nri-socket`) instead of
     /// finding the runtime: for a runtime that is not up yet.
     lab_sockets: bool,
+    /// A cgroup's `cgroup.procs` file: nri-trace is started inside that
+    /// cgroup (it moves itself there between fork and exec, so every page
+    /// it allocates is charged to it).
+    cgroup_procs: Option<PathBuf>,
 }
 
 impl TraceProc {
@@ -93,6 +97,25 @@ impl TraceProc {
             lab_sockets: true,
             ..Self::default()
         }
+    }
+
+    /// Started inside the cgroup whose `cgroup.procs` file is `procs`.
+    pub(crate) fn in_cgroup(mut self, procs: &Path) -> Self {
+        self.cgroup_procs = Some(procs.to_path_buf());
+        self
+    }
+
+    /// The running nri-trace's pid.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// SIGKILL it and reap it: nothing of it runs afterwards (no drain, no
+    /// clean-up of its own), as after `kill -9` or the OOM killer.
+    pub(crate) fn sigkill(&mut self) -> Result<std::process::ExitStatus> {
+        let mut c = self.child.take().context("nri-trace is not running")?;
+        c.kill().context("SIGKILL nri-trace")?;
+        Ok(c.wait()?)
     }
 
     /// The processes at the other end of nri-trace's own unix socket
@@ -144,6 +167,24 @@ impl Observer for TraceProc {
                 .arg(lab.cri_socket())
                 .arg("--nri-socket")
                 .arg(lab.nri_socket());
+        }
+        if let Some(procs) = &self.cgroup_procs {
+            use std::os::unix::{ffi::OsStrExt, process::CommandExt};
+            let path = std::ffi::CString::new(procs.as_os_str().as_bytes())?;
+            // SAFETY: between fork and exec only async-signal-safe calls
+            // (open, write, close) on memory allocated before the fork.
+            // Writing "0" moves the writer itself (cgroup_procs_write,
+            // kernel/cgroup/cgroup.c).
+            unsafe {
+                cmd.pre_exec(move || {
+                    let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                    if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    libc::close(fd);
+                    Ok(())
+                });
+            }
         }
         let child = cmd
             .arg("--no-redact")

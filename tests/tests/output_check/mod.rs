@@ -181,7 +181,12 @@ pub(crate) fn read_text(text: &str) -> Text {
         *t.cri_calls
             .entry((when.clone(), method.to_string()))
             .or_default() += 1;
-        if let Some(subject) = w.next() {
+        // A call settled only when its connection closed (it never ended,
+        // or its end was lost with bytes of the capture) is printed then,
+        // after calls that started later.
+        let at_close =
+            l.contains("CONNECTION CLOSED before the end") || l.contains("END LOST (capture loss)");
+        if let Some(subject) = w.next().filter(|_| !at_close) {
             let mut parts = subject.split('/');
             if let (Some(ns), Some(name)) = (parts.next(), parts.next()) {
                 t.per_pod
