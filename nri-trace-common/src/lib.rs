@@ -24,6 +24,12 @@ pub const DEFAULT_SNAP: u32 = 1024 * 1024;
 /// rest is reported as truncated. Go and Rust peers use one or two.
 pub const MAX_IOV: u32 = 64;
 
+/// Steps (16 KiB chunks, or iovec fetches) of one syscall's copy in the
+/// fallback programs, a bounded loop the verifier walks step by step, for
+/// kernels without bpf_loop (before 5.17): past them the rest of the
+/// syscall's bytes are marked truncated.
+pub const COMPAT_STEPS: u32 = 16;
+
 /// Size of the direct-mapped tgid filter (`TGID_FILTER`). Must be a power of
 /// two: slot = tgid & (TGID_SLOTS - 1).
 pub const TGID_SLOTS: u32 = 4096;
@@ -438,6 +444,21 @@ pub struct Config {
     /// Bit `1 << sig` set: signals of that number sent to the runtime's
     /// process tree are reported (not SIGCHLD, SIGURG, ...: a flood).
     pub signal_mask: u64,
+    /// Byte offset of `stack` in the kernel's `struct task_struct` (from
+    /// its BTF): how the fallback programs find a task's saved user
+    /// registers on kernels without bpf_task_pt_regs (before 5.15); 0:
+    /// unknown, those programs see no syscall arguments.
+    pub task_stack_off: u32,
+    /// Offset of `bool group_dead` in the sched_process_exit tracepoint's
+    /// record (its tracefs format; the field came with Linux 6.16); 0: the
+    /// kernel's record has none, and `task_signal_off` says instead.
+    pub exit_group_dead_off: u32,
+    /// Offsets of `signal` in `struct task_struct` and of `live` in
+    /// `struct signal_struct` (BTF): `task->signal->live` is 0 once the
+    /// last thread of a process exits (kernel/exit.c do_exit decrements it
+    /// before the tracepoint). 0: unknown.
+    pub task_signal_off: u32,
+    pub signal_live_off: u32,
 }
 
 impl Config {
