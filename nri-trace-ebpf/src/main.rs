@@ -282,20 +282,23 @@ pub(crate) fn group_dead(ctx: &TracePointContext, cfg: &Config, pid_tgid: u64) -
     pid_tgid as u32 == (pid_tgid >> 32) as u32
 }
 
-/// `v` clamped to `max` in a form every verifier tracks: a compare of the
-/// register with a constant. The volatile read hides `v`'s origin from
-/// LLVM, which would otherwise drop a clamp it can prove redundant and
-/// leave a bound the verifier can only derive from a register-register
-/// compare: kernels before 6.8 learn nothing from one (kernel/bpf/
-/// verifier.c reg_set_min_max), and 6.1 rejected the probe read's size as
-/// unbounded ("R2 unbounded memory access").
+/// `v` if it is at most `max`, checked in a form every verifier tracks: a
+/// compare of the register with a constant, on the path that goes on with
+/// `v` itself. The volatile read hides `v`'s origin from LLVM, which
+/// would otherwise drop a check it can prove redundant (the callers pass
+/// lengths <= `max`) and leave a bound the verifier can only derive from a
+/// register-register compare: kernels before 6.8 learn nothing from one
+/// (kernel/bpf/verifier.c reg_set_min_max), and 6.1 rejected the probe
+/// read's size as unbounded ("R2 unbounded memory access"). No clamp to
+/// `max` either: 5.10 forgets a constant stored to the stack, and the
+/// clamped size came back unbounded ("R2 min value is negative").
 #[inline(always)]
-fn clamp_for_verifier(v: u64, max: u64) -> u64 {
+fn bounded_for_verifier(v: u64, max: u64) -> Option<u64> {
     let v = unsafe { core::ptr::read_volatile(&v) };
     if v > max {
-        max
+        None
     } else {
-        v
+        Some(v)
     }
 }
 
@@ -384,7 +387,11 @@ fn emit_reserved<const N: usize>(
     flags: u32,
     wakeup: u32,
 ) {
-    let n = clamp_for_verifier(len as u64, N as u64) as usize;
+    let Some(n) = bounded_for_verifier(len as u64, N as u64) else {
+        bump(counter::LOST_RECORDS, 1);
+        return;
+    };
+    let n = n as usize;
     let Some(mut e) = EVENTS.reserve::<Reserved<N>>(0) else {
         bump(counter::LOST_RECORDS, 1);
         bump(counter::LOST_BYTES, n as u64);
@@ -453,7 +460,11 @@ fn emit_scratch(hdr: &RecordHeader, src: u64, len: u32, offset: u32, flags: u32,
     s.hdr.offset = offset;
     s.hdr.flags = flags;
     // Bound for the verifier: 0..=MAX_CHUNK.
-    let n = clamp_for_verifier(len as u64, MAX_CHUNK as u64) as usize;
+    let Some(n) = bounded_for_verifier(len as u64, MAX_CHUNK as u64) else {
+        bump(counter::LOST_RECORDS, 1);
+        return;
+    };
+    let n = n as usize;
     let ok = unsafe {
         raw_probe_read_user(
             s.data.as_mut_ptr() as *mut c_void,
