@@ -24,11 +24,20 @@ pub const DEFAULT_SNAP: u32 = 1024 * 1024;
 /// rest is reported as truncated. Go and Rust peers use one or two.
 pub const MAX_IOV: u32 = 64;
 
-/// Steps (16 KiB chunks, or iovec fetches) of one syscall's copy in the
-/// fallback programs, a bounded loop the verifier walks step by step, for
-/// kernels without bpf_loop (before 5.17): past them the rest of the
-/// syscall's bytes are marked truncated.
-pub const COMPAT_STEPS: u32 = 16;
+/// Steps (16 KiB chunks, or iovec fetches) of one syscall's copy in each
+/// run of the fallback programs' `copy_tail`, for kernels without bpf_loop
+/// (before 5.17): a bounded loop the verifier walks step by step, so
+/// short; `copy_tail` goes on by tail-calling itself.
+pub const COMPAT_TAIL_STEPS: u32 = 4;
+
+/// Runs of `copy_tail` per syscall: the kernel allows 32 tail calls per
+/// program run (MAX_TAIL_CALL_CNT, include/linux/bpf.h; 33 since 5.17),
+/// and the data program's own call into `copy_tail` is the first.
+pub const COMPAT_TAIL_RUNS: u32 = 32;
+
+/// Steps of one syscall's copy in the fallback programs: past them, the
+/// rest of the syscall's bytes are dropped and the call marked truncated.
+pub const COMPAT_STEPS: u32 = COMPAT_TAIL_STEPS * COMPAT_TAIL_RUNS;
 
 /// Size of the direct-mapped tgid filter (`TGID_FILTER`). Must be a power of
 /// two: slot = tgid & (TGID_SLOTS - 1).

@@ -35,13 +35,13 @@ use aya_ebpf::{
         },
     },
     macros::{map, raw_tracepoint, tracepoint},
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, ProgramArray, RingBuf},
     programs::{RawTracePointContext, TracePointContext},
     EbpfContext,
 };
 use nri_trace_common::{
     counter, fd_table_index, filter_row, filter_tgid, filter_value, Config, FdKey, FdState,
-    COMPAT_STEPS,
+    COMPAT_TAIL_STEPS,
     RecordHeader, RecordKind, SunPath, Syscall, DEFAULT_RING_BYTES, DEFAULT_SNAP, FD_CONN,
     FD_LISTEN, FD_TABLE_FDS, FD_TABLE_ROWS, FLAG_LAST, FLAG_READ_FAULT,
     FLAG_TRUNCATED, MAX_CHUNK, MAX_IOV, MAX_SNAP, RECORD_HEADER_LEN, SUN_PATH_LEN, TGID_SLOTS,
@@ -387,16 +387,20 @@ fn emit_reserved<const N: usize>(
     flags: u32,
     wakeup: u32,
 ) {
+    let Some(mut e) = EVENTS.reserve::<Reserved<N>>(0) else {
+        bump(counter::LOST_RECORDS, 1);
+        bump(counter::LOST_BYTES, u64::from(len));
+        return;
+    };
+    // Checked after the reservation, right before the read: a bound
+    // checked before a helper call is spilled to the stack across it, and
+    // 5.10 reloads the spilled copy without the bound.
     let Some(n) = bounded_for_verifier(len as u64, N as u64) else {
+        e.discard(0);
         bump(counter::LOST_RECORDS, 1);
         return;
     };
     let n = n as usize;
-    let Some(mut e) = EVENTS.reserve::<Reserved<N>>(0) else {
-        bump(counter::LOST_RECORDS, 1);
-        bump(counter::LOST_BYTES, n as u64);
-        return;
-    };
     let r = e.as_mut_ptr();
     let ok = unsafe {
         raw_probe_read_user(
@@ -613,6 +617,7 @@ fn copy_one<const COMPAT: bool>(st: &mut CopyState) -> i64 {
 /// Capture the payload of a data syscall that returned `ret` bytes.
 #[inline(always)]
 fn capture_payload<const COMPAT: bool>(
+    ctx: &TracePointContext,
     sc: Syscall,
     pid_tgid: u64,
     fd: u32,
@@ -655,14 +660,10 @@ fn capture_payload<const COMPAT: bool>(
     };
     const STEPS: u32 = MAX_SNAP / MAX_CHUNK as u32 + MAX_IOV;
     if COMPAT {
-        // No bpf_loop (before 5.17): a bounded loop, which the verifier
-        // walks once per step, so it is short (`COMPAT_STEPS`); what does
-        // not fit is marked truncated below.
-        for _ in 0..COMPAT_STEPS {
-            if copy_one::<true>(st) != 0 {
-                break;
-            }
-        }
+        // No bpf_loop (before 5.17): `copy_tail` copies, in runs of a few
+        // steps. A tail call does not return unless it fails (no program
+        // in the slot): then the copy ends here, marked truncated.
+        unsafe { COPY_TAIL.tail_call(ctx, 0) };
     } else {
         let mut ctx: *mut CopyState = st;
         unsafe {
@@ -674,14 +675,49 @@ fn capture_payload<const COMPAT: bool>(
             )
         };
     }
+    copy_done(st);
+}
+
+/// The end of a syscall's copy: if it ran out of iovecs we may copy (or
+/// could not read one, or of steps), close the syscall with an empty
+/// record so userspace knows bytes are missing.
+#[inline(always)]
+fn copy_done(st: &CopyState) {
     if st.off < st.total {
-        // Ran out of iovecs we may copy (or could not read one): close the
-        // syscall with an empty record so userspace knows bytes are missing.
         let mut end = st.hdr;
         end.offset = st.off;
         end.flags = st.flags | FLAG_TRUNCATED | FLAG_LAST;
         emit_header(&end, st.wakeup);
     }
+}
+
+/// The fallback programs' copy loop, continued by tail calls: slot 0 holds
+/// `copy_tail` (userspace puts it there when it loads the fallback
+/// programs).
+#[map]
+static COPY_TAIL: ProgramArray = ProgramArray::with_max_entries(1, 0);
+
+/// The fallback programs' copy (no bpf_loop, before 5.17): up to
+/// `COMPAT_TAIL_STEPS` steps of the `COPY_STATE` copy, then a tail call
+/// to itself for the next ones; the kernel's tail-call limit ends it after
+/// `COMPAT_TAIL_RUNS` runs. The verifier checks the few steps once, where
+/// one loop over all of them exceeded 5.10's 1M-instruction budget.
+#[tracepoint]
+pub fn copy_tail(ctx: TracePointContext) -> u32 {
+    let Some(st) = COPY_STATE.get_ptr_mut(0) else {
+        return 0;
+    };
+    let st = unsafe { &mut *st };
+    for _ in 0..COMPAT_TAIL_STEPS {
+        if copy_one::<true>(st) != 0 {
+            copy_done(st);
+            return 0;
+        }
+    }
+    unsafe { COPY_TAIL.tail_call(&ctx, 0) };
+    // The tail-call limit: the copy ends here.
+    copy_done(st);
+    0
 }
 
 /// read/write/recvfrom/sendto: one contiguous buffer in arg 1.
@@ -700,6 +736,7 @@ fn data_contiguous<const COMPAT: bool>(ctx: &TracePointContext, sc: Syscall) -> 
         len: ret as u64,
     };
     capture_payload::<COMPAT>(
+        ctx,
         sc,
         pid_tgid,
         args[0] as u32,
@@ -739,6 +776,7 @@ fn data_vectored<const COMPAT: bool>(ctx: &TracePointContext, sc: Syscall, msghd
         }
     };
     capture_payload::<COMPAT>(
+        ctx,
         sc,
         pid_tgid,
         args[0] as u32,

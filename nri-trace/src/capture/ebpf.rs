@@ -7,7 +7,7 @@ use std::{
 };
 
 use aya::{
-    maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, MapData, PerCpuArray, ProgramArray, RingBuf},
     programs::{RawTracePoint, TracePoint},
     Ebpf, EbpfLoader,
 };
@@ -98,8 +98,7 @@ pub const FALLBACK_PROGRAMS: &[&str] = &[
 ];
 
 /// Chunks or iovecs one syscall's capture may take with the fallback
-/// programs' bounded loop (`COMPAT_STEPS` in nri-trace-ebpf): what the
-/// verifier of a kernel without bpf_loop accepts.
+/// programs (their `copy_tail`, nri-trace-common `COMPAT_STEPS`).
 pub const FALLBACK_STEPS: u32 = nri_trace_common::COMPAT_STEPS;
 
 /// Which helpers the running kernel gave the programs.
@@ -241,6 +240,9 @@ impl EbpfBackend {
                 name.to_owned()
             }
         };
+        if helpers == KernelHelpers::Fallback {
+            install_copy_tail(&mut ebpf)?;
+        }
         match opts.programs {
             ProgramSet::Capture => {
                 for (name, cat, tp) in CAPTURE_PROGRAMS {
@@ -433,6 +435,26 @@ fn parse_field_offset(format: &str, field: &str) -> Option<u32> {
         }
         parts.find_map(|p| p.trim().strip_prefix("offset:")?.parse().ok())
     })
+}
+
+/// Load `copy_tail` and put it in slot 0 of `COPY_TAIL`, where the
+/// fallback programs tail-call it to copy a syscall's bytes.
+fn install_copy_tail(ebpf: &mut Ebpf) -> Result<(), BackendError> {
+    let prog: &mut TracePoint = load_program(ebpf, "copy_tail")?;
+    let fd = prog
+        .fd()
+        .ok()
+        .and_then(|fd| fd.try_clone().ok())
+        .ok_or(BackendError::Program {
+            program: "copy_tail".into(),
+            problem: "has no file descriptor after loading",
+        })?;
+    let map = ebpf
+        .map_mut("COPY_TAIL")
+        .ok_or(BackendError::MapMissing { map: "COPY_TAIL" })?;
+    let mut slots: ProgramArray<&mut MapData> =
+        ProgramArray::try_from(map).map_err(map_err("COPY_TAIL"))?;
+    slots.set(0, &fd, 0).map_err(map_err("COPY_TAIL"))
 }
 
 /// Whether the kernel has bpf_loop, bpf_task_pt_regs and

@@ -77,7 +77,7 @@ impl CaptureResult {
                     .iter()
                     .zip(want.iter())
                     .position(|(a, b)| a != b)
-                    .unwrap_or(got.len().min(want.len()));
+                    .unwrap_or_else(|| got.len().min(want.len()));
                 p.push(format!(
                     "bytes {what}: captured {} of {}, first difference at byte {at}",
                     got.len(),
@@ -136,7 +136,7 @@ fn iovec(b: &[u8]) -> libc::iovec {
 
 fn iovec_mut(b: &mut [u8]) -> libc::iovec {
     libc::iovec {
-        iov_base: b.as_mut_ptr() as *mut c_void,
+        iov_base: b.as_mut_ptr().cast::<c_void>(),
         iov_len: b.len(),
     }
 }
@@ -154,7 +154,7 @@ fn send(fd: i32, sc: Syscall, bufs: &[&[u8]]) -> Result<Vec<u8>, SelfTestError> 
             Syscall::Writev => libc::writev(fd, iov.as_ptr(), iov.len() as i32),
             _ => {
                 let mut m: libc::msghdr = std::mem::zeroed();
-                m.msg_iov = iov.as_ptr() as *mut libc::iovec;
+                m.msg_iov = iov.as_ptr().cast_mut();
                 m.msg_iovlen = iov.len();
                 libc::sendmsg(fd, &raw const m, 0)
             }
@@ -185,7 +185,7 @@ fn recv(fd: i32, sc: Syscall, sizes: &[usize]) -> Result<Vec<u8>, SelfTestError>
             Syscall::Readv => libc::readv(fd, iov.as_ptr(), iov.len() as i32),
             _ => {
                 let mut m: libc::msghdr = std::mem::zeroed();
-                m.msg_iov = iov.as_ptr() as *mut libc::iovec;
+                m.msg_iov = iov.as_ptr().cast_mut();
                 m.msg_iovlen = iov.len();
                 libc::recvmsg(fd, &raw mut m, 0)
             }
@@ -210,6 +210,10 @@ pub fn capture(backend: &mut dyn CaptureBackend) -> Result<CaptureResult, SelfTe
     result
 }
 
+/// One step of the exchange: a write syscall and the buffers it sends, the
+/// read syscall and the buffer sizes it reads into.
+type Step = (Syscall, Vec<Vec<u8>>, Syscall, Vec<usize>);
+
 fn exchange(backend: &mut dyn CaptureBackend, tgid: u32) -> Result<CaptureResult, SelfTestError> {
     let (a, b) = UnixStream::pair().map_err(io_err("socketpair"))?;
     let (wfd, rfd) = (a.as_raw_fd(), b.as_raw_fd());
@@ -219,7 +223,7 @@ fn exchange(backend: &mut dyn CaptureBackend, tgid: u32) -> Result<CaptureResult
     // bounded loop where bpf_loop is missing), and vectors of several
     // segments (iovecs fetched one by one). Each write is read back at
     // once, so the socket buffer never fills.
-    let steps: [(Syscall, Vec<Vec<u8>>, Syscall, Vec<usize>); 4] = [
+    let steps: [Step; 4] = [
         (
             Syscall::Write,
             vec![pattern(300, 1)],
