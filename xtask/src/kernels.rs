@@ -61,7 +61,7 @@ const BUSYBOX_SUITE: (&str, &str) = ("http://deb.debian.org/debian", "bookworm")
 
 /// A VM that has not powered off after this long is stuck (a boot is
 /// ~4 s under tcg, loading the programs some more).
-const BOOT_TIMEOUT: Duration = Duration::from_secs(300);
+const BOOT_TIMEOUT: Duration = Duration::from_mins(5);
 
 /// The doctor checks that must pass in every VM besides its exit status
 /// (which a missing check would not fail).
@@ -440,7 +440,7 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 
 /// The /init of the base initrd: mount what nri-trace needs, run the
 /// per-run layer's /test.sh, power off.
-const INIT: &str = r#"#!/bin/busybox sh
+const INIT: &str = r"#!/bin/busybox sh
 /bin/busybox --install -s /bin
 export PATH=/bin
 mkdir -p /proc /sys /dev /tmp /run
@@ -454,7 +454,7 @@ mount -t tmpfs tmpfs /run
 /bin/sh /test.sh
 sync
 poweroff -f
-"#;
+";
 
 /// The per-run test: doctor, then the capture self-test; each section
 /// starts with MARK on the second serial port (the console is the first).
@@ -558,9 +558,9 @@ fn boot(
     let boot_ms = start.elapsed().as_millis();
     let text = fs::read_to_string(&results).unwrap_or_default();
     let mut r = parse_results(&text);
-    r.kernel = k.name.to_owned();
-    r.package = package.to_owned();
-    r.version = version.to_owned();
+    k.name.clone_into(&mut r.kernel);
+    package.clone_into(&mut r.package);
+    version.clone_into(&mut r.version);
     r.boot_ms = boot_ms;
     if status.is_none() {
         r.stderr
@@ -606,7 +606,7 @@ fn parse_results(text: &str) -> KernelRun {
             continue;
         }
         match section {
-            "uname" => r.uname = line.to_owned(),
+            "uname" => line.clone_into(&mut r.uname),
             "doctor" => r.doctor.push(
                 serde_json::from_str(line)
                     .unwrap_or_else(|_| serde_json::Value::String(line.to_owned())),
@@ -658,7 +658,7 @@ impl Cpio {
     }
 
     fn pad(&mut self) {
-        while self.out.len() % 4 != 0 {
+        while !self.out.len().is_multiple_of(4) {
             self.out.push(0);
         }
     }

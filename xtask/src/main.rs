@@ -194,6 +194,8 @@ fn test(extra: &[String]) -> Result<()> {
     // empty root): a release build of its own (measured 8.4 min of the
     // dist's 10 min here, with other builds sharing the 2 cores), too
     // long to hide inside one test. It builds the eBPF object first.
+    // tests/tests/kernels.rs boots it in qemu on Debian's kernels (under
+    // CI) through this xtask's `kernels` (docs/kernels.md).
     let dist = dist::run_dist()?;
     let obj = ebpf_object();
     let mut cmd = cargo();
