@@ -217,16 +217,25 @@ fn ensure_qemu() -> Result<()> {
     {
         return Ok(());
     }
-    run(Command::new("apt-get")
-        .args([
-            "install",
-            "-y",
-            "-q",
-            "--no-install-recommends",
-            "qemu-system-x86",
-        ])
-        .env("DEBIAN_FRONTEND", "noninteractive"))
-    .context("installing qemu-system-x86 (are you root?)")
+    let install = || {
+        run(Command::new("apt-get")
+            .args([
+                "install",
+                "-y",
+                "-q",
+                "--no-install-recommends",
+                "qemu-system-x86",
+            ])
+            .env("DEBIAN_FRONTEND", "noninteractive"))
+    };
+    // A fresh machine's package lists may be missing or stale: update
+    // them once and try again.
+    install()
+        .or_else(|_| {
+            run(Command::new("apt-get").args(["update", "-q"]))?;
+            install()
+        })
+        .context("installing qemu-system-x86 (are you root?)")
 }
 
 /// A private apt configuration with one source, under `cache/apt/<suite>`;
