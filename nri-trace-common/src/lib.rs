@@ -459,7 +459,8 @@ pub struct Config {
     /// unknown, those programs see no syscall arguments.
     pub task_stack_off: u32,
     /// Offset of `bool group_dead` in the sched_process_exit tracepoint's
-    /// record (its tracefs format; the field came with Linux 6.16); 0: the
+    /// record (its tracefs format; 6.18's record has it, 6.12's and older
+    /// ones do not); 0: the
     /// kernel's record has none, and `task_signal_off` says instead.
     pub exit_group_dead_off: u32,
     /// Offsets of `signal` in `struct task_struct` and of `live` in

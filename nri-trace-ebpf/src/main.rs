@@ -253,7 +253,8 @@ fn syscall_args_from_stack() -> Option<[u64; 4]> {
 }
 
 /// Whether the task running sched/sched_process_exit is the last thread of
-/// its process. Its record's `group_dead` says so since Linux 6.16; before,
+/// its process. Its record's `group_dead` says so where it has one (6.18
+/// here; not 6.12 and older); else
 /// `task->signal->live`, which do_exit decrements to 0 for the last thread
 /// before the tracepoint (kernel/exit.c). Two threads exiting at once may
 /// both see 0 there: a process's exit can then be reported twice, which
@@ -287,9 +288,10 @@ pub(crate) fn group_dead(ctx: &TracePointContext, cfg: &Config, pid_tgid: u64) -
 /// `v` itself. The volatile read hides `v`'s origin from LLVM, which
 /// would otherwise drop a check it can prove redundant (the callers pass
 /// lengths <= `max`) and leave a bound the verifier can only derive from a
-/// register-register compare: kernels before 6.8 learn nothing from one
-/// (kernel/bpf/verifier.c reg_set_min_max), and 6.1 rejected the probe
-/// read's size as unbounded ("R2 unbounded memory access"). No clamp to
+/// register-register compare: 6.1's learns nothing from one (kernel/bpf/
+/// verifier.c reg_set_min_max only narrows against a constant there) and
+/// rejected the probe read's size as unbounded ("R2 unbounded memory
+/// access"); 6.12's accepted the same code. No clamp to
 /// `max` either: 5.10 forgets a constant stored to the stack, and the
 /// clamped size came back unbounded ("R2 min value is negative").
 #[inline(always)]
@@ -561,12 +563,11 @@ pub struct CopyState {
 
 /// The copy state lives in a map, not on the stack: the verifier knows
 /// nothing of a map value's contents, so it walks every branch of the
-/// loop body. Kernels before 6.7 verify a bpf_loop callback once, with
-/// the caller's state at the call (kernel/bpf/verifier.c, "verify
-/// callbacks as if they are called unknown number of times"): with the
-/// state on the stack, 6.1 saw `left == 0` (no iovec fetched yet) as a
-/// constant, dropped the copy branch as dead code, and a readv's bytes
-/// were never captured.
+/// loop body. 6.1's verifier checks a bpf_loop callback once, with the
+/// caller's state at the call (newer ones go on until the callback's
+/// state converges): with the state on the stack, 6.1 saw `left == 0`
+/// (no iovec fetched yet) as a constant, dropped the copy branch as dead
+/// code, and a readv's bytes were never captured (6.12 captured them).
 #[map]
 static COPY_STATE: PerCpuArray<CopyState> = PerCpuArray::with_max_entries(1, 0);
 
