@@ -24,6 +24,21 @@ pub const DEFAULT_SNAP: u32 = 1024 * 1024;
 /// rest is reported as truncated. Go and Rust peers use one or two.
 pub const MAX_IOV: u32 = 64;
 
+/// Steps (16 KiB chunks, or iovec fetches) of one syscall's copy in each
+/// run of the fallback programs' `copy_tail`, for kernels without bpf_loop
+/// (before 5.17): a bounded loop the verifier walks step by step, so
+/// short; `copy_tail` goes on by tail-calling itself.
+pub const COMPAT_TAIL_STEPS: u32 = 4;
+
+/// Runs of `copy_tail` per syscall: the kernel allows 32 tail calls per
+/// program run (MAX_TAIL_CALL_CNT, include/linux/bpf.h; 33 since 5.17),
+/// and the data program's own call into `copy_tail` is the first.
+pub const COMPAT_TAIL_RUNS: u32 = 32;
+
+/// Steps of one syscall's copy in the fallback programs: past them, the
+/// rest of the syscall's bytes are dropped and the call marked truncated.
+pub const COMPAT_STEPS: u32 = COMPAT_TAIL_STEPS * COMPAT_TAIL_RUNS;
+
 /// Size of the direct-mapped tgid filter (`TGID_FILTER`). Must be a power of
 /// two: slot = tgid & (TGID_SLOTS - 1).
 pub const TGID_SLOTS: u32 = 4096;
@@ -438,6 +453,22 @@ pub struct Config {
     /// Bit `1 << sig` set: signals of that number sent to the runtime's
     /// process tree are reported (not SIGCHLD, SIGURG, ...: a flood).
     pub signal_mask: u64,
+    /// Byte offset of `stack` in the kernel's `struct task_struct` (from
+    /// its BTF): how the fallback programs find a task's saved user
+    /// registers on kernels without bpf_task_pt_regs (before 5.15); 0:
+    /// unknown, those programs see no syscall arguments.
+    pub task_stack_off: u32,
+    /// Offset of `bool group_dead` in the sched_process_exit tracepoint's
+    /// record (its tracefs format; 6.18's record has it, 6.12's and older
+    /// ones do not); 0: the
+    /// kernel's record has none, and `task_signal_off` says instead.
+    pub exit_group_dead_off: u32,
+    /// Offsets of `signal` in `struct task_struct` and of `live` in
+    /// `struct signal_struct` (BTF): `task->signal->live` is 0 once the
+    /// last thread of a process exits (kernel/exit.c do_exit decrements it
+    /// before the tracepoint). 0: unknown.
+    pub task_signal_off: u32,
+    pub signal_live_off: u32,
 }
 
 impl Config {

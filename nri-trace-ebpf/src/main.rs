@@ -26,20 +26,22 @@ use core::ffi::c_void;
 use aya_ebpf::{
     bindings::{BPF_NOEXIST, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
-        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
+        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
         bpf_probe_read_user_str_bytes,
         generated::{
-            bpf_get_current_task_btf, bpf_loop, bpf_probe_read_user as raw_probe_read_user,
-            bpf_ringbuf_output, bpf_ringbuf_query, bpf_task_pt_regs,
+            bpf_get_current_task, bpf_get_current_task_btf, bpf_loop,
+            bpf_probe_read_user as raw_probe_read_user, bpf_ringbuf_output, bpf_ringbuf_query,
+            bpf_task_pt_regs,
         },
     },
     macros::{map, raw_tracepoint, tracepoint},
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, ProgramArray, RingBuf},
     programs::{RawTracePointContext, TracePointContext},
     EbpfContext,
 };
 use nri_trace_common::{
     counter, fd_table_index, filter_row, filter_tgid, filter_value, Config, FdKey, FdState,
+    COMPAT_TAIL_STEPS,
     RecordHeader, RecordKind, SunPath, Syscall, DEFAULT_RING_BYTES, DEFAULT_SNAP, FD_CONN,
     FD_LISTEN, FD_TABLE_FDS, FD_TABLE_ROWS, FLAG_LAST, FLAG_READ_FAULT,
     FLAG_TRUNCATED, MAX_CHUNK, MAX_IOV, MAX_SNAP, RECORD_HEADER_LEN, SUN_PATH_LEN, TGID_SLOTS,
@@ -194,19 +196,28 @@ fn config() -> Config {
             exit_code_off: 0,
             sandbox_rate: Config::DEFAULT_SANDBOX_RATE,
             signal_mask: Config::DEFAULT_SIGNAL_MASK,
+            task_stack_off: 0,
+            exit_group_dead_off: 0,
+            task_signal_off: 0,
+            signal_live_off: 0,
         },
     }
 }
 
 /// The current task's syscall arguments 0..=3 (x86_64 ABI: di, si, dx, r10),
-/// read from its saved user registers.
+/// read from its saved user registers. `COMPAT`: the fallback programs'
+/// way, for kernels without bpf_task_pt_regs (5.15) and
+/// bpf_get_current_task_btf (5.11).
 #[inline(always)]
-fn syscall_args() -> Option<[u64; 4]> {
+fn syscall_args<const COMPAT: bool>() -> Option<[u64; 4]> {
     // struct pt_regs offsets on x86_64 (arch/x86/include/asm/ptrace.h).
     const R10: usize = 7 * 8;
     const DX: usize = 12 * 8;
     const SI: usize = 13 * 8;
     const DI: usize = 14 * 8;
+    if COMPAT {
+        return syscall_args_from_stack();
+    }
     // bpf_task_pt_regs returns a BTF pointer (PTR_TO_BTF_ID of struct
     // pt_regs): the verifier lets the program load from it directly (the
     // JIT emits fault-checked loads), no bpf_probe_read_kernel call.
@@ -216,6 +227,81 @@ fn syscall_args() -> Option<[u64; 4]> {
     }
     let word = |off: usize| unsafe { core::ptr::read_volatile(regs.add(off) as *const u64) };
     Some([word(DI), word(SI), word(DX), word(R10)])
+}
+
+/// The syscall arguments as bpf_task_pt_regs finds them, by hand: the user
+/// registers are saved at the top of the task's kernel stack,
+/// `task_pt_regs(task)` = `task->stack + THREAD_SIZE` minus one `struct
+/// pt_regs` (arch/x86/include/asm/processor.h; TOP_OF_KERNEL_STACK_PADDING
+/// is 0 on x86_64 before FRED, 6.9). THREAD_SIZE is 16 KiB on x86_64
+/// without KASAN (arch/x86/include/asm/page_64_types.h), as Debian builds
+/// it. `task->stack`'s offset comes from the kernel's BTF (`Config`).
+#[inline(always)]
+fn syscall_args_from_stack() -> Option<[u64; 4]> {
+    const THREAD_SIZE: u64 = 16 * 1024;
+    const PT_REGS_SIZE: u64 = 21 * 8;
+    let off = config().task_stack_off;
+    if off == 0 {
+        return None;
+    }
+    let task = unsafe { bpf_get_current_task() };
+    let stack: u64 = unsafe { bpf_probe_read_kernel((task + off as u64) as *const u64) }.ok()?;
+    let regs = stack + THREAD_SIZE - PT_REGS_SIZE;
+    // Words 7 (r10) to 14 (di) of struct pt_regs in one read.
+    let w: [u64; 8] = unsafe { bpf_probe_read_kernel((regs + 7 * 8) as *const [u64; 8]) }.ok()?;
+    Some([w[7], w[6], w[5], w[0]])
+}
+
+/// Whether the task running sched/sched_process_exit is the last thread of
+/// its process. Its record's `group_dead` says so where it has one (6.18
+/// here; not 6.12 and older); else
+/// `task->signal->live`, which do_exit decrements to 0 for the last thread
+/// before the tracepoint (kernel/exit.c). Two threads exiting at once may
+/// both see 0 there: a process's exit can then be reported twice, which
+/// its reader takes as one. Without the offsets, the thread group leader's
+/// exit stands for the process's.
+#[inline(always)]
+pub(crate) fn group_dead(ctx: &TracePointContext, cfg: &Config, pid_tgid: u64) -> bool {
+    if cfg.exit_group_dead_off != 0 {
+        let v: u8 = unsafe { ctx.read_at(cfg.exit_group_dead_off as usize) }.unwrap_or(0);
+        return v != 0;
+    }
+    if cfg.task_signal_off != 0 {
+        let task = unsafe { bpf_get_current_task() };
+        let signal = unsafe {
+            bpf_probe_read_kernel((task + cfg.task_signal_off as u64) as *const u64)
+        };
+        if let Ok(signal) = signal {
+            let live = unsafe {
+                bpf_probe_read_kernel((signal + cfg.signal_live_off as u64) as *const i32)
+            };
+            if let Ok(live) = live {
+                return live == 0;
+            }
+        }
+    }
+    pid_tgid as u32 == (pid_tgid >> 32) as u32
+}
+
+/// `v` if it is at most `max`, checked in a form every verifier tracks: a
+/// compare of the register with a constant, on the path that goes on with
+/// `v` itself. The volatile read hides `v`'s origin from LLVM, which
+/// would otherwise drop a check it can prove redundant (the callers pass
+/// lengths <= `max`) and leave a bound the verifier can only derive from a
+/// register-register compare: 6.1's learns nothing from one (kernel/bpf/
+/// verifier.c reg_set_min_max only narrows against a constant there) and
+/// rejected the probe read's size as unbounded ("R2 unbounded memory
+/// access"); 6.12's accepted the same code. No clamp to
+/// `max` either: 5.10 forgets a constant stored to the stack, and the
+/// clamped size came back unbounded ("R2 min value is negative").
+#[inline(always)]
+fn bounded_for_verifier(v: u64, max: u64) -> Option<u64> {
+    let v = unsafe { core::ptr::read_volatile(&v) };
+    if v > max {
+        None
+    } else {
+        Some(v)
+    }
 }
 
 /// Per-CPU time of the last forced wakeup (see `wake_flags`).
@@ -303,12 +389,20 @@ fn emit_reserved<const N: usize>(
     flags: u32,
     wakeup: u32,
 ) {
-    let n = (len as usize).min(N);
     let Some(mut e) = EVENTS.reserve::<Reserved<N>>(0) else {
         bump(counter::LOST_RECORDS, 1);
-        bump(counter::LOST_BYTES, n as u64);
+        bump(counter::LOST_BYTES, u64::from(len));
         return;
     };
+    // Checked after the reservation, right before the read: a bound
+    // checked before a helper call is spilled to the stack across it, and
+    // 5.10 reloads the spilled copy without the bound.
+    let Some(n) = bounded_for_verifier(len as u64, N as u64) else {
+        e.discard(0);
+        bump(counter::LOST_RECORDS, 1);
+        return;
+    };
+    let n = n as usize;
     let r = e.as_mut_ptr();
     let ok = unsafe {
         raw_probe_read_user(
@@ -354,6 +448,16 @@ fn emit_chunk(hdr: &RecordHeader, src: u64, len: u32, offset: u32, flags: u32, w
         emit_reserved::<2048>(hdr, src, len, offset, flags, wakeup);
         return;
     }
+    emit_scratch(hdr, src, len, offset, flags, wakeup);
+}
+
+/// Copy `len` (<= MAX_CHUNK) user bytes at `src` into one Data record
+/// through the per-CPU scratch buffer, exact size: one path for any
+/// length, which the fallback programs' unrolled loop can afford (the
+/// size classes of `emit_chunk` multiplied its verifier states past the
+/// 1M-instruction limit of 5.10).
+#[inline(always)]
+fn emit_scratch(hdr: &RecordHeader, src: u64, len: u32, offset: u32, flags: u32, wakeup: u32) {
     let Some(s) = SCRATCH.get_ptr_mut(0) else {
         return;
     };
@@ -361,8 +465,12 @@ fn emit_chunk(hdr: &RecordHeader, src: u64, len: u32, offset: u32, flags: u32, w
     s.hdr = *hdr;
     s.hdr.offset = offset;
     s.hdr.flags = flags;
-    // Bound for the verifier: 1..=MAX_CHUNK.
-    let n = (len as usize).min(MAX_CHUNK);
+    // Bound for the verifier: 0..=MAX_CHUNK.
+    let Some(n) = bounded_for_verifier(len as u64, MAX_CHUNK as u64) else {
+        bump(counter::LOST_RECORDS, 1);
+        return;
+    };
+    let n = n as usize;
     let ok = unsafe {
         raw_probe_read_user(
             s.data.as_mut_ptr() as *mut c_void,
@@ -399,9 +507,9 @@ fn emit_chunk(hdr: &RecordHeader, src: u64, len: u32, offset: u32, flags: u32, w
 /// The syscall's arguments and the fd's sequence number for this direction,
 /// if the caller is tracked and the fd is a tracked connection.
 #[inline(always)]
-fn tracked_conn(pid_tgid: u64, inbound: bool) -> Option<([u64; 4], u32)> {
+fn tracked_conn<const COMPAT: bool>(pid_tgid: u64, inbound: bool) -> Option<([u64; 4], u32)> {
     let t = tracked((pid_tgid >> 32) as u32)?;
-    let args = syscall_args()?;
+    let args = syscall_args::<COMPAT>()?;
     let st = fd_get(t, args[0] as u32)?;
     if unsafe { (*st).flags } & FD_CONN == 0 {
         return None;
@@ -437,7 +545,7 @@ struct Iovec {
 /// State of one syscall's payload copy, advanced by `copy_step` under
 /// bpf_loop. A contiguous buffer is a single pre-fetched segment.
 #[repr(C)]
-struct CopyState {
+pub struct CopyState {
     hdr: RecordHeader,
     /// Current segment: next user address and bytes left in it.
     base: u64,
@@ -453,12 +561,29 @@ struct CopyState {
     wakeup: u32,
 }
 
+/// The copy state lives in a map, not on the stack: the verifier knows
+/// nothing of a map value's contents, so it walks every branch of the
+/// loop body. 6.1's verifier checks a bpf_loop callback once, with the
+/// caller's state at the call (newer ones go on until the callback's
+/// state converges): with the state on the stack, 6.1 saw `left == 0`
+/// (no iovec fetched yet) as a constant, dropped the copy branch as dead
+/// code, and a readv's bytes were never captured (6.12 captured them).
+#[map]
+static COPY_STATE: PerCpuArray<CopyState> = PerCpuArray::with_max_entries(1, 0);
+
 /// One bpf_loop step: fetch the next iovec, or copy one chunk. Running the
 /// copy as a bpf_loop callback lets the verifier check the body once;
 /// an unrolled loop over 256 chunks exceeds its 1M-instruction budget.
+/// `ctx` points at a stack slot holding the `COPY_STATE` value's address.
 #[inline(never)]
 extern "C" fn copy_step(_index: u64, ctx: *mut c_void) -> i64 {
-    let st = unsafe { &mut *(ctx as *mut CopyState) };
+    copy_one::<false>(unsafe { &mut **(ctx as *mut *mut CopyState) })
+}
+
+/// The body of one copy step (`copy_step`); 1 ends the loop. `COMPAT`
+/// copies every chunk through the scratch buffer (`emit_scratch`).
+#[inline(always)]
+fn copy_one<const COMPAT: bool>(st: &mut CopyState) -> i64 {
     if st.off >= st.total {
         return 1;
     }
@@ -479,7 +604,11 @@ extern "C" fn copy_step(_index: u64, ctx: *mut c_void) -> i64 {
         .min(st.left)
         .min(MAX_CHUNK as u64) as u32;
     let last = if st.off + n >= st.total { FLAG_LAST } else { 0 };
-    emit_chunk(&st.hdr, st.base, n, st.off, st.flags | last, st.wakeup);
+    if COMPAT {
+        emit_scratch(&st.hdr, st.base, n, st.off, st.flags | last, st.wakeup);
+    } else {
+        emit_chunk(&st.hdr, st.base, n, st.off, st.flags | last, st.wakeup);
+    }
     st.off += n;
     st.base += n as u64;
     st.left -= n as u64;
@@ -488,7 +617,8 @@ extern "C" fn copy_step(_index: u64, ctx: *mut c_void) -> i64 {
 
 /// Capture the payload of a data syscall that returned `ret` bytes.
 #[inline(always)]
-fn capture_payload(
+fn capture_payload<const COMPAT: bool>(
+    ctx: &TracePointContext,
     sc: Syscall,
     pid_tgid: u64,
     fd: u32,
@@ -513,7 +643,11 @@ fn capture_payload(
         emit_chunk(&hdr, seg.base, total, 0, flags | FLAG_LAST, cfg.wakeup_bytes);
         return;
     }
-    let mut st = CopyState {
+    let Some(st) = COPY_STATE.get_ptr_mut(0) else {
+        return;
+    };
+    let st = unsafe { &mut *st };
+    *st = CopyState {
         hdr,
         base: seg.base,
         left: seg.len,
@@ -526,17 +660,31 @@ fn capture_payload(
         wakeup: cfg.wakeup_bytes,
     };
     const STEPS: u32 = MAX_SNAP / MAX_CHUNK as u32 + MAX_IOV;
-    unsafe {
-        bpf_loop(
-            STEPS,
-            copy_step as *mut c_void,
-            &mut st as *mut CopyState as *mut c_void,
-            0,
-        )
-    };
+    if COMPAT {
+        // No bpf_loop (before 5.17): `copy_tail` copies, in runs of a few
+        // steps. A tail call does not return unless it fails (no program
+        // in the slot): then the copy ends here, marked truncated.
+        unsafe { COPY_TAIL.tail_call(ctx, 0) };
+    } else {
+        let mut ctx: *mut CopyState = st;
+        unsafe {
+            bpf_loop(
+                STEPS,
+                copy_step as *mut c_void,
+                &mut ctx as *mut *mut CopyState as *mut c_void,
+                0,
+            )
+        };
+    }
+    copy_done(st);
+}
+
+/// The end of a syscall's copy: if it ran out of iovecs we may copy (or
+/// could not read one, or of steps), close the syscall with an empty
+/// record so userspace knows bytes are missing.
+#[inline(always)]
+fn copy_done(st: &CopyState) {
     if st.off < st.total {
-        // Ran out of iovecs we may copy (or could not read one): close the
-        // syscall with an empty record so userspace knows bytes are missing.
         let mut end = st.hdr;
         end.offset = st.off;
         end.flags = st.flags | FLAG_TRUNCATED | FLAG_LAST;
@@ -544,22 +692,52 @@ fn capture_payload(
     }
 }
 
+/// The fallback programs' copy loop, continued by tail calls: slot 0 holds
+/// `copy_tail` (userspace puts it there when it loads the fallback
+/// programs).
+#[map]
+static COPY_TAIL: ProgramArray = ProgramArray::with_max_entries(1, 0);
+
+/// The fallback programs' copy (no bpf_loop, before 5.17): up to
+/// `COMPAT_TAIL_STEPS` steps of the `COPY_STATE` copy, then a tail call
+/// to itself for the next ones; the kernel's tail-call limit ends it after
+/// `COMPAT_TAIL_RUNS` runs. The verifier checks the few steps once, where
+/// one loop over all of them exceeded 5.10's 1M-instruction budget.
+#[tracepoint]
+pub fn copy_tail(ctx: TracePointContext) -> u32 {
+    let Some(st) = COPY_STATE.get_ptr_mut(0) else {
+        return 0;
+    };
+    let st = unsafe { &mut *st };
+    for _ in 0..COMPAT_TAIL_STEPS {
+        if copy_one::<true>(st) != 0 {
+            copy_done(st);
+            return 0;
+        }
+    }
+    unsafe { COPY_TAIL.tail_call(&ctx, 0) };
+    // The tail-call limit: the copy ends here.
+    copy_done(st);
+    0
+}
+
 /// read/write/recvfrom/sendto: one contiguous buffer in arg 1.
 #[inline(always)]
-fn data_contiguous(ctx: &TracePointContext, sc: Syscall) -> u32 {
+fn data_contiguous<const COMPAT: bool>(ctx: &TracePointContext, sc: Syscall) -> u32 {
     let ret = ret_of(ctx);
     if ret <= 0 {
         return 0;
     }
     let pid_tgid = bpf_get_current_pid_tgid();
-    let Some((args, seq)) = tracked_conn(pid_tgid, sc.is_inbound()) else {
+    let Some((args, seq)) = tracked_conn::<COMPAT>(pid_tgid, sc.is_inbound()) else {
         return 0;
     };
     let seg = Iovec {
         base: args[1],
         len: ret as u64,
     };
-    capture_payload(
+    capture_payload::<COMPAT>(
+        ctx,
         sc,
         pid_tgid,
         args[0] as u32,
@@ -573,13 +751,13 @@ fn data_contiguous(ctx: &TracePointContext, sc: Syscall) -> u32 {
 
 /// readv/writev (iovec array, count) and recvmsg/sendmsg (struct msghdr).
 #[inline(always)]
-fn data_vectored(ctx: &TracePointContext, sc: Syscall, msghdr: bool) -> u32 {
+fn data_vectored<const COMPAT: bool>(ctx: &TracePointContext, sc: Syscall, msghdr: bool) -> u32 {
     let ret = ret_of(ctx);
     if ret <= 0 {
         return 0;
     }
     let pid_tgid = bpf_get_current_pid_tgid();
-    let Some((args, seq)) = tracked_conn(pid_tgid, sc.is_inbound()) else {
+    let Some((args, seq)) = tracked_conn::<COMPAT>(pid_tgid, sc.is_inbound()) else {
         return 0;
     };
     let iov = if msghdr {
@@ -598,7 +776,8 @@ fn data_vectored(ctx: &TracePointContext, sc: Syscall, msghdr: bool) -> u32 {
             len: args[2],
         }
     };
-    capture_payload(
+    capture_payload::<COMPAT>(
+        ctx,
         sc,
         pid_tgid,
         args[0] as u32,
@@ -630,31 +809,34 @@ fn track_fd_reported(t: Tracked, hdr: &RecordHeader, flags: u32, wakeup_bytes: u
 
 // ---------------------------------------------------------------- programs
 
-macro_rules! contiguous {
-    ($name:ident, $sc:expr) => {
+/// A program and its fallback twin (`<name>_compat`: no bpf_loop, no
+/// bpf_task_pt_regs, for kernels before 5.17; userspace loads one of the
+/// two, capture/ebpf.rs `FALLBACK_PROGRAMS`): `$body::<false>` and
+/// `$body::<true>` on the same tracepoint context.
+macro_rules! with_fallback {
+    ($(#[$doc:meta])* $name:ident, $compat:ident, |$ctx:ident| $body:ident($($arg:expr),*)) => {
+        $(#[$doc])*
         #[tracepoint]
-        pub fn $name(ctx: TracePointContext) -> u32 {
-            data_contiguous(&ctx, $sc)
+        pub fn $name($ctx: TracePointContext) -> u32 {
+            $body::<false>(&$ctx, $($arg),*)
+        }
+        $(#[$doc])*
+        #[tracepoint]
+        pub fn $compat($ctx: TracePointContext) -> u32 {
+            $body::<true>(&$ctx, $($arg),*)
         }
     };
 }
-macro_rules! vectored {
-    ($name:ident, $sc:expr, $msg:expr) => {
-        #[tracepoint]
-        pub fn $name(ctx: TracePointContext) -> u32 {
-            data_vectored(&ctx, $sc, $msg)
-        }
-    };
-}
+pub(crate) use with_fallback;
 
-contiguous!(exit_read, Syscall::Read);
-contiguous!(exit_recvfrom, Syscall::Recvfrom);
-contiguous!(exit_write, Syscall::Write);
-contiguous!(exit_sendto, Syscall::Sendto);
-vectored!(exit_readv, Syscall::Readv, false);
-vectored!(exit_writev, Syscall::Writev, false);
-vectored!(exit_recvmsg, Syscall::Recvmsg, true);
-vectored!(exit_sendmsg, Syscall::Sendmsg, true);
+with_fallback!(exit_read, exit_read_compat, |ctx| data_contiguous(Syscall::Read));
+with_fallback!(exit_recvfrom, exit_recvfrom_compat, |ctx| data_contiguous(Syscall::Recvfrom));
+with_fallback!(exit_write, exit_write_compat, |ctx| data_contiguous(Syscall::Write));
+with_fallback!(exit_sendto, exit_sendto_compat, |ctx| data_contiguous(Syscall::Sendto));
+with_fallback!(exit_readv, exit_readv_compat, |ctx| data_vectored(Syscall::Readv, false));
+with_fallback!(exit_writev, exit_writev_compat, |ctx| data_vectored(Syscall::Writev, false));
+with_fallback!(exit_recvmsg, exit_recvmsg_compat, |ctx| data_vectored(Syscall::Recvmsg, true));
+with_fallback!(exit_sendmsg, exit_sendmsg_compat, |ctx| data_vectored(Syscall::Sendmsg, true));
 
 /// close is the one syscall probed at *enter*: once close returns, the fd
 /// number is free and another thread's accept/socketpair may already have
@@ -679,7 +861,7 @@ pub fn enter_close(ctx: TracePointContext) -> u32 {
 }
 
 #[inline(always)]
-fn accept_exit(ctx: &TracePointContext, sc: Syscall) -> u32 {
+fn accept_exit<const COMPAT: bool>(ctx: &TracePointContext, sc: Syscall) -> u32 {
     let ret = ret_of(ctx);
     if ret < 0 {
         return 0;
@@ -688,7 +870,7 @@ fn accept_exit(ctx: &TracePointContext, sc: Syscall) -> u32 {
     let Some(t) = tracked((pid_tgid >> 32) as u32) else {
         return 0;
     };
-    let Some(args) = syscall_args() else { return 0 };
+    let Some(args) = syscall_args::<COMPAT>() else { return 0 };
     match fd_get(t, args[0] as u32) {
         Some(f) if unsafe { (*f).flags } & FD_LISTEN != 0 => {
             track_fd(sc, t, pid_tgid, ret as i32, args[0] as i32)
@@ -698,15 +880,8 @@ fn accept_exit(ctx: &TracePointContext, sc: Syscall) -> u32 {
     0
 }
 
-#[tracepoint]
-pub fn exit_accept(ctx: TracePointContext) -> u32 {
-    accept_exit(&ctx, Syscall::Accept)
-}
-
-#[tracepoint]
-pub fn exit_accept4(ctx: TracePointContext) -> u32 {
-    accept_exit(&ctx, Syscall::Accept4)
-}
+with_fallback!(exit_accept, exit_accept_compat, |ctx| accept_exit(Syscall::Accept));
+with_fallback!(exit_accept4, exit_accept4_compat, |ctx| accept_exit(Syscall::Accept4));
 
 /// The path of the AF_UNIX `struct sockaddr_un` at `addr` (sa_family, a
 /// u16, then sun_path[108]); None for another family or a fault.
@@ -723,18 +898,20 @@ fn unix_path(addr: u64) -> Option<SunPath> {
     Some(key)
 }
 
-#[tracepoint]
-pub fn exit_connect(ctx: TracePointContext) -> u32 {
+with_fallback!(exit_connect, exit_connect_compat, |ctx| connect_exit());
+
+#[inline(always)]
+fn connect_exit<const COMPAT: bool>(ctx: &TracePointContext) -> u32 {
     // A non-blocking unix connect completes at once or fails with EAGAIN;
     // EINPROGRESS does not happen for AF_UNIX (net/unix/af_unix.c).
-    if ret_of(&ctx) != 0 {
+    if ret_of(ctx) != 0 {
         return 0;
     }
     let pid_tgid = bpf_get_current_pid_tgid();
     let Some(t) = tracked((pid_tgid >> 32) as u32) else {
         return 0;
     };
-    let Some(args) = syscall_args() else { return 0 };
+    let Some(args) = syscall_args::<COMPAT>() else { return 0 };
     let Some(key) = unix_path(args[1]) else {
         return 0;
     };
@@ -744,6 +921,11 @@ pub fn exit_connect(ctx: TracePointContext) -> u32 {
     0
 }
 
+with_fallback!(
+    /// bind() of a watched path: see `bind_exit`.
+    exit_bind, exit_bind_compat, |ctx| bind_exit()
+);
+
 /// bind() of a watched path, by any process (the runtime that binds it
 /// again after a restart is not tracked yet; bind is rare, so the
 /// unfiltered program costs the node nothing measurable). Tracking starts
@@ -751,12 +933,12 @@ pub fn exit_connect(ctx: TracePointContext) -> u32 {
 /// runtime's listen() are captured from their first byte: a userspace
 /// scan for the new listener came up to 100 ms late, and a plugin that
 /// connected in between lost its registration (CI, runtime-restart).
-#[tracepoint]
-pub fn exit_bind(ctx: TracePointContext) -> u32 {
-    if ret_of(&ctx) != 0 {
+#[inline(always)]
+fn bind_exit<const COMPAT: bool>(ctx: &TracePointContext) -> u32 {
+    if ret_of(ctx) != 0 {
         return 0;
     }
-    let Some(args) = syscall_args() else { return 0 };
+    let Some(args) = syscall_args::<COMPAT>() else { return 0 };
     let Some(key) = unix_path(args[1]) else {
         return 0;
     };
@@ -805,16 +987,18 @@ pub fn exit_bind(ctx: TracePointContext) -> u32 {
     0
 }
 
-#[tracepoint]
-pub fn exit_socketpair(ctx: TracePointContext) -> u32 {
-    if ret_of(&ctx) != 0 {
+with_fallback!(exit_socketpair, exit_socketpair_compat, |ctx| socketpair_exit());
+
+#[inline(always)]
+fn socketpair_exit<const COMPAT: bool>(ctx: &TracePointContext) -> u32 {
+    if ret_of(ctx) != 0 {
         return 0;
     }
     let pid_tgid = bpf_get_current_pid_tgid();
     let Some(t) = tracked((pid_tgid >> 32) as u32) else {
         return 0;
     };
-    let Some(args) = syscall_args() else { return 0 };
+    let Some(args) = syscall_args::<COMPAT>() else { return 0 };
     if args[0] != 1 {
         return 0; // AF_UNIX only
     }
@@ -829,7 +1013,7 @@ pub fn exit_socketpair(ctx: TracePointContext) -> u32 {
 
 /// dup/dup2/dup3 of a tracked fd: the new fd is the same connection.
 #[inline(always)]
-fn dup_exit(ctx: &TracePointContext, sc: Syscall) -> u32 {
+fn dup_exit<const COMPAT: bool>(ctx: &TracePointContext, sc: Syscall) -> u32 {
     let ret = ret_of(ctx);
     if ret < 0 {
         return 0;
@@ -838,7 +1022,7 @@ fn dup_exit(ctx: &TracePointContext, sc: Syscall) -> u32 {
     let Some(t) = tracked((pid_tgid >> 32) as u32) else {
         return 0;
     };
-    let Some(args) = syscall_args() else { return 0 };
+    let Some(args) = syscall_args::<COMPAT>() else { return 0 };
     if args[0] as i64 == ret {
         return 0; // dup2(fd, fd)
     }
@@ -855,20 +1039,9 @@ fn dup_exit(ctx: &TracePointContext, sc: Syscall) -> u32 {
     0
 }
 
-#[tracepoint]
-pub fn exit_dup(ctx: TracePointContext) -> u32 {
-    dup_exit(&ctx, Syscall::Dup)
-}
-
-#[tracepoint]
-pub fn exit_dup2(ctx: TracePointContext) -> u32 {
-    dup_exit(&ctx, Syscall::Dup2)
-}
-
-#[tracepoint]
-pub fn exit_dup3(ctx: TracePointContext) -> u32 {
-    dup_exit(&ctx, Syscall::Dup3)
-}
+with_fallback!(exit_dup, exit_dup_compat, |ctx| dup_exit(Syscall::Dup));
+with_fallback!(exit_dup2, exit_dup2_compat, |ctx| dup_exit(Syscall::Dup2));
+with_fallback!(exit_dup3, exit_dup3_compat, |ctx| dup_exit(Syscall::Dup3));
 
 /// task/task_newtask runs in the parent for every new task; only a new
 /// process (not a thread: CLONE_THREAD) is a fork worth reporting.
@@ -896,14 +1069,38 @@ pub fn sched_exit(ctx: TracePointContext) -> u32 {
     if tracked((pid_tgid >> 32) as u32).is_none() {
         return 0;
     }
-    // sched/sched_process_exit: `bool group_dead` at offset 32: the last
-    // thread of the process is exiting.
-    let group_dead: u8 = unsafe { ctx.read_at(32) }.unwrap_or(0);
-    if group_dead != 0 {
+    if group_dead(&ctx, &config(), pid_tgid) {
         let hdr = header(RecordKind::ProcessExit, Syscall::Sched, pid_tgid, -1, 0, 0);
         emit_header(&hdr, config().wakeup_bytes);
     }
     0
+}
+
+// ------------------------------------------------------- helper probe
+
+/// Never attached: userspace loads it to learn whether the kernel has
+/// bpf_loop, bpf_task_pt_regs and bpf_get_current_task_btf (the verifier
+/// rejects an unknown helper id), and loads the fallback programs if not
+/// (capture/ebpf.rs `probe_helpers`).
+#[tracepoint]
+pub fn probe_helpers(_ctx: TracePointContext) -> u32 {
+    let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) };
+    let mut steps = 0u64;
+    unsafe {
+        bpf_loop(
+            1,
+            probe_step as *mut c_void,
+            &mut steps as *mut u64 as *mut c_void,
+            0,
+        )
+    };
+    u32::from(regs == 0) + steps as u32
+}
+
+#[inline(never)]
+extern "C" fn probe_step(_index: u64, ctx: *mut c_void) -> i64 {
+    unsafe { *(ctx as *mut u64) += 1 };
+    1
 }
 
 // ------------------------------------------- floor programs (benchmarks only)

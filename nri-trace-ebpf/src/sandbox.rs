@@ -36,7 +36,9 @@ use nri_trace_common::{
     SANDBOX_RECORD_LEN, TASK_WATCH_EXIT,
 };
 
-use crate::{bump, config, ret_of, syscall_args, wake_flags, EVENTS, SCRATCH};
+use crate::{
+    bump, config, group_dead, ret_of, syscall_args, wake_flags, with_fallback, EVENTS, SCRATCH,
+};
 
 /// The runtime's process tree: tgid -> `TASK_*` bits. Seeded by userspace
 /// (runtime, shims, kubelet), grown by `sandbox_newtask`, shrunk by
@@ -241,9 +243,8 @@ pub fn sandbox_exit(ctx: TracePointContext) -> u32 {
     let Some(bits) = (unsafe { POD_TASKS.get(&tgid) }).copied() else {
         return 0;
     };
-    // `bool group_dead` at offset 32: the last thread is exiting.
-    let group_dead: u8 = unsafe { ctx.read_at(32) }.unwrap_or(0);
-    if group_dead == 0 {
+    // Only the last thread's exit is the process's.
+    if !group_dead(&ctx, &config(), bpf_get_current_pid_tgid()) {
         return 0;
     }
     let _ = POD_TASKS.remove(&tgid);
@@ -308,12 +309,12 @@ pub fn sandbox_signal(ctx: TracePointContext) -> u32 {
 /// Relative paths (Go's os.RemoveAll walking a directory with unlinkat on
 /// a dirfd, workloads' own files) are not what names a pod's blocker.
 #[inline(always)]
-fn path_syscall(ctx: &TracePointContext, sc: Syscall, path_arg: usize) -> u32 {
+fn path_syscall<const COMPAT: bool>(ctx: &TracePointContext, sc: Syscall, path_arg: usize) -> u32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     if !pod_task(tgid) {
         return 0;
     }
-    let Some(args) = syscall_args() else { return 0 };
+    let Some(args) = syscall_args::<COMPAT>() else { return 0 };
     let ptr = args[path_arg & 3];
     let Ok(first) = (unsafe { aya_ebpf::helpers::bpf_probe_read_user(ptr as *const u8) }) else {
         return 0;
@@ -337,37 +338,27 @@ fn path_syscall(ctx: &TracePointContext, sc: Syscall, path_arg: usize) -> u32 {
     0
 }
 
-#[tracepoint]
-pub fn exit_umount2(ctx: TracePointContext) -> u32 {
-    path_syscall(&ctx, Syscall::Umount2, 0)
-}
+with_fallback!(exit_umount2, exit_umount2_compat, |ctx| path_syscall(Syscall::Umount2, 0));
+with_fallback!(exit_unlinkat, exit_unlinkat_compat, |ctx| path_syscall(Syscall::Unlinkat, 1));
+with_fallback!(exit_unlink, exit_unlink_compat, |ctx| path_syscall(Syscall::Unlink, 0));
+with_fallback!(exit_rmdir, exit_rmdir_compat, |ctx| path_syscall(Syscall::Rmdir, 0));
 
-#[tracepoint]
-pub fn exit_unlinkat(ctx: TracePointContext) -> u32 {
-    path_syscall(&ctx, Syscall::Unlinkat, 1)
-}
-
-#[tracepoint]
-pub fn exit_unlink(ctx: TracePointContext) -> u32 {
-    path_syscall(&ctx, Syscall::Unlink, 0)
-}
-
-#[tracepoint]
-pub fn exit_rmdir(ctx: TracePointContext) -> u32 {
-    path_syscall(&ctx, Syscall::Rmdir, 0)
-}
+with_fallback!(
+    /// mount(2): see `mount_exit`.
+    exit_mount, exit_mount_compat, |ctx| mount_exit()
+);
 
 /// mount(2) bind mounts of a /proc/.../ns/ file: how a runtime pins a
 /// namespace to a file (containerd's netns under /var/run/netns, CRI-O's
 /// pinns). runc's own /proc binds (masked paths, its cloned binary) are
 /// not namespaces and are left out.
-#[tracepoint]
-pub fn exit_mount(ctx: TracePointContext) -> u32 {
+#[inline(always)]
+fn mount_exit<const COMPAT: bool>(ctx: &TracePointContext) -> u32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     if !pod_task(tgid) {
         return 0;
     }
-    let Some(args) = syscall_args() else { return 0 };
+    let Some(args) = syscall_args::<COMPAT>() else { return 0 };
     if args[3] & MS_BIND == 0 {
         return 0;
     }
@@ -392,7 +383,7 @@ pub fn exit_mount(ctx: TracePointContext) -> u32 {
     if !ns {
         return 0;
     }
-    let Some(mut d) = draft(Syscall::Mount, ret_of(&ctx)) else {
+    let Some(mut d) = draft(Syscall::Mount, ret_of(ctx)) else {
         return 0;
     };
     d.rec().arg = args[3];
@@ -406,12 +397,12 @@ pub fn exit_mount(ctx: TracePointContext) -> u32 {
 /// entry by the tree (runc, containerd's netns pinning, `exec` into a
 /// container).
 #[inline(always)]
-fn ns_syscall(ctx: &TracePointContext, sc: Syscall) -> u32 {
+fn ns_syscall<const COMPAT: bool>(ctx: &TracePointContext, sc: Syscall) -> u32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     if !pod_task(tgid) {
         return 0;
     }
-    let Some(args) = syscall_args() else { return 0 };
+    let Some(args) = syscall_args::<COMPAT>() else { return 0 };
     let (arg, aux) = match sc {
         Syscall::Unshare => (args[0], 0),
         _ => (args[1], args[0] as i32),
@@ -427,15 +418,8 @@ fn ns_syscall(ctx: &TracePointContext, sc: Syscall) -> u32 {
     0
 }
 
-#[tracepoint]
-pub fn exit_unshare(ctx: TracePointContext) -> u32 {
-    ns_syscall(&ctx, Syscall::Unshare)
-}
-
-#[tracepoint]
-pub fn exit_setns(ctx: TracePointContext) -> u32 {
-    ns_syscall(&ctx, Syscall::Setns)
-}
+with_fallback!(exit_unshare, exit_unshare_compat, |ctx| ns_syscall(Syscall::Unshare));
+with_fallback!(exit_setns, exit_setns_compat, |ctx| ns_syscall(Syscall::Setns));
 
 /// cgroup/cgroup_mkdir and cgroup_rmdir (successful ones only: a failed
 /// rmdir shows as the rmdir syscall's errno). Rare on a node (services,

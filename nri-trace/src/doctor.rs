@@ -10,8 +10,10 @@ use serde::Serialize;
 
 use crate::capture::{
     discovery,
-    ebpf::{EbpfBackend, EbpfOptions, CAPTURE_PROGRAMS},
-    runtimes,
+    ebpf::{
+        EbpfBackend, EbpfOptions, KernelHelpers, CAPTURE_PROGRAMS, FALLBACK_STEPS, SANDBOX_PROGRAMS,
+    },
+    runtimes, selftest,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -92,7 +94,7 @@ pub fn btf() -> Check {
             "kernel BTF",
             Status::Fail,
             "/sys/kernel/btf/vmlinux missing",
-            "use a kernel built with CONFIG_DEBUG_INFO_BTF=y (bpf_get_current_task_btf needs it)",
+            "use a kernel built with CONFIG_DEBUG_INFO_BTF=y (bpf_get_current_task_btf and the task_struct offsets need it)",
         )
     }
 }
@@ -107,15 +109,16 @@ pub fn kernel_version() -> Check {
         .split(|c: char| !c.is_ascii_digit())
         .filter_map(|s| s.parse::<u32>().ok());
     let (maj, min) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
-    // bpf_task_pt_regs: 5.15; ring buffer: 5.8.
-    if (maj, min) >= (5, 15) {
+    // The ring buffer: 5.8. Before 5.17 (bpf_loop) and 5.15
+    // (bpf_task_pt_regs) the fallback programs run (`kernel helpers`).
+    if (maj, min) >= (5, 8) {
         check("kernel version", Status::Ok, rel, "")
     } else {
         check(
             "kernel version",
             Status::Fail,
             rel,
-            "nri-trace needs Linux >= 5.15 (bpf_task_pt_regs)",
+            "nri-trace needs Linux >= 5.8 (BPF ring buffer)",
         )
     }
 }
@@ -211,37 +214,113 @@ pub fn socket(label: &str, path: &str) -> Check {
     }
 }
 
-pub fn load() -> Check {
+/// Load and attach every program (the capture's and the sandbox
+/// probes'), then run the self-tests with them: the proof that capture
+/// works on this kernel, beyond the verifier's yes (capture/selftest.rs).
+pub fn load() -> Vec<Check> {
     if EbpfBackend::object().is_empty() {
-        return check(
+        return vec![check(
             "eBPF programs",
             Status::Fail,
             "this binary embeds no eBPF object",
             "build with `cargo xtask build`",
-        );
+        )];
     }
     let t = std::time::Instant::now();
-    match EbpfBackend::load(&EbpfOptions {
-        ring_bytes: 1 << 16,
+    let mut backend = match EbpfBackend::load(&EbpfOptions {
+        ring_bytes: 1 << 20,
+        sandbox: true,
         ..Default::default()
     }) {
-        Ok(_) => check(
-            "eBPF programs",
+        Ok(b) => b,
+        Err(e) => {
+            return vec![check(
+                "eBPF programs",
+                Status::Fail,
+                crate::human::error_chain(&e),
+                "see the checks above",
+            )]
+        }
+    };
+    let helpers = match backend.helpers() {
+        KernelHelpers::Full => check(
+            "kernel helpers",
+            Status::Ok,
+            "bpf_loop, bpf_task_pt_regs, bpf_get_current_task_btf",
+            "",
+        ),
+        KernelHelpers::Fallback => check(
+            "kernel helpers",
+            Status::Warn,
+            format!(
+                "no bpf_loop (5.17) or bpf_task_pt_regs (5.15): the fallback programs run; \
+                 lost: a syscall's bytes past {FALLBACK_STEPS} steps of its copy (a step \
+                 copies 16 KiB or fetches one iovec: {} KiB of a plain buffer, less over \
+                 several iovecs) are dropped and the call marked truncated",
+                FALLBACK_STEPS * 16
+            ),
+            "use Linux >= 5.17 for captures of any size",
+        ),
+    };
+    let loaded = check(
+        "eBPF programs",
+        Status::Ok,
+        format!(
+            "{} capture and {} sandbox programs loaded, verified and attached in {} ms",
+            CAPTURE_PROGRAMS.len(),
+            SANDBOX_PROGRAMS.len(),
+            t.elapsed().as_millis()
+        ),
+        "",
+    );
+    let capture = match selftest::capture(&mut backend) {
+        Ok(r) if r.exact() => check(
+            "capture self-test",
             Status::Ok,
             format!(
-                "{} programs loaded, verified and attached in {} ms",
-                CAPTURE_PROGRAMS.len(),
-                t.elapsed().as_millis()
+                "{} bytes over a socketpair with {} syscalls, captured byte for byte both ways",
+                r.sent.len(),
+                r.syscalls.len()
             ),
             "",
         ),
+        Ok(r) => check(
+            "capture self-test",
+            Status::Fail,
+            r.problem(),
+            "report it with this kernel's version (uname -r)",
+        ),
         Err(e) => check(
-            "eBPF programs",
+            "capture self-test",
             Status::Fail,
             crate::human::error_chain(&e),
-            "see the checks above",
+            "run as root",
         ),
-    }
+    };
+    let sandbox = match selftest::sandbox(&mut backend) {
+        Ok(r) if r.complete() => check(
+            "sandbox probes self-test",
+            Status::Ok,
+            "an rmdir (ENOENT), a SIGTERM and the exit it caused, all seen",
+            "",
+        ),
+        Ok(r) => check(
+            "sandbox probes self-test",
+            Status::Fail,
+            format!(
+                "seen: rmdir {:?}, signal {}, exit {:?}",
+                r.rmdir, r.signal, r.exit
+            ),
+            "report it with this kernel's version (uname -r)",
+        ),
+        Err(e) => check(
+            "sandbox probes self-test",
+            Status::Fail,
+            crate::human::error_chain(&e),
+            "run as root",
+        ),
+    };
+    vec![loaded, helpers, capture, sandbox]
 }
 
 /// The container runtimes running here and the CRI / NRI sockets `watch`
@@ -294,7 +373,7 @@ pub fn run() -> Vec<Check> {
     let mut v = vec![privileges(), kernel_version(), btf(), tracefs()];
     let loaded = load(); // mounts tracefs if needed
     v.push(tracepoints());
-    v.push(loaded);
+    v.extend(loaded);
     for (label, path) in DEFAULT_SOCKETS {
         v.push(socket(label, path));
     }

@@ -178,7 +178,7 @@ fn sha256(path: &Path) -> Result<String> {
 }
 
 /// A command's trimmed stdout; an error with its stderr if it fails.
-fn output(cmd: &mut Command) -> Result<String> {
+pub(crate) fn output(cmd: &mut Command) -> Result<String> {
     let out = cmd
         .output()
         .with_context(|| format!("running {}", cmd.get_program().display()))?;

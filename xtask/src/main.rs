@@ -1,4 +1,4 @@
-//! Developer tasks for nri-trace: `cargo xtask <setup|build|dist|image|test|bench|fuzz|lab>`.
+//! Developer tasks for nri-trace: `cargo xtask <setup|build|dist|image|kernels|test|bench|fuzz|lab>`.
 //!
 //! The eBPF crate cannot be built by the rustup toolchain on these machines
 //! (no rust-src, so no `-Z build-std`): it is built by Debian's rustc-web,
@@ -8,6 +8,7 @@
 mod bench;
 mod dist;
 mod fuzz;
+mod kernels;
 mod lab;
 mod setup;
 
@@ -43,6 +44,9 @@ enum Cmd {
     /// `dist`, then the binary in an OCI image layout tar for `ctr images
     /// import`, built offline (deploy/README.md).
     Image,
+    /// The static binary's `doctor` and capture self-test on Debian's
+    /// kernels 5.10, 6.1 and 6.12, each booted in qemu (docs/kernels.md).
+    Kernels(kernels::KernelsArgs),
     /// Check formatting and the workspace lints (clippy, warnings denied).
     Lint,
     /// Run every test: setup, the lints, build, unit tests, the
@@ -89,6 +93,7 @@ fn main() -> Result<()> {
         Cmd::Build { debug } => build(!debug).map(|_| ()),
         Cmd::Dist => dist::run_dist().map(|_| ()),
         Cmd::Image => dist::run_image().map(|_| ()),
+        Cmd::Kernels(a) => kernels::run_kernels(&a),
         Cmd::Lint => lint(),
         Cmd::Test { args } => test(&args),
         Cmd::Bench(a) => bench::run(a),
@@ -189,6 +194,8 @@ fn test(extra: &[String]) -> Result<()> {
     // empty root): a release build of its own (measured 8.4 min of the
     // dist's 10 min here, with other builds sharing the 2 cores), too
     // long to hide inside one test. It builds the eBPF object first.
+    // tests/tests/kernels.rs boots it in qemu on Debian's kernels (under
+    // CI) through this xtask's `kernels` (docs/kernels.md).
     let dist = dist::run_dist()?;
     let obj = ebpf_object();
     let mut cmd = cargo();

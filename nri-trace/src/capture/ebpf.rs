@@ -7,7 +7,7 @@ use std::{
 };
 
 use aya::{
-    maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, MapData, PerCpuArray, ProgramArray, RingBuf},
     programs::{RawTracePoint, TracePoint},
     Ebpf, EbpfLoader,
 };
@@ -67,6 +67,52 @@ pub const SANDBOX_PROGRAMS: &[(&str, &str, &str)] = &[
     ("sandbox_exec", "sched", "sched_process_exec"),
 ];
 
+/// The programs that read syscall arguments (bpf_task_pt_regs) or copy in
+/// a loop (bpf_loop), and so have a fallback twin, `<name>_compat`, in the
+/// object for kernels without those helpers (nri-trace-ebpf/src/main.rs,
+/// "fallback programs").
+pub const FALLBACK_PROGRAMS: &[&str] = &[
+    "exit_read",
+    "exit_readv",
+    "exit_recvfrom",
+    "exit_recvmsg",
+    "exit_write",
+    "exit_writev",
+    "exit_sendto",
+    "exit_sendmsg",
+    "exit_accept",
+    "exit_accept4",
+    "exit_connect",
+    "exit_bind",
+    "exit_socketpair",
+    "exit_dup",
+    "exit_dup2",
+    "exit_dup3",
+    "exit_umount2",
+    "exit_unlinkat",
+    "exit_unlink",
+    "exit_rmdir",
+    "exit_mount",
+    "exit_unshare",
+    "exit_setns",
+];
+
+/// Chunks or iovecs one syscall's capture may take with the fallback
+/// programs (their `copy_tail`, nri-trace-common `COMPAT_STEPS`).
+pub const FALLBACK_STEPS: u32 = nri_trace_common::COMPAT_STEPS;
+
+/// Which helpers the running kernel gave the programs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelHelpers {
+    /// bpf_loop (5.17), bpf_task_pt_regs (5.15) and
+    /// bpf_get_current_task_btf (5.11): the programs as designed.
+    Full,
+    /// One of them is missing: the fallback programs run (`task->stack`
+    /// read with bpf_probe_read_kernel for the registers, a bounded loop
+    /// of `FALLBACK_STEPS` for the copy).
+    Fallback,
+}
+
 /// Which programs to attach. Only `Capture` captures anything; the others
 /// exist to measure design floors in benchmarks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -120,6 +166,7 @@ pub struct EbpfBackend {
     pod_tasks: HashMap<MapData, u32, u32>,
     /// Userspace copy of the filter: tracked tgids, their slots and rows.
     view: TgidFilter,
+    helpers: KernelHelpers,
     // Keeps programs and links alive; dropped last.
     _ebpf: Ebpf,
 }
@@ -183,14 +230,27 @@ impl EbpfBackend {
                 summary: short_error(&source),
                 source: Box::new(source),
             })?;
+        let helpers = probe_helpers(&mut ebpf);
+        // The program to load for `name`: its fallback twin when the
+        // kernel lacks the helpers it calls.
+        let pick = |name: &str| -> String {
+            if helpers == KernelHelpers::Fallback && FALLBACK_PROGRAMS.contains(&name) {
+                format!("{name}_compat")
+            } else {
+                name.to_owned()
+            }
+        };
+        if helpers == KernelHelpers::Fallback {
+            install_copy_tail(&mut ebpf)?;
+        }
         match opts.programs {
             ProgramSet::Capture => {
                 for (name, cat, tp) in CAPTURE_PROGRAMS {
-                    attach_tp(&mut ebpf, name, &[(cat, tp)])?;
+                    attach_tp(&mut ebpf, &pick(name), &[(cat, tp)])?;
                 }
                 if opts.sandbox {
                     for (name, cat, tp) in SANDBOX_PROGRAMS {
-                        attach_tp(&mut ebpf, name, &[(cat, tp)])?;
+                        attach_tp(&mut ebpf, &pick(name), &[(cat, tp)])?;
                     }
                 }
             }
@@ -217,15 +277,24 @@ impl EbpfBackend {
         };
         let mut config: Array<MapData, Config> =
             Array::try_from(take(&mut ebpf, "CONFIG")?).map_err(map_err("CONFIG"))?;
+        let kernel = KernelOffsets::read();
         config
             .set(
                 0,
                 Config {
                     snap_len: opts.snap_len.clamp(1, MAX_SNAP),
                     wakeup_bytes: opts.wakeup_bytes,
-                    exit_code_off: if opts.sandbox { exit_code_offset() } else { 0 },
+                    exit_code_off: if opts.sandbox { kernel.exit_code } else { 0 },
                     sandbox_rate: Config::DEFAULT_SANDBOX_RATE,
                     signal_mask: Config::DEFAULT_SIGNAL_MASK,
+                    task_stack_off: if helpers == KernelHelpers::Fallback {
+                        kernel.stack
+                    } else {
+                        0
+                    },
+                    exit_group_dead_off: kernel.exit_group_dead,
+                    task_signal_off: kernel.signal,
+                    signal_live_off: kernel.live,
                 },
                 0,
             )
@@ -247,8 +316,15 @@ impl EbpfBackend {
             pod_tasks: HashMap::try_from(take(&mut ebpf, "POD_TASKS")?)
                 .map_err(map_err("POD_TASKS"))?,
             view: TgidFilter::default(),
+            helpers,
             _ebpf: ebpf,
         })
+    }
+
+    /// Which helpers the kernel gave the programs (the fallback programs
+    /// run without them).
+    pub fn helpers(&self) -> KernelHelpers {
+        self.helpers
     }
 
     fn write_slot(&mut self, slot: u32) -> Result<(), BackendError> {
@@ -288,14 +364,115 @@ fn sun_path(path: &Path) -> Result<SunPath, BackendError> {
     Ok(key)
 }
 
-/// `task_struct.exit_code`'s offset from the kernel's BTF; 0 (exit codes
-/// unknown) when it cannot be read.
-fn exit_code_offset() -> u32 {
-    match super::btf::kernel_member_offset("task_struct", "exit_code") {
-        Ok(off) => off,
-        Err(e) => {
+/// What the programs need to know of the running kernel's layout; 0 for
+/// what could not be read (`Config` says what each one costs then).
+struct KernelOffsets {
+    /// `task_struct.exit_code`, `.stack`, `.signal`; `signal_struct.live`.
+    exit_code: u32,
+    stack: u32,
+    signal: u32,
+    live: u32,
+    /// `group_dead` in the sched_process_exit record (tracefs format).
+    exit_group_dead: u32,
+}
+
+impl KernelOffsets {
+    /// From the kernel's BTF (read and parsed once: 5 MB) and tracefs.
+    fn read() -> Self {
+        let btf =
+            super::btf::read_btf_file(Path::new(super::btf::KERNEL_BTF_PATH)).and_then(|blob| {
+                let index = super::btf::BtfIndex::parse(&blob)?;
+                let off = |s: &str, m: &str| match index.member_offset(s, m) {
+                    Ok(o) => o,
+                    Err(e) => {
+                        log::warn!("{e}");
+                        0
+                    }
+                };
+                Ok([
+                    off("task_struct", "exit_code"),
+                    off("task_struct", "stack"),
+                    off("task_struct", "signal"),
+                    off("signal_struct", "live"),
+                ])
+            });
+        let [exit_code, stack, signal, live] = btf.unwrap_or_else(|e| {
             log::warn!("{e}");
-            0
+            [0; 4]
+        });
+        Self {
+            exit_code,
+            stack,
+            // Both or neither.
+            signal: if live == 0 { 0 } else { signal },
+            live,
+            exit_group_dead: tracepoint_field_offset("sched", "sched_process_exit", "group_dead")
+                .unwrap_or(0),
+        }
+    }
+}
+
+/// The offset of `field` in tracepoint `cat/tp`'s record, from its tracefs
+/// format file (`field:bool group_dead;\toffset:32;\tsize:1;...`).
+fn tracepoint_field_offset(cat: &str, tp: &str, field: &str) -> Option<u32> {
+    let format = [
+        "/sys/kernel/tracing/events",
+        "/sys/kernel/debug/tracing/events",
+    ]
+    .iter()
+    .find_map(|base| {
+        std::fs::read_to_string(Path::new(base).join(cat).join(tp).join("format")).ok()
+    })?;
+    parse_field_offset(&format, field)
+}
+
+fn parse_field_offset(format: &str, field: &str) -> Option<u32> {
+    format.lines().find_map(|line| {
+        let mut parts = line.trim().split(';');
+        let decl = parts.next()?.strip_prefix("field:")?;
+        if decl.rsplit(' ').next()? != field {
+            return None;
+        }
+        parts.find_map(|p| p.trim().strip_prefix("offset:")?.parse().ok())
+    })
+}
+
+/// Load `copy_tail` and put it in slot 0 of `COPY_TAIL`, where the
+/// fallback programs tail-call it to copy a syscall's bytes.
+fn install_copy_tail(ebpf: &mut Ebpf) -> Result<(), BackendError> {
+    let prog: &mut TracePoint = load_program(ebpf, "copy_tail")?;
+    let fd = prog
+        .fd()
+        .ok()
+        .and_then(|fd| fd.try_clone().ok())
+        .ok_or(BackendError::Program {
+            program: "copy_tail".into(),
+            problem: "has no file descriptor after loading",
+        })?;
+    let map = ebpf
+        .map_mut("COPY_TAIL")
+        .ok_or(BackendError::MapMissing { map: "COPY_TAIL" })?;
+    let mut slots: ProgramArray<&mut MapData> =
+        ProgramArray::try_from(map).map_err(map_err("COPY_TAIL"))?;
+    slots.set(0, &fd, 0).map_err(map_err("COPY_TAIL"))
+}
+
+/// Whether the kernel has bpf_loop, bpf_task_pt_regs and
+/// bpf_get_current_task_btf: the verifier's answer to `probe_helpers`, a
+/// program that calls the three (a kernel rejects an unknown helper id
+/// at load). Never attached.
+fn probe_helpers(ebpf: &mut Ebpf) -> KernelHelpers {
+    let Some(prog) = ebpf.program_mut("probe_helpers") else {
+        return KernelHelpers::Full;
+    };
+    let Ok(prog): Result<&mut TracePoint, _> = prog.try_into() else {
+        return KernelHelpers::Full;
+    };
+    match prog.load() {
+        Ok(()) => KernelHelpers::Full,
+        Err(e) => {
+            log::info!("loading the fallback programs: probe_helpers: {e:#}");
+            KernelHelpers::Fallback
         }
     }
 }
@@ -508,5 +685,31 @@ impl CaptureBackend for EbpfBackend {
 
     fn poll_fd(&self) -> RawFd {
         self.ring.as_raw_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_field_offset;
+
+    /// sched_process_exit's format on 6.18 (with group_dead) and on 6.1
+    /// (without), as the kernels' tracefs print them.
+    #[test]
+    fn tracepoint_field_offsets_from_format() {
+        let with = "name: sched_process_exit\nID: 316\nformat:\n\
+            \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+            \tfield:char comm[16];\toffset:8;\tsize:16;\tsigned:1;\n\
+            \tfield:pid_t pid;\toffset:24;\tsize:4;\tsigned:1;\n\
+            \tfield:int prio;\toffset:28;\tsize:4;\tsigned:1;\n\
+            \tfield:bool group_dead;\toffset:32;\tsize:1;\tsigned:0;\n\n\
+            print fmt: \"comm=%s pid=%d prio=%d group_dead=%s\"";
+        assert_eq!(parse_field_offset(with, "group_dead"), Some(32));
+        assert_eq!(parse_field_offset(with, "pid"), Some(24));
+        let without = with.replace(
+            "\tfield:bool group_dead;\toffset:32;\tsize:1;\tsigned:0;\n",
+            "",
+        );
+        assert_eq!(parse_field_offset(&without, "group_dead"), None);
+        assert_eq!(parse_field_offset(&without, "dead"), None);
     }
 }

@@ -26,6 +26,7 @@ pub mod record;
 pub mod recording;
 pub mod runtimes;
 pub mod sandbox;
+pub mod selftest;
 pub mod session;
 pub mod tgid_filter;
 pub mod tracker;

@@ -1,0 +1,367 @@
+//! The capture self-test (`doctor`): this process, tracked by the loaded
+//! programs, moves known bytes over a socketpair with every probed data
+//! syscall and makes the sandbox probes fire, then reads the ring back and
+//! compares. It is the proof that capture works on this kernel, beyond the
+//! verifier accepting the programs (docs/kernels.md).
+
+use std::{collections::BTreeMap, ffi::c_void, io, os::fd::AsRawFd, os::unix::net::UnixStream};
+
+use nri_trace_common::{RecordKind, Syscall};
+use thiserror::Error;
+
+use super::{
+    backend::{BackendError, CaptureBackend},
+    record,
+    sandbox::{self, SandboxOp},
+    session,
+};
+
+#[derive(Debug, Error)]
+pub enum SelfTestError {
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error("{what}: {source}")]
+    Io {
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> SelfTestError {
+    move |source| SelfTestError::Io { what, source }
+}
+
+/// What the capture self-test saw.
+#[derive(Debug, Default)]
+pub struct CaptureResult {
+    /// Bytes written, and as captured on the writing fd.
+    pub sent: Vec<u8>,
+    pub captured_out: Vec<u8>,
+    /// Bytes read, and as captured on the reading fd.
+    pub received: Vec<u8>,
+    pub captured_in: Vec<u8>,
+    /// Data syscalls that carried captured bytes.
+    pub syscalls: Vec<Syscall>,
+    /// Data records flagged truncated or read-faulted.
+    pub truncated: usize,
+    /// Whether the socketpair's two fds were reported opened.
+    pub opened: usize,
+}
+
+impl CaptureResult {
+    /// Byte-exact in both directions, through every data syscall.
+    pub fn exact(&self) -> bool {
+        self.captured_out == self.sent
+            && self.captured_in == self.received
+            && self.truncated == 0
+            && self.opened == 2
+            && DATA_SYSCALLS.iter().all(|s| self.syscalls.contains(s))
+    }
+
+    /// The first difference, in words.
+    pub fn problem(&self) -> String {
+        let mut p = Vec::new();
+        if self.opened != 2 {
+            p.push(format!(
+                "{} of the socketpair's 2 fds reported",
+                self.opened
+            ));
+        }
+        for (what, got, want) in [
+            ("written", &self.captured_out, &self.sent),
+            ("read", &self.captured_in, &self.received),
+        ] {
+            if got != want {
+                let at = got
+                    .iter()
+                    .zip(want.iter())
+                    .position(|(a, b)| a != b)
+                    .unwrap_or_else(|| got.len().min(want.len()));
+                p.push(format!(
+                    "bytes {what}: captured {} of {}, first difference at byte {at}",
+                    got.len(),
+                    want.len()
+                ));
+            }
+        }
+        let missing: Vec<String> = DATA_SYSCALLS
+            .iter()
+            .filter(|s| !self.syscalls.contains(s))
+            .map(|s| format!("{s:?}").to_lowercase())
+            .collect();
+        if !missing.is_empty() {
+            p.push(format!("no bytes from {}", missing.join(", ")));
+        }
+        if self.truncated > 0 {
+            p.push(format!("{} records truncated or faulted", self.truncated));
+        }
+        p.join("; ")
+    }
+}
+
+/// The data syscalls the exchange uses, each probed by its own program.
+pub const DATA_SYSCALLS: [Syscall; 8] = [
+    Syscall::Write,
+    Syscall::Writev,
+    Syscall::Sendto,
+    Syscall::Sendmsg,
+    Syscall::Read,
+    Syscall::Readv,
+    Syscall::Recvfrom,
+    Syscall::Recvmsg,
+];
+
+/// Known bytes: position-dependent, so a lost, repeated or reordered chunk
+/// shows as a difference.
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(31).wrapping_add(u32::from(seed)) as u8 ^ (i >> 8) as u8)
+        .collect()
+}
+
+fn check(r: isize, what: &'static str) -> Result<usize, SelfTestError> {
+    if r < 0 {
+        return Err(io_err(what)(io::Error::last_os_error()));
+    }
+    Ok(r as usize)
+}
+
+fn iovec(b: &[u8]) -> libc::iovec {
+    libc::iovec {
+        iov_base: b.as_ptr() as *mut c_void,
+        iov_len: b.len(),
+    }
+}
+
+fn iovec_mut(b: &mut [u8]) -> libc::iovec {
+    libc::iovec {
+        iov_base: b.as_mut_ptr().cast::<c_void>(),
+        iov_len: b.len(),
+    }
+}
+
+/// Write `bufs` on `fd` with `sc` (one syscall) and return the bytes sent.
+fn send(fd: i32, sc: Syscall, bufs: &[&[u8]]) -> Result<Vec<u8>, SelfTestError> {
+    let iov: Vec<libc::iovec> = bufs.iter().map(|b| iovec(b)).collect();
+    let flat: Vec<u8> = bufs.concat();
+    let n = unsafe {
+        match sc {
+            Syscall::Write => libc::write(fd, flat.as_ptr().cast(), flat.len()),
+            Syscall::Sendto => {
+                libc::sendto(fd, flat.as_ptr().cast(), flat.len(), 0, std::ptr::null(), 0)
+            }
+            Syscall::Writev => libc::writev(fd, iov.as_ptr(), iov.len() as i32),
+            _ => {
+                let mut m: libc::msghdr = std::mem::zeroed();
+                m.msg_iov = iov.as_ptr().cast_mut();
+                m.msg_iovlen = iov.len();
+                libc::sendmsg(fd, &raw const m, 0)
+            }
+        }
+    };
+    let n = check(n, "writing the socketpair")?;
+    Ok(flat[..n].to_vec())
+}
+
+/// Read up to `sizes` (split over iovecs for readv/recvmsg) on `fd` with
+/// `sc` (one syscall) and return the bytes read.
+fn recv(fd: i32, sc: Syscall, sizes: &[usize]) -> Result<Vec<u8>, SelfTestError> {
+    let mut bufs: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
+    let total: usize = sizes.iter().sum();
+    let mut flat = vec![0u8; total];
+    let iov: Vec<libc::iovec> = bufs.iter_mut().map(|b| iovec_mut(b)).collect();
+    let n = unsafe {
+        match sc {
+            Syscall::Read => libc::read(fd, flat.as_mut_ptr().cast(), total),
+            Syscall::Recvfrom => libc::recvfrom(
+                fd,
+                flat.as_mut_ptr().cast(),
+                total,
+                0,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            ),
+            Syscall::Readv => libc::readv(fd, iov.as_ptr(), iov.len() as i32),
+            _ => {
+                let mut m: libc::msghdr = std::mem::zeroed();
+                m.msg_iov = iov.as_ptr().cast_mut();
+                m.msg_iovlen = iov.len();
+                libc::recvmsg(fd, &raw mut m, 0)
+            }
+        }
+    };
+    let n = check(n, "reading the socketpair")?;
+    if matches!(sc, Syscall::Readv | Syscall::Recvmsg) {
+        flat = bufs.concat();
+    }
+    flat.truncate(n);
+    Ok(flat)
+}
+
+/// Run the exchange with `backend` loaded: track this process, make a
+/// socketpair (the kernel tracks both ends at its exit), move known bytes
+/// with each data syscall, and collect what the ring says.
+pub fn capture(backend: &mut dyn CaptureBackend) -> Result<CaptureResult, SelfTestError> {
+    let tgid = std::process::id();
+    backend.track_process(tgid)?;
+    let result = exchange(backend, tgid);
+    let _ = backend.untrack_process(tgid);
+    result
+}
+
+/// One step of the exchange: a write syscall and the buffers it sends, the
+/// read syscall and the buffer sizes it reads into.
+type Step = (Syscall, Vec<Vec<u8>>, Syscall, Vec<usize>);
+
+fn exchange(backend: &mut dyn CaptureBackend, tgid: u32) -> Result<CaptureResult, SelfTestError> {
+    let (a, b) = UnixStream::pair().map_err(io_err("socketpair"))?;
+    let (wfd, rfd) = (a.as_raw_fd(), b.as_raw_fd());
+    let mut r = CaptureResult::default();
+    // Sizes that take each path of the programs: one small buffer (the
+    // direct copy), a buffer over one chunk (16 KiB: the bpf_loop, or the
+    // bounded loop where bpf_loop is missing), and vectors of several
+    // segments (iovecs fetched one by one). Each write is read back at
+    // once, so the socket buffer never fills.
+    let steps: [Step; 4] = [
+        (
+            Syscall::Write,
+            vec![pattern(300, 1)],
+            Syscall::Read,
+            vec![4096],
+        ),
+        (
+            Syscall::Writev,
+            vec![pattern(10, 2), pattern(5000, 3), pattern(40_000, 4)],
+            Syscall::Readv,
+            vec![7, 20_000, 30_000],
+        ),
+        (
+            Syscall::Sendto,
+            vec![pattern(20_000, 5)],
+            Syscall::Recvfrom,
+            vec![65_536],
+        ),
+        (
+            Syscall::Sendmsg,
+            vec![pattern(1, 6), pattern(2000, 7), pattern(3, 8)],
+            Syscall::Recvmsg,
+            vec![1000, 1004, 65_536],
+        ),
+    ];
+    for (out_sc, bufs, in_sc, sizes) in &steps {
+        let slices: Vec<&[u8]> = bufs.iter().map(Vec::as_slice).collect();
+        let sent = send(wfd, *out_sc, &slices)?;
+        let mut got = Vec::new();
+        // One read of the first syscall kind, then plain reads for any rest
+        // (a stream socket may return less than was written).
+        got.extend(recv(rfd, *in_sc, sizes)?);
+        while got.len() < sent.len() {
+            got.extend(recv(rfd, Syscall::Read, &[65_536])?);
+        }
+        r.sent.extend_from_slice(&sent);
+        r.received.extend_from_slice(&got);
+    }
+    // (seq, offset) -> payload per fd: the programs number each fd's
+    // syscalls per direction (`aux`) and each chunk's offset within one.
+    let mut out: BTreeMap<(i32, u32), Vec<u8>> = BTreeMap::new();
+    let mut inn: BTreeMap<(i32, u32), Vec<u8>> = BTreeMap::new();
+    backend.drain(&mut |bytes| {
+        let Ok(rec) = record::parse(bytes) else {
+            return;
+        };
+        if rec.tgid != tgid {
+            return;
+        }
+        match rec.kind {
+            RecordKind::Open if rec.fd == wfd || rec.fd == rfd => r.opened += 1,
+            RecordKind::Data if rec.fd == wfd || rec.fd == rfd => {
+                if rec.truncated() {
+                    r.truncated += 1;
+                }
+                if !r.syscalls.contains(&rec.syscall) && !rec.payload.is_empty() {
+                    r.syscalls.push(rec.syscall);
+                }
+                let map = if rec.fd == wfd { &mut out } else { &mut inn };
+                map.insert((rec.aux, rec.offset), rec.payload.to_vec());
+            }
+            _ => {}
+        }
+    });
+    r.captured_out = out.into_values().flatten().collect();
+    r.captured_in = inn.into_values().flatten().collect();
+    Ok(r)
+}
+
+/// What the sandbox self-test saw of its own rmdir, and of the child it
+/// signalled and reaped.
+#[derive(Debug, Default)]
+pub struct SandboxResult {
+    /// The failed rmdir of a path that does not exist: path and errno.
+    pub rmdir: Option<(String, i32)>,
+    /// The SIGTERM sent to the child.
+    pub signal: bool,
+    /// The child's exit, with its wait status.
+    pub exit: Option<Option<i32>>,
+}
+
+impl SandboxResult {
+    pub fn complete(&self) -> bool {
+        self.rmdir.as_ref().is_some_and(|(_, e)| *e == libc::ENOENT)
+            && self.signal
+            && self.exit == Some(Some(libc::SIGTERM))
+    }
+}
+
+/// The sandbox probes on this process: an rmdir of an absolute path that
+/// does not exist, a forked child (followed into the tree by
+/// `sandbox_newtask`) killed with SIGTERM and reaped.
+pub fn sandbox(backend: &mut dyn CaptureBackend) -> Result<SandboxResult, SelfTestError> {
+    let tgid = std::process::id();
+    backend.watch_tasks(&[tgid])?;
+    let path = format!("/nri-trace-selftest-{tgid}-absent");
+    let cpath = std::ffi::CString::new(path.clone()).expect("no NUL");
+    // Fails with ENOENT: the probe reports the attempt and its errno.
+    unsafe { libc::rmdir(cpath.as_ptr()) };
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        return Err(io_err("fork")(io::Error::last_os_error()));
+    }
+    if child == 0 {
+        // Only async-signal-safe calls after fork in a threaded process.
+        loop {
+            unsafe { libc::pause() };
+        }
+    }
+    unsafe { libc::kill(child, libc::SIGTERM) };
+    let mut status = 0;
+    unsafe { libc::waitpid(child, &raw mut status, 0) };
+    let mut r = SandboxResult::default();
+    let child = child as u32;
+    backend.drain(&mut |bytes| {
+        let Ok(rec) = record::parse(bytes) else {
+            return;
+        };
+        if rec.kind != RecordKind::Sandbox {
+            return;
+        }
+        let Some(ev) = sandbox::from_record(&rec, session::now_timestamp()) else {
+            return;
+        };
+        match ev.op {
+            SandboxOp::Unlink {
+                path: p,
+                dir: true,
+                errno,
+            } if ev.tgid == tgid && p == path => {
+                r.rmdir = Some((p, errno));
+            }
+            SandboxOp::Signal { sig, target, .. } if target == child && sig == libc::SIGTERM => {
+                r.signal = true;
+            }
+            SandboxOp::Exit { status } if ev.tgid == child => r.exit = Some(status),
+            _ => {}
+        }
+    });
+    Ok(r)
+}
