@@ -266,7 +266,8 @@ fn exchange(backend: &mut dyn CaptureBackend, tgid: u32) -> Result<CaptureResult
     // syscalls per direction (`aux`) and each chunk's offset within one.
     let mut out: BTreeMap<(i32, u32), Vec<u8>> = BTreeMap::new();
     let mut inn: BTreeMap<(i32, u32), Vec<u8>> = BTreeMap::new();
-    backend.drain(&mut |bytes| {
+    // Everything there is: the self-test's own few records.
+    backend.drain(usize::MAX, &mut |bytes| {
         let Ok(rec) = record::parse(bytes) else {
             return;
         };
@@ -338,7 +339,8 @@ pub fn sandbox(backend: &mut dyn CaptureBackend) -> Result<SandboxResult, SelfTe
     unsafe { libc::waitpid(child, &raw mut status, 0) };
     let mut r = SandboxResult::default();
     let child = child as u32;
-    backend.drain(&mut |bytes| {
+    // Everything there is: the self-test's own few records.
+    backend.drain(usize::MAX, &mut |bytes| {
         let Ok(rec) = record::parse(bytes) else {
             return;
         };
