@@ -78,7 +78,8 @@ pub fn default_socket() -> PathBuf {
         .map_or_else(|| PathBuf::from(DEFAULT_LAB_DIR), PathBuf::from);
     let running = std::fs::read_to_string(lab.join("runtime")).ok();
     let wanted = std::env::var(crate::labctl::Runtime::ENV).ok();
-    lab.join("run").join(socket_name(running.as_deref(), wanted.as_deref()))
+    lab.join("run")
+        .join(socket_name(running.as_deref(), wanted.as_deref()))
 }
 
 /// The CRI socket's name for the runtime that runs, else the one asked for.
@@ -2028,8 +2029,14 @@ mod tests {
         assert_eq!(socket_name(None, Some("crio")), "crio.sock");
         assert_eq!(socket_name(Some("crio\n"), None), "crio.sock");
         // The one that runs wins over the one asked for.
-        assert_eq!(socket_name(Some("containerd-2.1"), Some("crio")), "containerd.sock");
-        assert_eq!(socket_name(Some("crio"), Some("containerd-1.7")), "crio.sock");
+        assert_eq!(
+            socket_name(Some("containerd-2.1"), Some("crio")),
+            "containerd.sock"
+        );
+        assert_eq!(
+            socket_name(Some("crio"), Some("containerd-1.7")),
+            "crio.sock"
+        );
     }
 
     #[test]
