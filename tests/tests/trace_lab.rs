@@ -1168,3 +1168,91 @@ fn trace_runtime_after_observer() {
     assert!(checked >= 2 * 7, "{checked} deliveries checked");
     eprintln!("{scenario}: {checked} deliveries checked, {hooks} hooks under their CRI calls");
 }
+
+// CRI-O 1.33.13 (lab/crio.sh), in CI: nri-trace finds CRI-O as on a node
+// (its process `crio`, its sockets `crio.sock` and `nri.sock`) and traces
+// it; its conformance differs from containerd's by design
+// (docs/contract.md, docs/lab.md "Scenarios on CRI-O").
+
+/// The `-o json` lines of one type from a traced run's live output.
+fn json_lines(out: &Path, ty: &str) -> Vec<serde_json::Value> {
+    let (stdout, _, _) = TraceProc::paths(out);
+    std::fs::read_to_string(&stdout)
+        .expect("nri-trace's output")
+        .lines()
+        .filter(|l| l.contains(&format!(r#""type":"{ty}""#)))
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+fn traced_on_crio(scenario: &str) -> Option<(std::path::PathBuf, Vec<Record>)> {
+    let out = lab_trace::run_traced_on(
+        "trace-lab-crio",
+        scenario,
+        Some(nri_trace_lab::labctl::Runtime::CriO),
+        TraceProc::new(),
+    )?;
+    let records = records(scenario, &out);
+    eprintln!("{scenario} on CRI-O: findings {:?}", findings(&records));
+    // Found as on a node: no socket was given.
+    let session = &json_lines(&out, "session")[0];
+    assert_eq!(session["runtime"], "cri-o", "{session}");
+    assert!(
+        session["cri_socket"]
+            .as_str()
+            .is_some_and(|s| s.ends_with("/run/crio.sock")),
+        "{session}"
+    );
+    Some((out, records))
+}
+
+#[test]
+fn crio_trace_happy() {
+    let Some((out, records)) = traced_on_crio("happy") else {
+        return;
+    };
+    let truth = truth::read(&out.join("truth.ndjson")).expect("truth");
+    let (checked, hooks) = trace_check::check_correlation("happy", &records, &truth);
+    assert!(checked > 0 && hooks >= checked);
+    assert_eq!(findings(&records), vec![]);
+    let conformance = json_lines(&out, "conformance");
+    eprintln!("conformance on CRI-O: {conformance:#?}");
+    for c in &conformance {
+        let runtime = c["runtime"].as_str().expect("the runtime's version");
+        assert!(runtime.starts_with("cri-o 1.33."), "{c}");
+    }
+}
+
+/// Two own-netns pods: CRI-O tears the pod's network down (CNI DEL, the
+/// netns unmounted and removed) before it tells the plugins StopPodSandbox
+/// (server/sandbox_stop_linux.go: networkStop, then
+/// RemoveManagedNamespaces, then nri.stopPodSandbox), so the clause is
+/// broken on every pod, with the netns going first.
+#[test]
+fn crio_trace_netns_teardown_broken() {
+    let Some((out, _records)) = traced_on_crio("netns-teardown") else {
+        return;
+    };
+    let netns: Vec<_> = json_lines(&out, "conformance")
+        .into_iter()
+        .filter(|c| c["clause"] == "stop-pod-sandbox-before-netns-teardown")
+        .collect();
+    assert_eq!(netns.len(), 1, "{netns:?}");
+    let c = &netns[0];
+    assert_eq!(
+        (c["held"].as_u64(), c["broken"].as_u64()),
+        (Some(0), Some(2)),
+        "{c}"
+    );
+    let case = &c["broken_case"];
+    assert!(
+        case["kernel"]["path"]
+            .as_str()
+            .is_some_and(|p| p.contains("/netns/")),
+        "{c}"
+    );
+    assert!(
+        case["kernel"]["at"]["mono_ns"].as_u64() < case["delivered"]["mono_ns"].as_u64(),
+        "the netns went before StopPodSandbox reached the plugin: {c}"
+    );
+}

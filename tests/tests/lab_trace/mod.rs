@@ -24,7 +24,7 @@ use nri_trace::{
     sinks::json::JsonSink,
 };
 use nri_trace_lab::{
-    labctl::{self, Lab},
+    labctl::{self, Lab, Runtime},
     scenario::{self, Bins, Observer},
 };
 use nri_trace_tests::SharedBuf;
@@ -256,11 +256,24 @@ pub(crate) fn run_traced(group: &str, scenario: &str) -> Option<PathBuf> {
 
 /// [`run_traced`] with this observer.
 pub(crate) fn run_traced_with(group: &str, scenario: &str, trace: TraceProc) -> Option<PathBuf> {
+    run_traced_on(group, scenario, None, trace)
+}
+
+/// [`run_traced_with`] on `runtime` (None: NRI_TRACE_LAB_RUNTIME's).
+pub(crate) fn run_traced_on(
+    group: &str,
+    scenario: &str,
+    runtime: Option<Runtime>,
+    trace: TraceProc,
+) -> Option<PathBuf> {
     if !guard(scenario) {
         return None;
     }
     let _lock = labctl::lock().expect("lab lock");
-    let lab = Lab::from_env();
+    let mut lab = Lab::from_env();
+    if let Some(r) = runtime {
+        lab.runtime = r;
+    }
     lab.install().expect("lab install");
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(group)
