@@ -345,7 +345,16 @@ mark_cgroup_parents() {
 
 cmd_up() {
 	need_root
-	local t0=$SECONDS pid
+	local t0=$SECONDS pid want="${NRI_TRACE_LAB_RUNTIME:-containerd-1.7}"
+	if [[ $want != crio ]]; then
+		# lab.sh sent `up` here because $LAB/runtime says crio.
+		if pid="$(our_pid)"; then
+			die "the lab runs crio (pid $pid), not $want: 'lab.sh down' first, then 'up' again"
+		fi
+		log "crio stopped uncleanly: down, then up $want"
+		cmd_down
+		exec bash "$HERE/lab.sh" up
+	fi
 	[[ -x $BIN/crio && -x $BIN/copyimg && -x $BIN/pinns ]] ||
 		die "CRI-O not built: run 'NRI_TRACE_LAB_RUNTIME=crio lab/lab.sh install' (cargo xtask lab --runtime crio install)"
 	if pid="$(containerd_running)"; then

@@ -1221,6 +1221,21 @@ fn crio_trace_happy() {
         let runtime = c["runtime"].as_str().expect("the runtime's version");
         assert!(runtime.starts_with("cri-o 1.33."), "{c}");
     }
+    // CRI-O pins a netns file even for a host-network pod (pinns -n=host:
+    // the host's netns, bind-mounted under namespaces_dir) and gives it to
+    // the plugins; it unpins it before their StopPodSandbox as for an own
+    // netns: broken on each of the 3 pods, counted once per pod.
+    let netns: Vec<_> = conformance
+        .iter()
+        .filter(|c| c["clause"] == "stop-pod-sandbox-before-netns-teardown")
+        .collect();
+    assert_eq!(netns.len(), 1, "{conformance:?}");
+    assert_eq!(
+        (netns[0]["held"].as_u64(), netns[0]["broken"].as_u64()),
+        (Some(0), Some(3)),
+        "{}",
+        netns[0]
+    );
 }
 
 /// Two own-netns pods: CRI-O tears the pod's network down (CNI DEL, the
