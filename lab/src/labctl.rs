@@ -335,18 +335,15 @@ impl Lab {
             }
             // CRI-O with cgroupfs and no cgroup parent: /crio/crio-<id>
             // and its conmon's /crio/crio-conmon-<id>, in every hierarchy.
-            for hier in ["".to_string()].into_iter().chain(
-                std::fs::read_dir("/sys/fs/cgroup")
-                    .into_iter()
-                    .flatten()
-                    .flatten()
-                    .map(|h| h.file_name().to_string_lossy().into_owned()),
-            ) {
+            let root = PathBuf::from("/sys/fs/cgroup");
+            let hierarchies = std::fs::read_dir(&root)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|h| h.path());
+            for hier in std::iter::once(root.clone()).chain(hierarchies) {
                 for name in [format!("crio-{id}"), format!("crio-conmon-{id}")] {
-                    let p = Path::new("/sys/fs/cgroup")
-                        .join(&hier)
-                        .join("crio")
-                        .join(name);
+                    let p = hier.join("crio").join(name);
                     if p.exists() {
                         left.push(format!("cgroup {}", p.display()));
                     }

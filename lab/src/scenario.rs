@@ -2591,7 +2591,7 @@ mod tests {
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
         let lab = Lab {
             dir: dir.clone(),
-            runtime: crate::labctl::Runtime::Containerd21,
+            runtime: Runtime::Containerd21,
             script,
         };
         // "Our containerd": a process whose command line names the lab's
