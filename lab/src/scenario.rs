@@ -44,7 +44,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("hung-teardown-hook", "a plugin's StopPodSandbox hook never returns (30 s plugin timeout); the CRI StopPodSandbox outlives its 5 s deadline"),
     ("runtime-after-observer", "the observer starts before containerd (a DaemonSet at node boot): containerd comes up after it, then 1 pod x 1 container with a pre-launched and an external plugin"),
     ("hung-teardown-client-gone", "a plugin's StopPodSandbox hook never returns; the CRI client is killed 1 s into the call (8 s deadline): containerd keeps the plugin connected with the request open"),
-    ("netns-teardown", "2 pods with their own network namespace (the lab's bridge CNI network), one container each, full lifecycle, one external plugin: when the netns goes against the plugins' StopPodSandbox"),
+    ("netns-teardown", "2 pods with their own network namespace (the lab's bridge CNI network) and a shared PID namespace (pause is PID 1), one container each, full lifecycle, one external plugin: when the netns goes against the plugins' StopPodSandbox"),
     ("plugins-before-attach", "seven plugins registered before the observer attaches (external: --name/--idx flags, an NN-name binary with a name past comm's 15 bytes, an -idx-only binary, the upstream logger with Go's -idx/-name; pre-launched: flags, a bare NN-name binary), then 2 lifecycles"),
 ];
 
@@ -455,6 +455,9 @@ fn drive(r: &mut Run) -> Result<()> {
                 "--containers",
                 "1",
                 "--netns",
+                // pause is PID 1 of the pod: CRI-O (drop_infra_ctr) runs
+                // it only for a pod that shares its PID namespace.
+                "--share-pid",
                 "--prefix",
                 "netns",
                 "--concurrency",
