@@ -177,6 +177,11 @@ fn plugins_before_attach() {
     run_scenario("plugins-before-attach");
 }
 
+#[test]
+fn netns_teardown() {
+    run_scenario("netns-teardown");
+}
+
 // containerd 2.1 beside 1.7, in CI (about 45 s with the install): the
 // scenarios where 2.1 differs (docs/lab.md, "Scenarios on containerd
 // 2.1") and the happy path. NRI_TRACE_LAB_RUNTIME=containerd-2.1 runs
