@@ -134,8 +134,10 @@ fn trace_pods_before_attach_named_from_the_runtime_state() {
         !clients.iter().any(|c| c.contains("nri-trace")),
         "{clients:?}"
     );
+    // The runtime's process: containerd, or CRI-O's `crio`.
+    let runtime_peer = |peers: &str| peers.contains("containerd[") || peers.contains("crio[");
     let peers = std::fs::read_to_string(TraceProc::peers(&out)).unwrap();
-    assert!(peers.contains("containerd["), "peers of nri-trace: {peers}");
+    assert!(runtime_peer(&peers), "peers of nri-trace: {peers}");
 
     let Some(off) = lab_trace::run_traced_with(
         "trace-lab-no-cri-state",
@@ -148,7 +150,7 @@ fn trace_pods_before_attach_named_from_the_runtime_state() {
     assert_eq!(listed_pods(&records), Vec::<Vec<String>>::new());
     let peers = std::fs::read_to_string(TraceProc::peers(&off)).unwrap();
     assert!(
-        !peers.contains("containerd["),
+        !runtime_peer(&peers),
         "--no-cri-state: nri-trace is connected to the runtime: {peers}"
     );
     let spans = records
