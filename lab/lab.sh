@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# nri-trace lab: a PRIVATE containerd (1.7 or 2.1) with NRI enabled.
+# nri-trace lab: a PRIVATE containerd (1.7 or 2.1) with NRI enabled; with
+# NRI_TRACE_LAB_RUNTIME=crio every command is lab/crio.sh's (CRI-O 1.33).
 #
 #   lab.sh install   apt: containerd 1.7 from trixie (pinned low), runc,
 #                    busybox-static, CNI plugins, gcc, iproute2 (idempotent);
@@ -40,10 +41,22 @@ LOG="$LAB/containerd.log"
 RUNTIME_FILE="$LAB/runtime"
 WANT_RUNTIME="${NRI_TRACE_LAB_RUNTIME:-containerd-1.7}"
 case "$WANT_RUNTIME" in
-containerd-1.7 | containerd-2.1) ;;
-*) die_early="NRI_TRACE_LAB_RUNTIME=$WANT_RUNTIME: want containerd-1.7 or containerd-2.1" ;;
+containerd-1.7 | containerd-2.1 | crio) ;;
+*) die_early="NRI_TRACE_LAB_RUNTIME=$WANT_RUNTIME: want containerd-1.7, containerd-2.1 or crio" ;;
 esac
+# CRI-O is lab/crio.sh's (same lab dir, lock and NRI socket; its own CRI
+# socket run/crio.sock): `install` goes by the runtime asked for, the
+# other commands by the one that runs (recorded at `up`), else the one
+# asked for. `shared` (images, CNI network) stays here.
+if [[ ${1:-} != shared && -z ${die_early:-} ]]; then
+	recorded="$(cat "$LAB/runtime" 2>/dev/null || true)"
+	if [[ ${1:-} == install ]]; then recorded=""; fi
+	if [[ $recorded == crio ]] || { [[ -z $recorded && $WANT_RUNTIME == crio ]]; }; then
+		exec bash "$(dirname "${BASH_SOURCE[0]}")/crio.sh" "$@"
+	fi
+fi
 RUNTIME="$WANT_RUNTIME"
+if [[ $RUNTIME == crio ]]; then RUNTIME=containerd-1.7; fi # until `up` hands over
 if [[ -f $LAB/containerd.pid ]]; then
 	# Up (or died without `down`): the runtime `up` started. A lab.sh from
 	# before containerd 2.1 wrote no runtime file and ran only 1.7.
@@ -662,6 +675,7 @@ cmd_up() {
 		# $RUNTIME died without a `down`: clean up after it first.
 		log "$RUNTIME stopped uncleanly: down, then up $WANT_RUNTIME"
 		cmd_down
+		if [[ $WANT_RUNTIME == crio ]]; then exec bash "$HERE/crio.sh" up; fi
 		select_runtime "$WANT_RUNTIME"
 	fi
 	if [[ $RUNTIME == containerd-2.1 ]]; then
@@ -975,8 +989,19 @@ cmd_restart() {
 	[[ -S $NRI_SOCK ]] || die "NRI socket $NRI_SOCK missing after restart (log: $LOG)"
 }
 
+# The parts every runtime of the lab shares (crio.sh calls it at `up`):
+# the images as OCI layout tars, the overlay probe, the CNI network.
+cmd_shared() {
+	need_root
+	mkdir -p "$LAB"
+	pick_snapshotter >"$LAB/snapshotter"
+	write_cni_conf
+	build_images
+}
+
 case "${1:-}" in
 install) cmd_install ;;
+shared) cmd_shared ;;
 up) cmd_up ;;
 down) cmd_down ;;
 restart) cmd_restart ;;

@@ -68,12 +68,27 @@ pub const LABEL_CONTAINER_NAME: &str = "io.kubernetes.container.name";
 type Client = cri::runtime_service_client::RuntimeServiceClient<Channel>;
 type ImageClient = cri::image_service_client::ImageServiceClient<Channel>;
 
-/// The lab's CRI socket: `$NRI_TRACE_LAB_DIR/run/containerd.sock`.
+/// The lab's CRI socket: `$NRI_TRACE_LAB_DIR/run/crio.sock` when the lab
+/// runs CRI-O (`$LAB/runtime`, written at `up`) or is asked to
+/// (`NRI_TRACE_LAB_RUNTIME=crio`) and none runs, else
+/// `run/containerd.sock`.
 pub fn default_socket() -> PathBuf {
     let lab = std::env::var_os("NRI_TRACE_LAB_DIR")
         .filter(|v| !v.is_empty())
         .map_or_else(|| PathBuf::from(DEFAULT_LAB_DIR), PathBuf::from);
-    lab.join("run/containerd.sock")
+    let running = std::fs::read_to_string(lab.join("runtime")).ok();
+    let wanted = std::env::var(crate::labctl::Runtime::ENV).ok();
+    lab.join("run")
+        .join(socket_name(running.as_deref(), wanted.as_deref()))
+}
+
+/// The CRI socket's name for the runtime that runs, else the one asked for.
+fn socket_name(running: Option<&str>, wanted: Option<&str>) -> &'static str {
+    let name = running.map(str::trim).filter(|r| !r.is_empty()).or(wanted);
+    let runtime = name
+        .and_then(|n| crate::labctl::Runtime::parse(n).ok())
+        .unwrap_or(crate::labctl::Runtime::Containerd17);
+    runtime.cri_socket_name()
 }
 
 /// A random RFC 4122 version 4 UUID, as the API server gives pods.
@@ -2022,9 +2037,25 @@ mod tests {
     }
 
     #[test]
+    fn socket_name_follows_the_runtime() {
+        assert_eq!(socket_name(None, None), "containerd.sock");
+        assert_eq!(socket_name(None, Some("crio")), "crio.sock");
+        assert_eq!(socket_name(Some("crio\n"), None), "crio.sock");
+        // The one that runs wins over the one asked for.
+        assert_eq!(
+            socket_name(Some("containerd-2.1"), Some("crio")),
+            "containerd.sock"
+        );
+        assert_eq!(
+            socket_name(Some("crio"), Some("containerd-1.7")),
+            "crio.sock"
+        );
+    }
+
+    #[test]
     fn default_socket_follows_lab_dir() {
         // Only reads the variable; other tests do not set it.
         let s = default_socket();
-        assert!(s.ends_with("run/containerd.sock"));
+        assert!(s.ends_with("run/containerd.sock") || s.ends_with("run/crio.sock"));
     }
 }

@@ -58,13 +58,18 @@ pub fn lock_within(within: std::time::Duration) -> Result<LabLock> {
 
 /// The container runtime the lab runs: `NRI_TRACE_LAB_RUNTIME` (lab/lab.sh
 /// reads the same variable), chosen when the lab comes up. One lab at a
-/// time: both use the same sockets and paths under the lab dir.
+/// time: the containerds use the same sockets and paths under the lab dir;
+/// CRI-O (lab/crio.sh) the same NRI socket and plugin dir, its own CRI
+/// socket `run/crio.sock` (the name nri-trace finds CRI-O's by).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Runtime {
     /// containerd 1.7.24 from Debian trixie (NRI 0.6.1): the default.
     Containerd17,
     /// containerd 2.1 from Debian sid, unpacked under the lab dir (NRI 0.8).
     Containerd21,
+    /// CRI-O v1.33.13 built from its vendored release source under the lab
+    /// dir (`crio/bin`).
+    CriO,
 }
 
 impl Runtime {
@@ -72,12 +77,30 @@ impl Runtime {
     pub const ENV: &'static str = "NRI_TRACE_LAB_RUNTIME";
 
     /// Every runtime, by name.
-    pub const ALL: [Self; 2] = [Self::Containerd17, Self::Containerd21];
+    pub const ALL: [Self; 3] = [Self::Containerd17, Self::Containerd21, Self::CriO];
 
     pub fn name(self) -> &'static str {
         match self {
             Self::Containerd17 => "containerd-1.7",
             Self::Containerd21 => "containerd-2.1",
+            Self::CriO => "crio",
+        }
+    }
+
+    /// The CRI socket's file name in `$LAB/run`.
+    pub fn cri_socket_name(self) -> &'static str {
+        match self {
+            Self::Containerd17 | Self::Containerd21 => "containerd.sock",
+            Self::CriO => "crio.sock",
+        }
+    }
+
+    /// The runtime's pid file and config, relative to the lab dir: the pid
+    /// is the runtime's only while its command line names that config.
+    fn pid_file_and_config(self) -> (&'static str, &'static str) {
+        match self {
+            Self::Containerd17 | Self::Containerd21 => ("containerd.pid", "config.toml"),
+            Self::CriO => ("crio/crio.pid", "crio/crio.conf"),
         }
     }
 
@@ -87,7 +110,7 @@ impl Runtime {
             .find(|r| r.name() == s)
             .with_context(|| {
                 format!(
-                    "unknown lab runtime {s:?}: set {} to containerd-1.7 or containerd-2.1",
+                    "unknown lab runtime {s:?}: set {} to containerd-1.7, containerd-2.1 or crio",
                     Self::ENV
                 )
             })
@@ -135,24 +158,32 @@ impl Lab {
     }
 
     /// The runtime of a lab that is up (lab.sh records it in
-    /// `$LAB/runtime` at `up`), or None when no containerd of the lab runs.
+    /// `$LAB/runtime` at `up`), or None when no runtime of the lab runs.
     pub fn running(&self) -> Option<String> {
-        let pid = std::fs::read_to_string(self.dir.join("containerd.pid")).ok()?;
-        let cmdline = std::fs::read(format!("/proc/{}/cmdline", pid.trim())).ok()?;
-        let config = self.dir.join("config.toml");
-        // As lab.sh's our_pid: the pid is ours only while its command line
-        // names our config (a recycled pid is someone else's).
-        let ours = cmdline
-            .split(|b| *b == 0)
-            .any(|a| a == config.as_os_str().as_encoded_bytes());
-        ours.then(|| {
+        let runs = |r: Runtime| {
+            let (pid_file, config) = r.pid_file_and_config();
+            let Ok(pid) = std::fs::read_to_string(self.dir.join(pid_file)) else {
+                return false;
+            };
+            let Ok(cmdline) = std::fs::read(format!("/proc/{}/cmdline", pid.trim())) else {
+                return false;
+            };
+            let config = self.dir.join(config);
+            // As lab.sh's our_pid: the pid is ours only while its command
+            // line names our config (a recycled pid is someone else's).
+            cmdline
+                .split(|b| *b == 0)
+                .any(|a| a == config.as_os_str().as_encoded_bytes())
+        };
+        (runs(Runtime::Containerd17) || runs(Runtime::CriO)).then(|| {
             std::fs::read_to_string(self.dir.join("runtime"))
                 .map_or_else(|_| "unknown runtime".into(), |r| r.trim().to_string())
         })
     }
 
+    /// The CRI socket of this lab's runtime.
     pub fn cri_socket(&self) -> PathBuf {
-        self.dir.join("run/containerd.sock")
+        self.dir.join("run").join(self.runtime.cri_socket_name())
     }
     pub fn nri_socket(&self) -> PathBuf {
         self.dir.join("run/nri.sock")
@@ -265,9 +296,13 @@ impl Lab {
                     })
                     .unwrap_or_default();
                 let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-                // containerd 2.1 runs as $LAB/ctrd21/pkg/usr/bin/containerd.
+                // containerd 2.1 runs as $LAB/ctrd21/pkg/usr/bin/containerd,
+                // CRI-O as $LAB/crio/bin/crio, with conmons naming $LAB/crio.
                 let ours = cmd.contains(&format!("{dir}/"))
-                    && (prog == "containerd" || prog.starts_with("containerd-shim"));
+                    && (prog == "containerd"
+                        || prog.starts_with("containerd-shim")
+                        || prog == "crio"
+                        || prog == "conmon");
                 if ours || ids.iter().any(|id| cmd.contains(id.as_str())) {
                     left.push(format!("process {pid}: {}", cmd.trim()));
                 }
@@ -297,6 +332,22 @@ impl Lab {
             let p = Path::new("/sys/fs/cgroup/k8s.io").join(id);
             if p.exists() {
                 left.push(format!("cgroup {}", p.display()));
+            }
+            // CRI-O with cgroupfs and no cgroup parent: /crio/crio-<id>
+            // and its conmon's /crio/crio-conmon-<id>, in every hierarchy.
+            let root = PathBuf::from("/sys/fs/cgroup");
+            let hierarchies = std::fs::read_dir(&root)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|h| h.path());
+            for hier in std::iter::once(root.clone()).chain(hierarchies) {
+                for name in [format!("crio-{id}"), format!("crio-conmon-{id}")] {
+                    let p = hier.join("crio").join(name);
+                    if p.exists() {
+                        left.push(format!("cgroup {}", p.display()));
+                    }
+                }
             }
         }
         left.sort();

@@ -17,7 +17,7 @@ use std::{
 use anyhow::{bail, ensure, Context, Result};
 
 use crate::{
-    labctl::Lab,
+    labctl::{Lab, Runtime},
     truth::{self, Outcome, PluginEvent, Truth, TruthWriter},
 };
 
@@ -45,6 +45,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("runtime-after-observer", "the observer starts before containerd (a DaemonSet at node boot): containerd comes up after it, then 1 pod x 1 container with a pre-launched and an external plugin"),
     ("hung-teardown-client-gone", "a plugin's StopPodSandbox hook never returns; the CRI client is killed 1 s into the call (8 s deadline): containerd keeps the plugin connected with the request open"),
     ("container-exits", "2 pods x 1 container whose process exits on its own (exit code 3) 0.3 s after it starts; the driver stops it 2 s after the start, as kubelet would; 2 plugins"),
+    ("netns-teardown", "2 pods with their own network namespace (the lab's bridge CNI network) and a shared PID namespace (pause is PID 1), one container each, full lifecycle, one external plugin: when the netns goes against the plugins' StopPodSandbox"),
     ("plugins-before-attach", "seven plugins registered before the observer attaches (external: --name/--idx flags, an NN-name binary with a name past comm's 15 bytes, an -idx-only binary, the upstream logger with Go's -idx/-name; pre-launched: flags, a bare NN-name binary), then 2 lifecycles"),
 ];
 
@@ -467,6 +468,25 @@ fn drive(r: &mut Run) -> Result<()> {
                 "sleep 0.3; exit 3",
             ])?;
         }
+        "netns-teardown" => {
+            r.up("2s")?;
+            r.plugin("observer", "10", &[])?;
+            r.driver(&[
+                "lifecycle",
+                "--pods",
+                "2",
+                "--containers",
+                "1",
+                "--netns",
+                // pause is PID 1 of the pod: CRI-O (drop_infra_ctr) runs
+                // it only for a pod that shares its PID namespace.
+                "--share-pid",
+                "--prefix",
+                "netns",
+                "--concurrency",
+                "1",
+            ])?;
+        }
         "slow-plugin" => {
             r.up("2s")?;
             let slow = [
@@ -495,7 +515,15 @@ fn drive(r: &mut Run) -> Result<()> {
             ];
             r.plugin("failer", "05", &fail)?;
             r.plugin("observer", "50", &[])?;
-            r.lifecycle("tderr", 1, 1, 1)?;
+            let done = r.lifecycle("tderr", 1, 1, 1);
+            if r.lab.runtime == Runtime::CriO {
+                // CRI-O returns the plugin's StopPodSandbox error to the
+                // driver, whose lifecycle then fails (its cleanup still
+                // removes the pod): verify checks that from the truth.
+                r.note(&format!("lifecycle on CRI-O: {}", outcome(&done)))?;
+            } else {
+                done?;
+            }
         }
         "late-registration" => {
             r.up("5s")?;
@@ -1041,14 +1069,7 @@ fn busy_mount(r: &mut Run) -> Result<()> {
     let out = r.driver(&["up", "--name", "busy"])?;
     let sandbox = sandbox_id_of(&out)?;
     let container = container_id_of(&out)?;
-    // The task's rootfs mount lives under containerd's state dir (the lab's
-    // own, see lab.sh), not /run/containerd.
-    let rootfs = r
-        .lab
-        .dir
-        .join("state/io.containerd.runtime.v2.task/k8s.io")
-        .join(&container)
-        .join("rootfs");
+    let rootfs = container_rootfs(&r.lab, &container)?;
     ensure!(
         rootfs.is_dir(),
         "container rootfs {} not found",
@@ -1086,6 +1107,37 @@ fn busy_mount(r: &mut Run) -> Result<()> {
         r.driver(&["down", "--sandbox-id", &sandbox])?;
     }
     Ok(())
+}
+
+/// The host path of a running container's rootfs mount.
+fn container_rootfs(lab: &Lab, container: &str) -> Result<PathBuf> {
+    match lab.runtime {
+        // The task's rootfs mount lives under containerd's state dir (the
+        // lab's own, see lab.sh), not /run/containerd.
+        Runtime::Containerd17 | Runtime::Containerd21 => Ok(lab
+            .dir
+            .join("state/io.containerd.runtime.v2.task/k8s.io")
+            .join(container)
+            .join("rootfs")),
+        // CRI-O: the overlay's merged dir in its own storage, as the OCI
+        // spec of the container names it (`root.path` of the config.json
+        // in the container's userdata dir under the run root; lab/crio.sh).
+        Runtime::CriO => {
+            let config = lab
+                .dir
+                .join("crio/runroot/overlay-containers")
+                .join(container)
+                .join("userdata/config.json");
+            let spec: serde_json::Value = serde_json::from_slice(
+                &std::fs::read(&config).with_context(|| format!("reading {}", config.display()))?,
+            )
+            .with_context(|| format!("parsing {}", config.display()))?;
+            let root = spec["root"]["path"]
+                .as_str()
+                .with_context(|| format!("{}: no root.path", config.display()))?;
+            Ok(PathBuf::from(root))
+        }
+    }
 }
 
 /// Keep the pod stuck for `NRI_TRACE_LAB_HOLD_SECS` after its failed
@@ -1761,25 +1813,39 @@ fn notes(t: &[Truth]) -> Vec<&str> {
         .collect()
 }
 
-/// The runtime version plugin `name` was configured with (its own record
-/// of the NRI Configure request), e.g. "1.7.24~ds1" or "2.1.9+unknown".
-fn runtime_version<'a>(t: &'a [Truth], name: &str) -> Result<&'a str> {
+/// The runtime's name and version plugin `name` was configured with (its
+/// own record of the NRI Configure request): ("containerd", "1.7.24~ds1"),
+/// ("containerd", "2.1.9+unknown"), ("cri-o", "1.33.13").
+fn runtime_of<'a>(t: &'a [Truth], name: &str) -> Result<(&'a str, &'a str)> {
     plugin_events(t, name)
         .into_iter()
         .find_map(|e| match e {
-            PluginEvent::Configured { version, .. } => Some(version.as_str()),
+            PluginEvent::Configured {
+                runtime, version, ..
+            } => Some((runtime.as_str(), version.as_str())),
             _ => None,
         })
         .with_context(|| format!("plugin {name} was never configured"))
 }
 
-/// containerd 2.1 (NRI 0.8) synchronizes a registering plugin only when
-/// no CRI request is in flight (containerd/nri#63 fixed); 1.7 and 2.0 do not.
-fn nri_race_closed(version: &str) -> bool {
+/// CRI-O names itself "cri-o" in NRI Configure (containerd "containerd").
+fn is_crio(runtime: &str) -> bool {
+    runtime == "cri-o"
+}
+
+/// Whether a registering plugin is synchronized only when no CRI request
+/// is in flight (containerd/nri#63 fixed, NRI >= 0.8's BlockPluginSync):
+/// containerd 2.1 and CRI-O 1.33 (NRI 0.9.1-pre in its go.mod) do it;
+/// containerd 1.7 and 2.0 do not.
+fn nri_race_closed(runtime: &str, version: &str) -> bool {
     let mut parts = version.split(['.', '~', '+', '-']);
     let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
     let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    (major, minor) >= (2, 1)
+    if is_crio(runtime) {
+        (major, minor) >= (1, 33)
+    } else {
+        (major, minor) >= (2, 1)
+    }
 }
 
 /// When plugin `name` first recorded an event matching `pred`.
@@ -1855,6 +1921,16 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
                 "{n} CRI calls, all ok; 2 pods x 1 container that exited on its own"
             ));
             facts.push("alpha and beta each saw one StopContainer per container".into());
+        }
+        "netns-teardown" => {
+            let n = all_cri_ok(&t)?;
+            let pods = pods_of(&t, "netns");
+            ensure!(pods.len() == 2, "expected 2 pods, truth has {pods:?}");
+            check_handshake(&t, "observer", true)?;
+            check_pod_order(&t, "observer", &pods)?;
+            facts.push(format!(
+                "{n} CRI calls, all ok; observer saw both own-netns pods RUN -> STOP -> REMOVE"
+            ));
         }
         "slow-plugin" => {
             all_cri_ok(&t)?;
@@ -1952,10 +2028,27 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
             facts.push(
                 "failer (idx 05) answered StopPodSandbox and RemovePodSandbox with an error".into(),
             );
+            let (runtime, version) = runtime_of(&t, "failer")?;
             for c in cri_calls(&t)
                 .iter()
                 .filter(|c| c.0 == "StopPodSandbox" || c.0 == "RemovePodSandbox")
             {
+                if c.0 == "StopPodSandbox" && is_crio(runtime) {
+                    // CRI-O returns a plugin's StopPodSandbox error to the
+                    // CRI caller and leaves the pod not stopped, so every
+                    // try fails alike (server/sandbox_stop_linux.go:
+                    // `s.nri.stopPodSandbox` errors are returned).
+                    ensure!(
+                        matches!(c.3, Outcome::Error { message, .. } if message.contains("teardown refused")),
+                        "{runtime} {version}: CRI StopPodSandbox: {:?}, expected the plugin's error",
+                        c.3
+                    );
+                    facts.push(format!(
+                        "{runtime} {version}: CRI StopPodSandbox failed with the plugin's error ({:.1} ms)",
+                        ms(c.2)
+                    ));
+                    continue;
+                }
                 ensure!(matches!(c.3, Outcome::Ok), "CRI {} failed: {:?}", c.0, c.3);
                 facts.push(format!("CRI {} still succeeded ({:.1} ms)", c.0, ms(c.2)));
             }
@@ -1980,8 +2073,8 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
             let run = deliveries(&t, "late")
                 .iter()
                 .any(|x| x.event == Some("RUN_POD_SANDBOX") && x.pod == Some("late-pod"));
-            let version = runtime_version(&t, "late")?;
-            if nri_race_closed(version) {
+            let (runtime, version) = runtime_of(&t, "late")?;
+            if nri_race_closed(runtime, version) {
                 // containerd 2.1 (NRI 0.8) holds a registering plugin's
                 // Synchronize until the CRI calls in flight are done
                 // (nri#63 closed): the late plugin hears of late-pod in
@@ -1998,13 +2091,13 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
                     .context("the slow plugin did not answer RunPodSandbox(late-pod)")?;
                 ensure!(
                     synced.iter().any(|n| n == "late-pod") && sync_at >= run_end,
-                    "containerd {version}: late plugin synchronized with {synced:?} at {sync_at}, the held RunPodSandbox(late-pod) hook was answered at {run_end}: expected Synchronize held until then, listing late-pod"
+                    "{runtime} {version}: late plugin synchronized with {synced:?} at {sync_at}, the held RunPodSandbox(late-pod) hook was answered at {run_end}: expected Synchronize held until then, listing late-pod"
                 );
                 let registered =
                     plugin_event_at(&t, "late", |e| matches!(e, PluginEvent::Registered))
                         .context("late plugin never registered")?;
                 facts.push(format!(
-                    "containerd {version}: the late plugin registered {:.0} ms before the held RunPodSandbox(late-pod) hook was answered; its Synchronize came {:.1} ms after and listed {synced:?} (nri#63 closed)",
+                    "{runtime} {version}: the late plugin registered {:.0} ms before the held RunPodSandbox(late-pod) hook was answered; its Synchronize came {:.1} ms after and listed {synced:?} (nri#63 closed)",
                     ms(run_end.saturating_sub(registered)),
                     ms(sync_at.saturating_sub(run_end))
                 ));
@@ -2042,8 +2135,9 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
             let adopted = notes(&t)
                 .into_iter()
                 .find(|n| n.starts_with("adopted sandbox"));
-            let version = runtime_version(&t, "slow")?;
-            if let (Some(note), false) = (adopted, version.starts_with("1.")) {
+            let (runtime, version) = runtime_of(&t, "slow")?;
+            let containerd_2 = !is_crio(runtime) && !version.starts_with("1.");
+            if let (Some(note), true) = (adopted, containerd_2) {
                 // containerd 2.x lists the sandbox READY once its pause
                 // container runs, before the NRI RunPodSandbox hook
                 // returns: the retry finds the name reserved and cri-driver
@@ -2061,6 +2155,31 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
                     "last try: {:?}",
                     runs.last().map(|c| c.3)
                 );
+            }
+            if is_crio(runtime) {
+                // CRI-O calls the NRI hooks with the CRI request's context:
+                // when the caller's deadline passes during the slow hook,
+                // the NRI call ends DeadlineExceeded, which NRI takes for
+                // the plugin's timeout and closes it (nri pkg/adaptation
+                // plugin.go isFatalError); the sandbox is then made at once
+                // and the retry gets it from CRI-O's resource cache.
+                let first_start = t
+                    .iter()
+                    .find_map(|x| match x {
+                        Truth::Cri {
+                            method,
+                            start_mono_ns,
+                            ..
+                        } if method == "RunPodSandbox" => Some(*start_mono_ns),
+                        _ => None,
+                    })
+                    .unwrap_or(0);
+                if let Some((at, why)) = disconnected_at(&t, "slow") {
+                    facts.push(format!(
+                        "{runtime} {version}: the slow plugin was disconnected {:.0} ms after the first try began ({why})",
+                        ms(at.saturating_sub(first_start))
+                    ));
+                }
             }
             let names: Vec<_> = runs.iter().map(|c| c.1).collect();
             ensure!(
@@ -2518,7 +2637,7 @@ mod tests {
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
         let lab = Lab {
             dir: dir.clone(),
-            runtime: crate::labctl::Runtime::Containerd21,
+            runtime: Runtime::Containerd21,
             script,
         };
         // "Our containerd": a process whose command line names the lab's

@@ -78,6 +78,7 @@ fn run_scenario_on(name: &str, runtime: Runtime) {
     let want = match runtime {
         Runtime::Containerd17 => "1.7.",
         Runtime::Containerd21 => "2.1.",
+        Runtime::CriO => "1.33.",
     };
     for t in truth::read(&out.join("truth.ndjson")).expect("truth") {
         if let Truth::Plugin {
@@ -88,7 +89,7 @@ fn run_scenario_on(name: &str, runtime: Runtime) {
         {
             assert!(
                 version.starts_with(want),
-                "{name}: plugin {plugin} was configured by containerd {version}, not {}",
+                "{name}: plugin {plugin} was configured by runtime version {version}, not {}",
                 runtime.name()
             );
         }
@@ -176,6 +177,11 @@ fn plugins_before_attach() {
     run_scenario("plugins-before-attach");
 }
 
+#[test]
+fn netns_teardown() {
+    run_scenario("netns-teardown");
+}
+
 // containerd 2.1 beside 1.7, in CI (about 45 s with the install): the
 // scenarios where 2.1 differs (docs/lab.md, "Scenarios on containerd
 // 2.1") and the happy path. NRI_TRACE_LAB_RUNTIME=containerd-2.1 runs
@@ -199,4 +205,29 @@ fn ctrd21_cri_deadline_retry() {
 #[test]
 fn ctrd21_runtime_restart() {
     run_scenario_on("runtime-restart", Runtime::Containerd21);
+}
+
+// CRI-O 1.33.13 (lab/crio.sh), in CI: the happy path and the scenarios
+// where CRI-O differs by design (docs/lab.md, "Scenarios on CRI-O"). The
+// first one builds CRI-O (about 2.5 min cold, once per source tarball).
+// NRI_TRACE_LAB_RUNTIME=crio runs every test above on it.
+
+#[test]
+fn crio_happy() {
+    run_scenario_on("happy", Runtime::CriO);
+}
+
+#[test]
+fn crio_teardown_error() {
+    run_scenario_on("teardown-error", Runtime::CriO);
+}
+
+#[test]
+fn crio_late_registration() {
+    run_scenario_on("late-registration", Runtime::CriO);
+}
+
+#[test]
+fn crio_cri_deadline_retry() {
+    run_scenario_on("cri-deadline-retry", Runtime::CriO);
 }

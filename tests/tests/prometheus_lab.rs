@@ -454,7 +454,8 @@ fn prometheus_scrapes_the_hook_latencies_the_records_hold() {
         metrics: String::new(),
         out: PathBuf::new(),
     };
-    let Some(out) = lab_trace::run_observed_by("prometheus-lab", SCENARIO, Box::new(observer))
+    let Some(out) =
+        lab_trace::run_observed_by("prometheus-lab", SCENARIO, None, Box::new(observer))
     else {
         return;
     };

@@ -12,9 +12,12 @@ use crate::{cargo, run, workspace_root};
 pub(crate) enum LabCmd {
     /// Install containerd 1.7 (trixie, pinned), runc, CNI plugins, busybox;
     /// with `--runtime containerd-2.1` also sid's containerd 2.1, unpacked
-    /// under the lab dir (never installed).
+    /// under the lab dir (never installed); with `--runtime crio` also
+    /// CRI-O 1.33.13 built from shared/peers' vendored source into the lab
+    /// dir (once per tarball).
     Install,
-    /// Start the private containerd with NRI (idempotent).
+    /// Start the private runtime with NRI (idempotent; `--runtime crio`
+    /// installs and builds CRI-O first when it is not built).
     Up,
     /// Stop it and clean up everything it started.
     Down,
@@ -76,6 +79,11 @@ pub(crate) fn run_lab(cmd: LabCmd, runtime: Option<&str>) -> Result<()> {
             // its own `up`; one left by a killed run would be started by
             // this `up` (and, failing to register, stop containerd 1.7).
             clear_left_plugins()?;
+            if runtime == Some("crio") {
+                // Idempotent, and cached: no build when CRI-O was built from
+                // the same tarball.
+                lab_sh("install", runtime)?;
+            }
             lab_sh("up", runtime)
         }
         LabCmd::Down => {

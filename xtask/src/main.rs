@@ -70,11 +70,11 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// The lab: a private containerd with NRI, and its scenarios.
+    /// The lab: a private containerd or CRI-O with NRI, and its scenarios.
     Lab {
-        /// The runtime: containerd-1.7 (default) or containerd-2.1 (sets
-        /// NRI_TRACE_LAB_RUNTIME for lab.sh and the scenario runner).
-        #[arg(long, value_parser = ["containerd-1.7", "containerd-2.1"])]
+        /// The runtime: containerd-1.7 (default), containerd-2.1 or crio
+        /// (sets NRI_TRACE_LAB_RUNTIME for lab.sh and the scenario runner).
+        #[arg(long, value_parser = ["containerd-1.7", "containerd-2.1", "crio"])]
         runtime: Option<String>,
         #[command(subcommand)]
         cmd: lab::LabCmd,

@@ -43,8 +43,8 @@ use serde_json::{json, Value};
     about = "A kubelet-like CRI client for the nri-trace lab"
 )]
 struct Cli {
-    /// CRI socket [default: $NRI_TRACE_LAB_DIR/run/containerd.sock, lab dir
-    /// /var/lib/nri-trace-lab].
+    /// CRI socket [default: $NRI_TRACE_LAB_DIR/run/containerd.sock, or
+    /// run/crio.sock when the lab runs CRI-O; lab dir /var/lib/nri-trace-lab].
     #[arg(long)]
     socket: Option<PathBuf>,
     /// Truth file (NDJSON, appended): one record per CRI call.
@@ -437,7 +437,7 @@ async fn run(cli: Cli) -> ExitCode {
         },
         log_dir: cli.log_dir.clone(),
         kubelet_dir: cli.kubelet_dir.clone().unwrap_or_else(|| {
-            // The socket is <lab dir>/run/containerd.sock.
+            // The socket is <lab dir>/run/<runtime's>.sock.
             socket
                 .parent()
                 .and_then(Path::parent)

@@ -653,12 +653,16 @@ impl SandboxContext {
 
 /// Whether a cgroup's last component names a sandbox or container: the
 /// 64 hex digits of its id, as containerd and CRI-O name them with either
-/// cgroup driver (`<id>`, `cri-containerd-<id>.scope`, `crio-<id>.scope`).
+/// cgroup driver (`<id>`, `cri-containerd-<id>.scope`, `crio-<id>.scope`);
+/// not CRI-O's monitor cgroup `crio-conmon-<id>`, where its OCI runtime
+/// and helpers run.
 fn names_an_object(cgroup: &str) -> bool {
     let last = cgroup.rsplit('/').next().unwrap_or_default();
-    last.as_bytes()
-        .split(|b| !b.is_ascii_hexdigit())
-        .any(|run| run.len() == 64)
+    !last.starts_with("crio-conmon-")
+        && last
+            .as_bytes()
+            .split(|b| !b.is_ascii_hexdigit())
+            .any(|run| run.len() == 64)
 }
 
 /// The cgroup path of a process: its v2 one ("0::/path" in
@@ -752,6 +756,9 @@ mod tests {
         assert!(!names_an_object("/system.slice/containerd.service"));
         assert!(!names_an_object(&format!("/k8s.io/{id}/sub")));
         assert!(!names_an_object(&format!("/k8s.io/{id}0")));
+        assert!(!names_an_object(&format!(
+            "/kubepods/pod1/crio-conmon-{id}"
+        )));
     }
     use nri_trace_common::{RecordHeader, RecordKind, SandboxRecord};
     use std::mem::offset_of;

@@ -43,7 +43,7 @@
 //!
 //! Pure and deterministic: it reads only the records the engine emits.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::Serialize;
 
@@ -172,6 +172,12 @@ pub struct Conformance {
     /// sandbox id of each netns path.
     netns: BTreeMap<String, NetnsCase>,
     by_netns_path: BTreeMap<String, String>,
+    /// Pods whose netns clause is decided (the newest, at most
+    /// MAX_NETNS_PODS): each is counted once, though every plugin's
+    /// delivery names it again (CRI-O sends the pod's netns with every
+    /// event, containerd 1.7 with RunPodSandbox only).
+    netns_decided: BTreeSet<String>,
+    netns_decided_order: VecDeque<String>,
     /// The last successful unmounts, for a pod first seen at its teardown
     /// (made before the trace: its netns path comes with its
     /// STOP_POD_SANDBOX delivery, which settles after the unmount).
@@ -239,7 +245,8 @@ impl Conformance {
         // The netns comes with the pod's RunPodSandbox (containerd 1.7
         // sends StopPodSandbox's pod without its namespaces).
         let path = pod.netns.as_deref().filter(|p| !p.is_empty());
-        if let (Some(path), false) = (path, self.netns.contains_key(&pod.id)) {
+        let known = self.netns.contains_key(&pod.id) || self.netns_decided.contains(&pod.id);
+        if let (Some(path), false) = (path, known) {
             if self.netns.len() >= MAX_NETNS_PODS {
                 if let Some((_, c)) = self.netns.pop_first() {
                     self.by_netns_path.remove(&c.path);
@@ -288,6 +295,13 @@ impl Conformance {
         if let Some(c) = self.netns.remove(id) {
             self.by_netns_path.remove(&c.path);
         }
+        if self.netns_decided_order.len() >= MAX_NETNS_PODS {
+            if let Some(old) = self.netns_decided_order.pop_front() {
+                self.netns_decided.remove(&old);
+            }
+        }
+        self.netns_decided.insert(id.to_string());
+        self.netns_decided_order.push_back(id.to_string());
         self.tally(STOP_POD_SANDBOX_BEFORE_NETNS_TEARDOWN, held, case);
     }
 
@@ -495,6 +509,21 @@ mod tests {
             "/kubepods.slice/kubepods-podu1.slice/cri-containerd-abc123.scope",
             "abc123"
         ));
+        // CRI-O, systemd and cgroupfs cgroup managers.
+        assert!(cgroup_names(
+            "/kubepods.slice/kubepods-podu1.slice/crio-abc123.scope",
+            "abc123"
+        ));
+        assert!(cgroup_names("/crio/crio-abc123", "abc123"));
+        // CRI-O's conmon of the pod's infra container (same id): runc and
+        // its helpers run there, not the sandbox's program.
+        assert!(!cgroup_names("/crio/crio-conmon-abc123", "abc123"));
+        assert!(!cgroup_names(
+            "/kubepods.slice/kubepods-podu1.slice/crio-conmon-abc123.scope",
+            "abc123"
+        ));
+        // Only the whole id: not a longer one that ends with it.
+        assert!(!cgroup_names("/crio/crio-xabc123", "abc123"));
         // A container of the pod: its own id is last.
         assert!(!cgroup_names("/kubepods/podu1/def456", "abc123"));
         assert!(!cgroup_names("/kubepods/abc123/def456", "abc123"));
@@ -621,6 +650,61 @@ mod tests {
         let broken = t[0].broken_case.as_ref().unwrap();
         assert_eq!((broken.kernel.op, broken.kernel.pid), ("exit", 9));
         assert_eq!(broken.delivered, ts(201).unwrap());
+    }
+
+    /// CRI-O: the netns goes before StopPodSandbox, and every delivery of
+    /// every plugin names the pod's netns (seen in the lab, CRI-O 1.33.13):
+    /// the pod is counted once, not once per plugin.
+    #[test]
+    fn netns_clause_counts_a_pod_once() {
+        use crate::decode::nri::message::Event;
+        use crate::engine::test_calls::{hook, ts};
+        let netns = "/var/lib/crio/netns/netns/7c47";
+        let with_netns = |ev: Event, plugin: &str, at: u64| {
+            let mut h = hook(Some(ev), plugin, "p1", at, at + 1);
+            if let Some(p) = h.call.pod.as_mut() {
+                p.netns = Some(netns.into());
+            }
+            Record::NriUncaused(super::super::record::Uncaused {
+                span: h,
+                no_cri_cause: super::super::correlate::NoCause::NoCriCallInFlight,
+                exit: None,
+            })
+        };
+        let umount = Record::Observed(Observation::Sandbox(SandboxEvent {
+            ts: ts(20).unwrap(),
+            tgid: 7,
+            tid: 7,
+            comm: "crio".into(),
+            cgroup_id: 1,
+            cgroup: None,
+            op: SandboxOp::Umount {
+                path: netns.into(),
+                flags: 0,
+                errno: 0,
+            },
+            truncated: false,
+        }));
+        let mut c = Conformance::new();
+        let mut records = vec![];
+        for p in ["a", "b", "c"] {
+            records.push(with_netns(Event::RunPodSandbox, p, 1));
+        }
+        records.push(umount);
+        for (i, p) in ["a", "b", "c"].into_iter().enumerate() {
+            records.push(with_netns(Event::StopPodSandbox, p, 30 + i as u64));
+        }
+        for p in ["a", "b", "c"] {
+            records.push(with_netns(Event::RemovePodSandbox, p, 40));
+        }
+        for r in &records {
+            c.on_record(r);
+        }
+        let t = c.tallies();
+        assert_eq!(t.len(), 1, "{t:?}");
+        assert_eq!((t[0].held, t[0].broken), (0, 1), "{t:?}");
+        let case = t[0].broken_case.as_ref().unwrap();
+        assert_eq!((case.plugin.as_str(), case.kernel.op), ("10-a", "umount"));
     }
 
     #[test]

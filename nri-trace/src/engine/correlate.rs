@@ -102,14 +102,20 @@ pub struct ContainerExit {
 
 /// Whether a cgroup path is the object's own: its last component names
 /// the sandbox or container id (`.../<id>`, `.../cri-containerd-<id>.scope`,
-/// `.../crio-<id>.scope`, as containerd and CRI-O name them with either
-/// cgroup driver).
+/// `.../crio-<id>.scope`, CRI-O on cgroupfs `.../crio-<id>`, as containerd
+/// and CRI-O name them with either cgroup driver). Not CRI-O's monitor
+/// cgroup `crio-conmon-<id>` (`conmon_cgroup = "pod"`; CRI-O
+/// internal/config/cgmgr/cgroupfs_linux.go), which also names the id: the
+/// OCI runtime and its helpers run there, not the sandbox's program.
 pub(crate) fn cgroup_names(cgroup: &str, id: &str) -> bool {
-    !id.is_empty()
-        && cgroup
-            .rsplit('/')
-            .next()
-            .is_some_and(|last| last.contains(id))
+    let Some(last) = cgroup.rsplit('/').next() else {
+        return false;
+    };
+    let last = last.strip_suffix(".scope").unwrap_or(last);
+    if id.is_empty() || last.starts_with("crio-conmon-") {
+        return false;
+    }
+    last == id || last.strip_suffix(id).is_some_and(|p| p.ends_with('-'))
 }
 
 /// What the correlator yields.

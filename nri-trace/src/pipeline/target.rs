@@ -33,10 +33,9 @@ pub enum TargetError {
     )]
     NoCriSocket(Runtime),
     #[error(
-        "{} (pid {}) serves no NRI socket: is NRI enabled? (containerd 1.7: \
-         [plugins.\"io.containerd.nri.v1.nri\"] disable = false; docs/runtimes.md), or give \
+        "{} (pid {}) serves no NRI socket: is NRI enabled? ({}; docs/runtimes.md), or give \
          --nri-socket",
-        runtime_name(.0.kind), .0.pid
+        runtime_name(.0.kind), .0.pid, enable_nri_hint(.0.kind)
     )]
     NoNriSocket(Runtime),
     #[error(
@@ -55,6 +54,17 @@ fn list(rs: &[Runtime]) -> String {
         .map(|r| format!("{} pid {} {:?}", runtime_name(r.kind), r.pid, r.cri_socket))
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// The runtime's own setting that turns NRI on.
+fn enable_nri_hint(kind: RuntimeKind) -> &'static str {
+    match kind {
+        RuntimeKind::Containerd => {
+            "containerd 1.7: [plugins.\"io.containerd.nri.v1.nri\"] disable = false"
+        }
+        // CRI-O's config (pkg/config, [crio.nri]); on by default since 1.30.
+        RuntimeKind::CriO => "CRI-O: [crio.nri] enable_nri = true",
+    }
 }
 
 /// "containerd" or "cri-o", as record files name them.
@@ -153,7 +163,8 @@ pub fn nri_session(
             what: "NRI",
             path: socket.to_path_buf(),
             hint: "is NRI enabled in the runtime? (containerd 1.7: \
-                   [plugins.\"io.containerd.nri.v1.nri\"] disable = false), or give the socket",
+                   [plugins.\"io.containerd.nri.v1.nri\"] disable = false; CRI-O: [crio.nri] \
+                   enable_nri = true), or give the socket",
         });
     }
     Ok(SessionConfig {
@@ -209,4 +220,29 @@ pub fn runtime_session(target: &Target, follow: Follow) -> Result<SessionConfig,
         cfg.ignore_peer_pids = vec![std::process::id()];
     }
     Ok(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The error names the setting of the runtime that was found.
+    #[test]
+    fn no_nri_socket_names_the_runtimes_own_setting() {
+        let crio = runtimes::runtime_from(9, RuntimeKind::CriO, &["/run/crio/crio.sock".into()]);
+        let msg = TargetError::NoNriSocket(crio).to_string();
+        assert!(
+            msg.starts_with("cri-o (pid 9) serves no NRI socket"),
+            "{msg}"
+        );
+        assert!(msg.contains("[crio.nri] enable_nri = true"), "{msg}");
+        let ctrd = runtimes::runtime_from(
+            7,
+            RuntimeKind::Containerd,
+            &["/run/containerd/containerd.sock".into()],
+        );
+        let msg = TargetError::NoNriSocket(ctrd).to_string();
+        assert!(msg.contains("io.containerd.nri.v1.nri"), "{msg}");
+        assert!(!msg.contains("crio"), "{msg}");
+    }
 }

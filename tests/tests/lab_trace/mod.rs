@@ -24,7 +24,7 @@ use nri_trace::{
     sinks::json::JsonSink,
 };
 use nri_trace_lab::{
-    labctl::{self, Lab},
+    labctl::{self, Lab, Runtime},
     scenario::{self, Bins, Observer},
 };
 pub(crate) use nri_trace_tests::http_get;
@@ -284,21 +284,35 @@ pub(crate) fn run_traced(group: &str, scenario: &str) -> Option<PathBuf> {
 
 /// [`run_traced`] with this observer.
 pub(crate) fn run_traced_with(group: &str, scenario: &str, trace: TraceProc) -> Option<PathBuf> {
-    run_observed_by(group, scenario, Box::new(trace))
+    run_traced_on(group, scenario, None, trace)
 }
 
-/// Run `scenario` with any observer (one wrapping a [`TraceProc`]); see
-/// [`run_traced`].
+/// [`run_traced_with`] on `runtime` (None: NRI_TRACE_LAB_RUNTIME's).
+pub(crate) fn run_traced_on(
+    group: &str,
+    scenario: &str,
+    runtime: Option<Runtime>,
+    trace: TraceProc,
+) -> Option<PathBuf> {
+    run_observed_by(group, scenario, runtime, Box::new(trace))
+}
+
+/// Run `scenario` on `runtime` (None: NRI_TRACE_LAB_RUNTIME's) with any
+/// observer (one wrapping a [`TraceProc`]); see [`run_traced`].
 pub(crate) fn run_observed_by(
     group: &str,
     scenario: &str,
+    runtime: Option<Runtime>,
     observer: Box<dyn Observer>,
 ) -> Option<PathBuf> {
     if !guard(scenario) {
         return None;
     }
     let _lock = labctl::lock().expect("lab lock");
-    let lab = Lab::from_env();
+    let mut lab = Lab::from_env();
+    if let Some(r) = runtime {
+        lab.runtime = r;
+    }
     lab.install().expect("lab install");
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(group)

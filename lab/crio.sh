@@ -1,0 +1,622 @@
+#!/usr/bin/env bash
+# nri-trace lab: a PRIVATE CRI-O v1.33.13 with NRI, beside the lab's
+# containerds (lab/lab.sh runs this file for NRI_TRACE_LAB_RUNTIME=crio).
+#
+#   crio.sh install   Debian build/run deps (libseccomp-dev, libsqlite3-dev,
+#                     conmon, runc, jq, CNI plugins; Go 1.24 from trixie only
+#                     if libc6 stays), then builds crio, pinns and copyimg from
+#                     ../shared/peers/cri-o-1.33.13-vendored.tar.xz into
+#                     $LAB/crio/bin (skipped when built from the same sha256)
+#   crio.sh up        config, images (copyimg from OCI layouts), start crio
+#   crio.sh down      stop crio, its conmons and containers, clean up
+#   crio.sh restart   crio alone (pods, conmons and containers stay)
+#   crio.sh status    what runs, sockets, leftovers
+#
+# The sockets are the lab's usual ones ($LAB/run/crio.sock for CRI,
+# $LAB/run/nri.sock for NRI), every other path is under $LAB/crio. Facts
+# of building and running CRI-O on these machines: shared/peers/README.md.
+set -euo pipefail
+
+LAB="${NRI_TRACE_LAB_DIR:-/var/lib/nri-trace-lab}"
+LAB="${LAB%/}"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REQUEST_TIMEOUT="${NRI_TRACE_LAB_REQUEST_TIMEOUT:-2s}"
+REGISTRATION_TIMEOUT="5s"
+LOG_LEVEL="${NRI_TRACE_LAB_LOG_LEVEL:-info}"
+
+CRIO_VERSION="1.33.13"
+# The vendored release source: $NRI_TRACE_CRIO_TARBALL, else the shared
+# peers directory beside the checkout (../shared/peers from the repo; CI
+# lays a copy of shared/ beside its clone).
+TARBALL="${NRI_TRACE_CRIO_TARBALL:-}"
+if [[ -z $TARBALL ]]; then
+	for t in "$HERE/../../shared/peers" "$HERE/../../../shared/peers" /work/shared/peers; do
+		if [[ -f $t/cri-o-$CRIO_VERSION-vendored.tar.xz ]]; then
+			TARBALL="$(cd "$t" && pwd)/cri-o-$CRIO_VERSION-vendored.tar.xz"
+			break
+		fi
+	done
+fi
+GO=/usr/lib/go-1.24/bin/go
+# peers/README.md: these tags build without btrfs, ostree and gpgme, and
+# link the system's libsqlite3 (the stored source lacks the bundled one).
+GO_TAGS="containers_image_ostree_stub containers_image_openpgp exclude_graphdriver_btrfs btrfs_noversion seccomp libsqlite3"
+DEB_PACKAGES=(libseccomp-dev libsqlite3-dev conmon runc jq containernetworking-plugins gcc make libc6-dev)
+
+CDIR="$LAB/crio"
+BIN="$CDIR/bin"
+BUILT_FROM="$BIN/built-from.sha256"
+SOCK="$LAB/run/crio.sock"
+NRI_SOCK="$LAB/run/nri.sock"
+CONFIG="$CDIR/crio.conf"
+PIDFILE="$CDIR/crio.pid"
+LOG="$CDIR/crio.log"
+RUNTIME_FILE="$LAB/runtime"
+ROOT_DIR="$CDIR/root"    # containers/storage graph root (images, layers): kept
+RUNROOT="$CDIR/runroot"  # containers/storage run root
+STATE_DIR="$CDIR/state"  # CRI-O's own state (version file, exits, clean.shutdown)
+RUNC_ROOT="$CDIR/runc"   # runc --root of our containers
+CONMON_DIR="$CDIR/conmon" # container_exits_dir, container_attach_socket_dir
+NETNS_DIR="$CDIR/netns"  # pinns' namespaces_dir
+CNI_BIN_DIR="/usr/lib/cni"
+# lab.sh's network (written by `lab.sh shared`): one lab at a time.
+CNI_CONF_DIR="$LAB/cni/net.d"
+CNI_NET="nri-trace-lab"
+BRIDGE="nritlab0"
+PAUSE_REF="localhost/nri-trace/pause:lab"
+BUSYBOX_REF="localhost/nri-trace/busybox:lab"
+CGROOT="/sys/fs/cgroup"
+# CRI-O with cgroupfs puts a container without a cgroup parent under
+# /crio/crio-<id> and its conmon beside it, crio-conmon-<id>
+# (internal/config/cgmgr/cgroupfs_linux.go); `down` may rmdir the /crio
+# parents it found absent at `up`.
+CG_MARK="$CDIR/cgroup-parents-we-created"
+log() { printf 'lab(crio): %s\n' "$*"; }
+die() {
+	printf 'lab(crio): ERROR: %s\n' "$*" >&2
+	exit 1
+}
+need_root() { [[ $(id -u) -eq 0 ]] || die "must run as root"; }
+python() { if [[ -x /usr/bin/python3 ]]; then /usr/bin/python3 "$@"; else python3 "$@"; fi; }
+pkg_version() { { dpkg-query -W -f='${Status} ${Version}\n' "$1" 2>/dev/null || true; } | awk '$3=="installed"{print $4}'; }
+
+# ---------------------------------------------------------------- install
+
+install_packages() {
+	local want=() p
+	for p in "${DEB_PACKAGES[@]}"; do
+		[[ -n $(pkg_version "$p") ]] || want+=("$p")
+	done
+	# Go 1.24 comes from trixie (bookworm has 1.19); lab.sh install adds the
+	# trixie source pinned at priority 100.
+	[[ -x $GO ]] || want+=("golang-1.24-go/trixie")
+	((${#want[@]} == 0)) && return 0
+	if ! apt-cache policy golang-1.24-go 2>/dev/null | grep -q trixie; then
+		apt-get update -q >/dev/null
+	fi
+	local libc_before plan
+	libc_before="$(pkg_version libc6)"
+	plan="$(apt-get install -s -y --no-install-recommends "${want[@]}" 2>&1)" ||
+		die "apt-get install -s failed:"$'\n'"$plan"
+	# Refuse before touching anything if apt would upgrade libc6.
+	! grep -q '^Inst libc6 ' <<<"$plan" ||
+		die "installing ${want[*]} would upgrade libc6; refusing (install Go 1.24 by hand)"
+	log "apt-get install ${want[*]}"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${want[@]}" >/dev/null
+	[[ $(pkg_version libc6) == "$libc_before" ]] || die "libc6 changed: fix apt by hand"
+}
+
+# Build crio, pinns and copyimg, unless $BIN holds them built from this
+# very tarball (its sha256 in $BUILT_FROM). The source tree and the Go
+# build cache are removed afterwards: they are not needed to run.
+build_crio() {
+	[[ -n $TARBALL && -f $TARBALL ]] ||
+		die "CRI-O source not found: set NRI_TRACE_CRIO_TARBALL to cri-o-$CRIO_VERSION-vendored.tar.xz (shared/peers)"
+	local sha
+	sha="$(sha256sum "$TARBALL" | awk '{print $1}')"
+	if [[ -f $BUILT_FROM && $(cat "$BUILT_FROM") == "$sha" && -x $BIN/crio && -x $BIN/pinns && -x $BIN/copyimg ]]; then
+		log "crio $CRIO_VERSION already built from $TARBALL ($BIN)"
+		return 0
+	fi
+	local t0=$SECONDS src="$CDIR/src"
+	rm -rf "$src" "$BIN"
+	mkdir -p "$src" "$BIN"
+	tar -xJf "$TARBALL" -C "$src"
+	local tree="$src/cri-o-$CRIO_VERSION"
+	log "building crio $CRIO_VERSION (Go $("$GO" env GOVERSION), cold: about 2.5 min)"
+	(
+		cd "$tree"
+		export GOTOOLCHAIN=local GOFLAGS=-mod=vendor GOPROXY=off GOCACHE="$CDIR/gocache" GOPATH="$CDIR/gopath"
+		"$GO" build -trimpath -tags "$GO_TAGS" -o "$BIN/crio" ./cmd/crio
+		"$GO" build -trimpath -tags "$GO_TAGS" -o "$BIN/copyimg" ./test/copyimg
+		make -s bin/pinns
+		cp bin/pinns "$BIN/pinns"
+	) >"$CDIR/build.log" 2>&1 || {
+		tail -n 30 "$CDIR/build.log" >&2
+		die "building CRI-O failed (log: $CDIR/build.log)"
+	}
+	"$BIN/crio" --version | grep -q "^crio version $CRIO_VERSION$" ||
+		die "$BIN/crio --version does not say $CRIO_VERSION"
+	echo "$sha" >"$BUILT_FROM"
+	rm -rf "$src" "$CDIR/gocache" "$CDIR/gopath"
+	log "built crio, pinns, copyimg in $((SECONDS - t0)) s"
+}
+
+cmd_install() {
+	need_root
+	# What every lab runtime needs (runc, CNI plugins, busybox, gcc for the
+	# images; the trixie source pinned low that Go 1.24 comes from).
+	NRI_TRACE_LAB_RUNTIME=containerd-1.7 bash "$HERE/lab.sh" install
+	install_packages
+	build_crio
+}
+
+# ---------------------------------------------------------------- up
+
+storage_driver() { if [[ $(cat "$LAB/snapshotter" 2>/dev/null) == native ]]; then echo vfs; else echo overlay; fi; }
+
+write_config() { # [output file]
+	cat >"${1:-$CONFIG}" <<EOF
+# Generated by nri-trace lab/crio.sh: a private CRI-O $CRIO_VERSION with NRI.
+[crio]
+root = "$ROOT_DIR"
+runroot = "$RUNROOT"
+storage_driver = "$(storage_driver)"
+log_dir = "$CDIR/logs"
+# No version files: nothing is wiped at start-up; \`down\` removes the whole
+# container store itself (the images are imported again at \`up\`).
+version_file = ""
+version_file_persist = ""
+clean_shutdown_file = ""
+internal_wipe = false
+internal_repair = false
+
+[crio.api]
+listen = "$SOCK"
+stream_address = "127.0.0.1"
+stream_port = "0"
+
+[crio.runtime]
+default_runtime = "runc"
+# No systemd on these VMs.
+cgroup_manager = "cgroupfs"
+conmon_cgroup = "pod"
+log_level = "$LOG_LEVEL"
+selinux = false
+pinns_path = "$BIN/pinns"
+namespaces_dir = "$NETNS_DIR"
+container_exits_dir = "$CONMON_DIR/exits"
+container_attach_socket_dir = "$CONMON_DIR/attach"
+hooks_dir = ["$CDIR/hooks.d"]
+default_mounts_file = ""
+cdi_spec_dirs = ["$CDIR/cdi"]
+
+[crio.runtime.runtimes.runc]
+# runc through a wrapper: root here lacks CAP_SYS_RESOURCE, and CRI-O gives
+# the pause container oom_score_adj -998 (shared/peers/README.md).
+runtime_path = "$CDIR/wrap/runc"
+runtime_type = "oci"
+runtime_root = "$RUNC_ROOT"
+monitor_path = "/usr/bin/conmon"
+monitor_cgroup = "pod"
+
+[crio.image]
+pause_image = "$PAUSE_REF"
+# Set, it makes CreateContainer want ImageSpec.UserSpecifiedImage (which
+# the lab's drivers do not send); no image is ever pulled here.
+signature_policy = ""
+signature_policy_dir = "$CDIR/policy.d"
+
+[crio.network]
+network_dir = "$CNI_CONF_DIR"
+plugin_dirs = ["$CNI_BIN_DIR"]
+
+[crio.nri]
+enable_nri = true
+nri_listen = "$NRI_SOCK"
+nri_plugin_dir = "$LAB/nri/plugins"
+nri_plugin_config_dir = "$LAB/nri/conf.d"
+nri_plugin_registration_timeout = "$REGISTRATION_TIMEOUT"
+nri_plugin_request_timeout = "$REQUEST_TIMEOUT"
+
+[crio.metrics]
+enable_metrics = false
+EOF
+}
+
+write_side_files() {
+	mkdir -p "$CDIR/wrap" "$CDIR/policy.d" "$CDIR/hooks.d" "$CDIR/cdi" "$CDIR/crio.conf.d"
+	cat >"$CDIR/policy.json" <<-'EOF'
+		{ "default": [{ "type": "insecureAcceptAnything" }] }
+	EOF
+	cat >"$CDIR/registries.conf" <<-'EOF'
+		unqualified-search-registries = []
+	EOF
+	cat >"$CDIR/storage.conf" <<-EOF
+		[storage]
+		driver = "$(storage_driver)"
+		graphroot = "$ROOT_DIR"
+		runroot = "$RUNROOT"
+	EOF
+	# Named runc, so the kernel's comm of the wrapper is what nri-trace
+	# knows the OCI runtime by.
+	cat >"$CDIR/wrap/runc.tmp" <<-'EOF'
+		#!/bin/bash
+		# nri-trace lab (crio.sh): runc, with a negative oomScoreAdj in the
+		# bundle's config.json (or an exec's --process file) raised to 0: root
+		# here may not lower oom_score_adj (no CAP_SYS_RESOURCE).
+		fix() {
+			[[ -f $1 ]] && jq -e '((.process // .).oomScoreAdj // 0) < 0' "$1" >/dev/null 2>&1 || return 0
+			jq 'if .process then .process.oomScoreAdj = 0 else .oomScoreAdj = 0 end' "$1" >"$1.nri-trace-lab" &&
+				mv "$1.nri-trace-lab" "$1"
+		}
+		prev=""
+		for a in "$@"; do
+			case "$prev" in --bundle | -b) fix "$a/config.json" ;; --process | -p) fix "$a" ;; esac
+			case "$a" in --bundle=*) fix "${a#--bundle=}/config.json" ;; --process=*) fix "${a#--process=}" ;; esac
+			prev="$a"
+		done
+		exec /usr/sbin/runc "$@"
+	EOF
+	chmod 0755 "$CDIR/wrap/runc.tmp"
+	mv "$CDIR/wrap/runc.tmp" "$CDIR/wrap/runc"
+}
+
+# pid of our crio, if it runs (its command line names our config).
+our_pid() {
+	[[ -f $PIDFILE ]] || return 1
+	local pid
+	pid="$(cat "$PIDFILE" 2>/dev/null)" || return 1
+	[[ $pid =~ ^[0-9]+$ && -r /proc/$pid/cmdline ]] || return 1
+	tr '\0' '\n' <"/proc/$pid/cmdline" | grep -qxF "$CONFIG" || return 1
+	echo "$pid"
+}
+
+# A containerd of the lab that runs (lab.sh's pid file and config).
+containerd_running() {
+	local pid
+	pid="$(cat "$LAB/containerd.pid" 2>/dev/null)" || return 1
+	[[ $pid =~ ^[0-9]+$ && -r /proc/$pid/cmdline ]] || return 1
+	tr '\0' '\n' <"/proc/$pid/cmdline" | grep -qxF "$LAB/config.toml" || return 1
+	echo "$pid"
+}
+
+# crio listens on its CRI socket only once its server is ready, so a
+# connect is enough to know it answers (no CRI client in bash).
+answers() { [[ -S $SOCK ]] && python -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])' "$SOCK" 2>/dev/null; }
+
+start_crio() {
+	rm -f "$SOCK" # stale from a crash
+	log "starting crio ($("$BIN/crio" --version | awk 'NR == 1 {print $3}'), storage $(storage_driver))"
+	# As lab.sh's start_containerd: its own session, only stdin/out/err
+	# (the lab lock's fd must not live as long as crio).
+	(
+		for fd in /proc/"$BASHPID"/fd/*; do
+			fd="${fd##*/}"
+			if ((fd > 2)); then eval "exec $fd>&-"; fi
+		done
+		export CONTAINERS_STORAGE_CONF="$CDIR/storage.conf" CONTAINERS_REGISTRIES_CONF="$CDIR/registries.conf"
+		export TMPDIR="$CDIR/tmp"
+		exec setsid "$BIN/crio" --config "$CONFIG" --config-dir "$CDIR/crio.conf.d" >>"$LOG" 2>&1 </dev/null
+	) &
+	local pid=$!
+	echo "$pid" >"$PIDFILE"
+	local deadline=$((SECONDS + 30))
+	until answers; do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			tail -n 30 "$LOG" >&2
+			rm -f "$PIDFILE"
+			die "crio exited during start-up (log: $LOG)"
+		fi
+		if ((SECONDS >= deadline)); then
+			tail -n 30 "$LOG" >&2
+			die "crio did not listen on $SOCK within 30 s (log: $LOG)"
+		fi
+		sleep 0.1
+	done
+	log "crio up: pid $pid, $SOCK"
+}
+
+# The lab's images, imported from their OCI layout tars (lab.sh's
+# build_images) by CRI-O's own copier into CRI-O's storage: no registry.
+import_images() {
+	local t ref
+	for t in pause busybox; do
+		ref="$PAUSE_REF"
+		[[ $t == busybox ]] && ref="$BUSYBOX_REF"
+		CONTAINERS_STORAGE_CONF="$CDIR/storage.conf" "$BIN/copyimg" --root "$ROOT_DIR" --runroot "$RUNROOT" \
+			--storage-driver "$(storage_driver)" --signature-policy "$CDIR/policy.json" \
+			--import-from "oci-archive:$LAB/images/$t.tar" --image-name "$ref" >>"$LOG" 2>&1 ||
+			die "copyimg of $LAB/images/$t.tar failed (log: $LOG)"
+	done
+	log "images: $PAUSE_REF $BUSYBOX_REF"
+}
+
+mark_cgroup_parents() {
+	[[ -f $CG_MARK ]] && return 0
+	local d
+	: >"$CG_MARK"
+	for d in "$CGROOT" "$CGROOT"/*/; do
+		d="${d%/}"
+		[[ -f $d/cgroup.procs ]] || continue
+		[[ -d $d/crio ]] || echo "$d/crio" >>"$CG_MARK"
+	done
+}
+
+cmd_up() {
+	need_root
+	local t0=$SECONDS pid want="${NRI_TRACE_LAB_RUNTIME:-containerd-1.7}"
+	if [[ $want != crio ]]; then
+		# lab.sh sent `up` here because $LAB/runtime says crio.
+		if pid="$(our_pid)"; then
+			die "the lab runs crio (pid $pid), not $want: 'lab.sh down' first, then 'up' again"
+		fi
+		log "crio stopped uncleanly: down, then up $want"
+		cmd_down
+		exec bash "$HERE/lab.sh" up
+	fi
+	[[ -x $BIN/crio && -x $BIN/copyimg && -x $BIN/pinns ]] ||
+		die "CRI-O not built: run 'NRI_TRACE_LAB_RUNTIME=crio lab/lab.sh install' (cargo xtask lab --runtime crio install)"
+	if pid="$(containerd_running)"; then
+		die "the lab runs $(cat "$RUNTIME_FILE" 2>/dev/null || echo containerd) (pid $pid), not crio: 'lab.sh down' first, then 'up' again"
+	fi
+	if pid="$(our_pid)"; then
+		log "crio already running (pid $pid)"
+		if ! cmp -s "$CONFIG" <(write_config /dev/stdout); then
+			log "warning: running config differs from the current settings; 'down' and 'up' to apply"
+		fi
+		return 0
+	fi
+	if [[ -d $RUNROOT || -d $RUNC_ROOT ]]; then
+		log "crio stopped uncleanly: down first"
+		cmd_down
+	fi
+	mkdir -p "$LAB/run" "$ROOT_DIR" "$RUNROOT" "$STATE_DIR" "$RUNC_ROOT" "$CONMON_DIR/exits" "$CONMON_DIR/attach" \
+		"$NETNS_DIR" "$CDIR/logs" "$CDIR/tmp" "$LAB/nri/plugins" "$LAB/nri/conf.d"
+	chmod 0711 "$LAB"
+	echo crio >"$RUNTIME_FILE"
+	# The lab's shared parts: the images (pause, busybox as OCI layout
+	# tars), the overlay probe and the CNI network (the containerds'
+	# bridge and subnet: one lab at a time).
+	bash "$HERE/lab.sh" shared
+	write_config
+	write_side_files
+	mark_cgroup_parents
+	import_images
+	start_crio
+	[[ -S $NRI_SOCK ]] || die "NRI socket $NRI_SOCK missing: is NRI enabled? (log: $LOG)"
+	log "NRI socket $NRI_SOCK"
+	log "up in $((SECONDS - t0)) s"
+}
+
+# ---------------------------------------------------------------- down
+
+wait_gone() { # pid timeout_s
+	local i
+	for ((i = 0; i < $2 * 10; i++)); do
+		kill -0 "$1" 2>/dev/null || return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+stop_crio() {
+	local pid
+	if pid="$(our_pid)"; then
+		log "stopping crio (pid $pid)"
+		kill -TERM "$pid" 2>/dev/null || true
+		if ! wait_gone "$pid" 10; then
+			log "crio ignored SIGTERM; SIGKILL"
+			kill -KILL "$pid" 2>/dev/null || true
+			wait_gone "$pid" 5 || true
+		fi
+	fi
+	rm -f "$PIDFILE"
+}
+
+# conmon processes of our crio: their command line names our dirs.
+our_conmons() {
+	local p
+	for p in /proc/[0-9]*; do
+		[[ $(cat "$p/comm" 2>/dev/null) == conmon ]] || continue
+		tr '\0' '\n' <"$p/cmdline" 2>/dev/null | grep -qF "$CDIR/" && echo "${p#/proc/}"
+	done
+	return 0
+}
+
+# Container ids our crio made (runc state, storage, remembered).
+our_ids() {
+	{
+		ls "$RUNC_ROOT" 2>/dev/null || true
+		ls "$ROOT_DIR/overlay-containers" "$ROOT_DIR/vfs-containers" 2>/dev/null || true
+		cat "$CDIR/ids" 2>/dev/null || true
+	} | { grep -E '^[0-9a-f]{64}$' || true; } | sort -u
+}
+
+our_mounts() {
+	awk -v d="$CDIR" '$5 == d || index($5, d "/") == 1 {print $5}' /proc/self/mountinfo | tac
+}
+
+# cgroups crio-<id> and crio-conmon-<id> of our ids, deepest first.
+our_cgroups() {
+	local ids
+	ids="$(our_ids)"
+	[[ -n $ids ]] || return 0
+	{ find "$CGROOT" -mindepth 2 -maxdepth 8 -type d -name 'crio-*' 2>/dev/null || true; } |
+		awk 'NR == FNR { ids[$0]; next }
+		     { n = $0; sub(/.*\/crio-(conmon-)?/, "", n) }
+		     (n in ids) { print length($0) " " $0 }' <(echo "$ids") - | sort -rn | cut -d' ' -f2-
+}
+
+our_cni_result_ids() {
+	local f
+	for f in /var/lib/cni/results/"$CNI_NET"-* /var/lib/cni/cache/results/"$CNI_NET"-*; do
+		[[ -e $f ]] || continue
+		f="${f##*/"$CNI_NET"-}"
+		echo "${f%%-*}"
+	done
+	return 0
+}
+
+cmd_down() {
+	need_root
+	local t0=$SECONDS p id
+	[[ -d $CDIR ]] || {
+		log "no $CDIR; nothing to do"
+		return 0
+	}
+	our_ids >"$CDIR/ids.tmp" && mv "$CDIR/ids.tmp" "$CDIR/ids"
+
+	# 1. crio itself (on SIGTERM it leaves its containers running, as a
+	#    node's runtime restart does).
+	stop_crio
+
+	# 2. Every container of ours: runc kills what is left in its cgroup and
+	#    deletes cgroup and state; then the conmons, which only wait now.
+	local d jobs=()
+	for d in "$RUNC_ROOT"/*/; do
+		[[ -d $d ]] || continue
+		id="$(basename "$d")"
+		/usr/sbin/runc --root "$RUNC_ROOT" delete --force "$id" >/dev/null 2>&1 &
+		jobs+=($!)
+	done
+	for p in "${jobs[@]}"; do wait "$p" || true; done
+	local cm
+	cm="$(our_conmons)"
+	if [[ -n $cm ]]; then
+		# shellcheck disable=SC2086 # one pid per word
+		kill -TERM $cm 2>/dev/null || true
+		for p in $cm; do
+			wait_gone "$p" 2 && continue
+			kill -KILL "$p" 2>/dev/null || true
+			wait_gone "$p" 5 || log "warning: conmon $p still there after SIGKILL"
+		done
+	fi
+
+	# 3. Mounts under $CDIR (container rootfs overlays, pod shm, pinned
+	#    namespaces), deepest first.
+	local m n=0
+	while read -r m; do
+		[[ -n $m ]] || continue
+		umount "$m" 2>/dev/null || umount -l "$m" || log "warning: cannot unmount $m"
+		n=$((n + 1))
+	done < <(our_mounts)
+	((n == 0)) || log "unmounted $n mount(s) under $CDIR"
+
+	# 4. The container store and every runtime dir: the next `up` imports
+	#    the images again (copyimg, well under a second).
+	if [[ -n $(our_mounts) ]]; then
+		log "warning: mounts remain under $CDIR; keeping its state"
+	else
+		rm -rf "$ROOT_DIR" "$RUNROOT" "$STATE_DIR" "$RUNC_ROOT" "$CONMON_DIR" "$NETNS_DIR" "$CDIR/logs" "$CDIR/tmp" "$LAB/kubelet"
+		rm -f "$SOCK"
+	fi
+	for id in $(cat "$CDIR/ids" 2>/dev/null) $(our_cni_result_ids); do
+		rm -f /var/lib/cni/results/*-"$id"-* /var/lib/cni/cache/results/*-"$id"-*
+	done
+	rm -rf "$LAB/cni/ipam/$CNI_NET"
+
+	# 5. cgroups of our containers and conmons, then the /crio parents that
+	#    `up` saw absent.
+	local cg
+	while read -r cg; do
+		[[ -n $cg && -d $cg ]] || continue
+		if [[ -s $cg/cgroup.procs ]]; then
+			xargs -r kill -KILL <"$cg/cgroup.procs" 2>/dev/null || true
+			sleep 0.2
+		fi
+		rmdir "$cg" 2>/dev/null || log "warning: cannot remove cgroup $cg"
+	done < <(our_cgroups)
+	if [[ -f $CG_MARK ]]; then
+		while read -r cg; do
+			if [[ -d $cg ]]; then rmdir "$cg" 2>/dev/null || true; fi
+		done <"$CG_MARK"
+		rm -f "$CG_MARK"
+	fi
+
+	# 6. The pod bridge.
+	if ip link show "$BRIDGE" >/dev/null 2>&1; then
+		ip link del "$BRIDGE" && log "removed bridge $BRIDGE"
+	fi
+	log "down in $((SECONDS - t0)) s"
+	report_leftovers || die "down left something behind (see LEFT lines)"
+	rm -f "$CDIR/ids"
+	if [[ $(cat "$RUNTIME_FILE" 2>/dev/null) == crio ]]; then rm -f "$RUNTIME_FILE"; fi
+}
+
+report_leftovers() {
+	local left=0 x
+	if x="$(our_pid)"; then
+		log "LEFT: crio pid $x"
+		left=1
+	fi
+	x="$(our_conmons)"
+	[[ -z $x ]] || {
+		log "LEFT: conmons: $x"
+		left=1
+	}
+	x="$(our_mounts)"
+	[[ -z $x ]] || {
+		log "LEFT: mounts:"$'\n'"$x"
+		left=1
+	}
+	x="$(our_cgroups)"
+	[[ -z $x ]] || {
+		log "LEFT: cgroups:"$'\n'"$x"
+		left=1
+	}
+	if ip link show "$BRIDGE" >/dev/null 2>&1; then
+		log "LEFT: bridge $BRIDGE"
+		left=1
+	fi
+	x="$(our_cni_result_ids)"
+	[[ -z $x ]] || {
+		log "LEFT: CNI results in /var/lib/cni for pods: $x"
+		left=1
+	}
+	((left)) && return 1
+	log "nothing of ours left (no crio, conmon, mount, cgroup, bridge)"
+}
+
+cmd_status() {
+	local pid
+	echo "lab dir:     $LAB"
+	if pid="$(our_pid)"; then
+		echo "runtime:     crio"
+		echo "crio:        running, pid $pid ($("$BIN/crio" --version | awk 'NR == 1 {print $3}'))"
+	else
+		echo "crio:        not running"
+	fi
+	echo "built:       $(if [[ -x $BIN/crio ]]; then echo "$BIN (from sha256 $(cat "$BUILT_FROM" 2>/dev/null))"; else echo no; fi)"
+	printf 'CRI socket:  %s %s\n' "$SOCK" "$([[ -S $SOCK ]] && echo present || echo absent)"
+	printf 'NRI socket:  %s %s\n' "$NRI_SOCK" "$([[ -S $NRI_SOCK ]] && echo present || echo absent)"
+	echo "config:      $CONFIG"
+	echo "log:         $LOG"
+	echo "conmons:     $(our_conmons | tr '\n' ' ')"
+	echo "mounts under $CDIR:"
+	our_mounts | sed 's/^/  /'
+	echo "cgroups of our containers:"
+	our_cgroups | sed 's/^/  /'
+}
+
+# crio alone (pods, conmons and containers stay): what a node's runtime
+# restart does.
+cmd_restart() {
+	need_root
+	our_pid >/dev/null || die "crio is not running: 'up' first"
+	stop_crio
+	start_crio
+	[[ -S $NRI_SOCK ]] || die "NRI socket $NRI_SOCK missing after restart (log: $LOG)"
+}
+
+case "${1:-}" in
+install) cmd_install ;;
+up) cmd_up ;;
+down) cmd_down ;;
+restart) cmd_restart ;;
+status) cmd_status ;;
+*)
+	echo "usage: $0 install|up|down|restart|status" >&2
+	exit 2
+	;;
+esac
