@@ -1180,10 +1180,37 @@ fn trace_runtime_after_observer() {
 /// `running`), and none as "no CRI call in flight".
 #[test]
 fn trace_container_exit_labels_its_stop_container() {
+    if let Some((out, records)) = traced("container-exits") {
+        check_container_exits(&out, &records);
+    }
+}
+
+/// As [`trace_container_exit_labels_its_stop_container`], on containerd
+/// 2.1 and CRI-O in CI: each tells the plugins at the exit too (2.1
+/// `NotifyContainerExit`; CRI-O's exit monitor), once; both send the
+/// container as still `running` (no exit code on the wire: NRI 0.8).
+#[test]
+fn ctrd21_trace_container_exit_labels_its_stop_container() {
+    let runtime = Some(nri_trace_lab::labctl::Runtime::Containerd21);
+    if let Some(out) = lab_trace::run_traced_on(
+        "trace-lab-ctrd21",
+        "container-exits",
+        runtime,
+        TraceProc::new(),
+    ) {
+        check_container_exits(&out, &records("container-exits", &out));
+    }
+}
+
+#[test]
+fn crio_trace_container_exit_labels_its_stop_container() {
+    if let Some((out, records)) = traced_on_crio("container-exits") {
+        check_container_exits(&out, &records);
+    }
+}
+
+fn check_container_exits(out: &Path, records: &[Record]) {
     use nri_trace::engine::correlate::NoCause;
-    let Some((out, records)) = traced("container-exits") else {
-        return;
-    };
     let mut causes: std::collections::BTreeMap<(String, String), Vec<String>> =
         std::collections::BTreeMap::new();
     let mut add = |h: &nri_trace::engine::hook_latency::HookSpan, cause: String| {
@@ -1203,7 +1230,7 @@ fn trace_container_exit_labels_its_stop_container() {
             .or_default()
             .push(cause);
     };
-    for r in &records {
+    for r in records {
         match r {
             Record::CriSpan(s) => {
                 for h in s.hooks.iter().filter(|h| h.hook == "STOP_CONTAINER") {
@@ -1246,7 +1273,7 @@ fn trace_container_exit_labels_its_stop_container() {
         assert!(c[0].ends_with("kernel exit true)"), "{key:?}: {c:?}");
     }
     // The conformance table: the clause held on both containers.
-    let (stdout, _, _) = TraceProc::paths(&out);
+    let (stdout, _, _) = TraceProc::paths(out);
     let clause: Vec<serde_json::Value> = std::fs::read_to_string(&stdout)
         .expect("nri-trace's output")
         .lines()
