@@ -54,6 +54,16 @@
 //! every tenth of the run: `trace_engine memory progress:`
 //! `lifecycles:VmRSS KiB:seconds ...`).
 //!
+//! The DaemonSet's memory (issue 22; after the memory run, in a child of
+//! its own): what deploy/daemonset.yaml runs, `record --max-size 256MiB
+//! --metrics-addr`, through its live path: one `Pipeline` with the flight
+//! recorder (`Recorder`, segments in a temporary directory, 256 MiB
+//! bound) and the metrics sink (re-rendered at every idle, here after
+//! every repetition), fed 33,334 repetitions (100,002 pod lifecycles)
+//! generated on the fly; no pod model (the DaemonSet keeps none). Prints
+//! `trace_engine daemonset: ...` with VmHWM, VmRSS, the recorder's bytes
+//! on disk and the time, and `trace_engine daemonset progress: ...`.
+//!
 //! Run with `cargo bench -p nri-trace --bench trace_engine` (or through
 //! `cargo xtask bench --only trace-engine`, which pins it to one CPU).
 //! Prints one `trace_engine input: ...` line before the benchmarks, a
@@ -111,12 +121,23 @@ const GAP_NS: u64 = 1_000_000_000;
 const CONN_STRIDE: u64 = 1_000_000;
 /// Set in the memory child: its repetition count.
 const MEMORY_ENV: &str = "NRI_TRACE_BENCH_TRACE_ENGINE_MEMORY";
+/// Set in the DaemonSet child: its repetition count.
+const DAEMONSET_ENV: &str = "NRI_TRACE_BENCH_TRACE_ENGINE_DAEMONSET";
+/// Repetitions of the DaemonSet run: 33,334 x 3 pods >= 100,000
+/// lifecycles (issue 22).
+const DAEMONSET_REPS: u32 = 33_334;
+/// The recorder's bound in deploy/daemonset.yaml (`--max-size 256MiB`).
+const DAEMONSET_MAX_BYTES: u64 = 256 << 20;
 /// Memory checkpoints (VmRSS) over the memory run.
 const CHECKPOINTS: u32 = 10;
 
 fn main() {
     if let Ok(reps) = env::var(MEMORY_ENV) {
         memory(reps.parse().expect("repetition count"));
+        return;
+    }
+    if let Ok(reps) = env::var(DAEMONSET_ENV) {
+        daemonset(reps.parse().expect("repetition count"));
         return;
     }
     let started = SystemTime::now();
@@ -174,7 +195,18 @@ fn main() {
     }
     drop(events);
     drop(base);
-    memory_child(if bench { MEMORY_REPS } else { MEMORY_REPS_TEST });
+    memory_child(
+        MEMORY_ENV,
+        if bench { MEMORY_REPS } else { MEMORY_REPS_TEST },
+    );
+    memory_child(
+        DAEMONSET_ENV,
+        if bench {
+            DAEMONSET_REPS
+        } else {
+            MEMORY_REPS_TEST
+        },
+    );
 }
 
 // ---------------------------------------------------------------- input
@@ -774,10 +806,10 @@ fn print_summary(input: &Input, since: SystemTime) {
 
 /// Run the memory measurement in a fresh process of this executable (it
 /// inherits the CPU affinity) and print what it printed.
-fn memory_child(reps: u32) {
+fn memory_child(var: &str, reps: u32) {
     let exe = env::current_exe().expect("this executable");
     let out = Command::new(exe)
-        .env(MEMORY_ENV, reps.to_string())
+        .env(var, reps.to_string())
         .output()
         .expect("starting the memory run");
     print!("{}", String::from_utf8_lossy(&out.stdout));
@@ -843,6 +875,105 @@ fn memory(reps: u32) {
         checkpoints
             .iter()
             .map(|(r, kib, t)| format!("{:.0}:{kib}:{t:.3}", f64::from(*r) * pods_per_rep))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+}
+
+/// Counts what the DaemonSet's pipeline lets out, keeping nothing.
+struct CountSink(Rc<RefCell<(usize, usize)>>);
+
+impl Sink for CountSink {
+    fn record(&mut self, r: &Record) -> std::io::Result<()> {
+        let mut c = self.0.borrow_mut();
+        c.0 += 1;
+        c.1 += usize::from(is_pod_start(r));
+        Ok(())
+    }
+
+    fn finish(&mut self, _: &Ending<'_>) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The bytes of the files in `dir`.
+fn dir_bytes(dir: &Path) -> u64 {
+    fs::read_dir(dir).map_or(0, |rd| {
+        rd.flatten()
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.len())
+            .sum()
+    })
+}
+
+/// `reps` repetitions through what the DaemonSet runs: the pipeline with
+/// the flight recorder and the metrics sink.
+fn daemonset(reps: u32) {
+    use nri_trace::{
+        model::recorder::{Recorder, RecorderConfig},
+        sinks::metrics::MetricsSink,
+    };
+    use std::sync::{Arc, Mutex};
+    let base = Base::load();
+    let dir = env::temp_dir().join(format!("nri-trace-bench-recorder-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    let info = session();
+    let rss_before = status_kib("VmRSS");
+    let mut p = Pipeline::new(&info, Default::default());
+    let recorder = Recorder::open(
+        RecorderConfig {
+            dir: dir.clone(),
+            max_bytes: DAEMONSET_MAX_BYTES,
+            max_age: None,
+        },
+        &info,
+    )
+    .expect("the recorder's directory");
+    p.record_to(dir.display().to_string(), recorder);
+    let metrics = Arc::new(Mutex::new(String::new()));
+    p.add_sink(Box::new(MetricsSink::new(Arc::clone(&metrics))));
+    let counted = Rc::new(RefCell::new((0usize, 0usize)));
+    p.add_sink(Box::new(CountSink(Rc::clone(&counted))));
+    let mut events = 0usize;
+    let mut checkpoints = Vec::new();
+    let every = reps.div_ceil(CHECKPOINTS).max(1);
+    let started = Instant::now();
+    for r in 0..reps {
+        let rep = base.repetition(r);
+        for ev in &rep {
+            p.on_capture(ev).expect("the DaemonSet's sinks");
+        }
+        events += rep.len();
+        drop(rep);
+        p.idle().expect("the DaemonSet's sinks");
+        if (r + 1) % every == 0 && r + 1 < reps {
+            checkpoints.push((
+                counted.borrow().1,
+                status_kib("VmRSS"),
+                dir_bytes(&dir),
+                started.elapsed().as_secs_f64(),
+            ));
+        }
+    }
+    p.finish().expect("the DaemonSet's sinks");
+    let seconds = started.elapsed().as_secs_f64();
+    let (rss_after, hwm, disk) = (status_kib("VmRSS"), status_kib("VmHWM"), dir_bytes(&dir));
+    let (records, lifecycles) = *counted.borrow();
+    let metrics_bytes = metrics.lock().map_or(0, |t| t.len());
+    checkpoints.push((lifecycles, rss_after, disk, seconds));
+    let _ = fs::remove_dir_all(&dir);
+    println!(
+        "trace_engine daemonset: lifecycles={lifecycles} events={events} records={records} \
+         reps={reps} rss_before_kib={rss_before} rss_after_kib={rss_after} hwm_kib={hwm} \
+         recorder_bytes={disk} recorder_max_bytes={DAEMONSET_MAX_BYTES} \
+         metrics_bytes={metrics_bytes} seconds={seconds:.3}"
+    );
+    // lifecycles:VmRSS KiB:recorder bytes:seconds.
+    println!(
+        "trace_engine daemonset progress: {}",
+        checkpoints
+            .iter()
+            .map(|(l, kib, b, t)| format!("{l}:{kib}:{b}:{t:.3}"))
             .collect::<Vec<_>>()
             .join(" ")
     );
