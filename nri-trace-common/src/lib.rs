@@ -574,7 +574,8 @@ mod tests {
         // The eBPF side and userspace must agree on these exact sizes.
         assert_eq!(RECORD_HEADER_LEN, 48);
         assert_eq!(size_of::<FdKey>(), 8);
-        assert_eq!(size_of::<Config>(), 24);
+        // 4 x u32, u64, 4 x u32: no padding.
+        assert_eq!(size_of::<Config>(), 40);
         assert_eq!(SANDBOX_RECORD_LEN, 48 + 2 * SANDBOX_PATH_LEN);
         assert_eq!(align_of::<SandboxRecord>(), 8);
         assert_eq!(size_of::<FdState>(), 16);
