@@ -831,30 +831,50 @@ fn status_kib(key: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {key} in /proc/self/status"))
 }
 
+/// Feed `reps` repetitions of `base` through `p`, generating and dropping
+/// one at a time (the pipeline idle after each when `idle`, as the live
+/// loop is between drains), then end it; `checkpoint(repetitions done,
+/// seconds)` at every tenth of the run but the last. The events fed and
+/// the seconds taken, the end included.
+fn stream(
+    base: &Base,
+    mut p: Pipeline,
+    reps: u32,
+    idle: bool,
+    mut checkpoint: impl FnMut(u32, f64),
+) -> (usize, f64) {
+    let mut events = 0usize;
+    let every = reps.div_ceil(CHECKPOINTS).max(1);
+    let started = Instant::now();
+    for r in 0..reps {
+        let rep = base.repetition(r);
+        for ev in &rep {
+            p.on_capture(ev).expect("the bench's sinks do not fail");
+        }
+        events += rep.len();
+        drop(rep);
+        if idle {
+            p.idle().expect("the bench's sinks do not fail");
+        }
+        if (r + 1) % every == 0 && r + 1 < reps {
+            checkpoint(r + 1, started.elapsed().as_secs_f64());
+        }
+    }
+    p.finish().expect("the bench's sinks do not fail");
+    (events, started.elapsed().as_secs_f64())
+}
+
 /// Stream `reps` repetitions through one analysis and one pod model,
 /// holding one repetition at a time.
 fn memory(reps: u32) {
     let base = Base::load();
     let rss_before = status_kib("VmRSS");
     let hwm_before = status_kib("VmHWM");
-    let (mut p, folded) = new_pipeline(false);
-    let mut events = 0usize;
+    let (p, folded) = new_pipeline(false);
     let mut checkpoints = Vec::new();
-    let every = reps.div_ceil(CHECKPOINTS).max(1);
-    let started = Instant::now();
-    for r in 0..reps {
-        let rep = base.repetition(r);
-        for ev in &rep {
-            p.on_capture(ev).expect("the model sink does not fail");
-        }
-        events += rep.len();
-        drop(rep);
-        if (r + 1) % every == 0 && r + 1 < reps {
-            checkpoints.push((r + 1, status_kib("VmRSS"), started.elapsed().as_secs_f64()));
-        }
-    }
-    p.finish().expect("the model sink does not fail");
-    let seconds = started.elapsed().as_secs_f64();
+    let (events, seconds) = stream(&base, p, reps, false, |r, t| {
+        checkpoints.push((r, status_kib("VmRSS"), t));
+    });
     let rss_after = status_kib("VmRSS");
     let hwm = status_kib("VmHWM");
     checkpoints.push((reps, rss_after, seconds));
@@ -934,29 +954,10 @@ fn daemonset(reps: u32) {
     p.add_sink(Box::new(MetricsSink::new(Arc::clone(&metrics))));
     let counted = Rc::new(RefCell::new((0usize, 0usize)));
     p.add_sink(Box::new(CountSink(Rc::clone(&counted))));
-    let mut events = 0usize;
     let mut checkpoints = Vec::new();
-    let every = reps.div_ceil(CHECKPOINTS).max(1);
-    let started = Instant::now();
-    for r in 0..reps {
-        let rep = base.repetition(r);
-        for ev in &rep {
-            p.on_capture(ev).expect("the DaemonSet's sinks");
-        }
-        events += rep.len();
-        drop(rep);
-        p.idle().expect("the DaemonSet's sinks");
-        if (r + 1) % every == 0 && r + 1 < reps {
-            checkpoints.push((
-                counted.borrow().1,
-                status_kib("VmRSS"),
-                dir_bytes(&dir),
-                started.elapsed().as_secs_f64(),
-            ));
-        }
-    }
-    p.finish().expect("the DaemonSet's sinks");
-    let seconds = started.elapsed().as_secs_f64();
+    let (events, seconds) = stream(&base, p, reps, true, |_, t| {
+        checkpoints.push((counted.borrow().1, status_kib("VmRSS"), dir_bytes(&dir), t));
+    });
     let (rss_after, hwm, disk) = (status_kib("VmRSS"), status_kib("VmHWM"), dir_bytes(&dir));
     let (records, lifecycles) = *counted.borrow();
     let metrics_bytes = metrics.lock().map_or(0, |t| t.len());
