@@ -92,3 +92,60 @@ pub fn http_get(addr: &str, path: &str) -> std::io::Result<String> {
     }
     Ok(body.to_string())
 }
+
+/// Wait until the file `stderr`, where `child` writes, holds every one of
+/// `lines` (`nri-trace: ready`...). An error naming `what`, with the file,
+/// when it exits first or `within` passes: a bound on the wait, not a
+/// timed assertion.
+pub fn wait_for_lines(
+    child: &mut std::process::Child,
+    stderr: &std::path::Path,
+    lines: &[&str],
+    within: std::time::Duration,
+    what: &str,
+) -> std::io::Result<()> {
+    use std::io::Error;
+    let t0 = std::time::Instant::now();
+    loop {
+        let log = std::fs::read_to_string(stderr).unwrap_or_default();
+        if lines.iter().all(|l| log.contains(l)) {
+            return Ok(());
+        }
+        if let Some(st) = child.try_wait()? {
+            return Err(Error::other(format!(
+                "{what} exited ({st}) before it was ready:\n{log}"
+            )));
+        }
+        if t0.elapsed() > within {
+            return Err(Error::other(format!(
+                "{what} not ready after {within:?}:\n{log}"
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Send `signal` to `child` and wait up to `within` for it to exit: its
+/// status; past it, it is killed and reaped and the error names `what`.
+pub fn stop_child(
+    child: &mut std::process::Child,
+    signal: i32,
+    within: std::time::Duration,
+    what: &str,
+) -> std::io::Result<std::process::ExitStatus> {
+    unsafe { libc::kill(child.id() as i32, signal) };
+    let t0 = std::time::Instant::now();
+    loop {
+        if let Some(st) = child.try_wait()? {
+            return Ok(st);
+        }
+        if t0.elapsed() > within {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::Error::other(format!(
+                "{what} did not stop within {within:?} of signal {signal}"
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

@@ -380,22 +380,14 @@ impl Observer for EmptyRootWatch {
             .context("starting nri-trace in the empty root")?;
         self.child = Some(child);
         self.root = Some(root);
-        // A bound on the wait, not a timed assertion: readiness is
-        // checked by its line.
-        let t0 = Instant::now();
-        loop {
-            let log = fs::read_to_string(&self.stderr).unwrap_or_default();
-            if log.contains("nri-trace: ready") {
-                return Ok(());
-            }
-            if let Some(st) = self.child.as_mut().unwrap().try_wait()? {
-                bail!("nri-trace exited ({st}) before it was ready:\n{log}");
-            }
-            if t0.elapsed() > Duration::from_mins(1) {
-                bail!("nri-trace not ready after 60 s:\n{log}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        nri_trace_tests::wait_for_lines(
+            self.child.as_mut().unwrap(),
+            &self.stderr,
+            &["nri-trace: ready"],
+            Duration::from_mins(1),
+            "nri-trace",
+        )?;
+        Ok(())
     }
 
     fn detach(&mut self) -> Result<()> {
@@ -404,18 +396,12 @@ impl Observer for EmptyRootWatch {
         };
         // Let the last calls drain (the drain timer is 2 ms).
         std::thread::sleep(Duration::from_millis(300));
-        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-        let t0 = Instant::now();
-        let st = loop {
-            if let Some(st) = c.try_wait()? {
-                break st;
-            }
-            if t0.elapsed() > Duration::from_secs(20) {
-                let _ = c.kill();
-                bail!("nri-trace did not stop within 20 s of SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let st = nri_trace_tests::stop_child(
+            &mut c,
+            libc::SIGTERM,
+            Duration::from_secs(20),
+            "nri-trace",
+        )?;
         if !st.success() {
             bail!(
                 "nri-trace exited with {st}:\n{}",

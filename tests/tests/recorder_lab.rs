@@ -32,7 +32,7 @@ use std::{
         Arc, Mutex,
     },
     thread::JoinHandle,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use anyhow::{bail, Context, Result};
@@ -93,21 +93,14 @@ impl RecorderProc {
             child: Some(child),
             stderr: stderr.to_path_buf(),
         };
-        let t0 = Instant::now();
-        loop {
-            let log = fs::read_to_string(stderr).unwrap_or_default();
-            if log.contains("nri-trace: ready") && log.contains("nri-trace: recording to") {
-                return Ok(r);
-            }
-            if let Some(st) = r.child.as_mut().expect("started").try_wait()? {
-                r.child = None;
-                bail!("nri-trace record exited ({st}) before it recorded:\n{log}");
-            }
-            if t0.elapsed() > Duration::from_secs(30) {
-                bail!("nri-trace record not recording after 30 s:\n{log}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        nri_trace_tests::wait_for_lines(
+            r.child.as_mut().expect("started"),
+            stderr,
+            &["nri-trace: ready", "nri-trace: recording to"],
+            Duration::from_secs(30),
+            "nri-trace record",
+        )?;
+        Ok(r)
     }
 
     /// Stop it as a user at its terminal would (SIGINT, Ctrl-C); it must
@@ -118,19 +111,12 @@ impl RecorderProc {
         };
         // Let the last calls drain (the drain timer is 2 ms).
         std::thread::sleep(Duration::from_millis(300));
-        unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
-        let t0 = Instant::now();
-        let st = loop {
-            if let Some(st) = c.try_wait()? {
-                break st;
-            }
-            if t0.elapsed() > Duration::from_secs(20) {
-                let _ = c.kill();
-                let _ = c.wait();
-                bail!("nri-trace record did not stop within 20 s of SIGINT");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let st = nri_trace_tests::stop_child(
+            &mut c,
+            libc::SIGINT,
+            Duration::from_secs(20),
+            "nri-trace record",
+        )?;
         let log = fs::read_to_string(&self.stderr).unwrap_or_default();
         if !st.success() {
             bail!("nri-trace record exited with {st}:\n{log}");

@@ -9,7 +9,7 @@ use std::{
     io::Read,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use anyhow::{bail, Context, Result};
@@ -198,23 +198,15 @@ impl Observer for TraceProc {
             .stdin(Stdio::null())
             .spawn()
             .context("starting nri-trace")?;
-        self.child = Some(child);
-        let t0 = Instant::now();
-        loop {
-            let log = std::fs::read_to_string(&stderr).unwrap_or_default();
-            if log.contains("nri-trace: ready") {
-                return Ok(());
-            }
-            if let Some(c) = self.child.as_mut() {
-                if let Some(st) = c.try_wait()? {
-                    bail!("nri-trace exited ({st}) before it was ready:\n{log}");
-                }
-            }
-            if t0.elapsed() > Duration::from_secs(30) {
-                bail!("nri-trace not ready after 30 s:\n{log}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let child = self.child.insert(child);
+        nri_trace_tests::wait_for_lines(
+            child,
+            &stderr,
+            &["nri-trace: ready"],
+            Duration::from_secs(30),
+            "nri-trace",
+        )?;
+        Ok(())
     }
 
     fn detach(&mut self) -> Result<()> {
@@ -232,18 +224,12 @@ impl Observer for TraceProc {
         }
         std::fs::copy(Self::paths(&self.out).0, Self::before_stop(&self.out))?;
         std::fs::write(Self::peers(&self.out), peers_of(c.id()))?;
-        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-        let t0 = Instant::now();
-        let st = loop {
-            if let Some(st) = c.try_wait()? {
-                break st;
-            }
-            if t0.elapsed() > Duration::from_secs(20) {
-                let _ = c.kill();
-                bail!("nri-trace did not stop within 20 s of SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let st = nri_trace_tests::stop_child(
+            &mut c,
+            libc::SIGTERM,
+            Duration::from_secs(20),
+            "nri-trace",
+        )?;
         if !st.success() {
             let mut log = String::new();
             let _ = std::fs::File::open(Self::paths(&self.out).2)?.read_to_string(&mut log);
