@@ -938,14 +938,7 @@ fn faults_on_the_loaded_runtime() {
         eprintln!("{test}: hostile peer: {l}");
     }
     let records = b_records(&out);
-    let lost = records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Observed(Observation::CaptureLoss(l)) => Some(l.lost_records),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0);
+    let lost = lost_records(&records);
     let findings = trace_check::findings(&records);
     eprintln!("{test}: nri-trace b lost {lost} records; findings {findings:?}");
     // The non-flooding hostile connections, from b's attach to the floods:
@@ -1023,20 +1016,25 @@ fn faults_on_the_loaded_runtime() {
 
 /// `s`, stopped with a small ring: the loss is counted and shown, every
 /// finding after it is uncertain, and calls are decoded after it resumed.
-fn check_stopped(out: &Path, truth: &[Truth], s: &Seen) {
-    let s_out = out.join("s");
-    let records = lab_trace::live_equals_replay("faults s", &s_out).records;
-    let first_loss = records.iter().position(
-        |r| matches!(r, Record::Observed(Observation::CaptureLoss(l)) if l.lost_records > 0),
-    );
-    let lost = records
+/// The capture's lost records, as its last loss line counts them.
+fn lost_records(records: &[Record]) -> u64 {
+    records
         .iter()
         .filter_map(|r| match r {
             Record::Observed(Observation::CaptureLoss(l)) => Some(l.lost_records),
             _ => None,
         })
         .max()
-        .unwrap_or(0);
+        .unwrap_or(0)
+}
+
+fn check_stopped(out: &Path, truth: &[Truth], s: &Seen) {
+    let s_out = out.join("s");
+    let records = lab_trace::live_equals_replay("faults s", &s_out).records;
+    let first_loss = records.iter().position(
+        |r| matches!(r, Record::Observed(Observation::CaptureLoss(l)) if l.lost_records > 0),
+    );
+    let lost = lost_records(&records);
     // The session_end line says it too (what `replay` and a summary read).
     let (stdout, _, _) = TraceProc::paths(&s_out);
     let end: serde_json::Value = std::fs::read_to_string(&stdout)
