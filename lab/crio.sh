@@ -20,6 +20,9 @@ set -euo pipefail
 LAB="${NRI_TRACE_LAB_DIR:-/var/lib/nri-trace-lab}"
 LAB="${LAB%/}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+LAB_TAG="lab(crio)"
+# shellcheck source=lab/common.sh
+. "$HERE/common.sh"
 REQUEST_TIMEOUT="${NRI_TRACE_LAB_REQUEST_TIMEOUT:-2s}"
 REGISTRATION_TIMEOUT="5s"
 LOG_LEVEL="${NRI_TRACE_LAB_LOG_LEVEL:-info}"
@@ -71,14 +74,6 @@ CGROOT="/sys/fs/cgroup"
 # (internal/config/cgmgr/cgroupfs_linux.go); `down` may rmdir the /crio
 # parents it found absent at `up`.
 CG_MARK="$CDIR/cgroup-parents-we-created"
-log() { printf 'lab(crio): %s\n' "$*"; }
-die() {
-	printf 'lab(crio): ERROR: %s\n' "$*" >&2
-	exit 1
-}
-need_root() { [[ $(id -u) -eq 0 ]] || die "must run as root"; }
-python() { if [[ -x /usr/bin/python3 ]]; then /usr/bin/python3 "$@"; else python3 "$@"; fi; }
-pkg_version() { { dpkg-query -W -f='${Status} ${Version}\n' "$1" 2>/dev/null || true; } | awk '$3=="installed"{print $4}'; }
 
 # ---------------------------------------------------------------- install
 
@@ -332,17 +327,6 @@ import_images() {
 	log "images: $PAUSE_REF $BUSYBOX_REF"
 }
 
-mark_cgroup_parents() {
-	[[ -f $CG_MARK ]] && return 0
-	local d
-	: >"$CG_MARK"
-	for d in "$CGROOT" "$CGROOT"/*/; do
-		d="${d%/}"
-		[[ -f $d/cgroup.procs ]] || continue
-		[[ -d $d/crio ]] || echo "$d/crio" >>"$CG_MARK"
-	done
-}
-
 cmd_up() {
 	need_root
 	local t0=$SECONDS pid want="${NRI_TRACE_LAB_RUNTIME:-containerd-1.7}"
@@ -381,7 +365,7 @@ cmd_up() {
 	bash "$HERE/lab.sh" shared
 	write_config
 	write_side_files
-	mark_cgroup_parents
+	mark_cgroup_parents crio
 	import_images
 	start_crio
 	[[ -S $NRI_SOCK ]] || die "NRI socket $NRI_SOCK missing: is NRI enabled? (log: $LOG)"
@@ -390,15 +374,6 @@ cmd_up() {
 }
 
 # ---------------------------------------------------------------- down
-
-wait_gone() { # pid timeout_s
-	local i
-	for ((i = 0; i < $2 * 10; i++)); do
-		kill -0 "$1" 2>/dev/null || return 0
-		sleep 0.1
-	done
-	return 1
-}
 
 stop_crio() {
 	local pid
@@ -446,16 +421,6 @@ our_cgroups() {
 		awk 'NR == FNR { ids[$0]; next }
 		     { n = $0; sub(/.*\/crio-(conmon-)?/, "", n) }
 		     (n in ids) { print length($0) " " $0 }' <(echo "$ids") - | sort -rn | cut -d' ' -f2-
-}
-
-our_cni_result_ids() {
-	local f
-	for f in /var/lib/cni/results/"$CNI_NET"-* /var/lib/cni/cache/results/"$CNI_NET"-*; do
-		[[ -e $f ]] || continue
-		f="${f##*/"$CNI_NET"-}"
-		echo "${f%%-*}"
-	done
-	return 0
 }
 
 cmd_down() {

@@ -29,6 +29,9 @@ REQUEST_TIMEOUT="${NRI_TRACE_LAB_REQUEST_TIMEOUT:-2s}"
 REGISTRATION_TIMEOUT="5s"
 LOG_LEVEL="${NRI_TRACE_LAB_LOG_LEVEL:-info}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+LAB_TAG="lab"
+# shellcheck source=lab/common.sh
+. "$HERE/common.sh"
 
 SOCK="$LAB/run/containerd.sock"
 TTRPC_SOCK="$LAB/run/containerd.sock.ttrpc"
@@ -105,20 +108,10 @@ TRIXIE_SOURCES="/etc/apt/sources.list.d/nri-trace-lab-trixie.sources"
 TRIXIE_PIN="/etc/apt/preferences.d/nri-trace-lab-trixie"
 PACKAGES=(runc busybox-static containernetworking-plugins gcc libc6-dev iproute2)
 
-log() { printf 'lab: %s\n' "$*"; }
-die() {
-	printf 'lab: ERROR: %s\n' "$*" >&2
-	exit 1
-}
-need_root() { [[ $(id -u) -eq 0 ]] || die "must run as root"; }
-# Debian's python3 (stdlib only); pyenv shims may point elsewhere.
-python() { if [[ -x /usr/bin/python3 ]]; then /usr/bin/python3 "$@"; else python3 "$@"; fi; }
 [[ -z ${die_early:-} ]] || die "$die_early"
 ctr_() { "$CTR" --address "$SOCK" "$@"; }
 
 # ---------------------------------------------------------------- install
-
-pkg_version() { { dpkg-query -W -f='${Status} ${Version}\n' "$1" 2>/dev/null || true; } | awk '$3=="installed"{print $4}'; }
 
 cmd_install() {
 	need_root
@@ -566,19 +559,6 @@ our_pid() {
 	echo "$pid"
 }
 
-# Record the cgroup hierarchies where no k8s.io cgroup exists yet: runc
-# will mkdir them for our pods, and `down` may remove them when empty.
-mark_cgroup_parents() {
-	[[ -f $CG_MARK ]] && return 0
-	local d
-	: >"$CG_MARK"
-	for d in "$CGROOT" "$CGROOT"/*/; do
-		d="${d%/}"
-		[[ -f $d/cgroup.procs ]] || continue
-		[[ -d $d/$NS ]] || echo "$d/$NS" >>"$CG_MARK"
-	done
-}
-
 start_containerd() {
 	[[ -S $SOCK ]] && rm -f "$SOCK" "$TTRPC_SOCK" # stale from a crash
 	log "starting containerd ($("$CONTAINERD" --version | awk '{print $3}'), snapshotter $(cat "$LAB/snapshotter"))"
@@ -665,7 +645,7 @@ prepare() {
 	pick_snapshotter >"$LAB/snapshotter"
 	write_cni_conf
 	write_runtime_config "$(cat "$LAB/snapshotter")"
-	mark_cgroup_parents
+	mark_cgroup_parents "$NS"
 }
 
 cmd_up() {
@@ -761,26 +741,7 @@ our_cgroups() {
 			<(echo "$ids") - | sort -rn | cut -d' ' -f2-
 }
 
-# Sandbox ids with a cached CNI result of our network.
-our_cni_result_ids() {
-	local f
-	for f in /var/lib/cni/results/"$CNI_NET"-* /var/lib/cni/cache/results/"$CNI_NET"-*; do
-		[[ -e $f ]] || continue
-		f="${f##*/"$CNI_NET"-}"
-		echo "${f%%-*}"
-	done
-}
-
 list_tasks() { timeout 10 "$CTR" --address "$SOCK" -n "$NS" tasks ls -q 2>/dev/null || true; }
-
-wait_gone() { # pid timeout_s
-	local i
-	for ((i = 0; i < $2 * 10; i++)); do
-		kill -0 "$1" 2>/dev/null || return 0
-		sleep 0.1
-	done
-	return 1
-}
 
 cmd_down() {
 	need_root

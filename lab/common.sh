@@ -1,0 +1,48 @@
+# shellcheck shell=bash
+# What lab.sh (the containerds) and crio.sh (CRI-O) both need, sourced by
+# each after it set LAB_TAG (the prefix of its messages), CNI_NET and,
+# for mark_cgroup_parents, CGROOT and CG_MARK.
+
+log() { printf '%s: %s\n' "$LAB_TAG" "$*"; }
+die() {
+	printf '%s: ERROR: %s\n' "$LAB_TAG" "$*" >&2
+	exit 1
+}
+need_root() { [[ $(id -u) -eq 0 ]] || die "must run as root"; }
+# Debian's python3 (stdlib only); pyenv shims may point elsewhere.
+python() { if [[ -x /usr/bin/python3 ]]; then /usr/bin/python3 "$@"; else python3 "$@"; fi; }
+pkg_version() { { dpkg-query -W -f='${Status} ${Version}\n' "$1" 2>/dev/null || true; } | awk '$3=="installed"{print $4}'; }
+
+wait_gone() { # pid timeout_s
+	local i
+	for ((i = 0; i < $2 * 10; i++)); do
+		kill -0 "$1" 2>/dev/null || return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# Pod ids of the CNI results the lab's network left in /var/lib/cni (a
+# DEL that never ran).
+our_cni_result_ids() {
+	local f
+	for f in /var/lib/cni/results/"$CNI_NET"-* /var/lib/cni/cache/results/"$CNI_NET"-*; do
+		[[ -e $f ]] || continue
+		f="${f##*/"$CNI_NET"-}"
+		echo "${f%%-*}"
+	done
+	return 0
+}
+
+# Note (once per `up`) the cgroup parents NAME (the runtime's: k8s.io,
+# crio) absent in each hierarchy: `down` may rmdir those, and only those.
+mark_cgroup_parents() { # name
+	[[ -f $CG_MARK ]] && return 0
+	local d
+	: >"$CG_MARK"
+	for d in "$CGROOT" "$CGROOT"/*/; do
+		d="${d%/}"
+		[[ -f $d/cgroup.procs ]] || continue
+		[[ -d $d/$1 ]] || echo "$d/$1" >>"$CG_MARK"
+	done
+}
