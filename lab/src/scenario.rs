@@ -2648,6 +2648,25 @@ mod tests {
             .spawn()
             .unwrap();
         std::fs::write(dir.join("containerd.pid"), holder.id().to_string()).unwrap();
+        // spawn() returns once the child is past exec's point of no return,
+        // which is before the kernel sets the new program's argument area
+        // (fs/exec.c: the vfork/close-on-exec wake-up comes in
+        // begin_new_exec, the args in load_elf_binary's create_elf_tables
+        // after it): /proc/PID/cmdline can still read empty here. Wait for it.
+        let config = dir.join("config.toml");
+        let cmdline = format!("/proc/{}/cmdline", holder.id());
+        let named = || {
+            std::fs::read(&cmdline).is_ok_and(|c| {
+                c.split(|b| *b == 0)
+                    .any(|a| a == config.as_os_str().as_encoded_bytes())
+            })
+        };
+        for _ in 0..500 {
+            if named() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         std::fs::write(dir.join("runtime"), "containerd-1.7\n").unwrap();
         assert_eq!(lab.running().as_deref(), Some("containerd-1.7"));
         lab.install_prelaunched("40", "stale", Path::new("/nonexistent"), &[])
