@@ -41,15 +41,23 @@
 //!   probes saw ([`super::correlate::NoCause::ContainerExited`]), then the
 //!   CRI call's own STOP_CONTAINER deliveries. Decided at that CRI call.
 //!
+//! - [`SYNCHRONIZE_TELLS_EXISTING_PODS`]: a registering plugin is told of
+//!   every pod that exists, in its Synchronize (split or whole), or by the
+//!   RunPodSandbox that was in flight (the race of nri issue 63). From the
+//!   wire and the runtime's state at attach; per pod and registration, in
+//!   [`super::sync_clause`].
+//!
 //! Pure and deterministic: it reads only the records the engine emits.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::Serialize;
 
+pub use super::sync_clause::{SyncStep, SYNCHRONIZE_TELLS_EXISTING_PODS};
 use super::{
     correlate::{cgroup_names, CriSpan},
     record::Record,
+    sync_clause::{SyncCase, SyncClause},
 };
 use crate::{
     capture::{
@@ -111,8 +119,27 @@ pub struct ClauseCase {
     /// delivery started.
     pub hook: &'static str,
     pub delivered: Timestamp,
-    /// What the kernel saw on the other side of the clause.
-    pub kernel: KernelStep,
+    /// What the kernel saw on the other side of the clause (the kernel's
+    /// clauses).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<KernelStep>,
+    /// What the wire showed of the registration (the Synchronize clause).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sync: Option<SyncStep>,
+}
+
+impl From<SyncCase> for ClauseCase {
+    fn from(c: SyncCase) -> Self {
+        ClauseCase {
+            pod: c.pod,
+            sandbox_id: c.sandbox_id,
+            plugin: c.plugin,
+            hook: "SYNCHRONIZE",
+            delivered: c.delivered,
+            kernel: None,
+            sync: Some(c.step),
+        }
+    }
 }
 
 /// The kernel's side of a clause's case.
@@ -185,6 +212,8 @@ pub struct Conformance {
     /// Containers told of their own exit, by container id: the exit, the
     /// pod, and each plugin's exit-caused deliveries (the first's start).
     exited: BTreeMap<String, ExitedContainer>,
+    /// The Synchronize clause's pods and registrations.
+    sync: SyncClause,
 }
 
 /// A container whose exit the plugins were told of.
@@ -202,12 +231,17 @@ impl Conformance {
 
     /// Look at one record the engine emits.
     pub fn on_record(&mut self, r: &Record) {
+        let mut synced = Vec::new();
+        for h in r.hooks() {
+            self.sync.on_hook(h, &mut synced);
+        }
         match r {
             Record::Observed(Observation::Sandbox(e)) => self.on_kernel(e),
             Record::Observed(Observation::CriState(s)) => {
                 if let Some(rt) = &s.runtime {
                     self.runtime = Some(rt.clone());
                 }
+                self.sync.on_state(s);
             }
             Record::NriUncaused(u) => {
                 if let Some(rt) = u.span.call.configured_runtime() {
@@ -226,6 +260,12 @@ impl Conformance {
                 self.on_container_stop(s);
             }
             _ => {}
+        }
+        if let Record::CriSpan(s) = r {
+            self.sync.on_cri_span(s, &mut synced);
+        }
+        for c in synced {
+            self.tally(SYNCHRONIZE_TELLS_EXISTING_PODS, c.held, c.into());
         }
         if let Record::NriUncaused(u) = r {
             if let (super::correlate::NoCause::ContainerExited, Some(x)) = (u.no_cri_cause, &u.exit)
@@ -289,7 +329,8 @@ impl Conformance {
             plugin: plugin.clone(),
             hook: "STOP_POD_SANDBOX",
             delivered: *delivered,
-            kernel: gone.clone(),
+            kernel: Some(gone.clone()),
+            sync: None,
         };
         let held = delivered.mono_ns < gone.at.mono_ns;
         if let Some(c) = self.netns.remove(id) {
@@ -390,7 +431,8 @@ impl Conformance {
             plugin: hook.call.plugin.label(),
             hook: "RUN_POD_SANDBOX",
             delivered,
-            kernel: exec.step.clone(),
+            kernel: Some(exec.step.clone()),
+            sync: None,
         };
         let held = exec.step.at.mono_ns <= delivered.mono_ns;
         self.tally(SANDBOX_RUNNING_AT_RUN_POD_SANDBOX, held, case);
@@ -468,33 +510,56 @@ impl Conformance {
             plugin,
             hook: "STOP_CONTAINER",
             delivered,
-            kernel: e.exit,
+            kernel: Some(e.exit),
+            sync: None,
         };
         self.tally(STOP_CONTAINER_ONCE_PER_EXIT, held, case);
     }
 
     fn tally(&mut self, clause: &'static str, held: bool, case: ClauseCase) {
-        let t = self.tallies.entry(clause).or_insert_with(|| ClauseTally {
-            clause,
-            runtime: None,
-            held: 0,
-            broken: 0,
-            held_case: None,
-            broken_case: None,
-        });
-        t.runtime.clone_from(&self.runtime);
-        if held {
-            t.held += 1;
-            t.held_case.get_or_insert(case);
-        } else {
-            t.broken += 1;
-            t.broken_case.get_or_insert(case);
-        }
+        tally_into(&mut self.tallies, self.runtime.as_ref(), clause, held, case);
     }
 
-    /// Every clause decided at least once, by clause id.
+    /// Every clause decided at least once, by clause id; the Synchronize
+    /// clause's open registrations counted as they stand.
     pub fn tallies(&self) -> Vec<ClauseTally> {
-        self.tallies.values().cloned().collect()
+        let mut tallies = self.tallies.clone();
+        for c in self.sync.pending() {
+            let held = c.held;
+            tally_into(
+                &mut tallies,
+                self.runtime.as_ref(),
+                SYNCHRONIZE_TELLS_EXISTING_PODS,
+                held,
+                c.into(),
+            );
+        }
+        tallies.into_values().collect()
+    }
+}
+
+fn tally_into(
+    tallies: &mut BTreeMap<&'static str, ClauseTally>,
+    runtime: Option<&String>,
+    clause: &'static str,
+    held: bool,
+    case: ClauseCase,
+) {
+    let t = tallies.entry(clause).or_insert_with(|| ClauseTally {
+        clause,
+        runtime: None,
+        held: 0,
+        broken: 0,
+        held_case: None,
+        broken_case: None,
+    });
+    t.runtime = runtime.cloned();
+    if held {
+        t.held += 1;
+        t.held_case.get_or_insert(case);
+    } else {
+        t.broken += 1;
+        t.broken_case.get_or_insert(case);
     }
 }
 
@@ -591,7 +656,10 @@ mod tests {
         assert_eq!(t[0].held_case.as_ref().unwrap().sandbox_id, "p1");
         let broken = t[0].broken_case.as_ref().unwrap();
         assert_eq!(
-            (broken.sandbox_id.as_str(), broken.kernel.op),
+            (
+                broken.sandbox_id.as_str(),
+                broken.kernel.as_ref().unwrap().op
+            ),
             ("p2", "umount")
         );
     }
@@ -648,7 +716,13 @@ mod tests {
         assert_eq!(t[0].clause, STOP_CONTAINER_ONCE_PER_EXIT);
         assert_eq!((t[0].held, t[0].broken), (1, 1));
         let broken = t[0].broken_case.as_ref().unwrap();
-        assert_eq!((broken.kernel.op, broken.kernel.pid), ("exit", 9));
+        assert_eq!(
+            {
+                let k = broken.kernel.as_ref().unwrap();
+                (k.op, k.pid)
+            },
+            ("exit", 9)
+        );
         assert_eq!(broken.delivered, ts(201).unwrap());
     }
 
@@ -704,7 +778,10 @@ mod tests {
         assert_eq!(t.len(), 1, "{t:?}");
         assert_eq!((t[0].held, t[0].broken), (0, 1), "{t:?}");
         let case = t[0].broken_case.as_ref().unwrap();
-        assert_eq!((case.plugin.as_str(), case.kernel.op), ("10-a", "umount"));
+        assert_eq!(
+            (case.plugin.as_str(), case.kernel.as_ref().unwrap().op),
+            ("10-a", "umount")
+        );
     }
 
     #[test]
@@ -721,7 +798,7 @@ mod tests {
                     mono_ns: 10,
                     wall_ns: 10,
                 },
-                kernel: KernelStep {
+                kernel: Some(KernelStep {
                     op: "exec",
                     path: "/pause".into(),
                     pid: i,
@@ -730,7 +807,8 @@ mod tests {
                         mono_ns: if held { 5 } else { 15 },
                         wall_ns: 0,
                     },
-                },
+                }),
+                sync: None,
             };
             c.tally(SANDBOX_RUNNING_AT_RUN_POD_SANDBOX, held, case);
         }

@@ -13,6 +13,7 @@ use crate::{
         conformance::{
             ClauseCase, ClauseTally, SANDBOX_RUNNING_AT_RUN_POD_SANDBOX,
             STOP_CONTAINER_ONCE_PER_EXIT, STOP_POD_SANDBOX_BEFORE_NETNS_TEARDOWN,
+            SYNCHRONIZE_TELLS_EXISTING_PODS,
         },
         cri_latency::MethodSummary,
         findings::{Certainty, Violation},
@@ -131,6 +132,10 @@ pub fn clause_words(clause: &str) -> &'static str {
         STOP_CONTAINER_ONCE_PER_EXIT => {
             "a container that exits on its own gets one StopContainer per plugin"
         }
+        SYNCHRONIZE_TELLS_EXISTING_PODS => {
+            "a registering plugin is told of every existing pod, in Synchronize or by the \
+             RunPodSandbox in flight"
+        }
         _ => "a clause of the NRI contract draft",
     }
 }
@@ -139,13 +144,42 @@ pub fn clause_words(clause: &str) -> &'static str {
 fn clause_unit(clause: &str) -> &'static str {
     match clause {
         STOP_CONTAINER_ONCE_PER_EXIT => "containers",
+        SYNCHRONIZE_TELLS_EXISTING_PODS => "pods at a registration",
         _ => "pods",
     }
 }
 
 /// One case of a clause, in words.
 fn case_words(c: &ClauseCase) -> String {
-    let k = &c.kernel;
+    if let Some(s) = &c.sync {
+        let ready = s.pod_ready.map_or_else(
+            || "in the runtime's state at attach".to_string(),
+            |t| {
+                let gap = crate::human::duration(t.mono_ns.abs_diff(c.delivered.mono_ns));
+                let when = if t.mono_ns <= c.delivered.mono_ns {
+                    "before"
+                } else {
+                    "after"
+                };
+                format!("its RunPodSandbox returned {gap} {when}")
+            },
+        );
+        let told = match s.told {
+            "listed" => "listed",
+            "run_pod_sandbox" => "told by its RunPodSandbox",
+            _ => "NOT TOLD",
+        };
+        return format!(
+            "{}: plugin {} synchronized at {} ({} pods listed); {ready}; {told}",
+            c.pod,
+            c.plugin,
+            clock(&c.delivered),
+            s.listed
+        );
+    }
+    let Some(k) = &c.kernel else {
+        return format!("{}: plugin {} got {}", c.pod, c.plugin, c.hook);
+    };
     let gap = crate::human::duration(k.at.mono_ns.abs_diff(c.delivered.mono_ns));
     let when = if k.at.mono_ns <= c.delivered.mono_ns {
         "before"

@@ -1,0 +1,483 @@
+//! The Synchronize clause of the conformance table: a plugin that
+//! registers is told of every pod that exists, in its Synchronize, or, for
+//! a pod whose RunPodSandbox was still in flight, by that RunPodSandbox.
+//!
+//! NRI hands a registering plugin the runtime's pods and containers in
+//! Synchronize (nri pkg/adaptation `syncPlugin`); a pod created while the
+//! plugin registers is in neither the list nor its RunPodSandbox
+//! deliveries when the runtime does not hold the registration back while
+//! CRI calls are in flight: the race of nri issue 63
+//! (nri-63-synchronize-race.txt), which containerd 1.7 has and 2.1 closes.
+//! Per pod and registration, from the wire alone:
+//!
+//! - the pods that exist when the plugin's first Synchronize starts: those
+//!   whose RunPodSandbox returned OK before it, with no StopPodSandbox or
+//!   RemovePodSandbox begun before it, and those the runtime's state listed
+//!   as ready when nri-trace attached (`CriState`, the late-attach case);
+//!   each must be in the pod ids the Synchronize lists (every part of a
+//!   split one, on the same connection);
+//! - the pods whose RunPodSandbox began before the Synchronize and returned
+//!   OK after it: listed, or their RunPodSandbox delivered to the plugin.
+//!
+//! A pod stopped but not removed is not decided (whether a runtime lists
+//! it is not the clause), nor a pod whose RunPodSandbox is not seen to
+//! return. Decisions are by timestamps, not by the order records settle,
+//! so a replay decides as the live run did. The state is bounded: recent
+//! pods and registrations only.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use serde::Serialize;
+
+use super::{correlate::CriSpan, hook_latency::HookSpan};
+use crate::capture::{cri_state::CriState, ConnId, Timestamp};
+
+/// The clause's id.
+pub const SYNCHRONIZE_TELLS_EXISTING_PODS: &str = "synchronize-tells-existing-pods";
+
+/// Pods remembered (the newest), and registrations.
+const MAX_PODS: usize = 16384;
+const MAX_REGISTRATIONS: usize = 1024;
+/// Synchronize calls of one connection this close to its first one are
+/// parts of the same (split) Synchronize.
+const SPLIT_WINDOW_NS: u64 = 10_000_000_000;
+
+/// The wire's side of one case of the clause.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SyncStep {
+    /// Pods the plugin's Synchronize listed.
+    pub listed: u64,
+    /// When the pod's RunPodSandbox returned; `None` for a pod the
+    /// runtime's state listed when nri-trace attached.
+    pub pod_ready: Option<Timestamp>,
+    /// How the plugin was told of the pod: `listed` (in its Synchronize),
+    /// `run_pod_sandbox` (its RunPodSandbox, in flight at the
+    /// registration, was delivered to the plugin) or `not_told`.
+    pub told: &'static str,
+}
+
+/// One pod as the clause knows it.
+#[derive(Clone)]
+struct Pod {
+    label: String,
+    /// RunPodSandbox's start and end (`None`: from the runtime's state).
+    run: Option<(Timestamp, Timestamp)>,
+    /// Plugins (labels) its RunPodSandbox was delivered to.
+    told: BTreeSet<String>,
+    /// When its StopPodSandbox or RemovePodSandbox began.
+    stopping: Option<Timestamp>,
+}
+
+/// One plugin's registration: its (first) Synchronize.
+struct Registration {
+    conn: ConnId,
+    plugin: String,
+    start: Timestamp,
+    listed: BTreeSet<String>,
+    /// Still open to further parts of a split Synchronize: its pods are
+    /// decided once it closes (a later part may list one an earlier part
+    /// did not), provisionally until then ([`SyncClause::pending`]).
+    open: bool,
+    /// Pods decided for it.
+    decided: BTreeSet<String>,
+}
+
+impl Registration {
+    /// The case of pod `id` for this registration; `None` when it is not
+    /// decidable (made after it, or stopping before it).
+    fn case_for(&self, id: &str, p: &Pod) -> Option<SyncCase> {
+        let at = self.start.mono_ns;
+        if p.stopping.is_some_and(|t| t.mono_ns < at) {
+            return None;
+        }
+        let listed = self.listed.contains(id);
+        let listed_or = |otherwise| if listed { "listed" } else { otherwise };
+        let (told, pod_ready) = match p.run {
+            // Existed from before the trace, or returned before the
+            // registration: the list must have it.
+            None => (listed_or("not_told"), None),
+            Some((_, end)) if end.mono_ns < at => (listed_or("not_told"), Some(end)),
+            // In flight at the registration: listed, or told by its
+            // RunPodSandbox.
+            Some((start, end)) if start.mono_ns < at => {
+                let by_run = if p.told.contains(&self.plugin) {
+                    "run_pod_sandbox"
+                } else {
+                    "not_told"
+                };
+                (listed_or(by_run), Some(end))
+            }
+            // Made after the registration: ordinary delivery.
+            Some(_) => return None,
+        };
+        Some(SyncCase {
+            held: told != "not_told",
+            pod: p.label.clone(),
+            sandbox_id: id.to_string(),
+            plugin: self.plugin.clone(),
+            delivered: self.start,
+            step: SyncStep {
+                listed: self.listed.len() as u64,
+                pod_ready,
+                told,
+            },
+        })
+    }
+}
+
+/// A decided case: held or not, and its parts (the conformance table
+/// makes the [`super::conformance::ClauseCase`]).
+pub struct SyncCase {
+    pub held: bool,
+    pub pod: String,
+    pub sandbox_id: String,
+    pub plugin: String,
+    pub delivered: Timestamp,
+    pub step: SyncStep,
+}
+
+#[derive(Default)]
+pub struct SyncClause {
+    pods: BTreeMap<String, Pod>,
+    pod_order: VecDeque<String>,
+    registrations: VecDeque<Registration>,
+}
+
+impl SyncClause {
+    /// The runtime's state at attach: its ready pods exist (from before).
+    pub fn on_state(&mut self, s: &CriState) {
+        for p in s.pods.iter().filter(|p| p.state == "ready") {
+            if !self.pods.contains_key(&p.id) {
+                self.remember(
+                    p.id.clone(),
+                    Pod {
+                        label: p.to_string(),
+                        run: None,
+                        told: BTreeSet::new(),
+                        stopping: None,
+                    },
+                );
+            }
+        }
+    }
+
+    /// A CRI span: RunPodSandbox makes a pod, StopPodSandbox and
+    /// RemovePodSandbox end it. A RunPodSandbox that settles after a
+    /// registration closed is decided for it then.
+    pub fn on_cri_span(&mut self, s: &CriSpan, out: &mut Vec<SyncCase>) {
+        let (Some(id), Some(start)) = (s.call.sandbox_id.as_deref(), s.call.start) else {
+            return;
+        };
+        self.close_before(s.call.end.unwrap_or(start), out);
+        if id.is_empty() {
+            return;
+        }
+        match s.call.method.as_deref() {
+            Some("RunPodSandbox") => {
+                let Some(end) = s.call.end.filter(|_| s.call.outcome.is_ok()) else {
+                    return;
+                };
+                let pod = Pod {
+                    label: s
+                        .call
+                        .pod
+                        .as_ref()
+                        .map_or_else(|| id.to_string(), ToString::to_string),
+                    run: Some((start, end)),
+                    told: s
+                        .hooks
+                        .iter()
+                        .filter(|h| h.hook.as_str() == "RUN_POD_SANDBOX")
+                        .map(|h| h.call.plugin.label())
+                        .collect(),
+                    stopping: None,
+                };
+                self.remember(id.to_string(), pod);
+                for i in 0..self.registrations.len() {
+                    if !self.registrations[i].open {
+                        self.decide(i, id, out);
+                    }
+                }
+            }
+            Some("StopPodSandbox" | "RemovePodSandbox") => {
+                if let Some(p) = self.pods.get_mut(id) {
+                    if p.stopping.is_none_or(|t| start.mono_ns < t.mono_ns) {
+                        p.stopping = Some(start);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A delivery: a Synchronize opens a registration (or is a further
+    /// part of one); anything else on that connection closes it.
+    pub fn on_hook(&mut self, h: &HookSpan, out: &mut Vec<SyncCase>) {
+        let Some(start) = h.call.start else { return };
+        self.close_before(start, out);
+        let sync = h.call.method.as_deref() == Some("Synchronize");
+        let same =
+            |r: &Registration| r.open && r.conn == h.call.conn && r.start.mono_ns <= start.mono_ns;
+        if !sync {
+            let closing: Vec<usize> = (0..self.registrations.len())
+                .filter(|&i| same(&self.registrations[i]))
+                .collect();
+            for i in closing {
+                self.close(i, out);
+            }
+            return;
+        }
+        if h.call.partial {
+            return;
+        }
+        if let Some(r) = self.registrations.iter_mut().find(|r| same(r)) {
+            r.listed.extend(h.call.synchronized_pods.iter().cloned());
+            return;
+        }
+        if self.registrations.len() >= MAX_REGISTRATIONS {
+            self.registrations.pop_front();
+        }
+        self.registrations.push_back(Registration {
+            conn: h.call.conn,
+            plugin: h.call.plugin.label(),
+            start,
+            listed: h.call.synchronized_pods.iter().cloned().collect(),
+            open: true,
+            decided: BTreeSet::new(),
+        });
+    }
+
+    /// The cases of the registrations still open, as they would be
+    /// decided now.
+    pub fn pending(&self) -> Vec<SyncCase> {
+        self.registrations
+            .iter()
+            .filter(|r| r.open)
+            .flat_map(|r| {
+                self.pods
+                    .iter()
+                    .filter_map(move |(id, p)| r.case_for(id, p))
+            })
+            .collect()
+    }
+
+    /// Registrations open since before `now` - [`SPLIT_WINDOW_NS`] close.
+    fn close_before(&mut self, now: Timestamp, out: &mut Vec<SyncCase>) {
+        let old: Vec<usize> = (0..self.registrations.len())
+            .filter(|&i| {
+                let r = &self.registrations[i];
+                r.open && r.start.mono_ns + SPLIT_WINDOW_NS < now.mono_ns
+            })
+            .collect();
+        for i in old {
+            self.close(i, out);
+        }
+    }
+
+    fn close(&mut self, i: usize, out: &mut Vec<SyncCase>) {
+        self.registrations[i].open = false;
+        let ids: Vec<String> = self.pods.keys().cloned().collect();
+        for id in ids {
+            self.decide(i, &id, out);
+        }
+    }
+
+    /// Pod `id` for closed registration `i`, once.
+    fn decide(&mut self, i: usize, id: &str, out: &mut Vec<SyncCase>) {
+        let (Some(r), Some(p)) = (self.registrations.get(i), self.pods.get(id)) else {
+            return;
+        };
+        if r.decided.contains(id) {
+            return;
+        }
+        let Some(case) = r.case_for(id, p) else {
+            return;
+        };
+        self.registrations[i].decided.insert(id.to_string());
+        out.push(case);
+    }
+
+    fn remember(&mut self, id: String, pod: Pod) {
+        if !self.pods.contains_key(&id) {
+            if self.pod_order.len() >= MAX_PODS {
+                if let Some(old) = self.pod_order.pop_front() {
+                    self.pods.remove(&old);
+                }
+            }
+            self.pod_order.push_back(id.clone());
+        }
+        self.pods.insert(id, pod);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        capture::cri_state::StatePod,
+        decode::nri::message::Event,
+        engine::{
+            conformance::Conformance,
+            correlate::NoCause,
+            record::{Record, Uncaused},
+            test_calls::{cri, hook, span, to_plugin, ts},
+        },
+    };
+
+    const LATE_CONN: u64 = 7;
+
+    fn uncaused(h: HookSpan) -> Record {
+        Record::NriUncaused(Uncaused {
+            span: h,
+            no_cri_cause: NoCause::NoCriCallInFlight,
+            exit: None,
+        })
+    }
+
+    /// Plugin 20-late's Synchronize (a part of one) at `at`, listing `pods`.
+    fn sync(at: u64, pods: &[&str]) -> Record {
+        let mut h = to_plugin(hook(None, "late", "", at, at + 1), "late", "20", LATE_CONN);
+        h.call.method = Some("Synchronize".into());
+        h.call.pod = None;
+        h.call.synchronized_pods = pods.iter().map(ToString::to_string).collect();
+        uncaused(h)
+    }
+
+    /// Pod `id`'s RunPodSandbox, delivered to the plugins `told`.
+    fn run(id: &str, start: u64, end: u64, told: &[(&str, &str, u64)]) -> Record {
+        let hooks = told
+            .iter()
+            .map(|&(name, idx, conn)| {
+                to_plugin(
+                    hook(Some(Event::RunPodSandbox), name, id, start + 1, start + 2),
+                    name,
+                    idx,
+                    conn,
+                )
+            })
+            .collect();
+        span(cri(Some("RunPodSandbox"), id, start, end), hooks)
+    }
+
+    /// An ordinary delivery to 20-late: its registration is over.
+    fn late_event(at: u64) -> Record {
+        uncaused(to_plugin(
+            hook(Some(Event::CreateContainer), "late", "p1", at, at + 1),
+            "late",
+            "20",
+            LATE_CONN,
+        ))
+    }
+
+    fn table(records: &[Record]) -> (u64, u64, Vec<(String, &'static str)>) {
+        let mut c = Conformance::new();
+        let mut cases = Vec::new();
+        for r in records {
+            c.on_record(r);
+        }
+        let t: Vec<_> = c
+            .tallies()
+            .into_iter()
+            .filter(|t| t.clause == SYNCHRONIZE_TELLS_EXISTING_PODS)
+            .collect();
+        let Some(t) = t.first() else {
+            return (0, 0, cases);
+        };
+        for case in [&t.broken_case, &t.held_case].into_iter().flatten() {
+            let s = case.sync.as_ref().expect("a Synchronize case");
+            cases.push((case.sandbox_id.clone(), s.told));
+        }
+        (t.held, t.broken, cases)
+    }
+
+    /// containerd 1.7 (the nri#63 race): a pod whose RunPodSandbox is in
+    /// flight while a plugin registers is neither listed nor delivered to
+    /// it; the pod that existed before is listed.
+    #[test]
+    fn a_pod_in_flight_at_the_registration_is_not_told() {
+        let records = [
+            run("p1", 10, 20, &[("a", "10", 2)]),
+            sync(50, &["p1"]),
+            run("p2", 40, 100, &[("a", "10", 2)]),
+            late_event(120),
+        ];
+        let (held, broken, cases) = table(&records);
+        assert_eq!((held, broken), (1, 1));
+        assert_eq!(
+            cases,
+            [("p2".to_string(), "not_told"), ("p1".to_string(), "listed")]
+        );
+    }
+
+    /// containerd 2.1 holds the registration until the CRI call is done
+    /// (listed), or the in-flight RunPodSandbox reaches the new plugin.
+    #[test]
+    fn listed_or_told_by_its_run_pod_sandbox_holds() {
+        let records = [
+            run("p1", 10, 20, &[("a", "10", 2)]),
+            run("p2", 40, 45, &[("a", "10", 2)]),
+            sync(50, &["p1", "p2"]),
+            run("p3", 48, 100, &[("a", "10", 2), ("late", "20", LATE_CONN)]),
+            late_event(120),
+            // Made after the registration: not the clause's.
+            run("p4", 130, 140, &[("a", "10", 2), ("late", "20", LATE_CONN)]),
+        ];
+        let (held, broken, cases) = table(&records);
+        assert_eq!((held, broken), (3, 0), "{cases:?}");
+    }
+
+    /// A split Synchronize (NRI >= 0.7, `more`): each part lists some of
+    /// the pods; the pods are decided on the parts together, and an open
+    /// registration is counted as it stands.
+    #[test]
+    fn split_synchronize_parts_are_one_registration() {
+        let first = [
+            run("p1", 10, 20, &[]),
+            run("p2", 11, 21, &[]),
+            sync(50, &["p1"]),
+            sync(51, &["p2"]),
+        ];
+        assert_eq!(table(&first).0, 2, "open: {:?}", table(&first).2);
+        let mut closed = first.to_vec();
+        closed.push(late_event(60));
+        let (held, broken, _) = table(&closed);
+        assert_eq!((held, broken), (2, 0));
+    }
+
+    /// Late attach: the runtime's state at attach says which pods exist;
+    /// one left out of a later Synchronize breaks the clause. A pod being
+    /// stopped at the registration is not decided.
+    #[test]
+    fn pods_from_the_runtime_state_and_stopped_pods() {
+        use crate::{capture::cri_state::CriState, model::observation::Observation};
+        let pod = |id: &str, state: &str| StatePod {
+            id: id.into(),
+            namespace: "ns".into(),
+            name: id.into(),
+            uid: "u".into(),
+            attempt: 0,
+            state: state.into(),
+            created_unix_ns: 0,
+        };
+        let state = Record::Observed(Observation::CriState(CriState {
+            ts: ts(1).unwrap(),
+            pods: vec![pod("old", "ready"), pod("stopped", "notready")],
+            containers: vec![],
+            truncated: false,
+            bytes: 0,
+            took_ns: 0,
+            runtime: Some("containerd 1.7.24".into()),
+        }));
+        let stopping = span(cri(Some("StopPodSandbox"), "p1", 30, 35), vec![]);
+        let records = [
+            state,
+            run("p1", 10, 20, &[]),
+            stopping,
+            sync(50, &[]),
+            late_event(60),
+        ];
+        let (held, broken, cases) = table(&records);
+        assert_eq!((held, broken), (0, 1));
+        assert_eq!(cases, [("old".to_string(), "not_told")]);
+    }
+}
