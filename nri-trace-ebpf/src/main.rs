@@ -1112,6 +1112,15 @@ pub fn floor_empty(_ctx: TracePointContext) -> u32 {
     0
 }
 
+/// Does nothing, on sched/sched_process_exec only: the floor of the exec
+/// probe (`sandbox_exec`). A program of its own because the kernel's BPF
+/// statistics (`run_time_ns`, `run_cnt`) are per program, and `floor_empty`
+/// also runs on every probed syscall.
+#[tracepoint]
+pub fn floor_exec(_ctx: TracePointContext) -> u32 {
+    0
+}
+
 /// The raw-tracepoint design's floor: runs on every syscall of every process.
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn floor_raw_empty(_ctx: RawTracePointContext) -> i32 {

@@ -7,6 +7,7 @@
 
 mod bench;
 mod dist;
+mod exec_cost;
 mod fuzz;
 mod kernels;
 mod lab;

@@ -266,6 +266,13 @@ impl EbpfBackend {
                 // floor has one there (neither is in the measured loops).
                 tps.sort_unstable();
                 tps.dedup();
+                // The exec probe's floor has a program of its own, so that
+                // its BPF statistics count execs only (xtask's exec_cost.rs).
+                let exec = ("sched", "sched_process_exec");
+                if tps.contains(&exec) {
+                    tps.retain(|t| *t != exec);
+                    attach_tp(&mut ebpf, "floor_exec", &[exec])?;
+                }
                 attach_tp(&mut ebpf, "floor_empty", &tps)?;
             }
             ProgramSet::FloorRaw => attach_raw(&mut ebpf, "floor_raw_empty")?,
