@@ -177,6 +177,40 @@ fn runtime_restart_fixture() {
     );
 }
 
+/// The conformance table's Synchronize clause on the recordings where a
+/// plugin registers with pods about: broken on containerd 1.7.24 for the
+/// pod whose RunPodSandbox was in flight (the nri#63 race), held for the
+/// pod a reconnecting plugin's Synchronize lists after a restart; as the
+/// plugins' and the driver's own records imply.
+#[test]
+fn synchronize_clause_as_the_plugins_records_imply() {
+    use nri_trace::engine::conformance::SYNCHRONIZE_TELLS_EXISTING_PODS;
+    for (name, want) in [("late-registration", (0, 1)), ("runtime-restart", (1, 0))] {
+        let truth = truth(name);
+        assert_eq!(
+            trace_check::sync_clause_expected(&truth),
+            want,
+            "{name}: the truth"
+        );
+        let tables = records_of_events_in(&events(name), &session(), Default::default()).tables;
+        let c = tables
+            .conformance
+            .iter()
+            .find(|c| c.clause == SYNCHRONIZE_TELLS_EXISTING_PODS)
+            .unwrap_or_else(|| panic!("{name}: no Synchronize clause: {:?}", tables.conformance));
+        assert_eq!((c.held, c.broken), want, "{name}: {c:?}");
+        assert!(c
+            .runtime
+            .as_deref()
+            .is_some_and(|r| r.starts_with("containerd 1.7.24")));
+        if let Some(case) = &c.broken_case {
+            let sync = case.sync.as_ref().expect("the wire's side");
+            assert_eq!((case.plugin.as_str(), sync.told), ("20-late", "not_told"));
+            assert!(case.pod.ends_with("late-pod"), "{case:?}");
+        }
+    }
+}
+
 /// `explain` of the committed recordings: every pod of these scenarios is
 /// gone, with its teardown steps; teardown-error's failed hook is shown
 /// under its step and in the pod's findings.

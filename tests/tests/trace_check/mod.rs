@@ -216,3 +216,80 @@ pub(crate) fn check_late_plugins(scenario: &str, records: &[Record]) {
         "{scenario}: {got:?}"
     );
 }
+
+/// The conformance table's Synchronize clause as the plugins' and the
+/// driver's records imply it: (held, broken) over each plugin's first
+/// Synchronize and the pods whose RunPodSandbox the driver had begun
+/// before it (and not stopped yet): held when the Synchronize listed the
+/// pod or the plugin got its RUN_POD_SANDBOX.
+#[allow(
+    dead_code,
+    reason = "each test binary uses its own share of this module"
+)]
+pub fn sync_clause_expected(truth: &[Truth]) -> (u64, u64) {
+    use nri_trace_lab::truth::PluginEvent;
+    let runs: Vec<(String, u64)> = truth
+        .iter()
+        .filter_map(|t| match t {
+            Truth::Cri {
+                method,
+                pod: Some(p),
+                start_mono_ns,
+                outcome: truth::Outcome::Ok,
+                ..
+            } if method == "RunPodSandbox" => Some((p.sandbox_id.clone()?, *start_mono_ns)),
+            _ => None,
+        })
+        .collect();
+    let stopped_before = |id: &str, at: u64| {
+        truth.iter().any(|t| {
+            matches!(t, Truth::Cri { method, pod: Some(p), start_mono_ns, .. }
+                if (method == "StopPodSandbox" || method == "RemovePodSandbox")
+                    && p.sandbox_id.as_deref() == Some(id)
+                    && *start_mono_ns < at)
+        })
+    };
+    // Plugins synchronized since they last connected: the further parts
+    // of a split Synchronize are the same registration.
+    let mut seen = std::collections::BTreeSet::new();
+    let (mut held, mut broken) = (0, 0);
+    for t in truth {
+        let (plugin, index, mono_ns, pods) = match t {
+            Truth::Plugin {
+                plugin,
+                index,
+                what: PluginEvent::Connected { .. },
+                ..
+            } => {
+                seen.remove(&(plugin.clone(), index.clone()));
+                continue;
+            }
+            Truth::Plugin {
+                plugin,
+                index,
+                mono_ns,
+                what: PluginEvent::Synchronized { pods, .. },
+            } => (plugin, index, mono_ns, pods),
+            _ => continue,
+        };
+        if !seen.insert((plugin.clone(), index.clone())) {
+            continue;
+        }
+        for (id, _) in runs
+            .iter()
+            .filter(|(id, start)| *start < *mono_ns && !stopped_before(id, *mono_ns))
+        {
+            let listed = pods.iter().any(|p| &p.id == id);
+            let told = truth.iter().any(|t| {
+                matches!(t, Truth::Nri { plugin: p, index: i, event: Some(e), pod: Some(pod), .. }
+                    if p == plugin && i == index && e == "RUN_POD_SANDBOX" && &pod.id == id)
+            });
+            if listed || told {
+                held += 1;
+            } else {
+                broken += 1;
+            }
+        }
+    }
+    (held, broken)
+}
