@@ -222,11 +222,7 @@ pub(crate) fn check_late_plugins(scenario: &str, records: &[Record]) {
 /// Synchronize and the pods whose RunPodSandbox the driver had begun
 /// before it (and not stopped yet): held when the Synchronize listed the
 /// pod or the plugin got its RUN_POD_SANDBOX.
-#[allow(
-    dead_code,
-    reason = "each test binary uses its own share of this module"
-)]
-pub fn sync_clause_expected(truth: &[Truth]) -> (u64, u64) {
+pub(crate) fn sync_clause_expected(truth: &[Truth]) -> (u64, u64) {
     use nri_trace_lab::truth::PluginEvent;
     let runs: Vec<(String, u64)> = truth
         .iter()
