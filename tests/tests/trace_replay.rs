@@ -211,6 +211,60 @@ fn synchronize_clause_as_the_plugins_records_imply() {
     }
 }
 
+/// A plugin closed after a fatal error (its timeout) and what it missed:
+/// the second plugin-timeout finding counts the events 10-hang was
+/// subscribed to (all, its Configure says) that reached the other plugin
+/// after the runtime closed 10-hang's connection, each event once, as the
+/// plugins' own records have them.
+#[test]
+fn plugin_timeout_counts_what_the_closed_plugin_missed() {
+    use nri_trace::engine::findings::Detail;
+    use nri_trace_lab::truth::PluginEvent;
+    let name = "plugin-timeout";
+    let truth = truth(name);
+    let gone = truth
+        .iter()
+        .find_map(|t| match t {
+            Truth::Plugin {
+                plugin,
+                mono_ns,
+                what: PluginEvent::Disconnected { .. },
+                ..
+            } if plugin == "hang" => Some(*mono_ns),
+            _ => None,
+        })
+        .expect("10-hang's disconnection in the truth");
+    let missed: std::collections::BTreeSet<_> = truth
+        .iter()
+        .filter_map(|t| match t {
+            Truth::Nri {
+                plugin,
+                event: Some(event),
+                pod,
+                container,
+                recv_mono_ns,
+                ..
+            } if plugin != "hang" && *recv_mono_ns > gone => Some((
+                event.clone(),
+                pod.as_ref().map(|p| p.id.clone()),
+                container.as_ref().map(|c| c.id.clone()),
+            )),
+            _ => None,
+        })
+        .collect();
+    assert!(!missed.is_empty());
+    let records = replay(events(name));
+    let details = trace_check::finding_details(&records, PLUGIN_TIMEOUT);
+    let counted: Vec<u64> = details
+        .iter()
+        .filter_map(|(_, d)| match d {
+            Detail::MissedAfterDisconnect { missed } => Some(*missed),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(counted, [missed.len() as u64], "{details:?}");
+}
+
 /// `explain` of the committed recordings: every pod of these scenarios is
 /// gone, with its teardown steps; teardown-error's failed hook is shown
 /// under its step and in the pod's findings.

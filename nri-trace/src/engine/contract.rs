@@ -955,20 +955,31 @@ impl ContractChecker {
                 });
             }
         }
-        // Deliveries a timed-out, disconnected plugin would have had.
-        for h in &s.hooks {
-            for p in self.plugins.values_mut() {
-                if p.timed_out
-                    && p.gone
-                        .is_some_and(|g| g <= h.call.start.map_or(0, |t| t.mono_ns))
-                    && p.events
-                        .as_ref()
-                        .is_some_and(|e| e.iter().any(|e| h.hook == e.as_str()))
-                    && h.call.plugin.index.as_ref() != p.index.as_ref()
-                {
-                    p.missed_after_gone += 1;
-                }
-            }
+        // Deliveries a timed-out, disconnected plugin would have had: each
+        // event once (the hook, its pod and container), however many other
+        // plugins got it.
+        for p in self.plugins.values_mut() {
+            let missed: BTreeSet<(&str, Option<&str>, Option<&str>)> = s
+                .hooks
+                .iter()
+                .filter(|h| {
+                    p.timed_out
+                        && p.gone
+                            .is_some_and(|g| g <= h.call.start.map_or(0, |t| t.mono_ns))
+                        && p.events
+                            .as_ref()
+                            .is_some_and(|e| e.iter().any(|e| h.hook == e.as_str()))
+                        && h.call.plugin.index.as_ref() != p.index.as_ref()
+                })
+                .map(|h| {
+                    (
+                        h.hook.as_str(),
+                        h.call.pod.as_ref().map(|x| x.id.as_str()),
+                        h.call.container.as_ref().map(|x| x.id.as_str()),
+                    )
+                })
+                .collect();
+            p.missed_after_gone += missed.len() as u64;
         }
     }
 
@@ -1488,20 +1499,30 @@ mod tests {
         hung.call.timeout_nano = Some(1_000_000_000);
         hung.call.end = None;
         hung.own_ns = None;
+        // The event it missed went to two other plugins: one missed event.
         let later = |t: u64| {
             span(
                 cri(Some("StopPodSandbox"), "s1", t, t + 50),
-                vec![to_plugin(
-                    hook(Some(Event::StopPodSandbox), "b", "s1", t + 10, t + 20),
-                    "b",
-                    "20",
-                    3,
-                )],
+                vec![
+                    to_plugin(
+                        hook(Some(Event::StopPodSandbox), "b", "s1", t + 10, t + 20),
+                        "b",
+                        "20",
+                        3,
+                    ),
+                    to_plugin(
+                        hook(Some(Event::StopPodSandbox), "c", "s1", t + 20, t + 30),
+                        "c",
+                        "30",
+                        4,
+                    ),
+                ],
             )
         };
         let records = vec![
             plugin("hang", "10", 2, &ALL),
             plugin("b", "20", 3, &ALL),
+            plugin("c", "30", 4, &ALL),
             span(cri(Some("RunPodSandbox"), "s1", 0, 1100), vec![hung]),
             Record::Observed(Observation::NriPluginGone {
                 conn: ConnId(2),
