@@ -180,6 +180,33 @@ const EVENT_METHODS: [(&str, Event); 14] = [
     ),
 ];
 
+impl Method {
+    /// Whether a v0.12 runtime answered Unimplemented to this method calls
+    /// the plugin's StateChange with the same event instead. Only the
+    /// methods v0.12 added for events that StateChange carried before do
+    /// (containerd/nri v0.12.0 `pkg/adaptation/plugin_type.go`: the
+    /// `codes.Unimplemented` checks before `wrapOrigImpl`). CreateContainer,
+    /// UpdateContainer and StopContainer (in every version) and v0.10's
+    /// UpdatePodSandbox and ValidateContainerAdjustment have no fallback:
+    /// there the error is the call's outcome.
+    pub fn falls_back_to_state_change(self) -> bool {
+        matches!(
+            self,
+            Method::Event(
+                Event::RunPodSandbox
+                    | Event::PostUpdatePodSandbox
+                    | Event::StopPodSandbox
+                    | Event::RemovePodSandbox
+                    | Event::PostCreateContainer
+                    | Event::StartContainer
+                    | Event::PostStartContainer
+                    | Event::PostUpdateContainer
+                    | Event::RemoveContainer
+            )
+        )
+    }
+}
+
 fn event_of_method(m: &str) -> Option<Event> {
     EVENT_METHODS.iter().find(|(n, _)| *n == m).map(|(_, e)| *e)
 }
@@ -403,6 +430,32 @@ mod tests {
             Method::from_wire(PLUGIN_SERVICE, "StateChange"),
             Some(Method::StateChange)
         );
+    }
+
+    /// The fallback follows v0.12.0 plugin_type.go: nine methods, not
+    /// the three of every version nor v0.10's two.
+    #[test]
+    fn state_change_fallback_only_where_v0_12_has_it() {
+        let falls: Vec<&str> = EVENT_METHODS
+            .iter()
+            .filter(|(_, e)| Method::Event(*e).falls_back_to_state_change())
+            .map(|(n, _)| *n)
+            .collect();
+        assert_eq!(
+            falls,
+            [
+                "RunPodSandbox",
+                "StopPodSandbox",
+                "RemovePodSandbox",
+                "PostCreateContainer",
+                "StartContainer",
+                "PostStartContainer",
+                "PostUpdateContainer",
+                "RemoveContainer",
+                "PostUpdatePodSandbox",
+            ]
+        );
+        assert!(!Method::StateChange.falls_back_to_state_change());
     }
 
     #[test]
