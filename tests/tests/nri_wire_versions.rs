@@ -76,7 +76,10 @@ impl MethodHandler for Answer {
 
 /// What the relay saw, in order: (direction relative to the runtime, bytes
 /// of one read).
-type Log = Arc<Mutex<Vec<(Direction, Vec<u8>)>>>;
+type Wire = Vec<(Direction, Vec<u8>)>;
+type Log = Arc<Mutex<Wire>>;
+/// Each call's method and the status code its caller saw (0: OK).
+type Codes = Vec<(String, i32)>;
 
 async fn pump(
     mut from: ReadHalf<DuplexStream>,
@@ -217,7 +220,7 @@ const NEW_METHODS: &[&str] = &[
 /// client as a v0.12 runtime would (StateChange after an Unimplemented
 /// answer to a method that falls back), and return what went over the
 /// wire with each call's status code as the client saw it.
-fn exchange(methods: &[&str], calls: &[&str]) -> (Vec<(Direction, Vec<u8>)>, Vec<(String, i32)>) {
+fn exchange(methods: &[&str], calls: &[&str]) -> (Wire, Codes) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -724,7 +724,7 @@ mod tests {
         let sizes: Vec<usize> = std::iter::from_fn(|| frames.next_with_end())
             .map(|(e, _)| match e {
                 MuxEvent::Frame { payload, .. } => payload.len(),
-                other => panic!("{other:?}"),
+                other @ MuxEvent::Resync { .. } => panic!("{other:?}"),
             })
             .collect();
         assert_eq!(sizes, [MAX_PAYLOAD_SIZE, MAX_PAYLOAD_SIZE, HEADER_LEN + 5]);
@@ -738,7 +738,7 @@ mod tests {
             got.iter()
                 .map(|(c, e)| match e {
                     TtrpcEvent::Message(m) => format!("{c}:{}:{}", m.stream_id, m.payload.len()),
-                    other => format!("{c}:{other:?}"),
+                    other @ TtrpcEvent::Resync { .. } => format!("{c}:{other:?}"),
                 })
                 .collect()
         };
@@ -798,7 +798,7 @@ mod tests {
             v.iter()
                 .map(|e| match e {
                     TtrpcEvent::Message(m) => format!("{}:{}", m.stream_id, m.payload.len()),
-                    other => format!("{other:?}"),
+                    other @ TtrpcEvent::Resync { .. } => format!("{other:?}"),
                 })
                 .collect()
         };
