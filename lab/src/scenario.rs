@@ -46,6 +46,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("hung-teardown-client-gone", "a plugin's StopPodSandbox hook never returns; the CRI client is killed 1 s into the call (8 s deadline): containerd keeps the plugin connected with the request open"),
     ("container-exits", "2 pods x 1 container whose process exits on its own (exit code 3) 0.3 s after it starts; the driver stops it 2 s after the start, as kubelet would; 2 plugins"),
     ("netns-teardown", "2 pods with their own network namespace (the lab's bridge CNI network) and a shared PID namespace (pause is PID 1), one container each, full lifecycle, one external plugin: when the netns goes against the plugins' StopPodSandbox"),
+    ("split-synchronize", "12 pods (one container each) whose annotations make 5.6 MiB, then a plugin registers: NRI >= 0.7 (containerd 2.1, not 1.7) splits its Synchronize under ttrpc's 4 MiB message limit, `more` set on all but the last"),
     ("plugins-before-attach", "seven plugins registered before the observer attaches (external: --name/--idx flags, an NN-name binary with a name past comm's 15 bytes, an -idx-only binary, the upstream logger with Go's -idx/-name; pre-launched: flags, a bare NN-name binary), then 2 lifecycles"),
 ];
 
@@ -625,6 +626,7 @@ fn drive(r: &mut Run) -> Result<()> {
         }
         "upstream-witness" => upstream_witness(r)?,
         "plugins-before-attach" => plugins_before_attach(r)?,
+        "split-synchronize" => split_synchronize(r)?,
         "runtime-restart" => runtime_restart(r)?,
         "runtime-after-observer" => {
             r.prelaunch(&PluginSpec {
@@ -865,6 +867,70 @@ pub const BEFORE_ATTACH_PLUGINS: [(&str, &str); 7] = [
 ];
 
 /// `link` made a symlink to `target` (replacing what was there).
+/// Pods of `split-synchronize`, and the annotations that make each big.
+const SPLIT_SYNC_PODS: usize = 12;
+const SPLIT_SYNC_ANNOTATIONS: usize = 4;
+/// One annotation's value: under the kernel's 128 KiB limit of one
+/// argument (MAX_ARG_STRLEN), as the driver takes it on its command line.
+const SPLIT_SYNC_ANNOTATION_BYTES: usize = 120 << 10;
+
+/// `split-synchronize`: state too big for one ttrpc message (4 MiB,
+/// containerd/ttrpc `messageLengthMax`), then a plugin registers.
+/// containerd/nri v0.7+ `plugin.synchronize` tries one SynchronizeRequest;
+/// ttrpc refuses it before writing (`OversizedMessageErr`, code
+/// ResourceExhausted), `recalcObjsPerSyncMsg` scales the pods and
+/// containers per message by max/rejected length (at most 0.9), and the
+/// parts go out with `more` set on all but the last, each answered
+/// (`SynchronizeResponse.more` echoing it). 12 pods x 480 KiB: 5.6 MiB,
+/// two messages. NRI 0.6.1 (containerd 1.7) does not split: its
+/// registration fails.
+fn split_synchronize(r: &mut Run) -> Result<()> {
+    r.up("5s")?;
+    let blob = "x".repeat(SPLIT_SYNC_ANNOTATION_BYTES);
+    let annotations: Vec<String> = (0..SPLIT_SYNC_ANNOTATIONS)
+        .map(|j| format!("nri-trace.test/blob-{j}={blob}"))
+        .collect();
+    let mut ids = Vec::new();
+    let mut names = Vec::new();
+    for i in 0..SPLIT_SYNC_PODS {
+        let name = format!("split-sync-{i}");
+        let mut args = vec!["up", "--name", name.as_str()];
+        for a in &annotations {
+            args.extend(["--annotation", a.as_str()]);
+        }
+        ids.push(sandbox_id_of(&r.driver(&args)?)?);
+        names.push(name);
+    }
+    r.note("registering a plugin with 12 big pods in the runtime's state")?;
+    // Returns at the first Synchronized; the parts that follow are awaited
+    // below, before the teardown's events.
+    r.plugin("late", "10", &[])?;
+    let t0 = std::time::Instant::now();
+    loop {
+        let t = truth::read(&r.truth).unwrap_or_default();
+        let synced: std::collections::BTreeSet<String> = plugin_events(&t, "late")
+            .into_iter()
+            .filter_map(|e| match e {
+                PluginEvent::Synchronized { pods, .. } => Some(pods.iter().map(|p| p.name.clone())),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        if names.iter().all(|n| synced.contains(n)) {
+            break;
+        }
+        ensure!(
+            t0.elapsed() < Duration::from_secs(30),
+            "plugin late: synchronized {synced:?} after 30 s, expected all of {names:?}"
+        );
+        sleep(Duration::from_millis(50));
+    }
+    for id in &ids {
+        r.driver(&["down", "--sandbox-id", id])?;
+    }
+    Ok(())
+}
+
 fn symlink(target: &Path, link: &Path) -> Result<()> {
     let _ = std::fs::remove_file(link);
     std::os::unix::fs::symlink(target, link)
@@ -2526,6 +2592,49 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
                 ),
                 None => format!("{n} CRI calls ok (no observer)"),
             });
+        }
+        "split-synchronize" => {
+            let n = all_cri_ok(&t)?;
+            let parts: Vec<(Vec<&str>, usize)> = plugin_events(&t, "late")
+                .into_iter()
+                .filter_map(|e| match e {
+                    PluginEvent::Synchronized { pods, containers } => {
+                        Some((pods.iter().map(|p| p.name.as_str()).collect(), *containers))
+                    }
+                    _ => None,
+                })
+                .collect();
+            ensure!(
+                parts.len() >= 2,
+                "plugin late got {} Synchronize message(s), expected the runtime to split it: {:?}",
+                parts.len(),
+                parts.iter().map(|p| (p.0.len(), p.1)).collect::<Vec<_>>()
+            );
+            let mut pods: Vec<&str> = parts.iter().flat_map(|p| p.0.iter().copied()).collect();
+            let listed = pods.len();
+            pods.sort_unstable();
+            pods.dedup();
+            ensure!(
+                listed == pods.len(),
+                "a pod was synchronized twice: {parts:?}"
+            );
+            for i in 0..SPLIT_SYNC_PODS {
+                let want = format!("split-sync-{i}");
+                ensure!(
+                    pods.contains(&want.as_str()),
+                    "{want} in no Synchronize message"
+                );
+            }
+            let containers: usize = parts.iter().map(|p| p.1).sum();
+            ensure!(
+                containers >= SPLIT_SYNC_PODS,
+                "{containers} containers synchronized, expected at least {SPLIT_SYNC_PODS}"
+            );
+            facts.push(format!(
+                "{n} CRI calls ok; Synchronize split into {} messages (pods, containers): {:?}",
+                parts.len(),
+                parts.iter().map(|p| (p.0.len(), p.1)).collect::<Vec<_>>()
+            ));
         }
         "cri-late-attach"
         | "cri-late-attach-go"

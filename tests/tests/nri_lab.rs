@@ -182,3 +182,122 @@ fn upstream_logger_decoded() {
     }
     assert!(logged > 0, "the logger logged no event");
 }
+
+/// containerd 2.1 (NRI 0.8) splits Synchronize when its state is over
+/// ttrpc's 4 MiB message limit (containerd/nri v0.8.0
+/// `pkg/adaptation/plugin.go` `synchronize`, `recalcObjsPerSyncMsg`): the
+/// `split-synchronize` scenario makes 12 pods of 480 KiB of annotations,
+/// then registers a plugin. nri-trace must show each part as the plugin
+/// received it (same pods, in order, the same container count), `more` on
+/// all but the last, and every big message's mux frames reassembled (no
+/// resynchronization on the plugin's connection). The Go peer writes each
+/// ttrpc message through a 4 KiB `bufio.Writer`, so a message near 4 MiB
+/// reaches the mux as a 4096-byte frame and one frame of the rest (never
+/// over the mux's `maxPayloadSize`, which is what makes v0.8's `mux.write`
+/// split a frame): the test reports the frames it saw.
+#[test]
+fn split_synchronize_reassembled_on_containerd_2_1() {
+    split_synchronize_on("nri-lab", nri_trace_lab::labctl::Runtime::Containerd21);
+}
+
+/// As [`split_synchronize_reassembled_on_containerd_2_1`] on CRI-O 1.33
+/// (NRI 0.9.1-pre, the same `synchronize`; its containers are bigger, so
+/// it splits into more, smaller parts).
+#[test]
+fn crio_split_synchronize_reassembled() {
+    split_synchronize_on("nri-lab-crio", nri_trace_lab::labctl::Runtime::CriO);
+}
+
+fn split_synchronize_on(group: &str, runtime: nri_trace_lab::labctl::Runtime) {
+    let Some(out) = lab_trace::run_traced_on(
+        group,
+        "split-synchronize",
+        Some(runtime),
+        lab_trace::TraceProc::new(),
+    ) else {
+        return;
+    };
+    let records = check("split-synchronize", &out);
+    let calls = nri_check::calls(&records);
+    let syncs: Vec<_> = calls
+        .iter()
+        .filter(|c| c.plugin.label() == "10-late" && c.method.as_deref() == Some("Synchronize"))
+        .collect();
+
+    let truth = truth_file::read(&out.join("truth.ndjson"));
+    let parts: Vec<(Vec<String>, usize)> = truth
+        .iter()
+        .filter_map(|t| match t {
+            nri_trace_lab::truth::Truth::Plugin {
+                plugin,
+                what: nri_trace_lab::truth::PluginEvent::Synchronized { pods, containers },
+                ..
+            } if plugin == "late" => {
+                Some((pods.iter().map(|p| p.id.clone()).collect(), *containers))
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(parts.len() >= 2, "the runtime did not split: {parts:?}");
+    assert_eq!(
+        syncs.len(),
+        parts.len(),
+        "nri-trace's Synchronize calls of 10-late vs the messages the plugin got"
+    );
+    for (i, (call, (pods, containers))) in syncs.iter().zip(&parts).enumerate() {
+        let last = i + 1 == parts.len();
+        assert_eq!(call.outcome, Outcome::Ok, "part {i}: {call:?}");
+        assert_eq!(&call.synchronized_pods, pods, "part {i}: pods");
+        let want = format!(
+            "{} pods, {containers} containers{}",
+            pods.len(),
+            if last { "" } else { ", more to come" }
+        );
+        assert!(
+            call.summary.starts_with(&want),
+            "part {i}: summary {:?}, expected it to start {want:?}",
+            call.summary
+        );
+    }
+
+    // The runtime -> plugin bytes of the plugin's connection, through the
+    // multiplexer alone: every frame, no resynchronization.
+    let events = lab_trace::raw_events(&out);
+    let conn = syncs[0].conn;
+    let mut mux = nri_trace::decode::nri::mux::MuxDecoder::new();
+    let (mut frames, mut largest, mut truncated, mut largest_write) =
+        (0usize, 0usize, 0usize, 0u64);
+    for e in &events {
+        let nri_trace::capture::CaptureEvent::Chunk(c) = e else {
+            continue;
+        };
+        if c.conn != conn || c.direction != nri_trace::capture::Direction::Out {
+            continue;
+        }
+        truncated += usize::from(c.truncated || c.gap_before);
+        largest_write = largest_write.max(c.syscall_len);
+        mux.push(&c.bytes);
+        while let Some((ev, _)) = mux.next_with_end() {
+            match ev {
+                nri_trace::decode::nri::mux::MuxEvent::Frame { payload, .. } => {
+                    frames += 1;
+                    largest = largest.max(payload.len());
+                }
+                other @ nri_trace::decode::nri::mux::MuxEvent::Resync { .. } => {
+                    panic!("runtime -> 10-late: {other:?}")
+                }
+            }
+        }
+    }
+    eprintln!(
+        "split-synchronize: {} parts (pods, containers) {:?}; runtime -> plugin: {frames} mux frames, \
+         largest payload {largest} bytes, largest write(2) {largest_write} bytes",
+        parts.len(),
+        parts.iter().map(|p| (p.0.len(), p.1)).collect::<Vec<_>>()
+    );
+    assert_eq!(truncated, 0, "capture holes on the plugin's connection");
+    assert!(
+        largest > 3 << 20,
+        "largest mux frame {largest} bytes: the split messages should be near 4 MiB"
+    );
+}

@@ -331,6 +331,10 @@ async fn reader(
             Ok(n) => n,
             Err(e) => break format!("read error: {e}"),
         };
+        // When the bytes arrived: a request completed by this read arrived
+        // now, not once the frames are reassembled (copying a message of
+        // megabytes takes milliseconds in a debug build).
+        let read_at = mono_ns();
         frames.push(&buf[..n]);
         loop {
             let (conn, payload) = match frames.next_frame() {
@@ -347,7 +351,7 @@ async fn reader(
                             Ok(None) => break,
                             Err(e) => break 'outer format!("bad ttrpc message on conn 1: {e}"),
                         };
-                        let msg = inbound_plugin_message(h, body, &observer);
+                        let msg = inbound_plugin_message(h, body, &observer, read_at);
                         if let Err(e) = plugin.write_all(&msg).await {
                             break 'outer format!("local plugin connection closed: {e}");
                         }
@@ -370,9 +374,14 @@ async fn reader(
     // Dropping the write halves ends both local connections (EOF).
 }
 
-/// Report a request, strip its timeout, and re-encode it for ttrpc-rust.
-fn inbound_plugin_message(h: TtrpcHeader, body: Vec<u8>, observer: &MuxObserver) -> Vec<u8> {
-    let at = mono_ns();
+/// Report a request (`at`: when the read that completed it returned),
+/// strip its timeout, and re-encode it for ttrpc-rust.
+fn inbound_plugin_message(
+    h: TtrpcHeader,
+    body: Vec<u8>,
+    observer: &MuxObserver,
+    at: u64,
+) -> Vec<u8> {
     let mut body = body;
     let mut h = h;
     if h.msg_type == TTRPC_REQUEST {
@@ -659,7 +668,7 @@ mod tests {
         let seen = Arc::new(std::sync::Mutex::new(vec![]));
         let s2 = Arc::clone(&seen);
         let obs: MuxObserver = Arc::new(move |e| s2.lock().unwrap().push(e));
-        let out = inbound_plugin_message(h, body, &obs);
+        let out = inbound_plugin_message(h, body, &obs, mono_ns());
         let h2 = TtrpcHeader::parse(&out);
         assert_eq!(h2.stream_id, 5);
         assert_eq!(h2.length as usize, out.len() - TTRPC_HEADER_LEN);

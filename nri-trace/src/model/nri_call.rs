@@ -1017,12 +1017,11 @@ impl NriCallAssembler {
                         }
                     }
                 } else if let Outcome::Error { code, .. } = &outcome {
-                    if *code == message::CODE_UNIMPLEMENTED {
-                        if let Method::Event(_) = p.method {
-                            p.summary.push_str(
-                                "; plugin predates per-event methods: runtime falls back to StateChange",
-                            );
-                        }
+                    if *code == message::CODE_UNIMPLEMENTED && p.method.falls_back_to_state_change()
+                    {
+                        p.summary.push_str(
+                            "; plugin predates per-event methods: runtime falls back to StateChange",
+                        );
                     }
                 }
                 st.announce(c.conn, ts, out);
@@ -1684,6 +1683,56 @@ mod tests {
             ("05-b", IdentitySource::RegisterPlugin)
         );
         assert!(b.inferred.is_none());
+    }
+
+    /// Regression: an Unimplemented answer claimed the StateChange fallback
+    /// for every per-event method; v0.12's runtime falls back for nine
+    /// (containerd/nri v0.12.0 `plugin_type.go`), not for CreateContainer
+    /// (every version) nor for v0.10's UpdatePodSandbox.
+    #[test]
+    fn unimplemented_claims_the_fallback_only_where_it_exists() {
+        let mut a = NriCallAssembler::new(vec!["/nri.sock".into()]);
+        let mut out = Vec::new();
+        a.on_capture(&open(1), &mut out);
+        let unimplemented = envelope::Response {
+            status: Some(envelope::Status {
+                code: message::CODE_UNIMPLEMENTED,
+                message: "method".into(),
+            }),
+            payload: vec![],
+        }
+        .encode_to_vec();
+        for (i, m) in ["CreateContainer", "UpdatePodSandbox", "RunPodSandbox"]
+            .iter()
+            .enumerate()
+        {
+            let sid = 2 * i as u32 + 1;
+            let at = 10 + 10 * i as u64;
+            a.on_capture(
+                &chunk(1, Direction::Out, at, call_frame(sid, m, vec![], 0)),
+                &mut out,
+            );
+            let f = message_frame(sid, 2, &unimplemented);
+            a.on_capture(&chunk(1, Direction::In, at + 1, f), &mut out);
+        }
+        let claims: Vec<(String, bool)> = out
+            .iter()
+            .filter_map(|o| match o {
+                NriObservation::Call(c) => Some((
+                    c.method.clone().unwrap_or_default(),
+                    c.summary.contains("falls back to StateChange"),
+                )),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            claims,
+            [
+                ("CreateContainer".to_string(), false),
+                ("UpdatePodSandbox".to_string(), false),
+                ("RunPodSandbox".to_string(), true),
+            ]
+        );
     }
 
     #[test]

@@ -26,7 +26,7 @@ pub const PLUGIN_SERVICE: &str = "nri.pkg.api.v1alpha1.Plugin";
 /// The runtime-side service (plugin is the ttrpc client, mux conn_id 2).
 pub const RUNTIME_SERVICE: &str = "nri.pkg.api.v1alpha1.Runtime";
 /// Services of NRI's API, as named on the wire, start with this.
-pub const NRI_SERVICE_PREFIX: &str = "nri.pkg.api.";
+pub use super::ttrpc_header::NRI_SERVICE_PREFIX;
 
 /// gRPC status code Unimplemented (google/rpc/code.proto), what a pre-v0.12
 /// plugin answers to a per-event method it does not know.
@@ -179,6 +179,33 @@ const EVENT_METHODS: [(&str, Event); 14] = [
         Event::ValidateContainerAdjustment,
     ),
 ];
+
+impl Method {
+    /// Whether a v0.12 runtime answered Unimplemented to this method calls
+    /// the plugin's StateChange with the same event instead. Only the
+    /// methods v0.12 added for events that StateChange carried before do
+    /// (containerd/nri v0.12.0 `pkg/adaptation/plugin_type.go`: the
+    /// `codes.Unimplemented` checks before `wrapOrigImpl`). CreateContainer,
+    /// UpdateContainer and StopContainer (in every version) and v0.10's
+    /// UpdatePodSandbox and ValidateContainerAdjustment have no fallback:
+    /// there the error is the call's outcome.
+    pub fn falls_back_to_state_change(self) -> bool {
+        matches!(
+            self,
+            Method::Event(
+                Event::RunPodSandbox
+                    | Event::PostUpdatePodSandbox
+                    | Event::StopPodSandbox
+                    | Event::RemovePodSandbox
+                    | Event::PostCreateContainer
+                    | Event::StartContainer
+                    | Event::PostStartContainer
+                    | Event::PostUpdateContainer
+                    | Event::RemoveContainer
+            )
+        )
+    }
+}
 
 fn event_of_method(m: &str) -> Option<Event> {
     EVENT_METHODS.iter().find(|(n, _)| *n == m).map(|(_, e)| *e)
@@ -403,6 +430,32 @@ mod tests {
             Method::from_wire(PLUGIN_SERVICE, "StateChange"),
             Some(Method::StateChange)
         );
+    }
+
+    /// The fallback follows v0.12.0 plugin_type.go: nine methods, not
+    /// the three of every version nor v0.10's two.
+    #[test]
+    fn state_change_fallback_only_where_v0_12_has_it() {
+        let falls: Vec<&str> = EVENT_METHODS
+            .iter()
+            .filter(|(_, e)| Method::Event(*e).falls_back_to_state_change())
+            .map(|(n, _)| *n)
+            .collect();
+        assert_eq!(
+            falls,
+            [
+                "RunPodSandbox",
+                "StopPodSandbox",
+                "RemovePodSandbox",
+                "PostCreateContainer",
+                "StartContainer",
+                "PostStartContainer",
+                "PostUpdateContainer",
+                "RemoveContainer",
+                "PostUpdatePodSandbox",
+            ]
+        );
+        assert!(!Method::StateChange.falls_back_to_state_change());
     }
 
     #[test]

@@ -21,7 +21,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use super::mux::{MuxDecoder, MuxEvent};
-use super::ttrpc_header::plausible_header;
+use super::ttrpc_header::{plausible_body_start, plausible_header};
 use super::{be_u32, Framer, Layout, RawEvent, DEFAULT_HUNT_WINDOW};
 
 // The header's size, bound and plausibility live in `ttrpc_header`, which
@@ -114,9 +114,15 @@ impl Layout for TtrpcLayout {
         plausible_header(prefix)
     }
 
-    /// Accept a lone plausible header once its whole body is buffered.
+    /// Accept a lone plausible header once its whole body is buffered, or
+    /// when its body starts as an NRI ttrpc envelope does: a message longer
+    /// than the hunt window can show neither its end nor the next header,
+    /// and one that starts a stream joined mid-way (a plugin's end followed
+    /// after its registration, a runtime attached to) would otherwise be
+    /// dropped, and every later one as long.
     fn payload_evidence(&self, header: &[u8], payload_prefix: &[u8]) -> bool {
         payload_prefix.len() == self.payload_len(header)
+            || plausible_body_start(header, payload_prefix)
     }
 }
 
@@ -133,11 +139,14 @@ impl Layout for TtrpcLayout {
 /// header (`plausible_header`: length <= 4 MiB, type 1..=3, flags within
 /// 0x7, odd stream id). It is accepted when the next header is buffered and
 /// also plausible, or when its whole body is buffered and whatever follows
-/// is a plausible header prefix; else it waits, within a 64 KiB window. A
-/// false accept needs payload bytes reading `00 00..0x40 xx | odd id |
-/// 01..03 | 00..07` (plus a second such header or an exact body length),
-/// which is rare; it yields a bogus message and usually a quick second
-/// resynchronization.
+/// is a plausible header prefix, or when its body starts as an NRI
+/// envelope does (`plausible_body_start`: a request naming an
+/// `nri.pkg.api.` service, a response that is one payload field to the
+/// end), for messages longer than the window; else it waits, within a
+/// 64 KiB window. A false accept needs payload bytes reading `00 00..0x40
+/// xx | odd id | 01..03 | 00..07` (plus a second such header, an exact body
+/// length or such an envelope start), which is rare; it yields a bogus
+/// message and usually a quick second resynchronization.
 pub struct TtrpcDecoder {
     framer: Framer<TtrpcLayout>,
 }
@@ -676,6 +685,170 @@ mod tests {
             prop_assert_eq!(&decode_trunk(&wire, &[]), &want);
             prop_assert_eq!(&decode_trunk(&wire, &cuts), &want);
         }
+    }
+
+    /// containerd/nri v0.7+ `pkg/net/multiplex/mux.go` `write`: a buffer
+    /// over `maxPayloadSize` (ttrpc's 10-byte header + 4 MiB) goes out as
+    /// frames of `maxPayloadSize` and the rest (v0.6.1 refused it with
+    /// EMSGSIZE). ttrpc-go writes each message through a 4 KiB
+    /// `bufio.Writer`, so no real peer hands the mux such a buffer (a
+    /// message near 4 MiB arrives as a 4096-byte frame and one of the rest:
+    /// `tests/tests/nri_lab.rs` split_synchronize); a writer without one
+    /// would, so the split is decoded here from this test's port of
+    /// `write`: a largest message (one frame of exactly `maxPayloadSize`),
+    /// then a largest message and a small one in one write (two frames, the
+    /// second starting inside the first message's payload).
+    #[test]
+    fn mux_ttrpc_reassembles_frames_split_at_the_v0_8_limit() {
+        const MAX_PAYLOAD_SIZE: usize = HEADER_LEN + MAX_MESSAGE;
+        fn mux_write(conn_id: u32, buf: &[u8]) -> Vec<u8> {
+            buf.chunks(MAX_PAYLOAD_SIZE)
+                .flat_map(|c| test_mux_frame(conn_id, c))
+                .collect()
+        }
+        // A body that starts as a request envelope does (its service
+        // field): how a decoder that starts hunting knows a message longer
+        // than its window (`plausible_body_start`).
+        let mut big = b"\x0a\x1bnri.pkg.api.v1alpha1.Plugin".to_vec();
+        big.extend(fixed_big().repeat(MAX_MESSAGE / 10_000 + 1));
+        big.truncate(MAX_MESSAGE);
+        let first = test_ttrpc_msg(1, 1, 0, &big);
+        assert_eq!(first.len(), MAX_PAYLOAD_SIZE);
+        let mut both = test_ttrpc_msg(3, 1, 0, &big);
+        both.extend(test_ttrpc_msg(5, 1, 0, b"after"));
+        let mut wire = mux_write(1, &first);
+        wire.extend(mux_write(1, &both));
+        // Three frames: the exact fit, then the split write's two.
+        let mut frames = MuxDecoder::new();
+        frames.push(&wire);
+        let sizes: Vec<usize> = std::iter::from_fn(|| frames.next_with_end())
+            .map(|(e, _)| match e {
+                MuxEvent::Frame { payload, .. } => payload.len(),
+                other @ MuxEvent::Resync { .. } => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(sizes, [MAX_PAYLOAD_SIZE, MAX_PAYLOAD_SIZE, HEADER_LEN + 5]);
+        let want = vec![
+            (1, msg(1, MessageType::Request, 0, &big)),
+            (1, msg(3, MessageType::Request, 0, &big)),
+            (1, msg(5, MessageType::Request, 0, b"after")),
+        ];
+        // Compared without printing megabytes on a failure.
+        let ids = |got: &[(u32, TtrpcEvent)]| -> Vec<String> {
+            got.iter()
+                .map(|(c, e)| match e {
+                    TtrpcEvent::Message(m) => format!("{c}:{}:{}", m.stream_id, m.payload.len()),
+                    other @ TtrpcEvent::Resync { .. } => format!("{c}:{other:?}"),
+                })
+                .collect()
+        };
+        let got = decode_trunk(&wire, &[]);
+        assert_eq!(ids(&got), ids(&want));
+        assert!(got == want, "payload bytes differ");
+        // Cut where the split write's second frame starts, and inside
+        // its header.
+        let at = 2 * (8 + MAX_PAYLOAD_SIZE);
+        let got = decode_trunk(&wire, &[at, at + 3]);
+        assert_eq!(ids(&got), ids(&want));
+        assert!(got == want, "payload bytes differ");
+    }
+
+    /// Regression: a stream joined at a boundary whose messages are all
+    /// longer than the 64 KiB hunt window never synchronized (a candidate
+    /// was accepted only once its whole body or the next header was
+    /// buffered). Seen live: containerd 2.1's Synchronize and events of
+    /// pods with 480 KiB of annotations on a plugin's end followed after
+    /// its registration (`nri_lab` split_synchronize: no plugin time for
+    /// any call). The body's envelope start is the evidence now.
+    #[test]
+    fn long_messages_sync_a_stream_joined_at_a_boundary() {
+        use crate::decode::nri::proto::envelope;
+        use prost::Message as _;
+        let big = fixed_big().repeat(50);
+        let request = envelope::Request {
+            service: "nri.pkg.api.v1alpha1.Plugin".into(),
+            method: "StateChange".into(),
+            payload: big.clone(),
+            timeout_nano: 2_000_000_000,
+            metadata: vec![],
+        }
+        .encode_to_vec();
+        let response = envelope::Response {
+            status: None,
+            payload: big,
+        }
+        .encode_to_vec();
+        assert!(request.len() > DEFAULT_HUNT_WINDOW && response.len() > DEFAULT_HUNT_WINDOW);
+        let mut stream = test_ttrpc_msg(5, 1, 0, &request);
+        stream.extend(test_ttrpc_msg(7, 2, 0, &response));
+        stream.extend(test_ttrpc_msg(9, 1, 0, &request));
+        let want = vec![
+            msg(5, MessageType::Request, 0, &request),
+            msg(7, MessageType::Response, 0, &response),
+            msg(9, MessageType::Request, 0, &request),
+        ];
+        // As a reader's syscalls bring it: 64 KiB at a time.
+        let mut d = TtrpcDecoder::new();
+        let mut got = Vec::new();
+        for c in stream.chunks(1 << 16) {
+            d.push(c);
+            got.extend(d.by_ref());
+        }
+        let lens = |v: &[TtrpcEvent]| -> Vec<String> {
+            v.iter()
+                .map(|e| match e {
+                    TtrpcEvent::Message(m) => format!("{}:{}", m.stream_id, m.payload.len()),
+                    other @ TtrpcEvent::Resync { .. } => format!("{other:?}"),
+                })
+                .collect()
+        };
+        assert_eq!(lens(&got), lens(&want));
+        assert!(got == want, "payload bytes differ");
+        // Through the multiplexer, as ttrpc-go's 4 KiB bufio.Writer frames
+        // it: a 4096-byte frame, then the rest.
+        let mut wire = Vec::new();
+        let mut at = 0;
+        for m in [5u32, 7, 9] {
+            let kind = if m == 7 { 2 } else { 1 };
+            let body = if m == 7 { &response } else { &request };
+            let one = test_ttrpc_msg(m, kind, 0, body);
+            wire.extend(test_mux_frame(1, &one[..4096]));
+            wire.extend(test_mux_frame(1, &one[4096..]));
+            at += one.len();
+        }
+        assert_eq!(at, stream.len());
+        let cuts: Vec<usize> = (1..wire.len() / (1 << 16)).map(|i| i << 16).collect();
+        let got: Vec<TtrpcEvent> = decode_trunk(&wire, &cuts)
+            .into_iter()
+            .map(|(_, e)| e)
+            .collect();
+        assert_eq!(lens(&got), lens(&want));
+        assert!(got == want, "payload bytes differ");
+    }
+
+    /// The envelope evidence: an NRI request's service, a response that is
+    /// one payload field to its end; not a foreign service, a status, or a
+    /// payload length that ends elsewhere.
+    #[test]
+    fn body_start_evidence() {
+        let header = |len: u32, kind: u8| {
+            let mut h = len.to_be_bytes().to_vec();
+            h.extend_from_slice(&1u32.to_be_bytes());
+            h.extend_from_slice(&[kind, 0]);
+            h
+        };
+        let svc = b"\x0a\x1bnri.pkg.api.v1alpha1.Plugin";
+        assert!(plausible_body_start(&header(100_000, 1), svc));
+        assert!(!plausible_body_start(
+            &header(100_000, 1),
+            b"\x0a\x0fgrpc.health.v1.H"
+        ));
+        assert!(!plausible_body_start(&header(100_000, 2), svc));
+        // 0x12, varint 99_996 (3 bytes): 1 + 3 + 99_996 = 100_000.
+        let resp = [0x12, 0x9c, 0x8d, 0x06];
+        assert!(plausible_body_start(&header(100_000, 2), &resp));
+        assert!(!plausible_body_start(&header(100_001, 2), &resp));
+        assert!(!plausible_body_start(&header(100_000, 2), &[0x0a, 0x05]));
     }
 
     #[test]

@@ -50,3 +50,43 @@ pub(crate) fn plausible_header(prefix: &[u8]) -> bool {
     }
     true
 }
+
+/// The start of the name of every service of NRI's API, as a ttrpc
+/// request names it (`nri.pkg.api.v1alpha1.Plugin`, `.Runtime`).
+pub const NRI_SERVICE_PREFIX: &str = "nri.pkg.api.";
+
+/// Hunting evidence from the start of a message's body, for a message too
+/// long to wait for its end or the next header (a hunt window holds
+/// 64 KiB; a Synchronize or an event of a pod with big annotations is
+/// megabytes). ttrpc's envelopes (`proto/ttrpc/ttrpc.proto`, encoded by
+/// both ttrpc-go and the ttrpc crate in field order):
+///
+/// - a request (type 1) starts with field 1, `service`: tag `0x0a`, a
+///   one-byte length, and a name starting [`NRI_SERVICE_PREFIX`];
+/// - a successful response (type 2) is field 2, `payload`, alone: tag
+///   `0x12` and a varint length that ends exactly at the declared end.
+///
+/// Anything else (errors carry a short status first, and are short) is no
+/// evidence.
+pub(crate) fn plausible_body_start(header: &[u8], body: &[u8]) -> bool {
+    let (Some(len), Some(&kind)) = (be_u32(header, 0), header.get(8)) else {
+        return false;
+    };
+    match (kind, body) {
+        (1, [0x0a, n, name @ ..]) => {
+            let prefix = NRI_SERVICE_PREFIX.as_bytes();
+            usize::from(*n) >= prefix.len() && *n < 0x80 && name.starts_with(prefix)
+        }
+        (2, [0x12, rest @ ..]) => {
+            let mut value: u64 = 0;
+            for (i, b) in rest.iter().take(5).enumerate() {
+                value |= u64::from(b & 0x7f) << (7 * i);
+                if b & 0x80 == 0 {
+                    return 1 + (i as u64 + 1) + value == u64::from(len);
+                }
+            }
+            false
+        }
+        _ => false,
+    }
+}
