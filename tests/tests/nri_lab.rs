@@ -14,6 +14,7 @@ mod lab_trace;
 mod nri_check;
 mod output_check;
 mod record_schema;
+mod trace_check;
 mod truth_file;
 
 use std::path::{Path, PathBuf};
@@ -299,5 +300,26 @@ fn split_synchronize_on(group: &str, runtime: nri_trace_lab::labctl::Runtime) {
     assert!(
         largest > 3 << 20,
         "largest mux frame {largest} bytes: the split messages should be near 4 MiB"
+    );
+
+    // The conformance table's Synchronize clause takes the parts together:
+    // every pod the driver made is listed in one of them, as the plugin's
+    // own records say (trace_check::sync_clause_expected).
+    let want = trace_check::sync_clause_expected(&truth);
+    let listed: usize = parts.iter().map(|p| p.0.len()).sum();
+    assert_eq!(want, (listed as u64, 0), "the truth");
+    let (stdout, _, _) = lab_trace::TraceProc::paths(&out);
+    let clause: Vec<serde_json::Value> = std::fs::read_to_string(&stdout)
+        .expect("nri-trace's output")
+        .lines()
+        .filter(|l| l.contains(r#""type":"conformance""#))
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .filter(|c: &serde_json::Value| c["clause"] == "synchronize-tells-existing-pods")
+        .collect();
+    assert_eq!(clause.len(), 1, "{clause:?}");
+    assert_eq!(
+        (clause[0]["held"].as_u64(), clause[0]["broken"].as_u64()),
+        (Some(want.0), Some(want.1)),
+        "{clause:?}"
     );
 }

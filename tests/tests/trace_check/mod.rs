@@ -4,6 +4,8 @@
 //! of committed recordings (trace_replay.rs).
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
+
 use nri_trace::engine::{
     correlate::{causes, NoCause},
     findings::{Certainty, Detail},
@@ -182,7 +184,7 @@ pub(crate) fn finding_details<'a>(
 /// else `comm[pid]`), with where its identity came from.
 pub(crate) fn hook_plugins(
     records: &[Record],
-) -> std::collections::BTreeMap<String, nri_trace::model::nri_call::IdentitySource> {
+) -> BTreeMap<String, nri_trace::model::nri_call::IdentitySource> {
     records
         .iter()
         .filter_map(|r| match r {
@@ -245,42 +247,48 @@ pub(crate) fn sync_clause_expected(truth: &[Truth]) -> (u64, u64) {
                     && *start_mono_ns < at)
         })
     };
-    // Plugins synchronized since they last connected: the further parts
-    // of a split Synchronize are the same registration.
-    let mut seen = std::collections::BTreeSet::new();
-    let (mut held, mut broken) = (0, 0);
+    // Each registration: a plugin's first Synchronize since it connected,
+    // with every further part of a split one (the pods of all parts).
+    let mut open: BTreeMap<(String, String), usize> = BTreeMap::new();
+    let mut registrations: Vec<(String, String, u64, Vec<String>)> = Vec::new();
     for t in truth {
-        let (plugin, index, mono_ns, pods) = match t {
+        match t {
             Truth::Plugin {
                 plugin,
                 index,
                 what: PluginEvent::Connected { .. },
                 ..
             } => {
-                seen.remove(&(plugin.clone(), index.clone()));
-                continue;
+                open.remove(&(plugin.clone(), index.clone()));
             }
             Truth::Plugin {
                 plugin,
                 index,
                 mono_ns,
                 what: PluginEvent::Synchronized { pods, .. },
-            } => (plugin, index, mono_ns, pods),
-            _ => continue,
-        };
-        if !seen.insert((plugin.clone(), index.clone())) {
-            continue;
+            } => {
+                let ids = pods.iter().map(|p| p.id.clone());
+                if let Some(&i) = open.get(&(plugin.clone(), index.clone())) {
+                    registrations[i].3.extend(ids);
+                } else {
+                    open.insert((plugin.clone(), index.clone()), registrations.len());
+                    registrations.push((plugin.clone(), index.clone(), *mono_ns, ids.collect()));
+                }
+            }
+            _ => {}
         }
+    }
+    let (mut held, mut broken) = (0, 0);
+    for (plugin, index, at, listed) in &registrations {
         for (id, _) in runs
             .iter()
-            .filter(|(id, start)| *start < *mono_ns && !stopped_before(id, *mono_ns))
+            .filter(|(id, start)| *start < *at && !stopped_before(id, *at))
         {
-            let listed = pods.iter().any(|p| &p.id == id);
             let told = truth.iter().any(|t| {
                 matches!(t, Truth::Nri { plugin: p, index: i, event: Some(e), pod: Some(pod), .. }
                     if p == plugin && i == index && e == "RUN_POD_SANDBOX" && &pod.id == id)
             });
-            if listed || told {
+            if listed.contains(id) || told {
                 held += 1;
             } else {
                 broken += 1;
