@@ -10,6 +10,7 @@ mod dist;
 mod fuzz;
 mod kernels;
 mod lab;
+mod nri_rate;
 mod setup;
 
 use std::{
