@@ -382,7 +382,7 @@ pub fn make_pod(namespace: &str, n: u64) -> api::PodSandbox {
         namespace: namespace.to_string(),
         labels: map(&[
             ("app", "rate".into()),
-            ("io.kubernetes.pod.name", name.clone()),
+            ("io.kubernetes.pod.name", name),
             ("io.kubernetes.pod.namespace", namespace.into()),
             ("io.kubernetes.pod.uid", uid.clone()),
             ("pod-template-hash", "7f9c5d8b6d".into()),
@@ -805,7 +805,7 @@ pub async fn run(
     plugins: usize,
     opts: &RateOptions,
 ) -> Result<RateSummary> {
-    if !(opts.rate > 0.0) || opts.in_flight == 0 {
+    if !opts.rate.is_finite() || opts.rate <= 0.0 || opts.in_flight == 0 {
         bail!("--rate must be above 0 and --in-flight at least 1");
     }
     let mut conns = Vec::with_capacity(plugins);

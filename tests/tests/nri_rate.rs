@@ -117,7 +117,7 @@ fn every_paced_nri_call_is_decoded() {
         &mut trace,
         &dir.join("trace.stderr"),
         &["nri-trace: ready"],
-        Duration::from_secs(60),
+        Duration::from_mins(1),
         "nri-trace debug nri",
     )
     .unwrap();
@@ -199,7 +199,7 @@ fn every_paced_nri_call_is_decoded() {
         .values()
         .sum::<u64>()
         < total
-        && t0.elapsed() < Duration::from_secs(60)
+        && t0.elapsed() < Duration::from_mins(1)
     {
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -94,7 +94,7 @@ pub(crate) struct BenchArgs {
     rate_in_flight: usize,
     /// Rates (calls/s) tried after 10,000 in the nri-rate part, ascending,
     /// until records are lost or the peer cannot keep up.
-    #[arg(long, value_delimiter = ',', default_value = "20000,40000,80000")]
+    #[arg(long, value_delimiter = ',', default_value = "20000,25000,30000,40000")]
     rates: Vec<f64>,
     /// Starts of `nri-trace watch` per mode in the named-span part.
     #[arg(long, default_value_t = 5)]

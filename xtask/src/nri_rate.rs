@@ -178,7 +178,7 @@ fn lines_of(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
 }
 
 fn wait_line(rx: &mpsc::Receiver<String>, what: &str, seen: &mut Vec<String>) -> Result<String> {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_mins(1);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
