@@ -158,9 +158,12 @@ fn real_main() -> Result<()> {
         res
     })?;
     let cpu = own_cpu_s() - cpu0;
+    // The plugins were reaped above: their CPU is in RUSAGE_CHILDREN.
+    let plugins_cpu = cpu_s(libc::RUSAGE_CHILDREN);
     let mut v = serde_json::to_value(&summary)?;
     v["type"] = "nri_rate_summary".into();
     v["peer_cpu_s"] = cpu.into();
+    v["plugins_cpu_s"] = plugins_cpu.into();
     v["wall_s"] = t0.elapsed().as_secs_f64().into();
     println!("{v}");
     Ok(())
@@ -168,9 +171,15 @@ fn real_main() -> Result<()> {
 
 /// This process's user + system CPU time, seconds.
 fn own_cpu_s() -> f64 {
+    cpu_s(libc::RUSAGE_SELF)
+}
+
+/// User + system CPU time of `who` (RUSAGE_SELF or RUSAGE_CHILDREN: the
+/// reaped children), seconds.
+fn cpu_s(who: libc::c_int) -> f64 {
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: getrusage fills the struct we own.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &raw mut ru) };
+    unsafe { libc::getrusage(who, &raw mut ru) };
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
