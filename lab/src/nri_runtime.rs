@@ -33,11 +33,11 @@
 //! open at once on one connection, which ttrpc allows (odd stream ids per
 //! connection) and nri-trace decodes per (connection, stream).
 //!
-//! Payloads are shaped like containerd's (`pkg/cri/nri`, the CRI plugin's
-//! `nriPodSandbox` / `nriContainer`): 64-hex-digit ids, the kubelet labels
-//! and annotations, the pod's cgroup parent and namespaces, a container's
-//! args, env, mounts, resources and cgroups path: about 1.5 KiB per
-//! container request, as in the lab's recordings.
+//! Payloads are shaped like what containerd's CRI plugin hands NRI:
+//! 64-hex-digit ids, the kubelet's labels and annotations, the pod's cgroup
+//! parent and namespaces, a container's args, env, mounts, resources and
+//! cgroups path; a container request is over a kilobyte (the unit test
+//! below checks it).
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -951,8 +951,8 @@ mod tests {
             event_request(api::Event::StopContainer, &pod, Some(&c)).0,
             "StopContainer"
         );
-        // Realistic size: containerd's CreateContainer for a one-container
-        // pod is a little over a kilobyte.
+        // Not a toy payload: the kubelet's labels, annotations, env and
+        // mounts make a container request over a kilobyte.
         let (_, p) = event_request(api::Event::CreateContainer, &pod, Some(&c));
         assert!(p.len() > 1000, "{}", p.len());
     }
