@@ -1,7 +1,7 @@
 //! `cargo xtask bench`: what nri-trace's probes cost, measured around real
 //! attachments, printed as markdown tables for docs/benchmarks.md.
 //!
-//! Ten parts (see docs/benchmarks.md for how to read them):
+//! Eleven parts (see docs/benchmarks.md for how to read them):
 //! - probe: syscalls of a process nri-trace does NOT track, with nothing,
 //!   the real capture, the design floors or a bpftrace pair attached.
 //! - traced: write(2) of the process nri-trace captures, without and with
@@ -27,6 +27,10 @@
 //! - tui-frame: the TUI's frame time per view at 1,002 pods, and a second
 //!   of live load (100 records, 4 frames)
 //!   (`nri-trace/benches/tui_frame.rs`; no probes, no root needed).
+//! - nri-rate: nri-trace (`debug nri -o json`) tracing a ttrpc NRI peer
+//!   at 10,000 calls/s and a ramp above it: calls sent and decoded, lost
+//!   records, nri-trace's CPU per call (issue 23 item 4; xtask/src/
+//!   nri_rate.rs).
 //! - named-span: from the start of `nri-trace watch` to the first
 //!   StopPodSandbox span that names a pod made before it, on a fake
 //!   runtime holding 1,000 pods (`lab/src/bin/fake-cri.rs`), with and
@@ -79,9 +83,19 @@ pub(crate) struct BenchArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "probe,traced,paced,throughput,mix,nri-decode,cri-decode,trace-engine,tui-frame,named-span"
+        default_value = "probe,traced,paced,throughput,mix,nri-decode,cri-decode,trace-engine,tui-frame,named-span,nri-rate"
     )]
     only: Vec<Part>,
+    /// Seconds of paced NRI calls per rate in the nri-rate part.
+    #[arg(long, default_value_t = 10.0)]
+    rate_seconds: f64,
+    /// Pod lifecycles the NRI peer keeps in flight (nri-rate part).
+    #[arg(long, default_value_t = 16)]
+    rate_in_flight: usize,
+    /// Rates (calls/s) tried after 10,000 in the nri-rate part, ascending,
+    /// until records are lost or the peer cannot keep up.
+    #[arg(long, value_delimiter = ',', default_value = "20000,25000,30000,40000")]
+    rates: Vec<f64>,
     /// Starts of `nri-trace watch` per mode in the named-span part.
     #[arg(long, default_value_t = 5)]
     span_rounds: usize,
@@ -102,6 +116,7 @@ enum Part {
     TraceEngine,
     TuiFrame,
     NamedSpan,
+    NriRate,
 }
 
 impl Part {
@@ -116,6 +131,7 @@ impl Part {
                 | Part::TraceEngine
                 | Part::TuiFrame
                 | Part::NamedSpan
+                | Part::NriRate
         )
     }
 }
@@ -167,6 +183,10 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     }
     if a.only.contains(&Part::NamedSpan) {
         report.push(named_span_section(&named_span(a.span_rounds)?));
+    }
+    if a.only.contains(&Part::NriRate) {
+        let r = crate::nri_rate::nri_rate(a.rate_seconds, a.rate_in_flight, &a.rates)?;
+        report.push(crate::nri_rate::nri_rate_section(&r));
     }
     // Last: they need no probe, and nothing is attached any more.
     let decode = if a.only.contains(&Part::NriDecode) {
@@ -303,7 +323,7 @@ const QUICK_ARGS: [&str; 6] = [
 ];
 
 /// Sockets, ready files and the report.
-fn work_dir() -> Result<PathBuf> {
+pub(crate) fn work_dir() -> Result<PathBuf> {
     let work = crate::workspace_root().join("target/nri-trace-bench");
     fs::create_dir_all(&work)?;
     Ok(work)
@@ -2184,7 +2204,7 @@ fn header_section() -> String {
 
 /// /proc/loadavg's 1, 5 and 15 minute figures: other work on the machine
 /// during the run shows here.
-fn loadavg() -> String {
+pub(crate) fn loadavg() -> String {
     fs::read_to_string("/proc/loadavg")
         .unwrap_or_default()
         .split_whitespace()
@@ -2792,7 +2812,7 @@ fn fit(xs: &[f64], ys: &[f64]) -> (f64, f64) {
 /// The number after the last of `keys`, each searched after the previous
 /// one (enough for criterion's and nri-trace's flat JSON; xtask has no JSON
 /// dependency).
-fn json_number(s: &str, keys: &[&str]) -> Option<f64> {
+pub(crate) fn json_number(s: &str, keys: &[&str]) -> Option<f64> {
     let mut at = 0;
     for k in keys {
         at += s[at..].find(k)? + k.len();
@@ -2805,7 +2825,7 @@ fn json_number(s: &str, keys: &[&str]) -> Option<f64> {
 }
 
 /// The string value after `key` (no escapes expected: paths).
-fn json_string(s: &str, key: &str) -> Option<String> {
+pub(crate) fn json_string(s: &str, key: &str) -> Option<String> {
     let at = s.find(key)? + key.len();
     let rest = s[at..].trim_start().strip_prefix('"')?;
     Some(rest[..rest.find('"')?].to_string())

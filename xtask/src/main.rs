@@ -11,6 +11,7 @@ mod exec_cost;
 mod fuzz;
 mod kernels;
 mod lab;
+mod nri_rate;
 mod setup;
 
 use std::{

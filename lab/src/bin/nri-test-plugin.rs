@@ -142,7 +142,14 @@ fn main() {
 /// into the truth. SCHED_FIFO (priority 10, inherited by the runtime's
 /// threads, which are spawned after this) keeps it out. The plugin never
 /// spins: delays and hangs sleep. Without the privilege it runs as before.
+///
+/// `NRI_TEST_PLUGIN_SCHED=other` keeps the normal scheduler: the rate
+/// benchmark (bin/nri-rate) measures the tracer's CPU, and a real plugin is
+/// not SCHED_FIFO.
 fn realtime_priority() {
+    if std::env::var("NRI_TEST_PLUGIN_SCHED").as_deref() == Ok("other") {
+        return;
+    }
     let p = libc::sched_param { sched_priority: 10 };
     // SAFETY: plain syscall on the calling thread with a valid param.
     if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &raw const p) } != 0 {
