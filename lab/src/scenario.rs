@@ -2719,7 +2719,7 @@ mod tests {
             if named() {
                 break;
             }
-            std::thread::sleep(std::time::Duration::from_millis(10));
+            sleep(Duration::from_millis(10));
         }
         std::fs::write(dir.join("runtime"), "containerd-1.7\n").unwrap();
         assert_eq!(lab.running().as_deref(), Some("containerd-1.7"));
