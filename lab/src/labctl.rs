@@ -87,6 +87,16 @@ impl Runtime {
         }
     }
 
+    /// How the version this runtime gives its plugins in NRI Configure
+    /// begins (containerd's own version; CRI-O's release).
+    pub fn configure_version_prefix(self) -> &'static str {
+        match self {
+            Self::Containerd17 => "1.7.",
+            Self::Containerd21 => "2.1.",
+            Self::CriO => "1.33.",
+        }
+    }
+
     /// The CRI socket's file name in `$LAB/run`.
     pub fn cri_socket_name(self) -> &'static str {
         match self {

@@ -383,6 +383,60 @@ pub fn run_observed(
     verify(name, &truth_path)
 }
 
+/// Sandbox and container ids the scenario's driver created, sorted.
+fn created_ids(t: &[Truth]) -> Vec<String> {
+    let mut v: Vec<String> = t
+        .iter()
+        .flat_map(|x| match x {
+            Truth::Cri { pod, container, .. } => vec![
+                pod.as_ref().and_then(|p| p.sandbox_id.clone()),
+                container.as_ref().and_then(|c| c.id.clone()),
+            ],
+            _ => vec![],
+        })
+        .flatten()
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// What is wrong after a finished run on `lab` (brought down by
+/// [`run_observed`]), from its truth file: a plugin configured by another
+/// runtime than the lab's (by the version NRI Configure gave it), no
+/// sandbox or container id in the truth, or a process, mount or cgroup of
+/// the run `down` left behind ([`Lab::leftovers`]). Empty when clean. The
+/// caller still holds the lab lock (another run's lab is not this one's
+/// leftover).
+pub fn after_run_problems(name: &str, lab: &Lab, truth_path: &Path) -> Result<Vec<String>> {
+    let t = truth::read(truth_path).with_context(|| format!("reading {}", truth_path.display()))?;
+    let want = lab.runtime.configure_version_prefix();
+    let mut problems: Vec<String> = t
+        .iter()
+        .filter_map(|x| match x {
+            Truth::Plugin {
+                plugin,
+                what: PluginEvent::Configured { version, .. },
+                ..
+            } if !version.starts_with(want) => Some(format!(
+                "{name}: plugin {plugin} was configured by runtime version {version}, not {}",
+                lab.runtime.name()
+            )),
+            _ => None,
+        })
+        .collect();
+    let ids = created_ids(&t);
+    if ids.is_empty() {
+        problems.push(format!("{name}: the truth names no sandbox or container"));
+    }
+    problems.extend(
+        lab.leftovers(&ids)
+            .into_iter()
+            .map(|l| format!("{name}: lab down left behind: {l}")),
+    );
+    Ok(problems)
+}
+
 impl Run {
     /// Start external plugin NN-name with these options.
     fn plugin(&mut self, name: &str, idx: &str, args: &[&str]) -> Result<()> {

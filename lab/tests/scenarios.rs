@@ -10,7 +10,6 @@ use std::path::PathBuf;
 use nri_trace_lab::{
     labctl::{self, Lab, Runtime},
     scenario::{self, Bins},
-    truth::{self, PluginEvent, Truth},
 };
 
 fn ci() -> bool {
@@ -28,31 +27,13 @@ fn guard(name: &str) -> bool {
     false
 }
 
-/// Sandbox and container ids the scenario's driver created.
-fn ids(path: &std::path::Path) -> Vec<String> {
-    let mut v: Vec<String> = truth::read(path)
-        .unwrap_or_default()
-        .into_iter()
-        .flat_map(|t| match t {
-            Truth::Cri { pod, container, .. } => {
-                vec![pod.and_then(|p| p.sandbox_id), container.and_then(|c| c.id)]
-            }
-            _ => vec![],
-        })
-        .flatten()
-        .collect();
-    v.sort();
-    v.dedup();
-    v
-}
-
 /// Scenario `name` on the runtime of NRI_TRACE_LAB_RUNTIME (default 1.7).
 fn run_scenario(name: &str) {
     run_scenario_on(name, Lab::from_env().runtime);
 }
 
 /// Scenario `name` on `runtime`; its plugins' Configure records must name
-/// that runtime's version.
+/// that runtime's version, and `down` must leave nothing of it behind.
 fn run_scenario_on(name: &str, runtime: Runtime) {
     if !guard(name) {
         return;
@@ -75,36 +56,10 @@ fn run_scenario_on(name: &str, runtime: Runtime) {
         eprintln!("  - {f}");
     }
     assert!(!facts.is_empty());
-    let want = match runtime {
-        Runtime::Containerd17 => "1.7.",
-        Runtime::Containerd21 => "2.1.",
-        Runtime::CriO => "1.33.",
-    };
-    for t in truth::read(&out.join("truth.ndjson")).expect("truth") {
-        if let Truth::Plugin {
-            plugin,
-            what: PluginEvent::Configured { version, .. },
-            ..
-        } = t
-        {
-            assert!(
-                version.starts_with(want),
-                "{name}: plugin {plugin} was configured by runtime version {version}, not {}",
-                runtime.name()
-            );
-        }
-    }
-    let ids = ids(&out.join("truth.ndjson"));
-    assert!(
-        !ids.is_empty(),
-        "{name}: the truth names no sandbox or container"
-    );
-    let left = lab.leftovers(&ids);
-    assert!(
-        left.is_empty(),
-        "{name}: lab down left behind:\n{}",
-        left.join("\n")
-    );
+    // Configured by this runtime, and nothing of the run left behind.
+    let problems = scenario::after_run_problems(name, &lab, &out.join("truth.ndjson"))
+        .unwrap_or_else(|e| panic!("{name}: {e:#}"));
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 #[test]
@@ -182,52 +137,10 @@ fn netns_teardown() {
     run_scenario("netns-teardown");
 }
 
-// containerd 2.1 beside 1.7, in CI (about 45 s with the install): the
-// scenarios where 2.1 differs (docs/lab.md, "Scenarios on containerd
-// 2.1") and the happy path. NRI_TRACE_LAB_RUNTIME=containerd-2.1 runs
-// every test above on 2.1.
-
-#[test]
-fn ctrd21_happy() {
-    run_scenario_on("happy", Runtime::Containerd21);
-}
-
-#[test]
-fn ctrd21_late_registration() {
-    run_scenario_on("late-registration", Runtime::Containerd21);
-}
-
-#[test]
-fn ctrd21_cri_deadline_retry() {
-    run_scenario_on("cri-deadline-retry", Runtime::Containerd21);
-}
-
-#[test]
-fn ctrd21_runtime_restart() {
-    run_scenario_on("runtime-restart", Runtime::Containerd21);
-}
-
-// CRI-O 1.33.13 (lab/crio.sh), in CI: the happy path and the scenarios
-// where CRI-O differs by design (docs/lab.md, "Scenarios on CRI-O"). The
-// first one builds CRI-O (about 2.5 min cold, once per source tarball).
-// NRI_TRACE_LAB_RUNTIME=crio runs every test above on it.
-
-#[test]
-fn crio_happy() {
-    run_scenario_on("happy", Runtime::CriO);
-}
-
-#[test]
-fn crio_teardown_error() {
-    run_scenario_on("teardown-error", Runtime::CriO);
-}
-
-#[test]
-fn crio_late_registration() {
-    run_scenario_on("late-registration", Runtime::CriO);
-}
-
-#[test]
-fn crio_cri_deadline_retry() {
-    run_scenario_on("cri-deadline-retry", Runtime::CriO);
-}
+// containerd 2.1 and CRI-O 1.33.13 (lab/crio.sh) run in CI through
+// tests/tests/trace_lab.rs (`ctrd21_trace_*`, `crio_trace_*`): each traced
+// run is this scenario run (the same `scenario::run_observed`, its
+// `verify`, and the runtime and leftover checks of
+// `scenario::after_run_problems`) with nri-trace watching.
+// NRI_TRACE_LAB_RUNTIME=containerd-2.1 or crio runs every test above on
+// that runtime.

@@ -29,7 +29,10 @@ use nri_trace::{
     model::observation::Observation,
     sinks::finding_message::message,
 };
-use nri_trace_lab::truth::{self, PluginEvent, Truth};
+use nri_trace_lab::{
+    labctl::{Lab, Runtime},
+    truth::{self, PluginEvent, Truth},
+};
 use trace_check::{finding_details, findings};
 
 fn records(scenario: &str, out: &Path) -> Vec<Record> {
@@ -74,9 +77,51 @@ fn check_correlation(scenario: &str, out: &Path) -> (usize, usize) {
 }
 
 fn traced(scenario: &str) -> Option<(std::path::PathBuf, Vec<Record>)> {
-    let out = lab_trace::run_traced("trace-lab", scenario)?;
+    traced_on(None, scenario)
+}
+
+/// The runtime a test runs on: `runtime`, or NRI_TRACE_LAB_RUNTIME's
+/// (containerd 1.7 when unset).
+fn runtime_of(runtime: Option<Runtime>) -> Runtime {
+    runtime.unwrap_or_else(|| Lab::from_env().runtime)
+}
+
+/// Where the runs on `runtime` keep their output (`None`: the runtime of
+/// NRI_TRACE_LAB_RUNTIME, as every test without a runtime prefix).
+fn group_of(runtime: Option<Runtime>) -> &'static str {
+    match runtime {
+        None => "trace-lab",
+        Some(Runtime::Containerd17) => "trace-lab-ctrd17",
+        Some(Runtime::Containerd21) => "trace-lab-ctrd21",
+        Some(Runtime::CriO) => "trace-lab-crio",
+    }
+}
+
+/// `scenario` traced on `runtime` (None: NRI_TRACE_LAB_RUNTIME's), with
+/// the records of its replay (equal to the live output); on CRI-O,
+/// nri-trace must have found it as on a node.
+fn traced_on(
+    runtime: Option<Runtime>,
+    scenario: &str,
+) -> Option<(std::path::PathBuf, Vec<Record>)> {
+    let out = lab_trace::run_traced_on(group_of(runtime), scenario, runtime, TraceProc::new())?;
     let records = records(scenario, &out);
-    eprintln!("{scenario}: findings {:?}", findings(&records));
+    eprintln!(
+        "{scenario} on {}: findings {:?}",
+        runtime_of(runtime).name(),
+        findings(&records)
+    );
+    if runtime_of(runtime) == Runtime::CriO {
+        // Found as on a node: no socket was given.
+        let session = &json_lines(&out, "session")[0];
+        assert_eq!(session["runtime"], "cri-o", "{session}");
+        assert!(
+            session["cri_socket"]
+                .as_str()
+                .is_some_and(|s| s.ends_with("/run/crio.sock")),
+            "{session}"
+        );
+    }
     Some((out, records))
 }
 
@@ -162,7 +207,25 @@ fn trace_pods_before_attach_named_from_the_runtime_state() {
 
 #[test]
 fn trace_happy_hooks_under_their_cri_calls() {
-    let Some((out, records)) = traced("happy") else {
+    check_happy(None);
+}
+
+#[test]
+fn ctrd21_trace_happy_hooks_under_their_cri_calls() {
+    check_happy(Some(Runtime::Containerd21));
+}
+
+#[test]
+fn crio_trace_happy_hooks_under_their_cri_calls() {
+    check_happy(Some(Runtime::CriO));
+}
+
+/// `happy` traced on `rt`: every delivery under its CRI call, no finding,
+/// each pod's story, the report, the metrics, and the conformance table as
+/// the runtime behaves (below).
+fn check_happy(rt: Option<Runtime>) {
+    let runtime = runtime_of(rt);
+    let Some((out, records)) = traced_on(rt, "happy") else {
         return;
     };
     let (checked, hooks) = check_correlation("happy", &out);
@@ -171,6 +234,9 @@ fn trace_happy_hooks_under_their_cri_calls() {
     assert_eq!(findings(&records), vec![]);
     // explain: each pod is gone, with each step's time, and the kernel saw
     // its processes go: the containers' SIGTERM, the pause SIGKILL, exits.
+    // CRI-O runs no pause process for these pods (`drop_infra_ctr = true`,
+    // its default, and they do not share their PID namespace): the kernel
+    // saw none go.
     for pod in ["happy-0", "happy-1", "happy-2"] {
         let v = explain(&out, pod);
         assert_eq!(v["verdict"], "gone", "{v}");
@@ -183,7 +249,15 @@ fn trace_happy_hooks_under_their_cri_calls() {
             assert!(s.contains(step), "{pod}: no {step:?} in {s}");
         }
         let kernel = kernel_lines(&v);
-        for what in ["sent SIGTERM to pid ", "(pause) exited: killed by SIGKILL"] {
+        let pause_killed = "(pause) exited: killed by SIGKILL";
+        for what in ["sent SIGTERM to pid ", pause_killed] {
+            if what == pause_killed && runtime == Runtime::CriO {
+                assert!(
+                    !kernel.iter().any(|l| l.contains("(pause)")),
+                    "{pod}: a pause process on CRI-O: {kernel:#?}"
+                );
+                continue;
+            }
             assert!(
                 kernel.iter().any(|l| l.contains(what)),
                 "{pod}: no {what:?} in {kernel:#?}"
@@ -244,48 +318,172 @@ fn trace_happy_hooks_under_their_cri_calls() {
         .filter(|e| matches!(e, nri_trace::capture::CaptureEvent::Tick { .. }))
         .count();
     assert!(ticks > 0, "no tick in the raw capture");
-    // The pause process and the plugins' RunPodSandbox (the contract
-    // draft's "the sandbox is running"): containerd 1.7 calls the plugins
-    // before it creates the sandbox's container, on every pod (its pause
-    // starts tens of ms later); 2.x after `runc start` returned, which
-    // races the pause process's execve (docs/contract.md: 2 of 3 held,
-    // one broken by 1.5 ms, on 2.1.9): there only the decision is checked.
-    let conformance: Vec<serde_json::Value> = std::fs::read_to_string(&stdout)
-        .expect("nri-trace's output")
-        .lines()
-        .filter(|l| l.contains(r#""type":"conformance""#))
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
-    assert_eq!(conformance.len(), 1, "{conformance:?}");
-    let c = &conformance[0];
-    assert_eq!(c["clause"], "sandbox-running-at-run-pod-sandbox", "{c}");
-    let runtime = c["runtime"].as_str().expect("the runtime's version");
-    let (held, broken) = (c["held"].as_u64().unwrap(), c["broken"].as_u64().unwrap());
-    assert_eq!(held + broken, 3, "every pod decided: {c}");
-    for case in [&c["broken_case"], &c["held_case"]] {
-        assert!(
-            case.is_null() || case["kernel"]["path"] == "/pause",
-            "the sandbox's program: {c}"
-        );
-    }
-    if runtime.starts_with("containerd 1.") {
-        assert_eq!(broken, 3, "{c}");
-        let case = &c["broken_case"];
-        assert!(
-            case["kernel"]["at"]["mono_ns"].as_u64() > case["delivered"]["mono_ns"].as_u64(),
-            "{c}"
-        );
+    // The conformance table, clause by clause as each runtime behaves
+    // (docs/contract.md, docs/lab.md "The lab tests per runtime").
+    let conformance = json_lines(&out, "conformance");
+    eprintln!("happy: conformance on {}: {conformance:#?}", runtime.name());
+    let clause = |name: &str| {
+        let c: Vec<_> = conformance.iter().filter(|c| c["clause"] == name).collect();
+        assert!(c.len() <= 1, "{c:?}");
+        c.first().copied()
+    };
+    let counts =
+        |c: &serde_json::Value| (c["held"].as_u64().unwrap(), c["broken"].as_u64().unwrap());
+    let version = match runtime {
+        Runtime::Containerd17 => "containerd 1.7.",
+        Runtime::Containerd21 => "containerd 2.1.",
+        Runtime::CriO => "cri-o 1.33.",
+    };
+    for c in &conformance {
+        let named = c["runtime"].as_str().expect("the runtime's version");
+        assert!(named.starts_with(version), "{c}");
     }
     let report = String::from_utf8_lossy(&report.stdout);
-    assert!(
-        report.contains("sandbox-running-at-run-pod-sandbox: "),
-        "{report}"
-    );
+    match runtime {
+        // The pause process and the plugins' RunPodSandbox (the contract
+        // draft's "the sandbox is running"): containerd 1.7 calls the
+        // plugins after `runc create` and before `runc start` of the
+        // sandbox's container, on every pod (its pause starts tens of ms
+        // later). Host-network pods: the netns
+        // clause is never decided on containerd (it gives them no netns).
+        Runtime::Containerd17 => {
+            assert_eq!(conformance.len(), 1, "{conformance:?}");
+            let c = clause("sandbox-running-at-run-pod-sandbox").expect("the sandbox clause");
+            assert_eq!(counts(c), (0, 3), "broken on every pod: {c}");
+            assert_eq!(c["broken_case"]["kernel"]["path"], "/pause", "{c}");
+            let case = &c["broken_case"];
+            assert!(
+                case["kernel"]["at"]["mono_ns"].as_u64() > case["delivered"]["mono_ns"].as_u64(),
+                "{c}"
+            );
+            check_runc_before_hook(&records, false);
+            assert!(
+                report.contains("sandbox-running-at-run-pod-sandbox: "),
+                "{report}"
+            );
+        }
+        // 2.1 calls the plugins once `runc start` returned: the sandbox's
+        // container runs (runc create and start ran before the delivery,
+        // checked below), held at the runtime's level; its pause program's
+        // execve then races the hook (docs/contract.md: 3 of 3 held in two
+        // runs, 2 of 3 in another): every pod is decided, with /pause as
+        // its program, and the clause held on at least one (1.7: on none).
+        Runtime::Containerd21 => {
+            assert_eq!(conformance.len(), 1, "{conformance:?}");
+            let c = clause("sandbox-running-at-run-pod-sandbox").expect("the sandbox clause");
+            let (held, broken) = counts(c);
+            assert_eq!(held + broken, 3, "every pod decided: {c}");
+            assert!(held >= 1, "{c}");
+            for case in [&c["broken_case"], &c["held_case"]] {
+                assert!(
+                    case.is_null() || case["kernel"]["path"] == "/pause",
+                    "the sandbox's program: {c}"
+                );
+            }
+            check_runc_before_hook(&records, true);
+            assert!(
+                report.contains("sandbox-running-at-run-pod-sandbox: "),
+                "{report}"
+            );
+        }
+        // CRI-O pins a netns file even for a host-network pod (pinns
+        // -n=host: the host's netns, bind-mounted under namespaces_dir) and
+        // gives it to the plugins; it unpins it before their StopPodSandbox
+        // as for an own netns: broken on each of the 3 pods, counted once
+        // per pod. No pause process: the sandbox clause is not decided.
+        Runtime::CriO => {
+            assert_eq!(conformance.len(), 1, "{conformance:?}");
+            let c = clause("stop-pod-sandbox-before-netns-teardown").expect("the netns clause");
+            assert_eq!(counts(c), (0, 3), "{c}");
+            assert!(
+                report.contains("stop-pod-sandbox-before-netns-teardown: "),
+                "{report}"
+            );
+        }
+    }
+}
+
+/// The OCI runtime's runs (`runc` execs: create, then start) within each
+/// RunPodSandbox before the first RUN_POD_SANDBOX delivery, as the probes
+/// saw them (the pods are made one after the other). containerd 2.x calls
+/// the plugins once the sandbox controller's Start returned
+/// (internal/cri/server/sandbox_run.go), i.e. after `runc create` and
+/// `runc start`: at least 2, the sandbox is running at the runtime's level
+/// (`started_first`). containerd 1.7.24 calls them between the two: its
+/// `runc create` (with runc's init: `/proc/self/exe`, `/dev/fd/N`) comes
+/// before, its `runc start` after, on every pod as measured: exactly 1.
+/// (On 2.x the pause program's own execve then races the hook: the
+/// clause's count.)
+fn check_runc_before_hook(records: &[Record], started_first: bool) {
+    let runc: Vec<u64> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Observed(Observation::Sandbox(e)) => match &e.op {
+                SandboxOp::Exec { path } if e.comm == "runc" && path.ends_with("/runc") => {
+                    Some(e.ts.mono_ns)
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    let mut pods = 0;
+    for r in records {
+        let Record::CriSpan(s) = r else { continue };
+        if s.call.method.as_deref() != Some("RunPodSandbox") {
+            continue;
+        }
+        let start = s.call.start.expect("the call's start").mono_ns;
+        let delivered = s
+            .hooks
+            .iter()
+            .filter(|h| h.hook == "RUN_POD_SANDBOX")
+            .filter_map(|h| h.call.start.map(|t| t.mono_ns))
+            .min()
+            .expect("a RUN_POD_SANDBOX delivery");
+        let before = runc
+            .iter()
+            .filter(|at| (start..delivered).contains(*at))
+            .count();
+        eprintln!(
+            "sandbox {:?}: runc run {before} times in RunPodSandbox before the first delivery",
+            s.call.sandbox_id
+        );
+        if started_first {
+            assert!(
+                before >= 2,
+                "{:?}: the plugins were told before runc create and start ran",
+                s.call.sandbox_id
+            );
+        } else {
+            assert_eq!(
+                before, 1,
+                "{:?}: not runc create alone before the plugins",
+                s.call.sandbox_id
+            );
+        }
+        pods += 1;
+    }
+    assert_eq!(pods, 3, "RunPodSandbox spans");
 }
 
 #[test]
 fn trace_plugin_timeout_found() {
-    let Some((_, records)) = traced("plugin-timeout") else {
+    check_plugin_timeout(None);
+}
+
+#[test]
+fn ctrd21_trace_plugin_timeout_found() {
+    check_plugin_timeout(Some(Runtime::Containerd21));
+}
+
+#[test]
+fn crio_trace_plugin_timeout_found() {
+    check_plugin_timeout(Some(Runtime::CriO));
+}
+
+fn check_plugin_timeout(rt: Option<Runtime>) {
+    let Some((_, records)) = traced_on(rt, "plugin-timeout") else {
         return;
     };
     let f = findings(&records);
@@ -310,7 +508,22 @@ fn trace_plugin_timeout_found() {
 
 #[test]
 fn trace_teardown_error_found() {
-    let Some((out, records)) = traced("teardown-error") else {
+    check_teardown_error(None);
+}
+
+#[test]
+fn ctrd21_trace_teardown_error_found() {
+    check_teardown_error(Some(Runtime::Containerd21));
+}
+
+#[test]
+fn crio_trace_teardown_error_found() {
+    check_teardown_error(Some(Runtime::CriO));
+}
+
+fn check_teardown_error(rt: Option<Runtime>) {
+    let runtime = runtime_of(rt);
+    let Some((out, records)) = traced_on(rt, "teardown-error") else {
         return;
     };
     check_correlation("teardown-error", &out);
@@ -349,6 +562,69 @@ fn trace_teardown_error_found() {
                     if not_called.iter().any(|p| p == "50-observer")))
     });
     assert_eq!(named, !observer_got_stop);
+    // What the runtime answered the CRI caller: containerd logs the
+    // plugin's StopPodSandbox error and goes on (sandbox_stop.go); CRI-O
+    // returns it (server/sandbox_stop_linux.go returns
+    // `s.nri.stopPodSandbox`'s error), on every try. nri-trace reports
+    // each call failed exactly when the driver saw it fail.
+    let failed = failed_calls_traced_failed("teardown-error", &truth, &records);
+    let stop_failed = failed.iter().any(|m| m == "StopPodSandbox");
+    assert_eq!(stop_failed, runtime == Runtime::CriO, "{failed:?}");
+}
+
+/// Every CRI call the driver recorded has its span in `records` (same
+/// method, the nearest start while the driver waited for it: the runtime
+/// reads a request after the client sent it, CRI-O's StartContainer 7 ms
+/// later in one run), failed exactly when the driver saw it fail. The
+/// methods of the failed calls.
+fn failed_calls_traced_failed(scenario: &str, truth: &[Truth], records: &[Record]) -> Vec<String> {
+    let mut failed = Vec::new();
+    for t in truth {
+        let Truth::Cri {
+            method,
+            start_mono_ns,
+            end_mono_ns,
+            outcome,
+            ..
+        } = t
+        else {
+            continue;
+        };
+        // The two clocks are the same (CLOCK_MONOTONIC); 1 ms of slack for
+        // the driver's own stamp taken just after the send.
+        let while_waited = start_mono_ns.saturating_sub(1_000_000)..=*end_mono_ns;
+        let span = records
+            .iter()
+            .filter_map(|r| match r {
+                Record::CriSpan(s)
+                    if s.call.method.as_deref() == Some(method.as_str())
+                        && s.call
+                            .start
+                            .is_some_and(|t| while_waited.contains(&t.mono_ns)) =>
+                {
+                    Some(&s.call)
+                }
+                _ => None,
+            })
+            .min_by_key(|c| {
+                c.start
+                    .map_or(u64::MAX, |t| t.mono_ns.abs_diff(*start_mono_ns))
+            });
+        let span =
+            span.unwrap_or_else(|| panic!("{scenario}: no {method} span at {start_mono_ns}"));
+        let ok = matches!(outcome, truth::Outcome::Ok);
+        assert_eq!(
+            span.outcome.is_ok(),
+            ok,
+            "{scenario}: {method} at {start_mono_ns}: driver {outcome:?}, nri-trace {:?}",
+            span.outcome
+        );
+        if !ok {
+            failed.push(method.clone());
+        }
+    }
+    eprintln!("{scenario}: CRI calls failed: {failed:?}");
+    failed
 }
 
 /// A RunPodSandbox held 3 s by a plugin, a 1 s client deadline, retries:
@@ -358,14 +634,47 @@ fn trace_teardown_error_found() {
 /// else: in particular the plugin, which got the RunPodSandbox (still busy
 /// with it when containerd gave up and sent StopPodSandbox), is not "never
 /// told" of the pod.
-fn check_deadline_retry(scenario: &str) {
-    let Some((_, records)) = traced(scenario) else {
+///
+/// Other runtimes answer the retries otherwise (docs/lab.md): containerd
+/// 2.1 answers the second try "name is reserved" and the driver adopts the
+/// sandbox it lists; CRI-O makes the retry wait for the first request, or
+/// tears the timed-out sandbox down and makes a new one (its first try may
+/// even succeed once NRI closed the slow plugin). So the finding is
+/// expected exactly when the driver's own record shows a RunPodSandbox
+/// requested again after a try ran into its deadline; and each try nri-trace
+/// reports failed exactly when the driver saw it fail.
+fn check_deadline_retry(rt: Option<Runtime>, scenario: &str) {
+    let runtime = runtime_of(rt);
+    let Some((out, records)) = traced_on(rt, scenario) else {
         return;
     };
+    let truth = truth::read(&out.join("truth.ndjson")).expect("truth");
+    let tries: Vec<&truth::Outcome> = truth
+        .iter()
+        .filter_map(|t| match t {
+            Truth::Cri {
+                method, outcome, ..
+            } if method == "RunPodSandbox" => Some(outcome),
+            _ => None,
+        })
+        .collect();
+    eprintln!("{scenario}: the driver's RunPodSandbox tries: {tries:?}");
+    let retried_after_deadline = tries
+        .iter()
+        .position(|o| matches!(o, truth::Outcome::DeadlineExceeded))
+        .is_some_and(|i| i + 1 < tries.len());
+    if runtime == Runtime::Containerd17 {
+        // 1.7 holds the name until the first request ends: the driver
+        // always retries (third try ok).
+        assert!(retried_after_deadline, "{tries:?}");
+    }
+    failed_calls_traced_failed(scenario, &truth, &records);
     let f = findings(&records);
-    assert!(
+    assert_eq!(
         f.iter().any(|(r, _, c)| *r == NAME_RESERVATION_RETRY && *c),
-        "{f:?}"
+        retried_after_deadline,
+        "{scenario} on {}: {f:?}",
+        runtime.name()
     );
     assert!(
         f.iter().all(
@@ -377,13 +686,23 @@ fn check_deadline_retry(scenario: &str) {
 
 #[test]
 fn trace_name_reservation_retry_found() {
-    check_deadline_retry("cri-deadline-retry");
+    check_deadline_retry(None, "cri-deadline-retry");
+}
+
+#[test]
+fn ctrd21_trace_name_reservation_retry_found() {
+    check_deadline_retry(Some(Runtime::Containerd21), "cri-deadline-retry");
+}
+
+#[test]
+fn crio_trace_name_reservation_retry_found() {
+    check_deadline_retry(Some(Runtime::CriO), "cri-deadline-retry");
 }
 
 /// The same with grpc-go's client (kubelet's gRPC stack).
 #[test]
 fn trace_name_reservation_retry_found_go() {
-    check_deadline_retry("cri-deadline-retry-go");
+    check_deadline_retry(None, "cri-deadline-retry-go");
 }
 
 /// `watch` attached to a CRI connection mid-stream (its HPACK table holds
@@ -391,8 +710,22 @@ fn trace_name_reservation_retry_found_go() {
 /// finding, and the calls after the attach are still traced as spans.
 #[test]
 fn trace_cri_late_attach_finds_nothing() {
+    check_cri_late_attach(None);
+}
+
+#[test]
+fn ctrd21_trace_cri_late_attach_finds_nothing() {
+    check_cri_late_attach(Some(Runtime::Containerd21));
+}
+
+#[test]
+fn crio_trace_cri_late_attach_finds_nothing() {
+    check_cri_late_attach(Some(Runtime::CriO));
+}
+
+fn check_cri_late_attach(rt: Option<Runtime>) {
     for scenario in ["cri-late-attach", "cri-late-attach-go"] {
-        let Some((_, records)) = traced(scenario) else {
+        let Some((_, records)) = traced_on(rt, scenario) else {
             return;
         };
         assert_eq!(findings(&records), vec![], "{scenario}");
@@ -413,8 +746,22 @@ fn trace_cri_late_attach_finds_nothing() {
 /// delivery sits under a CRI call; nothing is found.
 #[test]
 fn trace_cri_late_attach_with_plugins_names_the_calls() {
+    check_cri_late_attach_with_plugins(None);
+}
+
+#[test]
+fn ctrd21_trace_cri_late_attach_with_plugins_names_the_calls() {
+    check_cri_late_attach_with_plugins(Some(Runtime::Containerd21));
+}
+
+#[test]
+fn crio_trace_cri_late_attach_with_plugins_names_the_calls() {
+    check_cri_late_attach_with_plugins(Some(Runtime::CriO));
+}
+
+fn check_cri_late_attach_with_plugins(rt: Option<Runtime>) {
     for scenario in ["cri-late-attach-nri", "cri-late-attach-go-nri"] {
-        let Some((out, records)) = traced(scenario) else {
+        let Some((out, records)) = traced_on(rt, scenario) else {
             return;
         };
         let truth = truth::read(&out.join("truth.ndjson")).expect("truth");
@@ -457,7 +804,21 @@ fn trace_cri_late_attach_with_plugins_names_the_calls() {
 
 #[test]
 fn trace_slow_plugin_share_of_run_pod_sandbox() {
-    let Some((out, records)) = traced("slow-plugin") else {
+    check_slow_plugin(None);
+}
+
+#[test]
+fn ctrd21_trace_slow_plugin_share_of_run_pod_sandbox() {
+    check_slow_plugin(Some(Runtime::Containerd21));
+}
+
+#[test]
+fn crio_trace_slow_plugin_share_of_run_pod_sandbox() {
+    check_slow_plugin(Some(Runtime::CriO));
+}
+
+fn check_slow_plugin(rt: Option<Runtime>) {
+    let Some((out, records)) = traced_on(rt, "slow-plugin") else {
         return;
     };
     check_correlation("slow-plugin", &out);
@@ -484,7 +845,21 @@ fn trace_slow_plugin_share_of_run_pod_sandbox() {
 /// plugin, nri-trace reports it against the truth the late plugin wrote.
 #[test]
 fn trace_late_registration() {
-    let Some((out, records)) = traced("late-registration") else {
+    check_late_registration(None);
+}
+
+#[test]
+fn ctrd21_trace_late_registration() {
+    check_late_registration(Some(Runtime::Containerd21));
+}
+
+#[test]
+fn crio_trace_late_registration() {
+    check_late_registration(Some(Runtime::CriO));
+}
+
+fn check_late_registration(rt: Option<Runtime>) {
+    let Some((out, records)) = traced_on(rt, "late-registration") else {
         return;
     };
     check_correlation("late-registration", &out);
@@ -497,9 +872,10 @@ fn trace_late_registration() {
         matches!(t, Truth::Nri { plugin, event: Some(e), pod: Some(p), .. }
             if plugin == "late" && e != "RUN_POD_SANDBOX" && p.name == "late-pod")
     });
-    // containerd 2.1 holds the late plugin's Synchronize until the
-    // RunPodSandbox in flight is done, and lists late-pod in it (nri#63
-    // closed); 1.7 synchronizes at once, without it.
+    // containerd 2.1 and CRI-O 1.33 (NRI 0.9.1-pre) hold the late
+    // plugin's Synchronize until the RunPodSandbox in flight is done, and
+    // list late-pod in it (nri#63 closed): no race, no finding for 20-late
+    // (both measured); 1.7 synchronizes at once, without it.
     let late_synced = truth.iter().any(|t| {
         matches!(t, Truth::Plugin { plugin, what: PluginEvent::Synchronized { pods, .. }, .. }
             if plugin == "late" && pods.iter().any(|p| p.name == "late-pod"))
@@ -652,46 +1028,29 @@ fn trace_plugins_registered_before_attach_are_named() {
 /// it holds.
 #[test]
 fn trace_busy_mount() {
-    let Some((out, records, v)) = traced_and_explained("busy-mount", "busy", "holder") else {
+    check_busy_mount(None);
+}
+
+#[test]
+fn ctrd21_trace_busy_mount() {
+    check_busy_mount(Some(Runtime::Containerd21));
+}
+
+#[test]
+fn crio_trace_busy_mount() {
+    check_busy_mount(Some(Runtime::CriO));
+}
+
+fn check_busy_mount(rt: Option<Runtime>) {
+    let runtime = runtime_of(rt);
+    let Some((out, records, v)) = traced_and_explained(rt, "busy-mount", "busy", "holder") else {
         return;
     };
     check_correlation("busy-mount", &out);
-    // No NRI rule; the kernel's side: the shim's unmount of the rootfs
-    // fails with EBUSY (retried every 50 ms, one finding).
-    assert_eq!(
-        findings(&records),
-        vec![(TEARDOWN_UNMOUNT_FAILED, None, true)]
-    );
     let truth = truth::read(&out.join("truth.ndjson")).expect("truth");
-    let failed: Vec<_> = truth
-        .iter()
-        .filter_map(|t| match t {
-            Truth::Cri {
-                method,
-                start_mono_ns,
-                outcome,
-                ..
-            } if !matches!(outcome, truth::Outcome::Ok) => Some((method.clone(), *start_mono_ns)),
-            _ => None,
-        })
-        .collect();
-    assert!(!failed.is_empty(), "the teardown did not block: {truth:?}");
-    for (method, start) in &failed {
-        let span = records.iter().find_map(|r| match r {
-            Record::CriSpan(s)
-                if s.call.method.as_deref() == Some(method.as_str())
-                    && s.call
-                        .start
-                        .is_some_and(|t| t.mono_ns.abs_diff(*start) < 5_000_000) =>
-            {
-                Some(&s.call)
-            }
-            _ => None,
-        });
-        let span = span.unwrap_or_else(|| panic!("no {method} span at {start}"));
-        eprintln!("busy-mount: {method}: {:?}", span.outcome);
-        assert!(!span.outcome.is_ok(), "{method}: {:?}", span.outcome);
-    }
+    // Each CRI call nri-trace reports failed exactly when the driver saw it
+    // fail, at the same time.
+    let failed = failed_calls_traced_failed("busy-mount", &truth, &records);
     // explain, while the mount was held: the holder the scenario started.
     let (holder_pid, rootfs) = truth
         .iter()
@@ -704,6 +1063,17 @@ fn trace_busy_mount() {
             _ => None,
         })
         .expect("holder note");
+    if runtime == Runtime::CriO {
+        check_busy_mount_crio(&records, &failed, &v, &rootfs);
+        return;
+    }
+    // No NRI rule; the kernel's side: the shim's unmount of the rootfs
+    // fails with EBUSY (retried every 50 ms, one finding).
+    assert_eq!(
+        findings(&records),
+        vec![(TEARDOWN_UNMOUNT_FAILED, None, true)]
+    );
+    assert!(!failed.is_empty(), "the teardown did not block: {truth:?}");
     assert_eq!(v["verdict"], "blocked", "{v}");
     // Waited from the failed call to the moment explain ran (on the node).
     assert!(v["waited_ns"].as_u64().unwrap_or(0) > 0, "{v}");
@@ -721,6 +1091,53 @@ fn trace_busy_mount() {
     assert!(
         sentence.contains(&format!("unmounting {rootfs} failed with EBUSY")),
         "{sentence}"
+    );
+}
+
+/// CRI-O tears the pod down with its rootfs held (docs/lab.md): every CRI
+/// call of the driver succeeded, so no finding, and explain, while the
+/// holder still had its cwd there, finds the pod gone; the kernel shows
+/// why.
+fn check_busy_mount_crio(
+    records: &[Record],
+    failed: &[String],
+    v: &serde_json::Value,
+    rootfs: &str,
+) {
+    assert_eq!(
+        failed,
+        Vec::<String>::new(),
+        "the teardown blocked on CRI-O"
+    );
+    assert_eq!(findings(records), vec![]);
+    assert_eq!(v["verdict"], "gone", "{v}");
+    let umounts: Vec<_> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Observed(Observation::Sandbox(e)) => match &e.op {
+                SandboxOp::Umount { path, flags, errno }
+                    if path.starts_with(rootfs.trim_end_matches("/merged")) =>
+                {
+                    Some((path.clone(), *flags, *errno, e.comm.clone()))
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    eprintln!("busy-mount on CRI-O: unmounts of the container's storage: {umounts:?}");
+    // Why it does not block: crio unmounts the rootfs lazily (umount2 with
+    // MNT_DETACH, containers/storage's overlay driver), which succeeds
+    // with the holder's cwd inside; the probes saw it succeed.
+    const MNT_DETACH: u64 = 2;
+    assert!(
+        umounts
+            .iter()
+            .any(|(path, flags, errno, comm)| path == rootfs
+                && flags & MNT_DETACH != 0
+                && *errno == 0
+                && comm == "crio"),
+        "no lazy unmount of {rootfs} by crio: {umounts:?}"
     );
 }
 
@@ -754,6 +1171,7 @@ fn explain_while_held(
 /// Start `scenario` traced, with the pod held stuck for 10 s once the note
 /// `held` is written, and `nri-trace explain POD` run on the node then.
 fn traced_and_explained(
+    rt: Option<Runtime>,
     scenario: &str,
     pod: &'static str,
     held: &'static str,
@@ -761,7 +1179,7 @@ fn traced_and_explained(
     // The scenarios that keep a pod stuck read it (lab/src/scenario.rs).
     std::env::set_var("NRI_TRACE_LAB_HOLD_SECS", "10");
     let out_dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join("trace-lab")
+        .join(group_of(rt))
         .join(scenario);
     // A previous run's files must not pass for this one's.
     let _ = std::fs::remove_file(out_dir.join("truth.ndjson"));
@@ -770,7 +1188,7 @@ fn traced_and_explained(
     let traced_done = Arc::clone(&done);
     let explained =
         std::thread::spawn(move || explain_while_held(&out_dir, pod, held, &traced_done));
-    let run = traced(scenario);
+    let run = traced_on(rt, scenario);
     done.store(true, std::sync::atomic::Ordering::SeqCst);
     let explained = explained.join().expect("explain thread");
     let (out, records) = run?;
@@ -797,7 +1215,8 @@ fn note<'a>(truth: &'a [Truth], prefix: &str) -> &'a str {
 /// state D, alive after SIGKILL, with its state from /proc.
 #[test]
 fn trace_unkillable() {
-    let Some((out, records, v)) = traced_and_explained("unkillable", "unkillable", "stuck pid ")
+    let Some((out, records, v)) =
+        traced_and_explained(None, "unkillable", "unkillable", "stuck pid ")
     else {
         return;
     };
@@ -847,9 +1266,12 @@ fn trace_unkillable() {
 /// cause, and nri-trace says so; any other uncaused delivery is an error.
 #[test]
 fn trace_hung_teardown_hook() {
-    let Some((out, records, v)) =
-        traced_and_explained("hung-teardown-hook", "hung-teardown", "hung hook kept")
-    else {
+    let Some((out, records, v)) = traced_and_explained(
+        None,
+        "hung-teardown-hook",
+        "hung-teardown",
+        "hung hook kept",
+    ) else {
         return;
     };
     let stop = records
@@ -1025,7 +1447,21 @@ fn trace_load_finds_nothing() {
 /// teardown event no plugin got although the CRI call succeeded.
 #[test]
 fn trace_runtime_restart() {
-    let Some((out, records)) = traced("runtime-restart") else {
+    check_runtime_restart(None);
+}
+
+#[test]
+fn ctrd21_trace_runtime_restart() {
+    check_runtime_restart(Some(Runtime::Containerd21));
+}
+
+#[test]
+fn crio_trace_runtime_restart() {
+    check_runtime_restart(Some(Runtime::CriO));
+}
+
+fn check_runtime_restart(rt: Option<Runtime>) {
+    let Some((out, records)) = traced_on(rt, "runtime-restart") else {
         return;
     };
     let changes: Vec<&str> = records
@@ -1052,23 +1488,55 @@ fn trace_runtime_restart() {
                 if plugin == p && ev == e && pod.name == "before" && *recv_mono_ns > restarted)
         })
     };
+    // The restart began (the old runtime is stopped by then): the new
+    // runtime synchronizes its plugins before the scenario's "restarted"
+    // note (2.1 and CRI-O relaunch the pre-launched plugin and
+    // synchronize it within ms of their start).
+    let restarting = truth
+        .iter()
+        .find_map(|t| match t {
+            Truth::Note { text, mono_ns } if text == "restarting containerd" => Some(*mono_ns),
+            _ => None,
+        })
+        .expect("restarting note");
     let synced_after = |p: &str| {
-        // The plugin's second Synchronize (its first connection's came
-        // before the restart) listed the pod.
+        // The plugin's first Synchronize after the restart began listed
+        // the pod (containerd 1.7 synchronizes no pre-launched plugin; 2.1
+        // and CRI-O synchronize both, at their first start and again).
         truth
             .iter()
-            .filter_map(|t| match t {
+            .find_map(|t| match t {
                 Truth::Plugin {
                     plugin,
+                    mono_ns,
                     what: PluginEvent::Synchronized { pods, .. },
                     ..
-                } if plugin == p => Some(pods.iter().any(|x| x.name == "before")),
+                } if plugin == p && *mono_ns > restarting => {
+                    Some(pods.iter().any(|x| x.name == "before"))
+                }
                 _ => None,
             })
-            .nth(1)
             .unwrap_or(false)
     };
-    let mut expected: Vec<(&str, Option<String>)> = Vec::new();
+    // Whether nri-trace saw plugin `label`'s Synchronize from the new
+    // runtime (after it saw the runtime start).
+    let started = records
+        .iter()
+        .find_map(|r| match r {
+            Record::Observed(Observation::RuntimeStarted { ts, .. }) => Some(ts.mono_ns),
+            _ => None,
+        })
+        .expect("runtime_started");
+    let sync_seen = |label: &str| {
+        records.iter().any(|r| {
+            matches!(r, Record::NriUncaused(u)
+                if u.span.call.method.as_deref() == Some("Synchronize")
+                    && u.span.call.plugin.label() == label
+                    && u.span.call.start.is_some_and(|t| t.mono_ns > started))
+        })
+    };
+    // (rule, plugin, certain or not; None: either).
+    let mut expected: Vec<(&str, Option<String>, Option<bool>)> = Vec::new();
     for (p, label) in [("pre", "05-pre"), ("alpha", "10-alpha")] {
         let told = synced_after(p);
         let got_old = [
@@ -1079,18 +1547,39 @@ fn trace_runtime_restart() {
         ]
         .iter()
         .any(|e| after(p, e));
+        let seen = sync_seen(label);
+        eprintln!(
+            "runtime-restart: {label}: got events of the old pod {got_old}, told by a \
+             Synchronize after the restart {told}, that Synchronize seen by nri-trace {seen}"
+        );
         if got_old && !told {
-            expected.push((UNEXPLAINED_AFTER_RESTART, Some(label.to_string())));
+            expected.push((UNEXPLAINED_AFTER_RESTART, Some(label.to_string()), None));
+        } else if got_old && !seen {
+            // The plugin was told, but its Synchronize went by before the
+            // capture followed the new runtime's connection to it (the
+            // pre-launched plugin's socketpair, made and synchronized
+            // within ms of the runtime's start): nri-trace cannot know,
+            // and says so: uncertain, never certain.
+            expected.push((
+                UNEXPLAINED_AFTER_RESTART,
+                Some(label.to_string()),
+                Some(false),
+            ));
         }
     }
     for e in ["STOP_POD_SANDBOX", "REMOVE_POD_SANDBOX"] {
         if !after("pre", e) && !after("alpha", e) {
-            expected.push((UNEXPLAINED_AFTER_RESTART, None));
+            expected.push((UNEXPLAINED_AFTER_RESTART, None, None));
         }
     }
-    let mut got: Vec<(&str, Option<String>)> = findings(&records)
+    let mut got: Vec<(&str, Option<String>, Option<bool>)> = findings(&records)
         .into_iter()
-        .map(|(r, p, _)| (r, p))
+        .map(|(r, p, certain)| {
+            let either = expected
+                .iter()
+                .any(|(er, ep, c)| *er == r && *ep == p && c.is_none());
+            (r, p, if either { None } else { Some(certain) })
+        })
         .collect();
     got.sort();
     expected.sort();
@@ -1191,7 +1680,7 @@ fn trace_container_exit_labels_its_stop_container() {
 /// container as still `running` (no exit code on the wire: NRI 0.8).
 #[test]
 fn ctrd21_trace_container_exit_labels_its_stop_container() {
-    let runtime = Some(nri_trace_lab::labctl::Runtime::Containerd21);
+    let runtime = Some(Runtime::Containerd21);
     if let Some(out) = lab_trace::run_traced_on(
         "trace-lab-ctrd21",
         "container-exits",
@@ -1306,97 +1795,80 @@ fn json_lines(out: &Path, ty: &str) -> Vec<serde_json::Value> {
 }
 
 fn traced_on_crio(scenario: &str) -> Option<(std::path::PathBuf, Vec<Record>)> {
-    let out = lab_trace::run_traced_on(
-        "trace-lab-crio",
-        scenario,
-        Some(nri_trace_lab::labctl::Runtime::CriO),
-        TraceProc::new(),
-    )?;
-    let records = records(scenario, &out);
-    eprintln!("{scenario} on CRI-O: findings {:?}", findings(&records));
-    // Found as on a node: no socket was given.
-    let session = &json_lines(&out, "session")[0];
-    assert_eq!(session["runtime"], "cri-o", "{session}");
-    assert!(
-        session["cri_socket"]
-            .as_str()
-            .is_some_and(|s| s.ends_with("/run/crio.sock")),
-        "{session}"
-    );
-    Some((out, records))
+    traced_on(Some(Runtime::CriO), scenario)
 }
 
-#[test]
-fn crio_trace_happy() {
-    let Some((out, records)) = traced_on_crio("happy") else {
-        return;
-    };
-    let truth = truth::read(&out.join("truth.ndjson")).expect("truth");
-    let (checked, hooks) = trace_check::check_correlation("happy", &records, &truth);
-    assert!(checked > 0 && hooks >= checked);
-    assert_eq!(findings(&records), vec![]);
-    let conformance = json_lines(&out, "conformance");
-    eprintln!("conformance on CRI-O: {conformance:#?}");
-    for c in &conformance {
-        let runtime = c["runtime"].as_str().expect("the runtime's version");
-        assert!(runtime.starts_with("cri-o 1.33."), "{c}");
-    }
-    // CRI-O pins a netns file even for a host-network pod (pinns -n=host:
-    // the host's netns, bind-mounted under namespaces_dir) and gives it to
-    // the plugins; it unpins it before their StopPodSandbox as for an own
-    // netns: broken on each of the 3 pods, counted once per pod.
-    let netns: Vec<_> = conformance
-        .iter()
-        .filter(|c| c["clause"] == "stop-pod-sandbox-before-netns-teardown")
-        .collect();
-    assert_eq!(netns.len(), 1, "{conformance:?}");
-    assert_eq!(
-        (netns[0]["held"].as_u64(), netns[0]["broken"].as_u64()),
-        (Some(0), Some(3)),
-        "{}",
-        netns[0]
-    );
-}
-
-/// Two own-netns pods: CRI-O tears the pod's network down (CNI DEL, the
-/// netns unmounted and removed) before it tells the plugins StopPodSandbox
-/// (server/sandbox_stop_linux.go: networkStop, then
+/// Two own-netns pods sharing their PID namespace, the conformance table
+/// as each runtime behaves. containerd tells the plugins StopPodSandbox
+/// before it tears the network down (CNI teardown and the netns unmount
+/// follow the hook: pkg/cri/server/sandbox_stop.go), so the netns clause
+/// holds on both pods, the netns going after. CRI-O tears the pod's network
+/// down (CNI DEL, the netns unmounted and removed) before it tells the
+/// plugins StopPodSandbox (server/sandbox_stop_linux.go: networkStop, then
 /// RemoveManagedNamespaces, then nri.stopPodSandbox), so the clause is
 /// broken on every pod, with the netns going first.
 #[test]
+fn trace_netns_teardown_conformance() {
+    check_netns_teardown(None);
+}
+
+#[test]
+fn ctrd21_trace_netns_teardown_held() {
+    check_netns_teardown(Some(Runtime::Containerd21));
+}
+
+#[test]
 fn crio_trace_netns_teardown_broken() {
-    let Some((out, _records)) = traced_on_crio("netns-teardown") else {
+    check_netns_teardown(Some(Runtime::CriO));
+}
+
+fn check_netns_teardown(rt: Option<Runtime>) {
+    let runtime = runtime_of(rt);
+    let Some((out, _records)) = traced_on(rt, "netns-teardown") else {
         return;
     };
     let netns: Vec<_> = json_lines(&out, "conformance")
         .into_iter()
         .filter(|c| c["clause"] == "stop-pod-sandbox-before-netns-teardown")
         .collect();
+    eprintln!("netns-teardown on {}: {netns:#?}", runtime.name());
     assert_eq!(netns.len(), 1, "{netns:?}");
     let c = &netns[0];
+    let crio = runtime == Runtime::CriO;
+    let (held, broken) = if crio { (0, 2) } else { (2, 0) };
     assert_eq!(
         (c["held"].as_u64(), c["broken"].as_u64()),
-        (Some(0), Some(2)),
+        (Some(held), Some(broken)),
         "{c}"
     );
-    let case = &c["broken_case"];
+    let case = if crio {
+        &c["broken_case"]
+    } else {
+        &c["held_case"]
+    };
     assert!(
         case["kernel"]["path"]
             .as_str()
             .is_some_and(|p| p.contains("/netns/")),
         "{c}"
     );
-    assert!(
-        case["kernel"]["at"]["mono_ns"].as_u64() < case["delivered"]["mono_ns"].as_u64(),
-        "the netns went before StopPodSandbox reached the plugin: {c}"
+    let (kernel, delivered) = (
+        case["kernel"]["at"]["mono_ns"].as_u64(),
+        case["delivered"]["mono_ns"].as_u64(),
     );
-    // The pods share their PID namespace, so CRI-O runs their pause
+    assert!(
+        kernel.is_some() && delivered.is_some() && (kernel < delivered) == crio,
+        "the netns went {} StopPodSandbox reached the plugin: {c}",
+        if crio { "after" } else { "before" }
+    );
+    // The pods share their PID namespace, so even CRI-O runs their pause
     // (drop_infra_ctr drops it otherwise): the sandbox clause is decided
     // on both, with /pause as the sandbox's program (not runc or its
-    // helpers in the conmon cgroup crio-conmon-<id>). Held 3 of 3 in a
-    // manual run (pause started 7 ms before the hook); CRI-O calls the
-    // hook after `runc start`, which races pause's execve as on
-    // containerd 2.x, so only the decision is asserted.
+    // helpers in the conmon cgroup crio-conmon-<id>). containerd 1.7
+    // breaks it on both (the plugins are told before `runc start`); 2.1
+    // and CRI-O call the hook after `runc start`, which races pause's
+    // execve (held 3 of 3 in a manual CRI-O run, pause 7 ms before the
+    // hook): there only the decision is asserted.
     let sandbox: Vec<_> = json_lines(&out, "conformance")
         .into_iter()
         .filter(|c| c["clause"] == "sandbox-running-at-run-pod-sandbox")
@@ -1408,6 +1880,9 @@ fn crio_trace_netns_teardown_broken() {
         2,
         "{c}"
     );
+    if runtime == Runtime::Containerd17 {
+        assert_eq!(c["broken"].as_u64(), Some(2), "{c}");
+    }
     for case in [&c["held_case"], &c["broken_case"]] {
         assert!(case.is_null() || case["kernel"]["path"] == "/pause", "{c}");
     }

@@ -426,6 +426,7 @@ impl ContractChecker {
     /// The stream ended: what can only be told at the end.
     pub fn finish(&mut self, out: &mut Vec<Violation>) {
         self.release_unknown(u64::MAX, out);
+        self.finish_retries(out);
         self.sandbox.release(self.clock_ns, out);
         self.sandbox.finish();
         let gone: Vec<&PluginState> = self
@@ -1006,28 +1007,57 @@ impl ContractChecker {
             if c.outcome.is_ok() || !(gave_up || is_reserved(&c.outcome)) {
                 let (first, calls) = (*first, std::mem::take(calls));
                 self.retries.remove(&key);
-                let end = c.end.map_or(0, |t| t.mono_ns);
-                let reserved = calls.iter().filter(|x| is_reserved(&x.outcome)).count();
-                out.push(Violation {
-                    rule: NAME_RESERVATION_RETRY,
-                    severity: Severity::Warning,
-                    certainty: self.certainty(None),
-                    ts: c.end.unwrap_or_else(ts0),
-                    pod: Some(format!("{}/{}", pod.namespace, pod.name)),
-                    plugin: None,
-                    detail: Detail::NameReservationRetry {
-                        method: m.to_owned(),
-                        attempt: pod.attempt,
-                        requests: calls.len(),
-                        reserved,
-                        held_ns: end.saturating_sub(first.mono_ns),
-                    },
-                    evidence: calls.iter().map(cri_evidence).collect(),
-                });
+                out.push(self.retry_violation(first, &calls));
             }
         } else if gave_up {
             let start = c.start.unwrap_or_else(ts0);
             self.retries.insert(key, (start, vec![c.clone()]));
+        }
+    }
+
+    /// The name-reservation finding of one retry streak: `calls`, the
+    /// first of which gave up at `first`'s deadline; the last one ends it.
+    fn retry_violation(&self, first: Timestamp, calls: &[CriCall]) -> Violation {
+        let c = calls.last().expect("a retry streak has calls");
+        let m = c.method.as_deref().unwrap_or("");
+        let pod = c.pod.as_ref();
+        let end = c.end.map_or(0, |t| t.mono_ns);
+        let reserved = calls.iter().filter(|x| is_reserved(&x.outcome)).count();
+        Violation {
+            rule: NAME_RESERVATION_RETRY,
+            severity: Severity::Warning,
+            certainty: self.certainty(None),
+            ts: c.end.unwrap_or_else(ts0),
+            pod: pod.map(|p| format!("{}/{}", p.namespace, p.name)),
+            plugin: None,
+            detail: Detail::NameReservationRetry {
+                method: m.to_owned(),
+                attempt: pod.map_or(0, |p| p.attempt),
+                requests: calls.len(),
+                reserved,
+                held_ns: end.saturating_sub(first.mono_ns),
+            },
+            evidence: calls.iter().map(cri_evidence).collect(),
+        }
+    }
+
+    /// Retry streaks still open at the end that the runtime answered
+    /// "name is reserved": the client asked again after its deadline and
+    /// ran into the reservation, and then never asked again (it adopted
+    /// the sandbox the runtime listed, as cri-driver does on containerd
+    /// 2.1, whose RunPodSandbox lists the sandbox READY while its NRI hook
+    /// is still held; docs/lab.md). The finding stands on the reserved
+    /// answer alone; told at the end, oldest first.
+    fn finish_retries(&mut self, out: &mut Vec<Violation>) {
+        let mut open: Vec<(Timestamp, Vec<CriCall>)> = self
+            .retries
+            .drain()
+            .map(|(_, v)| v)
+            .filter(|(_, calls)| calls.len() > 1 && calls.iter().any(|x| is_reserved(&x.outcome)))
+            .collect();
+        open.sort_by_key(|(first, _)| first.mono_ns);
+        for (first, calls) in open {
+            out.push(self.retry_violation(first, &calls));
         }
     }
 }
@@ -1601,6 +1631,55 @@ mod tests {
             v[0].detail
         );
         assert_eq!(v[0].evidence.len(), 3);
+    }
+
+    /// containerd 2.1: the retry is answered "name is reserved" and the
+    /// client adopts the listed sandbox instead of asking again: the streak
+    /// never closes, the finding is told at the end. A streak of deadlines
+    /// alone that never closes is not (the client may have given up).
+    #[test]
+    fn retry_answered_reserved_then_abandoned_is_found_at_the_end() {
+        let pod = |name: &str| PodMeta {
+            name: name.into(),
+            namespace: "ns".into(),
+            uid: "u".into(),
+            attempt: 0,
+        };
+        let mut first = cri(Some("RunPodSandbox"), "", 0, 1000);
+        first.sandbox_id = None;
+        first.pod = Some(pod("web"));
+        first.outcome = CriOutcome::DeadlineExceeded;
+        let mut reserved = first.clone();
+        (reserved.start, reserved.end) = (ts(1200), ts(1201));
+        reserved.outcome = CriOutcome::Error {
+            code: 9,
+            status: "FAILED_PRECONDITION".into(),
+            message: "failed to reserve sandbox name \"web_ns_u_0\": name is reserved".into(),
+        };
+        let mut lone = first.clone();
+        lone.pod = Some(pod("db"));
+        let mut again = lone.clone();
+        (again.start, again.end) = (ts(1100), ts(2100));
+        let records: Vec<Record> = [first, lone, reserved, again]
+            .into_iter()
+            .map(|c| span(c, vec![]))
+            .collect();
+        let v = check(&records);
+        assert_eq!(rules(&v), vec![NAME_RESERVATION_RETRY]);
+        assert_eq!(v[0].pod.as_deref(), Some("ns/web"));
+        assert!(
+            matches!(
+                v[0].detail,
+                Detail::NameReservationRetry {
+                    requests: 2,
+                    reserved: 1,
+                    held_ns: 1_201_000_000,
+                    ..
+                }
+            ),
+            "{:?}",
+            v[0].detail
+        );
     }
 
     fn plugin_at(conn: u64, ms: u64, source: IdentitySource) -> Record {

@@ -307,8 +307,14 @@ pub(crate) fn run_observed_by(
         driver: bin("cri-driver"),
         plugin: bin("nri-test-plugin"),
     };
-    scenario::run_observed(scenario, lab, bins, &out, Some(observer))
+    scenario::run_observed(scenario, lab.clone(), bins, &out, Some(observer))
         .unwrap_or_else(|e| panic!("scenario {scenario}: {e:#}"));
+    // What a truth-only run of the scenario (lab/tests/scenarios.rs) checks
+    // besides its `verify`: the runtime asked for configured the plugins,
+    // and `down` left nothing behind (still under the lock).
+    let problems = scenario::after_run_problems(scenario, &lab, &out.join("truth.ndjson"))
+        .unwrap_or_else(|e| panic!("{scenario}: {e:#}"));
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
     Some(out)
 }
 
