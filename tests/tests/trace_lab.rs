@@ -897,6 +897,26 @@ fn check_late_registration(rt: Option<Runtime>) {
         !late_got_run && !late_synced && late_got_later,
         "{f:?}"
     );
+    // The conformance table's Synchronize clause, as the plugins' and the
+    // driver's records imply it: broken on 1.7 (late-pod in flight, not
+    // listed, no RunPodSandbox), held where the runtime waits.
+    let want = trace_check::sync_clause_expected(&truth);
+    let clause: Vec<_> = json_lines(&out, "conformance")
+        .into_iter()
+        .filter(|c| c["clause"] == "synchronize-tells-existing-pods")
+        .collect();
+    eprintln!("late-registration: Synchronize clause {clause:?}, from the truth {want:?}");
+    assert_eq!(clause.len(), 1, "{clause:?}");
+    assert_eq!(
+        (clause[0]["held"].as_u64(), clause[0]["broken"].as_u64()),
+        (Some(want.0), Some(want.1)),
+        "{clause:?}"
+    );
+    assert_eq!(
+        want.1 > 0,
+        !late_got_run && !late_synced,
+        "the truth's clause and its race"
+    );
 }
 
 /// A container that ignores SIGTERM: StopContainer waits for the grace
