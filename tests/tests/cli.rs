@@ -326,7 +326,7 @@ fn filters_keep_exactly_the_matching_records() {
     let is_record = |l: &Value| {
         !matches!(
             l["type"].as_str(),
-            Some("session" | "session_end" | "hook_summary" | "cri_method_summary")
+            Some("session" | "session_end" | "hook_summary" | "cri_method_summary" | "conformance")
         )
     };
     let mut checked = 0;
