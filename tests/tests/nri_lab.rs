@@ -308,13 +308,9 @@ fn split_synchronize_on(group: &str, runtime: nri_trace_lab::labctl::Runtime) {
     let want = trace_check::sync_clause_expected(&truth);
     let listed: usize = parts.iter().map(|p| p.0.len()).sum();
     assert_eq!(want, (listed as u64, 0), "the truth");
-    let (stdout, _, _) = lab_trace::TraceProc::paths(&out);
-    let clause: Vec<serde_json::Value> = std::fs::read_to_string(&stdout)
-        .expect("nri-trace's output")
-        .lines()
-        .filter(|l| l.contains(r#""type":"conformance""#))
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .filter(|c: &serde_json::Value| c["clause"] == "synchronize-tells-existing-pods")
+    let clause: Vec<serde_json::Value> = lab_trace::json_lines(&out, "conformance")
+        .into_iter()
+        .filter(|c| c["clause"] == "synchronize-tells-existing-pods")
         .collect();
     assert_eq!(clause.len(), 1, "{clause:?}");
     assert_eq!(

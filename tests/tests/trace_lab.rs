@@ -15,7 +15,7 @@ mod trace_check;
 
 use std::{ffi::OsStr, path::Path, sync::Arc};
 
-use lab_trace::TraceProc;
+use lab_trace::{json_lines, TraceProc};
 use nri_trace::{
     capture::sandbox::SandboxOp,
     engine::{
@@ -1802,17 +1802,6 @@ fn check_container_exits(out: &Path, records: &[Record]) {
 // (its process `crio`, its sockets `crio.sock` and `nri.sock`) and traces
 // it; its conformance differs from containerd's by design
 // (docs/contract.md, docs/lab.md "Scenarios on CRI-O").
-
-/// The `-o json` lines of one type from a traced run's live output.
-fn json_lines(out: &Path, ty: &str) -> Vec<serde_json::Value> {
-    let (stdout, _, _) = TraceProc::paths(out);
-    std::fs::read_to_string(&stdout)
-        .expect("nri-trace's output")
-        .lines()
-        .filter(|l| l.contains(&format!(r#""type":"{ty}""#)))
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect()
-}
 
 fn traced_on_crio(scenario: &str) -> Option<(std::path::PathBuf, Vec<Record>)> {
     traced_on(Some(Runtime::CriO), scenario)

@@ -350,6 +350,17 @@ pub(crate) fn live_equals_replay(scenario: &str, out: &Path) -> Collected {
     collected
 }
 
+/// The `-o json` lines of one type from a traced run's live output.
+pub(crate) fn json_lines(out: &Path, ty: &str) -> Vec<serde_json::Value> {
+    let (stdout, _, _) = TraceProc::paths(out);
+    std::fs::read_to_string(&stdout)
+        .expect("nri-trace's output")
+        .lines()
+        .filter(|l| l.contains(&format!(r#""type":"{ty}""#)))
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
 /// `nri-trace ARGS`, which must succeed: its stdout.
 pub(crate) fn nri_trace_stdout<I, S>(what: &str, args: I) -> Vec<u8>
 where
