@@ -108,6 +108,12 @@ pub fn new_uid() -> String {
         let _ = write!(h, "{x:02x}");
         h
     });
+    dashed_uuid(&h)
+}
+
+/// 32 hex digits in the 8-4-4-4-12 form of a pod uid (RFC 4122's text
+/// form, as kubelet's pod uids are written).
+pub fn dashed_uuid(h: &str) -> String {
     format!(
         "{}-{}-{}-{}-{}",
         &h[0..8],

@@ -343,15 +343,7 @@ fn hex_id(seed: u64) -> String {
 }
 
 fn uid(seed: u64) -> String {
-    let h = hex_id(seed ^ 0x5555);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
+    crate::cri::dashed_uuid(&hex_id(seed ^ 0x5555))
 }
 
 fn map(pairs: &[(&str, String)]) -> HashMap<String, String> {
