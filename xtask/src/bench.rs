@@ -1957,16 +1957,7 @@ struct NamedSpan {
 /// runtime.
 fn named_span(rounds: usize) -> Result<NamedSpan> {
     let nri_trace = crate::build(true)?;
-    crate::run(crate::cargo().args([
-        "build",
-        "--release",
-        "-p",
-        "nri-trace-lab",
-        "--bin",
-        "fake-cri",
-    ]))
-    .context("building the fake runtime (lab/src/bin/fake-cri.rs)")?;
-    let fake = crate::workspace_root().join("target/release/fake-cri");
+    let fake = crate::release_lab_bins(&["fake-cri"])?.join("fake-cri");
     let work = work_dir()?;
     let (cri, nri) = (work.join("fake-cri.sock"), work.join("fake-nri.sock"));
     let mut server = Proc::spawn(

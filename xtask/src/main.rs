@@ -186,6 +186,19 @@ pub fn build(release: bool) -> Result<PathBuf> {
         .join("nri-trace"))
 }
 
+/// Release builds of the lab's binaries `bins` (a benchmark's peers);
+/// the directory they are in.
+pub fn release_lab_bins(bins: &[&str]) -> Result<PathBuf> {
+    let mut cmd = cargo();
+    cmd.args(["build", "--release", "-p", "nri-trace-lab"]);
+    for b in bins {
+        cmd.args(["--bin", b]);
+    }
+    run(&mut cmd)
+        .with_context(|| format!("building the lab's {} (lab/src/bin/)", bins.join(", ")))?;
+    Ok(workspace_root().join("target/release"))
+}
+
 fn test(extra: &[String]) -> Result<()> {
     let ci = env::var("CI").is_ok_and(|v| v == "true" || v == "1");
     if ci || !setup::toolchain_ready() {

@@ -127,18 +127,7 @@ pub(crate) struct NriRate {
 /// `ramp` (ascending) until records are lost or the peer cannot keep up.
 pub(crate) fn nri_rate(seconds: f64, in_flight: usize, ramp: &[f64]) -> Result<NriRate> {
     let nri_trace = crate::build(true)?;
-    crate::run(crate::cargo().args([
-        "build",
-        "--release",
-        "-p",
-        "nri-trace-lab",
-        "--bin",
-        "nri-rate",
-        "--bin",
-        "nri-test-plugin",
-    ]))
-    .context("building the NRI peer and plugins (lab/src/bin/nri-rate.rs)")?;
-    let peer = crate::workspace_root().join("target/release/nri-rate");
+    let peer = crate::release_lab_bins(&["nri-rate", "nri-test-plugin"])?.join("nri-rate");
     let work = work_dir()?;
     let mut runs = vec![];
     let mut rates = vec![HELD_RATE];
