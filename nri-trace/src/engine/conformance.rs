@@ -265,7 +265,7 @@ impl Conformance {
             self.sync.on_cri_span(s, &mut synced);
         }
         for c in synced {
-            self.tally(SYNCHRONIZE_TELLS_EXISTING_PODS, c.held, c.into());
+            self.tally(SYNCHRONIZE_TELLS_EXISTING_PODS, c.held(), c.into());
         }
         if let Record::NriUncaused(u) = r {
             if let (super::correlate::NoCause::ContainerExited, Some(x)) = (u.no_cri_cause, &u.exit)
@@ -525,7 +525,7 @@ impl Conformance {
     pub fn tallies(&self) -> Vec<ClauseTally> {
         let mut tallies = self.tallies.clone();
         for c in self.sync.pending() {
-            let held = c.held;
+            let held = c.held();
             tally_into(
                 &mut tallies,
                 self.runtime.as_ref(),

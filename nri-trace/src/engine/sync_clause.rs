@@ -57,7 +57,6 @@ pub struct SyncStep {
 }
 
 /// One pod as the clause knows it.
-#[derive(Clone)]
 struct Pod {
     label: String,
     /// RunPodSandbox's start and end (`None`: from the runtime's state).
@@ -111,7 +110,6 @@ impl Registration {
             Some(_) => return None,
         };
         Some(SyncCase {
-            held: told != "not_told",
             pod: p.label.clone(),
             sandbox_id: id.to_string(),
             plugin: self.plugin.clone(),
@@ -128,12 +126,18 @@ impl Registration {
 /// A decided case: held or not, and its parts (the conformance table
 /// makes the [`super::conformance::ClauseCase`]).
 pub struct SyncCase {
-    pub held: bool,
     pub pod: String,
     pub sandbox_id: String,
     pub plugin: String,
     pub delivered: Timestamp,
     pub step: SyncStep,
+}
+
+impl SyncCase {
+    /// The plugin was told of the pod, one way or the other.
+    pub fn held(&self) -> bool {
+        self.step.told != "not_told"
+    }
 }
 
 #[derive(Default)]
