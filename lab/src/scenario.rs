@@ -46,7 +46,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("hung-teardown-client-gone", "a plugin's StopPodSandbox hook never returns; the CRI client is killed 1 s into the call (8 s deadline): containerd keeps the plugin connected with the request open"),
     ("container-exits", "2 pods x 1 container whose process exits on its own (exit code 3) 0.3 s after it starts; the driver stops it 2 s after the start, as kubelet would; 2 plugins"),
     ("netns-teardown", "2 pods with their own network namespace (the lab's bridge CNI network) and a shared PID namespace (pause is PID 1), one container each, full lifecycle, one external plugin: when the netns goes against the plugins' StopPodSandbox"),
-    ("split-synchronize", "12 pods (one container each) whose annotations make 5.6 MiB, then a plugin registers: NRI >= 0.7 (containerd 2.1, not 1.7) splits its Synchronize under ttrpc's 4 MiB message limit, `more` set on all but the last"),
+    ("split-synchronize", "12 pods (one container each) whose annotations make 5.6 MiB, then a plugin registers: NRI >= 0.7 (containerd 2.1, not 1.7) splits its Synchronize under ttrpc's 4 MiB message limit, `more` set on all but the last; then one answering without `more` (a pre-v0.7 stub) registers and is closed"),
     ("plugins-before-attach", "seven plugins registered before the observer attaches (external: --name/--idx flags, an NN-name binary with a name past comm's 15 bytes, an -idx-only binary, the upstream logger with Go's -idx/-name; pre-launched: flags, a bare NN-name binary), then 2 lifecycles"),
 ];
 
@@ -979,6 +979,16 @@ fn split_synchronize(r: &mut Run) -> Result<()> {
         );
         sleep(Duration::from_millis(50));
     }
+    // A plugin answering as one built on a pre-v0.7 stub (`more` false):
+    // the runtime closes it after the first part ("plugin does not handle
+    // split sync requests", nri v0.7+ `pkg/adaptation/plugin.go`).
+    r.note("registering a plugin that answers a split Synchronize without more")?;
+    r.plugin("stale", "20", &["--on", "SYNCHRONIZE=unsplit"])?;
+    r.wait_plugin(
+        "stale",
+        |e| matches!(e, PluginEvent::Disconnected { .. }),
+        Duration::from_secs(10),
+    )?;
     for id in &ids {
         r.driver(&["down", "--sandbox-id", id])?;
     }
@@ -2684,8 +2694,34 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
                 containers >= SPLIT_SYNC_PODS,
                 "{containers} containers synchronized, expected at least {SPLIT_SYNC_PODS}"
             );
+            // The plugin that answered without `more`: closed after the
+            // first part, told nothing after it.
+            let stale = plugin_events(&t, "stale");
+            let stale_parts = stale
+                .iter()
+                .filter(|e| matches!(e, PluginEvent::Synchronized { .. }))
+                .count();
+            ensure!(
+                stale_parts == 1
+                    && stale
+                        .iter()
+                        .any(|e| matches!(e, PluginEvent::Disconnected { .. })),
+                "plugin stale (answers without more): expected one Synchronize part, then the \
+                 runtime closing it; got {stale:?}"
+            );
+            let stale_events = t
+                .iter()
+                .filter(
+                    |x| matches!(x, Truth::Nri { plugin, event: Some(_), .. } if plugin == "stale"),
+                )
+                .count();
+            ensure!(
+                stale_events == 0,
+                "plugin stale got {stale_events} events after the runtime closed it"
+            );
             facts.push(format!(
-                "{n} CRI calls ok; Synchronize split into {} messages (pods, containers): {:?}",
+                "{n} CRI calls ok; Synchronize split into {} messages (pods, containers): {:?}; \
+                 plugin stale, answering without more, closed after its first part",
                 parts.len(),
                 parts.iter().map(|p| (p.0.len(), p.1)).collect::<Vec<_>>()
             ));

@@ -167,6 +167,11 @@ pub enum Action {
     Hang,
     /// Exit the process without answering.
     Crash,
+    /// Synchronize only: answer every part with `more` false, as a plugin
+    /// on an NRI stub older than v0.7 does (its `SynchronizeResponse` has
+    /// no `more`); a runtime that splits its Synchronize then closes the
+    /// plugin (nri v0.7+ `pkg/adaptation/plugin.go` `synchronize`).
+    Unsplit,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -318,4 +318,43 @@ fn split_synchronize_on(group: &str, runtime: nri_trace_lab::labctl::Runtime) {
         (Some(want.0), Some(want.1)),
         "{clause:?}"
     );
+
+    // Plugin 20-stale answers the split as a pre-v0.7 stub does (`more`
+    // false); the scenario's verify saw the runtime close it after the
+    // first part. nri-trace: its part with the answer, the
+    // split-synchronize-reply finding (certain) for it alone, and the
+    // close; its failed registration decides nothing in the clause above.
+    let stale: Vec<_> = calls
+        .iter()
+        .filter(|c| c.plugin.label() == "20-stale" && c.method.as_deref() == Some("Synchronize"))
+        .collect();
+    assert_eq!(stale.len(), 1, "{stale:?}");
+    assert_eq!(
+        stale[0].split_part,
+        Some(nri_trace::model::nri_call::SplitPart {
+            reply_more: Some(false),
+            reply_updates: 0
+        }),
+        "{:?}",
+        stale[0]
+    );
+    assert!(syncs[..syncs.len() - 1].iter().all(|c| c
+        .split_part
+        .is_some_and(|p| p.follows_protocol() == Some(true))));
+    let split_findings: Vec<_> = trace_check::findings(&records)
+        .into_iter()
+        .filter(|(rule, _, _)| *rule == nri_trace::engine::findings::SPLIT_SYNCHRONIZE_REPLY)
+        .collect();
+    assert_eq!(
+        split_findings,
+        vec![(
+            nri_trace::engine::findings::SPLIT_SYNCHRONIZE_REPLY,
+            Some("20-stale".to_string()),
+            true
+        )]
+    );
+    assert!(records.iter().any(|r| matches!(
+        r,
+        Record::Observed(Observation::NriPluginGone { plugin, .. }) if plugin.label() == "20-stale"
+    )));
 }

@@ -27,7 +27,9 @@
 //!
 //! `on` keys: an event name, or `CONFIGURE`, `SYNCHRONIZE`, `SHUTDOWN` for
 //! those requests. Actions ([`Action`] of truth.rs): `ok`, `delay:MS`,
-//! `error:MESSAGE`, `hang`, `crash`, or the JSON object form of [`Action`].
+//! `error:MESSAGE`, `hang`, `crash`, `unsplit` (SYNCHRONIZE: answer a
+//! split one as a pre-v0.7 stub does), or the JSON object form of
+//! [`Action`].
 
 use std::{collections::BTreeMap, fmt, path::PathBuf};
 
@@ -101,7 +103,7 @@ impl fmt::Display for Target {
 }
 
 /// Parse the short form of an action: `ok`, `delay:MS`, `error:MESSAGE`,
-/// `hang`, `crash`.
+/// `hang`, `crash`, `unsplit` (Synchronize only).
 pub fn parse_action(s: &str) -> Result<Action> {
     let (kind, arg) = match s.split_once(':') {
         Some((k, a)) => (k.trim(), Some(a)),
@@ -123,7 +125,8 @@ pub fn parse_action(s: &str) -> Result<Action> {
         },
         ("hang", None) => Action::Hang,
         ("crash", None) => Action::Crash,
-        _ => bail!("bad action {s:?}: want ok, delay:MS, error:MESSAGE, hang or crash"),
+        ("unsplit", None) => Action::Unsplit,
+        _ => bail!("bad action {s:?}: want ok, delay:MS, error:MESSAGE, hang, crash or unsplit"),
     })
 }
 
@@ -295,6 +298,7 @@ mod tests {
         );
         assert_eq!(parse_action("HANG").unwrap(), Action::Hang);
         assert_eq!(parse_action("crash").unwrap(), Action::Crash);
+        assert_eq!(parse_action("unsplit").unwrap(), Action::Unsplit);
         assert!(parse_action("delay").is_err());
         assert!(parse_action("delay:x").is_err());
         assert!(parse_action("sleep:1").is_err());

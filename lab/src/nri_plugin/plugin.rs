@@ -473,10 +473,13 @@ impl Shared {
                 containers: req.containers.len(),
             });
             // Since v0.7 the runtime may split Synchronize; acknowledge like
-            // pkg/stub does.
+            // pkg/stub does, or, told `unsplit`, like a pre-v0.7 stub (no
+            // `more` in its response).
+            let unsplit =
+                self.behaviour.read().unwrap().action(Target::Synchronize) == Action::Unsplit;
             reply_payload = api::SynchronizeResponse {
                 update: vec![],
-                more: req.more,
+                more: req.more && !unsplit,
             }
             .encode_to_vec();
         }
@@ -516,7 +519,7 @@ impl Shared {
         );
         log::info!("{what}: {action:?}");
         match action {
-            Action::Ok => ok_response(reply_payload),
+            Action::Ok | Action::Unsplit => ok_response(reply_payload),
             Action::Delay { ms } => {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
                 ok_response(reply_payload)

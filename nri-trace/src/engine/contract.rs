@@ -18,12 +18,14 @@ use super::{
     findings::{
         rule, Certainty, Detail, Evidence, Severity, Violation, CONTAINER_BEFORE_POD_READY,
         CONTAINER_EVENT_ORDER, CONTAINER_IN_STOPPED_POD, HOOK_OVER_BUDGET, NAME_RESERVATION_RETRY,
-        PLUGIN_TIMEOUT, POD_EVENT_ORDER, POD_UNKNOWN_TO_PLUGIN, SUBSCRIBED_NOT_DELIVERED,
-        TEARDOWN_HOOK_FAILED, UNEXPLAINED_AFTER_RESTART, UNSUBSCRIBED_DELIVERED,
+        PLUGIN_TIMEOUT, POD_EVENT_ORDER, POD_UNKNOWN_TO_PLUGIN, SPLIT_SYNCHRONIZE_REPLY,
+        SUBSCRIBED_NOT_DELIVERED, TEARDOWN_HOOK_FAILED, UNEXPLAINED_AFTER_RESTART,
+        UNSUBSCRIBED_DELIVERED,
     },
     hook_latency::HookSpan,
     record::Record,
     sandbox_rules::SandboxRules,
+    split_reply::split_reply_detail,
 };
 use crate::{
     capture::{ConnId, Timestamp},
@@ -390,6 +392,18 @@ impl ContractChecker {
                             p.synced
                                 .get_or_insert_with(BTreeSet::new)
                                 .extend(h.call.synchronized_pods.iter().cloned());
+                        }
+                        if let Some(detail) = split_reply_detail(&h.call) {
+                            out.push(Violation {
+                                rule: SPLIT_SYNCHRONIZE_REPLY,
+                                severity: Severity::Error,
+                                certainty: self.certainty(self.plugins.get(&h.call.conn)),
+                                ts: h.call.end.or(h.call.start).unwrap_or_else(ts0),
+                                pod: None,
+                                plugin: Some(h.call.plugin.label()),
+                                detail,
+                                evidence: vec![nri_evidence(h)],
+                            });
                         }
                     }
                     self.on_timeout(h, out);

@@ -49,6 +49,7 @@ pub const UNEXPLAINED_AFTER_RESTART: &str = "event-unexplained-after-restart";
 pub const PROCESS_SURVIVES_SIGKILL: &str = "process-survives-sigkill";
 pub const TEARDOWN_UNMOUNT_FAILED: &str = "teardown-unmount-failed";
 pub const TEARDOWN_REMOVE_FAILED: &str = "teardown-remove-failed";
+pub const SPLIT_SYNCHRONIZE_REPLY: &str = "split-synchronize-reply";
 
 /// Every rule this build checks (docs/contract.md).
 pub const RULES: &[Rule] = &[
@@ -123,6 +124,12 @@ pub const RULES: &[Rule] = &[
         statement: "a pod or container is not requested again with the same name and attempt after a client deadline (it runs into the runtime's name reservation until the first request ends)",
         source: "CRI-O issue 4221; containerd name reservation (PROTOCOL-NOTES.md)",
         severity: Severity::Warning,
+    },
+    Rule {
+        id: SPLIT_SYNCHRONIZE_REPLY,
+        statement: "a plugin answers each part of a split Synchronize that has more to come with `more` echoed and no updates (its updates go with the last part); otherwise the runtime closes it and its registration fails",
+        source: "containerd/nri v0.7+ pkg/adaptation/plugin.go synchronize (\"plugin does not handle split sync requests\"); pkg/stub; issue 21",
+        severity: Severity::Error,
     },
     Rule {
         id: PROCESS_SURVIVES_SIGKILL,
@@ -278,6 +285,13 @@ pub enum Detail {
         requests: usize,
         reserved: usize,
         held_ns: u64,
+    },
+    /// split-synchronize-reply: the plugin's answer to a Synchronize part
+    /// listing `pods` pods with more to come.
+    SplitSynchronizeReply {
+        pods: usize,
+        reply_more: bool,
+        reply_updates: usize,
     },
     /// process-survives-sigkill: `pid` alive `after_ns` after SIGKILL from
     /// `sender`.

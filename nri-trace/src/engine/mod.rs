@@ -35,6 +35,7 @@ pub mod pod_index;
 pub mod pods;
 pub mod record;
 pub mod sandbox_rules;
+pub mod split_reply;
 pub mod sync_clause;
 pub mod teardown;
 pub mod trace_engine;

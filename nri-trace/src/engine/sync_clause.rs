@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::Serialize;
 
-use super::{correlate::CriSpan, hook_latency::HookSpan};
+use super::{correlate::CriSpan, hook_latency::HookSpan, split_reply::split_reply_detail};
 use crate::capture::{cri_state::CriState, ConnId, Timestamp};
 
 /// The clause's id.
@@ -232,6 +232,13 @@ impl SyncClause {
             return;
         }
         if h.call.partial {
+            return;
+        }
+        if split_reply_detail(&h.call).is_some() {
+            // The plugin answered a split part against the protocol: the
+            // runtime closes it and its registration fails
+            // (split_reply.rs), so no pod is decided for it.
+            self.registrations.retain(|r| !same(r));
             return;
         }
         if let Some(r) = self.registrations.iter_mut().find(|r| same(r)) {
@@ -446,6 +453,36 @@ mod tests {
         closed.push(late_event(60));
         let (held, broken, _) = table(&closed);
         assert_eq!((held, broken), (2, 0));
+    }
+
+    /// A plugin that answers a split part without `more` is closed by the
+    /// runtime: its registration decides nothing, the other plugin's does.
+    #[test]
+    fn a_registration_failed_on_its_split_reply_decides_nothing() {
+        use crate::model::nri_call::SplitPart;
+        let mut first = sync(50, &["p1"]);
+        let mut stale = sync(52, &["p1"]);
+        for (r, more) in [(&mut first, true), (&mut stale, false)] {
+            if let Record::NriUncaused(u) = r {
+                u.span.call.split_part = Some(SplitPart {
+                    reply_more: Some(more),
+                    reply_updates: 0,
+                });
+            }
+        }
+        if let Record::NriUncaused(u) = &mut stale {
+            u.span.call.conn = ConnId(LATE_CONN + 1);
+        }
+        let records = [
+            run("p1", 10, 20, &[]),
+            run("p2", 11, 21, &[]),
+            first,
+            sync(51, &["p2"]),
+            stale,
+            late_event(60),
+        ];
+        let (held, broken, cases) = table(&records);
+        assert_eq!((held, broken), (2, 0), "{cases:?}");
     }
 
     /// Late attach: the runtime's state at attach says which pods exist;

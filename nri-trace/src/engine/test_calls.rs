@@ -85,6 +85,7 @@ pub(crate) fn hook(
         partial: false,
         summary: String::new(),
         synchronized_pods: Vec::new(),
+        split_part: None,
     };
     HookSpan {
         hook: event.map_or_else(|| Hook::Method("Synchronize".into()), Hook::Event),

@@ -265,6 +265,32 @@ pub struct NriCall {
     /// Synchronize: the ids of the pods the runtime told the plugin about.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub synchronized_pods: Vec<String>,
+    /// A Synchronize part with more to come (NRI >= 0.7 splits a state too
+    /// big for one ttrpc message): how the plugin answered it. `None` for
+    /// every other call, the last part of a split one included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split_part: Option<SplitPart>,
+}
+
+/// The plugin's answer to a Synchronize part sent with `more` set. The
+/// runtime wants `more` echoed and no updates before the last part, else
+/// it closes the plugin ("plugin does not handle split sync requests":
+/// containerd/nri v0.7+ `pkg/adaptation/plugin.go` `synchronize`; the
+/// v0.7+ `pkg/stub` answers `SynchronizeResponse{More: req.More}`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SplitPart {
+    /// The response's `more`; `None` without a decoded response.
+    pub reply_more: Option<bool>,
+    /// Container updates the response carried.
+    pub reply_updates: usize,
+}
+
+impl SplitPart {
+    /// Answered as the split protocol asks (`more` echoed, no updates);
+    /// `None` while no response was decoded.
+    pub fn follows_protocol(&self) -> Option<bool> {
+        Some(self.reply_more? && self.reply_updates == 0)
+    }
 }
 
 impl NriCall {
@@ -352,6 +378,7 @@ impl PendingCall {
             timeout_nano: self.timeout_nano,
             summary: self.summary.clone(),
             synchronized_pods: Vec::new(),
+            split_part: None,
         }
     }
 }
@@ -366,6 +393,7 @@ struct PendingCall {
     timeout_nano: i64,
     summary: String,
     synchronized_pods: Vec<String>,
+    split_part: Option<SplitPart>,
 }
 
 /// What the plugin's end of a connection showed of one runtime call.
@@ -848,11 +876,12 @@ impl NriCallAssembler {
                     st.plugin.inferred = None;
                     st.announced = false;
                 }
-                let synchronized_pods = match &body {
-                    Ok(RequestBody::Synchronize(r)) => {
-                        r.pods.iter().map(|p| p.id.clone()).collect()
-                    }
-                    _ => Vec::new(),
+                let (synchronized_pods, split_part) = match &body {
+                    Ok(RequestBody::Synchronize(r)) => (
+                        r.pods.iter().map(|p| p.id.clone()).collect(),
+                        r.more.then(SplitPart::default),
+                    ),
+                    _ => (Vec::new(), None),
                 };
                 let (event, subject, summary) = match body {
                     Ok(b) => describe_request(b),
@@ -881,6 +910,7 @@ impl NriCallAssembler {
                     timeout_nano: req.timeout_nano,
                     summary,
                     synchronized_pods,
+                    split_part,
                 };
                 let key = (mux_conn, m.stream_id, dir_index(c.direction));
                 // Bounded: NRI has one call in flight per plugin, so a
@@ -988,6 +1018,7 @@ impl NriCallAssembler {
                         partial: true,
                         summary: String::new(),
                         synchronized_pods: Vec::new(),
+                        split_part: None,
                     }));
                     return;
                 };
@@ -995,6 +1026,12 @@ impl NriCallAssembler {
                     match ResponseBody::decode(p.method, &resp.payload) {
                         Ok(b) => {
                             let s = describe_response(&b);
+                            if let (ResponseBody::Synchronize(r), Some(part)) =
+                                (&b, p.split_part.as_mut())
+                            {
+                                part.reply_more = Some(r.more);
+                                part.reply_updates = r.update.len();
+                            }
                             if let ResponseBody::Configure(r) = &b {
                                 st.events = Some(
                                     event_names(r.events)
@@ -1263,6 +1300,7 @@ fn complete_call(
         partial: false,
         summary: p.summary,
         synchronized_pods: p.synchronized_pods,
+        split_part: p.split_part,
     }
 }
 

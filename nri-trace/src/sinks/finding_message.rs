@@ -129,6 +129,15 @@ pub fn sentence(detail: &Detail, plugin: Option<&str>, pod: Option<&str>) -> Str
             pod.unwrap_or("?"),
             duration(*held_ns)
         ),
+        Detail::SplitSynchronizeReply {
+            pods,
+            reply_more,
+            reply_updates,
+        } => format!(
+            "{plugin} answered a split Synchronize part ({pods} pods, more to come) with \
+             more={reply_more} and {reply_updates} updates: a runtime on NRI >= 0.7 closes such a \
+             plugin (built on an NRI stub older than v0.7?)"
+        ),
         Detail::ProcessSurvivesSigkill {
             pid,
             comm,

@@ -56,16 +56,26 @@ pub(crate) fn hooks(records: &[Record]) -> Vec<&HookSpan> {
 
 /// When the capture began following the plugin's end of each runtime-side
 /// connection (the peer end's Open): calls that started before cannot have
-/// a plugin time.
+/// a plugin time. A connection whose peer nri-trace never found (its Open
+/// says `peer: null`: the runtime had closed its fd before the session's
+/// pidfd_getfd + SO_PEERCRED looked, docs/capture.md) is never followed:
+/// all its calls count as begun before.
 pub(crate) fn plugin_end_since(events: &[CaptureEvent]) -> HashMap<ConnId, u64> {
     events
         .iter()
         .filter_map(|e| match e {
-            CaptureEvent::Open(o) => o.other_end.map(|c| (c, o.ts.mono_ns)),
+            CaptureEvent::Open(o) => match o.other_end {
+                Some(c) => Some((c, o.ts.mono_ns)),
+                None if o.peer.is_none() => Some((o.conn, NEVER_FOLLOWED)),
+                None => None,
+            },
             _ => None,
         })
         .collect()
 }
+
+/// [`plugin_end_since`] of a connection never followed.
+const NEVER_FOLLOWED: u64 = u64::MAX / 2;
 
 /// The NRI calls among the records.
 pub(crate) fn calls(records: &[Record]) -> Vec<&NriCall> {

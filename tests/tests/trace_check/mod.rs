@@ -251,8 +251,22 @@ pub(crate) fn sync_clause_expected(truth: &[Truth]) -> (u64, u64) {
     // with every further part of a split one (the pods of all parts).
     let mut open: BTreeMap<(String, String), usize> = BTreeMap::new();
     let mut registrations: Vec<(String, String, u64, Vec<String>)> = Vec::new();
+    // Registrations that failed: the plugin answered a split Synchronize
+    // without `more` and the runtime closed it (nothing is decided).
+    let mut failed = Vec::new();
     for t in truth {
         match t {
+            Truth::Nri {
+                plugin,
+                index,
+                method,
+                action: truth::Action::Unsplit,
+                ..
+            } if method == "Synchronize" => {
+                if let Some(&i) = open.get(&(plugin.clone(), index.clone())) {
+                    failed.push(i);
+                }
+            }
             Truth::Plugin {
                 plugin,
                 index,
@@ -279,7 +293,10 @@ pub(crate) fn sync_clause_expected(truth: &[Truth]) -> (u64, u64) {
         }
     }
     let (mut held, mut broken) = (0, 0);
-    for (plugin, index, at, listed) in &registrations {
+    for (i, (plugin, index, at, listed)) in registrations.iter().enumerate() {
+        if failed.contains(&i) {
+            continue;
+        }
         for (id, _) in runs
             .iter()
             .filter(|(id, start)| *start < *at && !stopped_before(id, *at))

@@ -1,0 +1,85 @@
+//! `split-synchronize-reply`: how a plugin answers the parts of a split
+//! Synchronize.
+//!
+//! NRI >= 0.7 splits a Synchronize whose pods and containers do not fit in
+//! one ttrpc message: every part but the last has `more` set, and the
+//! runtime wants each such part answered with `more` echoed and no
+//! updates (the updates go with the last part). Any other answer makes it
+//! close the plugin, "plugin does not handle split sync requests"
+//! (containerd/nri v0.7+ `pkg/adaptation/plugin.go` `synchronize`). A
+//! plugin built on a stub older than v0.7 answers `more` false: its
+//! `SynchronizeResponse` has no such field. On a small node it works; on a
+//! node whose pods outgrow 4 MiB of state it is closed at registration.
+//! The model records the answer ([`SplitPart`]); this judges it.
+
+use super::findings::Detail;
+use crate::model::nri_call::{NriCall, SplitPart};
+
+/// What is wrong with `call`'s answer as a split Synchronize part with
+/// more to come; `None` when it follows the protocol, is not such a part,
+/// or has no decoded answer.
+pub fn split_reply_detail(call: &NriCall) -> Option<Detail> {
+    let SplitPart {
+        reply_more,
+        reply_updates,
+    } = call.split_part?;
+    let reply_more = reply_more?;
+    if reply_more && reply_updates == 0 {
+        return None;
+    }
+    Some(Detail::SplitSynchronizeReply {
+        pods: call.synchronized_pods.len(),
+        reply_more,
+        reply_updates,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::test_calls::hook;
+
+    fn part(reply_more: Option<bool>, reply_updates: usize) -> NriCall {
+        let mut h = hook(None, "a", "p", 1, 2);
+        h.call.method = Some("Synchronize".into());
+        h.call.synchronized_pods = vec!["p1".into(), "p2".into()];
+        h.call.split_part = Some(SplitPart {
+            reply_more,
+            reply_updates,
+        });
+        h.call
+    }
+
+    #[test]
+    fn echoed_more_without_updates_follows_the_protocol() {
+        assert_eq!(split_reply_detail(&part(Some(true), 0)), None);
+    }
+
+    /// A pre-v0.7 stub's answer: no `more`.
+    #[test]
+    fn more_not_echoed_is_found() {
+        assert_eq!(
+            split_reply_detail(&part(Some(false), 0)),
+            Some(Detail::SplitSynchronizeReply {
+                pods: 2,
+                reply_more: false,
+                reply_updates: 0
+            })
+        );
+    }
+
+    #[test]
+    fn updates_before_the_last_part_are_found() {
+        assert!(split_reply_detail(&part(Some(true), 1)).is_some());
+    }
+
+    /// Not judged: an error answer or none (the plugin's timeout rules
+    /// see those), a call that is no split part.
+    #[test]
+    fn no_answer_or_no_split_part_is_not_judged() {
+        assert_eq!(split_reply_detail(&part(None, 0)), None);
+        let mut whole = part(Some(false), 3);
+        whole.split_part = None;
+        assert_eq!(split_reply_detail(&whole), None);
+    }
+}
