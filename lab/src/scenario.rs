@@ -2662,9 +2662,9 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
             let parts: Vec<(Vec<&str>, usize)> = plugin_events(&t, "late")
                 .into_iter()
                 .filter_map(|e| match e {
-                    PluginEvent::Synchronized { pods, containers } => {
-                        Some((pods.iter().map(|p| p.name.as_str()).collect(), *containers))
-                    }
+                    PluginEvent::Synchronized {
+                        pods, containers, ..
+                    } => Some((pods.iter().map(|p| p.name.as_str()).collect(), *containers)),
                     _ => None,
                 })
                 .collect();

@@ -191,6 +191,9 @@ pub enum PluginEvent {
     Synchronized {
         pods: Vec<NriPod>,
         containers: usize,
+        /// The ids of the containers it listed.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        container_ids: Vec<String>,
     },
     /// The runtime closed the connection (or the plugin exited).
     Disconnected { reason: String },

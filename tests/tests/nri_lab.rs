@@ -231,7 +231,10 @@ fn split_synchronize_on(group: &str, runtime: nri_trace_lab::labctl::Runtime) {
         .filter_map(|t| match t {
             nri_trace_lab::truth::Truth::Plugin {
                 plugin,
-                what: nri_trace_lab::truth::PluginEvent::Synchronized { pods, containers },
+                what:
+                    nri_trace_lab::truth::PluginEvent::Synchronized {
+                        pods, containers, ..
+                    },
                 ..
             } if plugin == "late" => {
                 Some((pods.iter().map(|p| p.id.clone()).collect(), *containers))

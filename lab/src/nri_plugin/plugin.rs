@@ -471,6 +471,7 @@ impl Shared {
             self.lifecycle(PluginEvent::Synchronized {
                 pods: req.pods.iter().map(pod_ref).collect(),
                 containers: req.containers.len(),
+                container_ids: req.containers.iter().map(|c| c.id.clone()).collect(),
             });
             // Since v0.7 the runtime may split Synchronize; acknowledge like
             // pkg/stub does, or, told `unsplit`, like a pre-v0.7 stub (no

@@ -19,6 +19,15 @@
 //! - the pods whose RunPodSandbox began before the Synchronize and returned
 //!   OK after it: listed, or their RunPodSandbox delivered to the plugin.
 //!
+//! The pod's containers are part of its case: each that exists when the
+//! Synchronize starts (its CreateContainer returned OK before it, or the
+//! runtime's state at attach listed it created or running), with no
+//! StopContainer or RemoveContainer begun and no StopContainer delivered
+//! (an exit) before it, must be among the container ids it lists; one
+//! whose CreateContainer was in flight must be listed or have its
+//! CREATE_CONTAINER delivered to the plugin. The case holds only when the
+//! pod and all those containers were told.
+//!
 //! A pod stopped but not removed is not decided (whether a runtime lists
 //! it is not the clause), nor a pod whose RunPodSandbox is not seen to
 //! return. Decisions are by timestamps, not by the order records settle,
@@ -30,13 +39,17 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use serde::Serialize;
 
 use super::{correlate::CriSpan, hook_latency::HookSpan, split_reply::split_reply_detail};
-use crate::capture::{cri_state::CriState, ConnId, Timestamp};
+use crate::{
+    capture::{cri_state::CriState, ConnId, Timestamp},
+    decode::nri::message::Event,
+};
 
 /// The clause's id.
 pub const SYNCHRONIZE_TELLS_EXISTING_PODS: &str = "synchronize-tells-existing-pods";
 
-/// Pods remembered (the newest), and registrations.
+/// Pods and containers remembered (the newest), and registrations.
 const MAX_PODS: usize = 16384;
+const MAX_CONTAINERS: usize = 65536;
 const MAX_REGISTRATIONS: usize = 1024;
 /// Synchronize calls of one connection this close to its first one are
 /// parts of the same (split) Synchronize.
@@ -54,6 +67,12 @@ pub struct SyncStep {
     /// `run_pod_sandbox` (its RunPodSandbox, in flight at the
     /// registration, was delivered to the plugin) or `not_told`.
     pub told: &'static str,
+    /// The pod's containers that existed (decided with it).
+    pub containers: u64,
+    /// Those of them the plugin was not told of (names, or ids when the
+    /// name is not known).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub containers_not_told: Vec<String>,
 }
 
 /// One pod as the clause knows it.
@@ -67,12 +86,27 @@ struct Pod {
     stopping: Option<Timestamp>,
 }
 
+/// One container as the clause knows it.
+struct Ctr {
+    /// Its pod's sandbox id.
+    pod: String,
+    label: String,
+    /// CreateContainer's start and end (`None`: from the runtime's state).
+    create: Option<(Timestamp, Timestamp)>,
+    /// Plugins (labels) its CreateContainer was delivered to.
+    told: BTreeSet<String>,
+    /// When it began to go: its StopContainer or RemoveContainer, or a
+    /// StopContainer delivery (an exit).
+    stopping: Option<Timestamp>,
+}
+
 /// One plugin's registration: its (first) Synchronize.
 struct Registration {
     conn: ConnId,
     plugin: String,
     start: Timestamp,
     listed: BTreeSet<String>,
+    listed_containers: BTreeSet<String>,
     /// Still open to further parts of a split Synchronize: its pods are
     /// decided once it closes (a later part may list one an earlier part
     /// did not), provisionally until then ([`SyncClause::pending`]).
@@ -82,9 +116,35 @@ struct Registration {
 }
 
 impl Registration {
+    /// The containers of pod `id` decided with it: (how many existed, the
+    /// labels of those the plugin was not told of).
+    fn containers_for(&self, id: &str, ctrs: &BTreeMap<String, Ctr>) -> (u64, Vec<String>) {
+        let at = self.start.mono_ns;
+        let mut existed = 0;
+        let mut not_told = Vec::new();
+        for (cid, c) in ctrs.iter().filter(|(_, c)| c.pod == id) {
+            if c.stopping.is_some_and(|t| t.mono_ns < at) {
+                continue;
+            }
+            let told = self.listed_containers.contains(cid)
+                || match c.create {
+                    None => false,
+                    Some((_, end)) if end.mono_ns < at => false,
+                    Some((start, _)) if start.mono_ns < at => c.told.contains(&self.plugin),
+                    // Made after the registration: ordinary delivery.
+                    Some(_) => continue,
+                };
+            existed += 1;
+            if !told {
+                not_told.push(c.label.clone());
+            }
+        }
+        (existed, not_told)
+    }
+
     /// The case of pod `id` for this registration; `None` when it is not
     /// decidable (made after it, or stopping before it).
-    fn case_for(&self, id: &str, p: &Pod) -> Option<SyncCase> {
+    fn case_for(&self, id: &str, p: &Pod, ctrs: &BTreeMap<String, Ctr>) -> Option<SyncCase> {
         let at = self.start.mono_ns;
         if p.stopping.is_some_and(|t| t.mono_ns < at) {
             return None;
@@ -109,6 +169,7 @@ impl Registration {
             // Made after the registration: ordinary delivery.
             Some(_) => return None,
         };
+        let (containers, containers_not_told) = self.containers_for(id, ctrs);
         Some(SyncCase {
             pod: p.label.clone(),
             sandbox_id: id.to_string(),
@@ -118,6 +179,8 @@ impl Registration {
                 listed: self.listed.len() as u64,
                 pod_ready,
                 told,
+                containers,
+                containers_not_told,
             },
         })
     }
@@ -134,9 +197,10 @@ pub struct SyncCase {
 }
 
 impl SyncCase {
-    /// The plugin was told of the pod, one way or the other.
+    /// The plugin was told of the pod, one way or the other, and of each
+    /// of its containers.
     pub fn held(&self) -> bool {
-        self.step.told != "not_told"
+        self.step.told != "not_told" && self.step.containers_not_told.is_empty()
     }
 }
 
@@ -144,12 +208,32 @@ impl SyncCase {
 pub struct SyncClause {
     pods: BTreeMap<String, Pod>,
     pod_order: VecDeque<String>,
+    containers: BTreeMap<String, Ctr>,
+    container_order: VecDeque<String>,
     registrations: VecDeque<Registration>,
 }
 
 impl SyncClause {
     /// The runtime's state at attach: its ready pods exist (from before).
     pub fn on_state(&mut self, s: &CriState) {
+        for c in s
+            .containers
+            .iter()
+            .filter(|c| c.state == "created" || c.state == "running")
+        {
+            if !self.containers.contains_key(&c.id) {
+                self.remember_container(
+                    c.id.clone(),
+                    Ctr {
+                        pod: c.sandbox_id.clone(),
+                        label: c.name.clone(),
+                        create: None,
+                        told: BTreeSet::new(),
+                        stopping: None,
+                    },
+                );
+            }
+        }
         for p in s.pods.iter().filter(|p| p.state == "ready") {
             if !self.pods.contains_key(&p.id) {
                 self.remember(
@@ -169,6 +253,7 @@ impl SyncClause {
     /// RemovePodSandbox end it. A RunPodSandbox that settles after a
     /// registration closed is decided for it then.
     pub fn on_cri_span(&mut self, s: &CriSpan, out: &mut Vec<SyncCase>) {
+        self.on_container_span(s);
         let (Some(id), Some(start)) = (s.call.sandbox_id.as_deref(), s.call.start) else {
             return;
         };
@@ -214,6 +299,51 @@ impl SyncClause {
         }
     }
 
+    /// A container's CRI span: CreateContainer makes it (decided with its
+    /// pod), StopContainer and RemoveContainer end it.
+    fn on_container_span(&mut self, s: &CriSpan) {
+        let (Some(cid), Some(start)) = (s.call.container_id.as_deref(), s.call.start) else {
+            return;
+        };
+        match s.call.method.as_deref() {
+            Some("CreateContainer") => {
+                let (Some(end), Some(pod)) = (
+                    s.call.end.filter(|_| s.call.outcome.is_ok()),
+                    s.call.sandbox_id.clone(),
+                ) else {
+                    return;
+                };
+                let ctr = Ctr {
+                    pod,
+                    label: s
+                        .call
+                        .container
+                        .as_ref()
+                        .map_or_else(|| cid.to_string(), |c| c.name.clone()),
+                    create: Some((start, end)),
+                    told: s
+                        .hooks
+                        .iter()
+                        .filter(|h| h.hook.as_str() == "CREATE_CONTAINER")
+                        .map(|h| h.call.plugin.label())
+                        .collect(),
+                    stopping: None,
+                };
+                self.remember_container(cid.to_string(), ctr);
+            }
+            Some("StopContainer" | "RemoveContainer") => self.container_stopping(cid, start),
+            _ => {}
+        }
+    }
+
+    fn container_stopping(&mut self, id: &str, at: Timestamp) {
+        if let Some(c) = self.containers.get_mut(id) {
+            if c.stopping.is_none_or(|t| at.mono_ns < t.mono_ns) {
+                c.stopping = Some(at);
+            }
+        }
+    }
+
     /// A delivery: a Synchronize opens a registration (or is a further
     /// part of one); anything else on that connection closes it.
     pub fn on_hook(&mut self, h: &HookSpan, out: &mut Vec<SyncCase>) {
@@ -222,6 +352,11 @@ impl SyncClause {
         let sync = h.call.method.as_deref() == Some("Synchronize");
         let same =
             |r: &Registration| r.open && r.conn == h.call.conn && r.start.mono_ns <= start.mono_ns;
+        // A StopContainer with no CRI call is the runtime telling of an
+        // exit (containerd 2.x, CRI-O): the container is going.
+        if let (Some(Event::StopContainer), Some(c)) = (h.call.event, &h.call.container) {
+            self.container_stopping(&c.id, start);
+        }
         if !sync {
             let closing: Vec<usize> = (0..self.registrations.len())
                 .filter(|&i| same(&self.registrations[i]))
@@ -243,6 +378,8 @@ impl SyncClause {
         }
         if let Some(r) = self.registrations.iter_mut().find(|r| same(r)) {
             r.listed.extend(h.call.synchronized_pods.iter().cloned());
+            r.listed_containers
+                .extend(h.call.synchronized_containers.iter().cloned());
             return;
         }
         if self.registrations.len() >= MAX_REGISTRATIONS {
@@ -253,6 +390,7 @@ impl SyncClause {
             plugin: h.call.plugin.label(),
             start,
             listed: h.call.synchronized_pods.iter().cloned().collect(),
+            listed_containers: h.call.synchronized_containers.iter().cloned().collect(),
             open: true,
             decided: BTreeSet::new(),
         });
@@ -267,7 +405,7 @@ impl SyncClause {
             .flat_map(|r| {
                 self.pods
                     .iter()
-                    .filter_map(move |(id, p)| r.case_for(id, p))
+                    .filter_map(move |(id, p)| r.case_for(id, p, &self.containers))
             })
             .collect()
     }
@@ -301,11 +439,23 @@ impl SyncClause {
         if r.decided.contains(id) {
             return;
         }
-        let Some(case) = r.case_for(id, p) else {
+        let Some(case) = r.case_for(id, p, &self.containers) else {
             return;
         };
         self.registrations[i].decided.insert(id.to_string());
         out.push(case);
+    }
+
+    fn remember_container(&mut self, id: String, c: Ctr) {
+        if !self.containers.contains_key(&id) {
+            if self.container_order.len() >= MAX_CONTAINERS {
+                if let Some(old) = self.container_order.pop_front() {
+                    self.containers.remove(&old);
+                }
+            }
+            self.container_order.push_back(id.clone());
+        }
+        self.containers.insert(id, c);
     }
 
     fn remember(&mut self, id: String, pod: Pod) {
@@ -326,7 +476,6 @@ mod tests {
     use super::*;
     use crate::{
         capture::cri_state::StatePod,
-        decode::nri::message::Event,
         engine::{
             conformance::Conformance,
             correlate::NoCause,
@@ -453,6 +602,91 @@ mod tests {
         closed.push(late_event(60));
         let (held, broken, _) = table(&closed);
         assert_eq!((held, broken), (2, 0));
+    }
+
+    /// Container `cid` of pod `pod`: its CreateContainer, delivered to
+    /// the plugins `told`.
+    fn create(pod: &str, cid: &str, start: u64, end: u64, told: &[(&str, &str, u64)]) -> Record {
+        let mut call = cri(Some("CreateContainer"), pod, start, end);
+        call.container_id = Some(cid.into());
+        let hooks = told
+            .iter()
+            .map(|&(name, idx, conn)| {
+                to_plugin(
+                    hook(
+                        Some(Event::CreateContainer),
+                        name,
+                        pod,
+                        start + 1,
+                        start + 2,
+                    ),
+                    name,
+                    idx,
+                    conn,
+                )
+            })
+            .collect();
+        span(call, hooks)
+    }
+
+    fn sync_with(at: u64, pods: &[&str], containers: &[&str]) -> Record {
+        let mut r = sync(at, pods);
+        if let Record::NriUncaused(u) = &mut r {
+            u.span.call.synchronized_containers =
+                containers.iter().map(ToString::to_string).collect();
+        }
+        r
+    }
+
+    /// The pod's containers are part of its case: one that existed but
+    /// is not in the Synchronize breaks it; one in flight is told by its
+    /// CreateContainer; a stopped one and one made after are not decided.
+    #[test]
+    fn containers_are_decided_with_their_pod() {
+        let base = [
+            run("p1", 10, 20, &[]),
+            create("p1", "c1", 21, 22, &[]),
+            run("p2", 11, 23, &[]),
+            create("p2", "c2", 24, 25, &[]),
+            create("p2", "c3", 26, 27, &[]),
+        ];
+        // Everything listed: held on both pods.
+        let mut all = base.to_vec();
+        all.extend([
+            sync_with(50, &["p1", "p2"], &["c1", "c2", "c3"]),
+            late_event(60),
+        ]);
+        assert_eq!(table(&all).0, 2, "{:?}", table(&all).2);
+        // c3 left out: p2 broken, with c3 named.
+        let mut missing = base.to_vec();
+        missing.extend([sync_with(50, &["p1", "p2"], &["c1", "c2"]), late_event(60)]);
+        let mut c = Conformance::new();
+        for r in &missing {
+            c.on_record(r);
+        }
+        let t = c
+            .tallies()
+            .into_iter()
+            .find(|t| t.clause == SYNCHRONIZE_TELLS_EXISTING_PODS)
+            .expect("the clause");
+        assert_eq!((t.held, t.broken), (1, 1));
+        let step = t.broken_case.and_then(|c| c.sync).expect("a broken case");
+        assert_eq!((step.told, step.containers), ("listed", 2));
+        assert_eq!(step.containers_not_told, vec!["c3".to_string()]);
+        // c3 stopped before the registration, c4 in flight and told by its
+        // CreateContainer, c5 made after: held.
+        let mut stop = cri(Some("StopContainer"), "", 30, 31);
+        stop.sandbox_id = None;
+        stop.container_id = Some("c3".into());
+        let mut varied = base.to_vec();
+        varied.extend([
+            span(stop, vec![]),
+            create("p2", "c4", 45, 55, &[("late", "20", LATE_CONN)]),
+            sync_with(50, &["p1", "p2"], &["c1", "c2"]),
+            create("p1", "c5", 56, 57, &[]),
+            late_event(60),
+        ]);
+        assert_eq!(table(&varied).0, 2, "{:?}", table(&varied).2);
     }
 
     /// A plugin that answers a split part without `more` is closed by the

@@ -85,6 +85,7 @@ pub(crate) fn hook(
         partial: false,
         summary: String::new(),
         synchronized_pods: Vec::new(),
+        synchronized_containers: Vec::new(),
         split_part: None,
     };
     HookSpan {

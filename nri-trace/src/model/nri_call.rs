@@ -265,6 +265,10 @@ pub struct NriCall {
     /// Synchronize: the ids of the pods the runtime told the plugin about.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub synchronized_pods: Vec<String>,
+    /// Synchronize: the ids of the containers the runtime told the plugin
+    /// about.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub synchronized_containers: Vec<String>,
     /// A Synchronize part with more to come (NRI >= 0.7 splits a state too
     /// big for one ttrpc message): how the plugin answered it. `None` for
     /// every other call, the last part of a split one included.
@@ -378,6 +382,7 @@ impl PendingCall {
             timeout_nano: self.timeout_nano,
             summary: self.summary.clone(),
             synchronized_pods: Vec::new(),
+            synchronized_containers: Vec::new(),
             split_part: None,
         }
     }
@@ -393,6 +398,7 @@ struct PendingCall {
     timeout_nano: i64,
     summary: String,
     synchronized_pods: Vec<String>,
+    synchronized_containers: Vec<String>,
     split_part: Option<SplitPart>,
 }
 
@@ -876,12 +882,13 @@ impl NriCallAssembler {
                     st.plugin.inferred = None;
                     st.announced = false;
                 }
-                let (synchronized_pods, split_part) = match &body {
+                let (synchronized_pods, synchronized_containers, split_part) = match &body {
                     Ok(RequestBody::Synchronize(r)) => (
                         r.pods.iter().map(|p| p.id.clone()).collect(),
+                        r.containers.iter().map(|c| c.id.clone()).collect(),
                         r.more.then(SplitPart::default),
                     ),
-                    _ => (Vec::new(), None),
+                    _ => (Vec::new(), Vec::new(), None),
                 };
                 let (event, subject, summary) = match body {
                     Ok(b) => describe_request(b),
@@ -910,6 +917,7 @@ impl NriCallAssembler {
                     timeout_nano: req.timeout_nano,
                     summary,
                     synchronized_pods,
+                    synchronized_containers,
                     split_part,
                 };
                 let key = (mux_conn, m.stream_id, dir_index(c.direction));
@@ -1018,6 +1026,7 @@ impl NriCallAssembler {
                         partial: true,
                         summary: String::new(),
                         synchronized_pods: Vec::new(),
+                        synchronized_containers: Vec::new(),
                         split_part: None,
                     }));
                     return;
@@ -1300,6 +1309,7 @@ fn complete_call(
         partial: false,
         summary: p.summary,
         synchronized_pods: p.synchronized_pods,
+        synchronized_containers: p.synchronized_containers,
         split_part: p.split_part,
     }
 }

@@ -169,8 +169,13 @@ fn case_words(c: &ClauseCase) -> String {
             "run_pod_sandbox" => "told by its RunPodSandbox",
             _ => "NOT TOLD",
         };
+        let containers = match (s.containers, s.containers_not_told.as_slice()) {
+            (0, _) => String::new(),
+            (n, []) => format!("; its {n} containers told"),
+            (n, missing) => format!("; of its {n} containers NOT TOLD: {}", missing.join(", ")),
+        };
         return format!(
-            "{}: plugin {} synchronized at {} ({} pods listed); {ready}; {told}",
+            "{}: plugin {} synchronized at {} ({} pods listed); {ready}; {told}{containers}",
             c.pod,
             c.plugin,
             clock(&c.delivered),

@@ -223,7 +223,9 @@ pub(crate) fn check_late_plugins(scenario: &str, records: &[Record]) {
 /// driver's records imply it: (held, broken) over each plugin's first
 /// Synchronize and the pods whose RunPodSandbox the driver had begun
 /// before it (and not stopped yet): held when the Synchronize listed the
-/// pod or the plugin got its RUN_POD_SANDBOX.
+/// pod or the plugin got its RUN_POD_SANDBOX, and each of the pod's
+/// containers made before it (and not stopped yet) was listed or, in
+/// flight, delivered by its CREATE_CONTAINER.
 pub(crate) fn sync_clause_expected(truth: &[Truth]) -> (u64, u64) {
     use nri_trace_lab::truth::PluginEvent;
     let runs: Vec<(String, u64)> = truth
@@ -247,13 +249,52 @@ pub(crate) fn sync_clause_expected(truth: &[Truth]) -> (u64, u64) {
                     && *start_mono_ns < at)
         })
     };
+    // The containers the driver made (CreateContainer OK), by pod:
+    // (container id, start, end).
+    let created: Vec<(String, String, u64, u64)> = truth
+        .iter()
+        .filter_map(|t| match t {
+            Truth::Cri {
+                method,
+                pod: Some(p),
+                container: Some(c),
+                start_mono_ns,
+                end_mono_ns,
+                outcome: truth::Outcome::Ok,
+                ..
+            } if method == "CreateContainer" => Some((
+                p.sandbox_id.clone()?,
+                c.id.clone()?,
+                *start_mono_ns,
+                *end_mono_ns,
+            )),
+            _ => None,
+        })
+        .collect();
+    let containers_of = |pod: &str| {
+        let pod = pod.to_owned();
+        created
+            .iter()
+            .filter(move |(p, ..)| *p == pod)
+            .map(|(_, c, s, e)| (c, s, e))
+    };
+    let stopped_container_before = |id: &str, at: u64| {
+        truth.iter().any(|t| {
+            matches!(t, Truth::Cri { method, container: Some(c), start_mono_ns, .. }
+                if (method == "StopContainer" || method == "RemoveContainer")
+                    && c.id.as_deref() == Some(id)
+                    && *start_mono_ns < at)
+        })
+    };
     // Each registration: a plugin's first Synchronize since it connected,
-    // with every further part of a split one (the pods of all parts).
+    // with every further part of a split one (the pods and containers of
+    // all parts).
     let mut open: BTreeMap<(String, String), usize> = BTreeMap::new();
     let mut registrations: Vec<(String, String, u64, Vec<String>)> = Vec::new();
     // Registrations that failed: the plugin answered a split Synchronize
     // without `more` and the runtime closed it (nothing is decided).
     let mut failed = Vec::new();
+    let mut ids_unknown = std::collections::BTreeSet::new();
     for t in truth {
         match t {
             Truth::Nri {
@@ -279,9 +320,23 @@ pub(crate) fn sync_clause_expected(truth: &[Truth]) -> (u64, u64) {
                 plugin,
                 index,
                 mono_ns,
-                what: PluginEvent::Synchronized { pods, .. },
+                what:
+                    PluginEvent::Synchronized {
+                        pods,
+                        containers,
+                        container_ids,
+                    },
             } => {
-                let ids = pods.iter().map(|p| p.id.clone());
+                // A truth file from before the plugin logged the ids
+                // (the committed recordings): its containers are not
+                // checked.
+                if container_ids.is_empty() && *containers > 0 {
+                    ids_unknown.insert((plugin.clone(), index.clone()));
+                }
+                let ids = pods
+                    .iter()
+                    .map(|p| p.id.clone())
+                    .chain(container_ids.iter().cloned());
                 if let Some(&i) = open.get(&(plugin.clone(), index.clone())) {
                     registrations[i].3.extend(ids);
                 } else {
@@ -301,11 +356,38 @@ pub(crate) fn sync_clause_expected(truth: &[Truth]) -> (u64, u64) {
             .iter()
             .filter(|(id, start)| *start < *at && !stopped_before(id, *at))
         {
-            let told = truth.iter().any(|t| {
-                matches!(t, Truth::Nri { plugin: p, index: i, event: Some(e), pod: Some(pod), .. }
-                    if p == plugin && i == index && e == "RUN_POD_SANDBOX" && &pod.id == id)
-            });
-            if listed.contains(id) || told {
+            let delivered = |event: &str, id: &str| {
+                truth.iter().any(|t| match t {
+                    Truth::Nri {
+                        plugin: p,
+                        index: i,
+                        event: Some(e),
+                        pod,
+                        container,
+                        ..
+                    } if p == plugin && i == index && e == event => {
+                        let got = if event == "CREATE_CONTAINER" {
+                            container.as_ref().map(|c| c.id.as_str())
+                        } else {
+                            pod.as_ref().map(|p| p.id.as_str())
+                        };
+                        got == Some(id)
+                    }
+                    _ => false,
+                })
+            };
+            let told = delivered("RUN_POD_SANDBOX", id);
+            // Its containers made before the registration and not going:
+            // listed, or (in flight) told by their CreateContainer.
+            let unknown = ids_unknown.contains(&(plugin.clone(), index.clone()));
+            let containers_told = unknown
+                || containers_of(id).all(|(cid, start, end)| {
+                    stopped_container_before(cid, *at)
+                        || *start >= *at
+                        || listed.contains(cid)
+                        || (*end >= *at && delivered("CREATE_CONTAINER", cid))
+                });
+            if (listed.contains(id) || told) && containers_told {
                 held += 1;
             } else {
                 broken += 1;
