@@ -186,6 +186,15 @@ impl Registration {
     }
 }
 
+/// The plugins (labels) `s`'s `hook` was delivered to.
+fn plugins_told(s: &CriSpan, hook: &str) -> BTreeSet<String> {
+    s.hooks
+        .iter()
+        .filter(|h| h.hook.as_str() == hook)
+        .map(|h| h.call.plugin.label())
+        .collect()
+}
+
 /// A decided case: held or not, and its parts (the conformance table
 /// makes the [`super::conformance::ClauseCase`]).
 pub struct SyncCase {
@@ -273,12 +282,7 @@ impl SyncClause {
                         .as_ref()
                         .map_or_else(|| id.to_string(), ToString::to_string),
                     run: Some((start, end)),
-                    told: s
-                        .hooks
-                        .iter()
-                        .filter(|h| h.hook.as_str() == "RUN_POD_SANDBOX")
-                        .map(|h| h.call.plugin.label())
-                        .collect(),
+                    told: plugins_told(s, "RUN_POD_SANDBOX"),
                     stopping: None,
                 };
                 self.remember(id.to_string(), pod);
@@ -321,12 +325,7 @@ impl SyncClause {
                         .as_ref()
                         .map_or_else(|| cid.to_string(), |c| c.name.clone()),
                     create: Some((start, end)),
-                    told: s
-                        .hooks
-                        .iter()
-                        .filter(|h| h.hook.as_str() == "CREATE_CONTAINER")
-                        .map(|h| h.call.plugin.label())
-                        .collect(),
+                    told: plugins_told(s, "CREATE_CONTAINER"),
                     stopping: None,
                 };
                 self.remember_container(cid.to_string(), ctr);
