@@ -1406,7 +1406,8 @@ fn check_hung_teardown_hook(rt: Option<Runtime>) {
                 .count()
         })
         .sum();
-    assert_eq!((traced, delivered), (delivered, if crio { 2 } else { 1 }));
+    assert_eq!(traced, delivered, "{stops:?}");
+    assert_eq!(delivered, if crio { 2 } else { 1 });
     if crio {
         // The retry: 10-hung told again, unanswered until NRI's request
         // timeout closed it (plugin-timeout, the connection closed); then
