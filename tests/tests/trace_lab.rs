@@ -3,7 +3,11 @@
 //! NRI delivery a test plugin recorded must be attached to the CRI call the
 //! driver was making for that pod or container at the time (the method that
 //! makes that event), and deliveries with no CRI cause labeled as such. The
-//! recording must replay to the same output.
+//! recording must replay to the same output. Where a scenario's point is
+//! the decoding itself (happy, plugin-timeout, slow-plugin, teardown-error,
+//! cri-deadline-retry, cri-late-attach), every delivery and CRI call is
+//! also checked as the plugins and the driver recorded it (`nri_check`,
+//! `cri_check`), on each runtime.
 //!
 //! Needs root, the eBPF object and the lab (mandatory under CI=true).
 
