@@ -1,11 +1,16 @@
 //! End to end against the lab: `nri-trace watch` traces the lab's real
-//! containerd 1.7.24 while a scenario drives it, and its records must show
+//! runtime while a scenario drives it, and its records must show
 //! every delivery the test plugins recorded (plugin, method, event, pod,
 //! container, outcome, and hook time within 1 ms of the plugin's own
 //! handler time; for a call begun before the capture followed the plugin's
 //! end, the runtime's wait must enclose the handler, see
 //! `nri_check::compare`). The raw capture it saved must replay to the same
 //! output.
+//!
+//! The happy, plugin-timeout, slow-plugin and teardown-error deliveries are
+//! checked so on every runtime by trace_lab.rs (`check_happy` and the
+//! others, on the run those tests make); here: the split Synchronize of
+//! containerd 2.1 and CRI-O, and the upstream logger.
 //!
 //! Needs root, the eBPF object and the lab: under CI=true a missing
 //! requirement fails the test; elsewhere the test says why it skips.
@@ -19,114 +24,20 @@ mod truth_file;
 
 use std::path::{Path, PathBuf};
 
-use nri_trace::{
-    engine::record::Record,
-    model::{nri_call::Outcome, observation::Observation},
-};
+use nri_trace::{engine::record::Record, model::nri_call::Outcome};
 
 fn run_traced(scenario: &str) -> Option<PathBuf> {
     lab_trace::run_traced("nri-lab", scenario)
 }
 
 /// Live output equals the replay of the raw capture, line for line; the
-/// records check out against the truth. Returns the records.
+/// records check out against the truth (`nri_check::assert_every_delivery`).
+/// Returns the records.
 fn check(scenario: &str, out: &Path) -> Vec<Record> {
     let records = lab_trace::live_equals_replay(scenario, out).records;
-    let events = lab_trace::raw_events(out);
-
     let truth = truth_file::read(&out.join("truth.ndjson"));
-    let since =
-        nri_trace_lab::truth::observer_attached_ns(&truth).expect("attach note in the truth");
-    let calls = nri_check::calls(&records);
-    let follow = nri_check::plugin_end_since(&events);
-    let report = nri_check::compare(&truth, &calls, since, &follow);
-    eprintln!(
-        "{scenario}: {} calls decoded; {}/{} plugin deliveries matched; \
-         |plugin time - handler| p50/p90/p99/max {} µs; {} timed from the runtime side only \
-         (their wait exceeds the handler by at most {} µs)",
-        calls.len(),
-        report.matched,
-        report.compared,
-        report.diff_quantiles_us(),
-        report.runtime_side_only,
-        report.max_runtime_side_excess_ns / 1000
-    );
-    assert!(report.compared > 0, "{scenario}: no truth to compare");
-    assert!(
-        report.problems.is_empty(),
-        "{scenario}: {} problems:\n{}",
-        report.problems.len(),
-        report.problems.join("\n")
-    );
-    assert_eq!(report.matched, report.compared);
+    nri_check::assert_every_delivery(scenario, &truth, &records, &lab_trace::raw_events(out));
     records
-}
-
-#[test]
-fn happy_every_delivery_decoded() {
-    let Some(out) = run_traced("happy") else {
-        return;
-    };
-    let records = check("happy", &out);
-    // The pre-launched plugin registered before nri-trace attached: its
-    // identity comes from its environment, not "unknown".
-    let calls = nri_check::calls(&records);
-    assert!(calls.iter().any(|c| c.plugin.label() == "30-gamma"));
-    // External plugins registered while traced: RegisterPlugin, Configure,
-    // Synchronize all decoded.
-    for m in ["RegisterPlugin", "Configure", "Synchronize"] {
-        assert!(
-            calls
-                .iter()
-                .any(|c| c.plugin.label() == "10-alpha" && c.method.as_deref() == Some(m)),
-            "no {m} of 10-alpha"
-        );
-    }
-}
-
-#[test]
-fn plugin_timeout_shows_timed_out_and_closed() {
-    let Some(out) = run_traced("plugin-timeout") else {
-        return;
-    };
-    let records = check("plugin-timeout", &out);
-    let calls = nri_check::calls(&records);
-
-    assert_eq!(
-        calls
-            .iter()
-            .filter(|c| c.plugin.label() == "10-hang" && c.outcome == Outcome::TimedOut)
-            .count(),
-        1,
-        "one timed-out call of 10-hang"
-    );
-    assert!(records.iter().any(|r| matches!(
-        r,
-        Record::Observed(Observation::NriPluginGone { plugin, .. }) if plugin.label() == "10-hang"
-    )));
-}
-
-#[test]
-fn slow_plugin_durations() {
-    let Some(out) = run_traced("slow-plugin") else {
-        return;
-    };
-    let records = check("slow-plugin", &out);
-    // The plain plugin's RunPodSandbox waited ~500 ms behind the slow one.
-    let queued = nri_check::hooks(&records).iter().any(|s| {
-        s.call.plugin.label() == "20-plain"
-            && s.hook == "RUN_POD_SANDBOX"
-            && s.queued_ns.is_some_and(|q| q >= 500_000_000)
-    });
-    assert!(queued, "20-plain queued behind 10-slow");
-}
-
-#[test]
-fn teardown_error_outcomes() {
-    let Some(out) = run_traced("teardown-error") else {
-        return;
-    };
-    check("teardown-error", &out);
 }
 
 #[test]

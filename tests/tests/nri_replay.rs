@@ -4,7 +4,8 @@
 //! against the ground truth the plugins wrote at the time. No root needed.
 //!
 //! Fixtures: `tests/fixtures/nri/<scenario>/{recording,truth}.ndjson.gz`,
-//! made by the live tests in nri_lab.rs (see tests/fixtures/nri/README.md).
+//! made by the live tests in trace_lab.rs and nri_lab.rs (see
+//! tests/fixtures/nri/README.md).
 
 mod nri_check;
 mod replay_util;
@@ -41,24 +42,7 @@ fn check_fixture(scenario: &str) -> Vec<Record> {
     let events = fixture_events(scenario);
     let records = nri_check::replay(&events, Path::new(LAB_NRI_SOCKET)).records;
     let truth = truth_file::read(&dir.join("truth.ndjson.gz"));
-    let since = nri_trace_lab::truth::observer_attached_ns(&truth).expect("attach note");
-    let calls = nri_check::calls(&records);
-    let follow = nri_check::plugin_end_since(&events);
-    let report = nri_check::compare(&truth, &calls, since, &follow);
-    eprintln!(
-        "{scenario}: {} calls; {}/{} deliveries matched; |plugin time - handler| p50/p90/p99/max {} µs; {} timed from the runtime side only",
-        calls.len(),
-        report.matched,
-        report.compared,
-        report.diff_quantiles_us(),
-        report.runtime_side_only
-    );
-    assert!(report.compared > 0);
-    assert!(
-        report.problems.is_empty(),
-        "{scenario}:\n{}",
-        report.problems.join("\n")
-    );
+    nri_check::assert_every_delivery(scenario, &truth, &records, &events);
     records
 }
 

@@ -1,8 +1,8 @@
 //! Checks nri-trace's CRI records against the lab's ground truth: every
 //! CRI call the driver made (method, pod, container, deadline, outcome),
 //! written by the driver at the moment it made it. Shared by the live lab
-//! tests (cri_lab.rs) and the replay of committed recordings
-//! (cri_replay.rs).
+//! tests (trace_lab.rs, on every runtime) and the replay of committed
+//! recordings (cri_replay.rs).
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -13,7 +13,7 @@ use nri_trace::{
     model::cri_call::{CriCall, CriOutcome, Identified},
     pipeline::replay::{records_of_events, Collected},
 };
-use nri_trace_lab::truth::{ContainerRef, Outcome, PodRef, Truth};
+use nri_trace_lab::truth::{self, ContainerRef, Outcome, PodRef, Truth};
 
 /// Recorded events through the pipeline, as `nri-trace replay` runs a raw
 /// capture.
@@ -295,6 +295,31 @@ pub(crate) fn compare(truth: &[Truth], calls: &[&CriCall], since: u64, allow: Al
         }
     }
     r
+}
+
+/// Every CRI call the driver made after the observer attached (the
+/// truth's attach note) is among `records` and agrees ([`compare`] with
+/// `allow`), none mislabeled. Prints the figures; fails on any problem.
+/// The report.
+pub(crate) fn assert_every_call(
+    scenario: &str,
+    truth: &[Truth],
+    records: &[Record],
+    allow: Allow,
+) -> CriReport {
+    let since = truth::observer_attached_ns(truth).expect("attach note in the truth");
+    let report = compare(truth, &calls(records), since, allow);
+    eprintln!("{scenario}: {}", report.line());
+    assert!(report.compared > 0, "{scenario}: no truth to compare");
+    assert!(
+        report.problems.is_empty(),
+        "{scenario}: {} problems:\n{}",
+        report.problems.len(),
+        report.problems.join("\n")
+    );
+    assert_eq!(report.matched, report.compared, "{scenario}");
+    assert_eq!(report.mislabeled, 0, "{scenario}");
+    report
 }
 
 /// Committed fixtures: `tests/fixtures/cri/<name>/`.

@@ -1,7 +1,8 @@
 //! Checks nri-trace's NRI records against the lab's ground truth: what each
 //! test plugin recorded, at the moment it acted, as received and answered.
-//! Shared by the live lab tests (nri_lab.rs) and the replay of committed
-//! recordings (nri_replay.rs).
+//! Shared by the live lab tests (trace_lab.rs on every runtime, nri_lab.rs's
+//! split Synchronize) and the replay of committed recordings
+//! (nri_replay.rs).
 #![allow(dead_code)]
 
 use std::{
@@ -265,6 +266,42 @@ pub(crate) fn compare(
         r.matched += 1;
     }
     r
+}
+
+/// Every delivery the test plugins recorded after the observer attached
+/// (the truth's attach note) is among `records` as they recorded it
+/// ([`compare`]; `events` is the raw capture the records came from, for
+/// when the capture began following each plugin's end). Prints the
+/// figures; fails on any problem. The report.
+pub(crate) fn assert_every_delivery(
+    scenario: &str,
+    truth: &[Truth],
+    records: &[Record],
+    events: &[CaptureEvent],
+) -> Report {
+    let since = truth::observer_attached_ns(truth).expect("attach note in the truth");
+    let calls = calls(records);
+    let report = compare(truth, &calls, since, &plugin_end_since(events));
+    eprintln!(
+        "{scenario}: {} NRI calls decoded; {}/{} plugin deliveries matched; \
+         |plugin time - handler| p50/p90/p99/max {} µs; {} timed from the runtime side only \
+         (their wait exceeds the handler by at most {} µs)",
+        calls.len(),
+        report.matched,
+        report.compared,
+        report.diff_quantiles_us(),
+        report.runtime_side_only,
+        report.max_runtime_side_excess_ns / 1000
+    );
+    assert!(report.compared > 0, "{scenario}: no truth to compare");
+    assert!(
+        report.problems.is_empty(),
+        "{scenario}: {} problems:\n{}",
+        report.problems.len(),
+        report.problems.join("\n")
+    );
+    assert_eq!(report.matched, report.compared, "{scenario}");
+    report
 }
 
 impl Report {
