@@ -24,7 +24,10 @@ mod truth_file;
 
 use std::path::{Path, PathBuf};
 
-use nri_trace::{engine::record::Record, model::nri_call::Outcome};
+use nri_trace::{
+    engine::record::Record,
+    model::{nri_call::Outcome, observation::Observation},
+};
 
 fn run_traced(scenario: &str) -> Option<PathBuf> {
     lab_trace::run_traced("nri-lab", scenario)
