@@ -7,10 +7,11 @@
 //! `nri_check::compare`). The raw capture it saved must replay to the same
 //! output.
 //!
-//! The happy, plugin-timeout, slow-plugin and teardown-error deliveries are
-//! checked so on every runtime by trace_lab.rs (`check_happy` and the
-//! others, on the run those tests make); here: the split Synchronize of
-//! containerd 2.1 and CRI-O, and the upstream logger.
+//! The happy, plugin-timeout, slow-plugin, teardown-error and
+//! upstream-witness deliveries are checked so on every runtime by
+//! trace_lab.rs (`check_happy`, `check_upstream_witness` and the others,
+//! on the run those tests make); here: the split Synchronize of
+//! containerd 2.1 and CRI-O.
 //!
 //! Needs root, the eBPF object and the lab: under CI=true a missing
 //! requirement fails the test; elsewhere the test says why it skips.
@@ -41,61 +42,6 @@ fn check(scenario: &str, out: &Path) -> Vec<Record> {
     let truth = truth_file::read(&out.join("truth.ndjson"));
     nri_check::assert_every_delivery(scenario, &truth, &records, &lab_trace::raw_events(out));
     records
-}
-
-#[test]
-fn upstream_logger_decoded() {
-    let Some(out) = run_traced("upstream-witness") else {
-        return;
-    };
-    let records = check("upstream-witness", &out);
-    // The NRI project's own plugin (Go stub, an encoder independent of
-    // ours) is decoded with its registered name.
-    let calls = nri_check::calls(&records);
-    assert!(
-        calls.iter().any(|c| c.plugin.source
-            == nri_trace::model::nri_call::IdentitySource::RegisterPlugin
-            && c.plugin
-                .name
-                .as_deref()
-                .is_some_and(|n| n.contains("logger"))
-            && c.event.is_some()
-            && c.outcome == Outcome::Ok),
-        "no event delivered to the upstream logger"
-    );
-    // Every event the logger itself logged (truth notes "upstream-logger:
-    // EVENT pod|container ID") is a call nri-trace decoded for it.
-    let truth = truth_file::read(&out.join("truth.ndjson"));
-    let mut logged = 0;
-    for t in &truth {
-        let nri_trace_lab::truth::Truth::Note { text, .. } = t else {
-            continue;
-        };
-        let Some(rest) = text.strip_prefix("upstream-logger: ") else {
-            continue;
-        };
-        let mut it = rest.split_whitespace();
-        let (Some(event), Some(kind), Some(id)) = (it.next(), it.next(), it.next()) else {
-            continue;
-        };
-        if event == "SYNCHRONIZE" {
-            continue;
-        }
-        logged += 1;
-        let found = calls.iter().any(|c| {
-            c.plugin.label() == "99-upstream-logger"
-                && c.event.map(|e| e.as_str_name()) == Some(event)
-                && match kind {
-                    "pod" => c.pod.as_ref().is_some_and(|p| p.id == id),
-                    _ => c.container.as_ref().is_some_and(|k| k.id == id),
-                }
-        });
-        assert!(
-            found,
-            "logger logged {event} {kind} {id}; nri-trace has no such call"
-        );
-    }
-    assert!(logged > 0, "the logger logged no event");
 }
 
 /// containerd 2.1 (NRI 0.8) splits Synchronize when its state is over

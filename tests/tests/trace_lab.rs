@@ -5,9 +5,9 @@
 //! makes that event), and deliveries with no CRI cause labeled as such. The
 //! recording must replay to the same output. Where a scenario's point is
 //! the decoding itself (happy, plugin-timeout, slow-plugin, teardown-error,
-//! cri-deadline-retry, cri-late-attach), every delivery and CRI call is
-//! also checked as the plugins and the driver recorded it (`nri_check`,
-//! `cri_check`), on each runtime.
+//! upstream-witness, cri-deadline-retry, cri-late-attach), every delivery
+//! and CRI call is also checked as the plugins and the driver recorded it
+//! (`nri_check`, `cri_check`), on each runtime.
 //!
 //! Needs root, the eBPF object and the lab (mandatory under CI=true).
 
@@ -168,10 +168,26 @@ fn listed_pods(records: &[Record]) -> Vec<Vec<String>> {
 /// the runtime's lists, asked at start over nri-trace's own CRI
 /// connection, name their StopPodSandbox spans (namespace/name, not a
 /// sandbox id); that connection is not traced. With `--no-cri-state`
-/// nothing is asked: nri-trace holds no connection to the runtime.
+/// nothing is asked: nri-trace holds no connection to the runtime. The
+/// same on every runtime (CRI-O's pods listed by its CRI server as
+/// containerd's are).
 #[test]
 fn trace_pods_before_attach_named_from_the_runtime_state() {
-    let Some((out, records)) = traced("pods-before-attach") else {
+    check_pods_before_attach(None);
+}
+
+#[test]
+fn ctrd21_trace_pods_before_attach_named_from_the_runtime_state() {
+    check_pods_before_attach(Some(Runtime::Containerd21));
+}
+
+#[test]
+fn crio_trace_pods_before_attach_named_from_the_runtime_state() {
+    check_pods_before_attach(Some(Runtime::CriO));
+}
+
+fn check_pods_before_attach(rt: Option<Runtime>) {
+    let Some((out, records)) = traced_on(rt, "pods-before-attach") else {
         return;
     };
     let mut listed = listed_pods(&records);
@@ -207,12 +223,17 @@ fn trace_pods_before_attach_named_from_the_runtime_state() {
     );
     // The runtime's process: containerd, or CRI-O's `crio`.
     let runtime_peer = |peers: &str| peers.contains("containerd[") || peers.contains("crio[");
+    let process = match runtime_of(rt) {
+        Runtime::Containerd17 | Runtime::Containerd21 => "containerd[",
+        Runtime::CriO => "crio[",
+    };
     let peers = std::fs::read_to_string(TraceProc::peers(&out)).unwrap();
-    assert!(runtime_peer(&peers), "peers of nri-trace: {peers}");
+    assert!(peers.contains(process), "peers of nri-trace: {peers}");
 
-    let Some(off) = lab_trace::run_traced_with(
-        "trace-lab-no-cri-state",
+    let Some(off) = lab_trace::run_traced_on(
+        &format!("{}-no-cri-state", group_of(rt)),
         "pods-before-attach",
+        rt,
         TraceProc::with_args(&["--no-cri-state"]),
     ) else {
         return;
@@ -1169,14 +1190,95 @@ fn check_ignore_sigterm(rt: Option<Runtime>) {
 }
 
 /// The NRI project's own logger plugin (Go) beside a test plugin: decoded,
-/// correlated, no finding.
+/// correlated, no finding. The logger's stub is an encoder independent of
+/// ours: every call it got is decoded with its registered name, and every
+/// event it logged itself is one of those calls; every delivery either
+/// plugin recorded, and every CRI call the driver made, is matched
+/// ([`check_against_truth`]). The same on every runtime (the scenario's
+/// verify: the logger and the test plugin saw the same events in the same
+/// order on each).
 #[test]
 fn trace_upstream_witness_finds_nothing() {
-    let Some((out, records)) = traced("upstream-witness") else {
+    check_upstream_witness(None);
+}
+
+#[test]
+fn ctrd21_trace_upstream_witness_finds_nothing() {
+    check_upstream_witness(Some(Runtime::Containerd21));
+}
+
+#[test]
+fn crio_trace_upstream_witness_finds_nothing() {
+    check_upstream_witness(Some(Runtime::CriO));
+}
+
+fn check_upstream_witness(rt: Option<Runtime>) {
+    use nri_trace::model::nri_call::{IdentitySource, Outcome};
+    let scenario = "upstream-witness";
+    let Some((out, records)) = traced_on(rt, scenario) else {
         return;
     };
-    check_correlation("upstream-witness", &out);
+    let (checked, _) = check_correlation(scenario, &out);
+    assert!(checked > 0);
     assert_eq!(findings(&records), vec![]);
+    let (truth, _) = check_against_truth(scenario, &out, &records);
+    // The logger registered while traced: named by its RegisterPlugin.
+    let calls = nri_check::calls(&records);
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.plugin.source == IdentitySource::RegisterPlugin
+                && c.plugin.label() == "99-upstream-logger"
+                && c.event.is_some()
+                && c.outcome == Outcome::Ok),
+        "no event delivered to the upstream logger"
+    );
+    // Every event the logger itself logged (truth notes "upstream-logger:
+    // EVENT pod|container ID") is a call nri-trace decoded for it.
+    let mut logged = 0;
+    for t in &truth {
+        let Truth::Note { text, .. } = t else {
+            continue;
+        };
+        let Some(rest) = text.strip_prefix("upstream-logger: ") else {
+            continue;
+        };
+        let mut it = rest.split_whitespace();
+        let (Some(event), Some(kind), Some(id)) = (it.next(), it.next(), it.next()) else {
+            continue;
+        };
+        if event == "SYNCHRONIZE" {
+            continue;
+        }
+        logged += 1;
+        let found = calls.iter().any(|c| {
+            c.plugin.label() == "99-upstream-logger"
+                && c.event.map(|e| e.as_str_name()) == Some(event)
+                && match kind {
+                    "pod" => c.pod.as_ref().is_some_and(|p| p.id == id),
+                    _ => c.container.as_ref().is_some_and(|k| k.id == id),
+                }
+        });
+        assert!(
+            found,
+            "logger logged {event} {kind} {id}; nri-trace has no such call"
+        );
+    }
+    eprintln!(
+        "{scenario} on {}: {checked} deliveries under their CRI calls; the logger logged {logged} \
+         events, each decoded",
+        runtime_of(rt).name()
+    );
+    // As many as the test plugin beside it got (the scenario's verify
+    // checked they are the same events in the same order).
+    let alpha = truth
+        .iter()
+        .filter(|t| {
+            matches!(t, Truth::Nri { plugin, event: Some(e), .. }
+                if plugin == "alpha" && e != "SYNCHRONIZE")
+        })
+        .count();
+    assert_eq!(logged, alpha, "events the logger logged, and alpha got");
 }
 
 /// Seven plugins (six test plugins and the upstream logger; five external,
@@ -1188,13 +1290,27 @@ fn trace_upstream_witness_finds_nothing() {
 /// fires.
 #[test]
 fn trace_plugins_registered_before_attach_are_named() {
+    check_plugins_before_attach(None);
+}
+
+#[test]
+fn ctrd21_trace_plugins_registered_before_attach_are_named() {
+    check_plugins_before_attach(Some(Runtime::Containerd21));
+}
+
+#[test]
+fn crio_trace_plugins_registered_before_attach_are_named() {
+    check_plugins_before_attach(Some(Runtime::CriO));
+}
+
+fn check_plugins_before_attach(rt: Option<Runtime>) {
     use nri_trace::model::{
         nri_call::{IdentitySource, PluginId},
         plugin_identity::{Clue, Confidence},
     };
     use nri_trace_lab::scenario::BEFORE_ATTACH_PLUGINS;
     let scenario = "plugins-before-attach";
-    let Some((out, records)) = traced(scenario) else {
+    let Some((out, records)) = traced_on(rt, scenario) else {
         return;
     };
     let (checked, _) = check_correlation(scenario, &out);
@@ -1863,10 +1979,25 @@ fn check_hung_teardown_client_gone(rt: Option<Runtime>) {
 }
 
 /// 100 pod lifecycles, 4 at a time, through 3 plugins: every delivery is
-/// under the CRI call that made it, no finding, nothing lost.
+/// under the CRI call that made it, no finding, nothing lost. The same on
+/// every runtime.
 #[test]
 fn trace_load_finds_nothing() {
-    let Some((out, records)) = traced("load") else {
+    check_load(None);
+}
+
+#[test]
+fn ctrd21_trace_load_finds_nothing() {
+    check_load(Some(Runtime::Containerd21));
+}
+
+#[test]
+fn crio_trace_load_finds_nothing() {
+    check_load(Some(Runtime::CriO));
+}
+
+fn check_load(rt: Option<Runtime>) {
+    let Some((out, records)) = traced_on(rt, "load") else {
         return;
     };
     let (checked, _) = check_correlation("load", &out);
@@ -2035,11 +2166,27 @@ fn check_runtime_restart(rt: Option<Runtime>) {
 /// the lab's sockets: it waits, says so, and traces from their bind. The
 /// first pod's CRI calls and the NRI hooks they caused (to the pre-launched
 /// plugin, whose socketpair the runtime made after its bind, and to the
-/// external one) are all there, each delivery under its CRI call.
+/// external one) are all there, each delivery under its CRI call. The
+/// same on every runtime (each runtime's own CRI socket waited for).
 #[test]
 fn trace_runtime_after_observer() {
+    check_runtime_after_observer(None);
+}
+
+#[test]
+fn ctrd21_trace_runtime_after_observer() {
+    check_runtime_after_observer(Some(Runtime::Containerd21));
+}
+
+#[test]
+fn crio_trace_runtime_after_observer() {
+    check_runtime_after_observer(Some(Runtime::CriO));
+}
+
+fn check_runtime_after_observer(rt: Option<Runtime>) {
     let scenario = "runtime-after-observer";
-    let Some(out) = lab_trace::run_traced_with("trace-lab", scenario, TraceProc::on_lab_sockets())
+    let Some(out) =
+        lab_trace::run_traced_on(group_of(rt), scenario, rt, TraceProc::on_lab_sockets())
     else {
         return;
     };
@@ -2049,8 +2196,9 @@ fn trace_runtime_after_observer() {
         .lines()
         .find(|l| l.contains("waiting for the runtime to serve"))
         .unwrap_or_else(|| panic!("no waiting notice:\n{log}"));
+    let cri_socket = runtime_of(rt).cri_socket_name();
     assert!(
-        waiting.contains("containerd.sock") && waiting.contains("nri.sock"),
+        waiting.contains(cri_socket) && waiting.contains("nri.sock"),
         "{waiting}"
     );
     assert!(waiting.contains("--no-wait"), "{waiting}");
