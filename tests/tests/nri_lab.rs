@@ -23,16 +23,12 @@ mod record_schema;
 mod trace_check;
 mod truth_file;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use nri_trace::{
     engine::record::Record,
     model::{nri_call::Outcome, observation::Observation},
 };
-
-fn run_traced(scenario: &str) -> Option<PathBuf> {
-    lab_trace::run_traced("nri-lab", scenario)
-}
 
 /// Live output equals the replay of the raw capture, line for line; the
 /// records check out against the truth (`nri_check::assert_every_delivery`).
