@@ -2,7 +2,7 @@
 //! real private runtime and must show, in its ground truth, what it
 //! intends; afterwards `lab down` must have left no process, mount or
 //! cgroup behind. Every scenario is checked the same way, with nri-trace
-//! watching, by tests/tests/trace_lab.rs (see the note at the end).
+//! watching, by tests/tests/trace_lab/ (see the note at the end).
 //!
 //! Needs root and the lab (containerd from trixie): under CI=true a missing
 //! requirement fails the test; elsewhere the test says why it skips.
@@ -69,7 +69,7 @@ fn happy() {
     run_scenario("happy");
 }
 
-// Every other scenario runs in CI through tests/tests/trace_lab.rs, on
+// Every other scenario runs in CI through tests/tests/trace_lab/, on
 // containerd 1.7, containerd 2.1 and CRI-O 1.33.13 alike: each traced run
 // is this scenario run (the same `scenario::run_observed`, its `verify`,
 // and the runtime and leftover checks of `scenario::after_run_problems`)

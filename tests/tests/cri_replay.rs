@@ -5,7 +5,7 @@
 //! the clients wrote at the time. No root needed.
 //!
 //! Fixtures: `tests/fixtures/cri/<name>/{recording,truth}.ndjson.gz`, made
-//! by the live tests in trace_lab.rs (see tests/fixtures/cri/README.md).
+//! by the live tests in trace_lab/ (see tests/fixtures/cri/README.md).
 
 mod cri_check;
 mod replay_util;

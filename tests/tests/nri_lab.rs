@@ -9,7 +9,7 @@
 //!
 //! The happy, plugin-timeout, slow-plugin, teardown-error and
 //! upstream-witness deliveries are checked so on every runtime by
-//! trace_lab.rs (`check_happy`, `check_upstream_witness` and the others,
+//! trace_lab/ (`check_happy`, `check_upstream_witness` and the others,
 //! on the run those tests make); here: the split Synchronize of
 //! containerd 2.1 and CRI-O.
 //!

@@ -4,7 +4,7 @@
 //! against the ground truth the plugins wrote at the time. No root needed.
 //!
 //! Fixtures: `tests/fixtures/nri/<scenario>/{recording,truth}.ndjson.gz`,
-//! made by the live tests in trace_lab.rs and nri_lab.rs (see
+//! made by the live tests in trace_lab/ and nri_lab.rs (see
 //! tests/fixtures/nri/README.md).
 
 mod nri_check;

@@ -4,7 +4,7 @@
 //! findings against the truth the actors wrote. No root needed.
 //!
 //! Fixtures: `tests/fixtures/trace/<scenario>/{recording,truth}.ndjson.gz`,
-//! made by tests/tests/trace_lab.rs (target/tmp/trace-lab/<scenario>).
+//! made by tests/tests/trace_lab/ (target/tmp/trace-lab/<scenario>).
 
 mod cri_check;
 mod replay_util;
@@ -319,7 +319,7 @@ fn explain_says_every_pod_of_the_fixtures_is_gone() {
 }
 
 /// Late attaches with NRI plugins connected before the observer
-/// (trace_lab.rs `trace_cri_late_attach_with_plugins_names_the_calls`).
+/// (trace_lab/ `trace_cri_late_attach_with_plugins_names_the_calls`).
 const LATE_WITH_PLUGINS: &[&str] = &["cri-late-attach-nri", "cri-late-attach-go-nri"];
 
 /// Replayed whole, then started at many points (mid-chunk too): every CRI

@@ -1,7 +1,7 @@
 //! Checks nri-trace's CRI records against the lab's ground truth: every
 //! CRI call the driver made (method, pod, container, deadline, outcome),
 //! written by the driver at the moment it made it. Shared by the live lab
-//! tests (trace_lab.rs, on every runtime) and the replay of committed
+//! tests (trace_lab/, on every runtime) and the replay of committed
 //! recordings (cri_replay.rs).
 #![allow(dead_code)]
 

@@ -1,6 +1,6 @@
 //! Checks nri-trace's NRI records against the lab's ground truth: what each
 //! test plugin recorded, at the moment it acted, as received and answered.
-//! Shared by the live lab tests (trace_lab.rs on every runtime, nri_lab.rs's
+//! Shared by the live lab tests (trace_lab/ on every runtime, nri_lab.rs's
 //! split Synchronize) and the replay of committed recordings
 //! (nri_replay.rs).
 #![allow(dead_code)]

@@ -1,6 +1,6 @@
 //! Checks `nri-trace watch` records against the lab's truth: every plugin
 //! delivery under the CRI span of the driver's call that caused it, and the
-//! contract findings. Shared by the live tests (trace_lab.rs) and the replay
+//! contract findings. Shared by the live tests (trace_lab/) and the replay
 //! of committed recordings (trace_replay.rs).
 #![allow(dead_code)]
 
