@@ -59,7 +59,6 @@ use nri_trace_lab::{
 };
 use trace_check::{finding_details, findings};
 
-
 fn records(scenario: &str, out: &Path) -> Vec<Record> {
     lab_trace::live_equals_replay(scenario, out).records
 }
