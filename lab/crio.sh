@@ -178,7 +178,9 @@ cgroup_manager = "cgroupfs"
 conmon_cgroup = "pod"
 log_level = "$LOG_LEVEL"
 selinux = false
-pinns_path = "$BIN/pinns"
+# pinns through a wrapper: the scenario cri-retry-slow-sandbox slows it
+# (crio calls it outside the CRI request's context, as i/o load would).
+pinns_path = "$CDIR/wrap/pinns"
 namespaces_dir = "$NETNS_DIR"
 container_exits_dir = "$CONMON_DIR/exits"
 container_attach_socket_dir = "$CONMON_DIR/attach"
@@ -255,6 +257,16 @@ write_side_files() {
 	EOF
 	chmod 0755 "$CDIR/wrap/runc.tmp"
 	mv "$CDIR/wrap/runc.tmp" "$CDIR/wrap/runc"
+	# pinns, slowed by the seconds in $CDIR/slow-pinns while that file
+	# exists (scenario cri-retry-slow-sandbox; `down` removes it).
+	cat >"$CDIR/wrap/pinns.tmp" <<-EOF
+		#!/bin/bash
+		# nri-trace lab (crio.sh): pinns, slowed while $CDIR/slow-pinns holds seconds.
+		if [[ -s $CDIR/slow-pinns ]]; then sleep "\$(cat "$CDIR/slow-pinns")"; fi
+		exec "$BIN/pinns" "\$@"
+	EOF
+	chmod 0755 "$CDIR/wrap/pinns.tmp"
+	mv "$CDIR/wrap/pinns.tmp" "$CDIR/wrap/pinns"
 }
 
 # pid of our crio, if it runs (its command line names our config).
@@ -431,6 +443,7 @@ cmd_down() {
 		return 0
 	}
 	our_ids >"$CDIR/ids.tmp" && mv "$CDIR/ids.tmp" "$CDIR/ids"
+	rm -f "$CDIR/slow-pinns"
 
 	# 1. crio itself (on SIGTERM it leaves its containers running, as a
 	#    node's runtime restart does).

@@ -47,6 +47,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("container-exits", "2 pods x 1 container whose process exits on its own (exit code 3) 0.3 s after it starts; the driver stops it 2 s after the start, as kubelet would; 2 plugins"),
     ("netns-teardown", "2 pods with their own network namespace (the lab's bridge CNI network) and a shared PID namespace (pause is PID 1), one container each, full lifecycle, one external plugin: when the netns goes against the plugins' StopPodSandbox"),
     ("split-synchronize", "12 pods (one container each) whose annotations make 5.6 MiB, then a plugin registers: NRI >= 0.7 (containerd 2.1, not 1.7) splits its Synchronize under ttrpc's 4 MiB message limit, `more` set on all but the last; then one answering without `more` (a pre-v0.7 stub) registers and is closed"),
+    ("cri-retry-slow-sandbox", "CRI-O only: RunPodSandbox slowed 3 s outside the CRI request's context (crio's pinns, as under i/o load), no NRI plugin; the driver retries the same name at 1 s deadlines: CRI-O's name reservation holds every retry (cri-o#4221; its log says \"name is reserved\"), the retry after the sandbox is made takes it from the resource cache"),
     ("plugins-before-attach", "seven plugins registered before the observer attaches (external: --name/--idx flags, an NN-name binary with a name past comm's 15 bytes, an -idx-only binary, the upstream logger with Go's -idx/-name; pre-launched: flags, a bare NN-name binary), then 2 lifecycles"),
 ];
 
@@ -599,6 +600,7 @@ fn drive(r: &mut Run) -> Result<()> {
             r.up("2s")?;
             r.driver(&["ignore-sigterm", "--grace-secs", "2"])?;
         }
+        "cri-retry-slow-sandbox" => cri_retry_slow_sandbox(r)?,
         "busy-mount" => busy_mount(r)?,
         "unkillable" => unkillable(r)?,
         "hung-teardown-hook" => hung_teardown_hook(r)?,
@@ -919,6 +921,63 @@ pub const BEFORE_ATTACH_PLUGINS: [(&str, &str); 7] = [
     ("omega", "60"),
     ("upstream-logger", "99"),
 ];
+
+/// Seconds `cri-retry-slow-sandbox` holds crio's pinns.
+const SLOW_PINNS_SECS: u64 = 3;
+/// The note `cri-retry-slow-sandbox` leaves with crio's own account.
+const CRIO_LOG_NOTE: &str = "crio log:";
+
+/// `cri-retry-slow-sandbox`: the seed's situation (cri-o#4221) on CRI-O
+/// 1.33: the sandbox is slow to make for a reason the CRI request's
+/// context does not cut short (crio runs pinns with no context:
+/// internal/config/nsmgr `NewPodNamespaces`; the lab's pinns wrapper sleeps
+/// while `$LAB/crio/slow-pinns` holds seconds), and the client retries the
+/// same name after each 1 s deadline. Since cri-o#4221's fix a retry that
+/// finds the name reserved waits for the first request
+/// (`server/utils.go` getResourceOrWait) until its own deadline, instead
+/// of answering "name is reserved" at once; the sandbox, made after the
+/// first request's deadline, goes to the resource cache, and the next
+/// retry takes it. No NRI plugin: CRI-O calls NRI with the request's
+/// context, which has expired by then, and the call would fail the
+/// sandbox (cri-deadline-retry shows that path). crio's own account of
+/// the retries is read from its log into a note.
+fn cri_retry_slow_sandbox(r: &mut Run) -> Result<()> {
+    ensure!(
+        r.lab.runtime == Runtime::CriO,
+        "cri-retry-slow-sandbox slows crio's pinns: run it on CRI-O \
+         (`cargo xtask lab --runtime crio run cri-retry-slow-sandbox`)"
+    );
+    r.up("5s")?;
+    let crio = r.lab.dir.join("crio");
+    let log = crio.join("crio.log");
+    let from = std::fs::metadata(&log).map_or(0, |m| m.len());
+    let slow = crio.join("slow-pinns");
+    std::fs::write(&slow, format!("{SLOW_PINNS_SECS}\n"))
+        .with_context(|| format!("writing {}", slow.display()))?;
+    let driven = r.driver(&["--backoff-ms", "250", "retry", "--deadline-ms", "1000"]);
+    let _ = std::fs::remove_file(&slow);
+    // The driver tears the pod down itself once a try succeeded.
+    driven?;
+    let text = std::fs::read(&log).with_context(|| format!("reading {}", log.display()))?;
+    let text = String::from_utf8_lossy(
+        text.get(usize::try_from(from).unwrap_or(0)..)
+            .unwrap_or_default(),
+    );
+    let reserved = text
+        .lines()
+        .filter(|l| {
+            l.contains("error reserving pod name k8s_retry-0_") && l.contains("name is reserved")
+        })
+        .count();
+    let cached = text
+        .lines()
+        .filter(|l| l.contains("in resource cache; using it") && l.contains("k8s_retry-0_"))
+        .count();
+    r.note(&format!(
+        "{CRIO_LOG_NOTE} {reserved} name is reserved, {cached} taken from the resource cache"
+    ))?;
+    Ok(())
+}
 
 /// `link` made a symlink to `target` (replacing what was there).
 /// Pods of `split-synchronize`, and the annotations that make each big.
@@ -2245,6 +2304,38 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
                 .collect();
             facts.push(format!(
                 "later events for late-pod at the late plugin: {after:?}"
+            ));
+        }
+        "cri-retry-slow-sandbox" => {
+            let runs: Vec<_> = cri_calls(&t)
+                .into_iter()
+                .filter(|c| c.0 == "RunPodSandbox")
+                .collect();
+            let (last, retried) = runs.split_last().context("no RunPodSandbox")?;
+            ensure!(
+                !retried.is_empty()
+                    && retried
+                        .iter()
+                        .all(|c| matches!(c.3, Outcome::DeadlineExceeded))
+                    && matches!(last.3, Outcome::Ok),
+                "expected tries that ran into their deadline, then one ok: {:?}",
+                runs.iter().map(|c| c.3).collect::<Vec<_>>()
+            );
+            let note = notes(&t)
+                .into_iter()
+                .find(|n| n.starts_with(CRIO_LOG_NOTE))
+                .context("no note of crio's log")?;
+            // Every retry ran into the reservation (a warning in crio's
+            // log, none on the wire); the last took the cached sandbox.
+            let want = format!(
+                "{CRIO_LOG_NOTE} {} name is reserved, 1 taken from the resource cache",
+                runs.len() - 1
+            );
+            ensure!(note == want, "{note:?}, expected {want:?}");
+            facts.push(format!(
+                "{} RunPodSandbox tries, {} DeadlineExceeded then ok; {note}",
+                runs.len(),
+                retried.len()
             ));
         }
         "cri-deadline-retry" | "cri-deadline-retry-go" => {

@@ -1012,10 +1012,7 @@ impl ContractChecker {
             pod.attempt,
             c.container.as_ref().map(|k| (&k.name, k.attempt))
         );
-        let gave_up = matches!(
-            c.outcome,
-            CriOutcome::DeadlineExceeded | CriOutcome::Cancelled
-        );
+        let gave_up = c.outcome.deadline_expired() || c.outcome == CriOutcome::Cancelled;
         if let Some((first, calls)) = self.retries.get_mut(&key) {
             calls.push(c.clone());
             if c.outcome.is_ok() || !(gave_up || is_reserved(&c.outcome)) {
@@ -1645,6 +1642,49 @@ mod tests {
             v[0].detail
         );
         assert_eq!(v[0].evidence.len(), 3);
+    }
+
+    /// CRI-O 1.33 holds a retry for the name reservation until the
+    /// request's context ends, then answers DEADLINE_EXCEEDED with "name is
+    /// reserved" in its message; that status can reach the socket before
+    /// the client's own expiry, on the first try too: still the deadline
+    /// running out, so it starts the streak as the client's expiry does.
+    #[test]
+    fn server_deadline_exceeded_status_starts_a_retry_streak() {
+        let pod = PodMeta {
+            name: "web".into(),
+            namespace: "ns".into(),
+            uid: "u".into(),
+            attempt: 0,
+        };
+        let mut first = cri(Some("RunPodSandbox"), "", 0, 1000);
+        first.sandbox_id = None;
+        first.pod = Some(pod);
+        first.outcome = CriOutcome::Error {
+            code: crate::model::cri_call::GRPC_DEADLINE_EXCEEDED,
+            status: "DEADLINE_EXCEEDED".into(),
+            message: "kubelet may be retrying requests that are timing out in CRI-O due to \
+                      system load: context deadline exceeded: error reserving pod name \
+                      k8s_web_ns_u_0 for id x: name is reserved"
+                .into(),
+        };
+        let mut ok = first.clone();
+        (ok.start, ok.end) = (ts(1250), ts(1300));
+        ok.outcome = CriOutcome::Ok;
+        let v = check(&[span(first, vec![]), span(ok, vec![])]);
+        assert_eq!(rules(&v), vec![NAME_RESERVATION_RETRY]);
+        assert!(
+            matches!(
+                v[0].detail,
+                Detail::NameReservationRetry {
+                    requests: 2,
+                    reserved: 1,
+                    ..
+                }
+            ),
+            "{:?}",
+            v[0].detail
+        );
     }
 
     /// containerd 2.1: the retry is answered "name is reserved" and the

@@ -110,9 +110,28 @@ pub enum CriOutcome {
     Unknown,
 }
 
+/// gRPC's DEADLINE_EXCEEDED status code (grpc `codes.DeadlineExceeded`).
+pub const GRPC_DEADLINE_EXCEEDED: u32 = 4;
+
 impl CriOutcome {
     pub fn is_ok(&self) -> bool {
         matches!(self, CriOutcome::Ok)
+    }
+
+    /// The call's deadline ran out: the client's expiry, or the server's
+    /// DEADLINE_EXCEEDED status when it reached the socket first (CRI-O
+    /// answers a retry it held for the name reservation when the request's
+    /// context ends: `server/utils.go` getResourceOrWait). Both are what
+    /// the client reports as DeadlineExceeded.
+    pub fn deadline_expired(&self) -> bool {
+        matches!(
+            self,
+            CriOutcome::DeadlineExceeded
+                | CriOutcome::Error {
+                    code: GRPC_DEADLINE_EXCEEDED,
+                    ..
+                }
+        )
     }
 
     /// In words, for evidence and explanations.

@@ -117,7 +117,14 @@ fn assert_expiry_and_retry(scenario: &str, runtime: Runtime, truth: &[Truth], re
     for (run, (outcome, deadline_ms)) in runs.iter().zip(&tries) {
         match outcome {
             truth::Outcome::DeadlineExceeded => {
-                assert_eq!(run.outcome, CriOutcome::DeadlineExceeded, "{run:?}");
+                // The client's expiry, or the server's answer when it
+                // reached the socket first (CRI-O answers a retry held for
+                // the name reservation at the same deadline): the driver
+                // reports its own expiry.
+                assert!(
+                    run.outcome.deadline_expired() || cri_check::answered_at_deadline(run),
+                    "{run:?}"
+                );
                 let d = deadline_ms.expect("the try's deadline") * 1_000_000;
                 assert!(
                     run.deadline_ns.is_some_and(|x| x > d - d / 10 && x <= d),
@@ -184,4 +191,66 @@ fn ctrd21_trace_name_reservation_retry_found_go() {
 #[test]
 fn crio_trace_name_reservation_retry_found_go() {
     check_deadline_retry(Some(Runtime::CriO), "cri-deadline-retry-go");
+}
+
+/// The seed's situation on CRI-O 1.33 (cri-o#4221): the sandbox is slow
+/// for a reason the request's context does not cut short (the lab slows
+/// crio's pinns 3 s), the client retries the same name after each 1 s
+/// deadline, no NRI plugin. Every retry runs into the name reservation and,
+/// since that issue's fix, waits its own deadline out instead of failing
+/// at once (crio's log: one "name is reserved" per retry, the scenario's
+/// note); the retry after the sandbox is made takes it from the resource
+/// cache. On the wire every try but the last ran into its deadline: the
+/// client's expiry, or CRI-O's own DEADLINE_EXCEEDED answer carrying the
+/// seed's "name is reserved" when it reached the socket first (a race per
+/// retry). nri-trace: the name-reservation finding, certain, with every
+/// try as a request and the reserved answers counted; each try traced as
+/// the driver saw it, and nothing else found.
+#[test]
+fn crio_trace_name_reservation_storm() {
+    let scenario = "cri-retry-slow-sandbox";
+    let Some((out, records)) = traced_on(Some(Runtime::CriO), scenario) else {
+        return;
+    };
+    let truth = truth::read(&out.join("truth.ndjson")).expect("truth");
+    let tries = truth
+        .iter()
+        .filter(|t| matches!(t, Truth::Cri { method, .. } if method == "RunPodSandbox"))
+        .count();
+    let crio_log = note(&truth, "crio log:");
+    eprintln!("{scenario}: {tries} RunPodSandbox tries; {crio_log}");
+    assert_eq!(
+        crio_log,
+        format!(
+            "crio log: {} name is reserved, 1 taken from the resource cache",
+            tries - 1
+        )
+    );
+    failed_calls_traced_failed(scenario, &truth, &records);
+    cri_check::assert_every_call(scenario, &truth, &records, cri_check::Allow::default());
+    assert_expiry_and_retry(scenario, Runtime::CriO, &truth, &records);
+    // The tries CRI-O's own answer reached the wire for, before the
+    // client's expiry: DEADLINE_EXCEEDED, or "now ready ... on next
+    // retry", with the seed's "name is reserved" in its message (the race
+    // of each retry's deadline).
+    let reserved_on_wire = cri_check::calls(&records)
+        .iter()
+        .filter(|c| {
+            matches!(&c.outcome, CriOutcome::Error { message, .. } if message.contains("name is reserved"))
+        })
+        .count();
+    eprintln!("{scenario}: {reserved_on_wire} tries answered \"name is reserved\" on the wire");
+    assert!(reserved_on_wire < tries);
+    let streaks: Vec<(usize, usize)> = finding_details(&records, NAME_RESERVATION_RETRY)
+        .into_iter()
+        .filter_map(|(_, d)| match d {
+            Detail::NameReservationRetry {
+                requests, reserved, ..
+            } => Some((*requests, *reserved)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(streaks, vec![(tries, reserved_on_wire)]);
+    let f = findings(&records);
+    assert_eq!(f, vec![(NAME_RESERVATION_RETRY, None, true)], "{f:?}");
 }
