@@ -675,7 +675,13 @@ impl Faults {
         seen.lock().unwrap().b_ready = truth::mono_ns();
         let b_pid = b.pid().context("b runs")?;
         *b_slot.lock().unwrap() = Some(b);
-        sleep(Duration::from_secs(1));
+        // Before the floods, long enough for the calls in flight at b's
+        // attach to end and whole ones to follow: the check before the
+        // floods starts where every call begun before the attach has
+        // settled, and the load's StopContainer waits out a 2 s grace
+        // period (with 1 s, a StopContainer in flight at the attach left
+        // that window empty: "too little traced", CI 2026-11-27).
+        sleep(Duration::from_secs(3));
         let (log, floods) = hostile_peer(&lab.cri_socket(), &lab.nri_socket());
         let mut s = seen.lock().unwrap();
         s.hostile = log;
