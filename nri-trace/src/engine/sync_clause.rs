@@ -100,6 +100,64 @@ struct Ctr {
     stopping: Option<Timestamp>,
 }
 
+/// The containers remembered (the newest [`MAX_CONTAINERS`]), by id and
+/// by pod: a pod's case reads its own containers, not every container.
+#[derive(Default)]
+struct Containers {
+    by_id: BTreeMap<String, Ctr>,
+    by_pod: BTreeMap<String, BTreeSet<String>>,
+    order: VecDeque<String>,
+}
+
+impl Containers {
+    fn contains(&self, id: &str) -> bool {
+        self.by_id.contains_key(id)
+    }
+
+    fn get_mut(&mut self, id: &str) -> Option<&mut Ctr> {
+        self.by_id.get_mut(id)
+    }
+
+    /// Pod `pod`'s containers, by id.
+    fn of_pod<'a>(&'a self, pod: &str) -> impl Iterator<Item = (&'a String, &'a Ctr)> {
+        self.by_pod
+            .get(pod)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.by_id.get_key_value(id))
+    }
+
+    fn remember(&mut self, id: String, c: Ctr) {
+        if !self.by_id.contains_key(&id) {
+            if self.order.len() >= MAX_CONTAINERS {
+                if let Some(old) = self.order.pop_front() {
+                    self.forget(&old);
+                }
+            }
+            self.order.push_back(id.clone());
+        }
+        self.forget(&id);
+        self.by_pod
+            .entry(c.pod.clone())
+            .or_default()
+            .insert(id.clone());
+        self.by_id.insert(id, c);
+    }
+
+    /// Drop `id` from both maps (not from `order`).
+    fn forget(&mut self, id: &str) {
+        let Some(old) = self.by_id.remove(id) else {
+            return;
+        };
+        if let Some(ids) = self.by_pod.get_mut(&old.pod) {
+            ids.remove(id);
+            if ids.is_empty() {
+                self.by_pod.remove(&old.pod);
+            }
+        }
+    }
+}
+
 /// One plugin's registration: its (first) Synchronize.
 struct Registration {
     conn: ConnId,
@@ -118,11 +176,11 @@ struct Registration {
 impl Registration {
     /// The containers of pod `id` decided with it: (how many existed, the
     /// labels of those the plugin was not told of).
-    fn containers_for(&self, id: &str, ctrs: &BTreeMap<String, Ctr>) -> (u64, Vec<String>) {
+    fn containers_for(&self, id: &str, ctrs: &Containers) -> (u64, Vec<String>) {
         let at = self.start.mono_ns;
         let mut existed = 0;
         let mut not_told = Vec::new();
-        for (cid, c) in ctrs.iter().filter(|(_, c)| c.pod == id) {
+        for (cid, c) in ctrs.of_pod(id) {
             if c.stopping.is_some_and(|t| t.mono_ns < at) {
                 continue;
             }
@@ -144,7 +202,7 @@ impl Registration {
 
     /// The case of pod `id` for this registration; `None` when it is not
     /// decidable (made after it, or stopping before it).
-    fn case_for(&self, id: &str, p: &Pod, ctrs: &BTreeMap<String, Ctr>) -> Option<SyncCase> {
+    fn case_for(&self, id: &str, p: &Pod, ctrs: &Containers) -> Option<SyncCase> {
         let at = self.start.mono_ns;
         if p.stopping.is_some_and(|t| t.mono_ns < at) {
             return None;
@@ -217,8 +275,7 @@ impl SyncCase {
 pub struct SyncClause {
     pods: BTreeMap<String, Pod>,
     pod_order: VecDeque<String>,
-    containers: BTreeMap<String, Ctr>,
-    container_order: VecDeque<String>,
+    containers: Containers,
     registrations: VecDeque<Registration>,
 }
 
@@ -230,8 +287,8 @@ impl SyncClause {
             .iter()
             .filter(|c| c.state == "created" || c.state == "running")
         {
-            if !self.containers.contains_key(&c.id) {
-                self.remember_container(
+            if !self.containers.contains(&c.id) {
+                self.containers.remember(
                     c.id.clone(),
                     Ctr {
                         pod: c.sandbox_id.clone(),
@@ -328,7 +385,7 @@ impl SyncClause {
                     told: plugins_told(s, "CREATE_CONTAINER"),
                     stopping: None,
                 };
-                self.remember_container(cid.to_string(), ctr);
+                self.containers.remember(cid.to_string(), ctr);
             }
             Some("StopContainer" | "RemoveContainer") => self.container_stopping(cid, start),
             _ => {}
@@ -443,18 +500,6 @@ impl SyncClause {
         };
         self.registrations[i].decided.insert(id.to_string());
         out.push(case);
-    }
-
-    fn remember_container(&mut self, id: String, c: Ctr) {
-        if !self.containers.contains_key(&id) {
-            if self.container_order.len() >= MAX_CONTAINERS {
-                if let Some(old) = self.container_order.pop_front() {
-                    self.containers.remove(&old);
-                }
-            }
-            self.container_order.push_back(id.clone());
-        }
-        self.containers.insert(id, c);
     }
 
     fn remember(&mut self, id: String, pod: Pod) {
