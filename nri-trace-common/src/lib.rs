@@ -553,7 +553,14 @@ pub mod counter {
     pub const SANDBOX_SUPPRESSED: u32 = 4;
     /// New processes of the runtime's tree not followed: `POD_TASKS` full.
     pub const POD_MAP_FULL: u32 = 5;
-    pub const COUNT: u32 = 6;
+    /// Kernel time (CLOCK_MONOTONIC, ns) of this CPU's first record
+    /// dropped since userspace last cleared it (0: none): where in the
+    /// capture the loss begins. Userspace zeroes it after each reading.
+    pub const LOST_FIRST_NS: u32 = 6;
+    /// Kernel time of this CPU's latest dropped record: where the loss
+    /// ends. Never cleared (the reading compares it with the last one).
+    pub const LOST_LAST_NS: u32 = 7;
+    pub const COUNT: u32 = 8;
 }
 
 #[cfg(feature = "user")]

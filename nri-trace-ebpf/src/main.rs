@@ -186,6 +186,30 @@ fn bump(idx: u32, by: u64) {
     }
 }
 
+/// A record dropped on a full ring: counted, with its payload bytes, and
+/// stamped, so userspace can say *when* the capture has a hole and not
+/// only how big it is (`counter::LOST_FIRST_NS`, `LOST_LAST_NS`). A
+/// reader behind by a whole ring reads the counters long before it
+/// reaches the records around the hole; the stamps place the loss.
+#[inline(always)]
+fn lost(bytes: u64) {
+    bump(counter::LOST_RECORDS, 1);
+    if bytes > 0 {
+        bump(counter::LOST_BYTES, bytes);
+    }
+    let now = unsafe { bpf_ktime_get_ns() };
+    if let Some(p) = COUNTERS.get_ptr_mut(counter::LOST_FIRST_NS) {
+        unsafe {
+            if *p == 0 {
+                *p = now;
+            }
+        }
+    }
+    if let Some(p) = COUNTERS.get_ptr_mut(counter::LOST_LAST_NS) {
+        unsafe { *p = now };
+    }
+}
+
 #[inline(always)]
 fn config() -> Config {
     match CONFIG.get(0) {
@@ -342,7 +366,7 @@ fn emit_header(hdr: &RecordHeader, wakeup_bytes: u32) {
         .output::<RecordHeader>(hdr, wake_flags(hdr.ts_ns, wakeup_bytes))
         .is_err()
     {
-        bump(counter::LOST_RECORDS, 1);
+        lost(0);
     }
 }
 
@@ -390,8 +414,7 @@ fn emit_reserved<const N: usize>(
     wakeup: u32,
 ) {
     let Some(mut e) = EVENTS.reserve::<Reserved<N>>(0) else {
-        bump(counter::LOST_RECORDS, 1);
-        bump(counter::LOST_BYTES, u64::from(len));
+        lost(u64::from(len));
         return;
     };
     // Checked after the reservation, right before the read: a bound
@@ -499,8 +522,7 @@ fn emit_scratch(hdr: &RecordHeader, src: u64, len: u32, offset: u32, flags: u32,
         )
     };
     if r != 0 {
-        bump(counter::LOST_RECORDS, 1);
-        bump(counter::LOST_BYTES, n as u64);
+        lost(n as u64);
     }
 }
 

@@ -37,7 +37,8 @@ use nri_trace_common::{
 };
 
 use crate::{
-    bump, config, group_dead, ret_of, syscall_args, wake_flags, with_fallback, EVENTS, SCRATCH,
+    bump, config, group_dead, lost, ret_of, syscall_args, wake_flags, with_fallback, EVENTS,
+    SCRATCH,
 };
 
 /// The runtime's process tree: tgid -> `TASK_*` bits. Seeded by userspace
@@ -205,7 +206,7 @@ impl Draft {
             )
         };
         if r != 0 {
-            bump(counter::LOST_RECORDS, 1);
+            lost(0);
         }
     }
 }

@@ -100,6 +100,13 @@ pub trait CaptureBackend: Send {
     }
     /// Cumulative loss counters over all CPUs.
     fn loss(&self) -> Result<Loss, BackendError>;
+    /// The kernel times (CLOCK_MONOTONIC ns) of the first record dropped
+    /// since the last call (None: no CPU stamped one, and then 0) and of
+    /// the latest dropped record; the first stamps are cleared, so each
+    /// call covers the drops since the one before.
+    fn take_loss_times(&mut self) -> Result<(Option<u64>, u64), BackendError> {
+        Ok((None, 0))
+    }
     /// Hand the records now available to `f`, up to `budget` bytes (each
     /// record counted as its length plus [`RECORD_COST`]); true when it
     /// stopped at the budget (more may wait).

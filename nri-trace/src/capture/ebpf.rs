@@ -7,7 +7,7 @@ use std::{
 };
 
 use aya::{
-    maps::{Array, HashMap, MapData, PerCpuArray, ProgramArray, RingBuf},
+    maps::{Array, HashMap, MapData, PerCpuArray, PerCpuValues, ProgramArray, RingBuf},
     programs::{RawTracePoint, TracePoint},
     Ebpf, EbpfLoader,
 };
@@ -675,7 +675,40 @@ impl CaptureBackend for EbpfBackend {
             malformed: 0,
             sandbox_suppressed: sum(counter::SANDBOX_SUPPRESSED)?,
             pod_map_full: sum(counter::POD_MAP_FULL)?,
+            lost_from: None,
+            lost_to: None,
         })
+    }
+
+    fn take_loss_times(&mut self) -> Result<(Option<u64>, u64), BackendError> {
+        let first = self
+            .counters
+            .get(&counter::LOST_FIRST_NS, 0)
+            .map_err(map_err("COUNTERS"))?;
+        let first_ns = first.iter().copied().filter(|t| *t != 0).min();
+        if first_ns.is_some() {
+            // A drop between the read and this clear loses its stamp: the
+            // session then takes its previous reading's time instead.
+            // (One value per possible CPU, as read: the conversion
+            // cannot fail.)
+            if let Ok(zeros) = PerCpuValues::try_from(vec![0u64; first.len()]) {
+                self.counters
+                    .set(counter::LOST_FIRST_NS, zeros, 0)
+                    .map_err(map_err("COUNTERS"))?;
+            }
+        }
+        if first_ns.is_none() {
+            return Ok((None, 0));
+        }
+        let last_ns = self
+            .counters
+            .get(&counter::LOST_LAST_NS, 0)
+            .map_err(map_err("COUNTERS"))?
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(0);
+        Ok((first_ns, last_ns))
     }
 
     fn drain(&mut self, budget: usize, f: &mut dyn FnMut(&[u8])) -> bool {

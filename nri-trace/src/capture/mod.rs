@@ -256,6 +256,16 @@ pub struct Loss {
     /// New processes of the runtime's tree not followed: map full.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub pod_map_full: u64,
+    /// When the records newly counted in this report were dropped: the
+    /// kernel's time of the first and the last (`counter::LOST_FIRST_NS`,
+    /// `LOST_LAST_NS`). A reader behind the ring counts a loss long
+    /// before it reaches the records around it, so the report's place in
+    /// the stream does not say when the hole is; these do. Absent in
+    /// captures made before they existed, and when nothing was dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_from: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_to: Option<Timestamp>,
 }
 
 #[allow(
@@ -267,8 +277,17 @@ fn is_zero(v: &u64) -> bool {
 }
 
 impl Loss {
+    /// The counters alone (without the time of the newest drops).
+    pub fn counts(&self) -> Loss {
+        Loss {
+            lost_from: None,
+            lost_to: None,
+            ..*self
+        }
+    }
+
     pub fn any(&self) -> bool {
-        *self != Loss::default()
+        self.counts() != Loss::default()
     }
 }
 

@@ -692,6 +692,8 @@ mod tests {
             malformed: 4,
             sandbox_suppressed: 5,
             pod_map_full: 6,
+            lost_from: Some(ts(6)),
+            lost_to: Some(ts(7)),
         }));
         v.push(CaptureEvent::Sandbox(
             crate::capture::sandbox::SandboxEvent {

@@ -940,13 +940,36 @@ async fn drain_until_stopped(
                 let _ = ask.send(Ask::Restart);
             }
         }
-        if stopping || now.saturating_sub(last_loss_check) > 250_000_000 {
+        // A drop stamps the kernel's `LOST_FIRST_NS`: looked at after every
+        // batch with records in it (a full ring drops only while records
+        // wait; one map read), the counters themselves then and every
+        // 250 ms. The loss is reported in the batch that holds the first
+        // records after it, and placed before them (`place_loss`).
+        let due = stopping || now.saturating_sub(last_loss_check) > 250_000_000;
+        let times = if due || !out.is_empty() {
+            backend.take_loss_times().unwrap_or((None, 0))
+        } else {
+            (None, 0)
+        };
+        if due || times.0.is_some() {
+            let read_at = last_loss_check;
             last_loss_check = now;
             if let Ok(mut l) = backend.loss() {
                 l.malformed = malformed;
-                if l != loss {
+                if l.counts() != loss.counts() {
+                    if l.lost_records > loss.lost_records {
+                        // Without a first stamp (cleared unread: a race
+                        // with the clear), the drops came after the last
+                        // reading and before this one.
+                        let (from, to) = match times {
+                            (Some(f), t) => (f, t.max(f)),
+                            (None, _) => (read_at, now),
+                        };
+                        l.lost_from = Some(tracker.ts(from));
+                        l.lost_to = Some(tracker.ts(to));
+                    }
                     loss = l;
-                    out.push(CaptureEvent::Loss(l));
+                    place_loss(&mut out, l);
                 }
             }
         }
@@ -979,6 +1002,33 @@ async fn drain_until_stopped(
         if stopping && !more {
             return;
         }
+    }
+}
+
+/// Put a loss report into the batch before its first event stamped at or
+/// after the loss began, so that every stage reads of the hole before the
+/// records that follow it (a record kept in the ring from before the hole
+/// may still come after the report: early is harmless, late is not).
+fn place_loss(out: &mut Vec<CaptureEvent>, l: Loss) {
+    let at = l.lost_from.map(|t| t.mono_ns);
+    let pos = at
+        .and_then(|from| {
+            out.iter()
+                .position(|e| event_ns(e).is_some_and(|t| t >= from))
+        })
+        .unwrap_or(out.len());
+    out.insert(pos, CaptureEvent::Loss(l));
+}
+
+/// When a capture event happened, for those that say.
+fn event_ns(e: &CaptureEvent) -> Option<u64> {
+    match e {
+        CaptureEvent::Chunk(c) => Some(c.ts.mono_ns),
+        CaptureEvent::Open(o) => Some(o.ts.mono_ns),
+        CaptureEvent::Close(c) => Some(c.ts.mono_ns),
+        CaptureEvent::Tick { ts } => Some(ts.mono_ns),
+        CaptureEvent::Process(p) => Some(p.ts().mono_ns),
+        _ => None,
     }
 }
 

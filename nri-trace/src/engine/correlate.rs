@@ -83,7 +83,34 @@ pub enum NoCause {
     /// 0.9 on) or from the kernel (a process of its cgroup exited before
     /// it: the record's `exit`).
     ContainerExited,
+    /// No CRI call that makes this event was seen in flight, but the
+    /// capture lost records while it may have been: the delivery began
+    /// inside a hole of the capture ([`Loss::lost_from`] to
+    /// [`Loss::lost_to`]), or within [`LOSS_STRADDLE_NS`] after one, or
+    /// before the end of a CRI call whose request the hole took (its
+    /// response came after it). Its cause may be a call the capture lost;
+    /// nothing more can be said.
+    ///
+    /// [`Loss::lost_from`]: crate::capture::Loss::lost_from
+    /// [`Loss::lost_to`]: crate::capture::Loss::lost_to
+    CaptureLoss,
 }
+
+/// How long after a hole in the capture a delivery without a seen CRI
+/// cause may still be one of a call whose request the hole took: CRI
+/// calls that make NRI events end within seconds (a StopContainer waits
+/// out its grace period, 2 s in the lab, 30 s by default in kubelet, but
+/// it delivers STOP_CONTAINER first). Calls seen to end later (responses
+/// without a request) extend the hole to their end.
+pub const LOSS_STRADDLE_NS: u64 = 10_000_000_000;
+
+/// The longest a call whose request a hole took may be seen to run after
+/// it: kubelet's `runtimeRequestTimeout` (2 min by default) ends every CRI
+/// call it makes.
+const MAX_CALL_NS: u64 = 120_000_000_000;
+
+/// Holes remembered (the newest).
+const MAX_HOLES: usize = 64;
 
 /// A process of a container's cgroup exiting, as the sandbox probes saw
 /// it: the evidence of [`NoCause::ContainerExited`].
@@ -278,6 +305,9 @@ pub struct Correlator {
     last_delivery: HashMap<(ObjectKind, String), u64>,
     /// Recent exits of processes in a cgroup, oldest first.
     exits: VecDeque<ContainerExit>,
+    /// Holes of the capture, (from, to) in capture time, oldest first:
+    /// a delivery there without a cause may be of a lost call.
+    holes: VecDeque<(u64, u64)>,
 }
 
 impl Correlator {
@@ -287,7 +317,34 @@ impl Correlator {
 
     /// A finished CRI call.
     pub fn on_cri(&mut self, call: CriCall) {
+        // A response whose request a hole took: that call ran until here,
+        // so a delivery up to its end may be its.
+        if let (None, Some(end)) = (call.start, call.end) {
+            if let Some(h) = self
+                .holes
+                .iter_mut()
+                .rev()
+                .find(|h| h.0 <= end.mono_ns && end.mono_ns <= h.1.saturating_add(MAX_CALL_NS))
+            {
+                h.1 = h.1.max(end.mono_ns);
+            }
+        }
         self.calls.push(call);
+    }
+
+    /// The capture lost records between capture times `from` and `to`.
+    pub fn on_loss(&mut self, from: u64, to: u64) {
+        if self.holes.len() >= MAX_HOLES {
+            self.holes.pop_front();
+        }
+        self.holes.push_back((from, to.max(from)));
+    }
+
+    /// Whether a delivery begun at `start` may be of a call a hole took.
+    fn in_hole(&self, start: u64) -> bool {
+        self.holes
+            .iter()
+            .any(|&(from, to)| from <= start && start <= to.saturating_add(LOSS_STRADDLE_NS))
     }
 
     /// A process exited in a cgroup: a later StopContainer delivery of
@@ -328,6 +385,18 @@ impl Correlator {
         } else {
             none
         }
+    }
+
+    /// Why a delivery no CRI call claimed came: the container's exit
+    /// ([`Self::exit_cause`]), else a hole of the capture around it, else
+    /// no call in flight.
+    fn no_cause(&self, span: &HookSpan) -> (NoCause, Option<ContainerExit>) {
+        let (why, exit) = self.exit_cause(span);
+        let start = span.call.start.or(span.call.end).map_or(0, |t| t.mono_ns);
+        if why == NoCause::NoCriCallInFlight && self.in_hole(start) {
+            return (NoCause::CaptureLoss, None);
+        }
+        (why, exit)
     }
 
     /// A finished NRI call.
@@ -411,7 +480,7 @@ impl Correlator {
                 && end_ts(d.call.end, d.call.start).saturating_add(NRI_SETTLE_NS) <= now;
             if settled {
                 let span = self.deliveries.remove(i);
-                let (why, exit) = self.exit_cause(&span);
+                let (why, exit) = self.no_cause(&span);
                 out.push(Correlated::Uncaused { span, why, exit });
             } else {
                 i += 1;
@@ -736,6 +805,63 @@ mod tests {
         assert_eq!(
             whys,
             vec![NoCause::PluginLifecycle, NoCause::NoCriCallInFlight]
+        );
+    }
+
+    /// A delivery whose CRI call a hole of the capture took is said to be
+    /// so (`capture_loss`), inside the hole, within the straddle after it,
+    /// and up to the end of a call whose response came without its
+    /// request; past those, "no CRI call in flight" again. Issue 30: a
+    /// flood's loss left STOP_CONTAINER deliveries said to have no call.
+    #[test]
+    fn a_hole_takes_the_cause_not_the_label() {
+        let whys = |loss: Option<(u64, u64)>, orphan_end: Option<u64>, at: u64| {
+            let mut c = Correlator::new();
+            let mut out = Vec::new();
+            if let Some((from, to)) = loss {
+                c.on_loss(from * MS, to * MS);
+            }
+            if let Some(end) = orphan_end {
+                let mut orphan = cri(None, "", 0, end);
+                orphan.start = None;
+                c.on_cri(orphan);
+            }
+            c.on_nri(
+                hook(Some(Event::StopContainer), "a", "s1", at, at + 1),
+                &mut out,
+            );
+            out.extend(run(&mut c, 1_000_000));
+            out.iter()
+                .filter_map(|o| match o {
+                    Correlated::Uncaused { why, .. } => Some(*why),
+                    Correlated::Cri(_) => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        let straddle = LOSS_STRADDLE_NS / MS;
+        assert_eq!(whys(None, None, 500), vec![NoCause::NoCriCallInFlight]);
+        assert_eq!(
+            whys(Some((100, 200)), None, 150),
+            vec![NoCause::CaptureLoss]
+        );
+        assert_eq!(
+            whys(Some((100, 200)), None, 200 + straddle),
+            vec![NoCause::CaptureLoss]
+        );
+        assert_eq!(
+            whys(Some((100, 200)), None, 201 + straddle),
+            vec![NoCause::NoCriCallInFlight]
+        );
+        assert_eq!(
+            whys(Some((100, 200)), None, 50),
+            vec![NoCause::NoCriCallInFlight]
+        );
+        // A response without its request ending 5 s past the straddle: the
+        // call it ends ran until then.
+        let late = 200 + straddle + 5000;
+        assert_eq!(
+            whys(Some((100, 200)), Some(late), late - 1),
+            vec![NoCause::CaptureLoss]
         );
     }
 

@@ -93,6 +93,14 @@ impl TraceEngine {
                 self.contract.advance(now_ns, &mut self.violations);
                 None
             }
+            Observation::CaptureLoss(l) => {
+                // Where the hole is (captures before the stamps existed
+                // say only that there is one).
+                if let (Some(from), Some(to)) = (l.lost_from, l.lost_to) {
+                    self.correlator.on_loss(from.mono_ns, to.mono_ns);
+                }
+                Some(Record::Observed(Observation::CaptureLoss(l)))
+            }
             Observation::CriState(s) => {
                 self.listed.learn_state(&s);
                 Some(Record::Observed(Observation::CriState(s)))

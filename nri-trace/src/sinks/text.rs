@@ -186,6 +186,10 @@ impl<W: Write> TextSink<W> {
                         writeln!(self.out, "  {}", sanitize(&u.span.call.summary))
                     }
                     NoCause::NoCriCallInFlight => writeln!(self.out, "  (no CRI call in flight)"),
+                    NoCause::CaptureLoss => writeln!(
+                        self.out,
+                        "  (no CRI call seen: the capture lost records then; its call may be one of them)"
+                    ),
                     NoCause::ContainerExited => match &u.exit {
                         Some(x) => writeln!(
                             self.out,

@@ -396,3 +396,83 @@ pub(crate) fn sync_clause_expected(truth: &[Truth]) -> (u64, u64) {
     }
     (held, broken)
 }
+
+/// The end of the last driver call that started before `t`: from then on
+/// no call is in flight that a tracer could only have seen in part.
+pub(crate) fn settled_after(truth: &[Truth], t: u64) -> u64 {
+    truth
+        .iter()
+        .filter_map(|r| match r {
+            Truth::Cri {
+                start_mono_ns,
+                end_mono_ns,
+                ..
+            } if *start_mono_ns < t => Some(*end_mono_ns),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(t)
+        .max(t)
+}
+
+/// `records` checked against the truth in `[from, to)`: every plugin
+/// delivery received then is under its CRI call, and no delivery that
+/// started then lacks a CRI cause. Returns the deliveries checked.
+pub(crate) fn check_window(
+    what: &str,
+    records: &[Record],
+    truth: &[Truth],
+    from: u64,
+    to: u64,
+) -> usize {
+    let mut t: Vec<Truth> = vec![Truth::Note {
+        mono_ns: from,
+        text: truth::OBSERVER_ATTACHED.into(),
+    }];
+    t.extend(
+        truth
+            .iter()
+            .filter(|r| match r {
+                Truth::Note { .. } => false,
+                Truth::Nri { recv_mono_ns, .. } => *recv_mono_ns < to,
+                _ => true,
+            })
+            .cloned(),
+    );
+    let within: Vec<Record> = records
+        .iter()
+        .filter(|r| match r {
+            Record::NriUncaused(u) => u
+                .span
+                .call
+                .start
+                .is_none_or(|s| s.mono_ns >= from && s.mono_ns < to),
+            _ => true,
+        })
+        .cloned()
+        .collect();
+    check_correlation(what, &within, &t).0
+}
+
+/// Deliveries said to have no CRI call in flight that began at or after
+/// `since`: in the lab's scenarios every delivery has a CRI cause, so each
+/// is mislabeled (a hole of the capture says `capture_loss` instead).
+pub(crate) fn no_call_since(records: &[Record], since: u64) -> Vec<String> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::NriUncaused(u)
+                if u.no_cri_cause == NoCause::NoCriCallInFlight
+                    && u.span.call.start.is_some_and(|t| t.mono_ns >= since) =>
+            {
+                Some(format!(
+                    "{} {} at {} ns",
+                    u.span.call.plugin.label(),
+                    u.span.hook,
+                    u.span.call.start.map_or(0, |t| t.mono_ns)
+                ))
+            }
+            _ => None,
+        })
+        .collect()
+}
