@@ -519,7 +519,7 @@ fn a_flood_hole_is_placed_marked_and_correlated_after() {
         })
         .collect();
     assert_eq!(marked, real, "connections that marked the hole");
-    let records = replay(evs.clone());
+    let records = replay(evs);
     // Nothing mislabeled once the calls in flight at the attach settled.
     let since = trace_check::settled_after(&truth, attach);
     let mislabeled = trace_check::no_call_since(&records, since);

@@ -278,6 +278,7 @@ fn is_zero(v: &u64) -> bool {
 
 impl Loss {
     /// The counters alone (without the time of the newest drops).
+    #[must_use]
     pub fn counts(&self) -> Loss {
         Loss {
             lost_from: None,
