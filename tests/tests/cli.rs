@@ -225,6 +225,18 @@ impl Pods {
                 }
             }
             Some("nri_uncaused" | "nri_pending") => nri(l, &mut pod, &mut links),
+            // The runtime's own lists, asked at the attach: the pods and
+            // containers made before it (the flood-loss fixture's).
+            Some("cri_state") => {
+                for p in l["pods"].as_array().into_iter().flatten() {
+                    pod(&p["id"], &p["namespace"], &p["name"]);
+                }
+                for c in l["containers"].as_array().into_iter().flatten() {
+                    if let (Some(k), Some(p)) = (c["id"].as_str(), c["sandbox_id"].as_str()) {
+                        links.push((k.into(), p.into()));
+                    }
+                }
+            }
             _ => {}
         }
         for (k, p) in links {

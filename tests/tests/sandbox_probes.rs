@@ -188,11 +188,8 @@ async fn sandbox_probes_report_the_runtime_tree() {
             )
     });
     has("the netns bind mount", &|s| {
-        s.op == SandboxOp::NsBind {
-            target: format!("{d}/netns"),
-            source: "/proc/self/ns/net".into(),
-            errno: 0,
-        }
+        matches!(&s.op, SandboxOp::NsBind { target, source, errno: 0, .. }
+            if *target == format!("{d}/netns") && source == "/proc/self/ns/net")
     });
     has(
         "its unmount",

@@ -4,8 +4,8 @@
 //!
 //! [`from_record`] parses a ring-buffer record (pure); [`SandboxContext`]
 //! adds what only the live node can tell (cgroup paths of cgroup ids, the
-//! target of a signal) and finds the process tree to watch
-//! ([`runtime_tree`]).
+//! target of a signal, a netns bind's target with its symlinks resolved)
+//! and finds the process tree to watch ([`runtime_tree`]).
 //!
 //! procfs reads /proc for it: mountinfo (where cgroup v2 is), a process's
 //! cgroup, the process list and each one's stat (comm, ppid). The cgroup
@@ -88,6 +88,15 @@ pub enum SandboxOp {
         target: String,
         source: String,
         errno: i32,
+        /// `target` with its symlinks resolved, when that is another path
+        /// (filled in live, [`SandboxContext::enrich`]): the file the
+        /// runtime may unmount and remove under that name. containerd
+        /// resolves a netns path before it unmounts and removes it (its
+        /// `pkg/netns` `unmountNS`: `symlink.FollowSymlinkInScope`), while
+        /// NRI gives the plugins the path as configured: a pod's
+        /// `/var/run/netns/cni-...` goes as `/run/netns/cni-...`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resolved: Option<String>,
     },
     Unshare {
         flags: u64,
@@ -374,6 +383,7 @@ impl SandboxEvent {
                 target,
                 source,
                 errno,
+                ..
             } => format!(
                 "{who} bind-mount {source} on {target}: {}",
                 errno_text(*errno)
@@ -479,6 +489,7 @@ pub fn from_record(r: &RawRecord<'_>, ts: Timestamp) -> Option<SandboxEvent> {
             target: path,
             source: path2,
             errno,
+            resolved: None,
         },
         Syscall::Unshare => SandboxOp::Unshare { flags: arg, errno },
         Syscall::Setns => SandboxOp::Setns { nstype: arg, errno },
@@ -627,6 +638,12 @@ impl SandboxContext {
                     ev.cgroup = exec_cgroup;
                 }
             }
+            SandboxOp::NsBind {
+                target,
+                errno: 0,
+                resolved,
+                ..
+            } => *resolved = resolved_path(target),
             _ => {}
         }
         if ev.cgroup.is_none() && ev.cgroup_id != 0 {
@@ -649,6 +666,19 @@ impl SandboxContext {
         }
         !unsignalled_exit || ev.cgroup.as_deref().is_some_and(names_an_object)
     }
+}
+
+/// `path` with its symlinks resolved (and `.`, `..`, `//` gone), when
+/// that differs from `path`: the file itself, or (gone already) its
+/// directory and its name.
+fn resolved_path(path: &str) -> Option<String> {
+    let p = Path::new(path);
+    let real = std::fs::canonicalize(p).ok().or_else(|| {
+        let dir = std::fs::canonicalize(p.parent()?).ok()?;
+        Some(dir.join(p.file_name()?))
+    })?;
+    let real = real.to_str()?;
+    (real != path).then(|| real.to_string())
 }
 
 /// Whether a cgroup's last component names a sandbox or container: the
@@ -886,6 +916,56 @@ mod tests {
         .unwrap();
         assert!(e.truncated);
         assert!(matches!(&e.op, SandboxOp::NsBind { source, .. } if source == "/proc/1/ns/net"));
+    }
+
+    /// A netns bound under a symlinked directory: the bind names the path
+    /// as given, the runtime unmounts and removes the resolved one
+    /// (containerd's `unmountNS`), which the bind's event carries.
+    #[test]
+    fn a_netns_bind_under_a_symlink_carries_its_resolved_path() {
+        let dir = std::env::temp_dir().join(format!("nri-trace-ns-bind-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("real/netns")).unwrap();
+        std::os::unix::fs::symlink(dir.join("real"), dir.join("link")).unwrap();
+        std::fs::write(dir.join("real/netns/cni-1"), b"").unwrap();
+        // `dir` itself may sit under a symlink (a node's /tmp): compare
+        // with what the kernel would resolve it to.
+        let real = std::fs::canonicalize(&dir).unwrap();
+        let p = |rel: &str| format!("{}/{rel}", dir.display());
+        let want = |rel: &str| Some(format!("{}/{rel}", real.display()));
+        assert_eq!(
+            resolved_path(&p("link/netns/cni-1")),
+            want("real/netns/cni-1")
+        );
+        // Gone already (read late): its directory resolved, its name kept.
+        assert_eq!(
+            resolved_path(&p("link/netns/cni-2")),
+            want("real/netns/cni-2")
+        );
+        assert_eq!(resolved_path("/nonexistent-dir-nri-trace/x"), None);
+        if real == dir {
+            assert_eq!(resolved_path(&p("real/netns/cni-1")), None);
+        }
+        let mut ev = parse(
+            Syscall::Mount,
+            0,
+            &payload(
+                4096,
+                0,
+                0,
+                format!("{}\0", p("link/netns/cni-1")).as_bytes(),
+                b"/proc/1/task/1/ns/net\0",
+            ),
+        )
+        .unwrap();
+        assert!(SandboxContext::default().enrich(&mut ev, 5));
+        assert!(
+            matches!(&ev.op, SandboxOp::NsBind { resolved, .. } if *resolved == want("real/netns/cni-1")),
+            "{ev:?}"
+        );
+        let j = serde_json::to_string(&ev).unwrap();
+        assert_eq!(serde_json::from_str::<SandboxEvent>(&j).unwrap(), ev);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

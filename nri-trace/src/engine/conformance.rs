@@ -19,17 +19,26 @@
 //!   CRI-O name it with either cgroup driver; the OCI runtime's own
 //!   re-exec there is skipped), before or after the start
 //!   of the first RUN_POD_SANDBOX delivery of that pod. Decided when the
-//!   RunPodSandbox CRI call settles (the exec comes before its response
-//!   either way); not decided when no exec in the sandbox's cgroup was
-//!   seen after the call began (the sandbox probes off, or attached after
-//!   the pause process started: then its exec is not in the capture).
+//!   RunPodSandbox CRI call settles, or, when the exec comes after that, at
+//!   the exec: `runc start` returns once the container's init is released,
+//!   before the init's execve, so the runtime can answer the CRI call
+//!   before the program runs (containerd 1.7 and 2.1 in the lab: up to
+//!   14 ms before it on an idle machine, 165 ms with both cores busy; a
+//!   call settles 10 ms after its end). Not decided when no exec in the
+//!   sandbox's cgroup was seen after the call began, before the pod's
+//!   StopPodSandbox (the sandbox probes off, or attached after the pause
+//!   process started: then its exec is not in the capture).
 //! - [`STOP_POD_SANDBOX_BEFORE_NETNS_TEARDOWN`]: plugins get StopPodSandbox
 //!   while the pod's network namespace still exists (the ordering
 //!   cri-o#9905 asks for; CRI-O tears the network down first). Seen from
 //!   the wire and the kernel: the pod's netns file as NRI gave it to the
 //!   plugins (`PodRef::netns`), its first successful unmount or unlink by
 //!   the runtime's tree, against the start of the first STOP_POD_SANDBOX
-//!   delivery of that pod. Decided once both are seen, in either order;
+//!   delivery of that pod. The file is matched under either of its names:
+//!   the path NRI gave, and that path with its symlinks resolved (the
+//!   bind mount's `resolved`: containerd unmounts and removes a netns at
+//!   its resolved path, `/run/netns/...` for a configured
+//!   `/var/run/netns/...`). Decided once both are seen, in either order;
 //!   host-network pods (no netns) and pods whose netns is never seen
 //!   going are not decided.
 //!
@@ -61,7 +70,7 @@ use super::{
 };
 use crate::{
     capture::{
-        sandbox::{SandboxEvent, SandboxOp},
+        sandbox::{ids_in, SandboxEvent, SandboxOp},
         Timestamp,
     },
     model::observation::Observation,
@@ -85,8 +94,12 @@ const MAX_EXITED: usize = 16384;
 const MAX_EXECS: usize = 4096;
 /// Pods whose netns clause is pending, at most (the oldest go).
 const MAX_NETNS_PODS: usize = 16384;
-/// Unmounts remembered for pods first seen at their teardown.
+/// Unmounts remembered for pods first seen at their teardown, and netns
+/// bind mounts remembered for the pods they are made for.
 const MAX_RECENT_UMOUNTS: usize = 256;
+/// RunPodSandbox calls settled before their sandbox's program started,
+/// at most (the oldest go).
+const MAX_PENDING_RUNS: usize = 4096;
 const EXEC_KEEP_NS: u64 = 600_000_000_000;
 
 /// One clause as a runtime keeps it.
@@ -160,7 +173,9 @@ pub struct KernelStep {
 /// One pod's netns clause, as far as seen.
 #[derive(Default)]
 struct NetnsCase {
-    path: String,
+    /// The netns file as NRI named it, then the other names the kernel
+    /// may see it under (its bind mount's `resolved`).
+    paths: Vec<String>,
     pod: String,
     /// The first STOP_POD_SANDBOX delivery: its plugin and start.
     stop: Option<(String, Timestamp)>,
@@ -209,11 +224,25 @@ pub struct Conformance {
     /// (made before the trace: its netns path comes with its
     /// STOP_POD_SANDBOX delivery, which settles after the unmount).
     recent_umounts: VecDeque<KernelStep>,
+    /// The last netns bind mounts whose target resolves to another path:
+    /// (target, resolved). A bind comes before the pod's first delivery.
+    recent_binds: VecDeque<(String, String)>,
+    /// RunPodSandbox calls that settled before their sandbox's program
+    /// started, by sandbox id: decided at that exec.
+    pending_runs: BTreeMap<String, PendingRun>,
     /// Containers told of their own exit, by container id: the exit, the
     /// pod, and each plugin's exit-caused deliveries (the first's start).
     exited: BTreeMap<String, ExitedContainer>,
     /// The Synchronize clause's pods and registrations.
     sync: SyncClause,
+}
+
+/// A RunPodSandbox call whose sandbox's program had not started when it
+/// settled.
+struct PendingRun {
+    start_ns: u64,
+    /// The case, its kernel step still to come.
+    case: ClauseCase,
 }
 
 /// A container whose exit the plugins were told of.
@@ -250,6 +279,18 @@ impl Conformance {
             }
             Record::CriSpan(s) if s.call.method.as_deref() == Some("RunPodSandbox") => {
                 self.on_run_pod_sandbox(s);
+            }
+            // A sandbox whose program never started (a failed start, or
+            // one before the trace): its teardown ends the wait.
+            Record::CriSpan(s)
+                if matches!(
+                    s.call.method.as_deref(),
+                    Some("StopPodSandbox" | "RemovePodSandbox")
+                ) =>
+            {
+                if let Some(id) = s.call.sandbox_id.as_deref() {
+                    self.pending_runs.remove(id);
+                }
             }
             Record::CriSpan(s)
                 if matches!(
@@ -289,15 +330,30 @@ impl Conformance {
         if let (Some(path), false) = (path, known) {
             if self.netns.len() >= MAX_NETNS_PODS {
                 if let Some((_, c)) = self.netns.pop_first() {
-                    self.by_netns_path.remove(&c.path);
+                    for p in &c.paths {
+                        self.by_netns_path.remove(p);
+                    }
                 }
             }
-            self.by_netns_path.insert(path.to_string(), pod.id.clone());
-            let gone = self.recent_umounts.iter().find(|k| k.path == path).cloned();
+            // The file as NRI names it, and as the kernel may see it go.
+            let mut paths = vec![path.to_string()];
+            for (_, resolved) in self.recent_binds.iter().filter(|(t, _)| t == path) {
+                if !paths.contains(resolved) {
+                    paths.push(resolved.clone());
+                }
+            }
+            for p in &paths {
+                self.by_netns_path.insert(p.clone(), pod.id.clone());
+            }
+            let gone = self
+                .recent_umounts
+                .iter()
+                .find(|k| paths.contains(&k.path))
+                .cloned();
             self.netns.insert(
                 pod.id.clone(),
                 NetnsCase {
-                    path: path.to_string(),
+                    paths,
                     pod: pod.to_string(),
                     gone,
                     ..NetnsCase::default()
@@ -334,7 +390,9 @@ impl Conformance {
         };
         let held = delivered.mono_ns < gone.at.mono_ns;
         if let Some(c) = self.netns.remove(id) {
-            self.by_netns_path.remove(&c.path);
+            for p in &c.paths {
+                self.by_netns_path.remove(p);
+            }
         }
         if self.netns_decided_order.len() >= MAX_NETNS_PODS {
             if let Some(old) = self.netns_decided_order.pop_front() {
@@ -356,6 +414,18 @@ impl Conformance {
             at: e.ts,
         };
         let (step, cgroup) = match (&e.op, &e.cgroup) {
+            (
+                SandboxOp::NsBind {
+                    target,
+                    errno: 0,
+                    resolved: Some(resolved),
+                    ..
+                },
+                _,
+            ) => {
+                self.on_netns_bind(target, resolved);
+                return;
+            }
             (SandboxOp::Umount { path, errno: 0, .. }, _) => (step("umount", path), None),
             (SandboxOp::Unlink { path, errno: 0, .. }, _) => (step("unlink", path), None),
             (SandboxOp::Exec { path }, Some(cgroup)) => (step("exec", path), Some(cgroup)),
@@ -383,7 +453,26 @@ impl Conformance {
         }
     }
 
+    /// A netns bound at `target`, which resolves to `resolved`: the
+    /// runtime may unmount and remove it under that name (containerd does).
+    fn on_netns_bind(&mut self, target: &str, resolved: &str) {
+        if let Some(id) = self.by_netns_path.get(target).cloned() {
+            if let Some(c) = self.netns.get_mut(&id) {
+                if !c.paths.iter().any(|p| p == resolved) {
+                    c.paths.push(resolved.to_string());
+                    self.by_netns_path.insert(resolved.to_string(), id);
+                }
+            }
+        }
+        if self.recent_binds.len() >= MAX_RECENT_UMOUNTS {
+            self.recent_binds.pop_front();
+        }
+        self.recent_binds
+            .push_back((target.to_string(), resolved.to_string()));
+    }
+
     fn on_exec(&mut self, exec: Exec) {
+        self.decide_pending_run(&exec);
         let now = exec.step.at.mono_ns;
         while self.execs.len() >= MAX_EXECS
             || self
@@ -413,13 +502,6 @@ impl Conformance {
         else {
             return;
         };
-        // The sandbox's program: the first exec in its own cgroup that is
-        // not the OCI runtime's own.
-        let Some(exec) = self.execs.iter().find(|x| {
-            x.step.at.mono_ns >= start.mono_ns && cgroup_names(&x.cgroup, id) && !x.is_oci_runtime()
-        }) else {
-            return;
-        };
         let (delivered, hook) = first;
         let case = ClauseCase {
             pod: s
@@ -431,10 +513,57 @@ impl Conformance {
             plugin: hook.call.plugin.label(),
             hook: "RUN_POD_SANDBOX",
             delivered,
-            kernel: Some(exec.step.clone()),
+            kernel: None,
             sync: None,
         };
-        let held = exec.step.at.mono_ns <= delivered.mono_ns;
+        // The sandbox's program: the first exec in its own cgroup that is
+        // not the OCI runtime's own; or, not started yet (the runtime
+        // answered before runc's init exec'd it), the first to come.
+        let Some(exec) = self.execs.iter().find(|x| {
+            x.step.at.mono_ns >= start.mono_ns && cgroup_names(&x.cgroup, id) && !x.is_oci_runtime()
+        }) else {
+            if self.pending_runs.len() >= MAX_PENDING_RUNS {
+                self.pending_runs.pop_first();
+            }
+            self.pending_runs.insert(
+                id.to_string(),
+                PendingRun {
+                    start_ns: start.mono_ns,
+                    case,
+                },
+            );
+            return;
+        };
+        let step = exec.step.clone();
+        self.decide_run(case, step);
+    }
+
+    /// A program started in a sandbox's cgroup whose RunPodSandbox call
+    /// settled before it: that sandbox's clause.
+    fn decide_pending_run(&mut self, exec: &Exec) {
+        if self.pending_runs.is_empty() || exec.is_oci_runtime() {
+            return;
+        }
+        let last = exec.cgroup.rsplit('/').next().unwrap_or_default();
+        let Some(id) = ids_in(last)
+            .find(|id| self.pending_runs.contains_key(*id) && cgroup_names(&exec.cgroup, id))
+            .map(str::to_string)
+        else {
+            return;
+        };
+        if self.pending_runs[&id].start_ns > exec.step.at.mono_ns {
+            return;
+        }
+        if let Some(p) = self.pending_runs.remove(&id) {
+            self.decide_run(p.case, exec.step.clone());
+        }
+    }
+
+    /// The sandbox-running clause of one pod: its program started at
+    /// `exec`, held when that was no later than the first delivery.
+    fn decide_run(&mut self, mut case: ClauseCase, exec: KernelStep) {
+        let held = exec.at.mono_ns <= case.delivered.mono_ns;
+        case.kernel = Some(exec);
         self.tally(SANDBOX_RUNNING_AT_RUN_POD_SANDBOX, held, case);
     }
 
@@ -662,6 +791,197 @@ mod tests {
             ),
             ("p2", "umount")
         );
+    }
+
+    /// A netns configured under a symlink (containerd's default
+    /// `/var/run/netns`, `/var/run` -> `/run`; or a node whose state dir
+    /// sits under one): NRI names the path as configured, containerd binds
+    /// the netns there but unmounts and removes it at the resolved path
+    /// (`unmountNS` follows symlinks first). The bind's `resolved` ties the
+    /// two, whichever of the bind and the pod's first delivery comes first.
+    #[test]
+    fn netns_clause_follows_the_resolved_path() {
+        use crate::decode::nri::message::Event;
+        use crate::engine::test_calls::{hook, ts};
+        let given = |id: &str| format!("/var/run/netns/cni-{id}");
+        let real = |id: &str| format!("/run/netns/cni-{id}");
+        let uncaused = |span| {
+            Record::NriUncaused(super::super::record::Uncaused {
+                span,
+                no_cri_cause: super::super::correlate::NoCause::NoCriCallInFlight,
+                exit: None,
+            })
+        };
+        // containerd 1.7: the netns with RunPodSandbox only.
+        let run = |id: &str| {
+            let mut h = hook(Some(Event::RunPodSandbox), "a", id, 2, 3);
+            if let Some(p) = h.call.pod.as_mut() {
+                p.netns = Some(given(id));
+            }
+            uncaused(h)
+        };
+        let stop =
+            |id: &str, at: u64| uncaused(hook(Some(Event::StopPodSandbox), "a", id, at, at + 1));
+        let kernel = |at: u64, op: SandboxOp| {
+            Record::Observed(Observation::Sandbox(SandboxEvent {
+                ts: ts(at).unwrap(),
+                tgid: 7,
+                tid: 8,
+                comm: "containerd".into(),
+                cgroup_id: 1,
+                cgroup: None,
+                op,
+                truncated: false,
+            }))
+        };
+        let bind = |id: &str, resolved: Option<String>| {
+            kernel(
+                1,
+                SandboxOp::NsBind {
+                    target: given(id),
+                    source: "/proc/7/task/8/ns/net".into(),
+                    errno: 0,
+                    resolved,
+                },
+            )
+        };
+        let umount = |id: &str, at: u64| {
+            kernel(
+                at,
+                SandboxOp::Umount {
+                    path: real(id),
+                    flags: 2,
+                    errno: 0,
+                },
+            )
+        };
+        let unlink = |id: &str, at: u64| {
+            kernel(
+                at,
+                SandboxOp::Unlink {
+                    path: real(id),
+                    dir: false,
+                    errno: 0,
+                },
+            )
+        };
+        let mut c = Conformance::new();
+        for r in [
+            // The bind before the pod's first delivery (the runtime binds
+            // the netns while RunPodSandbox runs).
+            bind("p1", Some(real("p1"))),
+            run("p1"),
+            stop("p1", 10),
+            umount("p1", 11),
+            unlink("p1", 12),
+            // The pod's first delivery before its bind; the netns gone
+            // (its unlink only: the unmount was not needed) before
+            // StopPodSandbox.
+            run("p2"),
+            bind("p2", Some(real("p2"))),
+            unlink("p2", 20),
+            stop("p2", 21),
+            // No symlink resolved (a capture without it): the netns is
+            // never seen to go under the name NRI gave.
+            bind("p3", None),
+            run("p3"),
+            stop("p3", 30),
+            umount("p3", 31),
+        ] {
+            c.on_record(&r);
+        }
+        let t = c.tallies();
+        assert_eq!(t.len(), 1, "{t:?}");
+        assert_eq!(t[0].clause, STOP_POD_SANDBOX_BEFORE_NETNS_TEARDOWN);
+        assert_eq!((t[0].held, t[0].broken), (1, 1), "{t:?}");
+        let held = t[0].held_case.as_ref().unwrap();
+        let k = held.kernel.as_ref().unwrap();
+        assert_eq!(
+            (held.sandbox_id.as_str(), k.op, k.path.as_str()),
+            ("p1", "umount", real("p1").as_str())
+        );
+        let broken = t[0].broken_case.as_ref().unwrap();
+        let k = broken.kernel.as_ref().unwrap();
+        assert_eq!(
+            (broken.sandbox_id.as_str(), k.op, k.path.as_str()),
+            ("p2", "unlink", real("p2").as_str())
+        );
+        // Decided pods leave nothing behind.
+        assert!(c.netns.keys().eq(["p3"]), "{:?}", c.netns.keys());
+        assert_eq!(c.by_netns_path.len(), 1);
+    }
+
+    /// The sandbox's program may start after the runtime answered
+    /// RunPodSandbox (`runc start` returns before runc's init execs it;
+    /// containerd 1.7 and 2.1 in the lab: up to 14 ms after the response,
+    /// 165 ms with both cores busy):
+    /// the clause waits for that exec instead of leaving the pod
+    /// undecided. The OCI runtime's own exec there does not count; a pod
+    /// torn down before any exec stays undecided.
+    #[test]
+    fn sandbox_running_decided_at_an_exec_after_the_call() {
+        use crate::decode::nri::message::Event;
+        use crate::engine::test_calls::{cri, hook, span, ts};
+        let id = |n: u32| format!("{n:064x}");
+        let run_call = |n: u32, start: u64| {
+            let delivery = hook(
+                Some(Event::RunPodSandbox),
+                "a",
+                &id(n),
+                start + 2,
+                start + 3,
+            );
+            span(
+                cri(Some("RunPodSandbox"), &id(n), start, start + 5),
+                vec![delivery],
+            )
+        };
+        let exec = |n: u32, at: u64, path: &str, comm: &str| {
+            Record::Observed(Observation::Sandbox(SandboxEvent {
+                ts: ts(at).unwrap(),
+                tgid: 100 + n,
+                tid: 100 + n,
+                comm: comm.into(),
+                cgroup_id: 0,
+                cgroup: Some(format!("/k8s.io/{}", id(n))),
+                op: SandboxOp::Exec { path: path.into() },
+                truncated: false,
+            }))
+        };
+        let mut c = Conformance::new();
+        for r in [
+            // Started before the first delivery, seen before the call
+            // settled: held, as before.
+            exec(1, 11, "/pause", "pause"),
+            run_call(1, 10),
+            // Started after the call settled: broken, at that exec.
+            run_call(2, 20),
+            exec(2, 29, "/dev/fd/6", "runc"),
+            exec(2, 30, "/pause", "pause"),
+            // Never started before its teardown: not decided, and a later
+            // exec in its cgroup (an id reused by nothing) changes nothing.
+            run_call(3, 40),
+            span(cri(Some("StopPodSandbox"), &id(3), 50, 51), vec![]),
+            exec(3, 60, "/pause", "pause"),
+        ] {
+            c.on_record(&r);
+        }
+        let t = c.tallies();
+        assert_eq!(t.len(), 1, "{t:?}");
+        assert_eq!(t[0].clause, SANDBOX_RUNNING_AT_RUN_POD_SANDBOX);
+        assert_eq!((t[0].held, t[0].broken), (1, 1), "{t:?}");
+        let broken = t[0].broken_case.as_ref().unwrap();
+        let k = broken.kernel.as_ref().unwrap();
+        assert_eq!(
+            (
+                broken.sandbox_id.clone(),
+                k.path.as_str(),
+                k.at,
+                broken.delivered
+            ),
+            (id(2), "/pause", ts(30).unwrap(), ts(22).unwrap())
+        );
+        assert!(c.pending_runs.is_empty());
     }
 
     /// Told once at the exit and not again at the CRI StopContainer:
