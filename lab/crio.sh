@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# nri-trace lab: a PRIVATE CRI-O v1.33.13 with NRI, beside the lab's
-# containerds (lab/lab.sh runs this file for NRI_TRACE_LAB_RUNTIME=crio).
+# nri-trace lab: a PRIVATE CRI-O 1.36 with NRI, beside the lab's containerds
+# (lab/lab.sh runs this file for NRI_TRACE_LAB_RUNTIME=crio).
 #
 #   crio.sh install   Debian build/run deps (libseccomp-dev, libsqlite3-dev,
-#                     conmon, runc, jq, CNI plugins; Go 1.24 from trixie only
-#                     if libc6 stays), then builds crio, pinns and copyimg from
-#                     ../shared/peers/cri-o-1.33.13-vendored.tar.xz into
-#                     $LAB/crio/bin (skipped when built from the same sha256)
+#                     conmon, runc, jq, CNI plugins, gcc, make, libc6-dev),
+#                     then builds crio, copyimg (Go) and pinns (C) from the Go
+#                     module github.com/cri-o/cri-o through the Go module proxy
+#                     into $LAB/crio/bin (skipped when built by this recipe)
 #   crio.sh up        config, images (copyimg from OCI layouts), start crio
 #   crio.sh down      stop crio, its conmons and containers, clean up
 #   crio.sh restart   crio alone (pods, conmons and containers stay)
@@ -14,7 +14,7 @@
 #
 # The sockets are the lab's usual ones ($LAB/run/crio.sock for CRI,
 # $LAB/run/nri.sock for NRI), every other path is under $LAB/crio. Facts
-# of building and running CRI-O on these machines: shared/peers/README.md.
+# of building and running CRI-O here: docs/lab.md, "CRI-O".
 set -euo pipefail
 
 LAB="${NRI_TRACE_LAB_DIR:-/var/lib/nri-trace-lab}"
@@ -27,28 +27,26 @@ REQUEST_TIMEOUT="${NRI_TRACE_LAB_REQUEST_TIMEOUT:-2s}"
 REGISTRATION_TIMEOUT="5s"
 LOG_LEVEL="${NRI_TRACE_LAB_LOG_LEVEL:-info}"
 
-CRIO_VERSION="1.33.13"
-# The vendored release source: $NRI_TRACE_CRIO_TARBALL, else the shared
-# peers directory beside the checkout (../shared/peers from the repo; CI
-# lays a copy of shared/ beside its clone).
-TARBALL="${NRI_TRACE_CRIO_TARBALL:-}"
-if [[ -z $TARBALL ]]; then
-	for t in "$HERE/../../shared/peers" "$HERE/../../../shared/peers" /work/shared/peers; do
-		if [[ -f $t/cri-o-$CRIO_VERSION-vendored.tar.xz ]]; then
-			TARBALL="$(cd "$t" && pwd)/cri-o-$CRIO_VERSION-vendored.tar.xz"
-			break
-		fi
-	done
-fi
-GO=/usr/lib/go-1.24/bin/go
-# peers/README.md: these tags build without btrfs, ostree and gpgme, and
-# link the system's libsqlite3 (the stored source lacks the bundled one).
-GO_TAGS="containers_image_ostree_stub containers_image_openpgp exclude_graphdriver_btrfs btrfs_noversion seccomp libsqlite3"
+# What is built: CRI-O's Go module at a release tag, through the Go module
+# proxy (GOPROXY as the environment has it), as it is: no source edits, so
+# `crio --version` and the version CRI-O gives NRI plugins are the tag's.
+# The newest release the proxy serves here (2026-11-28): v1.36.3 (v1.36.0,
+# v1.36.4.. and every v1.33.x answer 403 "This module version is not
+# available"). Its go.mod wants Go >= 1.26.3.
+CRIO_MODULE="github.com/cri-o/cri-o"
+CRIO_MODULE_VERSION="v1.36.3"
+CRIO_VERSION="1.36.3" # what `crio --version` must say
+GO_MIN="1.26.3"       # the go line of its go.mod
+# The Makefile's tags without btrfs, ostree and gpgme; libsqlite3 links
+# Debian's libsqlite3 instead of compiling go-sqlite3's bundled copy.
+GO_TAGS="containers_image_openpgp containers_image_ostree_stub exclude_graphdriver_btrfs seccomp libsqlite3"
+GO_LDFLAGS="-s -w" # the Makefile's SHRINKFLAGS
 DEB_PACKAGES=(libseccomp-dev libsqlite3-dev conmon runc jq containernetworking-plugins gcc make libc6-dev)
 
 CDIR="$LAB/crio"
 BIN="$CDIR/bin"
-BUILT_FROM="$BIN/built-from.sha256"
+BUILT_FROM="$BIN/built-from"   # the recipe the binaries were built by
+GODIR="$CDIR/go"               # GOPATH: the module cache (kept), the build cache (removed)
 SOCK="$LAB/run/crio.sock"
 NRI_SOCK="$LAB/run/nri.sock"
 CONFIG="$CDIR/crio.conf"
@@ -82,65 +80,124 @@ install_packages() {
 	for p in "${DEB_PACKAGES[@]}"; do
 		[[ -n $(pkg_version "$p") ]] || want+=("$p")
 	done
-	# Go 1.24 comes from trixie (bookworm has 1.19); lab.sh install adds the
-	# trixie source pinned at priority 100.
-	[[ -x $GO ]] || want+=("golang-1.24-go/trixie")
 	((${#want[@]} == 0)) && return 0
-	if ! apt-cache policy golang-1.24-go 2>/dev/null | grep -q trixie; then
-		apt-get update -q >/dev/null
-	fi
 	local libc_before plan
 	libc_before="$(pkg_version libc6)"
-	plan="$(apt-get install -s -y --no-install-recommends "${want[@]}" 2>&1)" ||
-		die "apt-get install -s failed:"$'\n'"$plan"
+	plan="$(apt-get install -s -y --no-install-recommends "${want[@]}" 2>&1)" || {
+		apt-get update -q >/dev/null
+		plan="$(apt-get install -s -y --no-install-recommends "${want[@]}" 2>&1)" ||
+			die "apt-get install -s failed:"$'\n'"$plan"
+	}
 	# Refuse before touching anything if apt would upgrade libc6.
 	! grep -q '^Inst libc6 ' <<<"$plan" ||
-		die "installing ${want[*]} would upgrade libc6; refusing (install Go 1.24 by hand)"
+		die "installing ${want[*]} would upgrade libc6; refusing"
 	log "apt-get install ${want[*]}"
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${want[@]}" >/dev/null
 	[[ $(pkg_version libc6) == "$libc_before" ]] || die "libc6 changed: fix apt by hand"
 }
 
-# Build crio, pinns and copyimg, unless $BIN holds them built from this
-# very tarball (its sha256 in $BUILT_FROM). The source tree and the Go
-# build cache are removed afterwards: they are not needed to run.
+# The Go toolchain: `go` on PATH, else /usr/local/go (root's PATH may lack
+# it); at least the go line of CRI-O's go.mod ($GO_MIN), never another
+# toolchain fetched behind our back (GOTOOLCHAIN=local).
+find_go() {
+	local go v
+	go="$(command -v go || true)"
+	[[ -n $go ]] || go=/usr/local/go/bin/go
+	[[ -x $go ]] || die "no Go toolchain (go on PATH or /usr/local/go/bin/go): CRI-O $CRIO_VERSION needs Go >= $GO_MIN"
+	v="$(GOTOOLCHAIN=local "$go" env GOVERSION 2>/dev/null)" || die "$go env GOVERSION failed"
+	[[ $v =~ ^go[0-9]+\.[0-9]+ ]] || die "$go says it is '$v': not a Go release; CRI-O $CRIO_VERSION needs Go >= $GO_MIN"
+	# go1.26.8 -> 1.26.8 (go1.27rc1 -> 1.27rc1); the smaller of the two by sort -V must be GO_MIN.
+	if [[ $(printf '%s\n' "$GO_MIN" "${v#go}" | sort -V | head -n1) != "$GO_MIN" ]]; then
+		die "$go is $v: CRI-O $CRIO_VERSION needs Go >= $GO_MIN"
+	fi
+	GO="$go"
+	GO_VERSION="$v"
+}
+
+# What the binaries in $BIN are built by: the module and version, the Go
+# toolchain, the tags and flags, and a hash of the functions that build
+# them (any change of recipe builds again).
+recipe() {
+	local h
+	h="$(declare -f build_crio build_steps | sha256sum | cut -c1-16)"
+	echo "$CRIO_MODULE@$CRIO_MODULE_VERSION; $GO_VERSION; tags $GO_TAGS; ldflags $GO_LDFLAGS; recipe $h"
+}
+
+# One step of the build, its output appended to the build log; on failure
+# the runtime, the command, the log and how to retry.
+step() {
+	printf '\n+ %s\n' "$*" >>"$BUILD_LOG"
+	"$@" >>"$BUILD_LOG" 2>&1 || build_failed "$*"
+}
+build_failed() { # what failed
+	tail -n 30 "$BUILD_LOG" >&2
+	die "building CRI-O $CRIO_VERSION ($CRIO_MODULE@$CRIO_MODULE_VERSION) failed at: $1"$'\n'"  log: $BUILD_LOG"$'\n'"  retry: cargo xtask lab --runtime crio install (or: sudo NRI_TRACE_LAB_RUNTIME=crio lab/lab.sh install)"
+}
+
+# The build itself, in $1 (a fresh temp dir): the module from the proxy,
+# copied out of the module cache unchanged (make writes pinns' objects into
+# its tree, which must not happen in the cache), built as the main module
+# with its own go.mod and go.sum (no replace directives; -mod=readonly:
+# exactly its dependencies, verified against its go.sum), pinns with its
+# own Makefile. Binaries in $1/bin.
+build_steps() { # temp dir
+	local tmp="$1" json dir
+	export GOTOOLCHAIN=local GOPATH="$GODIR" GOMODCACHE="$GODIR/pkg/mod" GOCACHE="$GODIR/cache"
+	export GOFLAGS="-mod=readonly -modcacherw -buildvcs=false" CGO_ENABLED=1
+	cd "$tmp"
+	printf '\n+ %s mod download -json %s\n' "$GO" "$CRIO_MODULE@$CRIO_MODULE_VERSION" >>"$BUILD_LOG"
+	json="$("$GO" mod download -json "$CRIO_MODULE@$CRIO_MODULE_VERSION" 2>>"$BUILD_LOG")" || {
+		echo "$json" >>"$BUILD_LOG"
+		build_failed "$GO mod download $CRIO_MODULE@$CRIO_MODULE_VERSION: $(jq -r '.Error // empty' <<<"$json" 2>/dev/null)"
+	}
+	echo "$json" >>"$BUILD_LOG"
+	dir="$(jq -r '.Dir // empty' <<<"$json")"
+	[[ -n $dir && -f $dir/go.mod ]] || build_failed "$GO mod download $CRIO_MODULE@$CRIO_MODULE_VERSION: no module dir in its answer"
+	step cp -r "$dir" "$tmp/src"
+	step chmod -R u+w "$tmp/src"
+	mkdir -p "$tmp/bin"
+	cd "$tmp/src"
+	step "$GO" build -trimpath -tags "$GO_TAGS" -ldflags "$GO_LDFLAGS" -o "$tmp/bin/" ./cmd/crio ./test/copyimg
+	step make -C pinns
+	step cp bin/pinns "$tmp/bin/pinns"
+	step "$tmp/bin/crio" --version
+	"$tmp/bin/crio" --version | grep -qx "crio version $CRIO_VERSION" ||
+		build_failed "$tmp/bin/crio --version: not 'crio version $CRIO_VERSION'"
+}
+
+# Build crio, copyimg and pinns, unless $BIN holds them built by this very
+# recipe ($BUILT_FROM). Built in a temp dir, then put in place whole: a
+# failed build leaves the working binaries as they were. Kept: the Go
+# module cache ($GODIR/pkg/mod: a rebuild downloads nothing). Removed: the
+# copy of the module and the Go build cache (not needed to run).
 build_crio() {
-	[[ -n $TARBALL && -f $TARBALL ]] ||
-		die "CRI-O source not found: set NRI_TRACE_CRIO_TARBALL to cri-o-$CRIO_VERSION-vendored.tar.xz (shared/peers)"
-	local sha
-	sha="$(sha256sum "$TARBALL" | awk '{print $1}')"
-	if [[ -f $BUILT_FROM && $(cat "$BUILT_FROM") == "$sha" && -x $BIN/crio && -x $BIN/pinns && -x $BIN/copyimg ]]; then
-		log "crio $CRIO_VERSION already built from $TARBALL ($BIN)"
+	find_go
+	local want
+	want="$(recipe)"
+	if [[ -f $BUILT_FROM && $(cat "$BUILT_FROM") == "$want" && -x $BIN/crio && -x $BIN/pinns && -x $BIN/copyimg ]]; then
+		log "crio $CRIO_VERSION already built ($BIN: $want)"
 		return 0
 	fi
-	local t0=$SECONDS src="$CDIR/src"
-	rm -rf "$src" "$BIN"
-	mkdir -p "$src" "$BIN"
-	tar -xJf "$TARBALL" -C "$src"
-	local tree="$src/cri-o-$CRIO_VERSION"
-	log "building crio $CRIO_VERSION (Go $("$GO" env GOVERSION), cold: about 2.5 min)"
-	(
-		cd "$tree"
-		export GOTOOLCHAIN=local GOFLAGS=-mod=vendor GOPROXY=off GOCACHE="$CDIR/gocache" GOPATH="$CDIR/gopath"
-		"$GO" build -trimpath -tags "$GO_TAGS" -o "$BIN/crio" ./cmd/crio
-		"$GO" build -trimpath -tags "$GO_TAGS" -o "$BIN/copyimg" ./test/copyimg
-		make -s bin/pinns
-		cp bin/pinns "$BIN/pinns"
-	) >"$CDIR/build.log" 2>&1 || {
-		tail -n 30 "$CDIR/build.log" >&2
-		die "building CRI-O failed (log: $CDIR/build.log)"
-	}
-	"$BIN/crio" --version | grep -q "^crio version $CRIO_VERSION$" ||
-		die "$BIN/crio --version does not say $CRIO_VERSION"
-	echo "$sha" >"$BUILT_FROM"
-	rm -rf "$src" "$CDIR/gocache" "$CDIR/gopath"
-	log "built crio, pinns, copyimg in $((SECONDS - t0)) s"
+	local t0=$SECONDS tmp="$CDIR/build.tmp"
+	BUILD_LOG="$CDIR/build.log"
+	mkdir -p "$CDIR"
+	rm -rf "$tmp" "$BIN.old"
+	mkdir -p "$tmp"
+	: >"$BUILD_LOG"
+	log "building crio $CRIO_VERSION from $CRIO_MODULE@$CRIO_MODULE_VERSION ($GO_VERSION; cold: about 5 min; log $BUILD_LOG)"
+	(build_steps "$tmp")
+	echo "$want" >"$tmp/bin/built-from"
+	# Into place: the old binaries aside, the new ones in, the old ones gone.
+	if [[ -e $BIN ]]; then mv "$BIN" "$BIN.old"; fi
+	mv "$tmp/bin" "$BIN"
+	rm -rf "$BIN.old" "$tmp" "$GODIR/cache"
+	log "built crio, copyimg, pinns in $((SECONDS - t0)) s ($BIN)"
 }
 
 cmd_install() {
 	need_root
 	# What every lab runtime needs (runc, CNI plugins, busybox, gcc for the
-	# images; the trixie source pinned low that Go 1.24 comes from).
+	# images).
 	NRI_TRACE_LAB_RUNTIME=containerd-1.7 bash "$HERE/lab.sh" install
 	install_packages
 	build_crio
@@ -190,7 +247,7 @@ cdi_spec_dirs = ["$CDIR/cdi"]
 
 [crio.runtime.runtimes.runc]
 # runc through a wrapper: root here lacks CAP_SYS_RESOURCE, and CRI-O gives
-# the pause container oom_score_adj -998 (shared/peers/README.md).
+# the pause container oom_score_adj -998 (docs/lab.md, "CRI-O").
 runtime_path = "$CDIR/wrap/runc"
 runtime_type = "oci"
 runtime_root = "$RUNC_ROOT"
@@ -565,7 +622,7 @@ cmd_status() {
 	else
 		echo "crio:        not running"
 	fi
-	echo "built:       $(if [[ -x $BIN/crio ]]; then echo "$BIN (from sha256 $(cat "$BUILT_FROM" 2>/dev/null))"; else echo no; fi)"
+	echo "built:       $(if [[ -x $BIN/crio ]]; then echo "$BIN ($(cat "$BUILT_FROM" 2>/dev/null || echo "no $BUILT_FROM"))"; else echo no; fi)"
 	printf 'CRI socket:  %s %s\n' "$SOCK" "$([[ -S $SOCK ]] && echo present || echo absent)"
 	printf 'NRI socket:  %s %s\n' "$NRI_SOCK" "$([[ -S $NRI_SOCK ]] && echo present || echo absent)"
 	echo "config:      $CONFIG"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # nri-trace lab: a PRIVATE containerd (1.7 or 2.1) with NRI enabled; with
-# NRI_TRACE_LAB_RUNTIME=crio every command is lab/crio.sh's (CRI-O 1.33).
+# NRI_TRACE_LAB_RUNTIME=crio every command is lab/crio.sh's (CRI-O 1.36.3).
 #
 #   lab.sh install   apt: containerd 1.7 from trixie (pinned low), runc,
 #                    busybox-static, CNI plugins, gcc, iproute2 (idempotent);

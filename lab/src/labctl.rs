@@ -67,8 +67,8 @@ pub enum Runtime {
     Containerd17,
     /// containerd 2.1 from Debian sid, unpacked under the lab dir (NRI 0.8).
     Containerd21,
-    /// CRI-O v1.33.13 built from its vendored release source under the lab
-    /// dir (`crio/bin`).
+    /// CRI-O 1.36.3 built from its Go module (github.com/cri-o/cri-o, through
+    /// the Go module proxy) under the lab dir (`crio/bin`): lab/crio.sh.
     CriO,
 }
 
@@ -93,7 +93,7 @@ impl Runtime {
         match self {
             Self::Containerd17 => "1.7.",
             Self::Containerd21 => "2.1.",
-            Self::CriO => "1.33.",
+            Self::CriO => "1.36.",
         }
     }
 

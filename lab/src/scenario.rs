@@ -928,7 +928,7 @@ const SLOW_PINNS_SECS: u64 = 3;
 const CRIO_LOG_NOTE: &str = "crio log:";
 
 /// `cri-retry-slow-sandbox`: the seed's situation (cri-o#4221) on CRI-O
-/// 1.33: the sandbox is slow to make for a reason the CRI request's
+/// 1.33 and 1.36: the sandbox is slow to make for a reason the CRI request's
 /// context does not cut short (crio runs pinns with no context:
 /// internal/config/nsmgr `NewPodNamespaces`; the lab's pinns wrapper sleeps
 /// while `$LAB/crio/slow-pinns` holds seconds), and the client retries the
@@ -2004,7 +2004,7 @@ fn notes(t: &[Truth]) -> Vec<&str> {
 
 /// The runtime's name and version plugin `name` was configured with (its
 /// own record of the NRI Configure request): ("containerd", "1.7.24~ds1"),
-/// ("containerd", "2.1.9+unknown"), ("cri-o", "1.33.13").
+/// ("containerd", "2.1.9+unknown"), ("cri-o", "1.36.3"; until 2026-11-28 "1.33.13").
 fn runtime_of<'a>(t: &'a [Truth], name: &str) -> Result<(&'a str, &'a str)> {
     plugin_events(t, name)
         .into_iter()
@@ -2024,8 +2024,8 @@ fn is_crio(runtime: &str) -> bool {
 
 /// Whether a registering plugin is synchronized only when no CRI request
 /// is in flight (containerd/nri#63 fixed, NRI >= 0.8's BlockPluginSync):
-/// containerd 2.1 and CRI-O 1.33 (NRI 0.9.1-pre in its go.mod) do it;
-/// containerd 1.7 and 2.0 do not.
+/// containerd 2.1 and CRI-O 1.33 (NRI 0.9.1-pre in its go.mod) and 1.36
+/// (NRI 0.11.0) do it; containerd 1.7 and 2.0 do not.
 fn nri_race_closed(runtime: &str, version: &str) -> bool {
     let mut parts = version.split(['.', '~', '+', '-']);
     let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);

@@ -70,7 +70,7 @@ fn happy() {
 }
 
 // Every other scenario runs in CI through tests/tests/trace_lab/, on
-// containerd 1.7, containerd 2.1 and CRI-O 1.33.13 alike: each traced run
+// containerd 1.7, containerd 2.1 and CRI-O 1.36.3 alike: each traced run
 // is this scenario run (the same `scenario::run_observed`, its `verify`,
 // and the runtime and leftover checks of `scenario::after_run_problems`)
 // with nri-trace watching, so a second, unobserved run of the same

@@ -57,8 +57,8 @@ fn split_synchronize_reassembled_on_containerd_2_1() {
     split_synchronize_on("nri-lab", nri_trace_lab::labctl::Runtime::Containerd21);
 }
 
-/// As [`split_synchronize_reassembled_on_containerd_2_1`] on CRI-O 1.33
-/// (NRI 0.9.1-pre, the same `synchronize`; its containers are bigger, so
+/// As [`split_synchronize_reassembled_on_containerd_2_1`] on CRI-O (1.36.3:
+/// NRI 0.11.0, the same `synchronize`; its containers are bigger, so
 /// it splits into more, smaller parts).
 #[test]
 fn crio_split_synchronize_reassembled() {

@@ -13,8 +13,8 @@ pub(crate) enum LabCmd {
     /// Install containerd 1.7 (trixie, pinned), runc, CNI plugins, busybox;
     /// with `--runtime containerd-2.1` also sid's containerd 2.1, unpacked
     /// under the lab dir (never installed); with `--runtime crio` also
-    /// CRI-O 1.33.13 built from shared/peers' vendored source into the lab
-    /// dir (once per tarball).
+    /// CRI-O 1.36.3 built from its Go module (github.com/cri-o/cri-o, through
+    /// the Go module proxy) into the lab dir (once per build recipe).
     Install,
     /// Start the private runtime with NRI (idempotent; `--runtime crio`
     /// installs and builds CRI-O first when it is not built).
@@ -80,8 +80,8 @@ pub(crate) fn run_lab(cmd: LabCmd, runtime: Option<&str>) -> Result<()> {
             // this `up` (and, failing to register, stop containerd 1.7).
             clear_left_plugins()?;
             if runtime == Some("crio") {
-                // Idempotent, and cached: no build when CRI-O was built from
-                // the same tarball.
+                // Idempotent, and cached: no build when CRI-O was built by
+                // the same recipe (lab/crio.sh's built-from).
                 lab_sh("install", runtime)?;
             }
             lab_sh("up", runtime)

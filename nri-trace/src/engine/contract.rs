@@ -1644,7 +1644,7 @@ mod tests {
         assert_eq!(v[0].evidence.len(), 3);
     }
 
-    /// CRI-O 1.33 holds a retry for the name reservation until the
+    /// CRI-O (1.33, 1.36) holds a retry for the name reservation until the
     /// request's context ends, then answers DEADLINE_EXCEEDED with "name is
     /// reserved" in its message; that status can reach the socket before
     /// the client's own expiry, on the first try too: still the deadline

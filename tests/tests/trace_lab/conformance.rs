@@ -8,19 +8,23 @@ use super::*;
 /// code 3) before the driver stops it. The runtime tells each plugin once
 /// (StopContainer), at the exit; nri-trace labels each delivery as the
 /// exit's (`container_exited`) with the exit the sandbox probes saw (the
-/// wire does not say: containerd 1.7.24 sends the container as still
+/// wire does not say on containerd: 1.7.24 sends the container as still
 /// `running`), and none as "no CRI call in flight".
 #[test]
 fn trace_container_exit_labels_its_stop_container() {
     if let Some((out, records)) = traced("container-exits") {
-        check_container_exits(&out, &records);
+        check_container_exits(runtime_of(None), &out, &records);
     }
 }
 
 /// As [`trace_container_exit_labels_its_stop_container`], on containerd
 /// 2.1 and CRI-O in CI: each tells the plugins at the exit too (2.1
-/// `NotifyContainerExit`; CRI-O's exit monitor), once; both send the
-/// container as still `running` (no exit code on the wire: NRI 0.8).
+/// `NotifyContainerExit`; CRI-O's exit monitor), once. 2.1 sends the
+/// container as still `running` (no exit code on the wire: NRI 0.8);
+/// CRI-O 1.36 as `stopped` with its exit code (cri-o#9706: server/nri-api.go
+/// `nriAPI.stopContainer` updates the container's status from the runtime
+/// before it calls NRI, and `criContainer.GetStatus` passes state and
+/// exit code; 1.33.13 sent it as `running`).
 #[test]
 fn ctrd21_trace_container_exit_labels_its_stop_container() {
     let runtime = Some(Runtime::Containerd21);
@@ -30,18 +34,22 @@ fn ctrd21_trace_container_exit_labels_its_stop_container() {
         runtime,
         TraceProc::new(),
     ) {
-        check_container_exits(&out, &records("container-exits", &out));
+        check_container_exits(
+            Runtime::Containerd21,
+            &out,
+            &records("container-exits", &out),
+        );
     }
 }
 
 #[test]
 fn crio_trace_container_exit_labels_its_stop_container() {
     if let Some((out, records)) = traced_on_crio("container-exits") {
-        check_container_exits(&out, &records);
+        check_container_exits(Runtime::CriO, &out, &records);
     }
 }
 
-fn check_container_exits(out: &Path, records: &[Record]) {
+fn check_container_exits(runtime: Runtime, out: &Path, records: &[Record]) {
     use nri_trace::engine::correlate::NoCause;
     let mut causes: std::collections::BTreeMap<(String, String), Vec<String>> =
         std::collections::BTreeMap::new();
@@ -79,6 +87,15 @@ fn check_container_exits(out: &Path, records: &[Record]) {
                             assert_eq!(x.status, Some(3 << 8), "{x:?}");
                         }
                         let c = u.span.call.container.as_ref().unwrap();
+                        // CRI-O (1.36) says on the wire that the container
+                        // stopped, and its exit code (see above).
+                        if runtime == Runtime::CriO {
+                            assert_eq!(
+                                (c.state.as_deref(), c.exit_code),
+                                (Some("stopped"), Some(3)),
+                                "{c:?}"
+                            );
+                        }
                         format!(
                             "exit (state {:?}, code {:?}, kernel exit {})",
                             c.state,

@@ -149,7 +149,7 @@ fn check_happy(rt: Option<Runtime>) {
     let version = match runtime {
         Runtime::Containerd17 => "containerd 1.7.",
         Runtime::Containerd21 => "containerd 2.1.",
-        Runtime::CriO => "cri-o 1.33.",
+        Runtime::CriO => "cri-o 1.36.",
     };
     for c in &conformance {
         let named = c["runtime"].as_str().expect("the runtime's version");
@@ -489,7 +489,7 @@ fn check_late_registration(rt: Option<Runtime>) {
         matches!(t, Truth::Nri { plugin, event: Some(e), pod: Some(p), .. }
             if plugin == "late" && e != "RUN_POD_SANDBOX" && p.name == "late-pod")
     });
-    // containerd 2.1 and CRI-O 1.33 (NRI 0.9.1-pre) hold the late
+    // containerd 2.1, CRI-O 1.33 (NRI 0.9.1-pre) and 1.36 (NRI 0.11.0) hold the late
     // plugin's Synchronize until the RunPodSandbox in flight is done, and
     // list late-pod in it (nri#63 closed): no race, no finding for 20-late
     // (both measured); 1.7 synchronizes at once, without it.

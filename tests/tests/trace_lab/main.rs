@@ -302,9 +302,9 @@ fn note<'a>(truth: &'a [Truth], prefix: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no note {prefix:?}"))
 }
 
-// CRI-O 1.33.13 (lab/crio.sh), in CI: nri-trace finds CRI-O as on a node
-// (its process `crio`, its sockets `crio.sock` and `nri.sock`) and traces
-// it; its conformance differs from containerd's by design
+// CRI-O 1.36.3 (lab/crio.sh; until 2026-11-28 1.33.13), in CI: nri-trace
+// finds CRI-O as on a node (its process `crio`, its sockets `crio.sock` and
+// `nri.sock`) and traces it; its conformance differs from containerd's by design
 // (docs/contract.md, docs/lab.md "Scenarios on CRI-O").
 
 fn traced_on_crio(scenario: &str) -> Option<(std::path::PathBuf, Vec<Record>)> {

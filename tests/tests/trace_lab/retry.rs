@@ -193,7 +193,7 @@ fn crio_trace_name_reservation_retry_found_go() {
     check_deadline_retry(Some(Runtime::CriO), "cri-deadline-retry-go");
 }
 
-/// The seed's situation on CRI-O 1.33 (cri-o#4221): the sandbox is slow
+/// The seed's situation on CRI-O 1.33 and 1.36 (cri-o#4221): the sandbox is slow
 /// for a reason the request's context does not cut short (the lab slows
 /// crio's pinns 3 s), the client retries the same name after each 1 s
 /// deadline, no NRI plugin. Every retry runs into the name reservation and,
