@@ -35,7 +35,8 @@ fuzz_target!(|data: &[u8]| {
         let _ = tracker.resolve_peers(&mut events, &mut |_, _| ConnFacts::default());
         let _ = tracker.take_bound();
         let _ = tracker.take_ignored_fds();
-        tracker.flush_stale(last_ts, 1_000_000_000, &mut events);
+        // Each batch is read as a drain that empties the ring.
+        tracker.flush_stale(Some(last_ts), 1_000_000_000, &mut events);
         for ev in events.drain(..) {
             decoder.on_capture(&ev, &mut observations);
         }

@@ -87,6 +87,9 @@ pub struct ConnTracker {
     /// their records still in flight are ignored until the fd is opened
     /// anew, closed, or its process exits.
     forgotten: HashSet<(u32, i32)>,
+    /// The newest kernel stamp of the records read: capture time, for
+    /// [`ConnTracker::flush_stale`].
+    latest_ns: u64,
 }
 
 /// What /proc tells about a connection's fd, for [`ConnTracker::resolve_peers`].
@@ -138,6 +141,7 @@ impl ConnTracker {
             peer_procs: HashSet::new(),
             ignored_fds: Vec::new(),
             forgotten: HashSet::new(),
+            latest_ns: 0,
         }
     }
 
@@ -334,6 +338,7 @@ impl ConnTracker {
     /// Handle one record. New connections get their peer from
     /// `resolve_peers`, called once the batch is drained.
     pub fn on_record(&mut self, r: &RawRecord<'_>, out: &mut Vec<CaptureEvent>) {
+        self.latest_ns = self.latest_ns.max(r.ts_ns);
         match r.kind {
             RecordKind::Data => self.on_data(r, out),
             RecordKind::Open => self.on_open(r, out),
@@ -654,13 +659,33 @@ impl ConnTracker {
         }
     }
 
-    /// Emit syscalls whose last record has not come within `max_age_ns`
-    /// (their remaining records were lost).
-    pub fn flush_stale(&mut self, now_mono_ns: u64, max_age_ns: u64, out: &mut Vec<CaptureEvent>) {
+    /// Emit syscalls whose last record will not come: the kernel dropped
+    /// it (and counted it). A probe writes every record of a syscall in one
+    /// program run, stamped at its start and microseconds long, and the
+    /// ring hands records over in the order they were written. So a
+    /// syscall stamped more than `max_age_ns` before a record already read
+    /// (capture time) has had all its records read that were not dropped;
+    /// so has one stamped that long before `drained_empty_at`, the start
+    /// of a drain that read the ring empty (`None`: the drain stopped at
+    /// its budget, records wait).
+    ///
+    /// The reader's clock alone proves nothing: a drain's budget can cut a
+    /// syscall's records, the rest waits in the ring for the next drain,
+    /// and a reader seconds behind the kernel would flush the syscall cut
+    /// short and then drop its rest as continuations without a start, with
+    /// no loss counted anywhere (whole NRI calls of `split-synchronize`
+    /// went so).
+    pub fn flush_stale(
+        &mut self,
+        drained_empty_at: Option<u64>,
+        max_age_ns: u64,
+        out: &mut Vec<CaptureEvent>,
+    ) {
+        let now = self.latest_ns.max(drained_empty_at.unwrap_or(0));
         let mut stale: Vec<u32> = self
             .pending
             .iter()
-            .filter(|(_, p)| now_mono_ns.saturating_sub(p.ts.mono_ns) > max_age_ns)
+            .filter(|(_, p)| now.saturating_sub(p.ts.mono_ns) > max_age_ns)
             .map(|(t, _)| *t)
             .collect();
         stale.sort_unstable();
@@ -932,6 +957,92 @@ mod tests {
         let c = chunks(&ev);
         assert_eq!(c[0].bytes, b"abc");
         assert!(c[0].truncated);
+    }
+
+    /// A drain's budget cut a syscall's records (what containerd's write(2)s
+    /// of up to 219,264 bytes, 14 records, met in split-synchronize), and
+    /// the reader is seconds behind the kernel: the rest is read by the
+    /// next drain. The flush between the two drains, at the reader's clock
+    /// 5 s after the syscall, must not cut it: the whole syscall comes out,
+    /// and the next one is no gap. Before, it came out truncated at the
+    /// cut and its rest was dropped, with no loss counted.
+    #[test]
+    fn a_syscall_cut_by_the_drain_budget_waits_for_its_rest_however_far_behind() {
+        const S: u64 = 1_000_000_000;
+        let mut t = ConnTracker::new(0);
+        let part = |offset: u32, flags: u32, tid: u32, bytes: &[u8]| Rec {
+            flags,
+            offset,
+            ret: 9,
+            tid,
+            ..data(Syscall::Write, 4, 0, 10 * S, bytes)
+        };
+        let mut out = feed(&mut t, &part(0, 0, 1, b"abc"));
+        out.extend(feed(&mut t, &part(3, 0, 1, b"def")));
+        // Another thread's record, written meanwhile on another CPU.
+        out.extend(feed(
+            &mut t,
+            &Rec {
+                tid: 2,
+                ..data(Syscall::Read, 5, 0, 10 * S + 1_000, b"x")
+            },
+        ));
+        // The drain stopped at its budget, 5 s behind: nothing is stale.
+        t.flush_stale(None, S, &mut out);
+        assert_eq!(chunks(&out).len(), 1, "{out:?}");
+        out.extend(feed(&mut t, &part(6, FLAG_LAST, 1, b"ghi")));
+        let c = chunks(&out);
+        assert_eq!(c.len(), 2, "{out:?}");
+        assert_eq!(c[1].bytes, b"abcdefghi");
+        assert!(!c[1].truncated);
+        let ev = feed(&mut t, &data(Syscall::Write, 4, 1, 15 * S, b"next"));
+        assert!(!chunks(&ev)[0].gap_before);
+    }
+
+    /// A syscall whose last record the kernel dropped is flushed, cut,
+    /// once it is 1 s old in capture time: a record stamped 1 s after it
+    /// was read, or a drain that began 1 s after it read the ring empty.
+    #[test]
+    fn a_syscall_missing_its_last_record_is_flushed_a_second_later_in_capture_time() {
+        const S: u64 = 1_000_000_000;
+        let begun = |t: &mut ConnTracker, tid: u32| {
+            feed(
+                t,
+                &Rec {
+                    flags: 0,
+                    ret: 9,
+                    tid,
+                    ..data(Syscall::Write, 4, 0, 10 * S, b"abc")
+                },
+            )
+        };
+        // Capture time: another thread's record 1.5 s later.
+        let mut t = ConnTracker::new(0);
+        begun(&mut t, 1);
+        let mut out = Vec::new();
+        t.flush_stale(None, S, &mut out);
+        assert!(out.is_empty());
+        out.extend(feed(
+            &mut t,
+            &Rec {
+                tid: 2,
+                ..data(Syscall::Read, 5, 0, 11 * S + S / 2, b"x")
+            },
+        ));
+        t.flush_stale(None, S, &mut out);
+        let c = chunks(&out);
+        assert_eq!(c.len(), 2, "{out:?}");
+        assert!(c[1].truncated && c[1].bytes == b"abc");
+        // A drain that read the ring empty, 0.5 s then 1.5 s later.
+        let mut t = ConnTracker::new(0);
+        begun(&mut t, 1);
+        let mut out = Vec::new();
+        t.flush_stale(Some(10 * S + S / 2), S, &mut out);
+        assert!(out.is_empty());
+        t.flush_stale(Some(11 * S + S / 2), S, &mut out);
+        let c = chunks(&out);
+        assert_eq!(c.len(), 1, "{out:?}");
+        assert!(c[0].truncated && c[0].bytes == b"abc");
     }
 
     #[test]
