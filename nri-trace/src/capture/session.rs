@@ -1670,38 +1670,10 @@ mod tests {
         assert!(after >= start + 7_002 * MS);
     }
 
-    /// A backend that records nothing and accepts everything.
-    struct NoBackend;
-
-    impl CaptureBackend for NoBackend {
-        fn track_process(&mut self, _: u32) -> Result<(), BackendError> {
-            Ok(())
-        }
-        fn untrack_process(&mut self, _: u32) -> Result<(), BackendError> {
-            Ok(())
-        }
-        fn track_fd(&mut self, _: u32, _: u32, _: u32) -> Result<(), BackendError> {
-            Ok(())
-        }
-        fn track_connect_path(&mut self, _: &Path) -> Result<(), BackendError> {
-            Ok(())
-        }
-        fn watch_bind_path(&mut self, _: &Path, _: u32) -> Result<(), BackendError> {
-            Ok(())
-        }
-        fn loss(&self) -> Result<Loss, BackendError> {
-            Ok(Loss::default())
-        }
-        fn drain(&mut self, _: usize, _: &mut dyn FnMut(&[u8])) -> bool {
-            false
-        }
-        fn poll_fd(&self) -> RawFd {
-            -1
-        }
-    }
-
     /// Records handed out as the eBPF backend's `drain` does: in order, up
-    /// to the budget (each record's length plus `RECORD_COST`).
+    /// to the budget (each record's length plus `RECORD_COST`); empty, a
+    /// backend that records nothing and accepts everything.
+    #[derive(Default)]
     struct RingOf(VecDeque<Vec<u8>>);
 
     impl CaptureBackend for RingOf {
@@ -1880,7 +1852,10 @@ mod tests {
             path: path.clone(),
         }];
         let mut no_follow = HashSet::new();
-        assert_eq!(r.on_bound(bound, &mut NoBackend, &mut no_follow), vec![20]);
+        assert_eq!(
+            r.on_bound(bound, &mut RingOf::default(), &mut no_follow),
+            vec![20]
+        );
         let mut out = vec![exit(10, 1), exit(20, 2)];
         r.on_exits(&mut out);
         let gone: Vec<u32> = out
