@@ -756,24 +756,8 @@ impl Observer for Faults {
 /// reader behind by a whole ring counts the loss long before it reaches
 /// the records around the hole (CI 2026-11-28: counted at 3.4 s of
 /// stream time, records missing until 15.5 s).
-fn holes(out: &Path) -> Vec<(u64, u64)> {
-    use nri_trace::capture::CaptureEvent;
-    let mut lost = 0u64;
-    let mut holes = Vec::new();
-    for ev in lab_trace::raw_events(&out.join("b")) {
-        if let CaptureEvent::Loss(l) = &ev {
-            if l.lost_records > lost {
-                lost = l.lost_records;
-                let (from, to) = (l.lost_from, l.lost_to);
-                assert!(
-                    from.is_some() && to.is_some(),
-                    "a loss report without the time of its drops: {l:?}"
-                );
-                holes.push((from.unwrap().mono_ns, to.unwrap().mono_ns));
-            }
-        }
-    }
-    holes
+fn holes(out: &Path) -> (u64, Vec<(u64, u64)>) {
+    trace_check::holes(&lab_trace::raw_events(&out.join("b")))
 }
 
 /// `b`, restarted late under load with the hostile peer on its sockets:
@@ -911,7 +895,7 @@ fn faults_on_the_loaded_runtime() {
     );
     // After the floods and the holes they caused (which may have cut any
     // call in flight then).
-    let holes = holes(&out);
+    let (_, holes) = holes(&out);
     let loss_end = holes.iter().map(|h| h.1).max().unwrap_or(0);
     eprintln!(
         "{test}: nri-trace b: floods from {} ms to {} ms after b's attach; holes (ms after the \
@@ -949,13 +933,7 @@ fn faults_on_the_loaded_runtime() {
         mislabeled.is_empty(),
         "deliveries said to have no CRI call in flight, after the attach settled: {mislabeled:?}"
     );
-    let lost_cause = records
-        .iter()
-        .filter(|r| {
-            matches!(r, Record::NriUncaused(u)
-                if u.no_cri_cause == nri_trace::engine::correlate::NoCause::CaptureLoss)
-        })
-        .count();
+    let lost_cause = trace_check::cause_lost(&records);
     eprintln!("{test}: nri-trace b: {lost_cause} deliveries whose CRI cause a hole may have taken");
     let after_floods = trace_check::check_window(
         "faults b after the floods",

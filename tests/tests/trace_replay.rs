@@ -495,17 +495,7 @@ fn a_flood_hole_is_placed_marked_and_correlated_after() {
         })
         .expect("an open");
     // Where the hole is: the loss reports' stamps, not their place.
-    let mut lost = 0;
-    let mut holes = Vec::new();
-    for e in &evs {
-        if let CaptureEvent::Loss(l) = e {
-            if l.lost_records > lost {
-                lost = l.lost_records;
-                let (from, to) = (l.lost_from.expect("from"), l.lost_to.expect("to"));
-                holes.push((from.mono_ns, to.mono_ns));
-            }
-        }
-    }
+    let (lost, holes) = trace_check::holes(&evs);
     assert!(lost > 600_000, "{lost} records lost");
     let hole_end = holes.iter().map(|h| h.1).max().expect("a hole");
     // The real connections (the plugins', their ends, the driver's): each
@@ -524,13 +514,7 @@ fn a_flood_hole_is_placed_marked_and_correlated_after() {
     let since = trace_check::settled_after(&truth, attach);
     let mislabeled = trace_check::no_call_since(&records, since);
     assert!(mislabeled.is_empty(), "{mislabeled:?}");
-    let taken = records
-        .iter()
-        .filter(|r| {
-            matches!(r, Record::NriUncaused(u)
-                if u.no_cri_cause == nri_trace::engine::correlate::NoCause::CaptureLoss)
-        })
-        .count();
+    let taken = trace_check::cause_lost(&records);
     assert!(taken > 0, "no delivery said to have lost its cause");
     // After the hole, once every call begun before its end has ended:
     // every delivery under its CRI call.

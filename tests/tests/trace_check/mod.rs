@@ -476,3 +476,31 @@ pub(crate) fn no_call_since(records: &[Record], since: u64) -> Vec<String> {
         })
         .collect()
 }
+
+/// The holes of a capture: (from, to) kernel times of each loss report
+/// that counted more records (`lost_from`, `lost_to`; a report without
+/// them fails), and the records lost in all.
+pub(crate) fn holes(events: &[nri_trace::capture::CaptureEvent]) -> (u64, Vec<(u64, u64)>) {
+    let mut lost = 0u64;
+    let mut holes = Vec::new();
+    for ev in events {
+        if let nri_trace::capture::CaptureEvent::Loss(l) = ev {
+            if l.lost_records > lost {
+                lost = l.lost_records;
+                let (Some(from), Some(to)) = (l.lost_from, l.lost_to) else {
+                    panic!("a loss report without the time of its drops: {l:?}");
+                };
+                holes.push((from.mono_ns, to.mono_ns));
+            }
+        }
+    }
+    (lost, holes)
+}
+
+/// Deliveries labeled `capture_loss`: their CRI cause a hole may have taken.
+pub(crate) fn cause_lost(records: &[Record]) -> usize {
+    records
+        .iter()
+        .filter(|r| matches!(r, Record::NriUncaused(u) if u.no_cri_cause == NoCause::CaptureLoss))
+        .count()
+}
