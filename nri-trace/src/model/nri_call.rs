@@ -36,7 +36,8 @@ use crate::{
     capture::{CaptureEvent, Chunk, CloseReason, ConnId, ConnOpen, Direction, Peer, Timestamp},
     decode::nri::{
         message::{
-            self, Event, Method, RequestBody, ResponseBody, Status, Subject, NRI_SERVICE_PREFIX,
+            self, Event, Method, RequestBody, ResponseBody, Status, Subject, WireResponse,
+            NRI_SERVICE_PREFIX,
         },
         proto::api,
         ttrpc::{MessageType, MuxTtrpc, TtrpcEvent, TtrpcMessage, MUX_LEVEL},
@@ -435,6 +436,32 @@ const MAX_AWAITED_TIMEOUT_NS: u64 = 120_000_000_000;
 /// a late answer is counted, not taken for a call of its own.
 const MAX_GIVEN_UP_PER_CONN: usize = 64;
 
+/// How far past a held response (see [`EarlyReply`]) the capture stream
+/// may move before the response is reported as one without a request.
+/// The request's stamp is late by how long its writer was kept from the
+/// end of its syscall after the bytes were in the socket: scheduler
+/// latency, milliseconds on a loaded machine.
+const EARLY_REPLY_WAIT_NS: u64 = 1_000_000_000;
+
+/// Most responses held per connection waiting for their request.
+const MAX_EARLY_REPLIES_PER_CONN: usize = 64;
+
+/// A response read before the request it answers was seen. The probes
+/// stamp a syscall at its exit (nri-trace-ebpf), and the kernel hands a
+/// write's bytes to the reader before the writer reaches its exit: a
+/// runtime thread descheduled there exits after the plugin has answered
+/// and the runtime's reader has read the answer (a 1 ms inversion under
+/// load in trace_lab, CI 2026-11-28: a REMOVE_POD_SANDBOX reported timed
+/// out within a 26 ms RemovePodSandbox). So a response with no request is
+/// held until its request shows (the call then starts no later than its
+/// answer) or [`EARLY_REPLY_WAIT_NS`] pass (it is reported partial: its
+/// request went before the capture started, or was lost).
+#[derive(Debug)]
+struct EarlyReply {
+    ts: Timestamp,
+    resp: WireResponse,
+}
+
 /// Key of a call within one connection: mux conn_id, stream id, and the
 /// direction of the request ([`dir_index`]).
 type CallKey = (u32, u32, usize);
@@ -459,6 +486,8 @@ struct ConnState {
     announced: bool,
     events: Option<Vec<String>>,
     pending: BTreeMap<CallKey, PendingCall>,
+    /// Responses whose request has not shown yet ([`EarlyReply`]).
+    early_replies: BTreeMap<CallKey, EarlyReply>,
     /// Calls completed at their deadline, oldest first (bounded).
     given_up: std::collections::VecDeque<CallKey>,
 }
@@ -485,6 +514,7 @@ impl ConnState {
             announced: false,
             events: None,
             pending: BTreeMap::new(),
+            early_replies: BTreeMap::new(),
             given_up: std::collections::VecDeque::new(),
         }
     }
@@ -543,6 +573,9 @@ pub struct AssemblerStats {
     /// Responses to calls already reported timed out (their deadline had
     /// passed): the caller no longer waited for them.
     pub answered_after_deadline: u64,
+    /// Calls whose response was read before their request's write was
+    /// stamped (see [`EarlyReply`]): their start is the response's stamp.
+    pub replies_before_request: u64,
 }
 
 /// Turns capture events of NRI connections into [`NriObservation`]s.
@@ -561,6 +594,8 @@ pub struct NriCallAssembler {
     /// The event delivery the runtime is making (see
     /// [`NriCallAssembler::check_delivery_order`]).
     round: Option<DeliveryRound>,
+    /// Responses held over all connections ([`EarlyReply`]).
+    early_held: usize,
     stats: AssemblerStats,
 }
 
@@ -583,6 +618,7 @@ impl NriCallAssembler {
             awaiting_reply: Vec::new(),
             next_deadline: u64::MAX,
             round: None,
+            early_held: 0,
             stats: AssemblerStats::default(),
         }
     }
@@ -627,6 +663,7 @@ impl NriCallAssembler {
             _ => None,
         };
         if let Some(now) = now {
+            self.release_early(Some(now), out);
             self.release_awaiting(Some(now), out);
             self.give_up_overdue(now, out);
         }
@@ -646,6 +683,10 @@ impl NriCallAssembler {
             CaptureEvent::Chunk(c) => self.on_chunk(c, out),
             CaptureEvent::Close(c) => {
                 if let Some(mut st) = self.conns.remove(&c.conn) {
+                    for (key, e) in std::mem::take(&mut st.early_replies) {
+                        self.early_held -= 1;
+                        out.push(NriObservation::Call(partial_reply(c.conn, &st, key, e)));
+                    }
                     for (key, p) in std::mem::take(&mut st.pending) {
                         let waited = c.ts.mono_ns.saturating_sub(p.start.mono_ns);
                         let outcome = if c.reason == CloseReason::Untracked {
@@ -686,6 +727,7 @@ impl NriCallAssembler {
     /// The capture ended: calls still waiting are reported as
     /// [`Outcome::NoResponse`], in connection order.
     pub fn finish(&mut self, out: &mut Vec<NriObservation>) {
+        self.release_early(None, out);
         self.release_awaiting(None, out);
         let mut conns: Vec<ConnId> = self.conns.keys().copied().collect();
         conns.sort();
@@ -908,19 +950,25 @@ impl NriCallAssembler {
                     return;
                 };
                 st.announce(c.conn, ts, out);
+                let key = (mux_conn, m.stream_id, dir_index(c.direction));
+                let early = st.early_replies.remove(&key);
                 let p = PendingCall {
                     method,
                     event,
                     pod: subject.pod.map(pod_ref),
                     container: subject.container.map(container_ref),
-                    start: ts,
+                    // Answered before its write was stamped: it started no
+                    // later than its answer ([`EarlyReply`]).
+                    start: match &early {
+                        Some(e) if e.ts.mono_ns < ts.mono_ns => e.ts,
+                        _ => ts,
+                    },
                     timeout_nano: req.timeout_nano,
                     summary,
                     synchronized_pods,
                     synchronized_containers,
                     split_part,
                 };
-                let key = (mux_conn, m.stream_id, dir_index(c.direction));
                 // Bounded: NRI has one call in flight per plugin, so a
                 // connection with this many is garbage or lost responses;
                 // the oldest (lowest stream id) goes as unanswered.
@@ -946,7 +994,7 @@ impl NriCallAssembler {
                             | Event::RemovePodSandbox
                     )
                 );
-                if teardown {
+                if teardown && early.is_none() {
                     let st = &self.conns[&c.conn];
                     let mut started = complete_call(
                         c.conn,
@@ -982,118 +1030,26 @@ impl NriCallAssembler {
                         Outcome::NoResponse,
                     )));
                 }
+                if let Some(e) = early {
+                    self.early_held -= 1;
+                    self.stats.replies_before_request += 1;
+                    self.on_response(
+                        c.conn,
+                        opposite(c.direction),
+                        e.ts,
+                        mux_conn,
+                        m.stream_id,
+                        e.resp,
+                        out,
+                    );
+                }
             }
             MessageType::Response => {
                 let Ok(resp) = message::decode_response(&m.payload) else {
                     self.stats.undecodable += 1;
                     return;
                 };
-                let outcome = match resp.error() {
-                    Some(Status { code, message }) => Outcome::Error {
-                        code: *code,
-                        message: message.clone(),
-                    },
-                    None => Outcome::Ok,
-                };
-                let key = (mux_conn, m.stream_id, dir_index(opposite(c.direction)));
-                let Some(mut p) = st.pending.remove(&key) else {
-                    if let Some(i) = st.given_up.iter().position(|k| *k == key) {
-                        st.given_up.remove(i);
-                        self.stats.answered_after_deadline += 1;
-                        return;
-                    }
-                    if !st.nri {
-                        self.stats.unmatched_ignored += 1;
-                        return;
-                    }
-                    let caller = caller_of(opposite(c.direction));
-                    out.push(NriObservation::Call(NriCall {
-                        conn: c.conn,
-                        mux_conn,
-                        stream_id: m.stream_id,
-                        plugin: st.plugin.clone(),
-                        caller,
-                        method: None,
-                        event: None,
-                        pod: None,
-                        container: None,
-                        start: None,
-                        end: Some(ts),
-                        duration_ns: None,
-                        plugin_ns: None,
-                        outcome,
-                        timeout_nano: None,
-                        partial: true,
-                        summary: String::new(),
-                        synchronized_pods: Vec::new(),
-                        synchronized_containers: Vec::new(),
-                        split_part: None,
-                    }));
-                    return;
-                };
-                if outcome.is_ok() {
-                    match ResponseBody::decode(p.method, &resp.payload) {
-                        Ok(b) => {
-                            let s = describe_response(&b);
-                            if let (ResponseBody::Synchronize(r), Some(part)) =
-                                (&b, p.split_part.as_mut())
-                            {
-                                part.reply_more = Some(r.more);
-                                part.reply_updates = r.update.len();
-                            }
-                            if let ResponseBody::Configure(r) = &b {
-                                st.events = Some(
-                                    event_names(r.events)
-                                        .into_iter()
-                                        .map(String::from)
-                                        .collect(),
-                                );
-                                st.announced = false;
-                            }
-                            if !s.is_empty() {
-                                if !p.summary.is_empty() {
-                                    p.summary.push_str("; ");
-                                }
-                                p.summary.push_str(&s);
-                            }
-                        }
-                        Err(e) => {
-                            self.stats.undecodable += 1;
-                            p.summary = format!("{}; response undecodable: {e}", p.summary);
-                        }
-                    }
-                } else if let Outcome::Error { code, .. } = &outcome {
-                    if *code == message::CODE_UNIMPLEMENTED && p.method.falls_back_to_state_change()
-                    {
-                        p.summary.push_str(
-                            "; plugin predates per-event methods: runtime falls back to StateChange",
-                        );
-                    }
-                }
-                st.announce(c.conn, ts, out);
-                let st = &self.conns[&c.conn];
-                let side = st.plugin_side.get(&(mux_conn, m.stream_id)).copied();
-                let call = complete_call(
-                    c.conn,
-                    st,
-                    mux_conn,
-                    m.stream_id,
-                    opposite(c.direction),
-                    p,
-                    Some(ts),
-                    outcome,
-                );
-                let wait_for_reply = st.has_plugin_end
-                    && call.caller == Caller::Runtime
-                    && side.is_some_and(|s| s.recv.is_some() && s.reply.is_none());
-                if wait_for_reply {
-                    self.awaiting_reply.push(call);
-                } else {
-                    if let Some(st) = self.conns.get_mut(&c.conn) {
-                        st.plugin_side.remove(&(mux_conn, m.stream_id));
-                    }
-                    out.push(NriObservation::Call(call));
-                }
+                self.on_response(c.conn, c.direction, ts, mux_conn, m.stream_id, resp, out);
             }
             MessageType::Data | MessageType::Unknown(_) => self.stats.other_messages += 1,
         }
@@ -1101,6 +1057,121 @@ impl NriCallAssembler {
 }
 
 impl NriCallAssembler {
+    /// A response to the call under (`mux_conn`, `stream_id`) travelled in
+    /// `resp_dir` on `conn`, its last byte at `ts`.
+    #[allow(clippy::too_many_arguments)]
+    fn on_response(
+        &mut self,
+        conn: ConnId,
+        resp_dir: Direction,
+        ts: Timestamp,
+        mux_conn: u32,
+        stream_id: u32,
+        resp: WireResponse,
+        out: &mut Vec<NriObservation>,
+    ) {
+        let Some(st) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let outcome = outcome_of(&resp);
+        let key = (mux_conn, stream_id, dir_index(opposite(resp_dir)));
+        let Some(mut p) = st.pending.remove(&key) else {
+            if let Some(i) = st.given_up.iter().position(|k| *k == key) {
+                st.given_up.remove(i);
+                self.stats.answered_after_deadline += 1;
+                return;
+            }
+            if !st.nri {
+                self.stats.unmatched_ignored += 1;
+                return;
+            }
+            // Held, not reported yet: the request's write may still come
+            // (see `EarlyReply`).
+            if st.early_replies.len() >= MAX_EARLY_REPLIES_PER_CONN {
+                if let Some(oldest) = st
+                    .early_replies
+                    .iter()
+                    .min_by_key(|(k, e)| (e.ts.mono_ns, **k))
+                    .map(|(k, _)| *k)
+                {
+                    if let Some(e) = st.early_replies.remove(&oldest) {
+                        self.early_held -= 1;
+                        out.push(NriObservation::Call(partial_reply(conn, st, oldest, e)));
+                    }
+                }
+            }
+            if st
+                .early_replies
+                .insert(key, EarlyReply { ts, resp })
+                .is_none()
+            {
+                self.early_held += 1;
+            }
+            return;
+        };
+        if outcome.is_ok() {
+            match ResponseBody::decode(p.method, &resp.payload) {
+                Ok(b) => {
+                    let s = describe_response(&b);
+                    if let (ResponseBody::Synchronize(r), Some(part)) = (&b, p.split_part.as_mut())
+                    {
+                        part.reply_more = Some(r.more);
+                        part.reply_updates = r.update.len();
+                    }
+                    if let ResponseBody::Configure(r) = &b {
+                        st.events = Some(
+                            event_names(r.events)
+                                .into_iter()
+                                .map(String::from)
+                                .collect(),
+                        );
+                        st.announced = false;
+                    }
+                    if !s.is_empty() {
+                        if !p.summary.is_empty() {
+                            p.summary.push_str("; ");
+                        }
+                        p.summary.push_str(&s);
+                    }
+                }
+                Err(e) => {
+                    self.stats.undecodable += 1;
+                    p.summary = format!("{}; response undecodable: {e}", p.summary);
+                }
+            }
+        } else if let Outcome::Error { code, .. } = &outcome {
+            if *code == message::CODE_UNIMPLEMENTED && p.method.falls_back_to_state_change() {
+                p.summary.push_str(
+                    "; plugin predates per-event methods: runtime falls back to StateChange",
+                );
+            }
+        }
+        st.announce(conn, ts, out);
+        let st = &self.conns[&conn];
+        let side = st.plugin_side.get(&(mux_conn, stream_id)).copied();
+        let call = complete_call(
+            conn,
+            st,
+            mux_conn,
+            stream_id,
+            opposite(resp_dir),
+            p,
+            Some(ts),
+            outcome,
+        );
+        let wait_for_reply = st.has_plugin_end
+            && call.caller == Caller::Runtime
+            && side.is_some_and(|s| s.recv.is_some() && s.reply.is_none());
+        if wait_for_reply {
+            self.awaiting_reply.push(call);
+        } else {
+            if let Some(st) = self.conns.get_mut(&conn) {
+                st.plugin_side.remove(&(mux_conn, stream_id));
+            }
+            out.push(NriObservation::Call(call));
+        }
+    }
+
     /// Calls whose deadline passed [`DEADLINE_GRACE_NS`] before `now` with
     /// no response and no close: their caller gave up on them (see the
     /// module docs). Reported [`Outcome::TimedOut`], in connection order.
@@ -1146,6 +1217,36 @@ impl NriCallAssembler {
                 .fold(next, u64::min);
         }
         self.next_deadline = next;
+    }
+
+    /// Report held responses ([`EarlyReply`]) whose request did not come
+    /// within [`EARLY_REPLY_WAIT_NS`] before `now` (all of them for
+    /// `None`) as partial calls, in connection and key order.
+    fn release_early(&mut self, now: Option<u64>, out: &mut Vec<NriObservation>) {
+        if self.early_held == 0 {
+            return;
+        }
+        let mut conns: Vec<ConnId> = self.conns.keys().copied().collect();
+        conns.sort();
+        for id in conns {
+            let Some(st) = self.conns.get_mut(&id) else {
+                continue;
+            };
+            let done: Vec<CallKey> = st
+                .early_replies
+                .iter()
+                .filter(|(_, e)| {
+                    now.is_none_or(|n| n > e.ts.mono_ns.saturating_add(EARLY_REPLY_WAIT_NS))
+                })
+                .map(|(k, _)| *k)
+                .collect();
+            for key in done {
+                if let Some(e) = st.early_replies.remove(&key) {
+                    self.early_held -= 1;
+                    out.push(NriObservation::Call(partial_reply(id, st, key, e)));
+                }
+            }
+        }
     }
 
     /// Release held calls whose wait is over (all of them for `None`), in
@@ -1247,6 +1348,44 @@ fn timed_out(waited_ns: u64, timeout_nano: i64) -> bool {
     let t = timeout_nano as u64;
     let slack = (t / 20).min(50_000_000);
     waited_ns + slack >= t
+}
+
+/// How a call ended, by its response's status.
+fn outcome_of(resp: &WireResponse) -> Outcome {
+    match resp.error() {
+        Some(Status { code, message }) => Outcome::Error {
+            code: *code,
+            message: message.clone(),
+        },
+        None => Outcome::Ok,
+    }
+}
+
+/// A response under `key` on `conn` whose request was never seen.
+fn partial_reply(conn: ConnId, st: &ConnState, key: CallKey, e: EarlyReply) -> NriCall {
+    let (mux_conn, stream_id, req_dir) = key;
+    NriCall {
+        conn,
+        mux_conn,
+        stream_id,
+        plugin: st.plugin.clone(),
+        caller: caller_of(dir_of_index(req_dir)),
+        method: None,
+        event: None,
+        pod: None,
+        container: None,
+        start: None,
+        end: Some(e.ts),
+        duration_ns: None,
+        plugin_ns: None,
+        outcome: outcome_of(&e.resp),
+        timeout_nano: None,
+        partial: true,
+        summary: String::new(),
+        synchronized_pods: Vec::new(),
+        synchronized_containers: Vec::new(),
+        split_part: None,
+    }
 }
 
 /// `p`, under `key` on connection `conn`, ended without a response:
@@ -1866,6 +2005,79 @@ mod tests {
         a.on_capture(&chunk(1, Direction::In, 16 * S, late), &mut out);
         assert!(calls(&out).is_empty(), "{out:?}");
         assert_eq!(a.stats().answered_after_deadline, 1);
+    }
+
+    /// The runtime's read of a plugin's answer stamped 1 ms before the
+    /// runtime's write of the request (its writer descheduled before the
+    /// syscall's exit, where the probe stamps): one call, answered, that
+    /// started no later than its answer; not a partial reply and a
+    /// timed-out request. A response whose request never comes is reported
+    /// partial once the stream is [`EARLY_REPLY_WAIT_NS`] past it.
+    #[test]
+    fn a_reply_stamped_before_its_request_still_answers_it() {
+        const MS: u64 = 1_000_000;
+        let mut a = NriCallAssembler::new(vec!["/nri.sock".into()]);
+        let mut out = Vec::new();
+        a.on_capture(&open(1), &mut out);
+        let ev = api::RemovePodSandboxRequest {
+            pod: Some(api::PodSandbox {
+                id: "s1".into(),
+                ..Default::default()
+            }),
+        }
+        .encode_to_vec();
+        let ok = envelope::Response {
+            status: None,
+            payload: api::Empty::default().encode_to_vec(),
+        }
+        .encode_to_vec();
+        a.on_capture(
+            &chunk(1, Direction::In, 1000 * MS, message_frame(7, 2, &ok)),
+            &mut out,
+        );
+        let req = call_frame(7, "RemovePodSandbox", ev, 2_000 * MS as i64);
+        a.on_capture(&chunk(1, Direction::Out, 1001 * MS, req), &mut out);
+        let calls: Vec<&NriCall> = out
+            .iter()
+            .filter_map(|o| match o {
+                NriObservation::Call(c) => Some(c),
+                NriObservation::Pending(c) => panic!("answered, not pending: {c:?}"),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(calls.len(), 1, "{out:?}");
+        assert_eq!(calls[0].outcome, Outcome::Ok);
+        assert!(!calls[0].partial);
+        assert_eq!(calls[0].event, Some(Event::RemovePodSandbox));
+        assert_eq!(calls[0].start.map(|t| t.mono_ns), Some(1000 * MS));
+        assert_eq!(calls[0].duration_ns, Some(0));
+        assert_eq!(a.stats().replies_before_request, 1);
+        assert_eq!(a.in_flight(), 0);
+
+        // A lone answer: held for a second of capture time, then partial.
+        out.clear();
+        a.on_capture(
+            &chunk(1, Direction::In, 2000 * MS, message_frame(9, 2, &ok)),
+            &mut out,
+        );
+        let tick = |at| CaptureEvent::Tick { ts: ts(at) };
+        a.on_capture(&tick(2000 * MS + EARLY_REPLY_WAIT_NS), &mut out);
+        assert!(
+            out.iter().all(|o| !matches!(o, NriObservation::Call(_))),
+            "{out:?}"
+        );
+        a.on_capture(&tick(2001 * MS + EARLY_REPLY_WAIT_NS), &mut out);
+        let partial: Vec<&NriCall> = out
+            .iter()
+            .filter_map(|o| match o {
+                NriObservation::Call(c) => Some(c),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(partial.len(), 1, "{out:?}");
+        assert!(partial[0].partial && partial[0].start.is_none());
+        assert_eq!(partial[0].stream_id, 9);
+        assert_eq!(partial[0].caller, Caller::Runtime);
     }
 
     /// 3000 chunks of garbage, a valid request frame in every tenth, in
