@@ -928,11 +928,7 @@ async fn drain_until_stopped(
         // after they began, in capture time: by this drain's clock only if
         // it read the ring empty (a budget may have cut a syscall whose
         // rest is still in the ring, seconds after it when behind).
-        // The reader's clock, as before 69bc547: judging age in capture
-        // time went with certain false plugin timeouts in trace_lab's load
-        // on containerd 1.7 and 2.1 (CI 2026-11-28), not yet understood.
-        let _ = drain_start;
-        tracker.flush_stale(Some(now), 1_000_000_000, &mut out);
+        tracker.flush_stale((!more).then_some(drain_start), 1_000_000_000, &mut out);
         drop_ignored_peers(
             &mut out,
             &mut tracker,
@@ -1713,6 +1709,118 @@ mod tests {
         fn poll_fd(&self) -> RawFd {
             -1
         }
+    }
+
+    /// The drain loop 5 s behind the kernel (records stamped 5 s before
+    /// it reads them, as in split-synchronize on a loaded 2-core machine:
+    /// the runtime's ~490 KiB messages to a plugin queued in the ring), and
+    /// a write of 30 records of 16 KiB that the drain budget cuts after its
+    /// second or third: the write comes out whole, in one chunk. Before,
+    /// the loop flushed it as stale between the two drains (its clock said
+    /// it was 5 s old), cut at 32 or 48 KiB, and dropped its other records
+    /// without counting a loss: the NRI call it carried was gone.
+    #[tokio::test]
+    async fn a_write_cut_by_the_drain_budget_comes_out_whole_when_the_reader_is_behind() {
+        use nri_trace_common::{RecordHeader, RecordKind, Syscall, FLAG_LAST, MAX_CHUNK};
+        let at = monotonic_ns() - 5_000_000_000;
+        let record = |fd: i32, seq: i32, offset: usize, len: usize, total: usize, fill: u8| {
+            let h = RecordHeader {
+                kind: RecordKind::Data as u16,
+                syscall: Syscall::Write as u16,
+                flags: if offset + len == total { FLAG_LAST } else { 0 },
+                ts_ns: at + u64::from(seq as u32),
+                tgid: 7,
+                tid: 8,
+                fd,
+                aux: seq,
+                ret: total as i64,
+                offset: offset as u32,
+                len: len as u32,
+            };
+            record::encode(&h, &vec![fill; len])
+        };
+        // One-record writes on fd 5, then the big write on fd 6: the first
+        // drain's budget ends after its second or third record (249 writes
+        // before it with a budget of 4 MiB).
+        let per_record =
+            MAX_CHUNK + nri_trace_common::RECORD_HEADER_LEN + super::super::backend::RECORD_COST;
+        let fillers = DRAIN_BUDGET / per_record - 2;
+        let mut ring: VecDeque<Vec<u8>> = (0..fillers)
+            .map(|i| record(5, i as i32, 0, MAX_CHUNK, MAX_CHUNK, 0))
+            .collect();
+        let total = 30 * MAX_CHUNK;
+        for i in 0..30 {
+            ring.push_back(record(6, 0, i * MAX_CHUNK, MAX_CHUNK, total, i as u8));
+        }
+        assert!((fillers + 3) * per_record >= DRAIN_BUDGET);
+        assert!((fillers + 1) * per_record < DRAIN_BUDGET);
+
+        let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        assert!(efd >= 0);
+        // SAFETY: `efd` is this test's; it is closed only after `poll` is
+        // dropped.
+        let poll =
+            unsafe { AsyncFd::register_with_interest(Fd(efd), tokio::io::Interest::READABLE) }
+                .unwrap();
+        let (tx, mut rx) = mpsc::channel(1 << 16);
+        let (stop_tx, stop) = tokio::sync::oneshot::channel();
+        let resolver = Resolver {
+            peer_env: Vec::new(),
+            follower: None,
+            no_follow: HashSet::new(),
+            reattach: Reattach {
+                listener_paths: HashMap::new(),
+                lost: Vec::new(),
+                next_scan_ns: 0,
+                fast_until_ns: 0,
+                existing_socketpair_env: None,
+                no_follow_sockets: Vec::new(),
+            },
+            sandbox: None,
+            ignore_peer_pids: Vec::new(),
+            cri_state: None,
+        };
+        // Stopping: the loop drains until the ring is empty, then returns.
+        stop_tx.send(()).unwrap();
+        let mut backend = RingOf(ring);
+        drain_until_stopped(
+            &mut backend,
+            ConnTracker::new(0),
+            &poll,
+            Queue::new(tx, 1 << 30),
+            stop,
+            Duration::from_millis(2),
+            resolver,
+        )
+        .await;
+        drop(poll);
+        unsafe { libc::close(efd) };
+        let mut big = Vec::new();
+        while let Ok(ev) = rx.try_recv() {
+            if let CaptureEvent::Chunk(c) = ev {
+                if c.syscall_len == total as u64 {
+                    big.push(c);
+                }
+            }
+        }
+        assert_eq!(
+            big.len(),
+            1,
+            "the big write in pieces: {:?}",
+            big.iter()
+                .map(|c| (c.bytes.len(), c.truncated))
+                .collect::<Vec<_>>()
+        );
+        let c = &big[0];
+        assert_eq!(
+            (c.bytes.len(), c.truncated, c.gap_before),
+            (total, false, false)
+        );
+        assert!(c
+            .bytes
+            .chunks(MAX_CHUNK)
+            .enumerate()
+            .all(|(i, b)| b.iter().all(|&x| x == i as u8)));
     }
 
     fn exit(tgid: u32, ms: u64) -> CaptureEvent {
