@@ -71,12 +71,18 @@ fn split_synchronize_on(group: &str, runtime: nri_trace_lab::labctl::Runtime) {
     // plugin reads fast (1,719,132 bytes once in CI, 2026-11-27), and the
     // default --snap-len of 1 MiB then cuts it (the rest lost, the stream
     // resynchronized, said in docs/nri.md). The test is of the reassembly.
+    // And a 64 MiB ring: the parts go through the ring twice (the
+    // runtime's end and the plugin's), about 12 MB in a burst on CRI-O,
+    // and the 16 MiB default overflowed under a load average of 8 on 2
+    // cores (2026-11-28: 146 records, 2.3 MB, counted and placed over a
+    // part of 10-late's Synchronize), which proves nothing about reassembly.
     let snap = nri_trace_common::MAX_SNAP.to_string();
+    let ring = (64u32 << 20).to_string();
     let Some(out) = lab_trace::run_traced_on(
         group,
         "split-synchronize",
         Some(runtime),
-        lab_trace::TraceProc::with_args(&["--snap-len", &snap]),
+        lab_trace::TraceProc::with_args(&["--snap-len", &snap, "--ring-bytes", &ring]),
     ) else {
         return;
     };

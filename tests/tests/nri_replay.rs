@@ -9,6 +9,7 @@
 
 mod nri_check;
 mod replay_util;
+mod trace_check;
 mod truth_file;
 
 use std::path::Path;
