@@ -771,8 +771,23 @@ impl ContractChecker {
                 });
             }
         }
-        // A pod the plugin was never told about (Synchronize race).
-        if let Some(pod) = h.call.pod.as_ref().filter(|p| !p.id.is_empty()) {
+        // A pod the plugin was never told about (Synchronize race). Only
+        // for a plugin subscribed to RunPodSandbox: the runtime tells the
+        // others of a pod only in Synchronize, so one made after that
+        // reaches them first in, say, CreateContainer (the NRI project's
+        // device-injector, ulimit-adjuster and hook-injector subscribe to
+        // container events alone; seen on containerd 1.7, 2.1 and 2.3,
+        // 2026-11-28).
+        let told_of_new_pods = self
+            .plugin_by_label(&label)
+            .and_then(|p| p.events.as_ref())
+            .is_none_or(|e| e.iter().any(|e| e == "RUN_POD_SANDBOX"));
+        if let Some(pod) = h
+            .call
+            .pod
+            .as_ref()
+            .filter(|p| !p.id.is_empty() && told_of_new_pods)
+        {
             // `None`: the plugin's Synchronize was not seen, nothing to judge.
             let known = self.announced.get(&label).map(|k| k.contains(&pod.id));
             // After a restart, the restart rule speaks for such pods.
@@ -1382,6 +1397,15 @@ mod tests {
         let v = check(&records);
         assert_eq!(rules(&v), vec![POD_UNKNOWN_TO_PLUGIN]);
         assert_eq!(v[0].plugin.as_deref(), Some("20-late"));
+        // Not subscribed to RunPodSandbox: Synchronize is the only news of
+        // pods it gets, so a newer pod is news in any other event.
+        let v = check(&[
+            plugin("late", "20", 3, &["STOP_POD_SANDBOX"]),
+            synchronize("late", "20", 3, &["s0"]),
+            stop("s0", 100),
+            stop("s1", 200),
+        ]);
+        assert_eq!(rules(&v), Vec::<&str>::new());
         // Without its Synchronize seen (registered before the trace):
         // nothing to judge.
         let v = check(&[plugin("late", "20", 3, &ALL), stop("s1", 200)]);
