@@ -696,7 +696,7 @@ impl ContractChecker {
             h.hook.as_str(),
             "STOP_POD_SANDBOX" | "REMOVE_POD_SANDBOX" | "STOP_CONTAINER" | "REMOVE_CONTAINER"
         );
-        if teardown && !h.call.outcome.is_ok() {
+        if teardown && !h.call.outcome.is_ok() && !h.call.is_fallback_refusal() {
             self.report_teardown(h, span, out);
         }
         // Budget.
@@ -1325,6 +1325,43 @@ mod tests {
             "{:?}",
             v[0].detail
         );
+    }
+
+    /// containerd 2.3 calls a v0.8-stub plugin's StopPodSandbox method,
+    /// the plugin answers Unimplemented, and the runtime delivers the
+    /// event by StateChange (seen on the lab, 2026-11-28): the refusal is
+    /// no teardown failure.
+    #[test]
+    fn a_refused_per_event_method_is_no_teardown_failure() {
+        let mut refused = to_plugin(
+            hook(Some(Event::StopPodSandbox), "a", "s1", 110, 111),
+            "a",
+            "10",
+            2,
+        );
+        refused.call.method = Some("StopPodSandbox".into());
+        refused.call.outcome = Outcome::Error {
+            code: crate::decode::nri::message::CODE_UNIMPLEMENTED,
+            message: "method StopPodSandbox not implemented".into(),
+        };
+        assert!(refused.call.is_fallback_refusal());
+        let fallback = to_plugin(
+            hook(Some(Event::StopPodSandbox), "a", "s1", 112, 120),
+            "a",
+            "10",
+            2,
+        );
+        let records = vec![
+            plugin("a", "10", 2, &ALL),
+            span(
+                cri(Some("StopPodSandbox"), "s1", 100, 150),
+                vec![refused.clone(), fallback],
+            ),
+        ];
+        assert_eq!(rules(&check(&records)), Vec::<&str>::new());
+        // The same code from a method with no fallback is a failure.
+        refused.call.method = Some("StopContainer".into());
+        assert!(!refused.call.is_fallback_refusal());
     }
 
     #[test]

@@ -178,6 +178,10 @@ pub struct HookSummary {
     pub hook: Hook,
     pub calls: u64,
     pub errors: u64,
+    /// Unimplemented answers to a per-event method, each followed by the
+    /// runtime's StateChange fallback ([`NriCall::is_fallback_refusal`]):
+    /// the plugin predates the method; not errors.
+    pub fallbacks: u64,
     pub timeouts: u64,
     /// Own time ([`HookSpan::own_ns`]) percentiles, nanoseconds.
     pub p50_ns: u64,
@@ -207,6 +211,7 @@ struct Stats {
     /// Calls whose connection closed before an answer or the deadline.
     closed: u64,
     errors: u64,
+    fallbacks: u64,
     timeouts: u64,
     queued_total_ns: u64,
     window: Windowed,
@@ -228,6 +233,7 @@ impl Stats {
             error_codes: BTreeMap::new(),
             closed: 0,
             errors: 0,
+            fallbacks: 0,
             timeouts: 0,
             queued_total_ns: 0,
             window: Windowed::default(),
@@ -304,6 +310,7 @@ impl HookTimer {
         s.calls += 1;
         match call.outcome {
             Outcome::Ok => s.ok += 1,
+            Outcome::Error { .. } if call.is_fallback_refusal() => s.fallbacks += 1,
             Outcome::Error { code, .. } => {
                 s.errors += 1;
                 *s.error_codes.entry(code).or_default() += 1;
@@ -368,6 +375,7 @@ impl HookTimer {
                     hook: hook.clone(),
                     calls: s.calls,
                     errors: s.errors,
+                    fallbacks: s.fallbacks,
                     timeouts: s.timeouts,
                     p50_ns: q(0.5),
                     p90_ns: q(0.9),
@@ -440,5 +448,23 @@ mod tests {
         );
         let b_run = s.iter().find(|s| s.plugin == "20-b").unwrap();
         assert_eq!(b_run.queued_total_ns, 500_000_000);
+    }
+
+    /// A plugin on an older stub refuses the per-event RunPodSandbox and
+    /// gets the StateChange fallback: a fallback, not an error.
+    #[test]
+    fn a_refused_per_event_method_counts_as_a_fallback() {
+        let mut t = HookTimer::new();
+        let mut refused = call("a", "10", "p1", 1000, 1);
+        refused.method = Some("RunPodSandbox".into());
+        refused.outcome = Outcome::Error {
+            code: crate::decode::nri::message::CODE_UNIMPLEMENTED,
+            message: "not implemented".into(),
+        };
+        t.on_call(refused);
+        t.on_call(call("a", "10", "p1", 1001, 1));
+        let s = t.summary();
+        let run = s.iter().find(|s| s.plugin == "10-a").unwrap();
+        assert_eq!((run.calls, run.errors, run.fallbacks), (2, 0, 1));
     }
 }

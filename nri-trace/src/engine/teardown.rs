@@ -413,9 +413,12 @@ impl TeardownLog {
         if !TEARDOWN.contains(&method.as_str()) {
             return;
         }
+        // A plugin's refusal of a per-event method is followed by the
+        // StateChange that delivers the event: not a step of its own.
         let hooks = s
             .hooks
             .iter()
+            .filter(|h| !h.call.is_fallback_refusal())
             .map(|h| StepHook {
                 plugin: h.call.plugin.label(),
                 hook: h.hook.to_string(),

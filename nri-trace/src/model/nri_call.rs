@@ -316,6 +316,21 @@ impl NriCall {
     clippy::trivially_copy_pass_by_ref,
     reason = "serde passes a reference"
 )]
+impl NriCall {
+    /// An `Unimplemented` answer to a per-event method from a plugin built
+    /// on an older stub: the runtime calls its StateChange with the same
+    /// event next ([`Method::falls_back_to_state_change`]). The plugin did
+    /// not fail the event; rules and error counts leave it out.
+    pub fn is_fallback_refusal(&self) -> bool {
+        matches!(&self.outcome, Outcome::Error { code, .. } if *code == message::CODE_UNIMPLEMENTED)
+            && self
+                .method
+                .as_deref()
+                .and_then(|m| Method::from_wire(message::PLUGIN_SERVICE, m))
+                .is_some_and(Method::falls_back_to_state_change)
+    }
+}
+
 fn ser_event<S: serde::Serializer>(e: &Option<Event>, s: S) -> Result<S::Ok, S::Error> {
     match e {
         Some(e) => s.serialize_str(e.as_str_name()),
