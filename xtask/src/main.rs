@@ -13,6 +13,7 @@ mod kernels;
 mod lab;
 mod nri_rate;
 mod setup;
+mod tiers;
 
 use std::{
     env,
@@ -21,7 +22,7 @@ use std::{
 };
 
 use anyhow::{bail, Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Parser)]
 #[command(name = "xtask", about = "nri-trace developer tasks")]
@@ -52,9 +53,12 @@ enum Cmd {
     /// Check formatting and the workspace lints (clippy, warnings denied).
     Lint,
     /// Run every test: setup, the lints, build, unit tests, the
-    /// root/eBPF tests, and a 3 s smoke of every fuzz target
-    /// (NRI_TRACE_SKIP_FUZZ=1 skips it outside CI).
+    /// root/eBPF/lab tests, the kernels, and a 3 s smoke of every fuzz
+    /// target (NRI_TRACE_SKIP_FUZZ=1 skips it outside CI).
     Test {
+        /// Only these parts (repeatable; default: every tier, as CI runs).
+        #[arg(long, value_enum)]
+        tier: Vec<tiers::Tier>,
         /// Extra arguments passed to `cargo test` (after `--`).
         #[arg(last = true)]
         args: Vec<String>,
@@ -97,7 +101,7 @@ fn main() -> Result<()> {
         Cmd::Image => dist::run_image().map(|_| ()),
         Cmd::Kernels(a) => kernels::run_kernels(&a),
         Cmd::Lint => lint(),
-        Cmd::Test { args } => test(&args),
+        Cmd::Test { tier, args } => test(&tier, &args),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Fuzz(a) => fuzz::run_fuzz(&a),
         Cmd::Lab { runtime, cmd } => lab::run_lab(cmd, runtime.as_deref()),
@@ -199,37 +203,65 @@ pub fn release_lab_bins(bins: &[&str]) -> Result<PathBuf> {
     Ok(workspace_root().join("target/release"))
 }
 
-fn test(extra: &[String]) -> Result<()> {
+fn test(tiers: &[tiers::Tier], extra: &[String]) -> Result<()> {
+    use tiers::Tier;
     let ci = env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    let mut tiers = if tiers.is_empty() {
+        Tier::value_variants().to_vec()
+    } else {
+        tiers.to_vec()
+    };
+    tiers.sort();
+    tiers.dedup();
     if ci || !setup::toolchain_ready() {
         setup::run()?;
     }
-    lint()?;
+    if tiers.contains(&Tier::Lint) {
+        lint()?;
+    }
     // The dist binary, once, for tests/tests/dist.rs (it runs it from an
     // empty root): a release build of its own (measured 8.4 min of the
     // dist's 10 min here, with other builds sharing the 2 cores), too
     // long to hide inside one test. It builds the eBPF object first.
     // tests/tests/kernels.rs boots it in qemu on Debian's kernels (under
     // CI) through this xtask's `kernels` (docs/kernels.md).
-    let dist = dist::run_dist()?;
-    let obj = ebpf_object();
-    let mut cmd = cargo();
-    cmd.args(["test", "--workspace", "--all-targets"])
-        .env("NRI_TRACE_EBPF_OBJ", &obj)
-        .env("NRI_TRACE_DIST_BIN", &dist);
-    if !extra.is_empty() {
-        cmd.arg("--").args(extra);
-    }
-    run(&mut cmd).context("cargo test")?;
-    if fuzz::smoke_wanted(ci) {
-        fuzz::smoke(ci).with_context(|| {
-            format!(
-                "the fuzz smoke (cargo xtask fuzz --seconds {})",
-                fuzz::SMOKE_SECONDS
-            )
-        })?;
+    let dist = if tiers::need_dist(&tiers) {
+        Some(dist::run_dist()?)
     } else {
-        println!("SKIP fuzz smoke: NRI_TRACE_SKIP_FUZZ=1");
+        None
+    };
+    let obj = if tiers
+        .iter()
+        .any(|t| matches!(t, Tier::Unit | Tier::Lab | Tier::Kernels))
+    {
+        if dist.is_none() {
+            build_ebpf()?;
+        }
+        Some(ebpf_object())
+    } else {
+        None
+    };
+    let mut envs: Vec<(&str, &Path)> = Vec::new();
+    if let Some(o) = &obj {
+        envs.push(("NRI_TRACE_EBPF_OBJ", o));
+    }
+    if let Some(d) = &dist {
+        envs.push(("NRI_TRACE_DIST_BIN", d));
+    }
+    for &tier in &tiers {
+        tiers::run_tests(tier, &envs, extra)?;
+    }
+    if tiers.contains(&Tier::Fuzz) {
+        if fuzz::smoke_wanted(ci) {
+            fuzz::smoke(ci).with_context(|| {
+                format!(
+                    "the fuzz smoke (cargo xtask fuzz --seconds {})",
+                    fuzz::SMOKE_SECONDS
+                )
+            })?;
+        } else {
+            println!("SKIP fuzz smoke: NRI_TRACE_SKIP_FUZZ=1");
+        }
     }
     Ok(())
 }
