@@ -190,14 +190,16 @@ pub enum Syscall {
     Bind = 30,
     /// Not a syscall: sched/sched_process_exec of a process of the tree.
     Exec = 31,
+    /// fcntl(F_DUPFD / F_DUPFD_CLOEXEC): a dup (Go's `net.FileConn`).
+    Fcntl = 32,
 }
 
 /// Every `Syscall`, in numbering order (for tests and name lookups).
-pub const ALL_SYSCALLS: [Syscall; 31] = {
+pub const ALL_SYSCALLS: [Syscall; 32] = {
     use Syscall::{
         Accept, Accept4, Bind, CgroupMkdir, CgroupRmdir, CloneNs, Close, Connect, Dup, Dup2, Dup3,
-        Exec, Exit, Mount, Read, Readv, Recvfrom, Recvmsg, Rmdir, Sched, Sendmsg, Sendto, Setns,
-        Signal, Socketpair, Umount2, Unlink, Unlinkat, Unshare, Write, Writev,
+        Exec, Exit, Fcntl, Mount, Read, Readv, Recvfrom, Recvmsg, Rmdir, Sched, Sendmsg, Sendto,
+        Setns, Signal, Socketpair, Umount2, Unlink, Unlinkat, Unshare, Write, Writev,
     };
     [
         Read,
@@ -231,6 +233,7 @@ pub const ALL_SYSCALLS: [Syscall; 31] = {
         CgroupRmdir,
         Bind,
         Exec,
+        Fcntl,
     ]
 };
 
@@ -238,8 +241,8 @@ impl Syscall {
     pub fn from_u16(v: u16) -> Option<Self> {
         use Syscall::{
             Accept, Accept4, Bind, CgroupMkdir, CgroupRmdir, CloneNs, Close, Connect, Dup, Dup2,
-            Dup3, Exec, Exit, Mount, Read, Readv, Recvfrom, Recvmsg, Rmdir, Sched, Sendmsg, Sendto,
-            Setns, Signal, Socketpair, Umount2, Unlink, Unlinkat, Unshare, Write, Writev,
+            Dup3, Exec, Exit, Fcntl, Mount, Read, Readv, Recvfrom, Recvmsg, Rmdir, Sched, Sendmsg,
+            Sendto, Setns, Signal, Socketpair, Umount2, Unlink, Unlinkat, Unshare, Write, Writev,
         };
         Some(match v {
             1 => Read,
@@ -273,6 +276,7 @@ impl Syscall {
             29 => CgroupRmdir,
             30 => Bind,
             31 => Exec,
+            32 => Fcntl,
             _ => return None,
         })
     }
@@ -289,8 +293,8 @@ impl Syscall {
     pub fn name(self) -> &'static str {
         use Syscall::{
             Accept, Accept4, Bind, CgroupMkdir, CgroupRmdir, CloneNs, Close, Connect, Dup, Dup2,
-            Dup3, Exec, Exit, Mount, Read, Readv, Recvfrom, Recvmsg, Rmdir, Sched, Sendmsg, Sendto,
-            Setns, Signal, Socketpair, Umount2, Unlink, Unlinkat, Unshare, Write, Writev,
+            Dup3, Exec, Exit, Fcntl, Mount, Read, Readv, Recvfrom, Recvmsg, Rmdir, Sched, Sendmsg,
+            Sendto, Setns, Signal, Socketpair, Umount2, Unlink, Unlinkat, Unshare, Write, Writev,
         };
         match self {
             Read => "read",
@@ -324,6 +328,7 @@ impl Syscall {
             CgroupRmdir => "cgroup_rmdir",
             Bind => "bind",
             Exec => "exec",
+            Fcntl => "fcntl",
         }
     }
 

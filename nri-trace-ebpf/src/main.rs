@@ -1033,7 +1033,15 @@ fn socketpair_exit<const COMPAT: bool>(ctx: &TracePointContext) -> u32 {
     0
 }
 
-/// dup/dup2/dup3 of a tracked fd: the new fd is the same connection.
+/// fcntl(2) commands that duplicate an fd (include/uapi/linux/fcntl.h,
+/// asm-generic/fcntl.h): Go's `net.FileConn` dups with F_DUPFD_CLOEXEC
+/// (internal/poll `DupCloseOnExec`), so an NRI plugin's inherited fd 3 and
+/// the runtime's end of a launched plugin's socketpair move so.
+const F_DUPFD: u64 = 0;
+const F_DUPFD_CLOEXEC: u64 = 1030;
+
+/// dup/dup2/dup3 (and fcntl F_DUPFD*) of a tracked fd: the new fd is the
+/// same connection.
 #[inline(always)]
 fn dup_exit<const COMPAT: bool>(ctx: &TracePointContext, sc: Syscall) -> u32 {
     let ret = ret_of(ctx);
@@ -1045,6 +1053,9 @@ fn dup_exit<const COMPAT: bool>(ctx: &TracePointContext, sc: Syscall) -> u32 {
         return 0;
     };
     let Some(args) = syscall_args::<COMPAT>() else { return 0 };
+    if matches!(sc, Syscall::Fcntl) && !matches!(args[1], F_DUPFD | F_DUPFD_CLOEXEC) {
+        return 0; // any other fcntl: its return value is no fd
+    }
     if args[0] as i64 == ret {
         return 0; // dup2(fd, fd)
     }
@@ -1064,6 +1075,7 @@ fn dup_exit<const COMPAT: bool>(ctx: &TracePointContext, sc: Syscall) -> u32 {
 with_fallback!(exit_dup, exit_dup_compat, |ctx| dup_exit(Syscall::Dup));
 with_fallback!(exit_dup2, exit_dup2_compat, |ctx| dup_exit(Syscall::Dup2));
 with_fallback!(exit_dup3, exit_dup3_compat, |ctx| dup_exit(Syscall::Dup3));
+with_fallback!(exit_fcntl, exit_fcntl_compat, |ctx| dup_exit(Syscall::Fcntl));
 
 /// task/task_newtask runs in the parent for every new task; only a new
 /// process (not a thread: CLONE_THREAD) is a fork worth reporting.

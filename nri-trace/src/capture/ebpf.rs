@@ -45,6 +45,7 @@ pub const CAPTURE_PROGRAMS: &[(&str, &str, &str)] = &[
     ("exit_dup", "syscalls", "sys_exit_dup"),
     ("exit_dup2", "syscalls", "sys_exit_dup2"),
     ("exit_dup3", "syscalls", "sys_exit_dup3"),
+    ("exit_fcntl", "syscalls", "sys_exit_fcntl"),
     ("task_newtask", "task", "task_newtask"),
     ("sched_exit", "sched", "sched_process_exit"),
 ];
@@ -88,6 +89,7 @@ pub const FALLBACK_PROGRAMS: &[&str] = &[
     "exit_dup",
     "exit_dup2",
     "exit_dup3",
+    "exit_fcntl",
     "exit_umount2",
     "exit_unlinkat",
     "exit_unlink",

@@ -392,8 +392,10 @@ impl ConnTracker {
             }
         }
         if self.peer_procs.contains(&r.tgid) {
-            let dup_of_peer_end = matches!(r.syscall, Syscall::Dup | Syscall::Dup2 | Syscall::Dup3)
-                && self.by_fd.contains_key(&(r.tgid, r.aux));
+            let dup_of_peer_end = matches!(
+                r.syscall,
+                Syscall::Dup | Syscall::Dup2 | Syscall::Dup3 | Syscall::Fcntl
+            ) && self.by_fd.contains_key(&(r.tgid, r.aux));
             if !dup_of_peer_end {
                 // Not a peer end (its own socketpair, connect, ...): never
                 // captured. A registered fd is left alone: its Open record
@@ -411,7 +413,7 @@ impl ConnTracker {
         }
         self.existing_since.remove(&key);
         let (origin, socket_path) = match r.syscall {
-            Syscall::Dup | Syscall::Dup2 | Syscall::Dup3 => {
+            Syscall::Dup | Syscall::Dup2 | Syscall::Dup3 | Syscall::Fcntl => {
                 if let Some(id) = self.by_fd.get(&(r.tgid, r.aux)).copied() {
                     // Same socket, another fd: alias, no new connection.
                     self.by_fd.insert(key, id);

@@ -7,7 +7,7 @@
 //! Modes:
 //!
 //! ```text
-//! unix-peer serve PATH SCRIPT [--count N] [--threads] [--high-fds]
+//! unix-peer serve PATH SCRIPT [--count N] [--threads] [--high-fds [--fcntl-dup]]
 //! unix-peer socketpair [MSG_LEN [REPLY_LEN]] [--child-waits]
 //! unix-peer pair-exec SCRIPT KEY [--decoy] [NAME=VALUE...]
 //! unix-peer mirror FD SCRIPT KEY
@@ -22,7 +22,8 @@
 //! `ready`, and each accepted connection to fd `HIGH_CONN_FD + i` with
 //! dup2(2) (the accepted fd then closed) before its script runs: fds above
 //! those nri-trace keeps in its `FD_TABLE` array, which live in its `FDS`
-//! hash instead.
+//! hash instead. With `--fcntl-dup` each connection moves with
+//! fcntl(F_DUPFD_CLOEXEC) instead, as Go's `net.FileConn` dups an fd.
 //!
 //! SCRIPT is a comma list of steps:
 //! - `read:N`, `readv:N`, `recvfrom:N`, `recvmsg:N`: receive exactly N bytes,
@@ -353,10 +354,24 @@ fn run_script(fd: i32, steps: &[Step]) -> Result<(), String> {
 const HIGH_LISTEN_FD: i32 = 6000;
 const HIGH_CONN_FD: i32 = 5000;
 
-/// dup2 `fd` onto `to` and close `fd`.
-fn move_fd(fd: i32, to: i32) -> Result<i32, String> {
-    if unsafe { libc::dup2(fd, to) } != to {
-        return Err(format!("dup2({fd}, {to}): {}", errno()));
+/// dup2 `fd` onto `to` (or, `with_fcntl`, fcntl(F_DUPFD_CLOEXEC) to the
+/// lowest free fd from `to`) and close `fd`.
+fn move_fd(fd: i32, to: i32, with_fcntl: bool) -> Result<i32, String> {
+    let got = if with_fcntl {
+        unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, to) }
+    } else {
+        unsafe { libc::dup2(fd, to) }
+    };
+    if got != to {
+        return Err(format!(
+            "{}({fd}, {to}): {got}: {}",
+            if with_fcntl {
+                "fcntl F_DUPFD_CLOEXEC"
+            } else {
+                "dup2"
+            },
+            errno()
+        ));
     }
     close(fd)?;
     Ok(to)
@@ -365,13 +380,16 @@ fn move_fd(fd: i32, to: i32) -> Result<i32, String> {
 fn serve(args: &[String]) -> Result<(), String> {
     let [path, script, rest @ ..] = args else {
         return Err(
-            "usage: unix-peer serve PATH SCRIPT [--count N] [--threads] [--high-fds]".into(),
+            "usage: unix-peer serve PATH SCRIPT [--count N] [--threads] [--high-fds \
+             [--fcntl-dup]]"
+                .into(),
         );
     };
     let steps = parse_script(script)?;
     let mut count = 1usize;
     let mut threads = false;
     let mut high_fds = false;
+    let mut fcntl_dup = false;
     let mut it = rest.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -383,6 +401,7 @@ fn serve(args: &[String]) -> Result<(), String> {
             }
             "--threads" => threads = true,
             "--high-fds" => high_fds = true,
+            "--fcntl-dup" => fcntl_dup = true,
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -395,7 +414,7 @@ fn serve(args: &[String]) -> Result<(), String> {
         if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raw const lim) } != 0 {
             return Err(format!("setrlimit(RLIMIT_NOFILE, 8192): {}", errno()));
         }
-        let fd = move_fd(listener.into_raw_fd(), HIGH_LISTEN_FD)?;
+        let fd = move_fd(listener.into_raw_fd(), HIGH_LISTEN_FD, false)?;
         // SAFETY: fd is the listening socket just moved, owned by no one else.
         listener = unsafe { <UnixListener as std::os::fd::FromRawFd>::from_raw_fd(fd) };
     }
@@ -405,7 +424,7 @@ fn serve(args: &[String]) -> Result<(), String> {
         let (stream, _) = listener.accept().map_err(|e| format!("accept: {e}"))?;
         let mut fd = stream.into_raw_fd();
         if high_fds {
-            fd = move_fd(fd, HIGH_CONN_FD + i as i32)?;
+            fd = move_fd(fd, HIGH_CONN_FD + i as i32, fcntl_dup)?;
         }
         if threads {
             let steps = steps.clone();
