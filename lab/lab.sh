@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# nri-trace lab: a PRIVATE containerd (1.7 or 2.1) with NRI enabled; with
-# NRI_TRACE_LAB_RUNTIME=crio every command is lab/crio.sh's (CRI-O 1.36.3).
+# nri-trace lab: a PRIVATE containerd (1.7, 2.1, 2.2 or 2.3) with NRI
+# enabled; with NRI_TRACE_LAB_RUNTIME=crio every command is lab/crio.sh's
+# (CRI-O 1.36.3).
 #
 #   lab.sh install   apt: containerd 1.7 from trixie (pinned low), runc,
 #                    busybox-static, CNI plugins, gcc, iproute2 (idempotent);
 #                    with NRI_TRACE_LAB_RUNTIME=containerd-2.1 also sid's
 #                    containerd 2.1, fetched with a private apt config and
-#                    unpacked (dpkg -x) under $LAB/ctrd21 (never installed)
+#                    unpacked (dpkg -x) under $LAB/ctrd21 (never installed);
+#                    with containerd-2.2 or containerd-2.3 that release built
+#                    from its Go module into $LAB/ctrd22 or $LAB/ctrd23
+#                    (lab/ctrd-module.sh)
 #   lab.sh up        write config, build + import images, start containerd
 #   lab.sh down      stop everything `up` started and clean up after it
 #   lab.sh status    what runs (which runtime), sockets, images, leftovers
 #
-# One lab at a time: both runtimes use the same sockets, state and runc
+# One lab at a time: the containerds use the same sockets, state and runc
 # root under $LAB (so every test finds them where it always did); each has
 # its own containerd root (metadata, content, snapshots). The runtime is
 # chosen at `up` (NRI_TRACE_LAB_RUNTIME, default containerd-1.7) and kept
@@ -39,13 +43,14 @@ NRI_SOCK="$LAB/run/nri.sock"
 CONFIG="$LAB/config.toml"
 PIDFILE="$LAB/containerd.pid"
 LOG="$LAB/containerd.log"
-# containerd-1.7 (default) or containerd-2.1. `down`, `restart` and
+# containerd-1.7 (default), containerd-2.1, containerd-2.2 or
+# containerd-2.3. `down`, `restart` and
 # `status` act on the runtime recorded by `up` ($LAB/runtime) while it runs.
 RUNTIME_FILE="$LAB/runtime"
 WANT_RUNTIME="${NRI_TRACE_LAB_RUNTIME:-containerd-1.7}"
 case "$WANT_RUNTIME" in
-containerd-1.7 | containerd-2.1 | crio) ;;
-*) die_early="NRI_TRACE_LAB_RUNTIME=$WANT_RUNTIME: want containerd-1.7, containerd-2.1 or crio" ;;
+containerd-1.7 | containerd-2.1 | containerd-2.2 | containerd-2.3 | crio) ;;
+*) die_early="NRI_TRACE_LAB_RUNTIME=$WANT_RUNTIME: want containerd-1.7, containerd-2.1, containerd-2.2, containerd-2.3 or crio" ;;
 esac
 # CRI-O is lab/crio.sh's (same lab dir, lock and NRI socket; its own CRI
 # socket run/crio.sock): `install` goes by the runtime asked for, the
@@ -69,18 +74,34 @@ fi
 # private apt config and its state in apt/).
 CTRD21_DIR="$LAB/ctrd21"
 CTRD21_BIN="$CTRD21_DIR/pkg/usr/bin"
+# containerd 2.2 and 2.3, built from the Go module into $LAB/ctrd22/bin and
+# $LAB/ctrd23/bin.
+# shellcheck source=lab/ctrd-module.sh
+. "$HERE/ctrd-module.sh"
 SYSTEM_PATH="$PATH"
-select_runtime() { # containerd-1.7 | containerd-2.1
+# The directory of a containerd 2.x's own binaries.
+ctrd_bin_dir() { # runtime
+	case "$1" in
+	containerd-2.1) echo "$CTRD21_BIN" ;;
+	containerd-2.2 | containerd-2.3) echo "$(ctrd_module_dir "$1")/bin" ;;
+	esac
+}
+select_runtime() { # containerd-1.7 | containerd-2.1 | containerd-2.2 | containerd-2.3
 	RUNTIME="$1"
-	if [[ $RUNTIME == containerd-2.1 ]]; then
-		CONTAINERD="$CTRD21_BIN/containerd"
-		CTR="$CTRD21_BIN/ctr"
+	if [[ $RUNTIME == containerd-2.* ]]; then
+		local bin v="${RUNTIME#containerd-}"
+		bin="$(ctrd_bin_dir "$RUNTIME")"
+		CONTAINERD="$bin/containerd"
+		CTR="$bin/ctr"
 		# Its own shim first on PATH: containerd starts containerd-shim-runc-v2
 		# by name, and the system's is 1.7's.
-		export PATH="$CTRD21_BIN:$SYSTEM_PATH"
-		# Its own metadata, content and snapshots: a 1.7 root is never opened
-		# by 2.1 (nor the other way round).
-		ROOT_DIR="$LAB/root-ctrd21"
+		export PATH="$bin:$SYSTEM_PATH"
+		# ctr 2.x prints the server's deprecation warnings (cgroup v1 here)
+		# at every call; `up` logs them once instead.
+		export CONTAINERD_SUPPRESS_DEPRECATION_WARNINGS=1
+		# Its own metadata, content and snapshots: a root is never opened by
+		# another containerd version (root-ctrd21, root-ctrd22, root-ctrd23).
+		ROOT_DIR="$LAB/root-ctrd${v/./}"
 	else
 		CONTAINERD="containerd"
 		CTR="ctr"
@@ -163,7 +184,7 @@ cmd_install() {
 	if ((${#want[@]} == 0)); then
 		log "all packages installed (containerd $cver, runc $(pkg_version runc)); nothing to do"
 		check_bookworm_base
-		if [[ $WANT_RUNTIME == containerd-2.1 ]]; then install_ctrd21; fi
+		install_runtime
 		return 0
 	fi
 
@@ -201,7 +222,15 @@ cmd_install() {
 	if pgrep -x containerd >/dev/null; then
 		log "note: a containerd is running (pids $(pgrep -d, -x containerd)); the lab neither uses nor stops it"
 	fi
-	if [[ $WANT_RUNTIME == containerd-2.1 ]]; then install_ctrd21; fi
+	install_runtime
+}
+
+# What `install` adds for the runtime asked for, beyond containerd 1.7.
+install_runtime() {
+	case "$WANT_RUNTIME" in
+	containerd-2.1) install_ctrd21 ;;
+	containerd-2.2 | containerd-2.3) install_ctrd_module "$WANT_RUNTIME" ;;
+	esac
 }
 
 # containerd 2.1 from Debian sid, never installed: a private apt
@@ -466,11 +495,46 @@ EOF
 # pinned_images.sandbox); the streaming server stays on
 # io.containerd.grpc.v1.cri. Keys as `containerd config default` of 2.1.9
 # prints them (and containerd's docs/cri/config.md).
+# containerd 2.2 reads the same file. containerd 2.3 gets version 4, what
+# its `config default` prints: the server settings ([grpc], [ttrpc]) are
+# the plugins io.containerd.server.v1.grpc and io.containerd.server.v1.ttrpc
+# (2.3 would migrate a version 3 file the same way, with a warning at every
+# start); everything else is as for 2.1.
 write_config_v3() { # snapshotter [output file]
-	local snap="$1"
+	local snap="$1" version=3 servers plugin_servers="" cdi
+	cdi=$'# No /etc/cdi here; CDI only adds log noise.\n    enable_cdi = false'
+	servers="$(
+		cat <<-EOF
+			[grpc]
+			  address = "$SOCK"
+
+			[ttrpc]
+			  address = "$TTRPC_SOCK"
+		EOF
+	)"
+	if [[ $RUNTIME == containerd-2.3 ]]; then
+		version=4
+		plugin_servers="$(
+			cat <<-EOF
+
+
+				  # Version 4: the servers are plugins (a version 3 file's [grpc] and
+				  # [ttrpc]); the ttrpc address is no longer derived from gRPC's.
+				  [plugins.'io.containerd.server.v1.grpc']
+				    address = "$SOCK"
+
+				  [plugins.'io.containerd.server.v1.ttrpc']
+				    address = "$TTRPC_SOCK"
+			EOF
+		)"
+		servers="# The gRPC and ttrpc servers: plugins.'io.containerd.server.v1.*' below."
+		# enable_cdi = false is deprecated in 2.3 (a warning in the log and on
+		# every ctr call); CDI stays on, reading only the lab's empty dir.
+		cdi=$'# enable_cdi = false is deprecated in 2.3: CDI on, the lab\'s own empty dir.\n    '"cdi_spec_dirs = [\"$LAB/cdi\"]"
+	fi
 	cat >"${2:-$CONFIG}" <<EOF
-# Generated by nri-trace lab/lab.sh: a private containerd 2.1 with NRI.
-version = 3
+# Generated by nri-trace lab/lab.sh: a private containerd ${RUNTIME#containerd-} with NRI.
+version = $version
 root = "$ROOT_DIR"
 state = "$STATE_DIR"
 temp = "$LAB/tmp"
@@ -478,11 +542,7 @@ oom_score = 0
 required_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime", "io.containerd.cri.v1.images", "io.containerd.nri.v1.nri"]
 disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.blockfile", "io.containerd.snapshotter.v1.erofs", "io.containerd.differ.v1.erofs"]
 
-[grpc]
-  address = "$SOCK"
-
-[ttrpc]
-  address = "$TTRPC_SOCK"
+$servers
 
 [debug]
   level = "$LOG_LEVEL"
@@ -515,8 +575,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     # This VM refuses to lower oom_score_adj (as for 1.7).
     restrict_oom_score_adj = true
     netns_mounts_under_state_dir = true
-    # No /etc/cdi here; CDI only adds log noise.
-    enable_cdi = false
+    $cdi
 
     [plugins.'io.containerd.cri.v1.runtime'.containerd]
       default_runtime_name = "runc"
@@ -537,13 +596,13 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   [plugins.'io.containerd.grpc.v1.cri']
     stream_server_address = "127.0.0.1"
     stream_server_port = "0"
-    disable_tcp_service = true
+    disable_tcp_service = true$plugin_servers
 EOF
 }
 
 # The config of the runtime `up` starts.
 write_runtime_config() { # snapshotter [output file]
-	if [[ $RUNTIME == containerd-2.1 ]]; then write_config_v3 "$@"; else write_config "$@"; fi
+	if [[ $RUNTIME == containerd-2.* ]]; then write_config_v3 "$@"; else write_config "$@"; fi
 }
 
 # ---------------------------------------------------------------- up
@@ -639,7 +698,7 @@ delete_all_containers() {
 # Directories, snapshotter choice, CNI and containerd config.
 prepare() {
 	mkdir -p "$LAB" "$LAB/run" "$ROOT_DIR" "$STATE_DIR" "$RUNC_ROOT" "$LAB/opt" "$LAB/tmp" \
-		"$LAB/nri/plugins" "$LAB/nri/conf.d"
+		"$LAB/nri/plugins" "$LAB/nri/conf.d" "$LAB/cdi"
 	chmod 0711 "$LAB"
 	echo "$RUNTIME" >"$RUNTIME_FILE"
 	pick_snapshotter >"$LAB/snapshotter"
@@ -663,6 +722,13 @@ cmd_up() {
 			die "containerd 2.1 not unpacked: run 'NRI_TRACE_LAB_RUNTIME=containerd-2.1 lab.sh install'"
 		[[ $("$CONTAINERD" --version) == *" 2.1."* ]] ||
 			die "need containerd 2.1 ($("$CONTAINERD" --version)); run 'NRI_TRACE_LAB_RUNTIME=containerd-2.1 lab.sh install'"
+	elif [[ $RUNTIME == containerd-2.[23] ]]; then
+		ctrd_module_select "$RUNTIME"
+		[[ -x $CONTAINERD && -x $CTRD_BIN/containerd-shim-runc-v2 && -x $CTR ]] ||
+			die "$RUNTIME not built: run 'NRI_TRACE_LAB_RUNTIME=$RUNTIME lab.sh install' (cargo xtask lab --runtime $RUNTIME install)"
+		# The release lab/ctrd-module.sh pins (a newer pin builds again).
+		[[ $("$CONTAINERD" --version) == "containerd $CTRD_MODULE $CTRD_VERSION "* ]] ||
+			die "need containerd $CTRD_VERSION in $CTRD_BIN ($("$CONTAINERD" --version)); run 'NRI_TRACE_LAB_RUNTIME=$RUNTIME lab.sh install'"
 	else
 		command -v containerd >/dev/null || die "containerd not installed: run 'lab.sh install'"
 		# The config (NRI section, version 2) is written for 1.7.
@@ -696,6 +762,11 @@ cmd_up() {
 	import_images
 	[[ -S $NRI_SOCK ]] || die "NRI socket $NRI_SOCK missing: is NRI enabled? (log: $LOG)"
 	log "NRI socket $NRI_SOCK"
+	if [[ $RUNTIME == containerd-2.* ]]; then
+		local d
+		d="$(ctr_ deprecations list 2>/dev/null | awk 'NR > 1 {$2 = ""; print}' || true)"
+		[[ -z $d ]] || log "containerd's deprecation warnings:"$'\n'"$d"
+	fi
 	log "up in $((SECONDS - t0)) s"
 }
 
@@ -917,6 +988,12 @@ cmd_status() {
 		echo "containerd:  running, pid $pid ($("/proc/$pid/exe" --version | awk '{print $3}'))"
 	else
 		echo "containerd:  not running (NRI_TRACE_LAB_RUNTIME: $WANT_RUNTIME)"
+	fi
+	local r="$RUNTIME"
+	[[ -n ${pid:-} ]] || r="$WANT_RUNTIME"
+	if [[ $r == containerd-2.[23] ]]; then
+		ctrd_module_select "$r"
+		echo "built:       $(if [[ -x $CTRD_BIN/containerd ]]; then echo "$CTRD_BIN ($(cat "$CTRD_BIN/built-from" 2>/dev/null || echo "no built-from"))"; else echo "no ($r: lab.sh install)"; fi)"
 	fi
 	printf 'grpc socket: %s %s\n' "$SOCK" "$([[ -S $SOCK ]] && echo present || echo absent)"
 	printf 'ttrpc:       %s %s\n' "$TTRPC_SOCK" "$([[ -S $TTRPC_SOCK ]] && echo present || echo absent)"

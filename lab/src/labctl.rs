@@ -67,6 +67,13 @@ pub enum Runtime {
     Containerd17,
     /// containerd 2.1 from Debian sid, unpacked under the lab dir (NRI 0.8).
     Containerd21,
+    /// containerd 2.2.9 built from its Go module
+    /// (github.com/containerd/containerd/v2, through the Go module proxy)
+    /// under the lab dir (`ctrd22/bin`; NRI 0.11): lab/ctrd-module.sh.
+    Containerd22,
+    /// containerd 2.3.7, built as 2.2 (`ctrd23/bin`; NRI 0.12: an RPC per
+    /// event).
+    Containerd23,
     /// CRI-O 1.36.3 built from its Go module (github.com/cri-o/cri-o, through
     /// the Go module proxy) under the lab dir (`crio/bin`): lab/crio.sh.
     CriO,
@@ -77,22 +84,34 @@ impl Runtime {
     pub const ENV: &'static str = "NRI_TRACE_LAB_RUNTIME";
 
     /// Every runtime, by name.
-    pub const ALL: [Self; 3] = [Self::Containerd17, Self::Containerd21, Self::CriO];
+    pub const ALL: [Self; 5] = [
+        Self::Containerd17,
+        Self::Containerd21,
+        Self::Containerd22,
+        Self::Containerd23,
+        Self::CriO,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Self::Containerd17 => "containerd-1.7",
             Self::Containerd21 => "containerd-2.1",
+            Self::Containerd22 => "containerd-2.2",
+            Self::Containerd23 => "containerd-2.3",
             Self::CriO => "crio",
         }
     }
 
     /// How the version this runtime gives its plugins in NRI Configure
-    /// begins (containerd's own version; CRI-O's release).
+    /// begins (containerd's own version; CRI-O's release). The lab stamps
+    /// the module-built containerds as containerd's Makefile does (`git
+    /// describe`: v2.3.7); Debian's 2.1 says 2.1.9+unknown.
     pub fn configure_version_prefix(self) -> &'static str {
         match self {
             Self::Containerd17 => "1.7.",
             Self::Containerd21 => "2.1.",
+            Self::Containerd22 => "v2.2.",
+            Self::Containerd23 => "v2.3.",
             Self::CriO => "1.36.",
         }
     }
@@ -100,7 +119,9 @@ impl Runtime {
     /// The CRI socket's file name in `$LAB/run`.
     pub fn cri_socket_name(self) -> &'static str {
         match self {
-            Self::Containerd17 | Self::Containerd21 => "containerd.sock",
+            Self::Containerd17 | Self::Containerd21 | Self::Containerd22 | Self::Containerd23 => {
+                "containerd.sock"
+            }
             Self::CriO => "crio.sock",
         }
     }
@@ -109,7 +130,9 @@ impl Runtime {
     /// is the runtime's only while its command line names that config.
     fn pid_file_and_config(self) -> (&'static str, &'static str) {
         match self {
-            Self::Containerd17 | Self::Containerd21 => ("containerd.pid", "config.toml"),
+            Self::Containerd17 | Self::Containerd21 | Self::Containerd22 | Self::Containerd23 => {
+                ("containerd.pid", "config.toml")
+            }
             Self::CriO => ("crio/crio.pid", "crio/crio.conf"),
         }
     }
@@ -120,7 +143,8 @@ impl Runtime {
             .find(|r| r.name() == s)
             .with_context(|| {
                 format!(
-                    "unknown lab runtime {s:?}: set {} to containerd-1.7, containerd-2.1 or crio",
+                    "unknown lab runtime {s:?}: set {} to containerd-1.7, containerd-2.1, \
+                     containerd-2.2, containerd-2.3 or crio",
                     Self::ENV
                 )
             })
@@ -153,13 +177,16 @@ impl Default for Lab {
 impl Lab {
     /// The lab at $NRI_TRACE_LAB_DIR (default /var/lib/nri-trace-lab),
     /// driven by this repository's lab/lab.sh, running the runtime of
-    /// $NRI_TRACE_LAB_RUNTIME (an unknown name is reported by lab.sh at
-    /// the first command; here it counts as the default).
+    /// $NRI_TRACE_LAB_RUNTIME. An unknown name panics: lab.sh never sees
+    /// it (the scripts get the parsed runtime's name), and a default in its
+    /// place would run every scenario and test on containerd 1.7 while the
+    /// caller asked for another runtime (a build from before containerd 2.2
+    /// and 2.3 did that with `NRI_TRACE_LAB_RUNTIME=containerd-2.3`).
     pub fn from_env() -> Self {
         let dir = std::env::var_os("NRI_TRACE_LAB_DIR")
             .map_or_else(|| PathBuf::from("/var/lib/nri-trace-lab"), PathBuf::from);
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("lab.sh");
-        let runtime = Runtime::from_env().unwrap_or(Runtime::Containerd17);
+        let runtime = Runtime::from_env().unwrap_or_else(|e| panic!("{e:#}"));
         Self {
             dir,
             runtime,
@@ -307,7 +334,9 @@ impl Lab {
                     .unwrap_or_default();
                 let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
                 // containerd 2.1 runs as $LAB/ctrd21/pkg/usr/bin/containerd,
-                // CRI-O as $LAB/crio/bin/crio, with conmons naming $LAB/crio.
+                // 2.2 and 2.3 as $LAB/ctrd22/bin/containerd and
+                // $LAB/ctrd23/bin/containerd, CRI-O as $LAB/crio/bin/crio,
+                // with conmons naming $LAB/crio.
                 let ours = cmd.contains(&format!("{dir}/"))
                     && (prog == "containerd"
                         || prog.starts_with("containerd-shim")

@@ -1303,7 +1303,10 @@ fn container_rootfs(lab: &Lab, container: &str) -> Result<PathBuf> {
     match lab.runtime {
         // The task's rootfs mount lives under containerd's state dir (the
         // lab's own, see lab.sh), not /run/containerd.
-        Runtime::Containerd17 | Runtime::Containerd21 => Ok(lab
+        Runtime::Containerd17
+        | Runtime::Containerd21
+        | Runtime::Containerd22
+        | Runtime::Containerd23 => Ok(lab
             .dir
             .join("state/io.containerd.runtime.v2.task/k8s.io")
             .join(container)
@@ -2025,8 +2028,11 @@ fn is_crio(runtime: &str) -> bool {
 /// Whether a registering plugin is synchronized only when no CRI request
 /// is in flight (containerd/nri#63 fixed, NRI >= 0.8's BlockPluginSync):
 /// containerd 2.1 and CRI-O 1.33 (NRI 0.9.1-pre in its go.mod) and 1.36
-/// (NRI 0.11.0) do it; containerd 1.7 and 2.0 do not.
+/// (NRI 0.11.0) do it; containerd 1.7 and 2.0 do not. The lab's
+/// containerd 2.2 and 2.3 say v2.2.9 and v2.3.7 (a release build's `git
+/// describe`), Debian's 2.1 2.1.9+unknown.
 fn nri_race_closed(runtime: &str, version: &str) -> bool {
+    let version = version.strip_prefix('v').unwrap_or(version);
     let mut parts = version.split(['.', '~', '+', '-']);
     let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
     let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
@@ -2905,6 +2911,17 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The versions the lab's runtimes give in NRI Configure.
+    #[test]
+    fn nri_race_closed_by_version() {
+        assert!(!nri_race_closed("containerd", "1.7.24~ds1"));
+        assert!(nri_race_closed("containerd", "2.1.9+unknown"));
+        assert!(nri_race_closed("containerd", "v2.2.9"));
+        assert!(nri_race_closed("containerd", "v2.3.7"));
+        assert!(!nri_race_closed("containerd", "v2.0.7"));
+        assert!(nri_race_closed("cri-o", "1.36.3"));
+    }
 
     /// A scenario that fails half-way (here: `up` fails right after the
     /// pre-launched plugin was installed) leaves no plugin in the plugin

@@ -12,12 +12,16 @@ use crate::{cargo, run, workspace_root};
 pub(crate) enum LabCmd {
     /// Install containerd 1.7 (trixie, pinned), runc, CNI plugins, busybox;
     /// with `--runtime containerd-2.1` also sid's containerd 2.1, unpacked
-    /// under the lab dir (never installed); with `--runtime crio` also
+    /// under the lab dir (never installed); with `--runtime containerd-2.2`
+    /// or `containerd-2.3` also containerd 2.2.9 or 2.3.7 built from its Go
+    /// module (github.com/containerd/containerd/v2, through the Go module
+    /// proxy) into the lab dir (once per build recipe); with `--runtime crio` also
     /// CRI-O 1.36.3 built from its Go module (github.com/cri-o/cri-o, through
     /// the Go module proxy) into the lab dir (once per build recipe).
     Install,
-    /// Start the private runtime with NRI (idempotent; `--runtime crio`
-    /// installs and builds CRI-O first when it is not built).
+    /// Start the private runtime with NRI (idempotent; `--runtime crio`,
+    /// `containerd-2.2` and `containerd-2.3` install and build it first when
+    /// it is not built).
     Up,
     /// Stop it and clean up everything it started.
     Down,
@@ -79,9 +83,10 @@ pub(crate) fn run_lab(cmd: LabCmd, runtime: Option<&str>) -> Result<()> {
             // its own `up`; one left by a killed run would be started by
             // this `up` (and, failing to register, stop containerd 1.7).
             clear_left_plugins()?;
-            if runtime == Some("crio") {
-                // Idempotent, and cached: no build when CRI-O was built by
-                // the same recipe (lab/crio.sh's built-from).
+            if matches!(runtime, Some("crio" | "containerd-2.2" | "containerd-2.3")) {
+                // Idempotent, and cached: no build when the runtime was built
+                // by the same recipe (the built-from of lab/crio.sh and
+                // lab/ctrd-module.sh).
                 lab_sh("install", runtime)?;
             }
             lab_sh("up", runtime)

@@ -78,9 +78,13 @@ enum Cmd {
     },
     /// The lab: a private containerd or CRI-O with NRI, and its scenarios.
     Lab {
-        /// The runtime: containerd-1.7 (default), containerd-2.1 or crio
-        /// (sets NRI_TRACE_LAB_RUNTIME for lab.sh and the scenario runner).
-        #[arg(long, value_parser = ["containerd-1.7", "containerd-2.1", "crio"])]
+        /// The runtime: containerd-1.7 (default), containerd-2.1,
+        /// containerd-2.2, containerd-2.3 or crio (sets NRI_TRACE_LAB_RUNTIME
+        /// for lab.sh and the scenario runner).
+        #[arg(
+            long,
+            value_parser = ["containerd-1.7", "containerd-2.1", "containerd-2.2", "containerd-2.3", "crio"]
+        )]
         runtime: Option<String>,
         #[command(subcommand)]
         cmd: lab::LabCmd,

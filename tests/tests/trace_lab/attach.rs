@@ -64,7 +64,10 @@ fn check_pods_before_attach(rt: Option<Runtime>) {
     // The runtime's process: containerd, or CRI-O's `crio`.
     let runtime_peer = |peers: &str| peers.contains("containerd[") || peers.contains("crio[");
     let process = match runtime_of(rt) {
-        Runtime::Containerd17 | Runtime::Containerd21 => "containerd[",
+        Runtime::Containerd17
+        | Runtime::Containerd21
+        | Runtime::Containerd22
+        | Runtime::Containerd23 => "containerd[",
         Runtime::CriO => "crio[",
     };
     let peers = std::fs::read_to_string(TraceProc::peers(&out)).unwrap();

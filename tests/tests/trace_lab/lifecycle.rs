@@ -149,6 +149,9 @@ fn check_happy(rt: Option<Runtime>) {
     let version = match runtime {
         Runtime::Containerd17 => "containerd 1.7.",
         Runtime::Containerd21 => "containerd 2.1.",
+        // The lab's module builds carry the release tag (lab/ctrd-module.sh).
+        Runtime::Containerd22 => "containerd v2.2.",
+        Runtime::Containerd23 => "containerd v2.3.",
         Runtime::CriO => "cri-o 1.36.",
     };
     for c in &conformance {
@@ -185,7 +188,9 @@ fn check_happy(rt: Option<Runtime>) {
         // execve then races the hook (docs/contract.md: 3 of 3 held in two
         // runs, 2 of 3 in another): every pod is decided, with /pause as
         // its program, and the clause held on at least one (1.7: on none).
-        Runtime::Containerd21 => {
+        // 2.2.9 and 2.3.7 as 2.1 (one traced happy run each, 2026-11-28:
+        // 3 of 3 held, runc create and start before the first delivery).
+        Runtime::Containerd21 | Runtime::Containerd22 | Runtime::Containerd23 => {
             assert_eq!(conformance.len(), 1, "{conformance:?}");
             let c = clause("sandbox-running-at-run-pod-sandbox").expect("the sandbox clause");
             let (held, broken) = counts(c);

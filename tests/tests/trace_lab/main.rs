@@ -135,6 +135,8 @@ fn group_of(runtime: Option<Runtime>) -> &'static str {
         None => "trace-lab",
         Some(Runtime::Containerd17) => "trace-lab-ctrd17",
         Some(Runtime::Containerd21) => "trace-lab-ctrd21",
+        Some(Runtime::Containerd22) => "trace-lab-ctrd22",
+        Some(Runtime::Containerd23) => "trace-lab-ctrd23",
         Some(Runtime::CriO) => "trace-lab-crio",
     }
 }
