@@ -65,6 +65,13 @@ fn crio_split_synchronize_reassembled() {
     split_synchronize_on("nri-lab-crio", nri_trace_lab::labctl::Runtime::CriO);
 }
 
+/// As [`split_synchronize_reassembled_on_containerd_2_1`] on containerd
+/// 2.3.7 (NRI 0.12: the same `synchronize` split).
+#[test]
+fn split_synchronize_reassembled_on_containerd_2_3() {
+    split_synchronize_on("nri-lab-ctrd23", nri_trace_lab::labctl::Runtime::Containerd23);
+}
+
 fn split_synchronize_on(group: &str, runtime: nri_trace_lab::labctl::Runtime) {
     // ttrpc's whole message limit per syscall (MAX_SNAP, 4 MiB): containerd
     // may write a split part of nearly 4 MiB in one write(2) when the

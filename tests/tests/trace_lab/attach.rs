@@ -169,6 +169,11 @@ fn ctrd21_trace_cri_late_attach_with_plugins_names_the_calls() {
 }
 
 #[test]
+fn ctrd23_trace_cri_late_attach_with_plugins_names_the_calls() {
+    check_cri_late_attach_with_plugins(Some(Runtime::Containerd23));
+}
+
+#[test]
 fn crio_trace_cri_late_attach_with_plugins_names_the_calls() {
     check_cri_late_attach_with_plugins(Some(Runtime::CriO));
 }
@@ -231,6 +236,11 @@ fn trace_plugins_registered_before_attach_are_named() {
 #[test]
 fn ctrd21_trace_plugins_registered_before_attach_are_named() {
     check_plugins_before_attach(Some(Runtime::Containerd21));
+}
+
+#[test]
+fn ctrd23_trace_plugins_registered_before_attach_are_named() {
+    check_plugins_before_attach(Some(Runtime::Containerd23));
 }
 
 #[test]

@@ -14,6 +14,18 @@ fn ctrd21_trace_happy_hooks_under_their_cri_calls() {
     check_happy(Some(Runtime::Containerd21));
 }
 
+/// containerd 2.2.9 (NRI 0.11): StateChange for pod and container states.
+#[test]
+fn ctrd22_trace_happy_hooks_under_their_cri_calls() {
+    check_happy(Some(Runtime::Containerd22));
+}
+
+/// containerd 2.3.7 (NRI 0.12): each event its own method.
+#[test]
+fn ctrd23_trace_happy_hooks_under_their_cri_calls() {
+    check_happy(Some(Runtime::Containerd23));
+}
+
 #[test]
 fn crio_trace_happy_hooks_under_their_cri_calls() {
     check_happy(Some(Runtime::CriO));
@@ -297,6 +309,11 @@ fn trace_plugin_timeout_found() {
 #[test]
 fn ctrd21_trace_plugin_timeout_found() {
     check_plugin_timeout(Some(Runtime::Containerd21));
+}
+
+#[test]
+fn ctrd23_trace_plugin_timeout_found() {
+    check_plugin_timeout(Some(Runtime::Containerd23));
 }
 
 #[test]
@@ -649,6 +666,11 @@ fn trace_load_finds_nothing() {
 #[test]
 fn ctrd21_trace_load_finds_nothing() {
     check_load(Some(Runtime::Containerd21));
+}
+
+#[test]
+fn ctrd23_trace_load_finds_nothing() {
+    check_load(Some(Runtime::Containerd23));
 }
 
 #[test]
