@@ -12,6 +12,8 @@
 #                                 run it as an EXTERNAL plugin on the lab's
 #                                 NRI socket (foreground), e.g.
 #                                 run logger -idx 98 -log-file /tmp/l.log
+#                                 (with -socket/-socket-path the plugin dials
+#                                 it itself: differ -indices 0,99 does)
 #
 # Sets (SET defaults to v0.12.2):
 #   v0.12.2  logger differ device-injector ulimit-adjuster template
@@ -362,7 +364,15 @@ cmd_run() {
 	shift
 	[[ -S $NRI_SOCK ]] || die "NRI socket $NRI_SOCK missing: is the lab up (lab/lab.sh up)?"
 	for a in "$@"; do
-		[[ $a == -idx || $a == --idx || $a == -idx=* || $a == --idx=* ]] && have_idx=1
+		case $a in
+		-idx | --idx | -idx=* | --idx=* | -indices | --indices | -indices=* | --indices=*) have_idx=1 ;;
+		# A socket path given (differ registers one connection per index):
+		# the plugin dials it itself.
+		-socket | --socket | -socket=* | --socket=* | -socket-path | --socket-path | -socket-path=* | --socket-path=*)
+			log "running $bin $*"
+			exec "$bin" "$@"
+			;;
+		esac
 	done
 	((have_idx)) || [[ -n ${NRI_PLUGIN_IDX:-} ]] ||
 		die "give an index: -idx NN (plugins that have it) or NRI_PLUGIN_IDX=NN"
