@@ -325,9 +325,10 @@ cmd_build() {
 # ---------------------------------------------------------------- path, list, run
 
 resolve() { # NAME[@SET] -> path (may not exist)
-	local name="${1%@*}" set="$NEW_SET"
+	local name="${1%@*}" set="$NEW_SET" names
 	[[ $1 == *@* ]] && set="${1#*@}"
-	[[ " $(set_plugins "$set") " == *" $name "* ]] || die "no plugin '$name' in set $set ($(set_plugins "$set"))"
+	names="$(set_plugins "$set")" || exit 1
+	[[ " $names " == *" $name "* ]] || die "no plugin '$name' in set $set ($names)"
 	printf '%s/%s/%s\n' "$BIN_ROOT" "$set" "$name"
 }
 
