@@ -2,8 +2,8 @@
 # nri-trace lab: the NRI project's OWN sample plugins, as third-party peers.
 #
 #   nri-plugins.sh install        what `build` needs (Debian's NRI 0.8.0 source
-#                                 package for the old set), then `build`
-#   nri-plugins.sh build [SET]    build both sets (or one): idempotent, no
+#                                 package), then `build`
+#   nri-plugins.sh build [SET]    build set v0.8.0 (or SET): idempotent, no
 #                                 work when built by the same recipe
 #   nri-plugins.sh path NAME[@SET]  print a binary's path, or fail
 #   nri-plugins.sh list           the sets, their plugins, built or not
@@ -11,21 +11,21 @@
 #   nri-plugins.sh run NAME[@SET] [FLAG...]
 #                                 run it as an EXTERNAL plugin on the lab's
 #                                 NRI socket (foreground), e.g.
-#                                 run logger -idx 98 -log-file /tmp/l.log
-#                                 (with -socket/-socket-path the plugin dials
-#                                 it itself: differ -indices 0,99 does)
+#                                 run logger -idx 70 -name old-logger
 #
-# Sets (SET defaults to v0.12.2):
-#   v0.12.2  logger differ device-injector ulimit-adjuster template
-#            hook-injector network-device-injector: each plugin's own module
-#            (github.com/containerd/nri/plugins/NAME, no tags of its own:
-#            the pseudo-version of the v0.12.2 release commit) through the
-#            Go module proxy, with github.com/containerd/nri v0.12.2
+# Sets (SET defaults to v0.8.0):
 #   v0.8.0   logger template: plugins/NAME of Debian's source package
 #            golang-github-containerd-nri 0.8.0-1 (sid; the .orig tarball
 #            verified against apt's signed index), with
 #            github.com/containerd/nri v0.8.0 from the proxy: a stub that
 #            predates NRI 0.12's per-event RPCs (StateChange only)
+#   v0.12.2  logger differ device-injector ulimit-adjuster template
+#            hook-injector network-device-injector: each plugin's own module
+#            (github.com/containerd/nri/plugins/NAME, no tags of its own:
+#            the pseudo-version of the v0.12.2 release commit). NOT BUILDABLE
+#            HERE: the Go module proxy answers 403 Forbidden for these
+#            modules, and `build v0.12.2` stops at once saying so. The lab's
+#            peer on the v0.12 stub is lab/go-nri-plugin.sh.
 #
 # Each plugin is built by a small wrapper module generated under
 # $LAB/nri-plugins/build.tmp that requires the plugin module and the NRI
@@ -305,15 +305,36 @@ build_set() {
 	log "built set $1 in $((SECONDS - t0)) s ($dir)"
 }
 
+# The plugin modules of set v0.12.2 are not served by proxy.golang.org: it
+# answers 403 Forbidden ("This module version is not available") for the
+# pseudo-version of the release commit (checked 2026-11-28 for logger and
+# template; also for logger at the v0.8.0 and v0.12.0 commits). One
+# download of the first module tells; any failure ends the build here with
+# the module, the proxy's answer and what it means.
+probe_new_set() {
+	local mod="$NRI_MODULE/plugins/${NEW_PLUGINS[0]}@$NEW_PSEUDO" out err proxy
+	proxy="$("$GO" env GOPROXY)"
+	out="$(cd "$PDIR" && "$GO" mod download -json "$mod" 2>&1)" && return 0
+	err="$(jq -r '.Error // empty' <<<"$out" 2>/dev/null || true)"
+	[[ -n $err ]] || err="$out"
+	if [[ $err == *"403 Forbidden"* ]]; then
+		die "set $NEW_SET cannot be built here: the Go module proxy refuses the NRI project's plugin modules."$'\n'"  $mod:"$'\n'"  403 Forbidden from ${proxy%%,*}: \"$(sed -n 's/.*server response: //p' <<<"$err" | head -n1)\""$'\n'"  (GOPROXY=$proxy; a 403 is final, the go command does not go on to 'direct'.) Set $OLD_SET builds: sudo lab/nri-plugins.sh build $OLD_SET; the lab's plugin on the v0.12 stub: lab/go-nri-plugin.sh"
+	fi
+	die "set $NEW_SET: $GO mod download $mod failed (GOPROXY=$proxy):"$'\n'"  ${err//$'\n'/$'\n'  }"
+}
+
 cmd_build() {
 	find_go
 	command -v jq >/dev/null || die "jq missing (apt-get install jq)"
 	go_env
 	local sets=("$@") s failed=()
-	((${#sets[@]})) || sets=("$NEW_SET" "$OLD_SET")
+	((${#sets[@]})) || sets=("$OLD_SET") # the only set buildable here
 	mkdir -p "$PDIR"
+	for s in "${sets[@]}"; do set_plugins "$s" >/dev/null; done
+	# Fail fast: before anything is built, whether the proxy serves set
+	# v0.12.2's plugin modules at all.
+	for s in "${sets[@]}"; do [[ $s != "$NEW_SET" ]] || probe_new_set; done
 	for s in "${sets[@]}"; do
-		set_plugins "$s" >/dev/null
 		(build_set "$s") || failed+=("$s")
 	done
 	# The build cache is not needed to run them (a rebuild, only when the
@@ -325,7 +346,7 @@ cmd_build() {
 # ---------------------------------------------------------------- path, list, run
 
 resolve() { # NAME[@SET] -> path (may not exist)
-	local name="${1%@*}" set="$NEW_SET" names
+	local name="${1%@*}" set="$OLD_SET" names
 	[[ $1 == *@* ]] && set="${1#*@}"
 	names="$(set_plugins "$set")" || exit 1
 	[[ " $names " == *" $name "* ]] || die "no plugin '$name' in set $set ($names)"
@@ -336,13 +357,16 @@ cmd_path() {
 	[[ $# -eq 1 ]] || die "usage: $0 path NAME[@SET]"
 	local p
 	p="$(resolve "$1")"
-	[[ -x $p ]] || die "$p not built: run 'sudo lab/nri-plugins.sh install'"
+	if [[ ! -x $p ]]; then
+		[[ $p != "$BIN_ROOT/$NEW_SET/"* ]] || die "$p not built: set $NEW_SET cannot be built here (the Go module proxy refuses its plugin modules; 'lab/nri-plugins.sh build $NEW_SET' says so)"
+		die "$p not built: run 'sudo lab/nri-plugins.sh install'"
+	fi
 	printf '%s\n' "$p"
 }
 
 cmd_list() {
 	local s n
-	for s in "$NEW_SET" "$OLD_SET"; do
+	for s in "$OLD_SET" "$NEW_SET"; do
 		for n in $(set_plugins "$s"); do
 			if [[ -x $BIN_ROOT/$s/$n ]]; then echo "$n@$s $BIN_ROOT/$s/$n"; else echo "$n@$s (not built)"; fi
 		done
