@@ -10,8 +10,10 @@
 #   nri-plugins.sh versions       the NRI versions the Go module proxy serves
 #   nri-plugins.sh run NAME[@SET] [FLAG...]
 #                                 run it as an EXTERNAL plugin on the lab's
-#                                 NRI socket (foreground), e.g.
+#                                 NRI socket (foreground); the plugin process
+#                                 dials the socket itself, e.g.
 #                                 run logger -idx 70 -name old-logger
+#                                 (see cmd_run)
 #
 # Sets (SET defaults to v0.8.0):
 #   v0.8.0   logger template: plugins/NAME of Debian's source package
@@ -378,41 +380,58 @@ cmd_versions() {
 	GOTOOLCHAIN=local GOFLAGS="" GOMODCACHE="$GODIR/pkg/mod" "$GO" list -m -versions "$NRI_MODULE"
 }
 
-# The stub of every set honours NRI_PLUGIN_SOCKET=<fd> (a connected socket,
-# as the runtime hands to the plugins it launches), NRI_PLUGIN_IDX and
-# NRI_PLUGIN_NAME; not every plugin has flags for them (logger: -idx and
-# -socket-path, no -name). So connect to the lab's socket here and exec.
+# The plugin process must dial the lab's socket itself: nri-trace names a
+# plugin by the process at the other end of the runtime's accepted
+# connection (its comm and argv, docs/nri.md), looked up when the runtime
+# accepts it. A socket connected by a helper that then execs the plugin
+# (NRI_PLUGIN_SOCKET=<fd>) showed up as that helper (`python3`).
+#
+# - Given -socket / -socket-path (the v0.12.2 plugins have one of them;
+#   differ must have it, it opens one connection per index), the plugin
+#   dials that path: exec it as it is.
+# - Otherwise (the v0.8.0 logger and template have no socket flag) the
+#   stub dials its default, /var/run/nri/nri.sock. The plugin runs in a
+#   private mount namespace (unshare -m) where that path is the lab's
+#   socket, bind-mounted over an empty file on a tmpfs: on /run/nri when
+#   the host has that directory, else on /run itself (the plugin then sees
+#   an empty /run but for nri/nri.sock). Nothing changes outside that
+#   namespace; unshare and sh exec, so the plugin keeps the pid and is
+#   the process that connects.
 cmd_run() {
 	[[ $# -ge 1 ]] || die "usage: $0 run NAME[@SET] [FLAG...]"
-	local bin a have_idx=0
+	local bin a have_idx=0 run_dir
 	bin="$(cmd_path "$1")"
 	shift
 	[[ -S $NRI_SOCK ]] || die "NRI socket $NRI_SOCK missing: is the lab up (lab/lab.sh up)?"
 	for a in "$@"; do
 		case $a in
 		-idx | --idx | -idx=* | --idx=* | -indices | --indices | -indices=* | --indices=*) have_idx=1 ;;
-		# A socket path given (differ registers one connection per index):
-		# the plugin dials it itself.
 		-socket | --socket | -socket=* | --socket=* | -socket-path | --socket-path | -socket-path=* | --socket-path=*)
 			log "running $bin $*"
-			exec "$bin" "$@"
+			exec env -u NRI_PLUGIN_SOCKET "$bin" "$@"
 			;;
 		esac
 	done
 	((have_idx)) || [[ -n ${NRI_PLUGIN_IDX:-} ]] ||
 		die "give an index: -idx NN (plugins that have it) or NRI_PLUGIN_IDX=NN"
-	log "connecting $bin to $NRI_SOCK (NRI_PLUGIN_SOCKET) with: $*"
-	# shellcheck disable=SC2016 # python, not shell
-	exec /usr/bin/python3 -c '
-import os, socket, sys
-path, binary, args = sys.argv[1], sys.argv[2], sys.argv[3:]
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-s.connect(path)
-fd = s.detach()
-os.set_inheritable(fd, True)
-os.environ["NRI_PLUGIN_SOCKET"] = str(fd)
-os.execv(binary, [binary] + args)
-' "$NRI_SOCK" "$bin" "$@"
+	need_root
+	command -v unshare >/dev/null || die "unshare (util-linux) missing"
+	run_dir="$(readlink -f /var/run)" # /run on Debian
+	log "running $bin $* (dials /var/run/nri/nri.sock = $NRI_SOCK, in a private mount namespace)"
+	# shellcheck disable=SC2016 # expanded by the inner sh
+	exec env -u NRI_PLUGIN_SOCKET unshare --mount --propagation private -- /bin/sh -euc '
+		sock="$1" run="$2"
+		shift 2
+		if [ -d "$run/nri" ]; then
+			mount -t tmpfs -o mode=0755,size=64k nri-trace-lab "$run/nri"
+		else
+			mount -t tmpfs -o mode=0755,size=64k nri-trace-lab "$run"
+			mkdir "$run/nri"
+		fi
+		: >"$run/nri/nri.sock"
+		mount --bind "$sock" "$run/nri/nri.sock"
+		exec "$@"
+	' nri-plugins-run "$NRI_SOCK" "$run_dir" "$bin" "$@"
 }
 
 # ---------------------------------------------------------------- main
