@@ -157,6 +157,17 @@ func (a action) json() map[string]any {
 	return map[string]any{"kind": "ok"}
 }
 
+// String: the -on spelling.
+func (a action) String() string {
+	switch a.kind {
+	case "delay":
+		return fmt.Sprintf("delay:%d", a.ms)
+	case "error":
+		return "error:" + a.message
+	}
+	return "ok"
+}
+
 func parseAction(s string) (action, error) {
 	switch {
 	case s == "ok":
@@ -230,7 +241,7 @@ func (p *plugin) act(ctx context.Context, e int32, pod *api.PodSandbox, ctr *api
 		if ctr != nil {
 			what = " container " + ctr.GetName()
 		}
-		logf("%s %s pod %s%s: %s", methodOf(ctx), eventName(e), pod.GetName(), what, a.kind)
+		logf("%s %s pod %s%s: %v", methodOf(ctx), eventName(e), pod.GetName(), what, a)
 	}
 	switch a.kind {
 	case "delay":
@@ -247,8 +258,12 @@ func (p *plugin) Configure(_ context.Context, config, runtime, version string) (
 	if err != nil {
 		return 0, err
 	}
+	rv := runtimeNRIVersion(p.stub)
+	if rv == "" {
+		rv = "unknown"
+	}
 	logf("configured by %s %s (runtime NRI version %s): subscribing to %s (0x%x, %s)",
-		runtime, version, runtimeNRIVersion(p.stub), maskNames(mask), int32(mask), why)
+		runtime, version, rv, maskNames(mask), int32(mask), why)
 	p.mask = mask
 	return mask, nil
 }
@@ -563,4 +578,11 @@ func main() {
 	obs.disconnected(reason)
 	s.Stop()
 	logf("%s-%s: exiting: %s", pidx, pname, reason)
+	if !obs.gotPastConfigure() && !strings.HasPrefix(reason, "signal") {
+		// containerd closes a plugin whose Configure answer it refuses
+		// ("failed to start external plugin: invalid plugin events: 0x3800"
+		// on 1.7 and 2.1 for events of NRI v0.10+) right after Configure.
+		fatalf(1, "%s-%s: closed right after Configure: did the runtime refuse the subscription %s (0x%x)? (its log says why)",
+			pidx, pname, maskNames(p.mask), int32(p.mask))
+	}
 }

@@ -203,6 +203,15 @@ type observer struct {
 	idx      string
 	p        *plugin
 	once     sync.Once
+	// a request other than Configure came (a pre-launched plugin on NRI
+	// v0.6 gets no Synchronize, only events)
+	pastConfigure bool
+}
+
+func (o *observer) gotPastConfigure() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.pastConfigure
 }
 
 func newObserver(tw *truthWriter, name, idx string, p *plugin) *observer {
@@ -234,6 +243,9 @@ func (o *observer) message(dir direction, m message, now uint64) {
 		c := &call{method: req.Method, recv: now, timeoutNano: req.TimeoutNano}
 		decodeRequest(c, req.Payload)
 		o.calls[m.stream] = c
+		if c.method != "Configure" {
+			o.pastConfigure = true
+		}
 		if c.synchronized != nil {
 			o.lifecycle(c.synchronized)
 		}
