@@ -340,6 +340,7 @@ impl ContractChecker {
                 ts,
                 plugin,
                 events,
+                ..
             }) => {
                 let p = self.plugins.entry(*conn).or_insert_with(|| PluginState {
                     since: ts.mono_ns,
@@ -1117,6 +1118,7 @@ mod tests {
                 inferred: None,
             },
             events: Some(events.iter().map(ToString::to_string).collect()),
+            nri_version: Default::default(),
         })
     }
 
@@ -1810,6 +1812,7 @@ mod tests {
                 inferred: None,
             },
             events: Some(ALL.iter().map(ToString::to_string).collect()),
+            nri_version: Default::default(),
         })
     }
 

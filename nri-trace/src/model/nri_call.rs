@@ -348,6 +348,24 @@ fn de_event<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Event>, D::
     }
 }
 
+/// The NRI (module) versions a connection's ends announced: the plugin's
+/// stub in RegisterPlugin, the runtime's in Configure (`NRI_version`, sent
+/// since NRI v0.10; containerd 2.3.7 sends "v0.12.0"). Empty from older
+/// ends, and for a connection joined after its handshake.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NriVersions {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+}
+
+impl NriVersions {
+    pub fn is_empty(&self) -> bool {
+        self.plugin.is_none() && self.runtime.is_none()
+    }
+}
+
 /// What the assembler yields.
 // Observations are consumed at once; calls dominate the stream.
 #[allow(clippy::large_enum_variant)]
@@ -369,6 +387,9 @@ pub enum NriObservation {
         /// Subscribed events (Configure response), when seen.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         events: Option<Vec<String>>,
+        /// The NRI versions the two ends said, when seen.
+        #[serde(default, skip_serializing_if = "NriVersions::is_empty")]
+        nri_version: NriVersions,
     },
     /// An NRI connection closed.
     PluginGone {
@@ -500,6 +521,7 @@ struct ConnState {
     nri: bool,
     announced: bool,
     events: Option<Vec<String>>,
+    nri_version: NriVersions,
     pending: BTreeMap<CallKey, PendingCall>,
     /// Responses whose request has not shown yet ([`EarlyReply`]).
     early_replies: BTreeMap<CallKey, EarlyReply>,
@@ -528,6 +550,7 @@ impl ConnState {
             plugin,
             announced: false,
             events: None,
+            nri_version: NriVersions::default(),
             pending: BTreeMap::new(),
             early_replies: BTreeMap::new(),
             given_up: std::collections::VecDeque::new(),
@@ -548,6 +571,7 @@ impl ConnState {
             ts,
             plugin: self.plugin.clone(),
             events: self.events.clone(),
+            nri_version: self.nri_version.clone(),
         });
     }
 }
@@ -932,7 +956,16 @@ impl NriCallAssembler {
                 if body.is_err() {
                     self.stats.undecodable += 1;
                 }
+                if let Ok(RequestBody::Configure(r)) = &body {
+                    if !r.nri_version.is_empty() {
+                        st.nri_version.runtime = Some(r.nri_version.clone());
+                        st.announced = false;
+                    }
+                }
                 if let Ok(RequestBody::RegisterPlugin(r)) = &body {
+                    if !r.nri_version.is_empty() {
+                        st.nri_version.plugin = Some(r.nri_version.clone());
+                    }
                     st.plugin.name = Some(r.plugin_name.clone());
                     st.plugin.index = Some(r.plugin_idx.clone());
                     st.plugin.source = IdentitySource::RegisterPlugin;
@@ -1537,6 +1570,9 @@ fn describe_request(b: RequestBody) -> (Option<Event>, Subject, String) {
         ),
         RequestBody::Configure(r) => {
             let mut s = format!("runtime {} {}", r.runtime_name, r.runtime_version);
+            if !r.nri_version.is_empty() {
+                s.push_str(&format!(" (NRI {})", r.nri_version));
+            }
             if r.registration_timeout > 0 {
                 s.push_str(&format!(
                     ", registration timeout {}",
@@ -1885,6 +1921,53 @@ mod tests {
             ("05-b", IdentitySource::RegisterPlugin)
         );
         assert!(b.inferred.is_none());
+    }
+
+    /// The plugin's RegisterPlugin and the runtime's Configure carry their
+    /// NRI versions (since v0.10): the plugin's observation says both.
+    #[test]
+    fn the_nri_versions_of_both_ends_are_announced() {
+        let mut a = NriCallAssembler::new(vec!["/nri.sock".into()]);
+        let mut out = Vec::new();
+        a.on_capture(&open(1), &mut out);
+        let reg = api::RegisterPluginRequest {
+            plugin_name: "go12".into(),
+            plugin_idx: "10".into(),
+            nri_version: "v0.12.2".into(),
+        }
+        .encode_to_vec();
+        let req = envelope::Request {
+            service: message::RUNTIME_SERVICE.into(),
+            method: "RegisterPlugin".into(),
+            payload: reg,
+            timeout_nano: 0,
+            metadata: vec![],
+        }
+        .encode_to_vec();
+        let mut f = message_frame(1, 1, &req);
+        f[..4].copy_from_slice(&2u32.to_be_bytes());
+        a.on_capture(&chunk(1, Direction::In, 10, f), &mut out);
+        let cfg = api::ConfigureRequest {
+            runtime_name: "containerd".into(),
+            runtime_version: "v2.3.7".into(),
+            nri_version: "v0.12.0".into(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        a.on_capture(
+            &chunk(1, Direction::Out, 20, call_frame(1, "Configure", cfg, 0)),
+            &mut out,
+        );
+        let last = out
+            .iter()
+            .rev()
+            .find_map(|o| match o {
+                NriObservation::Plugin { nri_version, .. } => Some(nri_version.clone()),
+                _ => None,
+            })
+            .expect("a plugin observation");
+        assert_eq!(last.plugin.as_deref(), Some("v0.12.2"));
+        assert_eq!(last.runtime.as_deref(), Some("v0.12.0"));
     }
 
     /// Regression: an Unimplemented answer claimed the StateChange fallback

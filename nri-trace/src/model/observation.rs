@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     cri_call::{CriCall, CriObservation},
-    nri_call::{NriCall, NriObservation, PluginId},
+    nri_call::{NriCall, NriObservation, NriVersions, PluginId},
 };
 use crate::capture::{cri_state::CriState, sandbox::SandboxEvent, ConnId, Loss, Timestamp};
 
@@ -52,6 +52,9 @@ pub enum Observation {
         plugin: PluginId,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         events: Option<Vec<String>>,
+        /// The NRI versions its two ends announced, when seen.
+        #[serde(default, skip_serializing_if = "NriVersions::is_empty")]
+        nri_version: NriVersions,
     },
     /// An NRI connection closed.
     NriPluginGone {
@@ -140,11 +143,13 @@ impl From<NriObservation> for Observation {
                 ts,
                 plugin,
                 events,
+                nri_version,
             } => Observation::NriPlugin {
                 conn,
                 ts,
                 plugin,
                 events,
+                nri_version,
             },
             NriObservation::PluginGone { conn, ts, plugin } => {
                 Observation::NriPluginGone { conn, ts, plugin }

@@ -47,7 +47,8 @@ pub fn observation_text(w: &mut impl Write, o: &Observation) -> io::Result<()> {
             ts,
             plugin,
             events,
-        } => nri_lines::plugin_text(w, conn, ts, plugin, events),
+            nri_version,
+        } => nri_lines::plugin_text(w, conn, ts, plugin, events, nri_version),
         Observation::NriPluginGone { conn, ts, plugin } => {
             nri_lines::plugin_gone_text(w, conn, ts, plugin)
         }

@@ -9,7 +9,7 @@ use crate::{
     capture::{ConnId, Loss, Timestamp},
     engine::hook_latency::{Hook, HookSpan, HookSummary},
     human::{clock, sanitize},
-    model::nri_call::{Caller, IdentitySource, NriCall, Outcome, PluginId},
+    model::nri_call::{Caller, IdentitySource, NriCall, NriVersions, Outcome, PluginId},
 };
 
 /// A plugin's name for people: its `IDX-NAME` (or `comm[pid]`),
@@ -119,6 +119,7 @@ pub fn plugin_text(
     ts: &Timestamp,
     plugin: &PluginId,
     events: &Option<Vec<String>>,
+    nri_version: &NriVersions,
 ) -> io::Result<()> {
     write!(
         w,
@@ -129,6 +130,12 @@ pub fn plugin_text(
     )?;
     if let Some(pid) = plugin.pid {
         write!(w, ", pid {pid}")?;
+    }
+    if let Some(v) = &nri_version.plugin {
+        write!(w, ", NRI {}", sanitize(v))?;
+    }
+    if let Some(v) = &nri_version.runtime {
+        write!(w, ", runtime's NRI {}", sanitize(v))?;
     }
     write!(w, ")")?;
     if let Some(e) = events {

@@ -24,7 +24,11 @@ use crate::{
         pods::{PodModel, PodPhase, PodView},
         record::Record,
     },
-    model::{cri_call::CriOutcome, nri_call::Outcome, observation::Observation},
+    model::{
+        cri_call::CriOutcome,
+        nri_call::{NriVersions, Outcome},
+        observation::Observation,
+    },
 };
 
 /// Findings kept (the oldest go first).
@@ -149,6 +153,8 @@ pub struct PluginConn {
     pub connected: bool,
     /// The events it subscribed to, when seen.
     pub events: Option<Vec<String>>,
+    /// The NRI versions its ends announced (plugin, runtime), when seen.
+    pub nri_version: NriVersions,
 }
 
 /// What fell off a bound.
@@ -661,6 +667,7 @@ impl TuiState {
                 ts,
                 plugin,
                 events,
+                nri_version,
             }) => {
                 let label = plugin_name(plugin);
                 if self.plugins.contains_key(conn) || self.plugins.len() < MAX_KEYS {
@@ -670,6 +677,7 @@ impl TuiState {
                             label: label.clone(),
                             connected: true,
                             events: events.clone(),
+                            nri_version: nri_version.clone(),
                         },
                     );
                 }

@@ -59,6 +59,10 @@ pub fn render(f: &mut Frame<'_>, area: Rect, app: &App, st: &TuiState, th: &Them
     for p in st.plugins() {
         any = true;
         conns.push(Span::styled(p.label.clone(), th.accent()));
+        // The plugin's NRI stub version, when it said (RegisterPlugin).
+        if let Some(v) = &p.nri_version.plugin {
+            conns.push(Span::styled(format!(" NRI {}", sanitize(v)), th.dim()));
+        }
         conns.push(if p.connected {
             Span::styled(" up  ", th.good())
         } else {
