@@ -69,7 +69,10 @@ fn crio_split_synchronize_reassembled() {
 /// 2.3.7 (NRI 0.12: the same `synchronize` split).
 #[test]
 fn split_synchronize_reassembled_on_containerd_2_3() {
-    split_synchronize_on("nri-lab-ctrd23", nri_trace_lab::labctl::Runtime::Containerd23);
+    split_synchronize_on(
+        "nri-lab-ctrd23",
+        nri_trace_lab::labctl::Runtime::Containerd23,
+    );
 }
 
 fn split_synchronize_on(group: &str, runtime: nri_trace_lab::labctl::Runtime) {

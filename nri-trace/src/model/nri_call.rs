@@ -311,11 +311,6 @@ impl NriCall {
     }
 }
 
-#[allow(clippy::ref_option, reason = "serde passes a reference")]
-#[allow(
-    clippy::trivially_copy_pass_by_ref,
-    reason = "serde passes a reference"
-)]
 impl NriCall {
     /// An `Unimplemented` answer to a per-event method from a plugin built
     /// on an older stub: the runtime calls its StateChange with the same
@@ -331,6 +326,11 @@ impl NriCall {
     }
 }
 
+#[allow(clippy::ref_option, reason = "serde passes a reference")]
+#[allow(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde passes a reference"
+)]
 fn ser_event<S: serde::Serializer>(e: &Option<Event>, s: S) -> Result<S::Ok, S::Error> {
     match e {
         Some(e) => s.serialize_str(e.as_str_name()),
