@@ -43,22 +43,35 @@ pub struct MessageDecodeError {
     pub reason: String,
 }
 
-/// How well `bytes` fits message `T`: `None` unless it decodes as `T` and
-/// `T` re-encodes to the same length (prost drops unknown fields and fails
-/// on a wire-type mismatch, so a message of another type with a field `T`
-/// lacks re-encodes shorter or does not decode; length, not bytes, because
-/// map entries are serialized in no fixed order), and no string field holds
-/// control characters (what a nested message read as a string looks
-/// like). `Some(n)`: `n` non-default leaf fields, so a reading that sees a
-/// nested message's fields scores above one that swallows it as a string
-/// ([`leaf_count`](super::leaf_count)).
+/// How well `bytes` fits message `T`: `None` unless it decodes as `T`, `T`
+/// re-encodes to nearly the same length, and no string field holds control
+/// characters (what a nested message read as a string looks like).
+///
+/// Length: prost drops unknown fields and fails on a wire-type mismatch, so
+/// a message of another type with fields `T` lacks re-encodes shorter or
+/// does not decode (length, not bytes: map entries are serialized in no
+/// fixed order). But a newer runtime's message has fields this build's CRI
+/// (k8s-cri 0.11, CRI v1 of about Kubernetes 1.32) lacks: containerd
+/// 2.3.7's ContainerStatus carries one more (a late-attach grpc-go run read
+/// every ContainerStatus as ExecSync, whose two bytes fields swallow
+/// anything). So up to an eighth of the bytes may be fields `T` does not
+/// know, and an exact fit ranks above such a fit with as many leaves.
+///
+/// `Some(score)`: twice the non-default leaf fields, plus one for an exact
+/// fit, so a reading that sees a nested message's fields scores above one
+/// that swallows it as bytes ([`leaf_count`](super::leaf_count)).
 fn fit_score<T: Message + Default + Serialize>(bytes: &[u8]) -> Option<usize> {
     let m = T::decode(bytes).ok()?;
-    if m.encoded_len() != bytes.len() {
+    let unknown = bytes.len().checked_sub(m.encoded_len())?;
+    if unknown.saturating_mul(UNKNOWN_SHARE_MAX) > bytes.len() {
         return None;
     }
-    super::leaf_count::leaves(&m)
+    let leaves = super::leaf_count::leaves(&m)?;
+    Some(leaves * 2 + usize::from(unknown == 0))
 }
+
+/// At most 1/this of a message may be fields its type lacks ([`fit_score`]).
+const UNKNOWN_SHARE_MAX: usize = 8;
 
 macro_rules! cri_methods {
     ($( $variant:ident : $service:ident, $req:ident => $resp:ident ; )*) => {
@@ -869,6 +882,51 @@ mod tests {
         });
         assert!(CriMethod::StopContainer.request_fit(&req).is_some());
         assert!(CriMethod::StartContainer.request_fit(&req).is_none());
+    }
+
+    /// containerd 2.3.7's ContainerStatus carries a field k8s-cri 0.11
+    /// lacks (here field 19 of the status, a nested message, as CRI's
+    /// newer `stop_signal`): still ContainerStatus (or PodSandboxStatus,
+    /// its look-alike), not ExecSync, whose bytes fields swallow anything.
+    #[test]
+    fn a_newer_runtimes_extra_field_still_fits_its_method() {
+        let req = enc(&cri::ContainerStatusRequest {
+            container_id: "c".repeat(64),
+            verbose: false,
+        });
+        let mut status = enc(&cri::ContainerStatus {
+            id: "c".repeat(64),
+            metadata: Some(cri::ContainerMetadata {
+                name: "main".into(),
+                attempt: 0,
+            }),
+            state: 1,
+            created_at: 1_795_000_000_000_000_000,
+            image: Some(cri::ImageSpec {
+                image: "localhost/nri-trace/busybox:lab".into(),
+                ..Default::default()
+            }),
+            image_ref: "sha256:".to_owned() + &"a".repeat(64),
+            log_path: "/var/log/pods/x/main/0.log".into(),
+            ..Default::default()
+        });
+        // Field 19, wire type 2: {1: 15}.
+        status.extend_from_slice(&[0x9a, 0x01, 0x02, 0x08, 0x0f]);
+        let mut resp = vec![0x0a];
+        prost_cri::encoding::encode_varint(status.len() as u64, &mut resp);
+        resp.extend_from_slice(&status);
+        let c = candidates(Some(&req), Some(&resp));
+        assert!(c.contains(&CriMethod::ContainerStatus), "{c:?}");
+        assert!(!c.contains(&CriMethod::ExecSync), "{c:?}");
+        // Exactly as before, without the extra field.
+        let exact = enc(&cri::ContainerStatusResponse {
+            status: Some(cri::ContainerStatus::decode(&status[..status.len() - 5]).unwrap()),
+            ..Default::default()
+        });
+        assert!(
+            CriMethod::ContainerStatus.response_fit(&exact)
+                > CriMethod::ContainerStatus.response_fit(&resp)
+        );
     }
 
     proptest::proptest! {
