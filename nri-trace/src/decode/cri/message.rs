@@ -906,7 +906,7 @@ mod tests {
                 image: "localhost/nri-trace/busybox:lab".into(),
                 ..Default::default()
             }),
-            image_ref: "sha256:".to_owned() + &"a".repeat(64),
+            image_ref: format!("sha256:{}", "a".repeat(64)),
             log_path: "/var/log/pods/x/main/0.log".into(),
             ..Default::default()
         });
