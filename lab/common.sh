@@ -46,3 +46,23 @@ mark_cgroup_parents() { # name
 		[[ -d $d/$1 ]] || echo "$d/$1" >>"$CG_MARK"
 	done
 }
+
+# The Go toolchain for a build from the Go module proxy: `go` on PATH, else
+# /usr/local/go (root's PATH may lack it), at least MIN (the go line of the
+# module's go.mod), never another toolchain fetched behind our back
+# (GOTOOLCHAIN=local). WHAT names what needs it in the errors (default:
+# $GO_MIN and $GO_WHAT). Sets GO and GO_VERSION.
+find_go() { # [MIN WHAT]
+	local min="${1:-$GO_MIN}" what="${2:-$GO_WHAT}" go v
+	go="$(command -v go || true)"
+	[[ -n $go ]] || go=/usr/local/go/bin/go
+	[[ -x $go ]] || die "no Go toolchain (go on PATH or /usr/local/go/bin/go): $what needs Go >= $min"
+	v="$(GOTOOLCHAIN=local "$go" env GOVERSION 2>/dev/null)" || die "$go env GOVERSION failed"
+	[[ $v =~ ^go[0-9]+\.[0-9]+ ]] || die "$go says it is '$v': not a Go release; $what needs Go >= $min"
+	# go1.26.8 -> 1.26.8 (go1.27rc1 -> 1.27rc1); the smaller of the two by sort -V must be MIN.
+	if [[ $(printf '%s\n' "$min" "${v#go}" | sort -V | head -n1) != "$min" ]]; then
+		die "$go is $v: $what needs Go >= $min"
+	fi
+	GO="$go"
+	GO_VERSION="$v"
+}

@@ -37,6 +37,8 @@ CRIO_MODULE="github.com/cri-o/cri-o"
 CRIO_MODULE_VERSION="v1.36.3"
 CRIO_VERSION="1.36.3" # what `crio --version` must say
 GO_MIN="1.26.3"       # the go line of its go.mod
+# shellcheck disable=SC2034 # read by common.sh find_go
+GO_WHAT="CRI-O $CRIO_VERSION"
 # The Makefile's tags without btrfs, ostree and gpgme; libsqlite3 links
 # Debian's libsqlite3 instead of compiling go-sqlite3's bundled copy.
 GO_TAGS="containers_image_openpgp containers_image_ostree_stub exclude_graphdriver_btrfs seccomp libsqlite3"
@@ -96,23 +98,6 @@ install_packages() {
 	[[ $(pkg_version libc6) == "$libc_before" ]] || die "libc6 changed: fix apt by hand"
 }
 
-# The Go toolchain: `go` on PATH, else /usr/local/go (root's PATH may lack
-# it); at least the go line of CRI-O's go.mod ($GO_MIN), never another
-# toolchain fetched behind our back (GOTOOLCHAIN=local).
-find_go() {
-	local go v
-	go="$(command -v go || true)"
-	[[ -n $go ]] || go=/usr/local/go/bin/go
-	[[ -x $go ]] || die "no Go toolchain (go on PATH or /usr/local/go/bin/go): CRI-O $CRIO_VERSION needs Go >= $GO_MIN"
-	v="$(GOTOOLCHAIN=local "$go" env GOVERSION 2>/dev/null)" || die "$go env GOVERSION failed"
-	[[ $v =~ ^go[0-9]+\.[0-9]+ ]] || die "$go says it is '$v': not a Go release; CRI-O $CRIO_VERSION needs Go >= $GO_MIN"
-	# go1.26.8 -> 1.26.8 (go1.27rc1 -> 1.27rc1); the smaller of the two by sort -V must be GO_MIN.
-	if [[ $(printf '%s\n' "$GO_MIN" "${v#go}" | sort -V | head -n1) != "$GO_MIN" ]]; then
-		die "$go is $v: CRI-O $CRIO_VERSION needs Go >= $GO_MIN"
-	fi
-	GO="$go"
-	GO_VERSION="$v"
-}
 
 # What the binaries in $BIN are built by: the module and version, the Go
 # toolchain, the tags and flags, and a hash of the functions that build

@@ -48,21 +48,6 @@ ctrd_module_select() { # runtime
 	CTRD_BIN="$CTRD_DIR/bin"
 }
 
-# The Go toolchain: `go` on PATH, else /usr/local/go (root's PATH may lack
-# it), at least $CTRD_GO_MIN. Sets GO and GO_VERSION.
-ctrd_find_go() { # runtime
-	local go v
-	go="$(command -v go || true)"
-	[[ -n $go ]] || go=/usr/local/go/bin/go
-	[[ -x $go ]] || die "no Go toolchain (go on PATH or /usr/local/go/bin/go): $1 ($CTRD_MODULE@$CTRD_VERSION) needs Go >= $CTRD_GO_MIN"
-	v="$(GOTOOLCHAIN=local "$go" env GOVERSION 2>/dev/null)" || die "$go env GOVERSION failed"
-	[[ $v =~ ^go[0-9]+\.[0-9]+ ]] || die "$go says it is '$v': not a Go release; $1 needs Go >= $CTRD_GO_MIN"
-	if [[ $(printf '%s\n' "$CTRD_GO_MIN" "${v#go}" | sort -V | head -n1) != "$CTRD_GO_MIN" ]]; then
-		die "$go is $v: $1 ($CTRD_MODULE@$CTRD_VERSION) needs Go >= $CTRD_GO_MIN (the go line of its go.mod)"
-	fi
-	GO="$go"
-	GO_VERSION="$v"
-}
 
 # What the binaries are built by: module and version, Go, tags, and a hash
 # of the functions that build them (a change of recipe builds again).
@@ -136,7 +121,7 @@ ctrd_build_steps() { # runtime tmp
 install_ctrd_module() { # containerd-2.2 | containerd-2.3
 	local rt="$1" want pid
 	ctrd_module_select "$rt"
-	ctrd_find_go "$rt"
+	find_go "$CTRD_GO_MIN" "$rt ($CTRD_MODULE@$CTRD_VERSION)"
 	want="$(ctrd_recipe)"
 	if [[ -f $CTRD_BIN/built-from && $(cat "$CTRD_BIN/built-from") == "$want" &&
 		-x $CTRD_BIN/containerd && -x $CTRD_BIN/containerd-shim-runc-v2 && -x $CTRD_BIN/ctr ]]; then

@@ -58,18 +58,6 @@ modfile() { # version -> go.mod of that build
 }
 tags() { if [[ $1 == v0.8.0 ]]; then echo nri_v080; fi; }
 
-find_go() {
-	local go v
-	go="$(command -v go || true)"
-	[[ -n $go ]] || go=/usr/local/go/bin/go
-	[[ -x $go ]] || die "no Go toolchain (go on PATH or /usr/local/go/bin/go): go-nri-plugin needs Go >= $GO_MIN"
-	v="$(GOTOOLCHAIN=local "$go" env GOVERSION 2>/dev/null)" || die "$go env GOVERSION failed"
-	[[ $v =~ ^go[0-9]+\.[0-9]+ ]] || die "$go says it is '$v': not a Go release"
-	[[ $(printf '%s\n' "$GO_MIN" "${v#go}" | sort -V | head -n1) == "$GO_MIN" ]] ||
-		die "$go is $v: go-nri-plugin needs Go >= $GO_MIN"
-	GO="$go"
-	GO_VERSION="$v"
-}
 
 go_env() {
 	export GOTOOLCHAIN=local GOPATH="$GODIR" GOMODCACHE="$GODIR/pkg/mod" GOCACHE="$GODIR/cache"
@@ -119,7 +107,7 @@ build_one() { # version
 }
 
 cmd_build() {
-	find_go
+	find_go "$GO_MIN" go-nri-plugin
 	go_env
 	local vs=("$@") v
 	((${#vs[@]})) || vs=("${VERSIONS[@]}")

@@ -91,18 +91,6 @@ set_plugins() { # set -> names
 }
 set_nri() { if [[ $1 == "$NEW_SET" ]]; then echo "$NEW_NRI"; else echo "$OLD_NRI"; fi; }
 
-find_go() {
-	local go v
-	go="$(command -v go || true)"
-	[[ -n $go ]] || go=/usr/local/go/bin/go
-	[[ -x $go ]] || die "no Go toolchain (go on PATH or /usr/local/go/bin/go): the plugins need Go >= $GO_MIN"
-	v="$(GOTOOLCHAIN=local "$go" env GOVERSION 2>/dev/null)" || die "$go env GOVERSION failed"
-	[[ $v =~ ^go[0-9]+\.[0-9]+ ]] || die "$go says it is '$v': not a Go release"
-	[[ $(printf '%s\n' "$GO_MIN" "${v#go}" | sort -V | head -n1) == "$GO_MIN" ]] ||
-		die "$go is $v: the plugins need Go >= $GO_MIN"
-	GO="$go"
-	GO_VERSION="$v"
-}
 
 go_env() {
 	export GOTOOLCHAIN=local GOPATH="$GODIR" GOMODCACHE="$GODIR/pkg/mod" GOCACHE="$GODIR/cache"
@@ -326,7 +314,7 @@ probe_new_set() {
 }
 
 cmd_build() {
-	find_go
+	find_go "$GO_MIN" "the NRI project's plugins"
 	command -v jq >/dev/null || die "jq missing (apt-get install jq)"
 	go_env
 	local sets=("$@") s failed=()
@@ -376,7 +364,7 @@ cmd_list() {
 }
 
 cmd_versions() {
-	find_go
+	find_go "$GO_MIN" "the NRI project's plugins"
 	GOTOOLCHAIN=local GOFLAGS="" GOMODCACHE="$GODIR/pkg/mod" "$GO" list -m -versions "$NRI_MODULE"
 }
 
