@@ -63,6 +63,8 @@ find_go() { # [MIN WHAT]
 	if [[ $(printf '%s\n' "$min" "${v#go}" | sort -V | head -n1) != "$min" ]]; then
 		die "$go is $v: $what needs Go >= $min"
 	fi
+	# shellcheck disable=SC2034 # read by the script that sourced this
 	GO="$go"
+	# shellcheck disable=SC2034
 	GO_VERSION="$v"
 }
