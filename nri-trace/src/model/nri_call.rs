@@ -635,6 +635,10 @@ pub struct NriCallAssembler {
     round: Option<DeliveryRound>,
     /// Responses held over all connections ([`EarlyReply`]).
     early_held: usize,
+    /// No held response's wait ends before this (capture time): the held
+    /// responses need no scan until it passes (a flood of answers without
+    /// requests would otherwise scan every connection at every event).
+    early_next: u64,
     stats: AssemblerStats,
 }
 
@@ -658,6 +662,7 @@ impl NriCallAssembler {
             next_deadline: u64::MAX,
             round: None,
             early_held: 0,
+            early_next: u64::MAX,
             stats: AssemblerStats::default(),
         }
     }
@@ -1155,6 +1160,9 @@ impl NriCallAssembler {
             {
                 self.early_held += 1;
             }
+            self.early_next = self
+                .early_next
+                .min(ts.mono_ns.saturating_add(EARLY_REPLY_WAIT_NS));
             return;
         };
         if outcome.is_ok() {
@@ -1271,11 +1279,12 @@ impl NriCallAssembler {
     /// within [`EARLY_REPLY_WAIT_NS`] before `now` (all of them for
     /// `None`) as partial calls, in connection and key order.
     fn release_early(&mut self, now: Option<u64>, out: &mut Vec<NriObservation>) {
-        if self.early_held == 0 {
+        if self.early_held == 0 || now.is_some_and(|n| n <= self.early_next) {
             return;
         }
         let mut conns: Vec<ConnId> = self.conns.keys().copied().collect();
         conns.sort();
+        let mut next = u64::MAX;
         for id in conns {
             let Some(st) = self.conns.get_mut(&id) else {
                 continue;
@@ -1294,7 +1303,13 @@ impl NriCallAssembler {
                     out.push(NriObservation::Call(partial_reply(id, st, key, e)));
                 }
             }
+            next = st
+                .early_replies
+                .values()
+                .map(|e| e.ts.mono_ns.saturating_add(EARLY_REPLY_WAIT_NS))
+                .fold(next, u64::min);
         }
+        self.early_next = next;
     }
 
     /// Release held calls whose wait is over (all of them for `None`), in

@@ -224,12 +224,23 @@ impl Observer for TraceProc {
         }
         std::fs::copy(Self::paths(&self.out).0, Self::before_stop(&self.out))?;
         std::fs::write(Self::peers(&self.out), peers_of(c.id()))?;
+        // nri-trace stops once it has decoded what it captured. A debug
+        // build behind a hostile flood on a 2-core machine with a compile
+        // beside it (load average 8) was still decoding 20 s after the
+        // signal (faults_lab, 3 of 3 runs on 2026-11-28; its raw capture
+        // alone takes 47-50 s of CPU to replay in debug): the limit is a
+        // guard against a hang, the time is printed.
+        let t0 = std::time::Instant::now();
         let st = nri_trace_tests::stop_child(
             &mut c,
             libc::SIGTERM,
-            Duration::from_secs(20),
+            Duration::from_secs(STOP_WITHIN_S),
             "nri-trace",
         )?;
+        eprintln!(
+            "nri-trace stopped {:.1} s after SIGTERM",
+            t0.elapsed().as_secs_f64()
+        );
         if !st.success() {
             let mut log = String::new();
             let _ = std::fs::File::open(Self::paths(&self.out).2)?.read_to_string(&mut log);
@@ -238,6 +249,9 @@ impl Observer for TraceProc {
         Ok(())
     }
 }
+
+/// How long nri-trace may take to stop after SIGTERM (see `detach`).
+const STOP_WITHIN_S: u64 = 180;
 
 /// `comm[pid]` of the peer of every connected socket `pid` holds, a line
 /// each.
