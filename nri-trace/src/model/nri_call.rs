@@ -1197,8 +1197,11 @@ impl NriCallAssembler {
             }
         } else if let Outcome::Error { code, .. } = &outcome {
             if *code == message::CODE_UNIMPLEMENTED && p.method.falls_back_to_state_change() {
+                if !p.summary.is_empty() {
+                    p.summary.push_str("; ");
+                }
                 p.summary.push_str(
-                    "; plugin predates per-event methods: runtime falls back to StateChange",
+                    "plugin predates per-event methods: runtime falls back to StateChange",
                 );
             }
         }

@@ -104,7 +104,15 @@ fn call_line(w: &mut impl Write, c: &NriCall, hook: &str, own_ns: Option<u64>) -
         hook,
         subject(c),
         dur,
-        outcome_text(&c.outcome)
+        if c.is_fallback_refusal() {
+            // Not a failure: the StateChange of the same event follows.
+            format!(
+                "unimplemented {}: falls back to StateChange",
+                sanitize(c.method.as_deref().unwrap_or("?"))
+            )
+        } else {
+            outcome_text(&c.outcome)
+        }
     )?;
     if let (Some(d), Some(_)) = (c.duration_ns, c.plugin_ns) {
         write!(w, "  [runtime waited {}]", crate::human::duration(d))?;
