@@ -693,6 +693,21 @@ delete_all_containers() {
 		fi
 	done
 	((n == 0)) || log "deleted $n container(s) ($(wc -w <<<"$tasks") running) via containerd"
+	# containerd 2.x keeps pod sandboxes in a store of their own (the
+	# Sandbox API): with only their containers deleted, the CRI plugin
+	# recovers them at the next start, NotReady, and Synchronize lists them
+	# to every plugin (a sandbox left by a killed test run was listed in
+	# nri_lab's split Synchronize on 2.1, 2026-11-28). 1.7's ctr has no
+	# `sandboxes`: nothing to do there.
+	local sb m=0
+	for sb in $(timeout 10 "$CTR" --address "$SOCK" -n "$NS" sandboxes ls 2>/dev/null | awk 'NR > 1 { print $1 }'); do
+		if timeout 15 "$CTR" --address "$SOCK" -n "$NS" sandboxes rm --force "$sb" >/dev/null 2>&1; then
+			m=$((m + 1))
+		else
+			log "warning: could not delete sandbox $sb"
+		fi
+	done
+	((m == 0)) || log "deleted $m sandbox record(s) via containerd"
 }
 
 # Directories, snapshotter choice, CNI and containerd config.
