@@ -1789,6 +1789,16 @@ mod tests {
         })
     }
 
+    /// The finished calls among `out`.
+    fn finished(out: &[NriObservation]) -> Vec<&NriCall> {
+        out.iter()
+            .filter_map(|o| match o {
+                NriObservation::Call(c) => Some(c),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Mux frame (conn_id 1) of a ttrpc request message (test-only framing
     /// per mux.go / channel.go).
     fn request_frame(stream_id: u32) -> Vec<u8> {
@@ -2056,13 +2066,7 @@ mod tests {
             );
         }
         assert_eq!(a.in_flight(), MAX_PENDING_PER_CONN);
-        let dropped: Vec<_> = out
-            .iter()
-            .filter_map(|o| match o {
-                NriObservation::Call(c) => Some(c),
-                _ => None,
-            })
-            .collect();
+        let dropped = finished(&out);
         assert_eq!(dropped.len(), 100);
         assert!(dropped.iter().all(|c| c.outcome == Outcome::NoResponse));
         // The oldest went first.
@@ -2089,20 +2093,12 @@ mod tests {
         let req = call_frame(1, "StopPodSandbox", ev, 5 * S as i64);
         a.on_capture(&chunk(1, Direction::Out, S, req), &mut out);
         assert_eq!(a.oldest_open_delivery(), Some(S));
-        let calls = |out: &[NriObservation]| -> Vec<NriCall> {
-            out.iter()
-                .filter_map(|o| match o {
-                    NriObservation::Call(c) => Some(c.clone()),
-                    _ => None,
-                })
-                .collect()
-        };
         // Just past the deadline: containerd's own close may still come.
         let other = |at| chunk(2, Direction::Out, at, vec![0]);
         a.on_capture(&other(6 * S + DEADLINE_GRACE_NS / 2), &mut out);
-        assert!(calls(&out).is_empty(), "{out:?}");
+        assert!(finished(&out).is_empty(), "{out:?}");
         a.on_capture(&other(6 * S + DEADLINE_GRACE_NS + 1), &mut out);
-        let done = calls(&out);
+        let done = finished(&out);
         assert_eq!(done.len(), 1, "{out:?}");
         assert_eq!(done[0].outcome, Outcome::TimedOut);
         assert_eq!(done[0].event, Some(Event::StopPodSandbox));
@@ -2119,7 +2115,7 @@ mod tests {
         .encode_to_vec();
         let late = message_frame(1, 2, &resp);
         a.on_capture(&chunk(1, Direction::In, 16 * S, late), &mut out);
-        assert!(calls(&out).is_empty(), "{out:?}");
+        assert!(finished(&out).is_empty(), "{out:?}");
         assert_eq!(a.stats().answered_after_deadline, 1);
     }
 
@@ -2153,14 +2149,11 @@ mod tests {
         );
         let req = call_frame(7, "RemovePodSandbox", ev, 2_000 * MS as i64);
         a.on_capture(&chunk(1, Direction::Out, 1001 * MS, req), &mut out);
-        let calls: Vec<&NriCall> = out
-            .iter()
-            .filter_map(|o| match o {
-                NriObservation::Call(c) => Some(c),
-                NriObservation::Pending(c) => panic!("answered, not pending: {c:?}"),
-                _ => None,
-            })
-            .collect();
+        assert!(
+            !out.iter().any(|o| matches!(o, NriObservation::Pending(_))),
+            "answered, not pending: {out:?}"
+        );
+        let calls = finished(&out);
         assert_eq!(calls.len(), 1, "{out:?}");
         assert_eq!(calls[0].outcome, Outcome::Ok);
         assert!(!calls[0].partial);
@@ -2178,18 +2171,9 @@ mod tests {
         );
         let tick = |at| CaptureEvent::Tick { ts: ts(at) };
         a.on_capture(&tick(2000 * MS + EARLY_REPLY_WAIT_NS), &mut out);
-        assert!(
-            out.iter().all(|o| !matches!(o, NriObservation::Call(_))),
-            "{out:?}"
-        );
+        assert!(finished(&out).is_empty(), "{out:?}");
         a.on_capture(&tick(2001 * MS + EARLY_REPLY_WAIT_NS), &mut out);
-        let partial: Vec<&NriCall> = out
-            .iter()
-            .filter_map(|o| match o {
-                NriObservation::Call(c) => Some(c),
-                _ => None,
-            })
-            .collect();
+        let partial = finished(&out);
         assert_eq!(partial.len(), 1, "{out:?}");
         assert!(partial[0].partial && partial[0].start.is_none());
         assert_eq!(partial[0].stream_id, 9);
