@@ -283,15 +283,19 @@ pub fn peer_process(pid: u32, env: &[String]) -> Option<Peer> {
     Some(peer_with(pid, uid, env))
 }
 
-/// A [`Peer`] from its pid and uid, with what /proc shows of it.
+/// A [`Peer`] from its pid and uid, with what /proc shows of it. Each read
+/// is bounded or small, and one that fails (the process exited between
+/// SO_PEERCRED and here, or pid 0: another PID namespace) leaves its field
+/// unknown rather than failing the connection.
 fn peer_with(pid: u32, uid: u32, env: &[String]) -> Peer {
-    let info = discovery::process_info(pid);
+    let info = (pid != 0).then(|| discovery::process_info(pid)).flatten();
     Peer {
         pid,
         uid,
         comm: info.as_ref().map(|i| i.comm.clone()),
         cmdline: info.map(|i| i.cmdline).unwrap_or_default(),
         env: discovery::process_env(pid, env),
+        cgroup: (pid != 0).then(|| discovery::process_cgroup(pid)).flatten(),
     }
 }
 
