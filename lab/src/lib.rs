@@ -8,7 +8,10 @@
 //! - `truth`: the ground-truth records both write (NDJSON).
 //! - `volume`: the driver's pod volumes (kubelet's emptyDir layout).
 //! - `stuck`: pods left Terminating for each cause, the driver retrying.
+//! - `crictl`: the `crictl` scenario, crictl (lab/crictl.sh) beside the
+//!   driver.
 pub mod cri;
+pub mod crictl;
 pub mod labctl;
 pub mod nri_api;
 pub mod nri_plugin;

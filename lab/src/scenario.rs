@@ -48,6 +48,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("netns-teardown", "2 pods with their own network namespace (the lab's bridge CNI network) and a shared PID namespace (pause is PID 1), one container each, full lifecycle, one external plugin: when the netns goes against the plugins' StopPodSandbox"),
     ("split-synchronize", "12 pods (one container each) whose annotations make 5.6 MiB, then a plugin registers: NRI >= 0.7 (containerd 2.1, not 1.7) splits its Synchronize under ttrpc's 4 MiB message limit, `more` set on all but the last; then one answering without `more` (a pre-v0.7 stub) registers and is closed"),
     ("cri-retry-slow-sandbox", "CRI-O only: RunPodSandbox slowed 3 s outside the CRI request's context (crio's pinns, as under i/o load), no NRI plugin; the driver retries the same name at 1 s deadlines: CRI-O's name reservation holds every retry (cri-o#4221; its log says \"name is reserved\"), the retry after the sandbox is made takes it from the resource cache"),
+    ("crictl", "while the driver runs 3 pod lifecycles, crictl (the CRI CLI an SRE runs on a node; sigs.k8s.io/cri-tools, built by lab/crictl.sh) lists and inspects pods and containers, stops one of 2 pods the driver made and force-removes both (pods, inspectp, ps, stopp, rmp -f) from a cgroup of its own; one plugin"),
     ("plugins-before-attach", "seven plugins registered before the observer attaches (external: --name/--idx flags, an NN-name binary with a name past comm's 15 bytes, an -idx-only binary, the upstream logger with Go's -idx/-name; pre-launched: flags, a bare NN-name binary), then 2 lifecycles"),
     ("go-plugins", "go-nri-plugin, on the NRI project's own Go stub (built by lab/go-nri-plugin.sh through the Go module proxy), as external plugins registered before the observer attaches: 10-go12 on the v0.12.2 stub, 20-go08 on the v0.8.0 stub; then 2 lifecycles. NRI 0.12 runtimes (containerd 2.3) send go12 a method per event and go08 its first one too, which it answers Unimplemented, then StateChange; older runtimes send both StateChange"),
 ];
@@ -682,6 +683,7 @@ fn drive(r: &mut Run) -> Result<()> {
             r.late_attach(c, "go-cri-client mix")?;
         }
         "upstream-witness" => upstream_witness(r)?,
+        "crictl" => crate::crictl::drive(r)?,
         "plugins-before-attach" => plugins_before_attach(r)?,
         "go-plugins" => go_plugins(r)?,
         "split-synchronize" => split_synchronize(r)?,
@@ -1922,7 +1924,7 @@ fn outcome<T>(r: &Result<T>) -> String {
     }
 }
 
-fn wait_child(c: &mut Child, what: &str) -> Result<String> {
+pub(crate) fn wait_child(c: &mut Child, what: &str) -> Result<String> {
     let out = std::mem::replace(c, Command::new("true").spawn()?).wait_with_output()?;
     if !out.status.success() {
         bail!(
@@ -3126,6 +3128,7 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
                 ));
             }
         }
+        "crictl" => facts.extend(crate::crictl::verify(&t)?),
         "load" => {
             let n = all_cri_ok(&t)?;
             let pods = pods_of(&t, "load");

@@ -135,6 +135,29 @@ pub enum Truth {
         /// 0 for the first try; n for the n-th retry of the same step.
         retry: u32,
     },
+    /// A command-line client the scenario ran against the runtime (crictl,
+    /// what an SRE types on a node), once, as it ran: which process it was
+    /// (every CRI call it made is that pid's), where, and what it said.
+    Tool {
+        /// Its program name, e.g. "crictl".
+        tool: String,
+        /// Its arguments after the endpoint options, e.g. ["stopp", ID].
+        args: Vec<String>,
+        pid: u32,
+        /// The cgroup it ran in (below the cgroup v2 mount), when the
+        /// scenario put it in one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cgroup: Option<String>,
+        /// The pod its arguments name, when they name one.
+        pod: Option<PodRef>,
+        /// Just before it was spawned, and once it had been reaped.
+        start_mono_ns: u64,
+        end_mono_ns: u64,
+        /// Its exit code (`None`: killed by a signal).
+        exit_code: Option<i32>,
+        /// What it printed on standard output (its first 4 KiB).
+        stdout: String,
+    },
 }
 
 /// An NRI pod as delivered to a plugin.

@@ -329,6 +329,35 @@ fn plugin_matches(l: &Value, want: &str) -> bool {
 /// Which records a filter keeps: (the record's pod, the record).
 type Keep = Box<dyn Fn(&Option<(String, String)>, &Value) -> bool>;
 
+/// `--client comm`: the client's CRI calls and connections, and the
+/// findings with a call of one of its connections among their evidence.
+fn client_keep(all: &[Value], comm: &str) -> Keep {
+    let comm = comm.to_string();
+    let is = {
+        let comm = comm.clone();
+        move |c: &Value| c["comm"].as_str() == Some(comm.as_str())
+    };
+    let conns: std::collections::HashSet<u64> = all
+        .iter()
+        .filter(|l| match l["type"].as_str() {
+            Some("cri_span") => is(&l["client"]),
+            Some("cri_connection") => is(&l["client_process"]),
+            _ => false,
+        })
+        .filter_map(|l| l["conn"].as_u64())
+        .collect();
+    Box::new(move |_, l| match l["type"].as_str() {
+        Some("cri_span") => l["client"]["comm"].as_str() == Some(comm.as_str()),
+        Some("cri_connection") => l["client_process"]["comm"].as_str() == Some(comm.as_str()),
+        Some("violation") => {
+            l["evidence"].as_array().into_iter().flatten().any(|e| {
+                e["kind"] == "cri" && e["conn"].as_u64().is_some_and(|c| conns.contains(&c))
+            })
+        }
+        _ => false,
+    })
+}
+
 /// `-n`, `--pod` and `--plugin` keep exactly the records about that
 /// namespace, pod or plugin: the filtered output is the unfiltered one
 /// without the others (records only; the tables keep their rows but for
@@ -362,6 +391,13 @@ fn filters_keep_exactly_the_matching_records() {
             .and_then(|l| l["plugin"].as_str())
             .map(String::from)
             .expect("a plugin");
+        // A CRI client of the recording (the lab's cri-driver or go-cri-client).
+        let client = all
+            .iter()
+            .find(|l| l["type"] == "cri_connection")
+            .and_then(|l| l["client_process"]["comm"].as_str())
+            .map(String::from)
+            .expect("a CRI client");
         let cases: Vec<(Vec<String>, Keep)> = vec![
             (
                 vec!["-n".into(), some_pod.0.clone()],
@@ -384,6 +420,14 @@ fn filters_keep_exactly_the_matching_records() {
                     move |_, l| plugin_matches(l, &plugin)
                 }),
             ),
+            (
+                vec!["--client".into(), client.clone()],
+                client_keep(&all, &client),
+            ),
+            (
+                vec!["--client".into(), "kubelet".into()],
+                Box::new(|_, _| false),
+            ),
         ];
         for (args, keep) in cases {
             let mut a = vec!["-o", "json"];
@@ -398,14 +442,14 @@ fn filters_keep_exactly_the_matching_records() {
                 .map(|(_, l)| (*l).clone())
                 .collect();
             assert!(
-                !want.is_empty() || args[0] != "--pod",
+                !want.is_empty() || !(args[0] == "--pod" || args[1] == client),
                 "{name} {args:?}: nothing to keep"
             );
             assert_eq!(got, want, "{name} {args:?}: the filtered records");
             checked += 1;
         }
     }
-    assert!(checked >= 21, "{checked} filtered runs");
+    assert!(checked >= 35, "{checked} filtered runs");
 }
 
 /// A record file made from a raw capture replays to the same `-o json` as

@@ -766,6 +766,59 @@ fn parse_status_euid(status: &str) -> Option<u32> {
     })
 }
 
+/// Most bytes of `/proc/<pid>/cgroup` read: one line per hierarchy (13 on a v1 node), each a
+/// path below PATH_MAX (4096); anything past this is not a cgroup file this parser knows.
+const MAX_PROC_CGROUP: u64 = 64 * 1024;
+
+/// The cgroup of `pid`, as [`parse_proc_cgroup`] picks it from `/proc/<pid>/cgroup`; `None` if
+/// the process is gone or the file says nothing usable.
+///
+/// Hand-written, like the status readers: procfs's `cgroups()` reads the whole file as UTF-8
+/// lines with no bound; this reads at most [`MAX_PROC_CGROUP`] bytes and decodes lossily (a
+/// cgroup name is any bytes but '/' and NUL, chosen by whoever made the cgroup). The path is
+/// relative to the *reader's* cgroup namespace root (cgroup_namespaces(7)): nri-trace in a
+/// container with its own cgroup namespace sees a host process's path as `/../..`-prefixed.
+pub fn process_cgroup(pid: u32) -> Option<String> {
+    let mut bytes = Vec::new();
+    fs::File::open(format!("/proc/{pid}/cgroup"))
+        .ok()?
+        .take(MAX_PROC_CGROUP)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    parse_proc_cgroup(&String::from_utf8_lossy(&bytes))
+}
+
+/// The cgroup path a `/proc/<pid>/cgroup` text gives (lines `hierarchy-ID:controllers:path`,
+/// cgroups(7)): the cgroup v2 path (the `0::` line), which is where systemd places units on a
+/// unified or hybrid node. Where there is none, or it is the root `/` while the `name=systemd`
+/// v1 hierarchy names a deeper cgroup (a legacy node, or a hybrid one whose systemd tracks
+/// units in v1), that hierarchy's path: systemd's own (systemd's "Control Group APIs and
+/// Delegation" document). `/` when that is all the file says; `None` with no v2 or systemd line.
+pub fn parse_proc_cgroup(text: &str) -> Option<String> {
+    let mut v2 = None;
+    let mut systemd = None;
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        if path.is_empty() {
+            continue;
+        }
+        if id == "0" && controllers.is_empty() {
+            v2.get_or_insert(path);
+        } else if controllers == "name=systemd" {
+            systemd.get_or_insert(path);
+        }
+    }
+    match (v2, systemd) {
+        (Some("/") | None, Some(s)) if s != "/" => Some(s.to_string()),
+        (Some(p), _) | (None, Some(p)) => Some(p.to_string()),
+        (None, None) => None,
+    }
+}
+
 // ------------------------------------------------------------------------------------------
 // Peers of unix sockets, from NETLINK_SOCK_DIAG.
 //
@@ -1993,6 +2046,51 @@ mod tests {
         assert!(!env.contains_key("NRI_TRACE_SURELY_UNSET"));
         assert!(process_env(me, &[]).is_empty());
         assert!(process_env(u32::MAX, &names).is_empty());
+    }
+
+    /// The cgroup of `/proc/<pid>/cgroup`: v2's path, systemd's v1 one where v2 says only the
+    /// root, and our own process's (which is live and readable without root).
+    #[test]
+    fn proc_cgroup_paths() {
+        // Unified (a systemd node with cgroup v2 only).
+        assert_eq!(
+            parse_proc_cgroup("0::/system.slice/kubelet.service\n").as_deref(),
+            Some("/system.slice/kubelet.service")
+        );
+        // Hybrid: systemd tracks units in v2 too; v2's path wins.
+        let hybrid =
+            "12:memory:/user.slice\n1:name=systemd:/user.slice/user-0.slice/session-3.scope\n\
+                      0::/user.slice/user-0.slice/session-3.scope\n";
+        assert_eq!(
+            parse_proc_cgroup(hybrid).as_deref(),
+            Some("/user.slice/user-0.slice/session-3.scope")
+        );
+        // Legacy (no v2 line), or v2 at its root beside a systemd path: systemd's.
+        let legacy = "4:memory:/x\n1:name=systemd:/system.slice/crio.service\n";
+        assert_eq!(
+            parse_proc_cgroup(legacy).as_deref(),
+            Some("/system.slice/crio.service")
+        );
+        let rooted = "9:name=systemd:/system.slice/kubelet.service\n0::/\n";
+        assert_eq!(
+            parse_proc_cgroup(rooted).as_deref(),
+            Some("/system.slice/kubelet.service")
+        );
+        // Everything at the root (this lab machine's own processes): the root.
+        assert_eq!(
+            parse_proc_cgroup("9:name=systemd:/\n4:memory:/process_api/ab\n0::/\n").as_deref(),
+            Some("/")
+        );
+        // A path with ':' in it is kept whole; nothing usable is None.
+        assert_eq!(parse_proc_cgroup("0::/a:b\n").as_deref(), Some("/a:b"));
+        assert_eq!(parse_proc_cgroup("4:memory:/x\n"), None);
+        assert_eq!(parse_proc_cgroup("garbage\n0::\n"), None);
+        assert_eq!(parse_proc_cgroup(""), None);
+        let me = std::process::id();
+        let mine = fs::read_to_string(format!("/proc/{me}/cgroup")).expect("own cgroup file");
+        assert_eq!(process_cgroup(me), parse_proc_cgroup(&mine));
+        assert!(process_cgroup(me).is_some(), "{mine}");
+        assert_eq!(process_cgroup(u32::MAX), None);
     }
 
     /// Inode of an open fd.

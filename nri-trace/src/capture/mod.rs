@@ -100,6 +100,12 @@ pub struct Peer {
     /// NRI plugin), when /proc shows them.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub env: std::collections::BTreeMap<String, String>,
+    /// Its cgroup path (`discovery::process_cgroup`: the v2 one, or
+    /// systemd's where v2 says only `/`), when /proc showed it: which unit
+    /// or session a CRI client runs in (kubelet.service, an SRE's
+    /// session-N.scope). Absent in captures made before it was read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -624,6 +624,7 @@ mod tests {
                 comm: None,
                 cmdline: vec![],
                 env: BTreeMap::new(),
+                cgroup: None,
             }),
             Some(Peer {
                 pid: u32::MAX,
@@ -631,6 +632,7 @@ mod tests {
                 comm: Some("plugin\u{1b}[31m é".into()),
                 cmdline: vec!["/bin/plugin".into(), String::new(), "--idx=10".into()],
                 env,
+                cgroup: Some("/system.slice/a:b \u{1b}.service".into()),
             }),
         ];
         let mut v = Vec::new();

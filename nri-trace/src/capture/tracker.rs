@@ -1183,6 +1183,7 @@ mod tests {
             comm: None,
             cmdline: vec![],
             env: Default::default(),
+            cgroup: None,
         };
         // One batch: conn 1 on fd 7 opens and closes, conn 2 reuses fd 7.
         let mut out = feed(

@@ -55,6 +55,12 @@ pub(crate) struct FilterArgs {
     /// Only records about this NRI plugin (IDX-NAME, or NAME).
     #[arg(long, value_name = "NAME")]
     pub plugin: Option<String>,
+    /// Only the CRI calls of this client, by its command (comm: kubelet,
+    /// crictl) or the systemd unit it runs in (kubelet.service,
+    /// session-3.scope, or without the suffix), with its connections and
+    /// the findings about its calls.
+    #[arg(long, value_name = "NAME")]
+    pub client: Option<String>,
 }
 
 /// What the engine is told, and what text output leaves out.

@@ -140,7 +140,7 @@ pub(crate) fn contract(d: &DecodeArgs) -> ContractConfig {
 }
 
 pub(crate) fn filter(f: &FilterArgs) -> Filter {
-    Filter::new(f.namespace.clone(), f.pod.clone(), f.plugin.clone())
+    Filter::new(f.namespace.clone(), f.pod.clone(), f.plugin.clone()).with_client(f.client.clone())
 }
 
 pub(crate) fn seconds(s: Option<f64>) -> anyhow::Result<Option<Duration>> {

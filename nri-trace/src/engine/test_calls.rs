@@ -43,6 +43,7 @@ pub(crate) fn cri(method: Option<&str>, sandbox: &str, start: u64, end: u64) -> 
         outcome_evidence: None,
         partial: false,
         summary: String::new(),
+        client: None,
     }
 }
 

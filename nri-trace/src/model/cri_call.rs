@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use super::chunk_stamps::ChunkStamps;
+use super::{chunk_stamps::ChunkStamps, cri_client::CriClient};
 use crate::{
     capture::{CaptureEvent, Chunk, CloseReason, ConnId, Direction, Timestamp},
     decode::cri::{
@@ -190,6 +190,11 @@ pub struct CriCall {
     /// The request headers went before the attach (or were lost).
     pub partial: bool,
     pub summary: String,
+    /// Who made it: its connection's client, when the capture could tell
+    /// (model/cri_client.rs). Absent in record files written before it
+    /// was, which replay as unknown.
+    #[serde(default)]
+    pub client: Option<CriClient>,
 }
 
 /// What the assembler yields.
@@ -202,8 +207,12 @@ pub enum CriObservation {
     Connection {
         conn: ConnId,
         ts: Timestamp,
-        /// The client's pid and command, when known.
+        /// The client's `comm[pid]` ([`CriClient::label`]), when known.
         client: Option<String>,
+        /// The client itself, when known (`client` stays the label it
+        /// has been in version 1 of the schema).
+        #[serde(default)]
+        client_process: Option<CriClient>,
     },
     /// The decoder skipped bytes to find a frame boundary.
     Resync {
@@ -335,6 +344,9 @@ struct Held {
 /// Turns capture events of CRI connections into [`CriObservation`]s.
 pub struct CriCallAssembler {
     conns: HashMap<ConnId, ConnState>,
+    /// The client of each open connection whose peer the capture read,
+    /// put on each of its calls; forgotten after its close's calls.
+    clients: HashMap<ConnId, CriClient>,
     sandboxes: HashMap<String, ObjFacts>,
     containers: HashMap<String, ObjFacts>,
     /// Counter for `ObjFacts::seq`.
@@ -426,6 +438,7 @@ impl CriCallAssembler {
     pub fn new() -> Self {
         CriCallAssembler {
             conns: HashMap::new(),
+            clients: HashMap::new(),
             sandboxes: HashMap::new(),
             containers: HashMap::new(),
             next_seq: 0,
@@ -467,13 +480,16 @@ impl CriCallAssembler {
                     return;
                 }
                 self.conns.entry(o.conn).or_insert_with(ConnState::new);
+                let client = o.peer.as_ref().map(CriClient::of_peer);
+                match &client {
+                    Some(c) => self.clients.insert(o.conn, c.clone()),
+                    None => self.clients.remove(&o.conn),
+                };
                 out.push(CriObservation::Connection {
                     conn: o.conn,
                     ts: o.ts,
-                    client: o.peer.as_ref().map(|p| match &p.comm {
-                        Some(c) => format!("{c}[{}]", p.pid),
-                        None => format!("pid {}", p.pid),
-                    }),
+                    client: client.as_ref().map(CriClient::label),
+                    client_process: client,
                 });
             }
             CaptureEvent::Chunk(c) => {
@@ -501,6 +517,7 @@ impl CriCallAssembler {
                     self.slot_methods.retain(|(conn, _), _| *conn != c.conn);
                     self.slot_candidates.retain(|(conn, _), _| *conn != c.conn);
                 }
+                self.clients.remove(&c.conn);
             }
             // Quiet sockets: calls held for evidence still time out.
             CaptureEvent::Tick { ts } => self.release_expired(ts.mono_ns, out),
@@ -787,6 +804,7 @@ impl CriCallAssembler {
             outcome_evidence: e.outcome_evidence,
             partial: e.st.start.is_none(),
             summary: String::new(),
+            client: self.clients.get(&conn).cloned(),
         };
         let request = e.st.request;
         let response = if ok { e.st.response } else { None };

@@ -7,6 +7,8 @@
 //! - [`cri_call`]: [`cri_call::CriCall`]s — every CRI gRPC call on the
 //!   runtime's CRI socket with its pod/container, deadline and outcome,
 //!   and how its method is known (seen, inferred with evidence, unknown).
+//! - [`cri_client`]: who made a CRI call ([`cri_client::CriClient`]: the
+//!   pid, comm, cgroup and systemd unit of its connection's client).
 //! - [`observation`]: what the engine is fed ([`observation::Observation`]:
 //!   calls, plugin and connection events, loss, the capture clock), the
 //!   records `nri-trace watch --save` writes.
@@ -22,6 +24,7 @@
 
 pub mod chunk_stamps;
 pub mod cri_call;
+pub mod cri_client;
 pub mod nri_call;
 pub mod observation;
 pub mod plugin_identity;

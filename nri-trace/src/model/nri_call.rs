@@ -1847,6 +1847,7 @@ mod tests {
                 .map(|a| a.rsplit('/').next().unwrap_or(a).to_owned()),
             cmdline: argv.iter().map(ToString::to_string).collect(),
             env: BTreeMap::new(),
+            cgroup: None,
         });
         CaptureEvent::Open(o)
     }

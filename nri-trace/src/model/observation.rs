@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     cri_call::{CriCall, CriObservation},
+    cri_client::CriClient,
     nri_call::{NriCall, NriObservation, NriVersions, PluginId},
 };
 use crate::capture::{cri_state::CriState, sandbox::SandboxEvent, ConnId, Loss, Timestamp};
@@ -26,11 +27,16 @@ use crate::capture::{cri_state::CriState, sandbox::SandboxEvent, ConnId, Loss, T
 pub enum Observation {
     /// A finished CRI call.
     CriCall(CriCall),
-    /// A CRI connection seen for the first time.
+    /// A CRI connection seen for the first time, and its client: `client`
+    /// is its `comm[pid]` label (a string since version 1 of the schema),
+    /// `client_process` the client itself (model/cri_client.rs; absent in
+    /// record files written before it was).
     CriConnection {
         conn: ConnId,
         ts: Timestamp,
         client: Option<String>,
+        #[serde(default)]
+        client_process: Option<CriClient>,
     },
     /// The CRI decoder skipped bytes to find a frame boundary.
     CriResync {
@@ -123,9 +129,17 @@ impl From<CriObservation> for Observation {
     fn from(o: CriObservation) -> Self {
         match o {
             CriObservation::Call(c) => Observation::CriCall(c),
-            CriObservation::Connection { conn, ts, client } => {
-                Observation::CriConnection { conn, ts, client }
-            }
+            CriObservation::Connection {
+                conn,
+                ts,
+                client,
+                client_process,
+            } => Observation::CriConnection {
+                conn,
+                ts,
+                client,
+                client_process,
+            },
             CriObservation::Resync { conn, ts, skipped } => {
                 Observation::CriResync { conn, ts, skipped }
             }

@@ -352,3 +352,74 @@ pub mod redact {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        capture::{ConnId, Peer, Timestamp},
+        engine::test_calls::cri,
+        model::cri_client::CriClient,
+    };
+
+    /// A line as `--save` writes it, with `drop` taken out: what a record
+    /// file written before that field existed holds.
+    fn line_without(o: &Observation, drop: &str) -> Vec<u8> {
+        let mut v = serde_json::to_value(o).expect("an observation serializes");
+        assert!(v.as_object_mut().expect("an object").remove(drop).is_some());
+        serde_json::to_vec(&v).expect("JSON")
+    }
+
+    fn parse(kind: &str, line: &[u8]) -> Observation {
+        match RecordLine::parse(Some(kind), line).expect("the line parses") {
+            RecordLine::Observation(o) => o,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Record files written before clients were recorded still read: their
+    /// calls have no client, their connections only the label.
+    #[test]
+    fn lines_from_before_the_client_read_as_unknown() {
+        let client = CriClient::of_peer(&Peer {
+            pid: 4242,
+            uid: 0,
+            comm: Some("crictl".into()),
+            cmdline: vec![],
+            env: Default::default(),
+            cgroup: Some("/user.slice/user-0.slice/session-3.scope".into()),
+        });
+        let mut call = cri(Some("StopPodSandbox"), "sb1", 10, 20);
+        call.client = Some(client.clone());
+        let call = Observation::CriCall(call);
+        assert_eq!(parse("cri_call", &serde_json::to_vec(&call).unwrap()), call);
+        match parse("cri_call", &line_without(&call, "client")) {
+            Observation::CriCall(c) => assert_eq!(c.client, None),
+            other => panic!("{other:?}"),
+        }
+        let conn = Observation::CriConnection {
+            conn: ConnId(3),
+            ts: Timestamp {
+                mono_ns: 1,
+                wall_ns: 2,
+            },
+            client: Some(client.label()),
+            client_process: Some(client),
+        };
+        assert_eq!(
+            parse("cri_connection", &serde_json::to_vec(&conn).unwrap()),
+            conn
+        );
+        match parse("cri_connection", &line_without(&conn, "client_process")) {
+            Observation::CriConnection {
+                client,
+                client_process,
+                ..
+            } => {
+                assert_eq!(client.as_deref(), Some("crictl[4242]"));
+                assert_eq!(client_process, None);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

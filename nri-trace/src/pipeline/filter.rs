@@ -1,5 +1,5 @@
-//! `-n NAMESPACE`, `--pod NAME`, `--plugin NAME`: which records reach the
-//! sinks.
+//! `-n NAMESPACE`, `--pod NAME`, `--plugin NAME`, `--client NAME`: which
+//! records reach the sinks.
 //!
 //! The engine sees every observation whatever the filters (a correlation
 //! or a finding needs the whole stream); the filters only choose what is
@@ -13,12 +13,25 @@
 //! - `--plugin`: an NRI call to that plugin (its `IDX-NAME` or its name),
 //!   a CRI call with a hook of that plugin, a finding about it, the
 //!   plugin connecting or going. The latency table keeps its rows.
+//! - `--client`: a CRI call made by that client (its comm, or the systemd
+//!   unit its cgroup names: `CriClient::is_named`) with its hooks, the
+//!   client's CRI connections, and findings whose evidence holds a call
+//!   of one of those connections. The latency tables keep their rows.
 
+use std::collections::BTreeSet;
+
+use crate::capture::ConnId;
 use crate::engine::{
+    findings::Evidence,
     pod_index::{PodIndex, PodName},
     record::Record,
 };
 use crate::model::{nri_call::PluginId, observation::Observation};
+
+/// Most connections of the `--client` remembered (for its findings'
+/// evidence); past it the oldest are forgotten. crictl opens one per
+/// invocation, kubelet one for its life.
+const MAX_CLIENT_CONNS: usize = 4096;
 
 /// The filters of one run.
 #[derive(Debug, Default, Clone)]
@@ -26,7 +39,10 @@ pub struct Filter {
     pub namespace: Option<String>,
     pub pod: Option<String>,
     pub plugin: Option<String>,
+    pub client: Option<String>,
     pods: PodIndex,
+    /// The CRI connections of the `--client` seen so far.
+    client_conns: BTreeSet<ConnId>,
 }
 
 impl Filter {
@@ -35,13 +51,23 @@ impl Filter {
             namespace,
             pod,
             plugin,
-            pods: PodIndex::new(),
+            ..Filter::default()
         }
+    }
+
+    /// With `--client NAME`.
+    #[must_use]
+    pub fn with_client(mut self, client: Option<String>) -> Self {
+        self.client = client;
+        self
     }
 
     /// Whether any filter is set.
     pub fn is_set(&self) -> bool {
-        self.namespace.is_some() || self.pod.is_some() || self.plugin.is_some()
+        self.namespace.is_some()
+            || self.pod.is_some()
+            || self.plugin.is_some()
+            || self.client.is_some()
     }
 
     /// Whether `r` reaches the sinks. Every record passes through here in
@@ -57,6 +83,9 @@ impl Filter {
                 _ => return false,
             }
         }
+        if self.client.is_some() && !self.keeps_client(r) {
+            return false;
+        }
         match &self.plugin {
             None => true,
             Some(want) => match r {
@@ -71,6 +100,48 @@ impl Filter {
                 Record::Observed(_) => false,
             },
         }
+    }
+
+    /// `--client`: whether `r` is about that client; learns its
+    /// connections from its calls and connection records.
+    fn keeps_client(&mut self, r: &Record) -> bool {
+        let Some(want) = self.client.as_deref() else {
+            return true;
+        };
+        let (conn, named) =
+            match r {
+                Record::CriSpan(s) => (
+                    s.call.conn,
+                    s.call.client.as_ref().is_some_and(|c| c.is_named(want)),
+                ),
+                Record::Observed(Observation::CriConnection {
+                    conn,
+                    client,
+                    client_process,
+                    ..
+                }) => (
+                    *conn,
+                    match client_process {
+                        Some(c) => c.is_named(want),
+                        // A record file older than the client: its label's comm.
+                        None => client
+                            .as_deref()
+                            .and_then(|l| l.rsplit_once('['))
+                            .is_some_and(|(comm, _)| comm == want),
+                    },
+                ),
+                Record::Violation(v) => return v.evidence.iter().any(
+                    |e| matches!(e, Evidence::Cri { conn, .. } if self.client_conns.contains(conn)),
+                ),
+                _ => return false,
+            };
+        if named {
+            self.client_conns.insert(conn);
+            while self.client_conns.len() > MAX_CLIENT_CONNS {
+                self.client_conns.pop_first();
+            }
+        }
+        named
     }
 
     fn pod_matches(&self, p: &PodName) -> bool {
@@ -89,4 +160,105 @@ impl Filter {
 
 fn plugin_is(p: &PluginId, want: &str) -> bool {
     p.label() == want || p.name.as_deref() == Some(want)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        capture::Peer,
+        engine::{
+            correlate::CriSpan,
+            findings::{Certainty, Detail, Severity, Violation},
+            test_calls::{cri, ts},
+        },
+        model::cri_client::CriClient,
+    };
+
+    fn client(comm: &str, cgroup: &str) -> CriClient {
+        CriClient::of_peer(&Peer {
+            pid: 7,
+            uid: 0,
+            comm: Some(comm.into()),
+            cmdline: vec![],
+            env: Default::default(),
+            cgroup: Some(cgroup.into()),
+        })
+    }
+
+    fn span(conn: u64, by: Option<CriClient>) -> Record {
+        let mut call = cri(Some("StopPodSandbox"), "sb1", 10, 20);
+        call.conn = ConnId(conn);
+        call.client = by;
+        Record::CriSpan(CriSpan {
+            call,
+            hooks: vec![],
+            nri_ns: 0,
+            nri_permille: None,
+        })
+    }
+
+    fn connection(conn: u64, label: &str, by: Option<CriClient>) -> Record {
+        Record::Observed(Observation::CriConnection {
+            conn: ConnId(conn),
+            ts: ts(1).expect("a time"),
+            client: Some(label.into()),
+            client_process: by,
+        })
+    }
+
+    fn finding_on(conn: u64) -> Record {
+        Record::Violation(Violation {
+            rule: "some-rule",
+            severity: Severity::Warning,
+            certainty: Certainty::Certain,
+            ts: ts(30).expect("a time"),
+            pod: None,
+            plugin: None,
+            detail: Detail::EventOrder { seen: vec![] },
+            evidence: vec![Evidence::Cri {
+                conn: ConnId(conn),
+                stream_id: 1,
+                method: None,
+                start: ts(10),
+                outcome: crate::model::cri_call::CriOutcome::Ok,
+            }],
+        })
+    }
+
+    /// `--client` keeps a client's calls, its connections and the findings
+    /// about its calls, by comm or by unit, and nothing else.
+    #[test]
+    fn client_filter_keeps_that_clients_records() {
+        let crictl = client("crictl", "/user.slice/user-0.slice/session-3.scope");
+        let kubelet = client("kubelet", "/system.slice/kubelet.service");
+        let records = [
+            connection(1, "kubelet[7]", Some(kubelet.clone())),
+            connection(2, "crictl[7]", Some(crictl.clone())),
+            span(1, Some(kubelet)),
+            span(2, Some(crictl)),
+            span(3, None),
+            finding_on(2),
+            finding_on(1),
+            Record::Observed(Observation::CaptureLoss(crate::capture::Loss::default())),
+            // A record file older than `client_process`: the label's comm.
+            connection(4, "crictl[9]", None),
+        ];
+        let kept = |want: &str| -> Vec<usize> {
+            let mut f = Filter::default().with_client(Some(want.into()));
+            assert!(f.is_set());
+            (0..records.len())
+                .filter(|&i| f.keeps(&records[i]))
+                .collect()
+        };
+        assert_eq!(kept("crictl"), [1, 3, 5, 8]);
+        assert_eq!(kept("session-3.scope"), [1, 3, 5]);
+        assert_eq!(kept("session-3"), [1, 3, 5]);
+        assert_eq!(kept("kubelet"), [0, 2, 6]);
+        assert_eq!(kept("kubelet.service"), [0, 2, 6]);
+        assert!(kept("containerd").is_empty());
+        // With another filter: both must keep it.
+        let mut f = Filter::new(None, None, Some("10-a".into())).with_client(Some("crictl".into()));
+        assert!(records.iter().all(|r| !f.keeps(r)));
+    }
 }

@@ -7,7 +7,10 @@ use crate::{
     capture::{ConnId, Timestamp},
     engine::cri_latency::MethodSummary,
     human::{clock, sanitize},
-    model::cri_call::{CriCall, CriOutcome, Identified, LOST_END_EVIDENCE},
+    model::{
+        cri_call::{CriCall, CriOutcome, Identified, LOST_END_EVIDENCE},
+        cri_client::CriClient,
+    },
 };
 
 fn short(id: &str) -> &str {
@@ -67,6 +70,22 @@ pub fn outcome(c: &CriCall) -> String {
     s
 }
 
+/// Who a CRI client is, for a line: `comm[pid]`, then where it runs, its
+/// systemd unit or else its cgroup (not the root, which says nothing):
+/// `crictl[4242] (session-3.scope)`, `cri-driver[77] (/lab/drivers)`.
+/// Sanitized: a comm is whatever the process chose, a cgroup name whatever
+/// its maker did.
+pub fn client_words(c: &CriClient) -> String {
+    let place = c
+        .unit
+        .as_deref()
+        .or_else(|| c.cgroup.as_deref().filter(|g| *g != "/"));
+    match place {
+        Some(p) => format!("{} ({})", sanitize(&c.label()), sanitize(p)),
+        None => sanitize(&c.label()),
+    }
+}
+
 /// One CRI call as a text line (with its newline).
 pub fn call_text(w: &mut impl Write, c: &CriCall) -> io::Result<()> {
     let when = c.start.or(c.end).map(|t| clock(&t)).unwrap_or_default();
@@ -98,25 +117,28 @@ pub fn call_text(w: &mut impl Write, c: &CriCall) -> io::Result<()> {
     if let Identified::Inferred { evidence } = &c.identified {
         write!(w, "  [inferred: {}]", sanitize(evidence))?;
     }
+    if let Some(client) = &c.client {
+        write!(w, "  by {}", client_words(client))?;
+    }
     writeln!(w)
 }
 
-/// A CRI connection seen for the first time.
+/// A CRI connection seen for the first time: its client as
+/// [`client_words`] says it, or the label alone (a record file written
+/// before the client was recorded whole).
 pub fn connection_text(
     w: &mut impl Write,
     conn: &ConnId,
     ts: &Timestamp,
-    client: &Option<String>,
+    label: Option<&str>,
+    client: Option<&CriClient>,
 ) -> io::Result<()> {
-    writeln!(
-        w,
-        "{} ** CRI connection {conn}{}",
-        clock(ts),
-        client
-            .as_ref()
-            .map(|c| format!(" from {}", sanitize(c)))
-            .unwrap_or_default()
-    )
+    let from = match (client, label) {
+        (Some(c), _) => format!(" from {}", client_words(c)),
+        (None, Some(l)) => format!(" from {}", sanitize(l)),
+        (None, None) => String::new(),
+    };
+    writeln!(w, "{} ** CRI connection {conn}{from}", clock(ts))
 }
 
 /// The CRI decoder skipped bytes.

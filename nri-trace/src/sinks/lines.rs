@@ -36,9 +36,12 @@ pub fn observation_text(w: &mut impl Write, o: &Observation) -> io::Result<()> {
             "{} == runtime pid {pid} now serves the sockets (runtime restarted)",
             clock(ts)
         ),
-        Observation::CriConnection { conn, ts, client } => {
-            cri_lines::connection_text(w, conn, ts, client)
-        }
+        Observation::CriConnection {
+            conn,
+            ts,
+            client,
+            client_process,
+        } => cri_lines::connection_text(w, conn, ts, client.as_deref(), client_process.as_ref()),
         Observation::CriResync { conn, ts, skipped } => {
             cri_lines::resync_text(w, conn, ts, *skipped)
         }

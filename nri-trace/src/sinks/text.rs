@@ -1,7 +1,8 @@
 //! `-o text`: the story of each pod for a person at a terminal.
 //!
 //! Each CRI call is one line naming its pod (from its own metadata, or
-//! from the ids earlier records showed: `engine::pod_index`), with the NRI
+//! from the ids earlier records showed: `engine::pod_index`) and its client
+//! (`by crictl[4242] (session-3.scope)`: `cri_lines::client_words`), with the NRI
 //! hooks it caused indented under it, one line each; a finding is one line
 //! where it happened; a pod gets a closing line with its totals when it is
 //! removed. Records come out of
@@ -275,6 +276,9 @@ impl<W: Write> TextSink<W> {
         }
         if let Identified::Inferred { evidence } = &c.identified {
             write!(self.out, "  [method inferred: {}]", sanitize(evidence))?;
+        }
+        if let Some(client) = &c.client {
+            write!(self.out, "  by {}", cri_lines::client_words(client))?;
         }
         let kernel = self.take_kernel(s, pod);
         if !kernel.is_empty() {

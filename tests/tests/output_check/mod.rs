@@ -57,6 +57,17 @@ pub(crate) struct Counts {
     pub cri_calls: BTreeMap<(String, String), usize>,
     /// (plugin, hook) of each hook delivery.
     pub hook_calls: BTreeMap<(String, String), usize>,
+    /// The CRI calls of each client (`comm[pid]`, or `pid N`).
+    pub by_client: BTreeMap<String, usize>,
+}
+
+/// A CRI client as text names it (`CriClient::label`).
+fn client_label(c: &Value) -> Option<String> {
+    let pid = c["pid"].as_u64()?;
+    Some(match c["comm"].as_str() {
+        Some(comm) => format!("{comm}[{pid}]"),
+        None => format!("pid {pid}"),
+    })
 }
 
 pub(crate) fn counts(json: &[Value]) -> Counts {
@@ -88,6 +99,9 @@ pub(crate) fn counts(json: &[Value]) -> Counts {
                     .unwrap_or_default();
                 let method = l["method"].as_str().unwrap_or("?").to_string();
                 *c.cri_calls.entry((when, method)).or_default() += 1;
+                if let Some(by) = client_label(&l["client"]) {
+                    *c.by_client.entry(by).or_default() += 1;
+                }
                 if let Some(n) = l["pod"]["name"].as_str() {
                     pods.insert((
                         l["pod"]["namespace"].as_str().unwrap_or("").to_string(),
@@ -136,6 +150,8 @@ pub(crate) struct Text {
     pub outside: usize,
     pub cri_calls: BTreeMap<(String, String), usize>,
     pub hook_calls: BTreeMap<(String, String), usize>,
+    /// The CRI call lines of each client (`  by comm[pid]`).
+    pub by_client: BTreeMap<String, usize>,
     /// Per pod (the subject's namespace/name), the clocks of its CRI calls
     /// in the order printed.
     pub per_pod: HashMap<String, Vec<String>>,
@@ -181,6 +197,15 @@ pub(crate) fn read_text(text: &str) -> Text {
         *t.cri_calls
             .entry((when.clone(), method.to_string()))
             .or_default() += 1;
+        // `  by comm[pid]` (then the unit or cgroup, in parentheses), after
+        // the outcome and before the kernel events.
+        if let Some((_, rest)) = l.split_once("  by ") {
+            let label = match rest.strip_prefix("pid ") {
+                Some(pid) => format!("pid {}", pid.split_whitespace().next().unwrap_or("")),
+                None => rest.split_whitespace().next().unwrap_or("").to_string(),
+            };
+            *t.by_client.entry(label).or_default() += 1;
+        }
         // A call settled only when its connection closed (it never ended,
         // or its end was lost with bytes of the capture) is printed then,
         // after calls that started later.
@@ -216,6 +241,10 @@ pub(crate) fn check_text(what: &str, text: &str, json: &[Value]) -> (Text, Count
     assert_eq!(
         t.hook_calls, c.hook_calls,
         "{what}: hooks in text vs json\n{text}"
+    );
+    assert_eq!(
+        t.by_client, c.by_client,
+        "{what}: CRI calls by client in text vs json\n{text}"
     );
     for (pod, clocks) in &t.per_pod {
         let mut sorted = clocks.clone();

@@ -30,6 +30,7 @@ mod trace_check;
 
 mod attach;
 mod conformance;
+mod crictl;
 mod go_plugins;
 mod lifecycle;
 mod retry;

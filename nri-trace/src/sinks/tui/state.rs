@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, VecDeque};
 use serde::Serialize;
 
 use crate::human::sanitize;
-use crate::sinks::nri_lines::plugin_name;
+use crate::sinks::{cri_lines::client_words, nri_lines::plugin_name};
 use crate::{
     capture::{ConnId, Loss, Timestamp},
     engine::{
@@ -112,6 +112,9 @@ pub struct CallRow {
     /// Method, hook or event.
     pub what: String,
     pub plugin: String,
+    /// A CRI call's or connection's client (`cri_lines::client_words`:
+    /// `crictl[4242] (session-3.scope)`); empty for other rows.
+    pub client: String,
     /// "namespace/name" and container, or a sandbox id.
     pub subject: String,
     pub duration_ns: Option<u64>,
@@ -511,6 +514,7 @@ impl TuiState {
             kind: CallKind::Nri,
             what: hook,
             plugin,
+            client: String::new(),
             subject: hook_subject(h),
             duration_ns: h.own_ns.or(h.call.duration_ns),
             queued_ns: h.queued_ns,
@@ -521,6 +525,18 @@ impl TuiState {
     }
 
     fn conn_row(&mut self, ts: Option<Timestamp>, kind: CallKind, what: String, plugin: String) {
+        self.conn_row_of(ts, kind, what, plugin, String::new());
+    }
+
+    /// A connection row with its plugin or its CRI client.
+    fn conn_row_of(
+        &mut self,
+        ts: Option<Timestamp>,
+        kind: CallKind,
+        what: String,
+        plugin: String,
+        client: String,
+    ) {
         let seq = self.next_seq();
         self.push_call(CallRow {
             seq,
@@ -528,6 +544,7 @@ impl TuiState {
             kind,
             what,
             plugin,
+            client,
             subject: String::new(),
             duration_ns: None,
             queued_ns: None,
@@ -581,6 +598,7 @@ impl TuiState {
                     kind: CallKind::Cri,
                     what: sanitize(&method),
                     plugin: String::new(),
+                    client: c.client.as_ref().map(client_words).unwrap_or_default(),
                     subject: sanitize(&subject),
                     duration_ns: c.duration_ns,
                     queued_ns: None,
@@ -654,6 +672,7 @@ impl TuiState {
                     kind: CallKind::Finding,
                     what,
                     plugin,
+                    client: String::new(),
                     subject: v.pod.as_deref().map(sanitize).unwrap_or_default(),
                     duration_ns: None,
                     queued_ns: None,
@@ -702,9 +721,24 @@ impl TuiState {
                     String::new(),
                 );
             }
-            Record::Observed(Observation::CriConnection { ts, client, .. }) => {
-                let who = client.as_deref().map(sanitize).unwrap_or_default();
-                self.conn_row(Some(*ts), CallKind::Conn, "CRI connection".into(), who);
+            Record::Observed(Observation::CriConnection {
+                ts,
+                client,
+                client_process,
+                ..
+            }) => {
+                // The label alone in a record file older than the client.
+                let who = match client_process {
+                    Some(c) => client_words(c),
+                    None => client.as_deref().map(sanitize).unwrap_or_default(),
+                };
+                self.conn_row_of(
+                    Some(*ts),
+                    CallKind::Conn,
+                    "CRI connection".into(),
+                    String::new(),
+                    who,
+                );
             }
             Record::Observed(Observation::CriResync { ts, skipped, .. }) => {
                 self.conn_row(

@@ -31,6 +31,7 @@ pub fn rows<'a>(app: &App, st: &'a TuiState) -> Vec<&'a CallRow> {
             filter.is_empty()
                 || matches(&c.what, filter)
                 || matches(&c.plugin, filter)
+                || matches(&c.client, filter)
                 || matches(&c.subject, filter)
                 || matches(&c.outcome, filter)
                 || matches(c.kind.label(), filter)
@@ -67,14 +68,22 @@ pub fn render(f: &mut Frame<'_>, area: Rect, app: &App, st: &TuiState, th: &Them
                 Span::styled(c.ts.map(|t| clock_ms(&t)).unwrap_or_default(), th.dim()),
                 Span::styled(c.kind.label(), kind_style),
             ];
+            // Who: the plugin of an NRI row, the client of a CRI one.
+            let (who, who_style) = if c.plugin.is_empty() {
+                (c.client.clone(), th.dim())
+            } else {
+                (c.plugin.clone(), th.accent())
+            };
             if wide {
                 cells.push(Span::raw(what));
-                cells.push(Span::styled(c.plugin.clone(), th.accent()));
-            } else if c.plugin.is_empty() {
+                cells.push(Span::styled(who, who_style));
+            } else if who.is_empty() || c.kind == CallKind::Cri {
+                // Narrow screens: a CRI call's method before its client
+                // (which the wide layout and the CRI connection row show).
                 cells.push(Span::raw(what));
             } else {
-                // Narrow screens: the plugin after what it was called for.
-                cells.push(Span::raw(format!("{what} {}", c.plugin)));
+                // Narrow screens: who after what it was called for.
+                cells.push(Span::raw(format!("{what} {who}")));
             }
             cells.push(Span::raw(c.subject.clone()));
             cells.push(Span::raw(duration_opt(c.duration_ns)));
@@ -97,7 +106,14 @@ pub fn render(f: &mut Frame<'_>, area: Rect, app: &App, st: &TuiState, th: &Them
     let (header, widths) = if wide {
         (
             vec![
-                "TIME", "KIND", "WHAT", "PLUGIN", "POD", "DUR", "QUEUED", "OUTCOME",
+                "TIME",
+                "KIND",
+                "WHAT",
+                "PLUGIN/CLIENT",
+                "POD",
+                "DUR",
+                "QUEUED",
+                "OUTCOME",
             ],
             vec![
                 Constraint::Length(12),
