@@ -13,6 +13,7 @@ mod kernels;
 mod lab;
 mod nri_rate;
 mod setup;
+mod test_failures;
 mod tiers;
 
 use std::{
@@ -78,8 +79,8 @@ enum Cmd {
     },
     /// The lab: a private containerd or CRI-O with NRI, and its scenarios.
     Lab {
-        /// The runtime: containerd-1.7 (default), containerd-2.1,
-        /// containerd-2.2, containerd-2.3 or crio (sets NRI_TRACE_LAB_RUNTIME
+        /// The runtime: containerd-1.7, containerd-2.1, containerd-2.2,
+        /// containerd-2.3 (default) or crio (sets NRI_TRACE_LAB_RUNTIME
         /// for lab.sh and the scenario runner).
         #[arg(
             long,
@@ -252,8 +253,16 @@ fn test(tiers: &[tiers::Tier], extra: &[String]) -> Result<()> {
     if let Some(d) = &dist {
         envs.push(("NRI_TRACE_DIST_BIN", d));
     }
+    let bins = if tiers
+        .iter()
+        .any(|t| matches!(t, Tier::Unit | Tier::Lab | Tier::Kernels))
+    {
+        tiers::build_tests(&envs)?
+    } else {
+        Vec::new()
+    };
     for &tier in &tiers {
-        tiers::run_tests(tier, &envs, extra)?;
+        tiers::run_tier(tier, &bins, &envs, extra)?;
     }
     if tiers.contains(&Tier::Fuzz) {
         if fuzz::smoke_wanted(ci) {

@@ -6,12 +6,15 @@
 //! test file that nobody placed fails it, rather than silently running in
 //! no tier.
 
-use std::path::Path;
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 
-use crate::{cargo, run};
+use crate::cargo;
 
 /// A part of the suite.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
@@ -65,56 +68,172 @@ pub(crate) fn need_dist(tiers: &[Tier]) -> bool {
     tiers.iter().any(|t| matches!(t, Tier::Lab | Tier::Kernels))
 }
 
-/// `cargo test` of one test tier (not lint or fuzz), `extra` after `--`.
-/// `envs`: the eBPF object and dist binary for the tests that use them.
-pub(crate) fn run_tests(tier: Tier, envs: &[(&str, &Path)], extra: &[String]) -> Result<()> {
-    let invocations: Vec<Vec<String>> = match tier {
-        Tier::Unit => vec![
-            // Everything but the lab's and the root tests' crates, then
-            // those crates' own unit tests and the tests' unit binaries.
-            args(&[
-                "--workspace",
-                "--all-targets",
-                "--exclude",
-                "nri-trace-lab",
-                "--exclude",
-                "nri-trace-tests",
-            ]),
-            args(&["-p", "nri-trace-lab", "--lib", "--bins"]),
-            tests_of(UNIT_TESTS),
-        ],
-        Tier::Lab => vec![
-            args(&["-p", "nri-trace-lab", "--tests"]),
-            tests_of(LAB_TESTS),
-        ],
-        Tier::Kernels => vec![tests_of(KERNEL_TESTS)],
-        Tier::Lint | Tier::Fuzz => return Ok(()),
-    };
-    for inv in invocations {
-        let mut cmd = cargo();
-        cmd.arg("test").args(&inv);
+/// A test executable of the one build ([`build_tests`]).
+pub(crate) struct TestBin {
+    tier: Tier,
+    /// `PACKAGE KIND NAME`, as said when it runs.
+    label: String,
+    exe: PathBuf,
+    /// Its package's directory: cargo runs a test there.
+    dir: PathBuf,
+}
+
+/// Build every test executable of the workspace once, with `envs` (the
+/// eBPF object is embedded at build time): `cargo test --workspace
+/// --all-targets --no-run`. Why one build and not a `cargo test` per
+/// tier: each selection of packages unifies features anew, and the
+/// stop-36 CI run compiled nri-trace three times in the test profile
+/// (2m55s, 1m23s and 1m47s of its 30 minutes before the first lab test).
+pub(crate) fn build_tests(envs: &[(&str, &Path)]) -> Result<Vec<TestBin>> {
+    let mut cmd = cargo();
+    cmd.args([
+        "test",
+        "--workspace",
+        "--all-targets",
+        "--no-run",
+        "--message-format",
+        "json-render-diagnostics",
+    ])
+    .stdout(Stdio::piped());
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd
+        .spawn()
+        .and_then(std::process::Child::wait_with_output)
+        .context("running cargo test --no-run")?;
+    if !out.status.success() {
+        bail!(
+            "building the tests (cargo test --workspace --all-targets --no-run) failed: {}",
+            out.status
+        );
+    }
+    let mut bins = Vec::new();
+    for line in out.stdout.split(|&b| b == b'\n') {
+        let Ok(msg) = serde_json::from_slice::<Artifact>(line) else {
+            continue;
+        };
+        if msg.reason != "compiler-artifact" || !msg.profile.test {
+            continue;
+        }
+        let Some(exe) = msg.executable else { continue };
+        let package = package_name(&msg.package_id);
+        let kind = msg.target.kind.first().cloned().unwrap_or_default();
+        let tier = tier_of(&package, &kind, &msg.target.name)?;
+        let dir = msg
+            .manifest_path
+            .parent()
+            .map_or_else(crate::workspace_root, Path::to_path_buf);
+        bins.push(TestBin {
+            tier,
+            label: format!("{package} {kind} {}", msg.target.name),
+            exe,
+            dir,
+        });
+    }
+    bins.sort_by(|a, b| a.label.cmp(&b.label));
+    Ok(bins)
+}
+
+/// The parts of cargo's `compiler-artifact` message used here (cargo's
+/// "JSON messages" reference).
+#[derive(serde::Deserialize)]
+struct Artifact {
+    reason: String,
+    #[serde(default)]
+    package_id: String,
+    #[serde(default)]
+    manifest_path: PathBuf,
+    target: ArtifactTarget,
+    profile: ArtifactProfile,
+    executable: Option<PathBuf>,
+}
+
+#[derive(serde::Deserialize)]
+struct ArtifactTarget {
+    kind: Vec<String>,
+    name: String,
+}
+
+#[derive(serde::Deserialize)]
+struct ArtifactProfile {
+    test: bool,
+}
+
+/// The package name of a cargo package id (a package id spec):
+/// `path+file:///w/tests#nri-trace-tests@0.1.0`, or
+/// `path+file:///w/nri-trace#0.1.0` when the name is the directory's; or
+/// the older `nri-trace-tests 0.1.0 (path+file://...)`.
+fn package_name(id: &str) -> String {
+    if let Some((url, rest)) = id.rsplit_once('#') {
+        return match rest.split_once('@') {
+            Some((name, _)) => name.to_owned(),
+            None => url.rsplit('/').next().unwrap_or(url).to_owned(),
+        };
+    }
+    id.split(' ').next().unwrap_or(id).to_owned()
+}
+
+/// The tier of a test executable: nri-trace-tests' by the lists above,
+/// the lab crate's integration tests in the lab tier (they run its
+/// runtime-free peers against each other, and scenarios.rs the lab),
+/// every other unit test, integration test and bench (criterion's test
+/// mode) in the unit tier.
+fn tier_of(package: &str, kind: &str, name: &str) -> Result<Tier> {
+    Ok(match (package, kind) {
+        ("nri-trace-tests", "test") => {
+            if UNIT_TESTS.contains(&name) {
+                Tier::Unit
+            } else if LAB_TESTS.contains(&name) {
+                Tier::Lab
+            } else if KERNEL_TESTS.contains(&name) {
+                Tier::Kernels
+            } else {
+                bail!("tests/tests/{name} is in no tier: place it in xtask/src/tiers.rs")
+            }
+        }
+        ("nri-trace-lab", "test") => Tier::Lab,
+        _ => Tier::Unit,
+    })
+}
+
+/// Run the executables of `tier` (not lint or fuzz) as cargo would (in
+/// their package's directory, `extra` as their arguments), every one even
+/// when one fails, with `envs` (the eBPF object and dist binary).
+pub(crate) fn run_tier(
+    tier: Tier,
+    bins: &[TestBin],
+    envs: &[(&str, &Path)],
+    extra: &[String],
+) -> Result<()> {
+    let mut failed = Vec::new();
+    for b in bins.iter().filter(|b| b.tier == tier) {
+        println!("     Running {} ({})", b.label, b.exe.display());
+        let mut cmd = Command::new(&b.exe);
+        cmd.args(extra)
+            .current_dir(&b.dir)
+            .env("CARGO_MANIFEST_DIR", &b.dir);
         for (k, v) in envs {
             cmd.env(k, v);
         }
-        if !extra.is_empty() {
-            cmd.arg("--").args(extra);
+        let run = crate::test_failures::run(&mut cmd)?;
+        if !run.status.success() {
+            failed.push((format!("{} ({tier:?} tier)", b.label), run));
         }
-        run(&mut cmd).with_context(|| format!("cargo test {} ({tier:?} tier)", inv.join(" ")))?;
+    }
+    if !failed.is_empty() {
+        crate::test_failures::print_failed(&failed);
+        bail!(
+            "{} test executable(s) of the {tier:?} tier failed: {}",
+            failed.len(),
+            failed
+                .iter()
+                .map(|(w, _)| w.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
     }
     Ok(())
-}
-
-fn args(a: &[&str]) -> Vec<String> {
-    a.iter().map(ToString::to_string).collect()
-}
-
-fn tests_of(names: &[&str]) -> Vec<String> {
-    let mut v = args(&["-p", "nri-trace-tests"]);
-    for n in names {
-        v.push("--test".into());
-        v.push((*n).into());
-    }
-    v
 }
 
 #[cfg(test)]
@@ -138,6 +257,20 @@ mod tests {
                 }
             })
             .collect()
+    }
+
+    #[test]
+    fn package_names_of_ids() {
+        for (id, name) in [
+            (
+                "path+file:///w/tests#nri-trace-tests@0.1.0",
+                "nri-trace-tests",
+            ),
+            ("path+file:///w/nri-trace#0.1.0", "nri-trace"),
+            ("nri-trace-lab 0.1.0 (path+file:///w/lab)", "nri-trace-lab"),
+        ] {
+            assert_eq!(package_name(id), name);
+        }
     }
 
     #[test]
