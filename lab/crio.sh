@@ -383,7 +383,7 @@ import_images() {
 
 cmd_up() {
 	need_root
-	local t0=$SECONDS pid want="${NRI_TRACE_LAB_RUNTIME:-containerd-1.7}"
+	local t0=$SECONDS pid want="${NRI_TRACE_LAB_RUNTIME:-containerd-2.3}"
 	if [[ $want != crio ]]; then
 		# lab.sh sent `up` here because $LAB/runtime says crio.
 		if pid="$(our_pid)"; then

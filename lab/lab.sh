@@ -18,7 +18,7 @@
 # One lab at a time: the containerds use the same sockets, state and runc
 # root under $LAB (so every test finds them where it always did); each has
 # its own containerd root (metadata, content, snapshots). The runtime is
-# chosen at `up` (NRI_TRACE_LAB_RUNTIME, default containerd-1.7) and kept
+# chosen at `up` (NRI_TRACE_LAB_RUNTIME, default containerd-2.3) and kept
 # in $LAB/runtime until `down`, which stops whichever one runs.
 #
 # Everything lives under $NRI_TRACE_LAB_DIR (default /var/lib/nri-trace-lab);
@@ -43,11 +43,11 @@ NRI_SOCK="$LAB/run/nri.sock"
 CONFIG="$LAB/config.toml"
 PIDFILE="$LAB/containerd.pid"
 LOG="$LAB/containerd.log"
-# containerd-1.7 (default), containerd-2.1, containerd-2.2 or
-# containerd-2.3. `down`, `restart` and
+# containerd-1.7, containerd-2.1, containerd-2.2 or containerd-2.3
+# (default: what a new node runs). `down`, `restart` and
 # `status` act on the runtime recorded by `up` ($LAB/runtime) while it runs.
 RUNTIME_FILE="$LAB/runtime"
-WANT_RUNTIME="${NRI_TRACE_LAB_RUNTIME:-containerd-1.7}"
+WANT_RUNTIME="${NRI_TRACE_LAB_RUNTIME:-containerd-2.3}"
 case "$WANT_RUNTIME" in
 containerd-1.7 | containerd-2.1 | containerd-2.2 | containerd-2.3 | crio) ;;
 *) die_early="NRI_TRACE_LAB_RUNTIME=$WANT_RUNTIME: want containerd-1.7, containerd-2.1, containerd-2.2, containerd-2.3 or crio" ;;

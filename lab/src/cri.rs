@@ -87,7 +87,7 @@ fn socket_name(running: Option<&str>, wanted: Option<&str>) -> &'static str {
     let name = running.map(str::trim).filter(|r| !r.is_empty()).or(wanted);
     let runtime = name
         .and_then(|n| crate::labctl::Runtime::parse(n).ok())
-        .unwrap_or(crate::labctl::Runtime::Containerd17);
+        .unwrap_or(crate::labctl::Runtime::Containerd23);
     runtime.cri_socket_name()
 }
 

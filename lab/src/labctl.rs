@@ -63,7 +63,7 @@ pub fn lock_within(within: std::time::Duration) -> Result<LabLock> {
 /// socket `run/crio.sock` (the name nri-trace finds CRI-O's by).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Runtime {
-    /// containerd 1.7.24 from Debian trixie (NRI 0.6.1): the default.
+    /// containerd 1.7.24 from Debian trixie (NRI 0.6.1).
     Containerd17,
     /// containerd 2.1 from Debian sid, unpacked under the lab dir (NRI 0.8).
     Containerd21,
@@ -150,11 +150,12 @@ impl Runtime {
             })
     }
 
-    /// `$NRI_TRACE_LAB_RUNTIME`, containerd 1.7 when unset.
+    /// `$NRI_TRACE_LAB_RUNTIME`, containerd 2.3 (what a new node runs) when
+    /// unset.
     pub fn from_env() -> Result<Self> {
         match std::env::var(Self::ENV) {
             Ok(v) if !v.is_empty() => Self::parse(&v),
-            _ => Ok(Self::Containerd17),
+            _ => Ok(Self::Containerd23),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! nri-trace arriving last (pods and plugins from before the attach, a CRI
 //! connection joined mid-stream), first (the runtime after the observer),
-//! and a runtime restarted under it, on the three runtimes.
+//! and a runtime restarted under it; the matrix of runtimes in main.rs.
 
 use super::*;
 
@@ -8,22 +8,12 @@ use super::*;
 /// the runtime's lists, asked at start over nri-trace's own CRI
 /// connection, name their StopPodSandbox spans (namespace/name, not a
 /// sandbox id); that connection is not traced. With `--no-cri-state`
-/// nothing is asked: nri-trace holds no connection to the runtime. The
-/// same on every runtime (CRI-O's pods listed by its CRI server as
-/// containerd's are).
+/// nothing is asked: nri-trace holds no connection to the runtime. On the
+/// default runtime only (CRI-O's pods are listed by its CRI server as
+/// containerd's are: the same ListPodSandbox).
 #[test]
 fn trace_pods_before_attach_named_from_the_runtime_state() {
     check_pods_before_attach(None);
-}
-
-#[test]
-fn ctrd21_trace_pods_before_attach_named_from_the_runtime_state() {
-    check_pods_before_attach(Some(Runtime::Containerd21));
-}
-
-#[test]
-fn crio_trace_pods_before_attach_named_from_the_runtime_state() {
-    check_pods_before_attach(Some(Runtime::CriO));
 }
 
 fn check_pods_before_attach(rt: Option<Runtime>) {
@@ -108,16 +98,6 @@ fn trace_cri_late_attach_finds_nothing() {
     check_cri_late_attach(None);
 }
 
-#[test]
-fn ctrd21_trace_cri_late_attach_finds_nothing() {
-    check_cri_late_attach(Some(Runtime::Containerd21));
-}
-
-#[test]
-fn crio_trace_cri_late_attach_finds_nothing() {
-    check_cri_late_attach(Some(Runtime::CriO));
-}
-
 fn check_cri_late_attach(rt: Option<Runtime>) {
     for scenario in ["cri-late-attach", "cri-late-attach-go"] {
         let Some((out, records)) = traced_on(rt, scenario) else {
@@ -169,8 +149,8 @@ fn ctrd21_trace_cri_late_attach_with_plugins_names_the_calls() {
 }
 
 #[test]
-fn ctrd23_trace_cri_late_attach_with_plugins_names_the_calls() {
-    check_cri_late_attach_with_plugins(Some(Runtime::Containerd23));
+fn ctrd17_trace_cri_late_attach_with_plugins_names_the_calls() {
+    check_cri_late_attach_with_plugins(Some(Runtime::Containerd17));
 }
 
 #[test]
@@ -231,21 +211,6 @@ fn check_cri_late_attach_with_plugins(rt: Option<Runtime>) {
 #[test]
 fn trace_plugins_registered_before_attach_are_named() {
     check_plugins_before_attach(None);
-}
-
-#[test]
-fn ctrd21_trace_plugins_registered_before_attach_are_named() {
-    check_plugins_before_attach(Some(Runtime::Containerd21));
-}
-
-#[test]
-fn ctrd23_trace_plugins_registered_before_attach_are_named() {
-    check_plugins_before_attach(Some(Runtime::Containerd23));
-}
-
-#[test]
-fn crio_trace_plugins_registered_before_attach_are_named() {
-    check_plugins_before_attach(Some(Runtime::CriO));
 }
 
 fn check_plugins_before_attach(rt: Option<Runtime>) {
@@ -333,8 +298,8 @@ fn trace_runtime_restart() {
 }
 
 #[test]
-fn ctrd21_trace_runtime_restart() {
-    check_runtime_restart(Some(Runtime::Containerd21));
+fn ctrd17_trace_runtime_restart() {
+    check_runtime_restart(Some(Runtime::Containerd17));
 }
 
 #[test]
@@ -477,16 +442,11 @@ fn check_runtime_restart(rt: Option<Runtime>) {
 /// the lab's sockets: it waits, says so, and traces from their bind. The
 /// first pod's CRI calls and the NRI hooks they caused (to the pre-launched
 /// plugin, whose socketpair the runtime made after its bind, and to the
-/// external one) are all there, each delivery under its CRI call. The
-/// same on every runtime (each runtime's own CRI socket waited for).
+/// external one) are all there, each delivery under its CRI call. Also on
+/// CRI-O, whose socket (crio.sock) is another path to wait for.
 #[test]
 fn trace_runtime_after_observer() {
     check_runtime_after_observer(None);
-}
-
-#[test]
-fn ctrd21_trace_runtime_after_observer() {
-    check_runtime_after_observer(Some(Runtime::Containerd21));
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! The conformance clauses' own scenarios, on the three runtimes: a
+//! The conformance clauses' own scenarios, on every runtime of the matrix: a
 //! container that exits on its own (one StopContainer), and the pod's
 //! netns torn down after StopPodSandbox.
 
@@ -39,6 +39,16 @@ fn ctrd21_trace_container_exit_labels_its_stop_container() {
             &out,
             &records("container-exits", &out),
         );
+    }
+}
+
+/// containerd 1.7 tells the plugins at the exit too, the container sent
+/// as still `running` (NRI 0.6.1).
+#[test]
+fn ctrd17_trace_container_exit_labels_its_stop_container() {
+    let rt = Some(Runtime::Containerd17);
+    if let Some((out, records)) = traced_on(rt, "container-exits") {
+        check_container_exits(Runtime::Containerd17, &out, &records);
     }
 }
 
@@ -160,6 +170,11 @@ fn ctrd21_trace_netns_teardown_held() {
 #[test]
 fn crio_trace_netns_teardown_broken() {
     check_netns_teardown(Some(Runtime::CriO));
+}
+
+#[test]
+fn ctrd17_trace_netns_teardown_held() {
+    check_netns_teardown(Some(Runtime::Containerd17));
 }
 
 fn check_netns_teardown(rt: Option<Runtime>) {

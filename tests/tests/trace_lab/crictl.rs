@@ -22,11 +22,6 @@ fn trace_crictl_calls_named_and_attributed() {
 }
 
 #[test]
-fn ctrd21_trace_crictl_calls_named_and_attributed() {
-    check_crictl(Some(Runtime::Containerd21));
-}
-
-#[test]
 fn crio_trace_crictl_calls_named_and_attributed() {
     check_crictl(Some(Runtime::CriO));
 }

@@ -29,24 +29,24 @@ fn go_guard(test: &str) -> bool {
     false
 }
 
-/// On the runtime of NRI_TRACE_LAB_RUNTIME (containerd 1.7 when unset,
-/// as in CI): the v0.12.2 stub's plugin gets StateChange from NRI 0.6.1.
+/// On the runtime of NRI_TRACE_LAB_RUNTIME (containerd 2.3 when unset, as
+/// in CI; NRI 0.12.0): the per-event methods to the v0.12.2 stub; the
+/// v0.8.0 stub's refusal and the StateChange fallback.
 #[test]
-fn trace_go_plugins_every_delivery_matched() {
+fn trace_go_plugins_methods_and_fallback() {
     check_go_plugins(None);
+}
+
+/// containerd 1.7 (NRI 0.6.1): the v0.12.2 stub's plugin gets StateChange.
+#[test]
+fn ctrd17_trace_go_plugins_every_delivery_matched() {
+    check_go_plugins(Some(Runtime::Containerd17));
 }
 
 /// containerd 2.1 (NRI 0.8.0): StateChange to both stubs.
 #[test]
 fn ctrd21_trace_go_plugins_every_delivery_matched() {
     check_go_plugins(Some(Runtime::Containerd21));
-}
-
-/// containerd 2.3 (NRI 0.12.0): the per-event methods to the v0.12.2
-/// stub; the v0.8.0 stub's refusal and the StateChange fallback.
-#[test]
-fn ctrd23_trace_go_plugins_methods_and_fallback() {
-    check_go_plugins(Some(Runtime::Containerd23));
 }
 
 /// The event calls nri-trace decoded for plugin `label`, in the order

@@ -14,6 +14,17 @@
 //! This file holds what the scenarios share (running one traced on a
 //! runtime, reading its records, explain); each module holds a group of
 //! scenarios, a test per runtime each.
+//!
+//! The runtime matrix (docs/lab.md, "The runtime matrix"): every scenario
+//! runs on the default runtime (`trace_*`); the other runtimes
+//! (`ctrd21_`, `ctrd22_`, `ctrd23_`, `crio_`) run the scenarios where the
+//! runtimes differ: the conformance clauses, teardown-error,
+//! plugin-timeout, late attach with plugins, late registration (CRI-O),
+//! restart, the Terminating causes, the name-reservation retry, and the
+//! happy path each runtime's other tests stand on. A scenario whose point
+//! is nri-trace's own decoding (the pods before the attach, a late attach
+//! without plugins, slow-plugin, the upstream witness) runs once: the
+//! suite has to fit CI's budget (docs/benchmarks.md, "The suite").
 
 #[path = "../cri_check/mod.rs"]
 mod cri_check;
@@ -125,7 +136,7 @@ fn check_against_truth(
 }
 
 /// The runtime a test runs on: `runtime`, or NRI_TRACE_LAB_RUNTIME's
-/// (containerd 1.7 when unset).
+/// (containerd 2.3 when unset).
 fn runtime_of(runtime: Option<Runtime>) -> Runtime {
     runtime.unwrap_or_else(|| Lab::from_env().runtime)
 }

@@ -1,4 +1,4 @@
-//! Pods stuck in Terminating, on the three runtimes: a container ignoring
+//! Pods stuck in Terminating, on every runtime of the matrix: a container ignoring
 //! SIGTERM, a rootfs held busy, a process stuck in the kernel, a plugin hung
 //! in StopPodSandbox (with its client still there or gone).
 
@@ -16,8 +16,8 @@ fn trace_ignore_sigterm_finds_nothing() {
 }
 
 #[test]
-fn ctrd21_trace_ignore_sigterm_finds_nothing() {
-    check_ignore_sigterm(Some(Runtime::Containerd21));
+fn ctrd17_trace_ignore_sigterm_finds_nothing() {
+    check_ignore_sigterm(Some(Runtime::Containerd17));
 }
 
 #[test]
@@ -66,8 +66,8 @@ fn trace_busy_mount() {
 }
 
 #[test]
-fn ctrd21_trace_busy_mount() {
-    check_busy_mount(Some(Runtime::Containerd21));
+fn ctrd17_trace_busy_mount() {
+    check_busy_mount(Some(Runtime::Containerd17));
 }
 
 #[test]
@@ -189,8 +189,8 @@ fn trace_unkillable() {
 }
 
 #[test]
-fn ctrd21_trace_unkillable() {
-    check_unkillable(Some(Runtime::Containerd21));
+fn ctrd17_trace_unkillable() {
+    check_unkillable(Some(Runtime::Containerd17));
 }
 
 #[test]
@@ -265,8 +265,8 @@ fn trace_hung_teardown_hook() {
 }
 
 #[test]
-fn ctrd21_trace_hung_teardown_hook() {
-    check_hung_teardown_hook(Some(Runtime::Containerd21));
+fn ctrd17_trace_hung_teardown_hook() {
+    check_hung_teardown_hook(Some(Runtime::Containerd17));
 }
 
 #[test]
@@ -429,8 +429,8 @@ fn trace_hung_teardown_client_gone() {
 }
 
 #[test]
-fn ctrd21_trace_hung_teardown_client_gone() {
-    check_hung_teardown_client_gone(Some(Runtime::Containerd21));
+fn ctrd17_trace_hung_teardown_client_gone() {
+    check_hung_teardown_client_gone(Some(Runtime::Containerd17));
 }
 
 #[test]
