@@ -447,9 +447,19 @@ fn plugins_see_a_pod_lifecycle() {
             .iter()
             .find(|r| r.event.as_deref() == Some("RUN_POD_SANDBOX"))
             .unwrap();
+        // NRI 0.12 (containerd 2.3) calls a method per event; the older
+        // runtimes send pod events as StateChange.
+        let runtime = labctl::Runtime::from_env().expect("lab runtime");
+        let want = if runtime == labctl::Runtime::Containerd23 {
+            "RunPodSandbox"
+        } else {
+            "StateChange"
+        };
         assert_eq!(
-            run.method, "StateChange",
-            "containerd 1.7 sends pod events as StateChange"
+            run.method,
+            want,
+            "{} sends RUN_POD_SANDBOX as {want}",
+            runtime.name()
         );
         run_times.push((run.recv, run.reply.unwrap(), run.action.clone()));
     }
