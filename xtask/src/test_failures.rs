@@ -39,7 +39,9 @@ pub(crate) struct Panics {
 
 impl Panics {
     fn line(&mut self, line: &str) {
-        if line.starts_with("thread '") && line.contains("' panicked at ") {
+        // `thread 'NAME' panicked at`, or with the thread's id since Rust
+        // 1.90: `thread 'NAME' (7192) panicked at` (the stop-37 CI run).
+        if line.starts_with("thread '") && line.contains(" panicked at ") {
             if self.blocks.len() == MAX_PANICS {
                 self.more += 1;
                 self.open = false;
@@ -180,7 +182,7 @@ mod tests {
             " right: true",
             "stack backtrace:",
             "   0: rust_begin_unwind",
-            "thread 'b' panicked at x.rs:1:1:",
+            "thread 'b' (7192) panicked at x.rs:1:1:",
             "boom",
             "note: run with `RUST_BACKTRACE=1`",
             "failures:",
@@ -196,7 +198,7 @@ mod tests {
                     "  left: false",
                     " right: true",
                 ],
-                vec!["thread 'b' panicked at x.rs:1:1:", "boom"],
+                vec!["thread 'b' (7192) panicked at x.rs:1:1:", "boom"],
             ]
         );
     }
