@@ -235,10 +235,11 @@ fn test(tiers: &[tiers::Tier], extra: &[String]) -> Result<()> {
     } else {
         None
     };
-    let obj = if tiers
+    // The tiers that run test executables (not lint or fuzz).
+    let runs_tests = tiers
         .iter()
-        .any(|t| matches!(t, Tier::Unit | Tier::Lab | Tier::Kernels))
-    {
+        .any(|t| matches!(t, Tier::Unit | Tier::Lab | Tier::Kernels));
+    let obj = if runs_tests {
         if dist.is_none() {
             build_ebpf()?;
         }
@@ -253,10 +254,7 @@ fn test(tiers: &[tiers::Tier], extra: &[String]) -> Result<()> {
     if let Some(d) = &dist {
         envs.push(("NRI_TRACE_DIST_BIN", d));
     }
-    let bins = if tiers
-        .iter()
-        .any(|t| matches!(t, Tier::Unit | Tier::Lab | Tier::Kernels))
-    {
+    let bins = if runs_tests {
         tiers::build_tests(&envs)?
     } else {
         Vec::new()

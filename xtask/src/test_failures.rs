@@ -31,7 +31,7 @@ const MAX_LINE_CHARS: usize = 1_500;
 /// `stack backtrace:` or `note: ` (std's panic hook, library/std/src/
 /// panicking.rs, `default_hook`), or the next test's output.
 #[derive(Default)]
-pub(crate) struct Panics {
+struct Panics {
     blocks: Vec<Vec<String>>,
     open: bool,
     more: usize,
