@@ -97,6 +97,30 @@ pub(crate) fn run_dist() -> Result<PathBuf> {
     Ok(out)
 }
 
+/// The binary [`run_dist`] left in target/dist/ (by a child xtask, beside
+/// the tests: xtask/src/beside.rs): the one `nri-trace-*-x86_64-linux`
+/// there, as [`run_dist`] removes the earlier ones.
+pub(crate) fn built() -> Result<PathBuf> {
+    let dir = dist_dir();
+    let mut found: Vec<PathBuf> = fs::read_dir(&dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("nri-trace-") && n.ends_with("-x86_64-linux"))
+        })
+        .collect();
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        n => bail!(
+            "{n} dist binaries in {}, not one: run `cargo xtask dist`",
+            dir.display()
+        ),
+    }
+}
+
 /// The commit as nri-trace/build.rs computes it, fixed here at the moment
 /// of the build so the `-dirty` mark is exact (build.rs alone re-runs on
 /// a new commit, not on an edited file).

@@ -34,6 +34,11 @@ const RSS_LIMIT_MB: u32 = 1024;
 const SANITIZER: &str = "address";
 /// What cargo fuzz builds for (its default, the host).
 const TRIPLE: &str = "x86_64-unknown-linux-gnu";
+/// The fuzz build's own target dir: the dist binary's build (xtask/src/
+/// dist.rs) is for the same triple with other flags, so in a shared dir
+/// each rebuilt the other's crates, and beside the tests (beside.rs) one
+/// waited on the other's lock.
+const TARGET_DIR: &str = "target/fuzz/build";
 
 #[derive(Args, Debug)]
 pub(crate) struct FuzzArgs {
@@ -44,6 +49,9 @@ pub(crate) struct FuzzArgs {
     /// minimized, before fuzzing.
     #[arg(long)]
     pub(crate) seed: bool,
+    /// Build the targets (installing cargo-fuzz if missing), run none.
+    #[arg(long)]
+    pub(crate) no_run: bool,
     /// Only this target (default: every one; `cargo fuzz list --fuzz-dir
     /// fuzz` lists them).
     pub(crate) target: Option<String>,
@@ -63,6 +71,9 @@ pub(crate) fn run_fuzz(a: &FuzzArgs) -> Result<()> {
     ensure_cargo_fuzz()?;
     let targets = targets(a.target.as_deref())?;
     build()?;
+    if a.no_run {
+        return Ok(());
+    }
     if a.seed {
         seed(&targets)?;
     }
@@ -109,6 +120,7 @@ pub(crate) fn smoke(ci: bool) -> Result<()> {
     run_fuzz(&FuzzArgs {
         seconds: SMOKE_SECONDS,
         seed: false,
+        no_run: false,
         target: None,
     })
 }
@@ -164,7 +176,7 @@ fn build() -> Result<()> {
         "--fuzz-dir",
         "fuzz",
         "--target-dir",
-        "target",
+        TARGET_DIR,
         "-s",
         SANITIZER,
     ]))
@@ -195,7 +207,7 @@ fn fuzz_cargo() -> Result<Command> {
 
 fn bin(name: &str) -> PathBuf {
     workspace_root()
-        .join("target")
+        .join(TARGET_DIR)
         .join(TRIPLE)
         .join("release")
         .join(name)

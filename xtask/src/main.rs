@@ -6,6 +6,7 @@
 //! bpf-linker against Debian's LLVM 22. See docs/building.md.
 
 mod bench;
+mod beside;
 mod dist;
 mod exec_cost;
 mod fuzz;
@@ -52,7 +53,14 @@ enum Cmd {
     /// kernels 5.10, 6.1 and 6.12, each booted in qemu (docs/kernels.md).
     Kernels(kernels::KernelsArgs),
     /// Check formatting and the workspace lints (clippy, warnings denied).
-    Lint,
+    Lint {
+        /// Clippy alone, no formatting check.
+        #[arg(long)]
+        clippy_only: bool,
+        /// Clippy's target directory (default: the workspace's).
+        #[arg(long)]
+        target_dir: Option<PathBuf>,
+    },
     /// Run every test: setup, the lints, build, unit tests, the
     /// root/eBPF/lab tests, the kernels, and a 3 s smoke of every fuzz
     /// target (NRI_TRACE_SKIP_FUZZ=1 skips it outside CI).
@@ -105,7 +113,10 @@ fn main() -> Result<()> {
         Cmd::Dist => dist::run_dist().map(|_| ()),
         Cmd::Image => dist::run_image().map(|_| ()),
         Cmd::Kernels(a) => kernels::run_kernels(&a),
-        Cmd::Lint => lint(),
+        Cmd::Lint {
+            clippy_only,
+            target_dir,
+        } => lint(clippy_only, target_dir.as_deref()),
         Cmd::Test { tier, args } => test(&tier, &args),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Fuzz(a) => fuzz::run_fuzz(&a),
@@ -221,28 +232,22 @@ fn test(tiers: &[tiers::Tier], extra: &[String]) -> Result<()> {
     if ci || !setup::toolchain_ready() {
         setup::run()?;
     }
+    // With the lab tier, the long builds go beside it (beside.rs): the
+    // tests leave most of the CPU idle. Without it, they run in line.
+    let beside = tiers.contains(&Tier::Lab);
+    let fuzz_smoke = tiers.contains(&Tier::Fuzz) && fuzz::smoke_wanted(ci);
     if tiers.contains(&Tier::Lint) {
-        lint()?;
+        fmt_check()?;
+        if !beside {
+            clippy(None)?;
+        }
     }
-    // The dist binary, once, for tests/tests/dist.rs (it runs it from an
-    // empty root): a release build of its own (measured 8.4 min of the
-    // dist's 10 min here, with other builds sharing the 2 cores), too
-    // long to hide inside one test. It builds the eBPF object first.
-    // tests/tests/kernels.rs boots it in qemu on Debian's kernels (under
-    // CI) through this xtask's `kernels` (docs/kernels.md).
-    let dist = if tiers::need_dist(&tiers) {
-        Some(dist::run_dist()?)
-    } else {
-        None
-    };
     // The tiers that run test executables (not lint or fuzz).
     let runs_tests = tiers
         .iter()
         .any(|t| matches!(t, Tier::Unit | Tier::Lab | Tier::Kernels));
     let obj = if runs_tests {
-        if dist.is_none() {
-            build_ebpf()?;
-        }
+        build_ebpf()?;
         Some(ebpf_object())
     } else {
         None
@@ -251,19 +256,55 @@ fn test(tiers: &[tiers::Tier], extra: &[String]) -> Result<()> {
     if let Some(o) = &obj {
         envs.push(("NRI_TRACE_EBPF_OBJ", o));
     }
-    if let Some(d) = &dist {
-        envs.push(("NRI_TRACE_DIST_BIN", d));
-    }
     let bins = if runs_tests {
         tiers::build_tests(&envs)?
     } else {
         Vec::new()
     };
+    // The dist binary, for tests/tests/dist.rs (it runs it from an empty
+    // root) and tests/tests/kernels.rs (it boots it in qemu on Debian's
+    // kernels through this xtask's `kernels`, docs/kernels.md): a release
+    // build of its own, 4.6 min in the ci8 run.
+    let mut dist = Dist::None;
+    let mut lints = None;
+    let mut fuzz_build = None;
+    if beside {
+        if tiers.contains(&Tier::Lint) {
+            lints = Some(beside::Beside::start(
+                "clippy",
+                "clippy (warnings denied)",
+                &["lint", "--clippy-only", "--target-dir", "target/clippy"],
+            )?);
+        }
+        dist = Dist::Beside(beside::Beside::start("dist", "the dist binary", &["dist"])?);
+        if fuzz_smoke {
+            fuzz_build = Some(beside::Beside::start(
+                "fuzz-build",
+                "the fuzz targets' build",
+                &["fuzz", "--no-run"],
+            )?);
+        }
+    } else if tiers::need_dist(&tiers) {
+        dist = Dist::Built(dist::run_dist()?);
+    }
     for &tier in &tiers {
-        tiers::run_tier(tier, &bins, &envs, extra)?;
+        let mut failed = tiers::run_bins(tier, &bins, false, &envs, extra)?;
+        if bins.iter().any(|b| b.tier() == tier && b.runs_dist()) {
+            let bin = dist.wait()?;
+            let mut with_dist = envs.clone();
+            with_dist.push(("NRI_TRACE_DIST_BIN", &bin));
+            failed.extend(tiers::run_bins(tier, &bins, true, &with_dist, extra)?);
+        }
+        tiers::fail_tier(tier, &failed)?;
+    }
+    if let Some(l) = lints {
+        l.wait()?;
     }
     if tiers.contains(&Tier::Fuzz) {
-        if fuzz::smoke_wanted(ci) {
+        if fuzz_smoke {
+            if let Some(b) = fuzz_build {
+                b.wait()?;
+            }
             fuzz::smoke(ci).with_context(|| {
                 format!(
                     "the fuzz smoke (cargo xtask fuzz --seconds {})",
@@ -277,27 +318,63 @@ fn test(tiers: &[tiers::Tier], extra: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// The dist binary of a test run: not wanted, built in line, or building
+/// beside the tests.
+enum Dist {
+    None,
+    Built(PathBuf),
+    Beside(beside::Beside),
+}
+
+impl Dist {
+    /// Its path, waiting for it if it is still building.
+    fn wait(&mut self) -> Result<PathBuf> {
+        match std::mem::replace(self, Dist::None) {
+            Dist::None => bail!("the tests want the dist binary, and it was not built"),
+            Dist::Built(p) => {
+                *self = Dist::Built(p.clone());
+                Ok(p)
+            }
+            Dist::Beside(b) => {
+                b.wait()?;
+                let p = dist::built()?;
+                *self = Dist::Built(p.clone());
+                Ok(p)
+            }
+        }
+    }
+}
+
 /// `cargo fmt --check` and clippy with the workspace lints (Cargo.toml,
 /// `[workspace.lints]`) as errors: a lint that passes locally and fails
 /// here fails CI, not a later reader.
-fn lint() -> Result<()> {
+fn lint(clippy_only: bool, target_dir: Option<&Path>) -> Result<()> {
+    if !clippy_only {
+        fmt_check()?;
+    }
+    clippy(target_dir)
+}
+
+fn fmt_check() -> Result<()> {
     run(cargo().args(["fmt", "--all", "--check"]))
         .context("cargo fmt --check: run `cargo fmt --all` (rustup component rustfmt)")?;
     // fuzz/ is its own workspace (docs/fuzzing.md): `--all` does not reach
     // it. Formatting needs no build; its clippy would need the instrumented
     // one, which `cargo xtask fuzz` makes.
     run(cargo().args(["fmt", "--manifest-path", "fuzz/Cargo.toml", "--check"]))
-        .context("cargo fmt --check of fuzz/: run `cargo fmt --manifest-path fuzz/Cargo.toml`")?;
-    run(cargo().args([
-        "clippy",
-        "--workspace",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ]))
-    .context("cargo clippy: fix the warnings above (rustup component clippy)")?;
-    Ok(())
+        .context("cargo fmt --check of fuzz/: run `cargo fmt --manifest-path fuzz/Cargo.toml`")
+}
+
+/// Clippy over the workspace, in `target_dir` if given (beside the tests:
+/// its own, so it never waits on the test build's lock).
+fn clippy(target_dir: Option<&Path>) -> Result<()> {
+    let mut cmd = cargo();
+    cmd.args(["clippy", "--workspace", "--all-targets"]);
+    if let Some(d) = target_dir {
+        cmd.arg("--target-dir").arg(d);
+    }
+    cmd.args(["--", "-D", "warnings"]);
+    run(&mut cmd).context("cargo clippy: fix the warnings above (rustup component clippy)")
 }
 
 /// The user's cargo (rustup), for host crates.

@@ -63,7 +63,11 @@ const LAB_TESTS: &[&str] = &[
 /// nri-trace-tests' binaries of the kernels tier.
 const KERNEL_TESTS: &[&str] = &["kernels"];
 
-/// Whether the tiers need the dist binary (NRI_TRACE_DIST_BIN).
+/// nri-trace-tests' binaries that run the dist binary
+/// (NRI_TRACE_DIST_BIN): last in their tier, once it is built.
+const DIST_TESTS: &[&str] = &["dist", "kernels"];
+
+/// Whether the tiers need the dist binary.
 pub(crate) fn need_dist(tiers: &[Tier]) -> bool {
     tiers.iter().any(|t| matches!(t, Tier::Lab | Tier::Kernels))
 }
@@ -76,6 +80,18 @@ pub(crate) struct TestBin {
     exe: PathBuf,
     /// Its package's directory: cargo runs a test there.
     dir: PathBuf,
+    /// Whether it runs the dist binary ([`DIST_TESTS`]).
+    dist: bool,
+}
+
+impl TestBin {
+    pub(crate) fn tier(&self) -> Tier {
+        self.tier
+    }
+
+    pub(crate) fn runs_dist(&self) -> bool {
+        self.dist
+    }
 }
 
 /// Build every test executable of the workspace once, with `envs` (the
@@ -126,6 +142,9 @@ pub(crate) fn build_tests(envs: &[(&str, &Path)]) -> Result<Vec<TestBin>> {
             .map_or_else(crate::workspace_root, Path::to_path_buf);
         bins.push(TestBin {
             tier,
+            dist: package == "nri-trace-tests"
+                && kind == "test"
+                && DIST_TESTS.contains(&msg.target.name.as_str()),
             label: format!("{package} {kind} {}", msg.target.name),
             exe,
             dir,
@@ -197,17 +216,25 @@ fn tier_of(package: &str, kind: &str, name: &str) -> Result<Tier> {
     })
 }
 
-/// Run the executables of `tier` (not lint or fuzz) as cargo would (in
-/// their package's directory, `extra` as their arguments), every one even
-/// when one fails, with `envs` (the eBPF object and dist binary).
-pub(crate) fn run_tier(
+/// A failed test executable: what it is, and its run.
+pub(crate) type Failed = (String, crate::test_failures::Run);
+
+/// Run the executables of `tier` (not lint or fuzz) that run the dist
+/// binary, or those that do not (`dist`), as cargo would (in their
+/// package's directory, `extra` as their arguments), every one even when
+/// one fails, with `envs` (the eBPF object, the dist binary); the failed.
+pub(crate) fn run_bins(
     tier: Tier,
     bins: &[TestBin],
+    dist: bool,
     envs: &[(&str, &Path)],
     extra: &[String],
-) -> Result<()> {
+) -> Result<Vec<Failed>> {
     let mut failed = Vec::new();
-    for b in bins.iter().filter(|b| b.tier == tier) {
+    for b in bins
+        .iter()
+        .filter(|b| b.tier == tier && b.runs_dist() == dist)
+    {
         println!("     Running {} ({})", b.label, b.exe.display());
         let mut cmd = Command::new(&b.exe);
         cmd.args(extra)
@@ -221,19 +248,25 @@ pub(crate) fn run_tier(
             failed.push((format!("{} ({tier:?} tier)", b.label), run));
         }
     }
-    if !failed.is_empty() {
-        crate::test_failures::print_failed(&failed);
-        bail!(
-            "{} test executable(s) of the {tier:?} tier failed: {}",
-            failed.len(),
-            failed
-                .iter()
-                .map(|(w, _)| w.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+    Ok(failed)
+}
+
+/// The tier's error if any of its executables failed, after their panic
+/// messages.
+pub(crate) fn fail_tier(tier: Tier, failed: &[Failed]) -> Result<()> {
+    if failed.is_empty() {
+        return Ok(());
     }
-    Ok(())
+    crate::test_failures::print_failed(failed);
+    bail!(
+        "{} test executable(s) of the {tier:?} tier failed: {}",
+        failed.len(),
+        failed
+            .iter()
+            .map(|(w, _)| w.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
 }
 
 #[cfg(test)]
