@@ -740,6 +740,7 @@ mod tests {
                 span: h,
                 no_cri_cause: super::super::correlate::NoCause::NoCriCallInFlight,
                 exit: None,
+                rolls_back: None,
             })
         };
         let stop = |id: &str, at: u64| {
@@ -747,6 +748,7 @@ mod tests {
                 span: hook(Some(Event::StopPodSandbox), "a", id, at, at + 1),
                 no_cri_cause: super::super::correlate::NoCause::NoCriCallInFlight,
                 exit: None,
+                rolls_back: None,
             })
         };
         let umount = |id: &str, at: u64| {
@@ -810,6 +812,7 @@ mod tests {
                 span,
                 no_cri_cause: super::super::correlate::NoCause::NoCriCallInFlight,
                 exit: None,
+                rolls_back: None,
             })
         };
         // containerd 1.7: the netns with RunPodSandbox only.
@@ -1004,6 +1007,7 @@ mod tests {
                     cgroup: format!("/k8s.io/{ctr}"),
                     at: ts(at - 1).unwrap(),
                 }),
+                rolls_back: None,
             })
         };
         let cri_stop = |ctr: &str, at, again: bool| {
@@ -1063,6 +1067,7 @@ mod tests {
                 span: h,
                 no_cri_cause: super::super::correlate::NoCause::NoCriCallInFlight,
                 exit: None,
+                rolls_back: None,
             })
         };
         let umount = Record::Observed(Observation::Sandbox(SandboxEvent {

@@ -1410,6 +1410,7 @@ mod tests {
             span: h,
             no_cri_cause: NoCause::PluginLifecycle,
             exit: None,
+            rolls_back: None,
         })
     }
 
@@ -1460,6 +1461,7 @@ mod tests {
             ),
             no_cri_cause: NoCause::NoCriCallInFlight,
             exit: None,
+            rolls_back: None,
         });
         let v = check(&[
             plugin("late", "20", 3, &ALL),

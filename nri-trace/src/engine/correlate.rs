@@ -12,8 +12,10 @@
 //! labeled: plugin lifecycle (Configure, Synchronize...), the container's
 //! own exit (a StopContainer delivery after a process of that container's
 //! cgroup exited: containerd 2.x tells NRI of every exit, nri
-//! `NotifyContainerExit`), or no CRI call in flight (other runtime-internal
-//! causes, or CRI not traced).
+//! `NotifyContainerExit`), the runtime undoing a sandbox whose
+//! RunPodSandbox failed (containerd 2.x, after the client's deadline on
+//! 2.3: [`NoCause::Rollback`]), or no CRI call in flight (other
+//! runtime-internal causes, or CRI not traced).
 //!
 //! A CRI call whose method is unknown (hidden by HPACK after a late attach)
 //! and whose candidates include exactly one cause of a delivery it holds
@@ -32,13 +34,14 @@ use serde::Serialize;
 
 use super::hook_latency::{Hook, HookSpan};
 use crate::{
-    capture::Timestamp,
+    capture::{ConnId, Timestamp},
+    decode::cri::message::PodMeta,
     decode::{
         cri::message::{CriMethod, ObjectKind},
         nri::message::Event,
     },
     model::{
-        cri_call::{CriCall, Identified},
+        cri_call::{CriCall, CriOutcome, Identified},
         nri_call::Caller,
     },
 };
@@ -94,6 +97,20 @@ pub enum NoCause {
     /// [`Loss::lost_from`]: crate::capture::Loss::lost_from
     /// [`Loss::lost_to`]: crate::capture::Loss::lost_to
     CaptureLoss,
+    /// A StopPodSandbox or RemovePodSandbox delivery of a sandbox whose
+    /// RunPodSandbox failed (an error, or its client's deadline ran out),
+    /// with no CRI call in flight for it: the runtime undoing the sandbox
+    /// on its own. containerd 2.x tells the plugins StopPodSandbox and
+    /// RemovePodSandbox when the NRI RunPodSandbox failed
+    /// (internal/cri/nri/nri_api_linux.go `RunPodSandbox`), and
+    /// RemovePodSandbox when a later step of the handler did
+    /// (internal/cri/server/sandbox_run.go, its deferred cleanup). The
+    /// handler runs on after the client gave up: containerd 2.3 passes the
+    /// CRI deadline to the hook, so the hook fails with it and the undoing
+    /// comes after the call ended on the wire. Kubelet never learned the
+    /// sandbox's id (the call answered none), so none of its calls made
+    /// it. The record's `rolls_back` is that RunPodSandbox.
+    Rollback,
 }
 
 /// How long after a hole in the capture a delivery without a seen CRI
@@ -155,8 +172,56 @@ pub enum Correlated {
         why: NoCause,
         /// The exit that caused it ([`NoCause::ContainerExited`]).
         exit: Option<ContainerExit>,
+        /// The RunPodSandbox it undoes ([`NoCause::Rollback`]).
+        rolls_back: Option<FailedRun>,
     },
 }
+
+/// A RunPodSandbox that did not end OK: the evidence of
+/// [`NoCause::Rollback`], naming the call as the record of its span does
+/// (its connection and stream).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailedRun {
+    pub conn: ConnId,
+    pub stream_id: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodMeta>,
+    /// The sandbox its RunPodSandbox delivery named (the call itself
+    /// answered none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox_id: Option<String>,
+    pub start: Option<Timestamp>,
+    pub end: Option<Timestamp>,
+    pub outcome: CriOutcome,
+}
+
+impl FailedRun {
+    /// Whether `d` is of the sandbox this call made: the id its delivery
+    /// named, else the pod (uid, name, namespace) its request named.
+    fn made(&self, d: &HookSpan) -> bool {
+        let Some(pod) = d.call.pod.as_ref() else {
+            return false;
+        };
+        match (&self.sandbox_id, &self.pod) {
+            (Some(id), _) => !pod.id.is_empty() && *id == pod.id,
+            (None, Some(p)) => {
+                !pod.uid.is_empty()
+                    && p.uid == pod.uid
+                    && p.name == pod.name
+                    && p.namespace == pod.namespace
+            }
+            (None, None) => false,
+        }
+    }
+}
+
+/// Failed RunPodSandbox calls remembered (the newest), and how long after
+/// one's end a delivery may be its undoing: kubelet's
+/// `runtimeRequestTimeout` bounds a call, not the runtime's handler, which
+/// undoes the sandbox as soon as its failed step returns (a hook's
+/// timeout: 2 s by default, nri `DefaultPluginRequestTimeout`).
+const MAX_FAILED_RUNS: usize = 1024;
+const ROLLBACK_NS: u64 = MAX_CALL_NS;
 
 /// CRI methods whose handler makes NRI event `event` (containerd 1.7
 /// `internal/cri/server`: RunPodSandbox, StopPodSandbox (which stops the
@@ -308,6 +373,9 @@ pub struct Correlator {
     /// Holes of the capture, (from, to) in capture time, oldest first:
     /// a delivery there without a cause may be of a lost call.
     holes: VecDeque<(u64, u64)>,
+    /// RunPodSandbox calls that did not end OK, oldest first: a later stop
+    /// or removal of their sandbox with no call in flight is its undoing.
+    failed_runs: VecDeque<FailedRun>,
 }
 
 impl Correlator {
@@ -390,13 +458,47 @@ impl Correlator {
     /// Why a delivery no CRI call claimed came: the container's exit
     /// ([`Self::exit_cause`]), else a hole of the capture around it, else
     /// no call in flight.
-    fn no_cause(&self, span: &HookSpan) -> (NoCause, Option<ContainerExit>) {
+    fn no_cause(&self, span: &HookSpan) -> Correlated {
         let (why, exit) = self.exit_cause(span);
         let start = span.call.start.or(span.call.end).map_or(0, |t| t.mono_ns);
-        if why == NoCause::NoCriCallInFlight && self.in_hole(start) {
-            return (NoCause::CaptureLoss, None);
+        let (why, rolls_back) = if why != NoCause::NoCriCallInFlight {
+            (why, None)
+        } else if let Some(run) = self.rolled_back(span, start) {
+            (NoCause::Rollback, Some(run))
+        } else if self.in_hole(start) {
+            (NoCause::CaptureLoss, None)
+        } else {
+            (why, None)
+        };
+        Correlated::Uncaused {
+            span: span.clone(),
+            why,
+            exit,
+            rolls_back,
         }
-        (why, exit)
+    }
+
+    /// The failed RunPodSandbox that delivery `span`, begun at `start`,
+    /// undoes: a stop or removal of the sandbox it made, begun during it
+    /// or within [`ROLLBACK_NS`] after its end (the newest such call).
+    fn rolled_back(&self, span: &HookSpan, start: u64) -> Option<FailedRun> {
+        if !matches!(
+            span.hook.event(),
+            Some(Event::StopPodSandbox | Event::RemovePodSandbox)
+        ) {
+            return None;
+        }
+        self.failed_runs
+            .iter()
+            .rev()
+            .find(|r| {
+                let from = r.start.or(r.end).map_or(0, |t| t.mono_ns);
+                let to = r
+                    .end
+                    .map_or(u64::MAX, |t| t.mono_ns.saturating_add(ROLLBACK_NS));
+                from <= start && start <= to && r.made(span)
+            })
+            .cloned()
     }
 
     /// A finished NRI call.
@@ -409,6 +511,7 @@ impl Correlator {
                 span,
                 why: NoCause::PluginLifecycle,
                 exit: None,
+                rolls_back: None,
             });
             return;
         }
@@ -480,8 +583,7 @@ impl Correlator {
                 && end_ts(d.call.end, d.call.start).saturating_add(NRI_SETTLE_NS) <= now;
             if settled {
                 let span = self.deliveries.remove(i);
-                let (why, exit) = self.no_cause(&span);
-                out.push(Correlated::Uncaused { span, why, exit });
+                out.push(self.no_cause(&span));
             } else {
                 i += 1;
             }
@@ -565,6 +667,9 @@ impl Correlator {
                 call.service = Some("runtime.v1.RuntimeService".into());
             }
         }
+        if call.method.as_deref() == Some("RunPodSandbox") && !call.outcome.is_ok() {
+            self.remember_failed_run(&call, &hooks);
+        }
         let nri_ns = hooks.iter().filter_map(|h| h.call.duration_ns).sum();
         let nri_permille = call
             .duration_ns
@@ -578,6 +683,28 @@ impl Correlator {
             nri_ns,
             nri_permille,
         }
+    }
+
+    /// A RunPodSandbox that did not end OK, with the deliveries it made:
+    /// its sandbox's id from its RunPodSandbox delivery, if any.
+    fn remember_failed_run(&mut self, call: &CriCall, hooks: &[HookSpan]) {
+        let sandbox_id = hooks
+            .iter()
+            .filter(|h| h.hook.event() == Some(Event::RunPodSandbox))
+            .find_map(|h| h.call.pod.as_ref().map(|p| p.id.clone()))
+            .filter(|id| !id.is_empty());
+        if self.failed_runs.len() >= MAX_FAILED_RUNS {
+            self.failed_runs.pop_front();
+        }
+        self.failed_runs.push_back(FailedRun {
+            conn: call.conn,
+            stream_id: call.stream_id,
+            pod: call.pod.clone(),
+            sandbox_id,
+            start: call.start,
+            end: call.end,
+            outcome: call.outcome.clone(),
+        });
     }
 
     /// The method of unknown `call` from the deliveries it holds (`hooks`,
@@ -667,10 +794,7 @@ mod tests {
             })
             .collect()
     }
-    use crate::{
-        decode::cri::message::PodMeta,
-        model::{cri_call::CriOutcome, nri_call::Outcome},
-    };
+    use crate::model::nri_call::Outcome;
 
     use super::super::test_calls::*;
 
@@ -736,7 +860,9 @@ mod tests {
         let why: Vec<(String, NoCause, Option<u32>)> = out
             .iter()
             .filter_map(|o| match o {
-                Correlated::Uncaused { span, why, exit } => Some((
+                Correlated::Uncaused {
+                    span, why, exit, ..
+                } => Some((
                     span.call.container.as_ref().unwrap().id.clone(),
                     *why,
                     exit.as_ref().map(|x| x.pid),
@@ -806,6 +932,75 @@ mod tests {
             whys,
             vec![NoCause::PluginLifecycle, NoCause::NoCriCallInFlight]
         );
+    }
+
+    /// containerd 2.3 after a client's deadline (the lab's
+    /// `cri-deadline-retry`): the RunPodSandbox ends on the wire while
+    /// its slow hook runs on; the hook fails with the deadline and the
+    /// runtime then tells the plugins StopPodSandbox and RemovePodSandbox
+    /// of that sandbox, after the call ended: `rollback`, naming the call.
+    /// Not another sandbox's, not one past the bound, not after a
+    /// RunPodSandbox that succeeded.
+    #[test]
+    fn a_failed_run_pod_sandbox_is_undone_by_the_runtime() {
+        let whys = |outcome: CriOutcome, pod: &str, at: u64| {
+            let mut c = Correlator::new();
+            let mut out = Vec::new();
+            let mut call = cri(Some("RunPodSandbox"), "", 0, 1000);
+            call.sandbox_id = None;
+            call.stream_id = 7;
+            call.pod = Some(PodMeta {
+                name: "p".into(),
+                namespace: "ns".into(),
+                uid: "u".into(),
+                attempt: 0,
+            });
+            call.outcome = outcome;
+            c.on_cri(call);
+            c.on_nri(
+                hook(Some(Event::RunPodSandbox), "a", "s1", 10, 3000),
+                &mut out,
+            );
+            c.on_nri(
+                hook(Some(Event::StopPodSandbox), "a", pod, at, at + 1),
+                &mut out,
+            );
+            c.on_nri(
+                hook(Some(Event::RemovePodSandbox), "a", pod, at + 2, at + 3),
+                &mut out,
+            );
+            out.extend(run(&mut c, u64::MAX / MS));
+            out.iter()
+                .filter_map(|o| match o {
+                    Correlated::Uncaused {
+                        why, rolls_back, ..
+                    } => Some((*why, rolls_back.as_ref().map(|r| r.stream_id))),
+                    Correlated::Cri(s) => {
+                        assert_eq!(s.hooks.len(), 1, "{s:?}");
+                        None
+                    }
+                })
+                .collect::<Vec<_>>()
+        };
+        let undone = vec![(NoCause::Rollback, Some(7)); 2];
+        let none = vec![(NoCause::NoCriCallInFlight, None); 2];
+        assert_eq!(whys(CriOutcome::DeadlineExceeded, "s1", 3001), undone);
+        let failed = CriOutcome::Error {
+            code: 2,
+            status: "UNKNOWN".into(),
+            message: "NRI RunPodSandbox failed".into(),
+        };
+        assert_eq!(whys(failed, "s1", 3001), undone);
+        assert_eq!(whys(CriOutcome::DeadlineExceeded, "s2", 3001), none);
+        assert_eq!(
+            whys(
+                CriOutcome::DeadlineExceeded,
+                "s1",
+                1000 + ROLLBACK_NS / MS + 1
+            ),
+            none
+        );
+        assert_eq!(whys(CriOutcome::Ok, "s1", 3001), none);
     }
 
     /// A delivery whose CRI call a hole of the capture took is said to be

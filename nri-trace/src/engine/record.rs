@@ -11,7 +11,7 @@
 use serde::Serialize;
 
 use super::{
-    correlate::{ContainerExit, CriSpan, NoCause},
+    correlate::{ContainerExit, CriSpan, FailedRun, NoCause},
     findings::Violation,
     hook_latency::HookSpan,
 };
@@ -44,6 +44,9 @@ pub struct Uncaused {
     /// The container's exit, for [`NoCause::ContainerExited`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit: Option<ContainerExit>,
+    /// The RunPodSandbox it undoes, for [`NoCause::Rollback`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rolls_back: Option<FailedRun>,
 }
 
 impl Record {

@@ -535,6 +535,7 @@ mod tests {
             span: h,
             no_cri_cause: NoCause::NoCriCallInFlight,
             exit: None,
+            rolls_back: None,
         })
     }
 

@@ -1335,6 +1335,7 @@ pub(crate) mod tests {
             span: h,
             no_cri_cause: crate::engine::correlate::NoCause::NoCriCallInFlight,
             exit: None,
+            rolls_back: None,
         });
         (
             vec![

@@ -145,10 +145,16 @@ impl TraceEngine {
                 listed.fill_from_state(&mut span.call);
                 Record::CriSpan(span)
             }
-            Correlated::Uncaused { span, why, exit } => Record::NriUncaused(Uncaused {
+            Correlated::Uncaused {
+                span,
+                why,
+                exit,
+                rolls_back,
+            } => Record::NriUncaused(Uncaused {
                 span,
                 no_cri_cause: why,
                 exit,
+                rolls_back,
             }),
         });
         for r in settled.chain(fresh) {

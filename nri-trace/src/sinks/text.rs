@@ -202,6 +202,18 @@ impl<W: Write> TextSink<W> {
                         ),
                         None => writeln!(self.out, "  (the container exited)"),
                     },
+                    NoCause::Rollback => match &u.rolls_back {
+                        Some(r) => writeln!(
+                            self.out,
+                            "  (the runtime undoing the sandbox of RunPodSandbox stream {} ({}), which kubelet never got)",
+                            r.stream_id,
+                            sanitize(&r.outcome.describe())
+                        ),
+                        None => writeln!(
+                            self.out,
+                            "  (the runtime undoing a failed RunPodSandbox)"
+                        ),
+                    },
                 }
             }
             Record::Violation(v) => {

@@ -53,6 +53,7 @@ use lab_trace::{json_lines, TraceProc};
 use nri_trace::{
     capture::sandbox::SandboxOp,
     engine::{
+        correlate::NoCause,
         findings::{
             Detail, HOOK_OVER_BUDGET, NAME_RESERVATION_RETRY, PLUGIN_TIMEOUT,
             POD_UNKNOWN_TO_PLUGIN, PROCESS_SURVIVES_SIGKILL, TEARDOWN_HOOK_FAILED,
@@ -61,7 +62,7 @@ use nri_trace::{
         record::Record,
     },
     model::{
-        cri_call::{CriOutcome, Identified},
+        cri_call::{CriCall, CriOutcome, Identified},
         observation::Observation,
     },
     sinks::finding_message::message,

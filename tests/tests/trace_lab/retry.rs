@@ -46,6 +46,7 @@ fn check_deadline_retry(rt: Option<Runtime>, scenario: &str) {
         assert!(retried_after_deadline, "{tries:?}");
     }
     failed_calls_traced_failed(scenario, &truth, &records);
+    assert_rollbacks(scenario, runtime, &records);
     cri_check::assert_every_call(scenario, &truth, &records, cri_check::Allow::default());
     assert_expiry_and_retry(scenario, runtime, &truth, &records);
     let f = findings(&records);
@@ -61,6 +62,51 @@ fn check_deadline_retry(rt: Option<Runtime>, scenario: &str) {
         ),
         "{scenario}: {f:?}"
     );
+}
+
+/// The runtime undoing a sandbox: every StopPodSandbox or
+/// RemovePodSandbox delivery no CRI call made is labeled `rollback` and
+/// names a traced RunPodSandbox of that pod that did not end OK, by its
+/// connection and stream. On containerd 2.3 the first try's hook fails
+/// with the client's deadline, so there is at least one, after that try
+/// ended on the wire (internal/cri/nri/nri_api_linux.go `RunPodSandbox`).
+fn assert_rollbacks(scenario: &str, runtime: Runtime, records: &[Record]) {
+    let failed_runs: Vec<&CriCall> = cri_check::calls(records)
+        .into_iter()
+        .filter(|c| c.method.as_deref() == Some("RunPodSandbox") && !c.outcome.is_ok())
+        .collect();
+    let mut rollbacks = 0;
+    for r in records {
+        let Record::NriUncaused(u) = r else { continue };
+        if !matches!(
+            u.span.hook.to_string().as_str(),
+            "STOP_POD_SANDBOX" | "REMOVE_POD_SANDBOX"
+        ) {
+            continue;
+        }
+        assert_eq!(u.no_cri_cause, NoCause::Rollback, "{scenario}: {u:?}");
+        let run = u.rolls_back.as_ref().expect("rolls_back of a rollback");
+        let call = failed_runs
+            .iter()
+            .find(|c| c.conn == run.conn && c.stream_id == run.stream_id)
+            .unwrap_or_else(|| panic!("{scenario}: {run:?} is no failed RunPodSandbox traced"));
+        assert_eq!(
+            call.pod.as_ref().map(|p| &p.uid),
+            u.span.call.pod.as_ref().map(|p| &p.uid),
+            "{scenario}: {u:?}"
+        );
+        if runtime == Runtime::Containerd23 {
+            let (Some(end), Some(start)) = (call.end, u.span.call.start) else {
+                panic!("{scenario}: {call:?} {u:?}");
+            };
+            assert!(end.mono_ns < start.mono_ns, "{scenario}: {call:?} {u:?}");
+        }
+        rollbacks += 1;
+    }
+    eprintln!("{scenario}: {rollbacks} deliveries of the runtime undoing a failed RunPodSandbox");
+    if runtime == Runtime::Containerd23 {
+        assert!(rollbacks >= 1, "{scenario}: no rollback traced");
+    }
 }
 
 /// The traced RunPodSandbox calls are the driver's tries, one for one and
@@ -160,14 +206,22 @@ fn assert_expiry_and_retry(scenario: &str, runtime: Runtime, truth: &[Truth], re
     }
 }
 
-// Not on the default runtime, containerd 2.3, yet: it passes the CRI
+// Not on the default runtime, containerd 2.3, yet. It passes the CRI
 // deadline left to the hook as its timeout, gives up on the slow plugin
-// just before the client's deadline, and rolls the sandbox back
-// (internal/cri/nri/nri_api_linux.go: StopPodSandbox and RemovePodSandbox
-// to the plugins after a failed RunPodSandbox) after the client has gone:
-// nri-trace shows those deliveries as "no CRI call in flight" instead of
-// under the RunPodSandbox whose server side is still running (issue 31's
-// note, 2026-11-28).
+// just before the client's deadline, and rolls the sandbox back after the
+// client has gone (internal/cri/nri/nri_api_linux.go: StopPodSandbox and
+// RemovePodSandbox to the plugins after a failed RunPodSandbox). nri-trace
+// now labels those deliveries `rollback`, naming the RunPodSandbox
+// (engine/correlate.rs; 2026-11-29: passed once, the two deliveries
+// labeled, naming stream 3). But the scenario itself is not yet right for
+// 2.3: in the next run every try of five ran into its deadline, and the
+// last one's sandbox kept the name (containerd marks a sandbox whose
+// cleanup failed SANDBOX_UNKNOWN and keeps its name for RemovePodSandbox:
+// internal/cri/server/sandbox_run.go, `cleanupErr`; its cleanup uses the
+// expired request context) without becoming READY, so the driver, which
+// adopts only a READY sandbox, retried "name is reserved" until its budget
+// ran out. Kubelet would list it NOTREADY, stop and remove it, and make
+// the next sandbox with attempt + 1; the driver does not yet.
 
 #[test]
 fn ctrd21_trace_name_reservation_retry_found() {
@@ -231,6 +285,7 @@ fn crio_trace_name_reservation_storm() {
         )
     );
     failed_calls_traced_failed(scenario, &truth, &records);
+    assert_rollbacks(scenario, Runtime::CriO, &records);
     cri_check::assert_every_call(scenario, &truth, &records, cri_check::Allow::default());
     assert_expiry_and_retry(scenario, Runtime::CriO, &truth, &records);
     // The tries CRI-O's own answer reached the wire for, before the

@@ -365,7 +365,7 @@ fn check_hung_teardown_hook(rt: Option<Runtime>) {
     }
     for r in &records {
         if let Record::NriUncaused(u) = r {
-            if u.no_cri_cause != nri_trace::engine::correlate::NoCause::NoCriCallInFlight {
+            if u.no_cri_cause != NoCause::NoCriCallInFlight {
                 continue; // plugin lifecycle calls (register, configure, ...)
             }
             let c = &u.span.call;
