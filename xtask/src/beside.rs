@@ -12,6 +12,14 @@
 //! it only where its product is needed: the dist binary before the tests
 //! that run it, clippy and the fuzz build at the end.
 //!
+//! Off unless NRI_TRACE_BESIDE=1 ([`wanted`]): the first CI-like run with
+//! the builds beside (stop 39: 2672 s to the end of the lab tier, against
+//! 2924 s in line) failed three lab tests a busy machine breaks, the
+//! faults_lab recovery check (fixed since: it no longer waits a fixed
+//! second), a delivery timed from the runtime's side only, and CRI-O's
+//! sandbox clause decided on one pod of two (docs/benchmarks.md, "The
+//! suite"). It becomes the default once the lab tier passes beside them.
+//!
 //! Each child has its own process group: if the suite stops early, the
 //! drop of [`Beside`] kills the group (cargo and its rustc), so no build
 //! outlives the run.
@@ -28,6 +36,11 @@ use std::{
 use anyhow::{bail, Context, Result};
 
 use crate::workspace_root;
+
+/// Whether the builds go beside the lab tier: NRI_TRACE_BESIDE=1.
+pub(crate) fn wanted() -> bool {
+    std::env::var("NRI_TRACE_BESIDE").is_ok_and(|v| v == "1")
+}
 
 /// A build running beside the tests.
 pub(crate) struct Beside {
