@@ -1048,12 +1048,38 @@ fn check_stopped(out: &Path, truth: &[Truth], s: &Seen) {
     );
     let after_loss: Vec<_> = trace_check::findings(&records[first_loss..]);
     eprintln!("faults s: findings after the loss (all uncertain): {after_loss:?}");
-    // Decoded again: driver calls that started a second after SIGCONT and
-    // ended before SIGTERM, found with their method at their time.
-    let resumed = s.s_continued + 1_000_000_000;
-    let want: Vec<_> = cri_calls(truth)
+    // Decoded again: driver calls that started after SIGCONT and ended
+    // before SIGTERM, found with their method at their time, but for those
+    // a hole of the capture overlapped. The small ring may overflow again
+    // after the resume while nri-trace drains it, the more on a busy
+    // machine (CI builds beside the lab tier: xtask/src/beside.rs); each
+    // such hole is counted and said, and the calls outside them are what
+    // must decode (not a fixed second after SIGCONT: that is a timing).
+    let holes: Vec<(u64, u64)> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Observed(Observation::CaptureLoss(l)) if l.lost_records > 0 => {
+                Some((l.lost_from?.mono_ns, l.lost_to?.mono_ns))
+            }
+            _ => None,
+        })
+        .collect();
+    let in_hole = |st: u64, e: u64| holes.iter().any(|&(from, to)| st <= to && from <= e);
+    let resumed = s.s_continued;
+    let all_after: Vec<_> = cri_calls(truth)
         .filter(|(_, st, e, _)| *st >= resumed && *e <= s.s_terminated)
         .collect();
+    let want: Vec<_> = all_after
+        .iter()
+        .copied()
+        .filter(|(_, st, e, _)| !in_hole(*st, *e))
+        .collect();
+    eprintln!(
+        "faults s: {} holes of the capture; {} driver calls after SIGCONT, {} of them outside the holes",
+        holes.len(),
+        all_after.len(),
+        want.len()
+    );
     let found = want
         .iter()
         .filter(|(m, st, e, _)| {
@@ -1083,7 +1109,10 @@ fn check_stopped(out: &Path, truth: &[Truth], s: &Seen) {
          NRI hooks under them",
         want.len()
     );
-    assert!(!want.is_empty(), "no driver call after s resumed");
+    assert!(
+        !want.is_empty(),
+        "no driver call after s resumed outside a hole of the capture: {holes:?}"
+    );
     assert!(
         found * 10 >= want.len() * 9,
         "tracing did not recover: {found} of {} calls decoded",
