@@ -16,6 +16,8 @@ use std::{
 
 use anyhow::{bail, ensure, Context, Result};
 
+mod pod_resize;
+
 use crate::{
     labctl::{Lab, Runtime},
     truth::{self, Outcome, PluginEvent, Truth, TruthWriter},
@@ -48,6 +50,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("netns-teardown", "2 pods with their own network namespace (the lab's bridge CNI network) and a shared PID namespace (pause is PID 1), one container each, full lifecycle, one external plugin: when the netns goes against the plugins' StopPodSandbox"),
     ("split-synchronize", "12 pods (one container each) whose annotations make 5.6 MiB, then a plugin registers: NRI >= 0.7 (containerd 2.1, not 1.7) splits its Synchronize under ttrpc's 4 MiB message limit, `more` set on all but the last; then one answering without `more` (a pre-v0.7 stub) registers and is closed"),
     ("cri-retry-slow-sandbox", "CRI-O only: RunPodSandbox slowed 3 s outside the CRI request's context (crio's pinns, as under i/o load), no NRI plugin; the driver retries the same name at 1 s deadlines: CRI-O's name reservation holds every retry (cri-o#4221; its log says \"name is reserved\"), the retry after the sandbox is made takes it from the resource cache"),
+    ("pod-resize", "a pod resized in place: CRI UpdatePodSandboxResources by k8s.io/cri-api's own Go client (lab/go-cri-resize, built by lab/go-cri-resize.sh through the Go module proxy); containerd 2.3 tells the plugins UpdatePodSandbox and PostUpdatePodSandbox inside the call; one plugin"),
     ("crictl", "while the driver runs 3 pod lifecycles, crictl (the CRI CLI an SRE runs on a node; sigs.k8s.io/cri-tools, built by lab/crictl.sh) lists and inspects pods and containers, stops one of 2 pods the driver made and force-removes both (pods, inspectp, ps, stopp, rmp -f) from a cgroup of its own; one plugin"),
     ("plugins-before-attach", "seven plugins registered before the observer attaches (external: --name/--idx flags, an NN-name binary with a name past comm's 15 bytes, an -idx-only binary, the upstream logger with Go's -idx/-name; pre-launched: flags, a bare NN-name binary), then 2 lifecycles"),
     ("go-plugins", "go-nri-plugin, on the NRI project's own Go stub (built by lab/go-nri-plugin.sh through the Go module proxy), as external plugins registered before the observer attaches: 10-go12 on the v0.12.2 stub, 20-go08 on the v0.8.0 stub; then 2 lifecycles. NRI 0.12 runtimes (containerd 2.3) send go12 a method per event and go08 its first one too, which it answers Unimplemented, then StateChange; older runtimes send both StateChange"),
@@ -598,6 +601,7 @@ fn drive(r: &mut Run) -> Result<()> {
             r.plugin("slow", "10", &["--on", "RUN_POD_SANDBOX=delay:3000"])?;
             r.driver(&["--backoff-ms", "250", "retry", "--deadline-ms", "1000"])?;
         }
+        "pod-resize" => pod_resize::drive(r)?,
         "ignore-sigterm" => {
             r.up("2s")?;
             r.driver(&["ignore-sigterm", "--grace-secs", "2"])?;
@@ -827,26 +831,34 @@ fn demo_tui(r: &mut Run, nri_trace: &Path) -> Result<()> {
 /// lab/go-cri-client.sh: install (idempotent) and build (offline) the
 /// grpc-go CRI client; its path.
 fn go_cri_client() -> Result<PathBuf> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("go-cri-client.sh");
-    for step in ["install", "build"] {
-        let out = Command::new(&script)
+    go_lab_binary("go-cri-client.sh", &["install", "build"])
+}
+
+/// A Go program of the lab built by its script (lab/SCRIPT): each of
+/// `steps` run in turn, the last printing the binary's path.
+fn go_lab_binary(script: &str, steps: &[&str]) -> Result<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(script);
+    let mut printed = String::new();
+    for step in steps {
+        let out = Command::new(&path)
             .arg(step)
             .output()
-            .with_context(|| format!("running go-cri-client.sh {step}"))?;
+            .with_context(|| format!("running {script} {step}"))?;
         ensure!(
             out.status.success(),
-            "go-cri-client.sh {step} failed ({}): {}",
+            "{script} {step} failed ({}): {}",
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         );
-        if step == "build" {
-            let path = String::from_utf8_lossy(&out.stdout);
-            let path = path.lines().last().unwrap_or("").trim();
-            ensure!(!path.is_empty(), "go-cri-client.sh build printed no path");
-            return Ok(PathBuf::from(path));
-        }
+        printed = String::from_utf8_lossy(&out.stdout).into_owned();
     }
-    unreachable!("the loop returns after build")
+    let bin = printed.lines().last().unwrap_or("").trim();
+    ensure!(
+        !bin.is_empty(),
+        "{script} {} printed no path",
+        steps.join(", ")
+    );
+    Ok(PathBuf::from(bin))
 }
 
 /// lab/upstream-logger.sh: the upstream NRI logger plugin, built offline.
@@ -3129,6 +3141,7 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
             }
         }
         "crictl" => facts.extend(crate::crictl::verify(&t)?),
+        "pod-resize" => facts.extend(pod_resize::verify(&t)?),
         "load" => {
             let n = all_cri_ok(&t)?;
             let pods = pods_of(&t, "load");

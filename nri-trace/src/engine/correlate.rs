@@ -243,8 +243,10 @@ pub fn causes(event: Event) -> &'static [&'static str] {
             "RemovePodSandbox",
         ],
         Event::RemoveContainer => &["RemoveContainer", "RemovePodSandbox"],
-        Event::UpdatePodSandbox => &["UpdatePodSandboxResources"],
-        Event::Unknown | Event::PostUpdatePodSandbox | Event::Last => &[],
+        // containerd 2.3 internal/cri/server/sandbox_update_resources.go:
+        // UpdatePodSandbox before the update, PostUpdatePodSandbox after.
+        Event::UpdatePodSandbox | Event::PostUpdatePodSandbox => &["UpdatePodSandboxResources"],
+        Event::Unknown | Event::Last => &[],
     }
 }
 

@@ -44,6 +44,7 @@ mod conformance;
 mod crictl;
 mod go_plugins;
 mod lifecycle;
+mod resize;
 mod retry;
 mod terminating;
 

@@ -4,7 +4,7 @@
 //! about pods and containers, and a shape test used to recover the method
 //! of a call whose `:path` is hidden in an unknown HPACK slot.
 
-use k8s_cri::v1 as cri;
+use super::cri_api as cri;
 use prost_cri::Message;
 use serde::Serialize;
 
@@ -136,6 +136,7 @@ cri_methods! {
     ListMetricDescriptors: Runtime, ListMetricDescriptorsRequest => ListMetricDescriptorsResponse;
     ListPodSandboxMetrics: Runtime, ListPodSandboxMetricsRequest => ListPodSandboxMetricsResponse;
     RuntimeConfig: Runtime, RuntimeConfigRequest => RuntimeConfigResponse;
+    UpdatePodSandboxResources: Runtime, UpdatePodSandboxResourcesRequest => UpdatePodSandboxResourcesResponse;
     ListImages: Image, ListImagesRequest => ListImagesResponse;
     ImageStatus: Image, ImageStatusRequest => ImageStatusResponse;
     PullImage: Image, PullImageRequest => PullImageResponse;
@@ -233,6 +234,7 @@ impl CriMethod {
             | M::PodSandboxStatus
             | M::PodSandboxStats
             | M::PortForward
+            | M::UpdatePodSandboxResources
             | M::CreateContainer => Some(ObjectKind::Sandbox),
             M::StartContainer
             | M::StopContainer
@@ -496,6 +498,9 @@ pub fn decode_request(method: CriMethod, bytes: &[u8]) -> Result<RequestInfo, Me
             info.sandbox_id = non_empty(&req!(PodSandboxStatsRequest).pod_sandbox_id)
         }
         M::PortForward => info.sandbox_id = non_empty(&req!(PortForwardRequest).pod_sandbox_id),
+        M::UpdatePodSandboxResources => {
+            info.sandbox_id = non_empty(&req!(UpdatePodSandboxResourcesRequest).pod_sandbox_id)
+        }
         M::ListPodSandbox => {
             let r = req!(ListPodSandboxRequest);
             info.filtered = r.filter.as_ref().is_some_and(|f| {
@@ -696,6 +701,7 @@ fn decode_any_response(method: CriMethod, bytes: &[u8]) -> Result<(), MessageDec
         StopContainer => StopContainerResponse,
         RemoveContainer => RemoveContainerResponse,
         UpdateContainerResources => UpdateContainerResourcesResponse,
+        UpdatePodSandboxResources => UpdatePodSandboxResourcesResponse,
         ReopenContainerLog => ReopenContainerLogResponse,
         Exec => ExecResponse,
         Attach => AttachResponse,
@@ -785,7 +791,8 @@ mod tests {
             let (s, n) = crate::decode::cri::grpc::split_path(&p).unwrap();
             assert_eq!(CriMethod::from_path_parts(s, n), Some(m));
         }
-        assert_eq!(CriMethod::ALL.len(), 34);
+        // k8s-cri 0.11's 34, and UpdatePodSandboxResources (cri_api.rs).
+        assert_eq!(CriMethod::ALL.len(), 35);
         assert_eq!(
             CriMethod::from_path_parts("runtime.v1alpha2.RuntimeService", "Version"),
             None

@@ -29,6 +29,7 @@
 //! setters.
 
 pub mod connection;
+pub mod cri_api;
 pub mod frame;
 pub mod grpc;
 pub mod hpack;
