@@ -42,7 +42,7 @@ use crate::{
     },
     model::{
         cri_call::{CriCall, CriOutcome, Identified},
-        nri_call::Caller,
+        nri_call::{Caller, PodRef},
     },
 };
 
@@ -204,12 +204,7 @@ impl FailedRun {
         };
         match (&self.sandbox_id, &self.pod) {
             (Some(id), _) => !pod.id.is_empty() && *id == pod.id,
-            (None, Some(p)) => {
-                !pod.uid.is_empty()
-                    && p.uid == pod.uid
-                    && p.name == pod.name
-                    && p.namespace == pod.namespace
-            }
+            (None, Some(p)) => names_pod(p, pod),
             (None, None) => false,
         }
     }
@@ -296,11 +291,18 @@ fn same_object(call: &CriCall, d: &HookSpan) -> bool {
     // RunPodSandbox learns its sandbox id only from its response; its
     // request names the pod by uid (and name, namespace).
     match (call.pod.as_ref(), pod) {
-        (Some(a), Some(b)) => {
-            !b.uid.is_empty() && a.uid == b.uid && a.name == b.name && a.namespace == b.namespace
-        }
+        (Some(a), Some(b)) => names_pod(a, b),
         _ => false,
     }
+}
+
+/// Whether a CRI request's pod metadata names the pod of an NRI delivery:
+/// the same uid (not empty), name and namespace.
+fn names_pod(meta: &PodMeta, pod: &PodRef) -> bool {
+    !pod.uid.is_empty()
+        && meta.uid == pod.uid
+        && meta.name == pod.name
+        && meta.namespace == pod.namespace
 }
 
 /// The methods `call` may be that make delivery `d`: its own method if it
@@ -460,12 +462,12 @@ impl Correlator {
     /// Why a delivery no CRI call claimed came: the container's exit
     /// ([`Self::exit_cause`]), else a hole of the capture around it, else
     /// no call in flight.
-    fn no_cause(&self, span: &HookSpan) -> Correlated {
-        let (why, exit) = self.exit_cause(span);
+    fn no_cause(&self, span: HookSpan) -> Correlated {
+        let (why, exit) = self.exit_cause(&span);
         let start = span.call.start.or(span.call.end).map_or(0, |t| t.mono_ns);
         let (why, rolls_back) = if why != NoCause::NoCriCallInFlight {
             (why, None)
-        } else if let Some(run) = self.rolled_back(span, start) {
+        } else if let Some(run) = self.rolled_back(&span, start) {
             (NoCause::Rollback, Some(run))
         } else if self.in_hole(start) {
             (NoCause::CaptureLoss, None)
@@ -473,7 +475,7 @@ impl Correlator {
             (why, None)
         };
         Correlated::Uncaused {
-            span: span.clone(),
+            span,
             why,
             exit,
             rolls_back,
@@ -585,7 +587,7 @@ impl Correlator {
                 && end_ts(d.call.end, d.call.start).saturating_add(NRI_SETTLE_NS) <= now;
             if settled {
                 let span = self.deliveries.remove(i);
-                out.push(self.no_cause(&span));
+                out.push(self.no_cause(span));
             } else {
                 i += 1;
             }
