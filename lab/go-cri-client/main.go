@@ -157,6 +157,14 @@ type criTruth struct {
 	Retry       uint32        `json:"retry"`
 }
 
+// noteTruth is truth::Truth::Note: something the client did or observed
+// that no CRI record shows (the adoption of a timed-out try's sandbox).
+type noteTruth struct {
+	Source string `json:"source"`
+	MonoNs uint64 `json:"mono_ns"`
+	Text   string `json:"text"`
+}
+
 type truthWriter struct {
 	mu sync.Mutex
 	f  *os.File
@@ -235,6 +243,14 @@ func dial(socket string) (*grpc.ClientConn, error) {
 }
 
 func strp(s string) *string { return &s }
+
+// note writes one truth Note record; a failed write is counted, as a CRI
+// record's is.
+func (c *client) note(text string) {
+	if err := c.truth.write(noteTruth{Source: "note", MonoNs: monoNs(), Text: text}); err != nil {
+		c.truthErrors++
+	}
+}
 
 // call runs f with a deadline of d and writes one truth record (retry 0).
 // ids, when not nil, fills sandbox / container ids from a successful
@@ -863,6 +879,10 @@ func (c *client) runPodSandboxRetried(spec *podSpec, o *retryOpts, res *retryRes
 		if timedOut && reserved {
 			if id := c.findReadySandbox(spec); id != "" {
 				logf("pod %s: adopted sandbox %s created by a RunPodSandbox try that timed out on the client", pod.Name, id)
+				// cri-driver's note (lab/src/cri.rs), word for word: the
+				// scenario check tells an adoption from a try that worked.
+				c.note(fmt.Sprintf("adopted sandbox %s of pod %s/%s attempt %d: created by an earlier RunPodSandbox try that timed out on the client",
+					id, pod.Namespace, pod.Name, pod.Attempt))
 				res.adopted = true
 				return id, nil
 			}
