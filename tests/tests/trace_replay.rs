@@ -22,7 +22,7 @@ use nri_trace::{
         },
         record::Record,
     },
-    model::{observation::Observation, record_file::SessionInfo},
+    model::{cri_call::CriOutcome, observation::Observation, record_file::SessionInfo},
     pipeline::replay::records_of_events_in,
 };
 use nri_trace_lab::truth::Truth;
@@ -528,4 +528,64 @@ fn a_flood_hole_is_placed_marked_and_correlated_after() {
     assert!(after >= 500, "{after} deliveries checked after the hole");
     let f = findings(&records);
     assert!(f.iter().all(|(_, _, certain)| !certain), "{f:?}");
+}
+
+/// A call cut by a hole (`flood-cut`, tests/fixtures/trace/README.md):
+/// the driver's StartContainer of load-71 was in flight when the floods'
+/// loss began; its response was lost, and the three plugins'
+/// START_CONTAINER deliveries, made 10 ms before the hole, are under it,
+/// not "no CRI call in flight" (as a faults_lab run said, 4 runs in 11).
+#[test]
+fn a_call_whose_response_a_hole_took_keeps_its_deliveries() {
+    let name = "flood-cut";
+    let evs = events(name);
+    let truth = truth(name);
+    let attach = evs
+        .iter()
+        .find_map(|e| match e {
+            CaptureEvent::Open(o) => Some(o.ts.mono_ns),
+            _ => None,
+        })
+        .expect("an open");
+    let (lost, holes) = trace_check::holes(&evs);
+    assert!(lost > 600_000, "{lost} records lost");
+    let hole_start = holes.iter().map(|h| h.0).min().expect("a hole");
+    let records = replay(evs);
+    let since = trace_check::settled_after(&truth, attach);
+    let mislabeled = trace_check::no_call_since(&records, since);
+    assert!(mislabeled.is_empty(), "{mislabeled:?}");
+    let cut: Vec<_> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::CriSpan(s)
+                if s.call.end.is_none()
+                    && s.call.start.is_some_and(|t| t.mono_ns < hole_start)
+                    && s.call.method.as_deref() == Some("StartContainer") =>
+            {
+                Some(s)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(cut.len(), 1, "{cut:#?}");
+    let s = cut[0];
+    assert_eq!(s.call.outcome, CriOutcome::Unknown, "{s:#?}");
+    let got: Vec<(String, String)> = s
+        .hooks
+        .iter()
+        .map(|h| (h.call.plugin.label(), h.hook.to_string()))
+        .collect();
+    assert_eq!(
+        got,
+        ["10-alpha", "20-beta", "30-gamma"].map(|p| (p.to_string(), "START_CONTAINER".to_string())),
+        "{s:#?}"
+    );
+    for h in &s.hooks {
+        let start = h.call.start.expect("the delivery's start").mono_ns;
+        assert!(start < hole_start, "{h:#?}");
+        assert_eq!(
+            h.call.container.as_ref().map(|c| c.id.as_str()),
+            s.call.container_id.as_deref()
+        );
+    }
 }

@@ -125,6 +125,9 @@ pub const LOSS_STRADDLE_NS: u64 = 10_000_000_000;
 /// it: kubelet's `runtimeRequestTimeout` (2 min by default) ends every CRI
 /// call it makes.
 const MAX_CALL_NS: u64 = 120_000_000_000;
+/// Holes this close are one: the ring stayed full between the reader's
+/// reports of them.
+const HOLES_TOUCH_NS: u64 = 1_000_000;
 
 /// Holes remembered (the newest).
 const MAX_HOLES: usize = 64;
@@ -313,7 +316,7 @@ fn cause_methods(call: &CriCall, d: &HookSpan) -> Vec<String> {
     let causes = hook_causes(&d.hook);
     match (&call.method, &call.identified) {
         (Some(m), _) => {
-            if causes.contains(&m.as_str()) {
+            if causes.contains(&m.as_str()) || undoes_create(call, d) {
                 vec![m.clone()]
             } else {
                 vec![]
@@ -334,6 +337,27 @@ fn cause_methods(call: &CriCall, d: &HookSpan) -> Vec<String> {
         }
         _ => vec![],
     }
+}
+
+/// Whether delivery `d` is a failed CreateContainer's undoing of its
+/// container: containerd 2.x tells the plugins StopContainer and
+/// RemoveContainer of the container it did not make, inside the call
+/// (`internal/cri/server/container_create.go` defers
+/// `nri.UndoCreateContainer` on error; seen on 2.3.7 when a validator
+/// rejected the adjustments, the lab's `adjustment-rejected`).
+/// The container is the one the request names (the pod is checked by
+/// [`same_object`]; a failed call has no container id).
+fn undoes_create(call: &CriCall, d: &HookSpan) -> bool {
+    call.method.as_deref() == Some("CreateContainer")
+        && !call.outcome.is_ok()
+        && matches!(
+            d.hook.event(),
+            Some(Event::StopContainer | Event::RemoveContainer)
+        )
+        && match (&call.container, &d.call.container) {
+            (Some(meta), Some(c)) => meta.name == c.name,
+            _ => false,
+        }
 }
 
 /// NRI events that containerd 1.7 delivers for an object only while its
@@ -410,6 +434,29 @@ impl Correlator {
             self.holes.pop_front();
         }
         self.holes.push_back((from, to.max(from)));
+    }
+
+    /// Until when `call` may hold deliveries (capture time): its end. A
+    /// call whose request was seen but not its end was in flight from its
+    /// start on: when a hole of the capture cut it (its response lost in
+    /// there, or undecodable after it), until the end of that hole (of
+    /// the run of holes that touch); without a hole, it was still open
+    /// when the capture ended.
+    fn holds_until(&self, call: &CriCall) -> u64 {
+        let (Some(start), None) = (call.start, call.end) else {
+            return end_of(call);
+        };
+        let mut holes = self.holes.iter().skip_while(|h| h.1 < start.mono_ns);
+        let Some(&(_, mut to)) = holes.next() else {
+            return u64::MAX;
+        };
+        for &(from, next_to) in holes {
+            if from > to.saturating_add(HOLES_TOUCH_NS) {
+                break;
+            }
+            to = to.max(next_to);
+        }
+        to
     }
 
     /// Whether a delivery begun at `start` may be of a call a hole took.
@@ -615,7 +662,7 @@ impl Correlator {
 
     /// Take the deliveries `call` made.
     fn claim(&mut self, mut call: CriCall) -> CriSpan {
-        let (start, end) = (call.start.map_or(0, |t| t.mono_ns), end_of(&call));
+        let (start, end) = (call.start.map_or(0, |t| t.mono_ns), self.holds_until(&call));
         let mut hooks = Vec::new();
         // For an unknown call: the methods that make every delivery it
         // holds, and what it was seen to name.
@@ -1118,6 +1165,90 @@ mod tests {
         c.on_cri(cri(Some("StopPodSandbox"), "s2", 6000, 6010));
         c.advance(6100 * MS, None, Some(6050 * MS), &mut out);
         assert_eq!(out.len(), 2, "{out:?}");
+    }
+
+    /// The response of a call was lost in a hole: its deliveries, begun
+    /// before the hole, are still its (a faults_lab run labeled them "no
+    /// CRI call in flight").
+    #[test]
+    fn a_call_whose_end_a_hole_took_holds_its_deliveries() {
+        let mut c = Correlator::new();
+        let mut out = Vec::new();
+        c.on_nri(
+            hook(Some(Event::StartContainer), "a", "s1", 60, 61),
+            &mut out,
+        );
+        // Three reports of one run of loss, then one much later.
+        c.on_loss(70 * MS, 140 * MS);
+        c.on_loss(140 * MS, 180 * MS);
+        c.on_loss(180 * MS, 1200 * MS);
+        c.on_loss(5000 * MS, 5100 * MS);
+        let mut cut = cri(Some("StartContainer"), "s1", 5, 5);
+        cut.end = None;
+        cut.duration_ns = None;
+        cut.outcome = CriOutcome::Unknown;
+        assert_eq!(c.holds_until(&cut), 1200 * MS);
+        c.on_cri(cut);
+        // A delivery of the same container after the run of holes is not
+        // that call's.
+        c.on_nri(
+            hook(Some(Event::StartContainer), "a", "s1", 1300, 1301),
+            &mut out,
+        );
+        c.finish(&mut out);
+        let spans = spans_of(&out);
+        assert_eq!(spans.len(), 1, "{out:?}");
+        assert_eq!(spans[0].hooks.len(), 1, "{out:?}");
+        assert_eq!(
+            spans[0].hooks[0].call.start.map(|t| t.mono_ns),
+            Some(60 * MS)
+        );
+        // Open when the capture ended: until then.
+        let mut open = cri(Some("StartContainer"), "s2", 6000, 6000);
+        open.end = None;
+        assert_eq!(c.holds_until(&open), u64::MAX);
+    }
+
+    /// containerd's undoing of a container it failed to create: its
+    /// StopContainer and RemoveContainer are the failed call's, and only
+    /// for the container the request named.
+    #[test]
+    fn a_failed_create_undoes_its_container() {
+        let mut c = Correlator::new();
+        let mut out = Vec::new();
+        let named = |event, name: &str, start| {
+            let mut h = hook(Some(event), "a", "s1", start, start + 1);
+            h.call.container = Some(crate::model::nri_call::ContainerRef {
+                id: format!("id-{name}"),
+                name: name.into(),
+                state: None,
+                exit_code: None,
+            });
+            h
+        };
+        c.on_nri(named(Event::StopContainer, "main", 20), &mut out);
+        c.on_nri(named(Event::RemoveContainer, "main", 22), &mut out);
+        c.on_nri(named(Event::StopContainer, "other", 24), &mut out);
+        let mut failed = cri(Some("CreateContainer"), "s1", 5, 40);
+        failed.container = Some(crate::decode::cri::message::ContainerMeta {
+            name: "main".into(),
+            attempt: 0,
+        });
+        failed.outcome = CriOutcome::Error {
+            code: 2,
+            status: "Unknown".into(),
+            message: "validator \"90-judge\" rejected container adjustment, reason: no".into(),
+        };
+        c.on_cri(failed);
+        c.finish(&mut out);
+        let spans = spans_of(&out);
+        let hooks: Vec<String> = spans[0].hooks.iter().map(|h| h.hook.to_string()).collect();
+        assert_eq!(hooks, ["STOP_CONTAINER", "REMOVE_CONTAINER"], "{out:?}");
+        assert_eq!(
+            out.len(),
+            2,
+            "the other container's stop is not its: {out:?}"
+        );
     }
 
     #[test]
