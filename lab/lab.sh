@@ -31,6 +31,11 @@ LAB="${NRI_TRACE_LAB_DIR:-/var/lib/nri-trace-lab}"
 LAB="${LAB%/}"
 REQUEST_TIMEOUT="${NRI_TRACE_LAB_REQUEST_TIMEOUT:-2s}"
 REGISTRATION_TIMEOUT="5s"
+# NRI's built-in default validator (containerd 2.2+, NRI v0.10+): off, as
+# containerd ships it, unless this names what it rejects, a comma list of
+# its reject_* settings (e.g. reject_oci_hook_adjustment; nri
+# plugins/default-validator/default-validator.go). Read at `up` only.
+DEFAULT_VALIDATOR="${NRI_TRACE_LAB_DEFAULT_VALIDATOR:-}"
 LOG_LEVEL="${NRI_TRACE_LAB_LOG_LEVEL:-info}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 LAB_TAG="lab"
@@ -501,7 +506,19 @@ EOF
 # (2.3 would migrate a version 3 file the same way, with a warning at every
 # start); everything else is as for 2.1.
 write_config_v3() { # snapshotter [output file]
-	local snap="$1" version=3 servers plugin_servers="" cdi
+	local snap="$1" version=3 servers plugin_servers="" cdi validator=""
+	if [[ -n $DEFAULT_VALIDATOR ]]; then
+		case $RUNTIME in
+		containerd-2.2 | containerd-2.3) ;;
+		*) die "NRI_TRACE_LAB_DEFAULT_VALIDATOR=$DEFAULT_VALIDATOR: $RUNTIME has no built-in NRI validator (containerd 2.2 and 2.3 do)" ;;
+		esac
+		validator=$'\n\n    # NRI\'s built-in default validator (NRI_TRACE_LAB_DEFAULT_VALIDATOR).\n    [plugins.\'io.containerd.nri.v1.nri\'.default_validator]\n      enable = true'
+		local key
+		for key in ${DEFAULT_VALIDATOR//,/ }; do
+			[[ $key =~ ^reject_[a-z_]+$ ]] || die "NRI_TRACE_LAB_DEFAULT_VALIDATOR: $key is not a reject_* setting of the default validator"
+			validator+=$'\n'"      $key = true"
+		done
+	fi
 	cdi=$'# No /etc/cdi here; CDI only adds log noise.\n    enable_cdi = false'
 	servers="$(
 		cat <<-EOF
@@ -562,7 +579,7 @@ $servers
     plugin_path = "$LAB/nri/plugins"
     plugin_config_path = "$LAB/nri/conf.d"
     plugin_registration_timeout = "$REGISTRATION_TIMEOUT"
-    plugin_request_timeout = "$REQUEST_TIMEOUT"
+    plugin_request_timeout = "$REQUEST_TIMEOUT"$validator
 
   [plugins.'io.containerd.cri.v1.images']
     snapshotter = "$snap"

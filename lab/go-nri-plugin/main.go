@@ -39,7 +39,7 @@
 // Usage:
 //
 //	go-nri-plugin -name NAME -idx NN -truth FILE [-socket PATH] [-events auto|all|old|LIST]
-//	    [-on EVENT=ok|delay:MS|error:MESSAGE ...] [-sched fifo|other] [-v]
+//	    [-on EVENT=ok|delay:MS|error:MESSAGE|adjust:PARTS ...] [-sched fifo|other] [-v]
 //	go-nri-plugin -version
 //
 // Pre-launched (NRI_PLUGIN_SOCKET set, no -socket): the runtime's socket
@@ -145,6 +145,7 @@ type action struct {
 	kind    string
 	ms      uint64
 	message string
+	parts   []string // adjust: what CreateContainer's reply adjusts
 }
 
 func (a action) json() map[string]any {
@@ -153,6 +154,8 @@ func (a action) json() map[string]any {
 		return map[string]any{"kind": "delay", "ms": a.ms}
 	case "error":
 		return map[string]any{"kind": "error", "message": a.message}
+	case "adjust":
+		return map[string]any{"kind": "adjust", "parts": a.parts}
 	}
 	return map[string]any{"kind": "ok"}
 }
@@ -164,6 +167,8 @@ func (a action) String() string {
 		return fmt.Sprintf("delay:%d", a.ms)
 	case "error":
 		return "error:" + a.message
+	case "adjust":
+		return "adjust:" + strings.Join(a.parts, ",")
 	}
 	return "ok"
 }
@@ -180,8 +185,16 @@ func parseAction(s string) (action, error) {
 		return action{kind: "delay", ms: ms}, nil
 	case strings.HasPrefix(s, "error:"):
 		return action{kind: "error", message: strings.TrimPrefix(s, "error:")}, nil
+	case strings.HasPrefix(s, "adjust:"):
+		parts := strings.Split(strings.TrimPrefix(s, "adjust:"), ",")
+		for _, p := range parts {
+			if p != "hooks" && p != "env" {
+				return action{}, fmt.Errorf("adjust:PARTS: unknown part %q (hooks, env)", p)
+			}
+		}
+		return action{kind: "adjust", parts: parts}, nil
 	}
-	return action{}, fmt.Errorf("unknown action %q (ok, delay:MS, error:MESSAGE)", s)
+	return action{}, fmt.Errorf("unknown action %q (ok, delay:MS, error:MESSAGE, adjust:hooks,env)", s)
 }
 
 type onFlags map[int32]action
@@ -346,7 +359,30 @@ func (p *plugin) RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) erro
 }
 
 func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
-	return nil, nil, p.act(ctx, 4, pod, c)
+	if err := p.act(ctx, 4, pod, c); err != nil {
+		return nil, nil, err
+	}
+	return p.on[4].adjustment(), nil, nil
+}
+
+// adjustment is what an adjust action answers CreateContainer with: an
+// OCI prestart hook (hooks; the kind of adjustment the runtime's default
+// validator can be set to reject, reject_oci_hook_adjustment), an
+// environment variable (env). nil for every other action.
+func (a action) adjustment() *api.ContainerAdjustment {
+	if a.kind != "adjust" {
+		return nil
+	}
+	adj := &api.ContainerAdjustment{}
+	for _, part := range a.parts {
+		switch part {
+		case "hooks":
+			adj.AddHooks(&api.Hooks{Prestart: []*api.Hook{{Path: "/bin/true"}}})
+		case "env":
+			adj.AddEnv("NRI_TRACE_LAB_ADJUSTED", "1")
+		}
+	}
+	return adj
 }
 
 func (p *plugin) PostCreateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
@@ -482,7 +518,7 @@ func main() {
 		version = flag.Bool("version", false, "print the NRI library version built in and exit")
 		on      = onFlags{}
 	)
-	flag.Var(on, "on", "EVENT=ACTION: ok, delay:MS (sleep, then answer) or error:MESSAGE (answer with that error: ttrpc status 2; a ValidateContainerAdjustment error is a rejection); repeatable")
+	flag.Var(on, "on", "EVENT=ACTION: ok, delay:MS (sleep, then answer), error:MESSAGE (answer with that error: ttrpc status 2; a ValidateContainerAdjustment error is a rejection) or, for CREATE_CONTAINER, adjust:PARTS (answer with an adjustment of hooks, env or both: adjust:hooks,env); repeatable")
 	flag.Parse()
 	if flag.NArg() != 0 {
 		fmt.Fprintf(os.Stderr, "go-nri-plugin: unexpected arguments %q\n", flag.Args())

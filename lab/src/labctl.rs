@@ -231,11 +231,21 @@ impl Lab {
     }
 
     fn script(&self, args: &[&str], request_timeout: Option<&str>) -> Result<()> {
+        self.script_with(args, request_timeout, &[])
+    }
+
+    fn script_with(
+        &self,
+        args: &[&str],
+        request_timeout: Option<&str>,
+        envs: &[(&str, &str)],
+    ) -> Result<()> {
         let mut cmd = Command::new("bash");
         cmd.arg(&self.script)
             .args(args)
             .env("NRI_TRACE_LAB_DIR", &self.dir)
-            .env(Runtime::ENV, self.runtime.name());
+            .env(Runtime::ENV, self.runtime.name())
+            .envs(envs.iter().copied());
         if let Some(t) = request_timeout {
             cmd.env("NRI_TRACE_LAB_REQUEST_TIMEOUT", t);
         }
@@ -256,6 +266,17 @@ impl Lab {
     /// Pre-launched plugins must be installed before.
     pub fn up(&self, request_timeout: &str) -> Result<()> {
         self.script(&["up"], Some(request_timeout))
+    }
+
+    /// [`Self::up`] with NRI's built-in default validator on, rejecting
+    /// what `rejects` names (its reject_* settings, comma-separated:
+    /// "reject_oci_hook_adjustment"); containerd 2.2 and 2.3 only.
+    pub fn up_validating(&self, request_timeout: &str, rejects: &str) -> Result<()> {
+        self.script_with(
+            &["up"],
+            Some(request_timeout),
+            &[("NRI_TRACE_LAB_DEFAULT_VALIDATOR", rejects)],
+        )
     }
 
     /// Restart containerd alone (pods, shims and containers stay).

@@ -16,6 +16,7 @@ use std::{
 
 use anyhow::{bail, ensure, Context, Result};
 
+pub mod adjustment_rejected;
 mod pod_resize;
 
 use crate::{
@@ -50,6 +51,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("netns-teardown", "2 pods with their own network namespace (the lab's bridge CNI network) and a shared PID namespace (pause is PID 1), one container each, full lifecycle, one external plugin: when the netns goes against the plugins' StopPodSandbox"),
     ("split-synchronize", "12 pods (one container each) whose annotations make 5.6 MiB, then a plugin registers: NRI >= 0.7 (containerd 2.1, not 1.7) splits its Synchronize under ttrpc's 4 MiB message limit, `more` set on all but the last; then one answering without `more` (a pre-v0.7 stub) registers and is closed"),
     ("cri-retry-slow-sandbox", "CRI-O only: RunPodSandbox slowed 3 s outside the CRI request's context (crio's pinns, as under i/o load), no NRI plugin; the driver retries the same name at 1 s deadlines: CRI-O's name reservation holds every retry (cri-o#4221; its log says \"name is reserved\"), the retry after the sandbox is made takes it from the resource cache"),
+    ("adjustment-rejected", "NRI validation failing CreateContainer (containerd 2.2, 2.3): the built-in default validator rejecting plugin 10-hooks' OCI hook (pod rejected-0), then validating plugin 90-judge rejecting 20-env's adjustment (pod rejected-1); go-nri-plugin on the v0.12.2 stub"),
     ("pod-resize", "a pod resized in place: CRI UpdatePodSandboxResources by k8s.io/cri-api's own Go client (lab/go-cri-resize, built by lab/go-cri-resize.sh through the Go module proxy); containerd 2.3 tells the plugins UpdatePodSandbox and PostUpdatePodSandbox inside the call; one plugin"),
     ("crictl", "while the driver runs 3 pod lifecycles, crictl (the CRI CLI an SRE runs on a node; sigs.k8s.io/cri-tools, built by lab/crictl.sh) lists and inspects pods and containers, stops one of 2 pods the driver made and force-removes both (pods, inspectp, ps, stopp, rmp -f) from a cgroup of its own; one plugin"),
     ("plugins-before-attach", "seven plugins registered before the observer attaches (external: --name/--idx flags, an NN-name binary with a name past comm's 15 bytes, an -idx-only binary, the upstream logger with Go's -idx/-name; pre-launched: flags, a bare NN-name binary), then 2 lifecycles"),
@@ -602,6 +604,7 @@ fn drive(r: &mut Run) -> Result<()> {
             r.driver(&["--backoff-ms", "250", "retry", "--deadline-ms", "1000"])?;
         }
         "pod-resize" => pod_resize::drive(r)?,
+        "adjustment-rejected" => adjustment_rejected::drive(r)?,
         "ignore-sigterm" => {
             r.up("2s")?;
             r.driver(&["ignore-sigterm", "--grace-secs", "2"])?;
@@ -3142,6 +3145,7 @@ pub fn verify(name: &str, path: &Path) -> Result<Vec<String>> {
         }
         "crictl" => facts.extend(crate::crictl::verify(&t)?),
         "pod-resize" => facts.extend(pod_resize::verify(&t)?),
+        "adjustment-rejected" => facts.extend(adjustment_rejected::verify(&t)?),
         "load" => {
             let n = all_cri_ok(&t)?;
             let pods = pods_of(&t, "load");

@@ -195,6 +195,10 @@ pub enum Action {
     /// no `more`); a runtime that splits its Synchronize then closes the
     /// plugin (nri v0.7+ `pkg/adaptation/plugin.go` `synchronize`).
     Unsplit,
+    /// CreateContainer only (go-nri-plugin's `adjust:PARTS`): answer with
+    /// an adjustment of these parts of the container ("hooks": an OCI
+    /// prestart hook; "env": an environment variable).
+    Adjust { parts: Vec<String> },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -520,7 +520,9 @@ impl Shared {
         );
         log::info!("{what}: {action:?}");
         match action {
-            Action::Ok | Action::Unsplit => ok_response(reply_payload),
+            // nri-test-plugin never adjusts (its configuration has no
+            // adjust action: go-nri-plugin's, on upstream's stub).
+            Action::Ok | Action::Unsplit | Action::Adjust { .. } => ok_response(reply_payload),
             Action::Delay { ms } => {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
                 ok_response(reply_payload)

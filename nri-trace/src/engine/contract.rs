@@ -14,6 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::{
+    adjustment_rejected,
     correlate::{CriSpan, NoCause},
     findings::{
         rule, Certainty, Detail, Evidence, Severity, Violation, CONTAINER_BEFORE_POD_READY,
@@ -43,7 +44,7 @@ pub struct ContractConfig {
     pub hook_budget_ns: Option<u64>,
 }
 
-fn nri_evidence(h: &HookSpan) -> Evidence {
+pub(super) fn nri_evidence(h: &HookSpan) -> Evidence {
     Evidence::Nri {
         conn: h.call.conn,
         stream_id: h.call.stream_id,
@@ -54,7 +55,7 @@ fn nri_evidence(h: &HookSpan) -> Evidence {
     }
 }
 
-fn cri_evidence(c: &CriCall) -> Evidence {
+pub(super) fn cri_evidence(c: &CriCall) -> Evidence {
     Evidence::Cri {
         conn: c.conn,
         stream_id: c.stream_id,
@@ -484,6 +485,7 @@ impl ContractChecker {
         }
         self.check_missed(s, out);
         self.check_missed_after_restart(s, out);
+        out.extend(adjustment_rejected::check(s, self.certainty(None)));
         if let Some(h) = s.hooks.iter().rfind(|h| h.hook == "RUN_POD_SANDBOX") {
             if let Some(p) = &h.call.pod {
                 let end = h.call.end.map_or(u64::MAX, |t| t.mono_ns);

@@ -50,6 +50,7 @@ pub const PROCESS_SURVIVES_SIGKILL: &str = "process-survives-sigkill";
 pub const TEARDOWN_UNMOUNT_FAILED: &str = "teardown-unmount-failed";
 pub const TEARDOWN_REMOVE_FAILED: &str = "teardown-remove-failed";
 pub const SPLIT_SYNCHRONIZE_REPLY: &str = "split-synchronize-reply";
+pub const ADJUSTMENT_REJECTED: &str = "adjustment-rejected";
 
 /// Every rule this build checks (docs/contract.md).
 pub const RULES: &[Rule] = &[
@@ -124,6 +125,12 @@ pub const RULES: &[Rule] = &[
         statement: "a pod or container is not requested again with the same name and attempt after a client deadline (it runs into the runtime's name reservation until the first request ends)",
         source: "CRI-O issue 4221; containerd name reservation (PROTOCOL-NOTES.md)",
         severity: Severity::Warning,
+    },
+    Rule {
+        id: ADJUSTMENT_REJECTED,
+        statement: "the adjustments plugins make to a container pass every validator (the runtime's built-in default validator, plugins serving ValidateContainerAdjustment); a rejection fails CRI CreateContainer",
+        source: "containerd/nri docs/validation-plugins.md; plugins/default-validator/default-validator.go (NRI v0.10+)",
+        severity: Severity::Error,
     },
     Rule {
         id: SPLIT_SYNCHRONIZE_REPLY,
@@ -293,6 +300,18 @@ pub enum Detail {
         reply_more: bool,
         reply_updates: usize,
     },
+    /// adjustment-rejected: `validator` (a plugin's label, or the
+    /// runtime's built-in one, `builtin`: not on any socket) rejected the
+    /// adjustments of `container` for `reason`; `adjusted_by`: the plugins
+    /// whose adjustments it rejected (those the reason names, else every
+    /// plugin that adjusted the container), with what each adjusted.
+    AdjustmentRejected {
+        validator: String,
+        builtin: bool,
+        reason: String,
+        container: Option<String>,
+        adjusted_by: Vec<AdjustedBy>,
+    },
     /// process-survives-sigkill: `pid` alive `after_ns` after SIGKILL from
     /// `sender`.
     ProcessSurvivesSigkill {
@@ -312,6 +331,14 @@ pub enum Detail {
         pid: u32,
         within_ns: u64,
     },
+}
+
+/// A plugin's adjustment of a container: what it adjusted ("hooks",
+/// "env", ...: `model::nri_call::adjusted_parts`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AdjustedBy {
+    pub plugin: String,
+    pub parts: Vec<String>,
 }
 
 /// What was done to a pod's path.

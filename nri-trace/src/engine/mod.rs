@@ -8,7 +8,8 @@
 //!   them ([`correlate::CriSpan`]), or labeled with why none did.
 //! - [`contract`]: the NRI contract rules checked over the correlated
 //!   stream (docs/contract.md); [`sandbox_rules`]: the kernel's side of a
-//!   teardown; [`conformance`]: the clauses a runtime keeps or breaks
+//!   teardown; [`adjustment_rejected`]: a validator's rejection of the
+//!   plugins' adjustments; [`conformance`]: the clauses a runtime keeps or breaks
 //!   by design, tallied over every pod instead of found per pod.
 //! - [`findings`]: what both give: [`findings::Violation`]s with evidence,
 //!   and the rules they break.
@@ -24,6 +25,7 @@
 //!   latency of CRI calls.
 //! - [`pod_index`]: which pod a record is about, from the ids it names.
 
+pub mod adjustment_rejected;
 pub mod conformance;
 pub mod contract;
 pub mod correlate;

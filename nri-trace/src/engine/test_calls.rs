@@ -88,6 +88,7 @@ pub(crate) fn hook(
         synchronized_pods: Vec::new(),
         synchronized_containers: Vec::new(),
         split_part: None,
+        adjustment: None,
     };
     HookSpan {
         hook: event.map_or_else(|| Hook::Method("Synchronize".into()), Hook::Event),

@@ -275,6 +275,26 @@ pub struct NriCall {
     /// every other call, the last part of a split one included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split_part: Option<SplitPart>,
+    /// What the plugin's reply did to the container, typed (the
+    /// adjustment-rejected rule reads it): a CreateContainer reply's
+    /// adjustment, a ValidateContainerAdjustment reply's verdict. `None`
+    /// for every other call, a CreateContainer that adjusted nothing, and
+    /// without a decoded response.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adjustment: Option<Adjustment>,
+}
+
+/// A plugin's reply about a container's adjustment (NRI v0.10+
+/// `ValidateContainerAdjustmentResponse`; `ContainerAdjustment`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Adjustment {
+    /// CreateContainer: the parts of the container the plugin adjusted
+    /// ("hooks", "env", "seccomp", ...: [`adjusted_parts`]).
+    Made { parts: Vec<String> },
+    /// ValidateContainerAdjustment: the validator's verdict on every
+    /// plugin's adjustments, and its reason when it rejected them.
+    Validated { rejected: bool, reason: String },
 }
 
 /// The plugin's answer to a Synchronize part sent with `more` set. The
@@ -421,6 +441,7 @@ impl PendingCall {
             synchronized_pods: Vec::new(),
             synchronized_containers: Vec::new(),
             split_part: None,
+            adjustment: None,
         }
     }
 }
@@ -437,6 +458,7 @@ struct PendingCall {
     synchronized_pods: Vec<String>,
     synchronized_containers: Vec<String>,
     split_part: Option<SplitPart>,
+    adjustment: Option<Adjustment>,
 }
 
 /// What the plugin's end of a connection showed of one runtime call.
@@ -1021,6 +1043,7 @@ impl NriCallAssembler {
                     synchronized_pods,
                     synchronized_containers,
                     split_part,
+                    adjustment: None,
                 };
                 // Bounded: NRI has one call in flight per plugin, so a
                 // connection with this many is garbage or lost responses;
@@ -1174,6 +1197,7 @@ impl NriCallAssembler {
                         part.reply_more = Some(r.more);
                         part.reply_updates = r.update.len();
                     }
+                    p.adjustment = adjustment_of(&b);
                     if let ResponseBody::Configure(r) = &b {
                         st.events = Some(
                             event_names(r.events)
@@ -1451,6 +1475,7 @@ fn partial_reply(conn: ConnId, st: &ConnState, key: CallKey, e: EarlyReply) -> N
         synchronized_pods: Vec::new(),
         synchronized_containers: Vec::new(),
         split_part: None,
+        adjustment: None,
     }
 }
 
@@ -1516,6 +1541,7 @@ fn complete_call(
         synchronized_pods: p.synchronized_pods,
         synchronized_containers: p.synchronized_containers,
         split_part: p.split_part,
+        adjustment: p.adjustment,
     }
 }
 
@@ -1633,6 +1659,53 @@ fn describe_request(b: RequestBody) -> (Option<Event>, Subject, String) {
                 .unwrap_or_default();
             (Some(event), subject, s)
         }
+    }
+}
+
+/// The parts of a container an adjustment touches, by name.
+pub fn adjusted_parts(a: &api::ContainerAdjustment) -> Vec<String> {
+    let mut parts = Vec::new();
+    let mut part = |name: &str, set: bool| {
+        if set {
+            parts.push(name.to_string());
+        }
+    };
+    part("annotations", !a.annotations.is_empty());
+    part("mounts", !a.mounts.is_empty());
+    part("env", !a.env.is_empty());
+    part("rlimits", !a.rlimits.is_empty());
+    part("CDI devices", !a.cdi_devices.is_empty());
+    part("args", !a.args.is_empty());
+    part("hooks", a.hooks.is_some());
+    if let Some(l) = &a.linux {
+        part("devices", !l.devices.is_empty());
+        part("resources", l.resources.is_some());
+        part("cgroups path", !l.cgroups_path.is_empty());
+        part("oom_score_adj", l.oom_score_adj.is_some());
+        part("seccomp", l.seccomp_policy.is_some());
+        part("namespaces", !l.namespaces.is_empty());
+        part("sysctl", !l.sysctl.is_empty());
+        part("I/O priority", l.io_priority.is_some());
+        part("net devices", !l.net_devices.is_empty());
+        part("scheduler", l.scheduler.is_some());
+        part("RDT", l.rdt.is_some());
+        part("memory policy", l.memory_policy.is_some());
+    }
+    parts
+}
+
+/// The typed [`Adjustment`] of a decoded reply, if it is about one.
+fn adjustment_of(b: &ResponseBody) -> Option<Adjustment> {
+    match b {
+        ResponseBody::CreateContainer(r) => {
+            let parts = r.adjust.as_ref().map(adjusted_parts).unwrap_or_default();
+            (!parts.is_empty()).then_some(Adjustment::Made { parts })
+        }
+        ResponseBody::ValidateContainerAdjustment(r) => Some(Adjustment::Validated {
+            rejected: r.reject,
+            reason: r.reason.clone(),
+        }),
+        _ => None,
     }
 }
 

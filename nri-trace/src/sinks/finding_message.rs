@@ -138,6 +138,30 @@ pub fn sentence(detail: &Detail, plugin: Option<&str>, pod: Option<&str>) -> Str
              more={reply_more} and {reply_updates} updates: a runtime on NRI >= 0.7 closes such a \
              plugin (built on an NRI stub older than v0.7?)"
         ),
+        Detail::AdjustmentRejected {
+            validator,
+            builtin,
+            reason,
+            container,
+            adjusted_by,
+        } => {
+            let whose = if adjusted_by.is_empty() {
+                "the plugins' adjustments (none seen adjusting it)".to_string()
+            } else {
+                adjusted_by
+                    .iter()
+                    .map(|a| format!("{}'s ({})", a.plugin, a.parts.join(", ")))
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+                    + if adjusted_by.len() == 1 { " adjustment" } else { " adjustments" }
+            };
+            format!(
+                "validator {validator}{} rejected {whose} of container {} in {}: {reason}; CreateContainer failed",
+                if *builtin { " (built into the runtime)" } else { "" },
+                container.as_deref().unwrap_or("?"),
+                pod.unwrap_or("?"),
+            )
+        }
         Detail::ProcessSurvivesSigkill {
             pid,
             comm,

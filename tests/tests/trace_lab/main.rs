@@ -47,6 +47,7 @@ mod lifecycle;
 mod resize;
 mod retry;
 mod terminating;
+mod validation;
 
 use std::{ffi::OsStr, path::Path, sync::Arc};
 

@@ -58,6 +58,9 @@ pub fn rule_explanation(rule: &str) -> &'static str {
         findings::NAME_RESERVATION_RETRY => {
             "A pod or container is not requested again with the same name and attempt after the client's deadline: the retry runs into the runtime's name reservation until the first request ends; the finding says how long the pod was held up (CRI-O issue 4221; containerd name reservation)."
         }
+        findings::ADJUSTMENT_REJECTED => {
+            "A container's adjustments must pass every validator: the runtime's built-in default validator (containerd 2.2+, CRI-O 1.34+, off unless configured) and plugins serving ValidateContainerAdjustment. A rejection fails CRI CreateContainer, so kubelet retries and the pod stays in ContainerCreating; the finding names the validator, the plugins whose adjustments it rejected and its reason (containerd/nri docs/validation-plugins.md)."
+        }
         findings::UNEXPLAINED_AFTER_RESTART => {
             "After a runtime restart, plugins must still know the pods that existed before it: an event of such a pod may only reach a plugin told of it since (its Synchronize listed it, or it got the pod's RunPodSandbox), and the pod's StopPodSandbox / RemovePodSandbox must still deliver their events. containerd keeps NRI state in memory: after a restart it was seen to drop them (PROTOCOL-NOTES.md; docs/contract.md)."
         }
