@@ -64,23 +64,19 @@ pub fn check(s: &CriSpan, certainty: Certainty) -> Option<Violation> {
                 Some(Adjustment::Validated { rejected: true, .. })
             )
     });
-    let (validator, reason, builtin) = match on_wire {
-        Some(h) => {
-            let Some(Adjustment::Validated { reason, .. }) = &h.call.adjustment else {
-                return None;
-            };
-            (h.call.plugin.label(), reason.clone(), false)
-        }
-        None => {
-            let (name, reason) = from_message(message)?;
-            // A validator the runtime delivered to is a plugin; one it did
-            // not is built in.
-            let builtin = !s.hooks.iter().any(|h| {
-                h.hook.event() == Some(Event::ValidateContainerAdjustment)
-                    && h.call.plugin.label() == name
-            });
-            (name, reason, builtin)
-        }
+    let (validator, reason, builtin) = if let Some(Adjustment::Validated { reason, .. }) =
+        on_wire.and_then(|h| h.call.adjustment.as_ref())
+    {
+        (on_wire?.call.plugin.label(), reason.clone(), false)
+    } else {
+        let (name, reason) = from_message(message)?;
+        // A validator the runtime delivered to is a plugin; one it did not
+        // is built in.
+        let builtin = !s.hooks.iter().any(|h| {
+            h.hook.event() == Some(Event::ValidateContainerAdjustment)
+                && h.call.plugin.label() == name
+        });
+        (name, reason, builtin)
     };
     let adjusters: Vec<_> = s
         .hooks

@@ -148,12 +148,12 @@ pub fn sentence(detail: &Detail, plugin: Option<&str>, pod: Option<&str>) -> Str
             let whose = if adjusted_by.is_empty() {
                 "the plugins' adjustments (none seen adjusting it)".to_string()
             } else {
-                adjusted_by
+                let who: Vec<_> = adjusted_by
                     .iter()
                     .map(|a| format!("{}'s ({})", a.plugin, a.parts.join(", ")))
-                    .collect::<Vec<_>>()
-                    .join(" and ")
-                    + if adjusted_by.len() == 1 { " adjustment" } else { " adjustments" }
+                    .collect();
+                let noun = if who.len() == 1 { "adjustment" } else { "adjustments" };
+                format!("{} {noun}", who.join(" and "))
             };
             format!(
                 "validator {validator}{} rejected {whose} of container {} in {}: {reason}; CreateContainer failed",
