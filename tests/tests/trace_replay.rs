@@ -473,6 +473,28 @@ fn a_tick_settles_the_last_call_of_a_quiet_runtime() {
     assert_eq!(replay(with_tick), replay(evs));
 }
 
+/// A flood fixture's events, truth, and its first connection's open (the
+/// attach).
+fn flood(name: &str) -> (Vec<CaptureEvent>, Vec<Truth>, u64) {
+    let evs = events(name);
+    let attach = evs
+        .iter()
+        .find_map(|e| match e {
+            CaptureEvent::Open(o) => Some(o.ts.mono_ns),
+            _ => None,
+        })
+        .expect("an open");
+    (evs, truth(name), attach)
+}
+
+/// The holes a flood's loss reports place (a flood loses over 600,000
+/// records).
+fn holes_of(evs: &[CaptureEvent]) -> Vec<(u64, u64)> {
+    let (lost, holes) = trace_check::holes(evs);
+    assert!(lost > 600_000, "{lost} records lost");
+    holes
+}
+
 /// A flood's hole (`flood-loss`: nri-trace `b` of tests/tests/faults_lab.rs,
 /// a loaded containerd 1.7 whose NRI socket a hostile peer flooded with a
 /// million empty multiplexer frames): the kernel dropped 675,129 records
@@ -485,18 +507,9 @@ fn a_tick_settles_the_last_call_of_a_quiet_runtime() {
 #[test]
 fn a_flood_hole_is_placed_marked_and_correlated_after() {
     let name = "flood-loss";
-    let evs = events(name);
-    let truth = truth(name);
-    let attach = evs
-        .iter()
-        .find_map(|e| match e {
-            CaptureEvent::Open(o) => Some(o.ts.mono_ns),
-            _ => None,
-        })
-        .expect("an open");
+    let (evs, truth, attach) = flood(name);
     // Where the hole is: the loss reports' stamps, not their place.
-    let (lost, holes) = trace_check::holes(&evs);
-    assert!(lost > 600_000, "{lost} records lost");
+    let holes = holes_of(&evs);
     let hole_end = holes.iter().map(|h| h.1).max().expect("a hole");
     // The real connections (the plugins', their ends, the driver's): each
     // marks the hole at its first syscall after it.
@@ -538,17 +551,8 @@ fn a_flood_hole_is_placed_marked_and_correlated_after() {
 #[test]
 fn a_call_whose_response_a_hole_took_keeps_its_deliveries() {
     let name = "flood-cut";
-    let evs = events(name);
-    let truth = truth(name);
-    let attach = evs
-        .iter()
-        .find_map(|e| match e {
-            CaptureEvent::Open(o) => Some(o.ts.mono_ns),
-            _ => None,
-        })
-        .expect("an open");
-    let (lost, holes) = trace_check::holes(&evs);
-    assert!(lost > 600_000, "{lost} records lost");
+    let (evs, truth, attach) = flood(name);
+    let holes = holes_of(&evs);
     let hole_start = holes.iter().map(|h| h.0).min().expect("a hole");
     let records = replay(evs);
     let since = trace_check::settled_after(&truth, attach);
