@@ -42,10 +42,11 @@ use crate::{
     model::{cri_call::CriOutcome, nri_call::Adjustment},
 };
 
-/// containerd/nri `ValidationResult`: a validating plugin's rejection.
+/// containerd/nri `ValidationResult`: a validator's rejection, a plugin's
+/// or the built-in default validator's (containerd 2.2.9 and 2.3.7).
 const REJECTED: (&str, &str) = ("validator \"", "\" rejected container adjustment, reason: ");
 /// containerd/nri `plugin.ValidateContainerAdjustment`: a validator that
-/// failed (the built-in default validator's rejections come this way).
+/// failed to answer (a plugin's ttrpc error or timeout).
 const FAILED: (&str, &str) = ("validator plugin ", " failed: ");
 
 /// The finding for CRI call `s`, if it is a CreateContainer a validator
