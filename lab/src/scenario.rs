@@ -1264,6 +1264,26 @@ pub fn go_nri_plugin(lab: &Lab, versions: &[&str]) -> Result<Vec<PathBuf>> {
         .collect()
 }
 
+/// Start go-nri-plugin `bin` as `idx`-`name` with `args`, dialing the
+/// lab's NRI socket itself and writing to the run's truth file (its log
+/// beside it), and wait for its Synchronize.
+fn start_go_plugin(r: &mut Run, bin: &Path, name: &str, idx: &str, args: &[&str]) -> Result<()> {
+    let log = std::fs::File::create(r.out.join(format!("plugin-{idx}-{name}.log")))?;
+    let child = Command::new(bin)
+        .arg("-socket")
+        .arg(r.lab.nri_socket())
+        .args(["-idx", idx, "-name", name, "-truth"])
+        .arg(&r.truth)
+        .args(args)
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("starting {} as {idx}-{name}", bin.display()))?;
+    r.plugins.push(child);
+    let synced = |e: &PluginEvent| matches!(e, PluginEvent::Synchronized { .. });
+    r.wait_plugin(name, synced, Duration::from_secs(10))
+}
+
 /// `go-plugins`: go-nri-plugin on the v0.12.2 and on the v0.8.0 stub, each
 /// dialing the lab's NRI socket itself (`-socket`, `-idx`, `-name`, Go's
 /// flag forms: nri-trace, attached after their registration, names them
@@ -1274,21 +1294,8 @@ fn go_plugins(r: &mut Run) -> Result<()> {
     let versions: Vec<&str> = GO_PLUGINS.iter().map(|p| p.2).collect();
     let bins = go_nri_plugin(&r.lab, &versions)?;
     r.lab.up("2s")?;
-    let socket = r.lab.nri_socket();
-    for ((name, idx, version), bin) in GO_PLUGINS.iter().zip(&bins) {
-        let log = std::fs::File::create(r.out.join(format!("plugin-{idx}-{name}.log")))?;
-        let child = Command::new(bin)
-            .arg("-socket")
-            .arg(&socket)
-            .args(["-idx", idx, "-name", name, "-truth"])
-            .arg(&r.truth)
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting {} ({version})", bin.display()))?;
-        r.plugins.push(child);
-        let synced = |e: &PluginEvent| matches!(e, PluginEvent::Synchronized { .. });
-        r.wait_plugin(name, synced, Duration::from_secs(10))?;
+    for ((name, idx, _), bin) in GO_PLUGINS.iter().zip(&bins) {
+        start_go_plugin(r, bin, name, idx, &[])?;
     }
     r.note("all plugins registered")?;
     r.attach_observer()?;

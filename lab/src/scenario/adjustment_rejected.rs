@@ -28,12 +28,10 @@
 //! go-nri-plugin on the NRI project's v0.12.2 stub (its `adjust:` and
 //! `error:` actions). The driver tears each pod down after the error.
 
-use std::{process::Command, time::Duration};
-
 use anyhow::{bail, ensure, Context, Result};
 
-use super::{deliveries, go_nri_plugin, Run};
-use crate::truth::{Outcome, PluginEvent, Truth};
+use super::{deliveries, go_nri_plugin, start_go_plugin, Run};
+use crate::truth::{Outcome, Truth};
 
 /// The pods, one per phase.
 pub const PODS: [&str; 2] = ["rejected-0", "rejected-1"];
@@ -46,7 +44,7 @@ pub(super) fn drive(r: &mut Run) -> Result<()> {
         .context("go-nri-plugin v0.12.2")?;
     r.lab.up_validating("2s", "reject_oci_hook_adjustment")?;
     r.attach_observer()?;
-    start(
+    start_go_plugin(
         r,
         &bin,
         "hooks",
@@ -58,7 +56,7 @@ pub(super) fn drive(r: &mut Run) -> Result<()> {
     let mut hooks = r.plugins.pop().context("plugin 10-hooks")?;
     hooks.kill().ok();
     hooks.wait().ok();
-    start(
+    start_go_plugin(
         r,
         &bin,
         "env",
@@ -66,27 +64,8 @@ pub(super) fn drive(r: &mut Run) -> Result<()> {
         &["-on", "CREATE_CONTAINER=adjust:env"],
     )?;
     let judge = format!("VALIDATE_CONTAINER_ADJUSTMENT=error:{JUDGE_REASON}");
-    start(r, &bin, "judge", "90", &["-on", &judge])?;
+    start_go_plugin(r, &bin, "judge", "90", &["-on", &judge])?;
     failed_up(r, PODS[1])
-}
-
-/// Start go-nri-plugin `idx`-`name` with `args` and wait for its
-/// Synchronize.
-fn start(r: &mut Run, bin: &std::path::Path, name: &str, idx: &str, args: &[&str]) -> Result<()> {
-    let log = std::fs::File::create(r.out.join(format!("plugin-{idx}-{name}.log")))?;
-    let child = Command::new(bin)
-        .arg("-socket")
-        .arg(r.lab.nri_socket())
-        .args(["-idx", idx, "-name", name, "-truth"])
-        .arg(&r.truth)
-        .args(args)
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .with_context(|| format!("starting go-nri-plugin {idx}-{name}"))?;
-    r.plugins.push(child);
-    let synced = |e: &PluginEvent| matches!(e, PluginEvent::Synchronized { .. });
-    r.wait_plugin(name, synced, Duration::from_secs(10))
 }
 
 /// `cri-driver up` of pod `name`, whose CreateContainer must fail; the

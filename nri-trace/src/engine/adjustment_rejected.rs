@@ -58,17 +58,16 @@ pub fn check(s: &CriSpan, certainty: Certainty) -> Option<Violation> {
     let CriOutcome::Error { message, .. } = &s.call.outcome else {
         return None;
     };
-    let on_wire = s.hooks.iter().find(|h| {
-        h.hook.event() == Some(Event::ValidateContainerAdjustment)
-            && matches!(
-                h.call.adjustment,
-                Some(Adjustment::Validated { rejected: true, .. })
-            )
+    // A validating plugin's rejection, and its reason, from its reply.
+    let on_wire = s.hooks.iter().find_map(|h| match &h.call.adjustment {
+        Some(Adjustment::Validated {
+            rejected: true,
+            reason,
+        }) if h.hook.event() == Some(Event::ValidateContainerAdjustment) => Some((h, reason)),
+        _ => None,
     });
-    let (validator, reason, builtin) = if let Some(Adjustment::Validated { reason, .. }) =
-        on_wire.and_then(|h| h.call.adjustment.as_ref())
-    {
-        (on_wire?.call.plugin.label(), reason.clone(), false)
+    let (validator, reason, builtin) = if let Some((h, reason)) = on_wire {
+        (h.call.plugin.label(), reason.clone(), false)
     } else {
         let (name, reason) = from_message(message)?;
         // A validator the runtime delivered to is a plugin; one it did not
@@ -99,7 +98,7 @@ pub fn check(s: &CriSpan, certainty: Certainty) -> Option<Violation> {
     };
     let mut evidence = vec![cri_evidence(&s.call)];
     evidence.extend(offenders.iter().map(|(h, _)| nri_evidence(h)));
-    evidence.extend(on_wire.map(nri_evidence));
+    evidence.extend(on_wire.map(|(h, _)| nri_evidence(h)));
     Some(Violation {
         rule: ADJUSTMENT_REJECTED,
         severity: Severity::Error,
