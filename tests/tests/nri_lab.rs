@@ -224,12 +224,14 @@ fn split_synchronize_on(group: &str, runtime: nri_trace_lab::labctl::Runtime) {
         .is_some_and(|p| p.follows_protocol() == Some(true))));
     let split_findings: Vec<_> = trace_check::findings(&records)
         .into_iter()
-        .filter(|(rule, _, _)| *rule == nri_trace::engine::findings::SPLIT_SYNCHRONIZE_REPLY)
+        .filter(|(rule, _, _)| {
+            *rule == nri_trace::engine::contract::split_synchronize_reply::RULE.id
+        })
         .collect();
     assert_eq!(
         split_findings,
         vec![(
-            nri_trace::engine::findings::SPLIT_SYNCHRONIZE_REPLY,
+            nri_trace::engine::contract::split_synchronize_reply::RULE.id,
             Some("20-stale".to_string()),
             true
         )]

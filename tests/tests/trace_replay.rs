@@ -15,18 +15,16 @@ use std::path::Path;
 
 use nri_trace::{
     capture::{recording, CaptureEvent},
-    engine::{
-        findings::{
-            HOOK_OVER_BUDGET, NAME_RESERVATION_RETRY, PLUGIN_TIMEOUT, POD_UNKNOWN_TO_PLUGIN,
-            TEARDOWN_HOOK_FAILED, UNEXPLAINED_AFTER_RESTART,
-        },
-        record::Record,
-    },
+    engine::record::Record,
     model::{cri_call::CriOutcome, observation::Observation, record_file::SessionInfo},
     pipeline::replay::records_of_events_in,
 };
 use nri_trace_lab::truth::Truth;
 use trace_check::findings;
+use trace_check::rule_ids::{
+    HOOK_OVER_BUDGET, NAME_RESERVATION_RETRY, PLUGIN_TIMEOUT, POD_UNKNOWN_TO_PLUGIN,
+    TEARDOWN_HOOK_FAILED, UNEXPLAINED_AFTER_RESTART,
+};
 
 const CRI: &str = "/var/lib/nri-trace-lab/run/containerd.sock";
 const NRI: &str = "/var/lib/nri-trace-lab/run/nri.sock";

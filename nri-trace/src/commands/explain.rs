@@ -10,8 +10,8 @@ use anyhow::{bail, Context, Result};
 use nri_trace::{
     capture::session,
     engine::{
-        contract::ContractConfig, record::Record, sandbox_rules::SETTLE_NS, teardown::TeardownLog,
-        teardown::Verdict,
+        contract::sandbox::SETTLE_NS, contract::ContractConfig, record::Record,
+        teardown::TeardownLog, teardown::Verdict,
     },
     pipeline::{live, replay, source, target, target::Follow, target::Target, Ending, Pipeline},
     pipeline::{Progress, Sink, Stop},

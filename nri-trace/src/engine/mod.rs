@@ -6,13 +6,12 @@
 //!   latency histograms.
 //! - [`correlate`]: NRI deliveries attached to the CRI calls that caused
 //!   them ([`correlate::CriSpan`]), or labeled with why none did.
-//! - [`contract`]: the NRI contract rules checked over the correlated
-//!   stream (docs/contract.md); [`sandbox_rules`]: the kernel's side of a
-//!   teardown; [`adjustment_rejected`]: a validator's rejection of the
-//!   plugins' adjustments; [`conformance`]: the clauses a runtime keeps or breaks
-//!   by design, tallied over every pod instead of found per pod.
-//! - [`findings`]: what both give: [`findings::Violation`]s with evidence,
-//!   and the rules they break.
+//! - [`contract`]: the contract rules, one file each, checked over the
+//!   correlated stream and the kernel's side of a teardown
+//!   (docs/contract.md); [`conformance`]: the clauses a runtime keeps or
+//!   breaks by design, tallied over every pod instead of found per pod.
+//! - [`findings`]: what the rules give: [`findings::Violation`]s with
+//!   evidence.
 //! - [`record`]: what the engine gives its sinks ([`record::Record`]).
 //! - [`pods`]: the pod model (identity, phase, timeline, findings) the
 //!   views render.
@@ -25,7 +24,6 @@
 //!   latency of CRI calls.
 //! - [`pod_index`]: which pod a record is about, from the ids it names.
 
-pub mod adjustment_rejected;
 pub mod conformance;
 pub mod contract;
 pub mod correlate;
@@ -36,8 +34,6 @@ pub mod hook_latency;
 pub mod pod_index;
 pub mod pods;
 pub mod record;
-pub mod sandbox_rules;
-pub mod split_reply;
 pub mod sync_clause;
 pub mod teardown;
 pub mod trace_engine;

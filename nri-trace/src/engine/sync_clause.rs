@@ -38,7 +38,10 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::Serialize;
 
-use super::{correlate::CriSpan, hook_latency::HookSpan, split_reply::split_reply_detail};
+use super::{
+    contract::split_synchronize_reply::split_reply_detail, correlate::CriSpan,
+    hook_latency::HookSpan,
+};
 use crate::{
     capture::{cri_state::CriState, ConnId, Timestamp},
     decode::nri::message::Event,
@@ -428,7 +431,7 @@ impl SyncClause {
         if split_reply_detail(&h.call).is_some() {
             // The plugin answered a split part against the protocol: the
             // runtime closes it and its registration fails
-            // (split_reply.rs), so no pod is decided for it.
+            // (contract/split_synchronize_reply.rs), so no pod is decided for it.
             self.registrations.retain(|r| !same(r));
             return;
         }

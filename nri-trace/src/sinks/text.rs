@@ -12,7 +12,7 @@
 //! (`TraceEngine::settled_before`), or after [`HOLD_NS`] of capture time
 //! (a hung call does not hold the others back), or when more than
 //! [`MAX_HELD`] are held. Kernel events are
-//! shown where they explain something (`engine::sandbox_rules::explains`)
+//! shown where they explain something (`engine::contract::sandbox::explains`)
 //! unless `--kernel all`, on the line of the CRI call they happened during
 //! when one was about their container or pod (a StopContainer's SIGTERM,
 //! SIGKILL and the exit), else on a line of their own. A plugin shows as its registration
@@ -39,13 +39,13 @@ use crate::{
         Timestamp,
     },
     engine::{
+        contract::sandbox,
         correlate::{CriSpan, NoCause},
         findings::{Certainty, Violation},
         hook_latency::HookSpan,
         pod_index::{PodIndex, PodName},
         pods::PodModel,
         record::Record,
-        sandbox_rules,
     },
     human::{clock, duration, duration_opt, sanitize},
     model::{cri_call::Identified, nri_call::PluginId, observation::Observation},
@@ -218,7 +218,7 @@ impl<W: Write> TextSink<W> {
             }
             Record::Violation(v) => {
                 // The finding says whether the runtime closed the plugin's
-                // connection (contract.rs report_timeout).
+                // connection (contract/plugin_timeout.rs report_timeout).
                 if is_disconnect(v) {
                     if let Some(p) = &v.plugin {
                         if self.timed_out.len() < 1024 {
@@ -554,7 +554,7 @@ impl<W: Write> Sink for TextSink<W> {
     fn record(&mut self, r: &Record) -> io::Result<()> {
         self.pods.learn(r);
         if let Record::Observed(Observation::Sandbox(e)) = r {
-            if !self.all_kernel && !sandbox_rules::explains(e) {
+            if !self.all_kernel && !sandbox::explains(e) {
                 return Ok(());
             }
         }

@@ -4,6 +4,8 @@
 //! of committed recordings (trace_replay.rs).
 #![allow(dead_code)]
 
+pub(crate) mod rule_ids;
+
 use std::collections::BTreeMap;
 
 use nri_trace::engine::{

@@ -54,15 +54,7 @@ use std::{ffi::OsStr, path::Path, sync::Arc};
 use lab_trace::{json_lines, TraceProc};
 use nri_trace::{
     capture::sandbox::SandboxOp,
-    engine::{
-        correlate::NoCause,
-        findings::{
-            Detail, HOOK_OVER_BUDGET, NAME_RESERVATION_RETRY, PLUGIN_TIMEOUT,
-            POD_UNKNOWN_TO_PLUGIN, PROCESS_SURVIVES_SIGKILL, TEARDOWN_HOOK_FAILED,
-            TEARDOWN_UNMOUNT_FAILED, UNEXPLAINED_AFTER_RESTART,
-        },
-        record::Record,
-    },
+    engine::{correlate::NoCause, findings::Detail, record::Record},
     model::{
         cri_call::{CriCall, CriOutcome, Identified},
         observation::Observation,
@@ -72,6 +64,11 @@ use nri_trace::{
 use nri_trace_lab::{
     labctl::{Lab, Runtime},
     truth::{self, PluginEvent, Truth},
+};
+use trace_check::rule_ids::{
+    HOOK_OVER_BUDGET, NAME_RESERVATION_RETRY, PLUGIN_TIMEOUT, POD_UNKNOWN_TO_PLUGIN,
+    PROCESS_SURVIVES_SIGKILL, TEARDOWN_HOOK_FAILED, TEARDOWN_UNMOUNT_FAILED,
+    UNEXPLAINED_AFTER_RESTART,
 };
 use trace_check::{finding_details, findings};
 

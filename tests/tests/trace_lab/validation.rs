@@ -9,8 +9,9 @@
 //! adjusted, and the validator's reason. containerd 2.2 (NRI v0.11) and
 //! 2.3 (v0.12): the runtimes with validation.
 
-use nri_trace::engine::findings::{AdjustedBy, Certainty, ADJUSTMENT_REJECTED};
+use nri_trace::engine::findings::{AdjustedBy, Certainty};
 use nri_trace_lab::scenario::adjustment_rejected::{JUDGE_REASON, PODS};
+use trace_check::rule_ids::ADJUSTMENT_REJECTED;
 
 use super::*;
 

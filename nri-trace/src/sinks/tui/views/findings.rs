@@ -13,60 +13,16 @@ use ratatui::{
 use super::{age, list_table, matches, window_start, Theme};
 use crate::human::{clock_ms, sanitize};
 use crate::{
-    engine::findings::{self, Certainty, Severity},
+    engine::{
+        contract,
+        findings::{Certainty, Severity},
+    },
     sinks::finding_message::evidence_words,
     sinks::tui::{
         app::{App, View},
         state::{Finding, TuiState},
     },
 };
-
-/// What rule `rule` means for whoever reads the finding (docs/contract.md);
-/// empty for a rule this build does not know.
-pub fn rule_explanation(rule: &str) -> &'static str {
-    match rule {
-        findings::POD_EVENT_ORDER => {
-            "Each plugin must see a pod's RunPodSandbox, StopPodSandbox, RemovePodSandbox in that order (nri PR 286 contract item 4)."
-        }
-        findings::CONTAINER_EVENT_ORDER => {
-            "Each plugin must see a container's Create, Start, Stop, Remove in that order (nri pkg/adaptation container lifecycle)."
-        }
-        findings::CONTAINER_BEFORE_POD_READY => {
-            "No workload container may be created or started before the RunPodSandbox hook completes (nri PR 286 contract item 5)."
-        }
-        findings::CONTAINER_IN_STOPPED_POD => {
-            "No container may be created or started in a pod after its StopPodSandbox (nri PR 286 contract items 2, 6)."
-        }
-        findings::UNSUBSCRIBED_DELIVERED => {
-            "A plugin only receives the events it subscribed to in Configure (nri pkg/api Configure, events mask)."
-        }
-        findings::SUBSCRIBED_NOT_DELIVERED => {
-            "Every connected plugin subscribed to an event receives it; one registering during an operation may miss it: the Synchronize race (nri issue 63)."
-        }
-        findings::POD_UNKNOWN_TO_PLUGIN => {
-            "Every pod a plugin receives events for was announced to it, in Synchronize or by RunPodSandbox; checked for plugins whose Synchronize nri-trace saw. A plugin that registered while the pod's RunPodSandbox was in flight gets its teardown events without ever having been told of it (nri issue 63, the Synchronize race)."
-        }
-        findings::TEARDOWN_HOOK_FAILED => {
-            "A plugin error or timeout on the teardown path must not block or fail the CRI operation nor stop delivery to later plugins; critical when the CRI call failed with it or later plugins were not called (nri PR 286 teardown clause; CRI-O issue 4221)."
-        }
-        findings::PLUGIN_TIMEOUT => {
-            "A plugin that does not answer within the request timeout is disconnected by the runtime and misses what follows; a second finding at the end counts what it missed (nri pkg/adaptation plugin request timeout)."
-        }
-        findings::HOOK_OVER_BUDGET => {
-            "A hook's own time stays under its budget: by default half the plugin request timeout the runtime sent with it (kubelet's runtime-request-timeout leaves the hooks a share of it)."
-        }
-        findings::NAME_RESERVATION_RETRY => {
-            "A pod or container is not requested again with the same name and attempt after the client's deadline: the retry runs into the runtime's name reservation until the first request ends; the finding says how long the pod was held up (CRI-O issue 4221; containerd name reservation)."
-        }
-        findings::ADJUSTMENT_REJECTED => {
-            "A container's adjustments must pass every validator: the runtime's built-in default validator (containerd 2.2+, CRI-O 1.34+, off unless configured) and plugins serving ValidateContainerAdjustment. A rejection fails CRI CreateContainer, so kubelet retries and the pod stays in ContainerCreating; the finding names the validator, the plugins whose adjustments it rejected and its reason (containerd/nri docs/validation-plugins.md)."
-        }
-        findings::UNEXPLAINED_AFTER_RESTART => {
-            "After a runtime restart, plugins must still know the pods that existed before it: an event of such a pod may only reach a plugin told of it since (its Synchronize listed it, or it got the pod's RunPodSandbox), and the pod's StopPodSandbox / RemovePodSandbox must still deliver their events. containerd keeps NRI state in memory: after a restart it was seen to drop them (PROTOCOL-NOTES.md; docs/contract.md)."
-        }
-        other => findings::rule(other).map_or("", |r| r.statement),
-    }
-}
 
 pub fn severity_name(s: Severity) -> &'static str {
     match s {
@@ -206,7 +162,7 @@ pub fn render(f: &mut Frame<'_>, area: Rect, app: &App, st: &TuiState, th: &Them
 
 fn render_detail(f: &mut Frame<'_>, area: Rect, st: &TuiState, fd: &Finding, th: Theme) {
     let v = &fd.violation;
-    let rule = findings::rule(v.rule);
+    let rule = contract::rule(v.rule);
     let mut lines = vec![
         Line::from(vec![
             Span::styled(v.rule, th.header()),
@@ -252,8 +208,11 @@ fn render_detail(f: &mut Frame<'_>, area: Rect, st: &TuiState, fd: &Finding, th:
         lines.push(Line::from(spans));
     }
     lines.push(Line::from(Span::styled("Rule", th.header())));
-    lines.push(Line::from(rule_explanation(v.rule)));
+    // What the rule means for whoever reads the finding (docs/contract.md);
+    // a rule this build does not know (a record file from a newer one)
+    // shows its id alone.
     if let Some(r) = rule {
+        lines.push(Line::from(r.statement));
         lines.push(Line::from(Span::styled(
             format!("source: {}", r.source),
             th.dim(),
@@ -265,17 +224,4 @@ fn render_detail(f: &mut Frame<'_>, area: Rect, st: &TuiState, fd: &Finding, th:
             .title(" Evidence (Esc closes) "),
     );
     f.render_widget(p, area);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_rule_has_an_explanation() {
-        for r in findings::RULES {
-            assert!(!rule_explanation(r.id).is_empty(), "{}", r.id);
-        }
-        assert_eq!(rule_explanation("no-such-rule"), "");
-    }
 }

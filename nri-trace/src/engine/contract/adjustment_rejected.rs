@@ -31,15 +31,22 @@
 //! those of its CreateContainer deliveries whose replies adjusted the
 //! container, narrowed to the ones the reason names when it names any.
 
-use super::{
-    contract::{cri_evidence, nri_evidence},
-    correlate::CriSpan,
-    findings::{AdjustedBy, Certainty, Detail, Severity, Violation, ADJUSTMENT_REJECTED},
-    hook_latency::Hook,
-};
+use super::{cri_evidence, nri_evidence, Rule};
 use crate::{
     decode::nri::message::Event,
+    engine::{
+        correlate::CriSpan,
+        findings::{AdjustedBy, Certainty, Detail, Severity, Violation},
+        hook_latency::Hook,
+    },
     model::{cri_call::CriOutcome, nri_call::Adjustment},
+};
+
+pub const RULE: Rule = Rule {
+    id: "adjustment-rejected",
+    severity: Severity::Error,
+    statement: "the adjustments plugins make to a container pass every validator: the runtime's built-in default validator (containerd 2.2+, CRI-O 1.34+; off unless configured) and plugins serving ValidateContainerAdjustment (NRI v0.10+). A rejection fails CRI CreateContainer: kubelet retries it and the pod stays in ContainerCreating. Found at that CreateContainer: the validator and its reason from a rejecting ValidateContainerAdjustment reply under it (`adjustment` `validated`, rejected), else from the runtime's error (`validator \"NAME\" rejected container adjustment, reason: ...` or `validator plugin NAME failed: ...`; a validator no delivery went to is `builtin`); the plugins whose adjustments it rejected are those of the call's CreateContainer deliveries whose replies adjusted the container (`adjustment` `made`), narrowed to the ones the reason names",
+    source: "containerd/nri docs/validation-plugins.md, pkg/adaptation/adaptation.go validateContainerAdjustment, pkg/api/validate.go ValidationResult, plugins/default-validator/default-validator.go",
 };
 
 /// containerd/nri `ValidationResult`: a validator's rejection, a plugin's
@@ -51,7 +58,7 @@ const FAILED: (&str, &str) = ("validator plugin ", " failed: ");
 
 /// The finding for CRI call `s`, if it is a CreateContainer a validator
 /// made fail.
-pub fn check(s: &CriSpan, certainty: Certainty) -> Option<Violation> {
+pub(super) fn check(s: &CriSpan, certainty: Certainty) -> Option<Violation> {
     if s.call.method.as_deref() != Some("CreateContainer") {
         return None;
     }
@@ -100,8 +107,8 @@ pub fn check(s: &CriSpan, certainty: Certainty) -> Option<Violation> {
     evidence.extend(offenders.iter().map(|(h, _)| nri_evidence(h)));
     evidence.extend(on_wire.map(|(h, _)| nri_evidence(h)));
     Some(Violation {
-        rule: ADJUSTMENT_REJECTED,
-        severity: Severity::Error,
+        rule: RULE.id,
+        severity: RULE.severity,
         certainty,
         ts: s.call.end.or(s.call.start)?,
         pod: s.call.pod.as_ref().map(ToString::to_string),
@@ -157,6 +164,36 @@ fn names_plugin(reason: &str, label: &str) -> bool {
     })
 }
 
+/// `validator` rejected the adjustments of `container` in `pod`.
+pub(super) fn sentence(
+    pod: &str,
+    validator: &str,
+    builtin: bool,
+    reason: &str,
+    container: Option<&str>,
+    adjusted_by: &[AdjustedBy],
+) -> String {
+    let whose = if adjusted_by.is_empty() {
+        "the plugins' adjustments (none seen adjusting it)".to_string()
+    } else {
+        let who: Vec<_> = adjusted_by
+            .iter()
+            .map(|a| format!("{}'s ({})", a.plugin, a.parts.join(", ")))
+            .collect();
+        let noun = if who.len() == 1 {
+            "adjustment"
+        } else {
+            "adjustments"
+        };
+        format!("{} {noun}", who.join(" and "))
+    };
+    format!(
+        "validator {validator}{} rejected {whose} of container {} in {pod}: {reason}; CreateContainer failed",
+        if builtin { " (built into the runtime)" } else { "" },
+        container.unwrap_or("?"),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,7 +244,7 @@ mod tests {
             ],
         );
         let v = check(&s, Certainty::Certain).expect("a finding");
-        assert_eq!(v.rule, ADJUSTMENT_REJECTED);
+        assert_eq!(v.rule, RULE.id);
         assert_eq!(v.plugin.as_deref(), Some("10-hooks"));
         let Detail::AdjustmentRejected {
             validator,

@@ -12,13 +12,44 @@
 //! node whose pods outgrow 4 MiB of state it is closed at registration.
 //! The model records the answer ([`SplitPart`]); this judges it.
 
-use super::findings::Detail;
-use crate::model::nri_call::{NriCall, SplitPart};
+use super::{nri_evidence, ts0, ContractChecker, Rule};
+use crate::{
+    engine::{
+        findings::{Detail, Severity, Violation},
+        hook_latency::HookSpan,
+    },
+    model::nri_call::{NriCall, SplitPart},
+};
+
+pub const RULE: Rule = Rule {
+    id: "split-synchronize-reply",
+    severity: Severity::Error,
+    statement: "a plugin answers each part of a split Synchronize that has more to come (`more` set) with `more` echoed and no updates; its updates go with the last part. Any other answer makes a runtime on NRI >= 0.7 close the plugin, whose registration then fails: a plugin built on an NRI stub older than v0.7 answers `more` false (its `SynchronizeResponse` has no such field), which only shows on a node whose pods outgrow one 4 MiB ttrpc message. From the call's `split_part` (docs/nri.md); a registration that fails so decides nothing in `synchronize-tells-existing-pods`",
+    source: "containerd/nri v0.7+ pkg/adaptation/plugin.go synchronize (\"plugin does not handle split sync requests\"); pkg/stub/stub.go answers More: req.More",
+};
+
+impl ContractChecker {
+    /// Synchronize call `h`'s answer, if it was a split part.
+    pub(super) fn check_split_reply(&self, h: &HookSpan, out: &mut Vec<Violation>) {
+        if let Some(detail) = split_reply_detail(&h.call) {
+            out.push(Violation {
+                rule: RULE.id,
+                severity: RULE.severity,
+                certainty: self.certainty(self.plugins.get(&h.call.conn)),
+                ts: h.call.end.or(h.call.start).unwrap_or_else(ts0),
+                pod: None,
+                plugin: Some(h.call.plugin.label()),
+                detail,
+                evidence: vec![nri_evidence(h)],
+            });
+        }
+    }
+}
 
 /// What is wrong with `call`'s answer as a split Synchronize part with
 /// more to come; `None` when it follows the protocol, is not such a part,
 /// or has no decoded answer.
-pub fn split_reply_detail(call: &NriCall) -> Option<Detail> {
+pub(crate) fn split_reply_detail(call: &NriCall) -> Option<Detail> {
     let SplitPart {
         reply_more,
         reply_updates,
@@ -32,6 +63,20 @@ pub fn split_reply_detail(call: &NriCall) -> Option<Detail> {
         reply_more,
         reply_updates,
     })
+}
+
+/// `plugin`'s answer to a Synchronize part of `pods` pods, more to come.
+pub(super) fn sentence(
+    plugin: &str,
+    pods: usize,
+    reply_more: bool,
+    reply_updates: usize,
+) -> String {
+    format!(
+        "{plugin} answered a split Synchronize part ({pods} pods, more to come) with \
+         more={reply_more} and {reply_updates} updates: a runtime on NRI >= 0.7 closes such a \
+         plugin (built on an NRI stub older than v0.7?)"
+    )
 }
 
 #[cfg(test)]
