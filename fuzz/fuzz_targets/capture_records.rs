@@ -12,7 +12,7 @@ use nri_trace::{
         record,
         tracker::{ConnFacts, ConnTracker},
     },
-    model::trace_decoder::TraceDecoder,
+    assemble::trace_decoder::TraceDecoder,
 };
 use nri_trace_fuzz::{parts, CRI_SOCKET, NRI_SOCKET};
 

@@ -17,7 +17,7 @@
 //! `cri_decode/<name>/<input>`, throughput in captured payload bytes):
 //!
 //! - `full`: the decoder stage of the pipeline, as `watch` and `debug cri`
-//!   run it (`model::trace_decoder::TraceDecoder`: routing, HTTP/2
+//!   run it (`assemble::trace_decoder::TraceDecoder`: routing, HTTP/2
 //!   framing, HPACK, gRPC message reassembly, chunk time stamps, streams,
 //!   method inference, protobuf decoding, pod and container identity,
 //!   observations and their clock), with a fresh decoder per run and the
@@ -69,13 +69,14 @@ use std::{
 
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput};
 use nri_trace::{
+    assemble::trace_decoder::TraceDecoder,
     capture::{recording, CaptureEvent, ConnId, Direction},
     decode::cri::{
         connection::{H2Connection, H2Event, Side},
         message::{self, CriMethod, MessageDecodeError},
     },
     model::cri_call::Identified,
-    model::{observation::Observation, trace_decoder::TraceDecoder},
+    model::observation::Observation,
     pipeline::source::session_of_events,
 };
 

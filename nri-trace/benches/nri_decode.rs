@@ -7,7 +7,7 @@
 //! `nri_decode`, throughput in captured payload bytes):
 //!
 //! - `full`: the decoder stage of the pipeline, as `watch` and `debug nri`
-//!   run it (`model::trace_decoder::TraceDecoder`: routing, mux framing,
+//!   run it (`assemble::trace_decoder::TraceDecoder`: routing, mux framing,
 //!   ttrpc framing, protobuf decoding, request/response matching, plugin
 //!   identity, observations and their clock), with a fresh decoder per run
 //!   and the events borrowed, not cloned. (Hook timing is the engine's:
@@ -55,16 +55,13 @@ use std::{
 
 use criterion::{BatchSize, Criterion, Throughput};
 use nri_trace::{
+    assemble::{nri::NriCallAssembler, trace_decoder::TraceDecoder},
     capture::{recording, CaptureEvent, Chunk, ConnId, Direction},
     decode::nri::{
         message::{self, Method, RequestBody, ResponseBody},
         ttrpc::{MessageType, MuxTtrpc, TtrpcEvent, TtrpcMessage},
     },
-    model::{
-        nri_call::{NriCallAssembler, NriObservation},
-        observation::Observation,
-        trace_decoder::TraceDecoder,
-    },
+    model::{nri_call::NriObservation, observation::Observation},
     pipeline::replay::records_of_events,
 };
 

@@ -87,12 +87,10 @@ use std::{
 
 use criterion::{BatchSize, Criterion, SamplingMode, Throughput};
 use nri_trace::{
+    assemble::trace_decoder::TraceDecoder,
     capture::{recording, CaptureEvent, ConnId, Direction, ProcessEvent, Timestamp},
     engine::{pods::PodModel, record::Record, trace_engine::TraceEngine},
-    model::{
-        cri_call::CriOutcome, observation::Observation, record_file::SessionInfo,
-        trace_decoder::TraceDecoder,
-    },
+    model::{cri_call::CriOutcome, observation::Observation, record_file::SessionInfo},
     pipeline::{replay::records_of_events_in, Ending, Pipeline, Sink},
 };
 

@@ -5,7 +5,8 @@
 //! stages after it (docs/architecture.md):
 //!
 //! ```text
-//! probe (nri-trace-ebpf) -> capture -> decode -> model -> engine -> sinks
+//! probe (nri-trace-ebpf) -> capture -> decode -> assemble -> engine -> sinks
+//!                                                  (model: the types they pass)
 //! ```
 //!
 //! - [`capture`]: eBPF syscall tracepoints on the runtime's unix sockets
@@ -13,6 +14,8 @@
 //!   and sandbox events ([`capture::CaptureEvent`]).
 //! - [`decode`]: byte streams to calls (NRI: multiplexer, ttrpc, protobuf;
 //!   CRI: HTTP/2, HPACK, gRPC, protobuf).
+//! - [`assemble`]: decoded messages to typed calls, each request matched
+//!   with its response per connection.
 //! - [`model`]: typed calls and kernel events ([`model::nri_call::NriCall`],
 //!   [`model::cri_call::CriCall`], [`model::observation::Observation`]) and
 //!   the record file that carries them.
@@ -24,6 +27,7 @@
 //! - [`doctor`]: checks that this node can run the probes.
 //! - [`human`]: durations, clocks and sanitized text for people.
 
+pub mod assemble;
 pub mod capture;
 pub mod decode;
 pub mod doctor;

@@ -31,8 +31,9 @@ use std::{
 use async_trait::async_trait;
 use futures::StreamExt as _;
 use nri_trace::{
+    assemble::nri::NriCallAssembler,
     capture::{CaptureEvent, Chunk, ConnId, ConnOpen, Direction, Origin, Syscall, Timestamp},
-    model::nri_call::{NriCall, NriCallAssembler, NriObservation, Outcome},
+    model::nri_call::{NriCall, NriObservation, Outcome},
 };
 use nri_trace_lab::nri_api as api;
 use prost::Message as _;

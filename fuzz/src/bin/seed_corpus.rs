@@ -20,10 +20,8 @@ use nri_trace::{
         },
         nri::ttrpc::{MuxTtrpc, TtrpcEvent},
     },
-    model::{
-        record_file::{RecordWriter, SessionInfo},
-        trace_decoder::TraceDecoder,
-    },
+    assemble::trace_decoder::TraceDecoder,
+    model::record_file::{RecordWriter, SessionInfo},
 };
 use nri_trace_common::{RecordHeader, RecordKind, Syscall, FLAG_LAST, MAX_CHUNK};
 use nri_trace_fuzz::{recordings, CRI_SOCKET, NRI_SOCKET, SEP};

@@ -8,8 +8,9 @@ use std::{
 
 use anyhow::{bail, Result};
 use nri_trace::{
+    assemble::trace_decoder::TraceDecoder,
     capture::{recording::RecordingWriter, session::SessionConfig, CaptureEvent},
-    model::{observation::Observation, trace_decoder::TraceDecoder},
+    model::observation::Observation,
     output,
     pipeline::{
         live::{self, Stage},

@@ -195,7 +195,7 @@ pub enum Detail {
 }
 
 /// A plugin's adjustment of a container: what it adjusted ("hooks",
-/// "env", ...: `model::nri_call::adjusted_parts`).
+/// "env", ...: `assemble::nri::adjusted_parts`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AdjustedBy {
     pub plugin: String,

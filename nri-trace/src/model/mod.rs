@@ -1,12 +1,15 @@
-//! The model stage: typed calls and events, built from decoded messages.
+//! The model stage: typed calls and events (the assemblers of `assemble`
+//! build them from decoded messages).
 //!
 //! - [`nri_call`]: [`nri_call::NriCall`]s — every NRI request matched with
-//!   its response, the plugin it went to, and how it ended.
+//!   its response, the plugin it went to, and how it ended (matched by
+//!   `assemble::nri`).
 //! - [`plugin_identity`]: a plugin's `IDX-NAME` inferred from its process
 //!   when its RegisterPlugin went before the capture.
 //! - [`cri_call`]: [`cri_call::CriCall`]s — every CRI gRPC call on the
 //!   runtime's CRI socket with its pod/container, deadline and outcome,
-//!   and how its method is known (seen, inferred with evidence, unknown).
+//!   and how its method is known (seen, inferred with evidence, unknown;
+//!   `assemble::cri` makes them).
 //! - [`cri_client`]: who made a CRI call ([`cri_client::CriClient`]: the
 //!   pid, comm, cgroup and systemd unit of its connection's client).
 //! - [`observation`]: what the engine is fed ([`observation::Observation`]:
@@ -16,13 +19,9 @@
 //!   (versioned NDJSON, docs/schema.md), and their redaction.
 //! - [`recorder`]: the flight recorder (`nri-trace record`): record-file
 //!   segments in a directory, rotated and bounded in size and age.
-//! - [`trace_decoder`]: one runtime's CRI and NRI sockets decoded together
-//!   into observations.
-//! - [`chunk_stamps`]: stream offsets to capture timestamps.
 //!
 //! This stage knows nothing of the engine or the sinks after it.
 
-pub mod chunk_stamps;
 pub mod cri_call;
 pub mod cri_client;
 pub mod nri_call;
@@ -30,4 +29,3 @@ pub mod observation;
 pub mod plugin_identity;
 pub mod record_file;
 pub mod recorder;
-pub mod trace_decoder;

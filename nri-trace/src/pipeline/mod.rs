@@ -32,6 +32,7 @@ use std::{
 };
 
 use crate::{
+    assemble::trace_decoder::TraceDecoder,
     capture::{recording::RecordingWriter, CaptureEvent},
     engine::{
         conformance::ClauseTally, contract::ContractConfig, cri_latency::MethodSummary,
@@ -41,7 +42,6 @@ use crate::{
         observation::Observation,
         record_file::{redact, RecordWriter, SessionEnd, SessionInfo},
         recorder::Recorder,
-        trace_decoder::TraceDecoder,
     },
 };
 pub use filter::Filter;

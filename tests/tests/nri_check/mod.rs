@@ -128,7 +128,7 @@ pub(crate) struct Report {
     /// Of those, deliveries on a plugin end the capture follows (other
     /// deliveries on it have plugin time) whose reply was not paired: the
     /// NRI stage lets the capture move PLUGIN_REPLY_WAIT_NS (5 ms,
-    /// model/nri_call.rs) past the runtime's read of the reply before it
+    /// assemble/nri/) past the runtime's read of the reply before it
     /// gives up on the plugin's write, and a plugin
     /// thread descheduled inside its write longer than that (a busy
     /// machine: stop 39's CI-like run, builds beside the lab) is stamped

@@ -865,7 +865,7 @@ mod tests {
         // A status response tells the status methods apart from the rest,
         // not from each other (PodSandboxStatus and ContainerStatus
         // both begin {1: id, 2: metadata, 3: state}): which kind of id it is
-        // must tell (model/cri_call.rs).
+        // must tell (assemble/cri/).
         let status = enc(&cri::PodSandboxStatusResponse {
             status: Some(cri::PodSandboxStatus {
                 id: "a".repeat(64),

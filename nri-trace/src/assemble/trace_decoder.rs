@@ -11,12 +11,15 @@ use std::{
     path::PathBuf,
 };
 
-use super::{
-    cri_call::{CriCallAssembler, CriObservation},
-    nri_call::{NriCallAssembler, NriObservation},
-    observation::Observation,
+use super::{cri::CriCallAssembler, nri::NriCallAssembler};
+use crate::{
+    capture::{CaptureEvent, ConnId, ProcessEvent},
+    model::{
+        cri_call::{CriObservation, CriStats},
+        nri_call::NriObservation,
+        observation::Observation,
+    },
 };
-use crate::capture::{CaptureEvent, ConnId, ProcessEvent};
 
 /// A [`Observation::Clock`] is written when capture time has moved on by
 /// this much since the last one (or a call came, or the oldest CRI call in
@@ -193,12 +196,12 @@ impl TraceDecoder {
 
     /// What the CRI decoder met that was not a call (undecodable
     /// messages, resyncs...).
-    pub fn cri_stats(&self) -> super::cri_call::CriStats {
+    pub fn cri_stats(&self) -> CriStats {
         self.cri.stats()
     }
 
     /// What the NRI decoder met that was not a call.
-    pub fn nri_stats(&self) -> super::nri_call::AssemblerStats {
+    pub fn nri_stats(&self) -> super::nri::AssemblerStats {
         self.nri.stats()
     }
 
