@@ -531,7 +531,7 @@ fn make_stuck_inner(
             })?;
             // Own netns: with the hook hung the network teardown runs on
             // an expired context and fails, so the first StopPodSandbox
-            // fails every time (scenario.rs hung_teardown_hook).
+            // fails every time (scenario/hung_teardown.rs hung_teardown_hook).
             up_args.push("--netns".into());
         }
         Cause::PluginErrorOnStop => {

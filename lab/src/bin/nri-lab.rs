@@ -72,8 +72,8 @@ fn main() -> Result<()> {
     env_logger::init();
     match Cli::parse().cmd {
         Cmd::List => {
-            for (n, d) in SCENARIOS {
-                println!("{n:<20} {d}");
+            for s in SCENARIOS {
+                println!("{:<20} {}", s.name, s.about);
             }
         }
         Cmd::Run { name, out } => {

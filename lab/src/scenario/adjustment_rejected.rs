@@ -30,13 +30,23 @@
 
 use anyhow::{bail, ensure, Context, Result};
 
-use super::{deliveries, go_nri_plugin, start_go_plugin, Run};
+use super::{go_nri_plugin, go_plugins::start_go_plugin, truth_checks::deliveries, Run, Scenario};
 use crate::truth::{Outcome, Truth};
 
 /// The pods, one per phase.
 pub const PODS: [&str; 2] = ["rejected-0", "rejected-1"];
 /// What 90-judge answers every ValidateContainerAdjustment with.
 pub const JUDGE_REASON: &str = "no adjustments from strangers";
+
+pub(super) const ADJUSTMENT_REJECTED: Scenario = Scenario {
+    name: "adjustment-rejected",
+    about: "NRI validation failing CreateContainer (containerd 2.2, 2.3): the built-in default validator rejecting plugin 10-hooks' OCI hook (pod rejected-0), then validating plugin 90-judge rejecting 20-env's adjustment (pod rejected-1); go-nri-plugin on the v0.12.2 stub",
+    drive,
+    check: |t, facts| {
+        facts.extend(verify(t)?);
+        Ok(())
+    },
+};
 
 pub(super) fn drive(r: &mut Run) -> Result<()> {
     let bin = go_nri_plugin(&r.lab, &["v0.12.2"])?

@@ -11,12 +11,26 @@ use std::process::Command;
 
 use anyhow::{bail, ensure, Context, Result};
 
-use super::{all_cri_ok, deliveries, go_lab_binary, sandbox_id_of, Run};
+use super::{
+    go_lab_binary, sandbox_id_of,
+    truth_checks::{all_cri_ok, deliveries, ms},
+    Run, Scenario,
+};
 use crate::truth::{Outcome, Truth};
 
 /// The pod and the plugin of the scenario.
 const POD: &str = "resize-0";
 const PLUGIN: &str = "resize";
+
+pub(super) const POD_RESIZE: Scenario = Scenario {
+    name: "pod-resize",
+    about: "a pod resized in place: CRI UpdatePodSandboxResources by k8s.io/cri-api's own Go client (lab/go-cri-resize, built by lab/go-cri-resize.sh through the Go module proxy); containerd 2.3 tells the plugins UpdatePodSandbox and PostUpdatePodSandbox inside the call; one plugin",
+    drive,
+    check: |t, facts| {
+        facts.extend(verify(t)?);
+        Ok(())
+    },
+};
 
 pub(super) fn drive(r: &mut Run) -> Result<()> {
     r.up("2s")?;
@@ -95,6 +109,6 @@ pub(super) fn verify(t: &[Truth]) -> Result<Vec<String>> {
     Ok(vec![format!(
         "{n} CRI calls ok; UpdatePodSandboxResources took {:.1} ms, with {PLUGIN}'s \
          UpdatePodSandbox and PostUpdatePodSandbox inside it",
-        super::ms(end - start)
+        ms(end - start)
     )])
 }

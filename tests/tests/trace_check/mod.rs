@@ -199,7 +199,7 @@ pub(crate) fn hook_plugins(
 }
 
 /// The plugins of the late-attach scenarios with plugins, all registered
-/// before the observer attached (lab/src/scenario.rs).
+/// before the observer attached (lab/src/scenario/late_attach.rs).
 pub(crate) fn late_attach_plugins(scenario: &str) -> Vec<&'static str> {
     if scenario.contains("-go-") {
         vec!["05-pre", "10-alpha", "99-upstream-logger"]

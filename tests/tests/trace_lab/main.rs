@@ -285,7 +285,8 @@ fn traced_and_explained(
     pod: &'static str,
     held: &'static str,
 ) -> Option<(std::path::PathBuf, Vec<Record>, serde_json::Value)> {
-    // The scenarios that keep a pod stuck read it (lab/src/scenario.rs).
+    // The scenarios that keep a pod stuck read it (lab/src/scenario/
+    // terminating.rs, hung_teardown.rs).
     std::env::set_var("NRI_TRACE_LAB_HOLD_SECS", "10");
     let out_dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(group_of(rt))

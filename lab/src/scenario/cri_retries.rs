@@ -1,0 +1,255 @@
+//! CRI retry scenarios: a RunPodSandbox that outlives the client's
+//! deadline, retried with the same name and attempt, as kubelet does:
+//! held by a slow NRI plugin (`cri-deadline-retry`, and
+//! `cri-deadline-retry-go` with grpc-go's client) or by a slow sandbox
+//! outside the request's context on CRI-O (`cri-retry-slow-sandbox`).
+
+use std::process::Command;
+
+use anyhow::{ensure, Context, Result};
+
+use super::{
+    go_cri_client,
+    truth_checks::{cri_calls, disconnected_at, is_crio, ms, notes, runtime_of},
+    Run, Scenario,
+};
+use crate::{
+    labctl::Runtime,
+    truth::{Outcome, Truth},
+};
+
+pub(super) const CRI_DEADLINE_RETRY: Scenario = Scenario {
+    name: "cri-deadline-retry",
+    about: "RunPodSandbox outlives the driver's 1 s deadline; the driver retries the same name and attempt",
+    drive: drive_cri_deadline_retry,
+    check: check_cri_deadline_retry,
+};
+
+pub(super) const CRI_DEADLINE_RETRY_GO: Scenario = Scenario {
+    name: "cri-deadline-retry-go",
+    about:
+        "as cri-deadline-retry with go-cri-client (grpc-go's client-side deadline, kubelet's stack)",
+    drive: drive_cri_deadline_retry_go,
+    check: check_cri_deadline_retry,
+};
+
+fn drive_cri_deadline_retry(r: &mut Run) -> Result<()> {
+    r.up("5s")?;
+    r.plugin("slow", "10", &["--on", "RUN_POD_SANDBOX=delay:3000"])?;
+    r.driver(&["--backoff-ms", "250", "retry", "--deadline-ms", "1000"])?;
+    Ok(())
+}
+
+fn drive_cri_deadline_retry_go(r: &mut Run) -> Result<()> {
+    r.up("5s")?;
+    r.plugin("slow", "10", &["--on", "RUN_POD_SANDBOX=delay:3000"])?;
+    let out = Command::new(go_cri_client()?)
+        .arg("-socket")
+        .arg(r.lab.cri_socket())
+        .arg("-truth")
+        .arg(&r.truth)
+        .args(["retry", "-deadline-ms", "1000", "-backoff-ms", "250"])
+        .output()
+        .context("running go-cri-client retry")?;
+    ensure!(
+        out.status.success(),
+        "go-cri-client retry failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(())
+}
+
+fn check_cri_deadline_retry(t: &[Truth], facts: &mut Vec<String>) -> Result<()> {
+    let runs: Vec<_> = cri_calls(t)
+        .into_iter()
+        .filter(|c| c.0 == "RunPodSandbox")
+        .collect();
+    ensure!(
+        runs.len() >= 2,
+        "expected a timed-out try and retries, got {} RunPodSandbox",
+        runs.len()
+    );
+    ensure!(
+        matches!(runs[0].3, Outcome::DeadlineExceeded),
+        "first try: {:?}",
+        runs[0].3
+    );
+    let adopted = notes(t)
+        .into_iter()
+        .find(|n| n.starts_with("adopted sandbox"));
+    let (runtime, version) = runtime_of(t, "slow")?;
+    let containerd_2 = !is_crio(runtime) && !version.starts_with("1.");
+    if let (Some(note), true) = (adopted, containerd_2) {
+        // containerd 2.x lists the sandbox READY once its pause
+        // container runs, before the NRI RunPodSandbox hook
+        // returns: the retry finds the name reserved and cri-driver
+        // adopts the sandbox of the timed-out try it lists (kubelet
+        // would retry until the name is free).
+        ensure!(
+            runs.last().is_some_and(|c| matches!(c.3, Outcome::Error { message, .. } if crate::cri::reserved_for(message).is_some())),
+            "containerd {version}: adopted a sandbox but the last try was {:?}",
+            runs.last().map(|c| c.3)
+        );
+        facts.push(format!("containerd {version}: {note}"));
+    } else {
+        ensure!(
+            matches!(runs.last().map(|c| c.3), Some(Outcome::Ok)),
+            "last try: {:?}",
+            runs.last().map(|c| c.3)
+        );
+    }
+    if is_crio(runtime) {
+        // CRI-O calls the NRI hooks with the CRI request's context:
+        // when the caller's deadline passes during the slow hook,
+        // the NRI call ends DeadlineExceeded, which NRI takes for
+        // the plugin's timeout and closes it (nri pkg/adaptation
+        // plugin.go isFatalError); the sandbox is then made at once
+        // and the retry gets it from CRI-O's resource cache.
+        let first_start = t
+            .iter()
+            .find_map(|x| match x {
+                Truth::Cri {
+                    method,
+                    start_mono_ns,
+                    ..
+                } if method == "RunPodSandbox" => Some(*start_mono_ns),
+                _ => None,
+            })
+            .unwrap_or(0);
+        if let Some((at, why)) = disconnected_at(t, "slow") {
+            facts.push(format!(
+                "{runtime} {version}: the slow plugin was disconnected {:.0} ms after the first try began ({why})",
+                ms(at.saturating_sub(first_start))
+            ));
+        }
+    }
+    let names: Vec<_> = runs.iter().map(|c| c.1).collect();
+    ensure!(
+        names.windows(2).all(|w| w[0] == w[1]),
+        "retries changed the pod name: {names:?}"
+    );
+    let attempts: Vec<u32> = t
+        .iter()
+        .filter_map(|x| match x {
+            Truth::Cri {
+                method,
+                pod: Some(p),
+                ..
+            } if method == "RunPodSandbox" => Some(p.attempt),
+            _ => None,
+        })
+        .collect();
+    ensure!(
+        attempts.windows(2).all(|w| w[0] == w[1]),
+        "retries changed the attempt: {attempts:?}"
+    );
+    for c in &runs {
+        facts.push(format!(
+            "RunPodSandbox try {} ({:?}): {:.1} ms, {:?}",
+            c.4,
+            c.1,
+            ms(c.2),
+            c.3
+        ));
+    }
+    Ok(())
+}
+
+pub(super) const CRI_RETRY_SLOW_SANDBOX: Scenario = Scenario {
+    name: "cri-retry-slow-sandbox",
+    about: "CRI-O only: RunPodSandbox slowed 3 s outside the CRI request's context (crio's pinns, as under i/o load), no NRI plugin; the driver retries the same name at 1 s deadlines: CRI-O's name reservation holds every retry (cri-o#4221; its log says \"name is reserved\"), the retry after the sandbox is made takes it from the resource cache",
+    drive: cri_retry_slow_sandbox,
+    check: check_cri_retry_slow_sandbox,
+};
+
+/// Seconds `cri-retry-slow-sandbox` holds crio's pinns.
+const SLOW_PINNS_SECS: u64 = 3;
+/// The note `cri-retry-slow-sandbox` leaves with crio's own account.
+const CRIO_LOG_NOTE: &str = "crio log:";
+
+/// `cri-retry-slow-sandbox`: the seed's situation (cri-o#4221) on CRI-O
+/// 1.33 and 1.36: the sandbox is slow to make for a reason the CRI request's
+/// context does not cut short (crio runs pinns with no context:
+/// internal/config/nsmgr `NewPodNamespaces`; the lab's pinns wrapper sleeps
+/// while `$LAB/crio/slow-pinns` holds seconds), and the client retries the
+/// same name after each 1 s deadline. Since cri-o#4221's fix a retry that
+/// finds the name reserved waits for the first request
+/// (`server/utils.go` getResourceOrWait) until its own deadline, instead
+/// of answering "name is reserved" at once; the sandbox, made after the
+/// first request's deadline, goes to the resource cache, and the next
+/// retry takes it. No NRI plugin: CRI-O calls NRI with the request's
+/// context, which has expired by then, and the call would fail the
+/// sandbox (cri-deadline-retry shows that path). crio's own account of
+/// the retries is read from its log into a note.
+fn cri_retry_slow_sandbox(r: &mut Run) -> Result<()> {
+    ensure!(
+        r.lab.runtime == Runtime::CriO,
+        "cri-retry-slow-sandbox slows crio's pinns: run it on CRI-O \
+         (`cargo xtask lab --runtime crio run cri-retry-slow-sandbox`)"
+    );
+    r.up("5s")?;
+    let crio = r.lab.dir.join("crio");
+    let log = crio.join("crio.log");
+    let from = std::fs::metadata(&log).map_or(0, |m| m.len());
+    let slow = crio.join("slow-pinns");
+    std::fs::write(&slow, format!("{SLOW_PINNS_SECS}\n"))
+        .with_context(|| format!("writing {}", slow.display()))?;
+    let driven = r.driver(&["--backoff-ms", "250", "retry", "--deadline-ms", "1000"]);
+    let _ = std::fs::remove_file(&slow);
+    // The driver tears the pod down itself once a try succeeded.
+    driven?;
+    let text = std::fs::read(&log).with_context(|| format!("reading {}", log.display()))?;
+    let text = String::from_utf8_lossy(
+        text.get(usize::try_from(from).unwrap_or(0)..)
+            .unwrap_or_default(),
+    );
+    let reserved = text
+        .lines()
+        .filter(|l| {
+            l.contains("error reserving pod name k8s_retry-0_") && l.contains("name is reserved")
+        })
+        .count();
+    let cached = text
+        .lines()
+        .filter(|l| l.contains("in resource cache; using it") && l.contains("k8s_retry-0_"))
+        .count();
+    r.note(&format!(
+        "{CRIO_LOG_NOTE} {reserved} name is reserved, {cached} taken from the resource cache"
+    ))?;
+    Ok(())
+}
+
+fn check_cri_retry_slow_sandbox(t: &[Truth], facts: &mut Vec<String>) -> Result<()> {
+    let runs: Vec<_> = cri_calls(t)
+        .into_iter()
+        .filter(|c| c.0 == "RunPodSandbox")
+        .collect();
+    let (last, retried) = runs.split_last().context("no RunPodSandbox")?;
+    ensure!(
+        !retried.is_empty()
+            && retried
+                .iter()
+                .all(|c| matches!(c.3, Outcome::DeadlineExceeded))
+            && matches!(last.3, Outcome::Ok),
+        "expected tries that ran into their deadline, then one ok: {:?}",
+        runs.iter().map(|c| c.3).collect::<Vec<_>>()
+    );
+    let note = notes(t)
+        .into_iter()
+        .find(|n| n.starts_with(CRIO_LOG_NOTE))
+        .context("no note of crio's log")?;
+    // Every retry ran into the reservation (a warning in crio's
+    // log, none on the wire); the last took the cached sandbox.
+    let want = format!(
+        "{CRIO_LOG_NOTE} {} name is reserved, 1 taken from the resource cache",
+        runs.len() - 1
+    );
+    ensure!(note == want, "{note:?}, expected {want:?}");
+    facts.push(format!(
+        "{} RunPodSandbox tries, {} DeadlineExceeded then ok; {note}",
+        runs.len(),
+        retried.len()
+    ));
+    Ok(())
+}
