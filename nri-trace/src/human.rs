@@ -49,6 +49,19 @@ pub fn sanitize(s: &str) -> String {
     out
 }
 
+/// Characters of an id's short form, as `docker ps` shows a container id.
+const SHORT_ID_CHARS: usize = 12;
+
+/// The short form of a sandbox or container id: its first 12 characters,
+/// cut on a character boundary (a garbled id from the capture may hold
+/// multi-byte characters). Not sanitized: a sink showing it to a person
+/// sanitizes it.
+pub fn short_id(id: &str) -> &str {
+    id.char_indices()
+        .nth(SHORT_ID_CHARS)
+        .map_or(id, |(at, _)| &id[..at])
+}
+
 /// Whether `s` is already inert (what [`sanitize`] would leave as is,
 /// length aside).
 pub fn is_inert(s: &str) -> bool {
@@ -118,6 +131,19 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An id from the capture may be garbled: cutting it never panics,
+    /// whatever its bytes.
+    #[test]
+    fn short_ids_cut_on_characters() {
+        let hex = "0123456789abcdef0123";
+        assert_eq!(short_id(hex), "0123456789ab");
+        assert_eq!(short_id("c1"), "c1");
+        // 11 ASCII bytes then a 3-byte character: byte 12 is inside it.
+        let garbled = "0123456789a\u{2028}bcdef";
+        assert_eq!(short_id(garbled), "0123456789a\u{2028}");
+        assert_eq!(short_id("ééééééééééééé"), "éééééééééééé");
+    }
 
     #[test]
     fn escape_sequences_become_visible_and_inert() {

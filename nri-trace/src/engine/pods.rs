@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::record::Record;
+use crate::human::short_id;
 use crate::{
     capture::{cri_state::CriState, Timestamp},
     model::{cri_call::CriOutcome, observation::Observation},
@@ -314,7 +315,7 @@ impl PodModel {
             let name = container_name
                 .clone()
                 .or_else(|| known.then(|| pod.containers[id].name.clone()))
-                .unwrap_or_else(|| id.chars().take(12).collect());
+                .unwrap_or_else(|| short_id(id).to_owned());
             let view = pod
                 .containers
                 .entry(id.clone())

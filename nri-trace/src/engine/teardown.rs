@@ -32,6 +32,7 @@ use crate::capture::{
     sandbox::{ids_in, pod_uids_in, SandboxEvent, SandboxOp},
     Timestamp,
 };
+use crate::human::short_id;
 use crate::model::{
     cri_call::CriOutcome,
     nri_call::{NriCall, Outcome},
@@ -402,7 +403,7 @@ impl TeardownLog {
                 .as_ref()
                 .map(|k| k.name.clone())
                 .or_else(|| p.containers.get(id).cloned())
-                .unwrap_or_else(|| id.chars().take(12).collect());
+                .unwrap_or_else(|| short_id(id).to_owned());
             p.containers.insert(id.clone(), name);
             if p.containers.len() > MAX_STEPS {
                 let first = p.containers.keys().next().cloned();

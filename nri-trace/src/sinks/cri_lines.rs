@@ -6,16 +6,12 @@ use std::io::{self, Write};
 use crate::{
     capture::{ConnId, Timestamp},
     engine::cri_latency::MethodSummary,
-    human::{clock, sanitize},
+    human::{clock, sanitize, short_id},
     model::{
         cri_call::{CriCall, CriOutcome, Identified, LOST_END_EVIDENCE},
         cri_client::CriClient,
     },
 };
-
-fn short(id: &str) -> &str {
-    id.get(..12).unwrap_or(id)
-}
 
 fn subject(c: &CriCall) -> String {
     let mut s = String::new();
@@ -25,12 +21,12 @@ fn subject(c: &CriCall) -> String {
             s.push_str(&format!(" (attempt {})", p.attempt));
         }
     } else if let Some(id) = &c.sandbox_id {
-        s = format!("sandbox {}", short(id));
+        s = format!("sandbox {}", short_id(id));
     }
     if let Some(k) = &c.container {
         s.push_str(&format!("/{}", k.name));
     } else if let Some(id) = &c.container_id {
-        s.push_str(&format!(" container {}", short(id)));
+        s.push_str(&format!(" container {}", short_id(id)));
     }
     sanitize(&s)
 }

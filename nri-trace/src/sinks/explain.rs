@@ -23,7 +23,7 @@ use crate::{
             TeardownLog, TeardownProgress, Verdict,
         },
     },
-    human::{clock, duration, duration_opt, sanitize},
+    human::{clock, duration, duration_opt, sanitize, short_id},
     pipeline::{Ending, Sink},
     sinks::finding_message,
 };
@@ -206,10 +206,6 @@ fn waiting_in(p: &Holder) -> String {
     } else {
         format!(" waiting in {}", sanitize(&p.wchan))
     }
-}
-
-fn short(id: &str) -> &str {
-    &id[..id.len().min(12)]
 }
 
 /// " (c0)" for a container step.
@@ -717,7 +713,7 @@ pub fn text(w: &mut impl Write, e: &Explanation, node: Option<&NodeFacts>) -> io
                     w,
                     "    container {} ({}): {mounted}; {cgroup}",
                     sanitize(&c.name),
-                    short(&c.id)
+                    sanitize(short_id(&c.id))
                 )?;
                 for h in c.signalled.iter().chain(&c.holders).chain(&c.processes) {
                     holder_line(w, h)?;

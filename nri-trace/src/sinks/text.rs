@@ -47,7 +47,7 @@ use crate::{
         pods::PodModel,
         record::Record,
     },
-    human::{clock, duration, duration_opt, sanitize},
+    human::{clock, duration, duration_opt, sanitize, short_id},
     model::{cri_call::Identified, nri_call::PluginId, observation::Observation},
     pipeline::{Ending, Progress, Sink},
 };
@@ -257,7 +257,7 @@ impl<W: Write> TextSink<W> {
             || {
                 c.sandbox_id
                     .as_deref()
-                    .map(|id| format!("sandbox {}", short(id)))
+                    .map(|id| format!("sandbox {}", short_id(id)))
                     .unwrap_or_default()
             },
             |p| sanitize(&p.to_string()),
@@ -266,7 +266,7 @@ impl<W: Write> TextSink<W> {
             subject.push('/');
             subject.push_str(&sanitize(&k.name));
         } else if let Some(id) = &c.container_id {
-            subject.push_str(&format!(" container {}", short(id)));
+            subject.push_str(&format!(" container {}", short_id(id)));
         }
         write!(
             self.out,
@@ -492,10 +492,6 @@ fn kernel_ids(e: &SandboxEvent) -> impl Iterator<Item = &str> {
         .chain(own)
         .chain(e.op.path_result().map(|(p, _)| p))
         .flat_map(ids_in)
-}
-
-fn short(id: &str) -> &str {
-    id.get(..12).unwrap_or(id)
 }
 
 fn when(h: &HookSpan) -> String {

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::Serialize;
 
-use crate::human::sanitize;
+use crate::human::{sanitize, short_id};
 use crate::sinks::{cri_lines::client_words, nri_lines::plugin_name};
 use crate::{
     capture::{ConnId, Loss, Timestamp},
@@ -587,7 +587,7 @@ impl TuiState {
                         .container_id
                         .as_ref()
                         .or(c.sandbox_id.as_ref())
-                        .map(|id| id.chars().take(13).collect())
+                        .map(|id| short_id(id).to_owned())
                         .unwrap_or_default(),
                 };
                 let outcome = cri_outcome(&c.outcome);
