@@ -8,7 +8,7 @@ use super::tables::verdict;
 /// the write sizes whose captured runs lost no record. A size with losses
 /// is left out: a failed ring-buffer output skips the copy, so its added
 /// cost is not what capturing those bytes costs, and it pulled the line's
-/// slope down and its per-write part up (benchmarks.md, 2026-11-22).
+/// slope down and its per-write part up (docs/benchmarks.md as of f1fdc05, 2026-11-22).
 pub(super) struct SizeFit {
     /// (ns per byte, ns per write); None with fewer than two sizes.
     line: Option<(f64, f64)>,
