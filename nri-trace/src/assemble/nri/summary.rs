@@ -87,36 +87,60 @@ pub(super) fn describe_request(b: RequestBody) -> (Option<Event>, Subject, Strin
     }
 }
 
-/// The parts of a container an adjustment touches, by name.
-pub fn adjusted_parts(a: &api::ContainerAdjustment) -> Vec<String> {
+/// What a container adjustment sets, in the order it is told: each part's
+/// name, and how many it holds where it is a list or map (`None`: a part
+/// that is set or not). The one walk over `ContainerAdjustment`'s fields
+/// (nri `pkg/api/api.proto`, v0.12) that both its parts
+/// ([`adjusted_parts`]) and its summary (`describe_adjust`) use.
+fn adjustment_parts(a: &api::ContainerAdjustment) -> Vec<(&'static str, Option<usize>)> {
     let mut parts = Vec::new();
-    let mut part = |name: &str, set: bool| {
-        if set {
-            parts.push(name.to_string());
+    let mut count = |name, k: usize| {
+        if k > 0 {
+            parts.push((name, Some(k)));
         }
     };
-    part("annotations", !a.annotations.is_empty());
-    part("mounts", !a.mounts.is_empty());
-    part("env", !a.env.is_empty());
-    part("rlimits", !a.rlimits.is_empty());
-    part("CDI devices", !a.cdi_devices.is_empty());
-    part("args", !a.args.is_empty());
-    part("hooks", a.hooks.is_some());
+    count("annotations", a.annotations.len());
+    count("mounts", a.mounts.len());
+    count("env", a.env.len());
+    count("rlimits", a.rlimits.len());
+    count("CDI devices", a.cdi_devices.len());
+    count("args", a.args.len());
+    let mut set = |name, is: bool| {
+        if is {
+            parts.push((name, None));
+        }
+    };
+    set("hooks", a.hooks.is_some());
     if let Some(l) = &a.linux {
-        part("devices", !l.devices.is_empty());
-        part("resources", l.resources.is_some());
-        part("cgroups path", !l.cgroups_path.is_empty());
-        part("oom_score_adj", l.oom_score_adj.is_some());
-        part("seccomp", l.seccomp_policy.is_some());
-        part("namespaces", !l.namespaces.is_empty());
-        part("sysctl", !l.sysctl.is_empty());
-        part("I/O priority", l.io_priority.is_some());
-        part("net devices", !l.net_devices.is_empty());
-        part("scheduler", l.scheduler.is_some());
-        part("RDT", l.rdt.is_some());
-        part("memory policy", l.memory_policy.is_some());
+        if !l.devices.is_empty() {
+            parts.push(("devices", Some(l.devices.len())));
+        }
+        let mut set = |name, is: bool| {
+            if is {
+                parts.push((name, None));
+            }
+        };
+        set("resources", l.resources.is_some());
+        set("cgroups path", !l.cgroups_path.is_empty());
+        set("oom_score_adj", l.oom_score_adj.is_some());
+        set("seccomp", l.seccomp_policy.is_some());
+        set("namespaces", !l.namespaces.is_empty());
+        set("sysctl", !l.sysctl.is_empty());
+        set("I/O priority", l.io_priority.is_some());
+        set("net devices", !l.net_devices.is_empty());
+        set("scheduler", l.scheduler.is_some());
+        set("RDT", l.rdt.is_some());
+        set("memory policy", l.memory_policy.is_some());
     }
     parts
+}
+
+/// The parts of a container an adjustment touches, by name.
+pub fn adjusted_parts(a: &api::ContainerAdjustment) -> Vec<String> {
+    adjustment_parts(a)
+        .into_iter()
+        .map(|(name, _)| name.to_string())
+        .collect()
 }
 
 /// The typed [`Adjustment`] of a decoded reply, if it is about one.
@@ -134,42 +158,12 @@ pub(super) fn adjustment_of(b: &ResponseBody) -> Option<Adjustment> {
     }
 }
 
+/// A container adjustment's summary: "adjust 2 env, hooks, resources".
 pub(super) fn describe_adjust(a: &api::ContainerAdjustment) -> String {
-    let mut parts = Vec::new();
-    let mut n = |what: &str, k: usize| {
-        if k > 0 {
-            parts.push(format!("{k} {what}"));
-        }
-    };
-    n("annotations", a.annotations.len());
-    n("mounts", a.mounts.len());
-    n("env", a.env.len());
-    n("rlimits", a.rlimits.len());
-    n("CDI devices", a.cdi_devices.len());
-    n("args", a.args.len());
-    if a.hooks.is_some() {
-        parts.push("hooks".into());
-    }
-    if let Some(l) = &a.linux {
-        if !l.devices.is_empty() {
-            parts.push(format!("{} devices", l.devices.len()));
-        }
-        if l.resources.is_some() {
-            parts.push("resources".into());
-        }
-        if !l.cgroups_path.is_empty() {
-            parts.push("cgroups path".into());
-        }
-        if l.oom_score_adj.is_some() {
-            parts.push("oom_score_adj".into());
-        }
-        if l.seccomp_policy.is_some() {
-            parts.push("seccomp".into());
-        }
-        if !l.namespaces.is_empty() {
-            parts.push("namespaces".into());
-        }
-    }
+    let parts: Vec<String> = adjustment_parts(a)
+        .into_iter()
+        .map(|(name, k)| k.map_or_else(|| name.to_string(), |k| format!("{k} {name}")))
+        .collect();
     if parts.is_empty() {
         "no adjustment".into()
     } else {
@@ -235,5 +229,31 @@ pub(super) fn describe_response(b: &ResponseBody) -> String {
                 "accepted".into()
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The parts and the summary come from one walk: the same parts in the
+    /// same order, the summary with counts of lists, and the NRI v0.10+
+    /// parts (here sysctl) in both.
+    #[test]
+    fn parts_and_summary_agree() {
+        let a = api::ContainerAdjustment {
+            env: vec![api::KeyValue::default(), api::KeyValue::default()],
+            hooks: Some(api::Hooks::default()),
+            linux: Some(api::LinuxContainerAdjustment {
+                sysctl: [("net.core.somaxconn".to_string(), "1024".to_string())].into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(adjusted_parts(&a), ["env", "hooks", "sysctl"]);
+        assert_eq!(describe_adjust(&a), "adjust 2 env, hooks, sysctl");
+        let none = api::ContainerAdjustment::default();
+        assert!(adjusted_parts(&none).is_empty());
+        assert_eq!(describe_adjust(&none), "no adjustment");
     }
 }
