@@ -405,7 +405,7 @@ fn late_attach_with_plugins_never_mislabels() {
 }
 
 /// A runtime that goes quiet after a call: the call is settled on the
-/// capture's tick (capture/session.rs sends one once the sockets are
+/// capture's tick (capture/session/clock.rs sends one once the sockets are
 /// quiet), not held until the next captured event, and with the tick in
 /// the stream a replay gives the same records as without it.
 #[test]

@@ -318,7 +318,7 @@ pub enum CaptureEvent {
     /// on capture time, so without it a runtime that goes idle would leave
     /// its last call held until its next one. It travels in the stream
     /// (and the raw capture file) like any event, so a replay decides
-    /// exactly as the live run did (`session.rs`, `drain_until_stopped`).
+    /// exactly as the live run did (`session/drain.rs`, `drain_until_stopped`).
     Tick {
         ts: Timestamp,
     },

@@ -5,7 +5,7 @@
 //! Two ways, by what the command line gives:
 //! - the sockets (`--cri-socket` and `--nri-socket`): the capture session
 //!   starts at once and the kernel tracks whoever binds them from the bind
-//!   on, as it does for a runtime that restarts (capture/session.rs,
+//!   on, as it does for a runtime that restarts (capture/session/reattach.rs,
 //!   `SessionConfig::wait_for_listeners`): nothing the runtime says is
 //!   missed. [`Announce`] says what is awaited until it is served.
 //! - nothing: the runtime is looked for as `watch` looks for it
@@ -36,7 +36,7 @@ pub const POLL: Duration = Duration::from_millis(250);
 pub const SAY_AGAIN: Duration = Duration::from_secs(30);
 /// How long a runtime that serves its CRI socket is given to serve its NRI
 /// socket too: containerd serves nri.sock a few ms after containerd.sock
-/// (capture/session.rs, REATTACH_FAST_NS), so a runtime without one after
+/// (capture/session/reattach.rs, REATTACH_FAST_NS), so a runtime without one after
 /// this has NRI disabled, which is the user's to fix.
 pub const NRI_GRACE: Duration = Duration::from_secs(10);
 
