@@ -5,7 +5,7 @@
 // traffic encoded exactly the way kubelet encodes it: grpc-go's HTTP/2
 // transport and HPACK encoder (golang.org/x/net/http2/hpack, which indexes
 // every header field), the k8s.io/cri-api generated client and its gogo
-// protobuf messages. The Rust cri-driver (lab/src/bin/cri-driver.rs) uses
+// protobuf messages. The Rust cri-driver (lab/src/bin/cri-driver/) uses
 // tonic/hyper/h2 instead, a different encoder.
 //
 // Like kubelet it opens ONE grpc.ClientConn (one HTTP/2 connection) for the
@@ -37,7 +37,7 @@
 // sandbox), StopContainer, ContainerStatus, RemoveContainer, StopPodSandbox,
 // PodSandboxStatus, RemovePodSandbox, ListPodSandbox.
 //
-// retry is cri-driver's `retry` scenario (lab/src/bin/cri-driver.rs, stage
+// retry is cri-driver's `retry` scenario (lab/src/bin/cri-driver/retry.rs, stage
 // sandbox; the lab scenario cri-deadline-retry): RunPodSandbox with a
 // deadline of -deadline-ms, which grpc-go enforces on the client (it resets
 // the stream when it expires). A try that ran into its deadline (truth
@@ -339,7 +339,7 @@ func (c *client) try(method string, pod *podRef, ctr *containerRef, d time.Durat
 }
 
 // classify: how a failed call ended from the client's side, as classify()
-// in lab/src/cri.rs decides it. deadline_exceeded when our deadline
+// in lab/src/cri/retry.rs decides it. deadline_exceeded when our deadline
 // expired: grpc-go then ends the call with DEADLINE_EXCEEDED (and resets
 // the stream); a runtime that saw the propagated grpc-timeout answers the
 // same. CANCELLED after the deadline counts too (tonic's way; grpc-go maps
@@ -415,7 +415,7 @@ func (p *podSpec) labels() map[string]string {
 	}
 }
 
-// config: what PodSpec::to_config in lab/src/cri.rs sends.
+// config: what PodSpec::to_config in lab/src/cri/spec.rs sends.
 func (p *podSpec) config() *runtimeapi.PodSandboxConfig {
 	hostname := ""
 	if !p.hostNetwork {
@@ -451,7 +451,7 @@ func (p *podSpec) config() *runtimeapi.PodSandboxConfig {
 	}
 }
 
-// containerConfig: ContainerSpec::new(name).to_config(pod) in lab/src/cri.rs
+// containerConfig: ContainerSpec::new(name).to_config(pod) in lab/src/cri/spec.rs
 // (busybox `sleep 3600`, attempt 0).
 func (p *podSpec) containerConfig(name string) *runtimeapi.ContainerConfig {
 	labels := p.labels()
@@ -739,7 +739,7 @@ type retryOpts struct {
 	maxTries    int           // tries in all, the first included; 0: no limit
 }
 
-// backoffFor is RetryPolicy::backoff in lab/src/cri.rs: the wait before
+// backoffFor is RetryPolicy::backoff in lab/src/cri/retry.rs: the wait before
 // retry number n (1 for the first retry): backoff * 2^(n-1), at most
 // maxBackoff.
 func (o *retryOpts) backoffFor(n int) time.Duration {
@@ -757,7 +757,7 @@ func (o *retryOpts) backoffFor(n int) time.Duration {
 	return w
 }
 
-// reservedFor is reserved_for() in lab/src/cri.rs: the id in containerd's
+// reservedFor is reserved_for() in lab/src/cri/retry.rs: the id in containerd's
 // `failed to reserve sandbox name "...": name "..." is reserved for "<id>"`,
 // or "".
 func reservedFor(message string) string {
@@ -827,7 +827,7 @@ func (c *client) findReadySandbox(spec *podSpec) string {
 }
 
 // runPodSandboxRetried is Driver::run_pod_sandbox_with_deadline in
-// lab/src/cri.rs: RunPodSandbox with a deadline of o.deadline; a try whose
+// lab/src/cri/driver/sandbox.rs: RunPodSandbox with a deadline of o.deadline; a try whose
 // deadline expired is retried with the SAME request (name, uid, attempt)
 // and a deadline of o.retryDL after a doubling backoff, as kubelet does on
 // its next sync. After a timeout, containerd answers "failed to reserve
@@ -879,7 +879,7 @@ func (c *client) runPodSandboxRetried(spec *podSpec, o *retryOpts, res *retryRes
 		if timedOut && reserved {
 			if id := c.findReadySandbox(spec); id != "" {
 				logf("pod %s: adopted sandbox %s created by a RunPodSandbox try that timed out on the client", pod.Name, id)
-				// cri-driver's note (lab/src/cri.rs), word for word: the
+				// cri-driver's note (lab/src/cri/driver/sandbox.rs), word for word: the
 				// scenario check tells an adoption from a try that worked.
 				c.note(fmt.Sprintf("adopted sandbox %s of pod %s/%s attempt %d: created by an earlier RunPodSandbox try that timed out on the client",
 					id, pod.Namespace, pod.Name, pod.Attempt))
