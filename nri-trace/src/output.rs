@@ -7,10 +7,6 @@ use crate::{
     human::{clock, sanitize},
 };
 
-/// Version of the raw capture lines `debug capture -o json` and
-/// `watch --save-raw` write (docs/capture.md).
-pub const CAPTURE_SCHEMA_VERSION: u32 = crate::capture::recording::SCHEMA_VERSION;
-
 /// `xxd`-style dump of at most `max` bytes.
 pub fn hexdump(w: &mut impl Write, bytes: &[u8], max: usize) -> io::Result<()> {
     for (i, line) in bytes[..bytes.len().min(max)].chunks(16).enumerate() {

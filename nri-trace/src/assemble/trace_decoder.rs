@@ -200,11 +200,6 @@ impl TraceDecoder {
         self.cri.stats()
     }
 
-    /// What the NRI decoder met that was not a call.
-    pub fn nri_stats(&self) -> super::nri::AssemblerStats {
-        self.nri.stats()
-    }
-
     /// The capture ended: calls still in decoding come out.
     pub fn finish(&mut self, out: &mut Vec<Observation>) {
         self.cri.finish(&mut self.cri_obs);

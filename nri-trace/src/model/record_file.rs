@@ -191,15 +191,6 @@ pub fn open(path: impl AsRef<Path>) -> Result<FileReader<RecordLine>, RecordingE
     recording::open_as(path)
 }
 
-/// Whether the file at `path` is a record file (its first line is a
-/// `session` line) rather than a raw capture recording.
-pub fn is_record_file(path: impl AsRef<Path>) -> Result<bool, RecordingError> {
-    Ok(matches!(
-        open(path)?.next(),
-        Some(Ok(RecordLine::Session(_)))
-    ))
-}
-
 /// Secrets out of observations: what every output of a run shows unless
 /// `--no-redact` (the pipeline applies it before the engine and `--save`).
 ///

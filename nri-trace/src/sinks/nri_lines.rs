@@ -7,7 +7,7 @@ use std::io::{self, Write};
 
 use crate::{
     capture::{ConnId, Loss, Timestamp},
-    engine::hook_latency::{Hook, HookSpan, HookSummary},
+    engine::hook_latency::{Hook, HookSummary},
     human::{clock, sanitize},
     model::nri_call::{Caller, IdentitySource, NriCall, NriVersions, Outcome, PluginId},
 };
@@ -45,30 +45,6 @@ pub fn outcome_text(o: &Outcome) -> String {
         Outcome::ConnectionClosed => "CONNECTION CLOSED before a response".into(),
         Outcome::NoResponse => "no response yet (capture ended)".into(),
     }
-}
-
-/// An NRI call with its hook timing (a span's hook, an uncaused call) as a
-/// text line.
-pub fn hook_text(w: &mut impl Write, span: &HookSpan) -> io::Result<()> {
-    let c = &span.call;
-    let hook = if c.partial {
-        "(response only)".to_string()
-    } else {
-        span.hook.to_string()
-    };
-    call_line(w, c, &hook, span.own_ns)?;
-    if let Some(q) = span.queued_ns.filter(|q| *q > 0) {
-        write!(
-            w,
-            "  [queued {} behind {}]",
-            crate::human::duration(q),
-            sanitize(&span.queued_behind.join(", "))
-        )?;
-    }
-    if !c.summary.is_empty() {
-        write!(w, "  {}", sanitize(&c.summary))?;
-    }
-    writeln!(w)
 }
 
 /// An NRI call as the decoders made it (`debug nri`: no queueing, which

@@ -158,11 +158,6 @@ impl H2Connection {
         self.dirs[side.index()].frames.buffered()
     }
 
-    /// True when `side`'s HPACK table has no unknown pre-attach slots.
-    pub fn hpack_synced(&self, side: Side) -> bool {
-        self.dirs[side.index()].hpack.is_synced()
-    }
-
     /// Append bytes `side` sent; events become available from
     /// [`H2Connection::next_with_end`].
     pub fn push(&mut self, side: Side, bytes: &[u8]) {

@@ -31,8 +31,6 @@ pub use super::ttrpc_header::NRI_SERVICE_PREFIX;
 /// gRPC status code Unimplemented (google/rpc/code.proto), what a pre-v0.12
 /// plugin answers to a per-event method it does not know.
 pub const CODE_UNIMPLEMENTED: i32 = 12;
-/// gRPC status code DeadlineExceeded.
-pub const CODE_DEADLINE_EXCEEDED: i32 = 4;
 
 /// A payload that is not what its layer says.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

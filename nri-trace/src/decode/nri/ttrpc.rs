@@ -31,8 +31,6 @@ pub use super::ttrpc_header::{HEADER_LEN, MAX_MESSAGE};
 
 /// Flag: the sender closed its side of the stream.
 pub const FLAG_REMOTE_CLOSED: u8 = 0x1;
-/// Flag: the sender keeps its side of the stream open.
-pub const FLAG_REMOTE_OPEN: u8 = 0x2;
 /// Flag: the message carries no data.
 pub const FLAG_NO_DATA: u8 = 0x4;
 /// The conn_id [`MuxTtrpc`] reports multiplexer-level resyncs under

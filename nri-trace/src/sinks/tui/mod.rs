@@ -180,20 +180,6 @@ pub fn run(shared: Arc<Mutex<TuiState>>, opts: TuiOptions) -> io::Result<()> {
     result.and(restored)
 }
 
-/// The capture time of `ev`, kernel monotonic ns (loss reports have none).
-pub fn event_mono_ns(ev: &CaptureEvent) -> Option<u64> {
-    match ev {
-        CaptureEvent::Open(o) => Some(o.ts.mono_ns),
-        CaptureEvent::Chunk(c) => Some(c.ts.mono_ns),
-        CaptureEvent::Close(c) => Some(c.ts.mono_ns),
-        CaptureEvent::Process(p) => Some(p.ts().mono_ns),
-        CaptureEvent::Sandbox(s) => Some(s.ts.mono_ns),
-        CaptureEvent::CriState(s) => Some(s.ts.mono_ns),
-        CaptureEvent::Tick { ts } => Some(ts.mono_ns),
-        CaptureEvent::Loss(_) => None,
-    }
-}
-
 /// A state built from recorded capture events, as the live TUI would have
 /// it at the recording's end: every record, the latency tables, the
 /// capture clock at the end, and a status naming the sockets (through the
