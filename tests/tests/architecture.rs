@@ -1,6 +1,7 @@
-//! docs/architecture.md is drawn from the code: every file of
-//! nri-trace/src is in its module table, and every file the table names
-//! exists.
+//! The code's shape, held (issue 35): docs/architecture.md's module table
+//! and the tree agree; docs/contract.md's rule table is the code's; each
+//! contract rule lives in one file; no non-test file is over 1,000 lines;
+//! the library's stages import each other in one direction.
 
 use std::{collections::BTreeSet, path::Path};
 
@@ -126,4 +127,188 @@ fn each_rule_is_in_one_file() {
             r.id
         );
     }
+}
+
+/// The lines of `text` outside its `#[cfg(test)]` modules (`mod x { .. }`
+/// blocks; a `mod tests;` declaration counts as one line).
+fn non_test_lines(text: &str) -> usize {
+    let lines: Vec<&str> = text.lines().collect();
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let (mut n, mut i) = (0, 0);
+    while i < lines.len() {
+        let opens_test_mod = lines[i].trim() == "#[cfg(test)]"
+            && lines.get(i + 1).is_some_and(|l| {
+                let t = l.trim_start();
+                let t = t.strip_prefix("pub(crate) ").unwrap_or(t);
+                let t = t.strip_prefix("pub(super) ").unwrap_or(t);
+                t.starts_with("mod ") && t.ends_with('{')
+            });
+        if opens_test_mod {
+            let at = indent(lines[i + 1]);
+            let mut j = i + 2;
+            while j < lines.len()
+                && !(indent(lines[j]) == at && lines[j].trim_start().starts_with('}'))
+            {
+                j += 1;
+            }
+            i = j + 1;
+        } else {
+            n += 1;
+            i += 1;
+        }
+    }
+    n
+}
+
+/// Every non-test Rust file of the project, one person can own: under
+/// 1,000 lines outside its test modules (the integration tests under
+/// tests/tests/ are test code).
+#[test]
+fn no_non_test_file_is_over_1000_lines() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = BTreeSet::new();
+    for dir in [
+        "nri-trace",
+        "nri-trace-common",
+        "nri-trace-ebpf",
+        "lab",
+        "xtask",
+        "fuzz",
+        "tests/src",
+    ] {
+        let d = repo.join(dir);
+        if d.is_dir() {
+            rust_files(&d, &repo, &mut files);
+        }
+    }
+    let too_long: Vec<(String, usize)> = files
+        .iter()
+        .filter(|f| !f.contains("/target/"))
+        .map(|f| {
+            let text = std::fs::read_to_string(repo.join(f)).unwrap();
+            (f.clone(), non_test_lines(&text))
+        })
+        .filter(|(_, n)| *n > 1000)
+        .collect();
+    assert!(
+        too_long.is_empty(),
+        "non-test files over 1,000 lines: {too_long:?}"
+    );
+}
+
+#[test]
+fn test_modules_are_not_counted() {
+    let text = "fn a() {}\n#[cfg(test)]\nmod tests {\n    fn b() {}\n}\nfn c() {}\n";
+    assert_eq!(non_test_lines(text), 2);
+    let decl = "#[cfg(test)]\nmod tests;\nfn c() {}\n";
+    assert_eq!(non_test_lines(decl), 3);
+}
+
+/// The library's stages (its top-level modules) import each other in one
+/// direction only: capture <- decode <- model <- assemble <- engine <-
+/// pipeline <- sinks, with the helpers (human, output, doctor) beside
+/// them; no circle.
+#[test]
+fn the_stages_import_in_one_direction() {
+    use std::collections::BTreeMap;
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let src = repo.join("nri-trace/src");
+    let mut files = BTreeSet::new();
+    rust_files(&src, &src, &mut files);
+    let stage_of = |f: &str| {
+        f.split('/')
+            .next()
+            .unwrap_or(f)
+            .trim_end_matches(".rs")
+            .to_string()
+    };
+    let stages: BTreeSet<String> = files
+        .iter()
+        .map(|f| stage_of(f))
+        .filter(|s| s != "lib" && s != "main")
+        .collect();
+    let mut deps: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for f in &files {
+        let from = stage_of(f);
+        if !stages.contains(&from) {
+            continue;
+        }
+        let text = std::fs::read_to_string(src.join(f)).unwrap();
+        // Test modules may reach anywhere.
+        let text = text.split("#[cfg(test)]\nmod tests {").next().unwrap_or("");
+        // `crate::stage` in paths, and the stages a `use crate::{..}`
+        // block names at its top level.
+        let mut named: Vec<String> = text
+            .split("crate::")
+            .skip(1)
+            .map(|rest| {
+                rest.chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect()
+            })
+            .collect();
+        for block in text.split("use crate::{").skip(1) {
+            let body = block.split("};").next().unwrap_or("");
+            let mut depth = 0;
+            let mut word = String::new();
+            for c in body.chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    c if depth == 0 && (c.is_alphanumeric() || c == '_') => word.push(c),
+                    _ => {
+                        if !word.is_empty() {
+                            named.push(std::mem::take(&mut word));
+                        }
+                    }
+                }
+                if depth > 0 && !word.is_empty() {
+                    named.push(std::mem::take(&mut word));
+                }
+            }
+        }
+        for to in named {
+            if to != from && stages.contains(&to) {
+                deps.entry(from.clone()).or_default().insert(to);
+            }
+        }
+    }
+    // Depth-first search for a circle.
+    fn circle(
+        at: &str,
+        deps: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = path.iter().position(|p| p == at) {
+            let mut c = path[i..].to_vec();
+            c.push(at.to_string());
+            return Some(c);
+        }
+        if done.contains(at) {
+            return None;
+        }
+        path.push(at.to_string());
+        for next in deps.get(at).into_iter().flatten() {
+            if let Some(c) = circle(next, deps, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(at.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    for s in &stages {
+        if let Some(c) = circle(s, &deps, &mut Vec::new(), &mut done) {
+            panic!(
+                "an import circle between stages: {}\n{deps:#?}",
+                c.join(" -> ")
+            );
+        }
+    }
+    // The flow the architecture names holds.
+    let imports = |a: &str, b: &str| deps.get(a).is_some_and(|d| d.contains(b));
+    assert!(imports("engine", "model") && imports("assemble", "decode"));
+    assert!(!imports("model", "assemble") && !imports("engine", "sinks"));
 }
