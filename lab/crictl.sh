@@ -109,8 +109,22 @@ build() {
 		return 0
 	fi
 	[[ $(id -u) -eq 0 ]] || die "must run as root (it writes under $DIR)"
-	local t0=$SECONDS tmp="$DIR/build.tmp"
 	mkdir -p "$DIR"
+	# One build at a time: two tests asking at once on a cold machine (the
+	# lab's two crictl tests, before either holds the lab lock) shared
+	# build.tmp, and the second's `rm -rf` took the first's binary from
+	# under its version check (CI on a cold machine, 2026-11-29). The
+	# second waits here, then finds crictl built.
+	local lock
+	exec {lock}>"$DIR/build.lock"
+	flock "$lock"
+	if [[ -f $BUILT_FROM && $(cat "$BUILT_FROM") == "$want" && -x $BIN ]]; then
+		exec {lock}>&-
+		log "crictl $VERSION already built ($want)"
+		printf '%s\n' "$BIN"
+		return 0
+	fi
+	local t0=$SECONDS tmp="$DIR/build.tmp"
 	rm -rf "$tmp" "$BIN_DIR.old"
 	mkdir -p "$tmp"
 	: >"$BUILD_LOG"
@@ -123,6 +137,7 @@ build() {
 	# build cache, not needed to run.
 	rm -rf "$BIN_DIR.old" "$tmp" "$GODIR/cache" "$GODIR/gopath"
 	log "built $BIN in $((SECONDS - t0)) s"
+	exec {lock}>&-
 	printf '%s\n' "$BIN"
 }
 
