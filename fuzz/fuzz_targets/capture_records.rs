@@ -8,11 +8,11 @@
 
 use libfuzzer_sys::fuzz_target;
 use nri_trace::{
+    assemble::trace_decoder::TraceDecoder,
     capture::{
         record,
         tracker::{ConnFacts, ConnTracker},
     },
-    assemble::trace_decoder::TraceDecoder,
 };
 use nri_trace_fuzz::{parts, CRI_SOCKET, NRI_SOCKET};
 

@@ -12,6 +12,7 @@ use std::{
 };
 
 use nri_trace::{
+    assemble::trace_decoder::TraceDecoder,
     capture::{record, CaptureEvent, Direction},
     decode::{
         cri::{
@@ -20,7 +21,6 @@ use nri_trace::{
         },
         nri::ttrpc::{MuxTtrpc, TtrpcEvent},
     },
-    assemble::trace_decoder::TraceDecoder,
     model::record_file::{RecordWriter, SessionInfo},
 };
 use nri_trace_common::{RecordHeader, RecordKind, Syscall, FLAG_LAST, MAX_CHUNK};
