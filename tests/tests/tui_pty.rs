@@ -167,13 +167,13 @@ fn tui_in_a_pty_switches_views_filters_shows_evidence_and_restores_the_terminal(
     wait_for(&screen, "05-failer", "plugins view");
     wait_for(&screen, "50-observer", "plugins view");
 
-    // Findings, then the first one's evidence and the rule's explanation.
+    // Findings, then the first one's evidence and its rule with its source.
     press(b"4");
     wait_for(&screen, "teardown-hook-failed", "findings view");
     press(b"\r");
     wait_for(&screen, "Evidence", "evidence");
     wait_for(&screen, "later plugins not called: 50-observer", "evidence");
-    wait_for(&screen, "nri PR 286 teardown clause", "rule explanation");
+    wait_for(&screen, "source: containerd/nri PR 286", "rule source");
     press(b"\x1b");
 
     // Pods filtered: a filter that matches nothing empties the table, one

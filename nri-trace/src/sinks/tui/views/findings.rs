@@ -212,7 +212,14 @@ fn render_detail(f: &mut Frame<'_>, area: Rect, st: &TuiState, fd: &Finding, th:
     // a rule this build does not know (a record file from a newer one)
     // shows its id alone.
     if let Some(r) = rule {
-        lines.push(Line::from(r.statement));
+        // The statement as a sentence: docs/contract.md's table cell starts
+        // lowercase and ends without a stop.
+        let mut statement = r.statement.to_string();
+        if let Some(first) = statement.get_mut(..1) {
+            first.make_ascii_uppercase();
+        }
+        statement.push('.');
+        lines.push(Line::from(statement));
         lines.push(Line::from(Span::styled(
             format!("source: {}", r.source),
             th.dim(),
