@@ -8,7 +8,7 @@
 //!   recording.ndjson.gz`, a real recording of containerd 1.7.24 answering
 //!   go-cri-client, built on grpc-go as kubelet is, attached late: the
 //!   `:path` of its calls hides in pre-attach HPACK slots, so their method
-//!   is inferred (model/cri_call.rs) and the inference path is exercised.
+//!   is inferred (assemble/cri/inference.rs) and the inference path is exercised.
 //! - `tonic`: `tests/fixtures/cri/happy/recording.ndjson.gz`, containerd
 //!   answering the lab's tonic/h2 cri-driver, traced from the connection's
 //!   start: every method is known from `:path`.

@@ -235,7 +235,7 @@ impl Input {
     }
 }
 
-/// Pair responses with requests as the assembler does (model/nri_call.rs):
+/// Pair responses with requests as the assembler does (assemble/nri/):
 /// key (connection, mux conn_id, stream id, direction of the request); a
 /// response travels the opposite way. Only successful responses to a
 /// known request have their body decoded.
