@@ -65,6 +65,35 @@ fn check_cri_deadline_retry(t: &[Truth], facts: &mut Vec<String>) -> Result<()> 
         .into_iter()
         .filter(|c| c.0 == "RunPodSandbox")
         .collect();
+    let (runtime, version) = runtime_of(t, "slow")?;
+    // containerd 2.x passes the CRI deadline left to the hook as its
+    // timeout, gives up on the slow plugin when it fires (closing it) and
+    // goes on: RunPodSandbox can then answer ok a few ms before the
+    // client's own 1 s timer fires, and nothing is retried. A race (seen
+    // on containerd 2.1.9 in CI, 2026-11-29: ok after 1002.8 ms of the
+    // driver's clock); the trace test expects the retry finding only when
+    // the driver retried.
+    if let [(_, _, took, Outcome::Ok, _)] = runs.as_slice() {
+        let closed = disconnected_at(t, "slow");
+        ensure!(
+            !is_crio(runtime)
+                && !version.starts_with("1.")
+                && closed.is_some()
+                && *took >= 900_000_000,
+            "{runtime} {version}: the one RunPodSandbox was ok after {:.0} ms, the slow plugin {}",
+            ms(*took),
+            if closed.is_some() {
+                "closed"
+            } else {
+                "still connected"
+            }
+        );
+        facts.push(format!(
+            "containerd {version}: its own deadline fired first: the slow plugin was closed and RunPodSandbox answered ok after {:.0} ms, inside the client's deadline: no retry (a race)",
+            ms(*took)
+        ));
+        return Ok(());
+    }
     ensure!(
         runs.len() >= 2,
         "expected a timed-out try and retries, got {} RunPodSandbox",
@@ -78,7 +107,6 @@ fn check_cri_deadline_retry(t: &[Truth], facts: &mut Vec<String>) -> Result<()> 
     let adopted = notes(t)
         .into_iter()
         .find(|n| n.starts_with("adopted sandbox"));
-    let (runtime, version) = runtime_of(t, "slow")?;
     let containerd_2 = !is_crio(runtime) && !version.starts_with("1.");
     if let (Some(note), true) = (adopted, containerd_2) {
         // containerd 2.x lists the sandbox READY once its pause
