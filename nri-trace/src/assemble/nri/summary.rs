@@ -93,44 +93,40 @@ pub(super) fn describe_request(b: RequestBody) -> (Option<Event>, Subject, Strin
 /// (nri `pkg/api/api.proto`, v0.12) that both its parts
 /// ([`adjusted_parts`]) and its summary (`describe_adjust`) use.
 fn adjustment_parts(a: &api::ContainerAdjustment) -> Vec<(&'static str, Option<usize>)> {
-    let mut parts = Vec::new();
-    let mut count = |name, k: usize| {
-        if k > 0 {
-            parts.push((name, Some(k)));
-        }
-    };
-    count("annotations", a.annotations.len());
-    count("mounts", a.mounts.len());
-    count("env", a.env.len());
-    count("rlimits", a.rlimits.len());
-    count("CDI devices", a.cdi_devices.len());
-    count("args", a.args.len());
-    let mut set = |name, is: bool| {
-        if is {
-            parts.push((name, None));
-        }
-    };
-    set("hooks", a.hooks.is_some());
+    // A list or map counted when it holds something; a part set or not.
+    let counted = |name, k: usize| (k > 0).then_some((name, Some(k)));
+    let set = |name, is: bool| is.then_some((name, None));
+    let mut parts: Vec<_> = [
+        counted("annotations", a.annotations.len()),
+        counted("mounts", a.mounts.len()),
+        counted("env", a.env.len()),
+        counted("rlimits", a.rlimits.len()),
+        counted("CDI devices", a.cdi_devices.len()),
+        counted("args", a.args.len()),
+        set("hooks", a.hooks.is_some()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     if let Some(l) = &a.linux {
-        if !l.devices.is_empty() {
-            parts.push(("devices", Some(l.devices.len())));
-        }
-        let mut set = |name, is: bool| {
-            if is {
-                parts.push((name, None));
-            }
-        };
-        set("resources", l.resources.is_some());
-        set("cgroups path", !l.cgroups_path.is_empty());
-        set("oom_score_adj", l.oom_score_adj.is_some());
-        set("seccomp", l.seccomp_policy.is_some());
-        set("namespaces", !l.namespaces.is_empty());
-        set("sysctl", !l.sysctl.is_empty());
-        set("I/O priority", l.io_priority.is_some());
-        set("net devices", !l.net_devices.is_empty());
-        set("scheduler", l.scheduler.is_some());
-        set("RDT", l.rdt.is_some());
-        set("memory policy", l.memory_policy.is_some());
+        parts.extend(
+            [
+                counted("devices", l.devices.len()),
+                set("resources", l.resources.is_some()),
+                set("cgroups path", !l.cgroups_path.is_empty()),
+                set("oom_score_adj", l.oom_score_adj.is_some()),
+                set("seccomp", l.seccomp_policy.is_some()),
+                set("namespaces", !l.namespaces.is_empty()),
+                set("sysctl", !l.sysctl.is_empty()),
+                set("I/O priority", l.io_priority.is_some()),
+                set("net devices", !l.net_devices.is_empty()),
+                set("scheduler", l.scheduler.is_some()),
+                set("RDT", l.rdt.is_some()),
+                set("memory policy", l.memory_policy.is_some()),
+            ]
+            .into_iter()
+            .flatten(),
+        );
     }
     parts
 }
