@@ -25,7 +25,7 @@
 //!
 //! Pure and deterministic: the same capture events give the same calls.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use super::chunk_stamps::ChunkStamps;
 use crate::{
@@ -46,6 +46,7 @@ use crate::{
     },
 };
 
+mod deadline_race;
 mod inference;
 #[cfg(test)]
 mod tests;
@@ -128,6 +129,10 @@ struct ConnState {
     h2: H2Connection,
     stamps: [ChunkStamps; 2],
     streams: BTreeMap<u32, StreamState>,
+    /// The streams the client reset last (ids are never reused on a
+    /// connection, RFC 9113 §5.1.1): the runtime's answer to one of them,
+    /// written as the client gave up, is no call of its own.
+    reset_by_client: VecDeque<u32>,
 }
 
 impl ConnState {
@@ -136,6 +141,7 @@ impl ConnState {
             h2: H2Connection::new(),
             stamps: Default::default(),
             streams: BTreeMap::new(),
+            reset_by_client: VecDeque::new(),
         }
     }
 }
@@ -198,6 +204,10 @@ pub struct CriCallAssembler {
     held: Vec<Held>,
     /// Held calls resolved, waiting to be emitted.
     resolved: Vec<CriObservation>,
+    /// Streams the runtime ended at the client's deadline, in the order
+    /// they ended, until the client's reset tells they were never read
+    /// (`deadline_race`).
+    at_deadline: Vec<(ConnId, Ended)>,
     stats: CriStats,
 }
 
@@ -285,6 +295,7 @@ impl CriCallAssembler {
             slot_candidates: HashMap::new(),
             held: Vec::new(),
             resolved: Vec::new(),
+            at_deadline: Vec::new(),
             stats: CriStats::default(),
         }
     }
@@ -306,14 +317,18 @@ impl CriCallAssembler {
             .held
             .iter()
             .filter_map(|h| h.call.start.map(|t| t.mono_ns));
-        open.chain(held).min()
+        let at_deadline = self
+            .at_deadline
+            .iter()
+            .filter_map(|(_, e)| e.st.start.map(|t| t.mono_ns));
+        open.chain(held).chain(at_deadline).min()
     }
 
     /// Feed one capture event (of the CRI socket's connections).
     pub fn on_capture(&mut self, ev: &CaptureEvent, out: &mut Vec<CriObservation>) {
         match ev {
             CaptureEvent::Open(o) => {
-                self.release_expired(o.ts.mono_ns, out);
+                self.release(o.ts.mono_ns, out);
                 if o.other_end.is_some() {
                     return;
                 }
@@ -331,11 +346,12 @@ impl CriCallAssembler {
                 });
             }
             CaptureEvent::Chunk(c) => {
-                self.release_expired(c.ts.mono_ns, out);
+                self.release(c.ts.mono_ns, out);
                 self.on_chunk(c, out);
             }
             CaptureEvent::Close(c) => {
-                self.release_expired(c.ts.mono_ns, out);
+                self.release(c.ts.mono_ns, out);
+                self.release_answers_of(Some(c.conn), out);
                 if let Some(st) = self.conns.remove(&c.conn) {
                     let outcome = if c.reason == CloseReason::Untracked {
                         CriOutcome::NoResponse
@@ -358,7 +374,7 @@ impl CriCallAssembler {
                 self.clients.remove(&c.conn);
             }
             // Quiet sockets: calls held for evidence still time out.
-            CaptureEvent::Tick { ts } => self.release_expired(ts.mono_ns, out),
+            CaptureEvent::Tick { ts } => self.release(ts.mono_ns, out),
             CaptureEvent::Process(_)
             | CaptureEvent::Loss(_)
             | CaptureEvent::Sandbox(_)
@@ -369,6 +385,7 @@ impl CriCallAssembler {
     /// The capture ended: calls in flight end with
     /// [`CriOutcome::NoResponse`]; held calls are released unresolved.
     pub fn finish(&mut self, out: &mut Vec<CriObservation>) {
+        self.release_answers_of(None, out);
         let first = out.len();
         let mut ids: Vec<ConnId> = self.conns.keys().copied().collect();
         ids.sort();
@@ -480,6 +497,9 @@ impl CriCallAssembler {
                     let known = known_fields(&block);
                     let trailers = Trailers::from_fields(&known);
                     if !end_stream {
+                        if st.reset_by_client.contains(&stream_id) {
+                            return;
+                        }
                         // Response headers (:status 200).
                         st.streams
                             .entry(stream_id)
@@ -530,7 +550,11 @@ impl CriCallAssembler {
                         outcome,
                         outcome_evidence: evidence,
                     };
-                    self.settle(conn, e, out);
+                    if deadline_race::answered_at_deadline(&e) {
+                        self.at_deadline.push((conn, e));
+                    } else {
+                        self.settle(conn, e, out);
+                    }
                 }
             },
             H2Event::HeaderError { .. } => self.stats.header_errors += 1,
@@ -558,7 +582,13 @@ impl CriCallAssembler {
                 stream_id,
                 error_code,
             } => {
+                if side == Side::Client {
+                    deadline_race::remember_reset(&mut st.reset_by_client, stream_id);
+                }
                 let Some(s) = st.streams.remove(&stream_id) else {
+                    if side == Side::Client {
+                        self.client_gave_up(conn, stream_id, ts, out);
+                    }
                     return;
                 };
                 let waited = s.start.map(|t| ts.mono_ns.saturating_sub(t.mono_ns));

@@ -190,3 +190,134 @@ proptest! {
         prop_assert!(a.held.is_empty());
     }
 }
+
+/// Frames of one RunPodSandbox with a 1 s grpc-timeout on stream 1 of
+/// connection 1, and its answer and reset, as capture chunks (In: read by
+/// the runtime, from the client; Out: written by the runtime).
+mod deadline_race {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let len = payload.len();
+        let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    /// An HPACK literal field without indexing, new name (RFC 7541 §6.2.2).
+    fn literal(name: &str, value: &str) -> Vec<u8> {
+        let mut b = vec![0x00, name.len() as u8];
+        b.extend_from_slice(name.as_bytes());
+        b.push(value.len() as u8);
+        b.extend_from_slice(value.as_bytes());
+        b
+    }
+
+    fn chunk(at_ms: u64, direction: Direction, bytes: Vec<u8>) -> CaptureEvent {
+        CaptureEvent::Chunk(Chunk {
+            conn: ConnId(1),
+            direction,
+            ts: ts(at_ms * MS),
+            tid: 1,
+            syscall: if direction == Direction::In {
+                Syscall::Read
+            } else {
+                Syscall::Write
+            },
+            syscall_len: bytes.len() as u64,
+            bytes,
+            truncated: false,
+            gap_before: false,
+        })
+    }
+
+    fn request(at_ms: u64, stream: u32) -> CaptureEvent {
+        let path = "/runtime.v1.RuntimeService/RunPodSandbox";
+        let mut block = vec![0x83, 0x86, 0x04, path.len() as u8];
+        block.extend_from_slice(path.as_bytes());
+        block.extend(literal("grpc-timeout", "1000m"));
+        let mut bytes = if stream == 1 {
+            let mut b = crate::decode::cri::frame::PREFACE.to_vec();
+            b.extend(frame(0x4, 0, 0, &[]));
+            b
+        } else {
+            Vec::new()
+        };
+        bytes.extend(frame(0x1, 0x4, stream, &block));
+        // An empty request message, END_STREAM.
+        bytes.extend(frame(0x0, 0x1, stream, &[0, 0, 0, 0, 0]));
+        chunk(at_ms, Direction::In, bytes)
+    }
+
+    /// `:status 200` then trailers `grpc-status: 0`.
+    fn answer_ok(at_ms: u64, stream: u32) -> CaptureEvent {
+        let mut bytes = frame(0x1, 0x4, stream, &[0x88]);
+        bytes.extend(frame(0x1, 0x5, stream, &literal("grpc-status", "0")));
+        chunk(at_ms, Direction::Out, bytes)
+    }
+
+    /// RST_STREAM CANCEL from the client.
+    fn client_reset(at_ms: u64, stream: u32) -> CaptureEvent {
+        chunk(
+            at_ms,
+            Direction::In,
+            frame(0x3, 0, stream, &8u32.to_be_bytes()),
+        )
+    }
+
+    fn calls(events: &[CaptureEvent]) -> Vec<CriCall> {
+        let mut a = CriCallAssembler::new();
+        let mut out = Vec::new();
+        for e in events {
+            a.on_capture(e, &mut out);
+        }
+        a.finish(&mut out);
+        out.into_iter()
+            .filter_map(|o| match o {
+                CriObservation::Call(c) => Some(c),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The runtime's OK 5 ms inside the deadline, the client's reset 1 ms
+    /// after it: the client never read the answer.
+    #[test]
+    fn an_answer_the_client_reset_after_is_its_deadline() {
+        let got = calls(&[request(0, 1), answer_ok(995, 1), client_reset(996, 1)]);
+        assert_eq!(got.len(), 1, "{got:?}");
+        let c = &got[0];
+        assert_eq!(c.method.as_deref(), Some("RunPodSandbox"));
+        assert_eq!(c.outcome, CriOutcome::DeadlineExceeded);
+        assert_eq!(c.end, Some(ts(996 * MS)));
+        let evidence = c.outcome_evidence.as_deref().unwrap_or_default();
+        assert!(evidence.contains("answered OK 1.0 ms before"), "{evidence}");
+    }
+
+    /// The same answer with no reset after it stands, released by the
+    /// next event past the slack; so does one well inside the deadline a
+    /// reset follows (a client closing a finished stream is no expiry).
+    #[test]
+    fn an_answer_no_reset_follows_stands() {
+        let got = calls(&[request(0, 1), answer_ok(995, 1), request(1100, 3)]);
+        let first = got.iter().find(|c| c.stream_id == 1).expect("stream 1");
+        assert_eq!(first.outcome, CriOutcome::Ok, "{got:?}");
+        assert_eq!(first.end, Some(ts(995 * MS)));
+        let got = calls(&[request(0, 1), answer_ok(500, 1), client_reset(501, 1)]);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].outcome, CriOutcome::Ok);
+    }
+
+    /// The client's reset at its deadline, then the runtime's answer: one
+    /// call, the expiry; the answer is no call of its own.
+    #[test]
+    fn an_answer_after_the_clients_reset_is_no_call() {
+        let got = calls(&[request(0, 1), client_reset(1001, 1), answer_ok(1002, 1)]);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].outcome, CriOutcome::DeadlineExceeded);
+        assert_eq!(got[0].end, Some(ts(1001 * MS)));
+    }
+}
