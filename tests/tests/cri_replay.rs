@@ -27,6 +27,7 @@ const FIXTURES: &[(&str, bool)] = &[
     ("cri-deadline-retry-go-ctrd21", false),
     ("cri-late-attach", true),
     ("cri-late-attach-go", true),
+    ("cri-deadline-crossing-crio", false),
 ];
 
 fn events(name: &str) -> Vec<CaptureEvent> {
@@ -107,6 +108,41 @@ fn deadline_expiry_and_retry(name: &str) {
         );
     }
     assert_eq!(runs.last().unwrap().outcome, CriOutcome::Ok);
+}
+
+/// CRI-O 1.36.3 answered a RunPodSandbox retry DEADLINE_EXCEEDED 1.7 ms
+/// before the tonic client's own reset at its 1 s deadline (caught in the
+/// lab with trace_lab's retry tests, 2026-11-29): one call, the client's
+/// expiry, the runtime's answer in its evidence; the other tries as the
+/// driver saw them (`fixtures_match_truth`). Before
+/// `assemble/cri/deadline_race.rs` the call was the runtime's error, and an
+/// answer after a reset made a call of its own with no request.
+#[test]
+fn an_answer_crossing_the_clients_deadline_is_its_expiry() {
+    let name = "cri-deadline-crossing-crio";
+    let (records, _) = analyze(events(name));
+    let calls = cri_check::calls(&records);
+    let crossed: Vec<_> = calls
+        .iter()
+        .filter(|c| {
+            c.outcome_evidence
+                .as_deref()
+                .is_some_and(|e| e.contains("before the client reset the stream"))
+        })
+        .collect();
+    assert_eq!(crossed.len(), 1, "{crossed:?}");
+    let c = crossed[0];
+    assert_eq!(c.method.as_deref(), Some("RunPodSandbox"));
+    assert_eq!(c.outcome, CriOutcome::DeadlineExceeded);
+    assert!(
+        c.outcome_evidence
+            .as_deref()
+            .is_some_and(|e| e.contains("answered DEADLINE_EXCEEDED")),
+        "{c:?}"
+    );
+    assert!(c.duration_ns.is_some_and(|d| d >= 1_000_000_000), "{c:?}");
+    assert!(calls.iter().all(|c| !c.partial), "{calls:?}");
+    deadline_expiry_and_retry(name);
 }
 
 #[test]

@@ -160,14 +160,29 @@ fn affinity(t: &TruthCall<'_>, c: &CriCall) -> u32 {
     a
 }
 
-fn outcome_agrees(t: &Outcome, c: &CriCall) -> bool {
+fn outcome_agrees(t: &Outcome, c: &CriCall, allow: Allow) -> bool {
     match (t, &c.outcome) {
+        // A failure whose grpc-status sits in a pre-attach HPACK slot and
+        // that sent no message: the trace says it cannot tell (an OK
+        // answer is told by its response message, never Unknown).
+        (Outcome::Ok, CriOutcome::Unknown) => false,
+        (_, CriOutcome::Unknown) => allow.deadline_hidden,
         (Outcome::Ok, CriOutcome::Ok) => true,
         (Outcome::Error { code, .. }, CriOutcome::Error { code: c, .. }) => *code as u32 == *c,
         // The client gave up: its reset, or the server's own expiry.
         (Outcome::DeadlineExceeded, CriOutcome::DeadlineExceeded | CriOutcome::Cancelled) => true,
         (Outcome::DeadlineExceeded, CriOutcome::Error { code: 4, .. }) => true,
         (Outcome::DeadlineExceeded, CriOutcome::Error { .. }) => answered_at_deadline(c),
+        // The server's own reset at the deadline (grpc-go >= 1.71 servers:
+        // containerd 2.1+, CRI-O 1.36) with the deadline hidden in a
+        // pre-attach HPACK slot (h2 indexes a repeated grpc-timeout): the
+        // trace cannot tell it from another cancel, and says so.
+        (
+            Outcome::DeadlineExceeded,
+            CriOutcome::Reset {
+                by, error_code: 8, ..
+            },
+        ) => by == "server" && c.deadline_ns.is_none(),
         _ => false,
     }
 }
@@ -194,7 +209,8 @@ pub(crate) fn answered_at_deadline(c: &CriCall) -> bool {
 /// reports must still agree).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Allow {
-    /// A repeated grpc-timeout value may sit in a pre-attach HPACK slot.
+    /// A repeated grpc-timeout value, or a failure's grpc-status, may sit
+    /// in a pre-attach HPACK slot.
     pub deadline_hidden: bool,
     /// Pods and containers created before the attach are known by id only.
     pub identity_missing: bool,
@@ -249,7 +265,7 @@ pub(crate) fn compare(truth: &[Truth], calls: &[&CriCall], since: u64, allow: Al
                 continue;
             }
         }
-        if !outcome_agrees(t.outcome, c) {
+        if !outcome_agrees(t.outcome, c, allow) {
             r.problems.push(format!(
                 "{what}: outcome {:?}, driver got {:?}",
                 c.outcome, t.outcome
