@@ -33,6 +33,7 @@ pub(crate) fn dist_dir() -> PathBuf {
 pub(crate) fn run_dist() -> Result<PathBuf> {
     let obj = build_ebpf()?;
     let commit = git_commit();
+    let target_dir = crate::build_cache::target_dir("dist", "target");
     let mut cmd = cargo();
     cmd.args([
         "build",
@@ -43,6 +44,8 @@ pub(crate) fn run_dist() -> Result<PathBuf> {
         "--release",
     ])
     .args(["--target", TARGET])
+    .arg("--target-dir")
+    .arg(&target_dir)
     .env("NRI_TRACE_EBPF_OBJ", &obj)
     .env("NRI_TRACE_GIT_COMMIT", &commit)
     .env(
@@ -52,16 +55,14 @@ pub(crate) fn run_dist() -> Result<PathBuf> {
     // The release profile keeps line tables (debug = 1, for profiling
     // dev builds); a node needs none: no debug info compiled, symbols
     // stripped. Env overrides of [profile.release], this build only
-    // (its own target dir, target/x86_64-unknown-linux-gnu).
+    // (its own directory under the target dir: x86_64-unknown-linux-gnu/;
+    // the target dir is kept across CI's clones, build_cache.rs).
     .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
     .env("CARGO_PROFILE_RELEASE_STRIP", "symbols")
     .env_remove("RUSTFLAGS")
     .env_remove("CARGO_BUILD_RUSTFLAGS");
     run(&mut cmd).context("building the static nri-trace")?;
-    let built = workspace_root()
-        .join("target")
-        .join(TARGET)
-        .join("release/nri-trace");
+    let built = target_dir.join(TARGET).join("release/nri-trace");
 
     check_static(&built)?;
     let version = check_version(&built, &commit)?;

@@ -37,8 +37,10 @@ const TRIPLE: &str = "x86_64-unknown-linux-gnu";
 /// The fuzz build's own target dir: the dist binary's build (xtask/src/
 /// dist.rs) is for the same triple with other flags, so in a shared dir
 /// each rebuilt the other's crates, and beside the tests (beside.rs) one
-/// waited on the other's lock.
-const TARGET_DIR: &str = "target/fuzz/build";
+/// waited on the other's lock. Kept across CI's clones (build_cache.rs).
+fn target_dir() -> PathBuf {
+    crate::build_cache::target_dir("fuzz", "target/fuzz/build")
+}
 
 #[derive(Args, Debug)]
 pub(crate) struct FuzzArgs {
@@ -167,19 +169,13 @@ fn targets(only: Option<&str>) -> Result<Vec<String>> {
     }
 }
 
-/// Build every target (one cargo run) into the workspace's target dir.
+/// Build every target (one cargo run) into [`target_dir`].
 fn build() -> Result<()> {
     let started = Instant::now();
-    run(fuzz_cargo()?.args([
-        "fuzz",
-        "build",
-        "--fuzz-dir",
-        "fuzz",
-        "--target-dir",
-        TARGET_DIR,
-        "-s",
-        SANITIZER,
-    ]))
+    run(fuzz_cargo()?
+        .args(["fuzz", "build", "--fuzz-dir", "fuzz", "--target-dir"])
+        .arg(target_dir())
+        .args(["-s", SANITIZER]))
     .context("cargo fuzz build (RUSTC_BOOTSTRAP=1)")?;
     println!(
         "fuzz: built in {:.0} s",
@@ -206,11 +202,7 @@ fn fuzz_cargo() -> Result<Command> {
 }
 
 fn bin(name: &str) -> PathBuf {
-    workspace_root()
-        .join(TARGET_DIR)
-        .join(TRIPLE)
-        .join("release")
-        .join(name)
+    target_dir().join(TRIPLE).join("release").join(name)
 }
 
 /// Rewrite fuzz/corpus/<target>/ for `targets` from the lab recordings:

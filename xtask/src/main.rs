@@ -7,6 +7,7 @@
 
 mod bench;
 mod beside;
+mod build_cache;
 mod dist;
 mod exec_cost;
 mod fuzz;
@@ -241,7 +242,7 @@ fn test(tiers: &[tiers::Tier], extra: &[String]) -> Result<()> {
     if tiers.contains(&Tier::Lint) {
         fmt_check()?;
         if !beside {
-            clippy(None)?;
+            clippy(Some(&build_cache::target_dir("clippy", "target")))?;
         }
     }
     // The tiers that run test executables (not lint or fuzz).
@@ -272,10 +273,16 @@ fn test(tiers: &[tiers::Tier], extra: &[String]) -> Result<()> {
     let mut fuzz_build = None;
     if beside {
         if tiers.contains(&Tier::Lint) {
+            let dir = build_cache::target_dir("clippy", "target/clippy");
             lints = Some(beside::Beside::start(
                 "clippy",
                 "clippy (warnings denied)",
-                &["lint", "--clippy-only", "--target-dir", "target/clippy"],
+                &[
+                    "lint",
+                    "--clippy-only",
+                    "--target-dir",
+                    &dir.to_string_lossy(),
+                ],
             )?);
         }
         dist = Dist::Beside(beside::Beside::start("dist", "the dist binary", &["dist"])?);
