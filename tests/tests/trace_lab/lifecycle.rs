@@ -487,6 +487,13 @@ fn crio_trace_late_registration() {
     check_late_registration(Some(Runtime::CriO));
 }
 
+/// containerd 1.7 synchronizes the late plugin at once (nri#63 open
+/// there): the runtime that breaks the Synchronize clause.
+#[test]
+fn ctrd17_trace_late_registration() {
+    check_late_registration(Some(Runtime::Containerd17));
+}
+
 fn check_late_registration(rt: Option<Runtime>) {
     let Some((out, records)) = traced_on(rt, "late-registration") else {
         return;
