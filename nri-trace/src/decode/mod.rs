@@ -20,8 +20,11 @@
 //! - [`nri`]: the NRI socket — the NRI multiplexer and ttrpc framing.
 //! - [`cri`]: the CRI socket — HTTP/2 framing (RFC 9113) and HPACK under
 //!   gRPC.
+//! - `framer`: the length-prefixed framing and resynchronization both
+//!   build on.
 
 pub mod cri;
+pub(crate) mod framer;
 pub mod nri;
 
 #[cfg(test)]

@@ -18,7 +18,7 @@
 //! accepts up to [`MAX_PAYLOAD`] (16 MiB).
 
 use super::ttrpc_header;
-use super::{be_u32, be_u32_min, Framer, Layout, RawEvent, DEFAULT_HUNT_WINDOW};
+use crate::decode::framer::{be_u32, be_u32_min, Framer, Layout, RawEvent, DEFAULT_HUNT_WINDOW};
 
 /// Length of the multiplexer frame header (`headerLen` in mux.go).
 pub const HEADER_LEN: usize = 8;

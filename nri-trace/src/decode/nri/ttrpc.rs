@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use super::mux::{MuxDecoder, MuxEvent};
 use super::ttrpc_header::{plausible_body_start, plausible_header};
-use super::{be_u32, Framer, Layout, RawEvent, DEFAULT_HUNT_WINDOW};
+use crate::decode::framer::{be_u32, Framer, Layout, RawEvent, DEFAULT_HUNT_WINDOW};
 
 // The header's size, bound and plausibility live in `ttrpc_header`, which
 // the multiplexer's resynchronization uses too; re-exported so that this

@@ -17,7 +17,7 @@
 //!   u32 BE   u32 BE      u8     u8
 //! ```
 
-use super::{be_u32, be_u32_min};
+use crate::decode::framer::{be_u32, be_u32_min};
 
 /// Length of the ttrpc message header (`messageHeaderLength`).
 pub const HEADER_LEN: usize = 10;

@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use super::header::{FrameHeader, FrameType, DEFAULT_MAX_FRAME_SIZE, MAX_MAX_FRAME_SIZE};
 use super::layout::H2Layout;
 use super::payload::{parse_frame, Frame, FrameError, PrioritySpec};
-use crate::decode::nri::{Framer, RawEvent, DEFAULT_HUNT_WINDOW};
+use crate::decode::framer::{Framer, RawEvent, DEFAULT_HUNT_WINDOW};
 
 /// The client connection preface (§3.4).
 pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";

@@ -14,7 +14,7 @@ use super::payload::{
     SETTINGS_HEADER_TABLE_SIZE, SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_CONCURRENT_STREAMS,
     SETTINGS_MAX_FRAME_SIZE, SETTINGS_MAX_HEADER_LIST_SIZE, SETTINGS_NO_RFC7540_PRIORITIES,
 };
-use crate::decode::nri::Layout;
+use crate::decode::framer::Layout;
 
 /// The framer layout of HTTP/2 frames.
 ///

@@ -18,7 +18,7 @@
 //! END_HEADERS, §4.3) into one raw HPACK block for the `hpack` module.
 //!
 //! Buffering and resynchronization reuse the NRI framer
-//! ([`crate::decode::nri`]'s `Framer`): a frame longer than the maximum
+//! ([`crate::decode::framer`]'s `Framer`): a frame longer than the maximum
 //! frame size cannot be a frame (§4.2), so it sends the decoder hunting for
 //! the next plausible frame boundary (see [`FrameDecoder`]).
 //!
