@@ -9,7 +9,7 @@
 //! such character by a visible one, so the text stays readable and the
 //! manipulation shows.
 
-use crate::capture::Timestamp;
+use crate::basic_types::Timestamp;
 
 /// Longest text kept from one untrusted string (characters); longer text
 /// is cut with an ellipsis, so a huge annotation cannot bloat a line.

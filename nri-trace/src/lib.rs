@@ -26,8 +26,11 @@
 //! - [`pipeline`]: the one loop that joins them, live or replayed.
 //! - [`doctor`]: checks that this node can run the probes.
 //! - [`human`]: durations, clocks and sanitized text for people.
+//! - [`basic_types`]: connection ids, directions and timestamps, the words
+//!   every stage shares.
 
 pub mod assemble;
+pub mod basic_types;
 pub mod capture;
 pub mod decode;
 pub mod doctor;

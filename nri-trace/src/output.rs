@@ -3,7 +3,8 @@
 use std::io::{self, Write};
 
 use crate::{
-    capture::{CaptureEvent, Direction, Origin, ProcessEvent},
+    basic_types::Direction,
+    capture::{CaptureEvent, Origin, ProcessEvent},
     human::{clock, sanitize},
 };
 

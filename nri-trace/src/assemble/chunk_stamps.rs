@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 
-use crate::capture::Timestamp;
+use crate::basic_types::Timestamp;
 
 /// Most chunk ends remembered (per connection direction).
 const MAX_MARKS: usize = 4096;

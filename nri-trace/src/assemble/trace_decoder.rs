@@ -13,7 +13,8 @@ use std::{
 
 use super::{cri::CriCallAssembler, nri::NriCallAssembler};
 use crate::{
-    capture::{CaptureEvent, ConnId, ProcessEvent},
+    basic_types::ConnId,
+    capture::{CaptureEvent, ProcessEvent},
     model::{
         cri_call::{CriObservation, CriStats},
         nri_call::NriObservation,

@@ -34,7 +34,7 @@ use serde::Serialize;
 
 use super::hook_latency::{Hook, HookSpan};
 use crate::{
-    capture::{ConnId, Timestamp},
+    basic_types::{ConnId, Timestamp},
     decode::cri::message::PodMeta,
     decode::{
         cri::message::{CriMethod, ObjectKind},

@@ -10,7 +10,8 @@ use serde::Serialize;
 
 use super::hook_latency::Hook;
 use crate::{
-    capture::{sandbox::SandboxEvent, ConnId, Timestamp},
+    basic_types::{ConnId, Timestamp},
+    capture::sandbox::SandboxEvent,
     model::{cri_call::CriOutcome, nri_call::Outcome},
 };
 

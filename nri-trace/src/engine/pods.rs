@@ -11,7 +11,8 @@ use serde::Serialize;
 use super::record::Record;
 use crate::human::short_id;
 use crate::{
-    capture::{cri_state::CriState, Timestamp},
+    basic_types::Timestamp,
+    capture::cri_state::CriState,
     model::{cri_call::CriOutcome, observation::Observation},
 };
 

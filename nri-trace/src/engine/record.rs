@@ -15,7 +15,7 @@ use super::{
     findings::Violation,
     hook_latency::HookSpan,
 };
-use crate::{capture::Timestamp, model::observation::Observation};
+use crate::{basic_types::Timestamp, model::observation::Observation};
 
 /// One engine output.
 // Records are handed to the sinks one by one; spans dominate the stream.

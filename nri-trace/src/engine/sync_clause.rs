@@ -43,7 +43,8 @@ use super::{
     hook_latency::HookSpan,
 };
 use crate::{
-    capture::{cri_state::CriState, ConnId, Timestamp},
+    basic_types::{ConnId, Timestamp},
+    capture::cri_state::CriState,
     decode::nri::message::Event,
 };
 

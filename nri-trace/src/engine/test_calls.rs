@@ -1,7 +1,7 @@
 //! Builders of CRI and NRI calls for the engine's unit tests.
 
 use crate::{
-    capture::{ConnId, Timestamp},
+    basic_types::{ConnId, Timestamp},
     decode::nri::message::Event,
     engine::hook_latency::{Hook, HookSpan},
     model::{

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::cri_client::CriClient;
 use crate::{
-    capture::{ConnId, Timestamp},
+    basic_types::{ConnId, Timestamp},
     decode::cri::message::{ContainerMeta, PodMeta},
 };
 

@@ -7,7 +7,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    capture::{ConnId, Peer, Timestamp},
+    basic_types::{ConnId, Timestamp},
+    capture::Peer,
     decode::nri::message::{self, Event, Method},
 };
 

@@ -17,7 +17,10 @@ use super::{
     cri_client::CriClient,
     nri_call::{NriCall, NriObservation, NriVersions, PluginId},
 };
-use crate::capture::{cri_state::CriState, sandbox::SandboxEvent, ConnId, Loss, Timestamp};
+use crate::{
+    basic_types::{ConnId, Timestamp},
+    capture::{cri_state::CriState, sandbox::SandboxEvent, Loss},
+};
 
 /// One engine input.
 // Observations are handed over one by one; calls dominate the stream.

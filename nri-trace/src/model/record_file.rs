@@ -348,7 +348,8 @@ pub mod redact {
 mod tests {
     use super::*;
     use crate::{
-        capture::{ConnId, Peer, Timestamp},
+        basic_types::{ConnId, Timestamp},
+        capture::Peer,
         engine::test_calls::cri,
         model::cri_client::CriClient,
     };

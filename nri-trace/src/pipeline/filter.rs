@@ -20,7 +20,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::capture::ConnId;
+use crate::basic_types::ConnId;
 use crate::engine::{
     findings::Evidence,
     pod_index::{PodIndex, PodName},

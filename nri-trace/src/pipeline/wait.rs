@@ -286,7 +286,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
-    use crate::capture::Timestamp;
+    use crate::basic_types::Timestamp;
 
     /// Counts what it is given.
     #[derive(Default)]

@@ -4,7 +4,7 @@
 use std::io::{self, Write};
 
 use crate::{
-    capture::{ConnId, Timestamp},
+    basic_types::{ConnId, Timestamp},
     engine::cri_latency::MethodSummary,
     human::{clock, sanitize, short_id},
     model::{

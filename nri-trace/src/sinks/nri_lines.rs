@@ -6,7 +6,8 @@
 use std::io::{self, Write};
 
 use crate::{
-    capture::{ConnId, Loss, Timestamp},
+    basic_types::{ConnId, Timestamp},
+    capture::Loss,
     engine::hook_latency::{Hook, HookSummary},
     human::{clock, sanitize},
     model::nri_call::{Caller, IdentitySource, NriCall, NriVersions, Outcome, PluginId},

@@ -24,7 +24,7 @@ use std::collections::VecDeque;
 
 use super::{CriCallAssembler, Ended, DEADLINE_SLACK_NS};
 use crate::{
-    capture::{ConnId, Timestamp},
+    basic_types::{ConnId, Timestamp},
     model::cri_call::{CriObservation, CriOutcome},
 };
 

@@ -29,7 +29,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use super::chunk_stamps::ChunkStamps;
 use crate::{
-    capture::{CaptureEvent, Chunk, CloseReason, ConnId, Direction, Timestamp},
+    basic_types::{ConnId, Direction, Timestamp},
+    capture::{CaptureEvent, Chunk, CloseReason},
     decode::cri::{
         connection::{H2Connection, H2Event, Side},
         frame::error_code_name,

@@ -34,7 +34,8 @@ use serde::Serialize;
 
 use super::chunk_stamps::ChunkStamps;
 use crate::{
-    capture::{CaptureEvent, Chunk, CloseReason, ConnId, ConnOpen, Direction, Timestamp},
+    basic_types::{ConnId, Direction, Timestamp},
+    capture::{CaptureEvent, Chunk, CloseReason, ConnOpen},
     decode::nri::{
         message::{
             self, Event, Method, RequestBody, ResponseBody, Status, Subject, WireResponse,

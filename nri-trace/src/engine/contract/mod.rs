@@ -26,7 +26,7 @@ use super::{
     record::Record,
 };
 use crate::{
-    capture::{ConnId, Timestamp},
+    basic_types::{ConnId, Timestamp},
     model::{cri_call::CriCall, nri_call::IdentitySource, observation::Observation},
 };
 

@@ -6,7 +6,7 @@
 
 use super::{cri_evidence, ts0, ContractChecker, Rule};
 use crate::{
-    capture::Timestamp,
+    basic_types::Timestamp,
     engine::findings::{Detail, Severity, Violation},
     human::duration,
     model::cri_call::{CriCall, CriOutcome},

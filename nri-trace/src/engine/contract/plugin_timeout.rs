@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use super::{ContractChecker, PluginState, Rule};
 use crate::{
-    capture::Timestamp,
+    basic_types::Timestamp,
     engine::{
         correlate::CriSpan,
         findings::{Detail, Severity, Violation},
@@ -143,7 +143,7 @@ pub(super) fn sentence_missed(plugin: &str, missed: u64) -> String {
 mod tests {
     use super::*;
     use crate::{
-        capture::ConnId,
+        basic_types::ConnId,
         decode::nri::message::Event,
         engine::{
             contract::{subscribed_not_delivered, test_records::*},

@@ -199,7 +199,7 @@ impl SandboxRules {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::capture::Timestamp;
+    use crate::basic_types::Timestamp;
 
     pub(in crate::engine::contract) const CID: &str =
         "c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1";

@@ -3,7 +3,7 @@
 
 use super::{ContractChecker, ContractConfig};
 use crate::{
-    capture::ConnId,
+    basic_types::ConnId,
     decode::nri::message::Event,
     engine::{
         correlate::NoCause,

@@ -177,7 +177,7 @@ pub(super) fn sentence_undelivered(
 mod tests {
     use super::*;
     use crate::{
-        capture::ConnId,
+        basic_types::ConnId,
         decode::nri::message::Event,
         engine::{contract::test_records::*, record::Record, test_calls::*},
         model::{

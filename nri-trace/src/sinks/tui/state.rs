@@ -15,7 +15,8 @@ use serde::Serialize;
 use crate::human::{sanitize, short_id};
 use crate::sinks::{cri_lines::client_words, nri_lines::plugin_name};
 use crate::{
-    capture::{ConnId, Loss, Timestamp},
+    basic_types::{ConnId, Timestamp},
+    capture::Loss,
     engine::{
         conformance::ClauseTally,
         cri_latency::MethodSummary,
