@@ -243,7 +243,7 @@ impl Input {
             let Some(method) = c
                 .service
                 .as_deref()
-                .zip(c.method.as_deref())
+                .zip(c.method_name())
                 .and_then(|(s, m)| CriMethod::from_path_parts(s, m))
             else {
                 continue;

@@ -572,7 +572,7 @@ fn hooks_in_spans(rs: &[Record]) -> usize {
 /// A successful RunPodSandbox: one pod lifecycle begins.
 fn is_pod_start(r: &Record) -> bool {
     matches!(r, Record::CriSpan(s)
-        if s.call.method.as_deref() == Some("RunPodSandbox")
+        if s.call.method_name() == Some("RunPodSandbox")
             && s.call.outcome == CriOutcome::Ok)
 }
 

@@ -95,7 +95,7 @@ fn deadline_expiry_and_retry(name: &str) {
     let (records, _) = analyze(events(name));
     let runs: Vec<_> = cri_check::calls(&records)
         .into_iter()
-        .filter(|c| c.method.as_deref() == Some("RunPodSandbox"))
+        .filter(|c| c.method_name() == Some("RunPodSandbox"))
         .collect();
     assert!(runs.len() >= 2);
     assert_eq!(runs[0].outcome, CriOutcome::DeadlineExceeded);
@@ -132,7 +132,7 @@ fn an_answer_crossing_the_clients_deadline_is_its_expiry() {
         .collect();
     assert_eq!(crossed.len(), 1, "{crossed:?}");
     let c = crossed[0];
-    assert_eq!(c.method.as_deref(), Some("RunPodSandbox"));
+    assert_eq!(c.method_name(), Some("RunPodSandbox"));
     assert_eq!(c.outcome, CriOutcome::DeadlineExceeded);
     assert!(
         c.outcome_evidence

@@ -1085,7 +1085,7 @@ fn check_stopped(out: &Path, truth: &[Truth], s: &Seen) {
         .filter(|(m, st, e, _)| {
             records.iter().any(|r| match r {
                 Record::CriSpan(sp) => {
-                    sp.call.method.as_deref() == Some(*m)
+                    sp.call.method_name() == Some(*m)
                         && sp
                             .call
                             .start

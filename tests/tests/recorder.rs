@@ -232,13 +232,13 @@ fn explain_reads_a_pod_across_a_recorder_restart() {
     let pod = "tderr-0";
     let split = obs
         .iter()
-        .position(|o| {
-            matches!(o, Observation::CriCall(c) if c.method.as_deref() == Some("StopPodSandbox"))
-        })
+        .position(
+            |o| matches!(o, Observation::CriCall(c) if c.method_name() == Some("StopPodSandbox")),
+        )
         .expect("a StopPodSandbox");
     assert!(
         obs[..split].iter().any(
-            |o| matches!(o, Observation::CriCall(c) if c.method.as_deref() == Some("RunPodSandbox"))
+            |o| matches!(o, Observation::CriCall(c) if c.method_name() == Some("RunPodSandbox"))
         ),
         "the pod's RunPodSandbox is in run 1"
     );

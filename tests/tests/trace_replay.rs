@@ -562,7 +562,7 @@ fn a_call_whose_response_a_hole_took_keeps_its_deliveries() {
             Record::CriSpan(s)
                 if s.call.end.is_none()
                     && s.call.start.is_some_and(|t| t.mono_ns < hole_start)
-                    && s.call.method.as_deref() == Some("StartContainer") =>
+                    && s.call.method_name() == Some("StartContainer") =>
             {
                 Some(s)
             }

@@ -58,6 +58,7 @@
 //!
 //! Pure and deterministic: it reads only the records the engine emits.
 
+use crate::model::cri_call::CriMethod;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::Serialize;
@@ -277,15 +278,15 @@ impl Conformance {
                     self.runtime = Some(rt.to_string());
                 }
             }
-            Record::CriSpan(s) if s.call.method.as_deref() == Some("RunPodSandbox") => {
+            Record::CriSpan(s) if s.call.is(CriMethod::RunPodSandbox) => {
                 self.on_run_pod_sandbox(s);
             }
             // A sandbox whose program never started (a failed start, or
             // one before the trace): its teardown ends the wait.
             Record::CriSpan(s)
                 if matches!(
-                    s.call.method.as_deref(),
-                    Some("StopPodSandbox" | "RemovePodSandbox")
+                    s.call.cri_method(),
+                    Some(CriMethod::StopPodSandbox | CriMethod::RemovePodSandbox)
                 ) =>
             {
                 if let Some(id) = s.call.sandbox_id.as_deref() {
@@ -294,8 +295,8 @@ impl Conformance {
             }
             Record::CriSpan(s)
                 if matches!(
-                    s.call.method.as_deref(),
-                    Some("StopContainer" | "RemoveContainer")
+                    s.call.cri_method(),
+                    Some(CriMethod::StopContainer | CriMethod::RemoveContainer)
                 ) =>
             {
                 self.on_container_stop(s);

@@ -28,6 +28,7 @@
 //! call it hung), and a delivery until no CRI call that could contain it is
 //! still unreported. Pure and deterministic.
 
+use crate::model::cri_call::CallMethod;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use serde::Serialize;
@@ -316,8 +317,8 @@ fn cause_methods(call: &CriCall, d: &HookSpan) -> Vec<String> {
     let causes = hook_causes(&d.hook);
     match (&call.method, &call.identified) {
         (Some(m), _) => {
-            if causes.contains(&m.as_str()) || undoes_create(call, d) {
-                vec![m.clone()]
+            if causes.contains(&m.name()) || undoes_create(call, d) {
+                vec![m.name().to_owned()]
             } else {
                 vec![]
             }
@@ -348,7 +349,7 @@ fn cause_methods(call: &CriCall, d: &HookSpan) -> Vec<String> {
 /// The container is the one the request names (the pod is checked by
 /// [`same_object`]; a failed call has no container id).
 fn undoes_create(call: &CriCall, d: &HookSpan) -> bool {
-    call.method.as_deref() == Some("CreateContainer")
+    call.is(CriMethod::CreateContainer)
         && !call.outcome.is_ok()
         && matches!(
             d.hook.event(),
@@ -714,11 +715,11 @@ impl Correlator {
                 call.identified = Identified::Inferred {
                     evidence: format!("its messages fit {}; {why}", candidates.join(" or ")),
                 };
-                call.method = Some(m);
+                call.method = Some(CallMethod::from_name(&m));
                 call.service = Some("runtime.v1.RuntimeService".into());
             }
         }
-        if call.method.as_deref() == Some("RunPodSandbox") && !call.outcome.is_ok() {
+        if call.is(CriMethod::RunPodSandbox) && !call.outcome.is_ok() {
             self.remember_failed_run(&call, &hooks);
         }
         let nri_ns = hooks.iter().filter_map(|h| h.call.duration_ns).sum();
@@ -872,14 +873,14 @@ mod tests {
         assert_eq!(spans.len(), 2);
         let stop = spans
             .iter()
-            .find(|s| s.call.method.as_deref() == Some("StopPodSandbox"))
+            .find(|s| s.call.is(CriMethod::StopPodSandbox))
             .unwrap();
         assert_eq!(stop.hooks.len(), 1);
         assert_eq!(stop.nri_ns, 30 * MS);
         assert_eq!(stop.nri_permille, Some(666));
         let status = spans
             .iter()
-            .find(|s| s.call.method.as_deref() == Some("PodSandboxStatus"))
+            .find(|s| s.call.is(CriMethod::PodSandboxStatus))
             .unwrap();
         assert!(status.hooks.is_empty());
     }
@@ -1267,7 +1268,7 @@ mod tests {
         out.extend(run(&mut c, 100));
         match &out[..] {
             [Correlated::Cri(s)] => {
-                assert_eq!(s.call.method.as_deref(), Some("RemovePodSandbox"));
+                assert_eq!(s.call.method_name(), Some("RemovePodSandbox"));
                 assert!(matches!(s.call.identified, Identified::Inferred { .. }));
             }
             other => panic!("{other:?}"),
@@ -1324,7 +1325,7 @@ mod tests {
         out.extend(run(&mut c, 100));
         let spans = spans_of(&out);
         assert_eq!(spans.len(), 2, "{out:?}");
-        assert_eq!(spans[0].call.method.as_deref(), Some("StopPodSandbox"));
+        assert_eq!(spans[0].call.method_name(), Some("StopPodSandbox"));
         assert_eq!(spans[0].call.sandbox_id.as_deref(), Some("s1"));
         assert_eq!(spans[0].call.request_id, None);
         assert_eq!(spans[0].hooks.len(), 1);
@@ -1332,7 +1333,7 @@ mod tests {
             panic!("{:?}", spans[0].call.identified);
         };
         assert!(evidence.contains("after it ended"), "{evidence}");
-        assert_eq!(spans[1].call.method.as_deref(), Some("RemovePodSandbox"));
+        assert_eq!(spans[1].call.method_name(), Some("RemovePodSandbox"));
     }
 
     /// Without a later event for the pod, STOP_POD_SANDBOX alone does not
@@ -1396,7 +1397,7 @@ mod tests {
         let Some(Correlated::Cri(s)) = out.iter().find(|o| matches!(o, Correlated::Cri(_))) else {
             panic!("{out:?}");
         };
-        assert_eq!(s.call.method.as_deref(), Some("StopContainer"));
+        assert_eq!(s.call.method_name(), Some("StopContainer"));
         assert_eq!(s.call.container_id.as_deref(), Some("c1"));
         assert_eq!(s.call.sandbox_id.as_deref(), Some("s1"));
         assert_eq!(s.hooks.len(), 1);

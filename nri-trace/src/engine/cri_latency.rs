@@ -85,7 +85,7 @@ pub struct CriMethodStats {
 impl CriMethodStats {
     /// Account one finished call.
     pub fn on_call(&mut self, c: &CriCall) {
-        let name = c.method.clone().unwrap_or_else(|| "(unknown)".into());
+        let name = c.method_name().unwrap_or("(unknown)").to_owned();
         let m = self.methods.entry(name).or_insert_with(MethodStats::new);
         m.calls += 1;
         match c.identified {

@@ -4,6 +4,7 @@
 //! the same records give the same model, live or replayed; views (report,
 //! TUI) render it and hold no logic of their own.
 
+use crate::model::cri_call::CriMethod;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -299,14 +300,14 @@ impl PodModel {
         pod.cri_ns += c.duration_ns.unwrap_or(0);
         pod.nri_ns += s.nri_ns;
         let ok = c.outcome == CriOutcome::Ok;
-        let method = c.method.clone().unwrap_or_else(|| "(unknown)".into());
-        match (method.as_str(), ok) {
-            ("RunPodSandbox", true) => pod.phase = PodPhase::Ready,
-            ("RunPodSandbox", false) if pod.phase <= PodPhase::Failed => {
+        let method = c.method_name().unwrap_or("(unknown)").to_owned();
+        match (c.cri_method(), ok) {
+            (Some(CriMethod::RunPodSandbox), true) => pod.phase = PodPhase::Ready,
+            (Some(CriMethod::RunPodSandbox), false) if pod.phase <= PodPhase::Failed => {
                 pod.phase = PodPhase::Failed
             }
-            ("StopPodSandbox", true) => pod.phase = pod.phase.max(PodPhase::Stopped),
-            ("RemovePodSandbox", true) => pod.phase = PodPhase::Removed,
+            (Some(CriMethod::StopPodSandbox), true) => pod.phase = pod.phase.max(PodPhase::Stopped),
+            (Some(CriMethod::RemovePodSandbox), true) => pod.phase = PodPhase::Removed,
             _ => {}
         }
         // Containers.
@@ -326,11 +327,11 @@ impl PodModel {
                     phase: ContainerPhase::Seen,
                 });
             if ok {
-                view.phase = match method.as_str() {
-                    "CreateContainer" => ContainerPhase::Created,
-                    "StartContainer" => ContainerPhase::Running,
-                    "StopContainer" => ContainerPhase::Exited,
-                    "RemoveContainer" => ContainerPhase::Removed,
+                view.phase = match c.cri_method() {
+                    Some(CriMethod::CreateContainer) => ContainerPhase::Created,
+                    Some(CriMethod::StartContainer) => ContainerPhase::Running,
+                    Some(CriMethod::StopContainer) => ContainerPhase::Exited,
+                    Some(CriMethod::RemoveContainer) => ContainerPhase::Removed,
                     _ => view.phase,
                 };
             }

@@ -34,6 +34,7 @@
 //! so a replay decides as the live run did. The state is bounded: recent
 //! pods and registrations only.
 
+use crate::model::cri_call::CriMethod;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::Serialize;
@@ -331,8 +332,8 @@ impl SyncClause {
         if id.is_empty() {
             return;
         }
-        match s.call.method.as_deref() {
-            Some("RunPodSandbox") => {
+        match s.call.cri_method() {
+            Some(CriMethod::RunPodSandbox) => {
                 let Some(end) = s.call.end.filter(|_| s.call.outcome.is_ok()) else {
                     return;
                 };
@@ -353,7 +354,7 @@ impl SyncClause {
                     }
                 }
             }
-            Some("StopPodSandbox" | "RemovePodSandbox") => {
+            Some(CriMethod::StopPodSandbox | CriMethod::RemovePodSandbox) => {
                 if let Some(p) = self.pods.get_mut(id) {
                     if p.stopping.is_none_or(|t| start.mono_ns < t.mono_ns) {
                         p.stopping = Some(start);
@@ -370,8 +371,8 @@ impl SyncClause {
         let (Some(cid), Some(start)) = (s.call.container_id.as_deref(), s.call.start) else {
             return;
         };
-        match s.call.method.as_deref() {
-            Some("CreateContainer") => {
+        match s.call.cri_method() {
+            Some(CriMethod::CreateContainer) => {
                 let (Some(end), Some(pod)) = (
                     s.call.end.filter(|_| s.call.outcome.is_ok()),
                     s.call.sandbox_id.clone(),
@@ -391,7 +392,9 @@ impl SyncClause {
                 };
                 self.containers.remember(cid.to_string(), ctr);
             }
-            Some("StopContainer" | "RemoveContainer") => self.container_stopping(cid, start),
+            Some(CriMethod::StopContainer | CriMethod::RemoveContainer) => {
+                self.container_stopping(cid, start)
+            }
             _ => {}
         }
     }

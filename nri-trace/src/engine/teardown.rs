@@ -395,7 +395,7 @@ impl TeardownLog {
         }
         p.sandbox_id = sandbox.or_else(|| p.sandbox_id.take());
         p.last_seen = p.last_seen.max(at);
-        let method = c.method.clone().unwrap_or_else(|| "(unknown)".into());
+        let method = c.method_name().unwrap_or("(unknown)").to_owned();
         p.last_call = Some((method.clone(), c.end.or(c.start)));
         if let (Some(id), Some(sb)) = (&c.container_id, &p.sandbox_id) {
             let name = c

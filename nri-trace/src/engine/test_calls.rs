@@ -27,7 +27,7 @@ pub(crate) fn cri(method: Option<&str>, sandbox: &str, start: u64, end: u64) -> 
     CriCall {
         conn: ConnId(1),
         stream_id: 1,
-        method: method.map(str::to_owned),
+        method: method.map(Into::into),
         service: None,
         identified: Identified::Known,
         pod: None,

@@ -8,10 +8,82 @@
 use serde::{Deserialize, Serialize};
 
 use super::cri_client::CriClient;
+pub use crate::decode::cri::message::CriMethod;
 use crate::{
     basic_types::{ConnId, Timestamp},
     decode::cri::message::{ContainerMeta, PodMeta},
 };
+
+/// The method of a call: a CRI method, or another gRPC method seen on the
+/// CRI socket (the last part of its `:path`, or the whole path when it has
+/// no service part). Written and read as its name (`"RunPodSandbox"`), so
+/// the JSON of a call is the same as when it was a string.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CallMethod {
+    Cri(CriMethod),
+    Other(String),
+}
+
+impl CallMethod {
+    /// The method from its name: a CRI method's, or another.
+    pub fn from_name(name: &str) -> Self {
+        CriMethod::from_name(name)
+            .map_or_else(|| CallMethod::Other(name.to_owned()), CallMethod::Cri)
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            CallMethod::Cri(m) => m.name(),
+            CallMethod::Other(s) => s,
+        }
+    }
+
+    /// The CRI method, if it is one.
+    pub fn cri(&self) -> Option<CriMethod> {
+        match self {
+            CallMethod::Cri(m) => Some(*m),
+            CallMethod::Other(_) => None,
+        }
+    }
+}
+
+impl From<CriMethod> for CallMethod {
+    fn from(m: CriMethod) -> Self {
+        CallMethod::Cri(m)
+    }
+}
+
+impl From<&str> for CallMethod {
+    fn from(name: &str) -> Self {
+        CallMethod::from_name(name)
+    }
+}
+
+/// By name, as the JSON and the people reading it do.
+impl PartialEq<str> for CallMethod {
+    fn eq(&self, name: &str) -> bool {
+        self.name() == name
+    }
+}
+
+impl std::fmt::Display for CallMethod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Serialize for CallMethod {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for CallMethod {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        Ok(CallMethod::from_name(&name))
+    }
+}
 
 /// How the method of a call is known.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,8 +177,8 @@ impl CriOutcome {
 pub struct CriCall {
     pub conn: ConnId,
     pub stream_id: u32,
-    /// e.g. "RunPodSandbox"; `None` when unknown.
-    pub method: Option<String>,
+    /// e.g. RunPodSandbox; `None` when unknown.
+    pub method: Option<CallMethod>,
     /// e.g. "runtime.v1.RuntimeService".
     pub service: Option<String>,
     pub identified: Identified,
@@ -138,6 +210,23 @@ pub struct CriCall {
     /// was, which replay as unknown.
     #[serde(default)]
     pub client: Option<CriClient>,
+}
+
+impl CriCall {
+    /// Whether it is a call of CRI method `m`.
+    pub fn is(&self, m: CriMethod) -> bool {
+        self.cri_method() == Some(m)
+    }
+
+    /// Its CRI method, when known and one.
+    pub fn cri_method(&self) -> Option<CriMethod> {
+        self.method.as_ref().and_then(CallMethod::cri)
+    }
+
+    /// Its method's name, when known.
+    pub fn method_name(&self) -> Option<&str> {
+        self.method.as_ref().map(CallMethod::name)
+    }
 }
 
 /// What the assembler yields.

@@ -202,7 +202,10 @@ pub fn open(path: impl AsRef<Path>) -> Result<FileReader<RecordLine>, RecordingE
 /// outcomes are kept, so the engine gives the same findings.
 pub mod redact {
     use super::Observation;
-    use crate::model::{cri_call::CriOutcome, nri_call::Outcome};
+    use crate::model::{
+        cri_call::{CriMethod, CriOutcome},
+        nri_call::Outcome,
+    };
 
     /// What a redacted value becomes.
     pub const REDACTED: &str = "<redacted>";
@@ -211,7 +214,7 @@ pub mod redact {
     pub fn observation(o: Observation) -> Observation {
         match o {
             Observation::CriCall(mut c) => {
-                if matches!(c.method.as_deref(), Some("ExecSync" | "Exec")) {
+                if matches!(c.cri_method(), Some(CriMethod::ExecSync | CriMethod::Exec)) {
                     c.summary = exec_summary(&c.summary);
                 } else {
                     c.summary = text(&c.summary);

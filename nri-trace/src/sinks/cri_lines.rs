@@ -86,8 +86,8 @@ pub fn client_words(c: &CriClient) -> String {
 pub fn call_text(w: &mut impl Write, c: &CriCall) -> io::Result<()> {
     let when = c.start.or(c.end).map(|t| clock(&t)).unwrap_or_default();
     let method = match (&c.method, &c.identified) {
-        (Some(m), Identified::Known) => sanitize(m),
-        (Some(m), _) => format!("{}?", sanitize(m)),
+        (Some(m), Identified::Known) => sanitize(m.name()),
+        (Some(m), _) => format!("{}?", sanitize(m.name())),
         (None, Identified::Unknown { candidates }) if !candidates.is_empty() => {
             format!("({})", candidates.join("|"))
         }

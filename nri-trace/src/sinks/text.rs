@@ -22,6 +22,7 @@
 //! connections are left out (`-o json`, the TUI and `debug` show them).
 //! The latency tables close the output.
 
+use crate::model::cri_call::CriMethod;
 use std::{
     collections::{BTreeMap, HashSet},
     io::{self, BufWriter, Write},
@@ -169,9 +170,7 @@ impl<W: Write> TextSink<W> {
             Record::CriSpan(s) => {
                 self.span(s, pod.as_ref())?;
                 if let Some(p) = pod {
-                    if s.call.method.as_deref() == Some("RemovePodSandbox")
-                        && s.call.outcome.is_ok()
-                    {
+                    if s.call.is(CriMethod::RemovePodSandbox) && s.call.outcome.is_ok() {
                         self.closing(&p)?;
                     }
                 }
@@ -248,7 +247,7 @@ impl<W: Write> TextSink<W> {
         let c = &s.call;
         let when = c.start.or(c.end).map(|t| clock(&t)).unwrap_or_default();
         let method = match (&c.method, &c.identified) {
-            (Some(m), _) => sanitize(m),
+            (Some(m), _) => sanitize(m.name()),
             // Hidden by HPACK and not recovered: the candidates are in
             // `-o json`.
             (None, _) => "?".into(),
@@ -316,8 +315,13 @@ impl<W: Write> TextSink<W> {
         // Only the teardown makes kernel events of a pod's processes and
         // paths (a status call in the same moment does not).
         if !matches!(
-            c.method.as_deref(),
-            Some("StopContainer" | "RemoveContainer" | "StopPodSandbox" | "RemovePodSandbox")
+            c.cri_method(),
+            Some(
+                CriMethod::StopContainer
+                    | CriMethod::RemoveContainer
+                    | CriMethod::StopPodSandbox
+                    | CriMethod::RemovePodSandbox
+            )
         ) {
             return Vec::new();
         }

@@ -97,7 +97,7 @@ pub(crate) fn check_correlation(
             .or_else(|| pod.as_ref().map(|p| p.id.clone()))
             .unwrap_or_default();
         let found = spans.iter().any(|s| {
-            s.call.method.as_deref() == Some(method.as_str())
+            s.call.method_name() == Some(method.as_str())
                 && s.call
                     .start
                     .is_some_and(|st| st.mono_ns >= t0 && st.mono_ns <= t1)

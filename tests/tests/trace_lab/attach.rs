@@ -27,7 +27,7 @@ fn check_pods_before_attach(rt: Option<Runtime>) {
     for name in ["early-0", "early-1"] {
         let stop = records.iter().find_map(|r| match r {
             Record::CriSpan(s)
-                if s.call.method.as_deref() == Some("StopPodSandbox")
+                if s.call.method_name() == Some("StopPodSandbox")
                     && s.call.pod.as_ref().is_some_and(|p| p.name == name) =>
             {
                 s.call.pod.clone()
@@ -80,7 +80,9 @@ fn check_pods_before_attach(rt: Option<Runtime>) {
     );
     let spans = records
         .iter()
-        .filter(|r| matches!(r, Record::CriSpan(s) if s.call.method.as_deref() == Some("StopPodSandbox")))
+        .filter(
+            |r| matches!(r, Record::CriSpan(s) if s.call.method_name() == Some("StopPodSandbox")),
+        )
         .count();
     assert_eq!(spans, 2, "the teardowns are still traced");
 }
@@ -490,10 +492,7 @@ fn check_runtime_after_observer(rt: Option<Runtime>) {
             _ => None,
         })
         .collect();
-    let methods: Vec<&str> = spans
-        .iter()
-        .filter_map(|s| s.call.method.as_deref())
-        .collect();
+    let methods: Vec<&str> = spans.iter().filter_map(|s| s.call.method_name()).collect();
     for m in [
         "RunPodSandbox",
         "CreateContainer",
@@ -507,7 +506,7 @@ fn check_runtime_after_observer(rt: Option<Runtime>) {
     }
     let run_hooks: std::collections::BTreeSet<String> = spans
         .iter()
-        .filter(|s| s.call.method.as_deref() == Some("RunPodSandbox"))
+        .filter(|s| s.call.method_name() == Some("RunPodSandbox"))
         .flat_map(|s| s.hooks.iter().map(|h| h.call.plugin.label()))
         .collect();
     assert_eq!(

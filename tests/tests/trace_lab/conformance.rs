@@ -83,10 +83,7 @@ fn check_container_exits(runtime: Runtime, out: &Path, records: &[Record]) {
         match r {
             Record::CriSpan(s) => {
                 for h in s.hooks.iter().filter(|h| h.hook == "STOP_CONTAINER") {
-                    add(
-                        h,
-                        format!("cri {}", s.call.method.as_deref().unwrap_or("?")),
-                    );
+                    add(h, format!("cri {}", s.call.method_name().unwrap_or("?")));
                 }
             }
             Record::NriUncaused(u) if u.span.hook == "STOP_CONTAINER" => {

@@ -172,7 +172,7 @@ fn check_crictl(rt: Option<Runtime>) {
             if let (Some(want), Some(got)) = (run.sandbox, c.sandbox_id.as_deref()) {
                 assert_eq!(got, want, "{what}: {:?}", c.method);
             }
-            methods.push(c.method.as_deref().expect("known"));
+            methods.push(c.method_name().expect("known"));
         }
         methods.sort_unstable();
         let stopped_before = run.sandbox.is_some_and(|id| stopped.contains(&id));
@@ -219,7 +219,7 @@ fn check_crictl(rt: Option<Runtime>) {
         let by: Vec<&CriClient> = spans
             .iter()
             .filter(|s| {
-                s.call.method.as_deref() == Some(method.as_str())
+                s.call.method_name() == Some(method.as_str())
                     && s.call.start.is_some_and(|st| {
                         *start_mono_ns <= st.mono_ns && st.mono_ns <= *end_mono_ns
                     })

@@ -147,7 +147,7 @@ fn check_go_plugins(rt: Option<Runtime>) {
                     _ => None,
                 })
                 .expect("the refusal under a CRI span");
-            assert_eq!(span.call.method.as_deref(), Some("RunPodSandbox"));
+            assert_eq!(span.call.method_name(), Some("RunPodSandbox"));
             assert!(
                 span.hooks.iter().any(|h| h.call == *next),
                 "{label}: the StateChange fallback is not under the refusal's RunPodSandbox"

@@ -264,7 +264,7 @@ fn check_runc_before_hook(records: &[Record], started_first: bool) {
     let mut pods = 0;
     for r in records {
         let Record::CriSpan(s) = r else { continue };
-        if s.call.method.as_deref() != Some("RunPodSandbox") {
+        if s.call.method_name() != Some("RunPodSandbox") {
             continue;
         }
         let start = s.call.start.expect("the call's start").mono_ns;
@@ -466,7 +466,7 @@ fn check_slow_plugin(rt: Option<Runtime>) {
     let run = records
         .iter()
         .find_map(|r| match r {
-            Record::CriSpan(s) if s.call.method.as_deref() == Some("RunPodSandbox") => Some(s),
+            Record::CriSpan(s) if s.call.method_name() == Some("RunPodSandbox") => Some(s),
             _ => None,
         })
         .expect("a RunPodSandbox span");

@@ -220,7 +220,7 @@ fn failed_calls_traced_failed(scenario: &str, truth: &[Truth], records: &[Record
             .iter()
             .filter_map(|r| match r {
                 Record::CriSpan(s)
-                    if s.call.method.as_deref() == Some(method.as_str())
+                    if s.call.method_name() == Some(method.as_str())
                         && s.call
                             .start
                             .is_some_and(|t| while_waited.contains(&t.mono_ns)) =>

@@ -26,7 +26,7 @@ fn trace_pod_resize_hooks_under_their_cri_call() {
     let resize: Vec<&CriSpan> = records
         .iter()
         .filter_map(|r| match r {
-            Record::CriSpan(s) if s.call.method.as_deref() == Some("UpdatePodSandboxResources") => {
+            Record::CriSpan(s) if s.call.method_name() == Some("UpdatePodSandboxResources") => {
                 Some(s)
             }
             _ => None,

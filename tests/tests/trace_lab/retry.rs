@@ -73,7 +73,7 @@ fn check_deadline_retry(rt: Option<Runtime>, scenario: &str) {
 fn assert_rollbacks(scenario: &str, runtime: Runtime, records: &[Record]) {
     let failed_runs: Vec<&CriCall> = cri_check::calls(records)
         .into_iter()
-        .filter(|c| c.method.as_deref() == Some("RunPodSandbox") && !c.outcome.is_ok())
+        .filter(|c| c.method_name() == Some("RunPodSandbox") && !c.outcome.is_ok())
         .collect();
     let mut rollbacks = 0;
     for r in records {
@@ -142,7 +142,7 @@ fn assert_expiry_and_retry(scenario: &str, runtime: Runtime, truth: &[Truth], re
         .collect();
     let runs: Vec<_> = cri_check::calls(records)
         .into_iter()
-        .filter(|c| c.method.as_deref() == Some("RunPodSandbox"))
+        .filter(|c| c.method_name() == Some("RunPodSandbox"))
         .collect();
     eprintln!(
         "{scenario} on {}: RunPodSandbox traced {:?}",

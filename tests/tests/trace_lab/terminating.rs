@@ -290,7 +290,7 @@ fn check_hung_teardown_hook(rt: Option<Runtime>) {
     let stops: Vec<_> = records
         .iter()
         .filter_map(|r| match r {
-            Record::CriSpan(s) if s.call.method.as_deref() == Some("StopPodSandbox") => Some(s),
+            Record::CriSpan(s) if s.call.method_name() == Some("StopPodSandbox") => Some(s),
             _ => None,
         })
         .collect();
@@ -446,7 +446,7 @@ fn check_hung_teardown_client_gone(rt: Option<Runtime>) {
     let stop = records
         .iter()
         .find_map(|r| match r {
-            Record::CriSpan(s) if s.call.method.as_deref() == Some("StopPodSandbox") => Some(s),
+            Record::CriSpan(s) if s.call.method_name() == Some("StopPodSandbox") => Some(s),
             _ => None,
         })
         .expect("a StopPodSandbox span");

@@ -42,7 +42,10 @@ use crate::{
         },
     },
     model::{
-        cri_call::{CriCall, CriObservation, CriOutcome, CriStats, Identified, LOST_END_EVIDENCE},
+        cri_call::{
+            CallMethod, CriCall, CriObservation, CriOutcome, CriStats, Identified,
+            LOST_END_EVIDENCE,
+        },
         cri_client::CriClient,
     },
 };
@@ -686,9 +689,9 @@ impl CriCallAssembler {
             PathSeen::Other(path) => {
                 if let Some((svc, m)) = split_path(&path) {
                     call.service = Some(svc.to_owned());
-                    call.method = Some(m.to_owned());
+                    call.method = Some(CallMethod::from_name(m));
                 } else {
-                    call.method = Some(path);
+                    call.method = Some(CallMethod::from_name(&path));
                 }
                 call.identified = Identified::Known;
                 out.push(CriObservation::Call(call));
@@ -712,7 +715,7 @@ impl CriCallAssembler {
         request: Option<&[u8]>,
         response: Option<&[u8]>,
     ) {
-        call.method = Some(m.name().to_owned());
+        call.method = Some(m.into());
         call.service = Some(m.service().name().to_owned());
         call.request_id = None;
         let req = match request.map(|b| message::decode_request(m, b)) {

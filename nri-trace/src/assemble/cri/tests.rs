@@ -290,7 +290,7 @@ mod deadline_race {
         let got = calls(&[request(0, 1), answer_ok(995, 1), client_reset(996, 1)]);
         assert_eq!(got.len(), 1, "{got:?}");
         let c = &got[0];
-        assert_eq!(c.method.as_deref(), Some("RunPodSandbox"));
+        assert_eq!(c.method_name(), Some("RunPodSandbox"));
         assert_eq!(c.outcome, CriOutcome::DeadlineExceeded);
         assert_eq!(c.end, Some(ts(996 * MS)));
         let evidence = c.outcome_evidence.as_deref().unwrap_or_default();

@@ -32,6 +32,7 @@
 //! container, narrowed to the ones the reason names when it names any.
 
 use super::{cri_evidence, nri_evidence, Rule};
+use crate::model::cri_call::CriMethod;
 use crate::{
     decode::nri::message::Event,
     engine::{
@@ -59,7 +60,7 @@ const FAILED: (&str, &str) = ("validator plugin ", " failed: ");
 /// The finding for CRI call `s`, if it is a CreateContainer a validator
 /// made fail.
 pub(super) fn check(s: &CriSpan, certainty: Certainty) -> Option<Violation> {
-    if s.call.method.as_deref() != Some("CreateContainer") {
+    if !s.call.is(CriMethod::CreateContainer) {
         return None;
     }
     let CriOutcome::Error { message, .. } = &s.call.outcome else {

@@ -76,7 +76,7 @@ pub(super) fn cri_evidence(c: &CriCall) -> Evidence {
     Evidence::Cri {
         conn: c.conn,
         stream_id: c.stream_id,
-        method: c.method.clone(),
+        method: c.method_name().map(str::to_owned),
         start: c.start,
         outcome: c.outcome.clone(),
     }

@@ -5,6 +5,7 @@
 //! with how long the pod was held up.
 
 use super::{cri_evidence, ts0, ContractChecker, Rule};
+use crate::model::cri_call::CriMethod;
 use crate::{
     basic_types::Timestamp,
     engine::findings::{Detail, Severity, Violation},
@@ -21,10 +22,13 @@ pub const RULE: Rule = Rule {
 
 impl ContractChecker {
     pub(super) fn check_retry(&mut self, c: &CriCall, out: &mut Vec<Violation>) {
-        let m = c.method.as_deref().unwrap_or("");
-        if !matches!(m, "RunPodSandbox" | "CreateContainer") {
+        if !matches!(
+            c.cri_method(),
+            Some(CriMethod::RunPodSandbox | CriMethod::CreateContainer)
+        ) {
             return;
         }
+        let m = c.method_name().unwrap_or("");
         let Some(pod) = &c.pod else { return };
         let key = format!(
             "{m} {}/{} {} {} {:?}",
@@ -52,7 +56,7 @@ impl ContractChecker {
     /// first of which gave up at `first`'s deadline; the last one ends it.
     fn retry_violation(&self, first: Timestamp, calls: &[CriCall]) -> Violation {
         let c = calls.last().expect("a retry streak has calls");
-        let m = c.method.as_deref().unwrap_or("");
+        let m = c.method_name().unwrap_or("");
         let pod = c.pod.as_ref();
         let end = c.end.map_or(0, |t| t.mono_ns);
         let reserved = calls.iter().filter(|x| is_reserved(&x.outcome)).count();

@@ -13,6 +13,7 @@ use crate::engine::{
     findings::{Certainty, Detail, Severity, Violation},
     hook_latency::{Hook, HookSpan},
 };
+use crate::model::cri_call::CriMethod;
 
 pub const RULE: Rule = Rule {
     id: "event-unexplained-after-restart",
@@ -81,9 +82,9 @@ impl ContractChecker {
             return;
         };
         let c = &s.call;
-        let event = match c.method.as_deref() {
-            Some("StopPodSandbox") => "STOP_POD_SANDBOX",
-            Some("RemovePodSandbox") => "REMOVE_POD_SANDBOX",
+        let event = match c.cri_method() {
+            Some(CriMethod::StopPodSandbox) => "STOP_POD_SANDBOX",
+            Some(CriMethod::RemovePodSandbox) => "REMOVE_POD_SANDBOX",
             _ => return,
         };
         let (Some(id), Some(start)) = (c.sandbox_id.as_ref(), c.start) else {
@@ -135,7 +136,7 @@ impl ContractChecker {
                 .or_else(|| Some(id.clone())),
             plugin: None,
             detail: Detail::UndeliveredAfterRestart {
-                method: c.method.clone(),
+                method: c.method_name().map(str::to_owned),
                 event: event.to_owned(),
                 runtime_pid: pid,
                 subscribed: missed,

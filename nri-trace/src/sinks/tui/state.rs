@@ -579,7 +579,7 @@ impl TuiState {
                 self.counts.cri_calls += 1;
                 self.counts.nri_calls += s.hooks.len() as u64;
                 self.count_call(c.end.or(c.start), 1 + s.hooks.len() as u64);
-                let method = c.method.clone().unwrap_or_else(|| "(unknown)".into());
+                let method = c.method_name().unwrap_or("(unknown)").to_owned();
                 let subject = match (&c.pod, &c.container) {
                     (Some(p), Some(k)) => format!("{p}/{k}"),
                     (Some(p), None) => p.to_string(),
