@@ -225,33 +225,37 @@ const ROLLBACK_NS: u64 = MAX_CALL_NS;
 /// CRI methods whose handler makes NRI event `event` (containerd 1.7
 /// `internal/cri/server`: RunPodSandbox, StopPodSandbox (which stops the
 /// pod's containers first), RemovePodSandbox (stops and removes them), ...).
-pub fn causes(event: Event) -> &'static [&'static str] {
+pub fn causes(event: Event) -> &'static [CriMethod] {
     match event {
-        Event::RunPodSandbox => &["RunPodSandbox"],
-        Event::StopPodSandbox => &["StopPodSandbox", "RemovePodSandbox"],
-        Event::RemovePodSandbox => &["RemovePodSandbox"],
+        Event::RunPodSandbox => &[CriMethod::RunPodSandbox],
+        Event::StopPodSandbox => &[CriMethod::StopPodSandbox, CriMethod::RemovePodSandbox],
+        Event::RemovePodSandbox => &[CriMethod::RemovePodSandbox],
         Event::CreateContainer
         | Event::PostCreateContainer
-        | Event::ValidateContainerAdjustment => &["CreateContainer"],
-        Event::StartContainer | Event::PostStartContainer => &["StartContainer"],
-        Event::UpdateContainer | Event::PostUpdateContainer => &["UpdateContainerResources"],
+        | Event::ValidateContainerAdjustment => &[CriMethod::CreateContainer],
+        Event::StartContainer | Event::PostStartContainer => &[CriMethod::StartContainer],
+        Event::UpdateContainer | Event::PostUpdateContainer => {
+            &[CriMethod::UpdateContainerResources]
+        }
         Event::StopContainer => &[
-            "StopContainer",
-            "RemoveContainer",
-            "StopPodSandbox",
-            "RemovePodSandbox",
+            CriMethod::StopContainer,
+            CriMethod::RemoveContainer,
+            CriMethod::StopPodSandbox,
+            CriMethod::RemovePodSandbox,
         ],
-        Event::RemoveContainer => &["RemoveContainer", "RemovePodSandbox"],
+        Event::RemoveContainer => &[CriMethod::RemoveContainer, CriMethod::RemovePodSandbox],
         // containerd 2.3 internal/cri/server/sandbox_update_resources.go:
         // UpdatePodSandbox before the update, PostUpdatePodSandbox after.
-        Event::UpdatePodSandbox | Event::PostUpdatePodSandbox => &["UpdatePodSandboxResources"],
+        Event::UpdatePodSandbox | Event::PostUpdatePodSandbox => {
+            &[CriMethod::UpdatePodSandboxResources]
+        }
         Event::Unknown | Event::Last => &[],
     }
 }
 
 /// The CRI methods whose handler makes `hook`: none for a plugin's
 /// lifecycle methods.
-fn hook_causes(hook: &Hook) -> &'static [&'static str] {
+fn hook_causes(hook: &Hook) -> &'static [CriMethod] {
     hook.event().map_or(&[], causes)
 }
 
@@ -317,7 +321,7 @@ fn cause_methods(call: &CriCall, d: &HookSpan) -> Vec<String> {
     let causes = hook_causes(&d.hook);
     match (&call.method, &call.identified) {
         (Some(m), _) => {
-            if causes.contains(&m.name()) || undoes_create(call, d) {
+            if m.cri().is_some_and(|m| causes.contains(&m)) || undoes_create(call, d) {
                 vec![m.name().to_owned()]
             } else {
                 vec![]
@@ -327,7 +331,7 @@ fn cause_methods(call: &CriCall, d: &HookSpan) -> Vec<String> {
             let kind = request_id_kind(call, d);
             candidates
                 .iter()
-                .filter(|c| causes.contains(&c.as_str()))
+                .filter(|c| causes.iter().any(|m| m.name() == c.as_str()))
                 .filter(|c| {
                     kind.is_none_or(|k| {
                         CriMethod::from_name(c).and_then(CriMethod::request_names) == Some(k)

@@ -64,7 +64,7 @@ pub(crate) fn check_correlation(
             } if start_mono_ns <= recv_mono_ns
                 && recv_mono_ns <= end_mono_ns
                 && nri_trace::decode::nri::message::Event::from_str_name(event)
-                    .is_some_and(|e| causes(e).contains(&method.as_str())) =>
+                    .is_some_and(|e| causes(e).iter().any(|m| m.name() == method)) =>
             {
                 // A call on this pod: its sandbox id, or (RunPodSandbox,
                 // before the id exists) its uid and name. Under load other
