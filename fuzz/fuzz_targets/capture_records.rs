@@ -10,7 +10,7 @@ use libfuzzer_sys::fuzz_target;
 use nri_trace::{
     assemble::trace_decoder::TraceDecoder,
     capture::{
-        record,
+        ring_record,
         tracker::{ConnFacts, ConnTracker},
     },
 };
@@ -27,7 +27,7 @@ fuzz_target!(|data: &[u8]| {
     let mut last_ts = 0u64;
     for batch in parts(data).chunks(16) {
         for bytes in batch {
-            if let Ok(r) = record::parse(bytes) {
+            if let Ok(r) = ring_record::parse(bytes) {
                 last_ts = last_ts.max(r.ts_ns);
                 tracker.on_record(&r, &mut events);
             }

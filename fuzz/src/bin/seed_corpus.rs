@@ -13,7 +13,7 @@ use std::{
 
 use nri_trace::{
     assemble::trace_decoder::TraceDecoder,
-    capture::{record, CaptureEvent, Direction},
+    capture::{ring_record, CaptureEvent, Direction},
     decode::{
         cri::{
             connection::{H2Connection, H2Event, Side},
@@ -279,7 +279,7 @@ fn ring_records(events: &[CaptureEvent]) -> Vec<u8> {
                 };
                 let fd = 10 + fds.len() as i32;
                 fds.insert(o.conn, fd);
-                record::encode(
+                ring_record::encode(
                     &header(
                         RecordKind::Open,
                         Syscall::Accept4,
@@ -302,7 +302,7 @@ fn ring_records(events: &[CaptureEvent]) -> Vec<u8> {
                 };
                 seq += 1;
                 let b = &c.bytes[..c.bytes.len().min(MAX_CHUNK).min(1024)];
-                record::encode(
+                ring_record::encode(
                     &header(
                         RecordKind::Data,
                         sc,
@@ -319,7 +319,7 @@ fn ring_records(events: &[CaptureEvent]) -> Vec<u8> {
                 let Some(fd) = fds.remove(&c.conn) else {
                     continue;
                 };
-                record::encode(
+                ring_record::encode(
                     &header(RecordKind::Close, Syscall::Close, c.ts.mono_ns, fd, 0, 0, 0),
                     &[],
                 )

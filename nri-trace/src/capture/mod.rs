@@ -2,7 +2,7 @@
 //! ordered per-connection byte streams.
 //!
 //! ```text
-//! probe (eBPF ring records) -> record::parse -> tracker::ConnTracker -> CaptureEvent stream
+//! probe (eBPF ring records) -> ring_record::parse -> tracker::ConnTracker -> CaptureEvent stream
 //! ```
 //!
 //! The output, [`CaptureEvent`], is all later stages know about capture:
@@ -22,8 +22,8 @@ pub mod cri_state;
 pub mod discovery;
 pub mod ebpf;
 pub mod holders;
-pub mod record;
 pub mod recording;
+pub mod ring_record;
 pub mod runtimes;
 pub mod sandbox;
 pub mod selftest;

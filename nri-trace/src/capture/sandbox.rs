@@ -24,7 +24,7 @@ use nri_trace_common::{
 use procfs::ProcessCGroup;
 use serde::{Deserialize, Serialize};
 
-use super::{discovery, record::RawRecord, Timestamp};
+use super::{discovery, ring_record::RingRecord, Timestamp};
 
 /// One sandbox event.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -435,7 +435,7 @@ fn errno_of(ret: i64) -> i32 {
 
 /// Parse a `RecordKind::Sandbox` record; None when its payload is short or
 /// its syscall is not a sandbox one.
-pub fn from_record(r: &RawRecord<'_>, ts: Timestamp) -> Option<SandboxEvent> {
+pub fn from_record(r: &RingRecord<'_>, ts: Timestamp) -> Option<SandboxEvent> {
     let p = r.payload;
     if p.len() < SANDBOX_RECORD_LEN {
         return None;
@@ -851,8 +851,8 @@ mod tests {
             offset: 0,
             len: p.len() as u32,
         };
-        let bytes = super::super::record::encode(&h, p);
-        let r = super::super::record::parse(&bytes).unwrap();
+        let bytes = super::super::ring_record::encode(&h, p);
+        let r = super::super::ring_record::parse(&bytes).unwrap();
         from_record(
             &r,
             Timestamp {

@@ -11,7 +11,7 @@ use thiserror::Error;
 
 use super::{
     backend::{BackendError, CaptureBackend},
-    record,
+    ring_record,
     sandbox::{self, SandboxOp},
     session,
 };
@@ -268,7 +268,7 @@ fn exchange(backend: &mut dyn CaptureBackend, tgid: u32) -> Result<CaptureResult
     let mut inn: BTreeMap<(i32, u32), Vec<u8>> = BTreeMap::new();
     // Everything there is: the self-test's own few records.
     backend.drain(usize::MAX, &mut |bytes| {
-        let Ok(rec) = record::parse(bytes) else {
+        let Ok(rec) = ring_record::parse(bytes) else {
             return;
         };
         if rec.tgid != tgid {
@@ -341,7 +341,7 @@ pub fn sandbox(backend: &mut dyn CaptureBackend) -> Result<SandboxResult, SelfTe
     let child = child as u32;
     // Everything there is: the self-test's own few records.
     backend.drain(usize::MAX, &mut |bytes| {
-        let Ok(rec) = record::parse(bytes) else {
+        let Ok(rec) = ring_record::parse(bytes) else {
             return;
         };
         if rec.kind != RecordKind::Sandbox {

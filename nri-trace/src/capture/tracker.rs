@@ -26,8 +26,8 @@ use std::{
 use nri_trace_common::{RecordKind, Syscall};
 
 use super::{
-    record::RawRecord, CaptureEvent, Chunk, CloseReason, ConnClose, ConnId, ConnOpen, Direction,
-    Origin, Peer, ProcessEvent, Timestamp,
+    ring_record::RingRecord, CaptureEvent, Chunk, CloseReason, ConnClose, ConnId, ConnOpen,
+    Direction, Origin, Peer, ProcessEvent, Timestamp,
 };
 
 /// Upper bound on bytes held for one in-flight syscall (the kernel never
@@ -337,7 +337,7 @@ impl ConnTracker {
 
     /// Handle one record. New connections get their peer from
     /// `resolve_peers`, called once the batch is drained.
-    pub fn on_record(&mut self, r: &RawRecord<'_>, out: &mut Vec<CaptureEvent>) {
+    pub fn on_record(&mut self, r: &RingRecord<'_>, out: &mut Vec<CaptureEvent>) {
         self.latest_ns = self.latest_ns.max(r.ts_ns);
         match r.kind {
             RecordKind::Data => self.on_data(r, out),
@@ -358,7 +358,7 @@ impl ConnTracker {
         }
     }
 
-    fn on_bound(&mut self, r: &RawRecord<'_>, out: &mut Vec<CaptureEvent>) {
+    fn on_bound(&mut self, r: &RingRecord<'_>, out: &mut Vec<CaptureEvent>) {
         let Some(path) = usize::try_from(r.aux)
             .ok()
             .and_then(|i| self.bind_paths.get(i))
@@ -383,7 +383,7 @@ impl ConnTracker {
         });
     }
 
-    fn on_open(&mut self, r: &RawRecord<'_>, out: &mut Vec<CaptureEvent>) {
+    fn on_open(&mut self, r: &RingRecord<'_>, out: &mut Vec<CaptureEvent>) {
         let key = (r.tgid, r.fd);
         self.forgotten.remove(&key);
         if let Some(scan) = self.existing_since.get(&key) {
@@ -548,7 +548,7 @@ impl ConnTracker {
         }));
     }
 
-    fn on_data(&mut self, r: &RawRecord<'_>, out: &mut Vec<CaptureEvent>) {
+    fn on_data(&mut self, r: &RingRecord<'_>, out: &mut Vec<CaptureEvent>) {
         let key = (r.tgid, r.fd);
         if self.forgotten.contains(&key) {
             return;
@@ -768,7 +768,7 @@ mod tests {
     }
 
     fn feed(t: &mut ConnTracker, r: &Rec) -> Vec<CaptureEvent> {
-        let raw = RawRecord {
+        let raw = RingRecord {
             kind: r.kind,
             syscall: r.sc,
             flags: r.flags,

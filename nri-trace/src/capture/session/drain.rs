@@ -22,7 +22,7 @@ use super::{
 };
 use crate::capture::{
     backend::CaptureBackend,
-    discovery, record,
+    discovery, ring_record,
     tracker::{ConnFacts, ConnTracker},
     CaptureEvent, ConnId, Loss, Origin, ProcessEvent,
 };
@@ -82,7 +82,7 @@ async fn drain_until_stopped(
             _ = tick.tick() => {}
         }
         let drain_start = monotonic_ns();
-        more = backend.drain(DRAIN_BUDGET, &mut |bytes| match record::parse(bytes) {
+        more = backend.drain(DRAIN_BUDGET, &mut |bytes| match ring_record::parse(bytes) {
             Ok(r) => tracker.on_record(&r, &mut out),
             Err(e) => {
                 malformed += 1;
@@ -383,7 +383,7 @@ mod tests {
                 offset: offset as u32,
                 len: len as u32,
             };
-            record::encode(&h, &vec![fill; len])
+            ring_record::encode(&h, &vec![fill; len])
         };
         // One-record writes on fd 5, then the big write on fd 6: the first
         // drain's budget ends after its second or third record (249 writes

@@ -11,7 +11,7 @@ use nri_trace_common::{
 use thiserror::Error;
 
 #[derive(Debug, Error, PartialEq, Eq)]
-pub enum RecordError {
+pub enum RingRecordError {
     #[error("record of {0} bytes is shorter than its {RECORD_HEADER_LEN}-byte header")]
     Short(usize),
     #[error("unknown record kind {0}")]
@@ -24,7 +24,7 @@ pub enum RecordError {
 
 /// One parsed record, borrowing its payload from the ring buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RawRecord<'a> {
+pub struct RingRecord<'a> {
     pub kind: RecordKind,
     pub syscall: Syscall,
     pub flags: u32,
@@ -38,7 +38,7 @@ pub struct RawRecord<'a> {
     pub payload: &'a [u8],
 }
 
-impl RawRecord<'_> {
+impl RingRecord<'_> {
     pub fn truncated(&self) -> bool {
         self.flags & (FLAG_TRUNCATED | FLAG_READ_FAULT) != 0
     }
@@ -59,23 +59,23 @@ fn u64_at(b: &[u8], o: usize) -> u64 {
 
 /// Parse one record. Field offsets follow `RecordHeader`'s repr(C) layout
 /// (asserted against `offset_of!` in the tests).
-pub fn parse(b: &[u8]) -> Result<RawRecord<'_>, RecordError> {
+pub fn parse(b: &[u8]) -> Result<RingRecord<'_>, RingRecordError> {
     if b.len() < RECORD_HEADER_LEN {
-        return Err(RecordError::Short(b.len()));
+        return Err(RingRecordError::Short(b.len()));
     }
     let kind_raw = u16_at(b, 0);
     let sc_raw = u16_at(b, 2);
-    let kind = RecordKind::from_u16(kind_raw).ok_or(RecordError::Kind(kind_raw))?;
-    let syscall = Syscall::from_u16(sc_raw).ok_or(RecordError::Syscall(sc_raw))?;
+    let kind = RecordKind::from_u16(kind_raw).ok_or(RingRecordError::Kind(kind_raw))?;
+    let syscall = Syscall::from_u16(sc_raw).ok_or(RingRecordError::Syscall(sc_raw))?;
     let len = u32_at(b, 44);
     let present = b.len() - RECORD_HEADER_LEN;
     if len as usize > present || len as usize > MAX_CHUNK {
-        return Err(RecordError::Length {
+        return Err(RingRecordError::Length {
             claimed: len,
             present,
         });
     }
-    Ok(RawRecord {
+    Ok(RingRecord {
         kind,
         syscall,
         flags: u32_at(b, 4),
@@ -162,18 +162,18 @@ mod tests {
 
     #[test]
     fn rejects_bad_records() {
-        assert_eq!(parse(&[0u8; 10]), Err(RecordError::Short(10)));
+        assert_eq!(parse(&[0u8; 10]), Err(RingRecordError::Short(10)));
         let b = encode(&hdr(100), b"abcd");
         assert!(matches!(
             parse(&b),
-            Err(RecordError::Length { claimed: 100, .. })
+            Err(RingRecordError::Length { claimed: 100, .. })
         ));
         let mut h = hdr(0);
         h.kind = 99;
-        assert_eq!(parse(&encode(&h, b"")), Err(RecordError::Kind(99)));
+        assert_eq!(parse(&encode(&h, b"")), Err(RingRecordError::Kind(99)));
         let mut h = hdr(0);
         h.syscall = 0;
-        assert_eq!(parse(&encode(&h, b"")), Err(RecordError::Syscall(0)));
+        assert_eq!(parse(&encode(&h, b"")), Err(RingRecordError::Syscall(0)));
     }
 
     proptest! {
