@@ -100,7 +100,7 @@ fn split_synchronize_on(group: &str, runtime: nri_trace_lab::labctl::Runtime) {
     let calls = nri_check::calls(&records);
     let syncs: Vec<_> = calls
         .iter()
-        .filter(|c| c.plugin.label() == "10-late" && c.method.as_deref() == Some("Synchronize"))
+        .filter(|c| c.plugin.label() == "10-late" && c.method_name() == Some("Synchronize"))
         .collect();
 
     let truth = truth_file::read(&out.join("truth.ndjson"));
@@ -207,7 +207,7 @@ fn split_synchronize_on(group: &str, runtime: nri_trace_lab::labctl::Runtime) {
     // close; its failed registration decides nothing in the clause above.
     let stale: Vec<_> = calls
         .iter()
-        .filter(|c| c.plugin.label() == "20-stale" && c.method.as_deref() == Some("Synchronize"))
+        .filter(|c| c.plugin.label() == "20-stale" && c.method_name() == Some("Synchronize"))
         .collect();
     assert_eq!(stale.len(), 1, "{stale:?}");
     assert_eq!(

@@ -369,7 +369,7 @@ fn v0_10_and_v0_12_methods_decode_from_the_ttrpc_crate() {
     let (wire, codes) = exchange(&all, NEW_METHODS);
     assert!(codes.iter().all(|(_, c)| *c == 0), "{codes:?}");
     let calls = decode(&wire);
-    let got: Vec<&str> = calls.iter().filter_map(|c| c.method.as_deref()).collect();
+    let got: Vec<&str> = calls.iter().filter_map(|c| c.method_name()).collect();
     assert_eq!(got, NEW_METHODS, "decoded methods, in order");
     for (c, m) in calls.iter().zip(NEW_METHODS) {
         assert_eq!(c.outcome, Outcome::Ok, "{m}: {c:?}");
@@ -388,7 +388,7 @@ fn v0_10_and_v0_12_methods_decode_from_the_ttrpc_crate() {
     }
     let validate = calls
         .iter()
-        .find(|c| c.method.as_deref() == Some("ValidateContainerAdjustment"))
+        .find(|c| c.method_name() == Some("ValidateContainerAdjustment"))
         .unwrap();
     assert!(
         validate.summary.contains("accepted"),
@@ -410,7 +410,7 @@ fn unimplemented_then_state_change_fallback_from_the_ttrpc_crate() {
     let mut i = 0;
     for m in NEW_METHODS {
         let c = &calls[i];
-        assert_eq!(c.method.as_deref(), Some(*m));
+        assert_eq!(c.method_name(), Some(*m));
         assert_eq!(codes[i], ((*m).to_string(), UNIMPLEMENTED));
         match &c.outcome {
             Outcome::Error { code, .. } => assert_eq!(*code, UNIMPLEMENTED, "{m}"),
@@ -421,7 +421,7 @@ fn unimplemented_then_state_change_fallback_from_the_ttrpc_crate() {
         if FALLS_BACK.contains(m) {
             assert!(claims, "{m}: summary {:?}", c.summary);
             let f = &calls[i];
-            assert_eq!(f.method.as_deref(), Some("StateChange"), "after {m}");
+            assert_eq!(f.method_name(), Some("StateChange"), "after {m}");
             assert_eq!(f.outcome, Outcome::Ok, "StateChange after {m}");
             assert_eq!(f.event, c.event, "StateChange after {m}");
             assert_eq!(f.pod.as_ref().map(|p| &p.id), c.pod.as_ref().map(|p| &p.id));

@@ -13,6 +13,7 @@
 //! per (plugin, hook) latency histograms (hdrhistogram). Pure and
 //! deterministic: it reads only the calls' own timestamps.
 
+use crate::model::nri_call::NriMethod;
 use std::collections::{BTreeMap, HashMap};
 
 use hdrhistogram::Histogram;
@@ -44,7 +45,7 @@ const OVERLAP_SLACK_NS: u64 = 1_000_000;
 #[derive(Debug, Clone)]
 pub enum Hook {
     Event(Event),
-    Method(String),
+    Method(NriMethod),
     /// A partial call (response only): its request went before the capture.
     Unknown,
 }
@@ -54,7 +55,7 @@ impl Hook {
     pub fn of(call: &NriCall) -> Hook {
         match (call.event, &call.method) {
             (Some(e), _) => Hook::Event(e),
-            (None, Some(m)) => Hook::Method(m.clone()),
+            (None, Some(m)) => Hook::Method(*m),
             (None, None) => Hook::Unknown,
         }
     }
@@ -71,7 +72,7 @@ impl Hook {
     pub fn as_str(&self) -> &str {
         match self {
             Hook::Event(e) => e.as_str_name(),
-            Hook::Method(m) => m,
+            Hook::Method(m) => m.name(),
             Hook::Unknown => "?",
         }
     }
@@ -407,9 +408,9 @@ mod tests {
     fn a_hook_shows_as_its_name_and_lines_up() {
         let h = Hook::Event(Event::RunPodSandbox);
         assert_eq!(format!("[{h:<18}]"), "[RUN_POD_SANDBOX   ]");
-        assert_eq!(Hook::Method("Configure".into()), "Configure");
+        assert_eq!(Hook::Method(NriMethod::Configure), "Configure");
         assert_eq!(serde_json::to_string(&h).unwrap(), "\"RUN_POD_SANDBOX\"");
-        assert!(Hook::Method("Configure".into()) < h);
+        assert!(Hook::Method(NriMethod::Configure) < h);
     }
 
     fn call(plugin: &str, idx: &str, pod: &str, start_ms: u64, dur_ms: u64) -> NriCall {
@@ -456,7 +457,7 @@ mod tests {
     fn a_refused_per_event_method_counts_as_a_fallback() {
         let mut t = HookTimer::new();
         let mut refused = call("a", "10", "p1", 1000, 1);
-        refused.method = Some("RunPodSandbox".into());
+        refused.method = Some(NriMethod::Event(Event::RunPodSandbox));
         refused.outcome = Outcome::Error {
             code: crate::decode::nri::message::CODE_UNIMPLEMENTED,
             message: "not implemented".into(),

@@ -35,6 +35,7 @@
 //! pods and registrations only.
 
 use crate::model::cri_call::CriMethod;
+use crate::model::nri_call::NriMethod;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::Serialize;
@@ -412,7 +413,7 @@ impl SyncClause {
     pub fn on_hook(&mut self, h: &HookSpan, out: &mut Vec<SyncCase>) {
         let Some(start) = h.call.start else { return };
         self.close_before(start, out);
-        let sync = h.call.method.as_deref() == Some("Synchronize");
+        let sync = h.call.method == Some(NriMethod::Synchronize);
         let same =
             |r: &Registration| r.open && r.conn == h.call.conn && r.start.mono_ns <= start.mono_ns;
         // A StopContainer with no CRI call is the runtime telling of an
@@ -549,7 +550,7 @@ mod tests {
     /// Plugin 20-late's Synchronize (a part of one) at `at`, listing `pods`.
     fn sync(at: u64, pods: &[&str]) -> Record {
         let mut h = to_plugin(hook(None, "late", "", at, at + 1), "late", "20", LATE_CONN);
-        h.call.method = Some("Synchronize".into());
+        h.call.method = Some(NriMethod::Synchronize);
         h.call.pod = None;
         h.call.synchronized_pods = pods.iter().map(ToString::to_string).collect();
         uncaused(h)

@@ -1,5 +1,6 @@
 //! Builders of CRI and NRI calls for the engine's unit tests.
 
+use crate::model::nri_call::NriMethod;
 use crate::{
     basic_types::{ConnId, Timestamp},
     decode::nri::message::Event,
@@ -67,7 +68,7 @@ pub(crate) fn hook(
             inferred: None,
         },
         caller: Caller::Runtime,
-        method: Some("StateChange".into()),
+        method: Some(NriMethod::StateChange),
         event,
         pod: Some(PodRef {
             id: pod.into(),
@@ -91,7 +92,7 @@ pub(crate) fn hook(
         adjustment: None,
     };
     HookSpan {
-        hook: event.map_or_else(|| Hook::Method("Synchronize".into()), Hook::Event),
+        hook: event.map_or_else(|| Hook::Method(NriMethod::Synchronize), Hook::Event),
         call,
         queued_ns: Some(0),
         queued_behind: vec![],

@@ -6,10 +6,14 @@
 
 use serde::{Deserialize, Serialize};
 
+/// An NRI method: the Runtime service's, the Plugin service's, or an
+/// event's own (decode/nri/message.rs).
+pub use crate::decode::nri::message::Method as NriMethod;
+
 use crate::{
     basic_types::{ConnId, Timestamp},
     capture::Peer,
-    decode::nri::message::{self, Event, Method},
+    decode::nri::message::{self, Event},
 };
 
 use super::plugin_identity::{self, InferredIdentity};
@@ -204,8 +208,10 @@ pub struct NriCall {
     pub stream_id: u32,
     pub plugin: PluginId,
     pub caller: Caller,
-    /// Method name on the wire; `None` for a partial call (response only).
-    pub method: Option<String>,
+    /// The method (written as its name on the wire); `None` for a partial
+    /// call (response only).
+    #[serde(serialize_with = "ser_method", deserialize_with = "de_method")]
+    pub method: Option<NriMethod>,
     #[serde(serialize_with = "ser_event", deserialize_with = "de_event")]
     pub event: Option<Event>,
     pub pod: Option<PodRef>,
@@ -287,10 +293,15 @@ impl SplitPart {
 }
 
 impl NriCall {
+    /// Its method's name on the wire, when known.
+    pub fn method_name(&self) -> Option<&'static str> {
+        self.method.map(NriMethod::name)
+    }
+
     /// A Configure call's runtime, "NAME VERSION" as the runtime sent it
     /// (its summary starts "runtime NAME VERSION": `describe_request`).
     pub fn configured_runtime(&self) -> Option<&str> {
-        if self.method.as_deref() != Some("Configure") {
+        if self.method != Some(NriMethod::Configure) {
             return None;
         }
         let rest = self.summary.strip_prefix("runtime ")?;
@@ -308,9 +319,7 @@ impl NriCall {
         matches!(&self.outcome, Outcome::Error { code, .. } if *code == message::CODE_UNIMPLEMENTED)
             && self
                 .method
-                .as_deref()
-                .and_then(|m| Method::from_wire(message::PLUGIN_SERVICE, m))
-                .is_some_and(Method::falls_back_to_state_change)
+                .is_some_and(NriMethod::falls_back_to_state_change)
     }
 }
 
@@ -323,6 +332,28 @@ fn ser_event<S: serde::Serializer>(e: &Option<Event>, s: S) -> Result<S::Ok, S::
     match e {
         Some(e) => s.serialize_str(e.as_str_name()),
         None => s.serialize_none(),
+    }
+}
+
+#[allow(clippy::ref_option, reason = "serde passes a reference")]
+#[allow(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde passes a reference"
+)]
+fn ser_method<S: serde::Serializer>(m: &Option<NriMethod>, s: S) -> Result<S::Ok, S::Error> {
+    match m {
+        Some(m) => s.serialize_str(m.name()),
+        None => s.serialize_none(),
+    }
+}
+
+/// The method by its name on the wire, as [`ser_method`] writes it.
+fn de_method<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<NriMethod>, D::Error> {
+    match Option::<String>::deserialize(d)? {
+        None => Ok(None),
+        Some(n) => NriMethod::from_name(&n)
+            .map(Some)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown NRI method {n:?}"))),
     }
 }
 

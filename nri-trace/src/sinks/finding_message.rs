@@ -131,6 +131,7 @@ mod tests {
         findings::{Certainty, Severity},
         hook_latency::Hook,
     };
+    use crate::model::nri_call::NriMethod;
 
     fn finding(detail: Detail) -> Violation {
         Violation {
@@ -151,7 +152,7 @@ mod tests {
     #[test]
     fn timeout_sentence_says_what_the_runtime_did() {
         let v = finding(Detail::PluginTimeout {
-            hook: Hook::Method("Configure".into()),
+            hook: Hook::Method(NriMethod::Configure),
             timeout_ns: Some(2_000_000_000),
             connection_closed: true,
         });

@@ -260,6 +260,7 @@ pub fn render(a: &TraceEngine) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::nri_call::NriMethod;
 
     #[test]
     fn histogram_lines_are_cumulative_and_end_at_count() {
@@ -295,7 +296,7 @@ mod tests {
             assert_eq!(operation(&Hook::Event(event)), name);
         }
         assert_eq!(
-            operation(&Hook::Method("Synchronize".into())),
+            operation(&Hook::Method(NriMethod::Synchronize)),
             "Synchronize"
         );
         assert_eq!(error_label(4), "deadline_exceeded");

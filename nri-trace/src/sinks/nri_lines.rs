@@ -3,6 +3,7 @@
 //! Text shows wire strings (pod names, error messages, process names)
 //! through [`sanitize`]: captured bytes must not drive the terminal.
 
+use crate::model::nri_call::NriMethod;
 use std::io::{self, Write};
 
 use crate::{
@@ -85,7 +86,7 @@ fn call_line(w: &mut impl Write, c: &NriCall, hook: &str, own_ns: Option<u64>) -
             // Not a failure: the StateChange of the same event follows.
             format!(
                 "unimplemented {}: falls back to StateChange",
-                sanitize(c.method.as_deref().unwrap_or("?"))
+                sanitize(c.method.map_or("?", NriMethod::name))
             )
         } else {
             outcome_text(&c.outcome)

@@ -244,7 +244,7 @@ pub(crate) fn compare(
         let candidates = calls.iter().enumerate().filter(|(i, c)| {
             !used[*i]
                 && c.plugin.label() == label
-                && c.method.as_deref() == Some(method.as_str())
+                && c.method_name() == Some(method.as_str())
                 && c.event.map(|e| e.as_str_name()) == event.as_deref()
                 && c.pod.as_ref().map(|p| p.id.as_str()) == pod.as_ref().map(|p| p.id.as_str())
                 && c.container.as_ref().map(|k| k.id.as_str())

@@ -379,7 +379,7 @@ fn check_runtime_restart(rt: Option<Runtime>) {
     let sync_seen = |label: &str| {
         records.iter().any(|r| {
             matches!(r, Record::NriUncaused(u)
-                if u.span.call.method.as_deref() == Some("Synchronize")
+                if u.span.call.method_name() == Some("Synchronize")
                     && u.span.call.plugin.label() == label
                     && u.span.call.start.is_some_and(|t| t.mono_ns > started))
         })

@@ -122,7 +122,7 @@ fn check_go_plugins(rt: Option<Runtime>) {
             assert_eq!(refusals.len(), 1, "{label}: {calls:#?}");
             let (refused, next) = (calls[0], calls[1]);
             assert!(refused.is_fallback_refusal(), "{label}: {refused:#?}");
-            assert_eq!(refused.method.as_deref(), Some("RunPodSandbox"));
+            assert_eq!(refused.method_name(), Some("RunPodSandbox"));
             assert!(
                 matches!(&refused.outcome, Outcome::Error { code: 12, .. }),
                 "{refused:#?}"
@@ -134,7 +134,7 @@ fn check_go_plugins(rt: Option<Runtime>) {
                 "{}",
                 refused.summary
             );
-            assert_eq!(next.method.as_deref(), Some("StateChange"));
+            assert_eq!(next.method_name(), Some("StateChange"));
             assert_eq!(next.event, refused.event);
             assert_eq!(
                 next.pod.as_ref().map(|p| &p.id),
@@ -161,14 +161,14 @@ fn check_go_plugins(rt: Option<Runtime>) {
             let event = c.event.expect("an event call").as_str_name();
             let want = scenario::event_method(event, per_event && !old_stub);
             assert_eq!(
-                c.method.as_deref(),
+                c.method_name(),
                 Some(want.as_str()),
                 "{label} ({stub} stub) on {}: {event}",
                 runtime_of(rt).name()
             );
             assert!(c.outcome.is_ok(), "{label}: {c:#?}");
         }
-        let mut methods: Vec<&str> = calls.iter().filter_map(|c| c.method.as_deref()).collect();
+        let mut methods: Vec<&str> = calls.iter().filter_map(|c| c.method_name()).collect();
         methods.sort_unstable();
         methods.dedup();
         eprintln!(

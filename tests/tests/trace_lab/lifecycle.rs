@@ -53,7 +53,7 @@ fn check_happy(rt: Option<Runtime>) {
         assert!(
             calls
                 .iter()
-                .any(|c| c.plugin.label() == "10-alpha" && c.method.as_deref() == Some(m)),
+                .any(|c| c.plugin.label() == "10-alpha" && c.method_name() == Some(m)),
             "no {m} of 10-alpha"
         );
     }

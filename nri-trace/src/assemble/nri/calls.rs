@@ -400,7 +400,7 @@ pub(super) fn complete_call(
         stream_id,
         plugin: st.plugin.clone(),
         caller: caller_of(req_dir),
-        method: Some(p.method.name().to_string()),
+        method: Some(p.method),
         event: p.event,
         pod: p.pod,
         container: p.container,

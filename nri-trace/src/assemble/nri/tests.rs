@@ -289,7 +289,7 @@ fn unimplemented_claims_the_fallback_only_where_it_exists() {
         .iter()
         .filter_map(|o| match o {
             NriObservation::Call(c) => Some((
-                c.method.clone().unwrap_or_default(),
+                c.method.map(|m| m.name().to_owned()).unwrap_or_default(),
                 c.summary.contains("falls back to StateChange"),
             )),
             _ => None,

@@ -143,6 +143,11 @@ impl Method {
         })
     }
 
+    /// The method named `name` on the wire, of either service.
+    pub fn from_name(name: &str) -> Option<Method> {
+        Method::from_wire(RUNTIME_SERVICE, name).or_else(|| Method::from_wire(PLUGIN_SERVICE, name))
+    }
+
     /// The method's name on the wire.
     pub fn name(self) -> &'static str {
         match self {

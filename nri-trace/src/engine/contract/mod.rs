@@ -17,6 +17,7 @@
 //! the reason; where it cannot see enough to judge (a pod created before
 //! the trace) it stays silent.
 
+use crate::model::nri_call::NriMethod;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::{
@@ -387,7 +388,7 @@ impl ContractChecker {
             Record::NriUncaused(u) => {
                 let h = &u.span;
                 if u.no_cri_cause == NoCause::PluginLifecycle {
-                    if h.call.method.as_deref() == Some("Synchronize") {
+                    if h.call.method == Some(NriMethod::Synchronize) {
                         self.announce(
                             &h.call.plugin.label(),
                             h.call.synchronized_pods.iter().cloned(),

@@ -83,10 +83,11 @@ pub(super) fn sentence(
 mod tests {
     use super::*;
     use crate::engine::test_calls::hook;
+    use crate::model::nri_call::NriMethod;
 
     fn part(reply_more: Option<bool>, reply_updates: usize) -> NriCall {
         let mut h = hook(None, "a", "p", 1, 2);
-        h.call.method = Some("Synchronize".into());
+        h.call.method = Some(NriMethod::Synchronize);
         h.call.synchronized_pods = vec!["p1".into(), "p2".into()];
         h.call.split_part = Some(SplitPart {
             reply_more,

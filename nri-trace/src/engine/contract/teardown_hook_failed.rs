@@ -118,6 +118,7 @@ pub(super) fn sentence(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::nri_call::NriMethod;
     use crate::{
         decode::nri::message::Event,
         engine::{contract::test_records::*, test_calls::*},
@@ -162,7 +163,7 @@ mod tests {
             "10",
             2,
         );
-        refused.call.method = Some("StopPodSandbox".into());
+        refused.call.method = Some(NriMethod::Event(Event::StopPodSandbox));
         refused.call.outcome = Outcome::Error {
             code: crate::decode::nri::message::CODE_UNIMPLEMENTED,
             message: "method StopPodSandbox not implemented".into(),
@@ -183,7 +184,7 @@ mod tests {
         ];
         assert_eq!(rule_ids(&check(&records)), Vec::<&str>::new());
         // The same code from a method with no fallback is a failure.
-        refused.call.method = Some("StopContainer".into());
+        refused.call.method = Some(NriMethod::Event(Event::StopContainer));
         assert!(!refused.call.is_fallback_refusal());
     }
 }

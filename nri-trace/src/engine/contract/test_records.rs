@@ -2,6 +2,7 @@
 //! the rules' tests feed it.
 
 use super::{ContractChecker, ContractConfig};
+use crate::model::nri_call::NriMethod;
 use crate::{
     basic_types::ConnId,
     decode::nri::message::Event,
@@ -70,7 +71,7 @@ pub(super) fn rule_ids(v: &[Violation]) -> Vec<&'static str> {
 
 pub(super) fn synchronize(label: &str, idx: &str, conn: u64, pods: &[&str]) -> Record {
     let mut h = to_plugin(hook(None, label, "", 1, 2), label, idx, conn);
-    h.call.method = Some("Synchronize".into());
+    h.call.method = Some(NriMethod::Synchronize);
     h.call.synchronized_pods = pods.iter().map(ToString::to_string).collect();
     Record::NriUncaused(Uncaused {
         span: h,
