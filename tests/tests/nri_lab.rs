@@ -27,7 +27,7 @@ use std::path::Path;
 
 use nri_trace::{
     engine::record::Record,
-    model::{nri_call::Outcome, observation::Observation},
+    model::{nri_call::NriOutcome, observation::Observation},
 };
 
 /// Live output equals the replay of the raw capture, line for line; the
@@ -128,7 +128,7 @@ fn split_synchronize_on(group: &str, runtime: nri_trace_lab::labctl::Runtime) {
     );
     for (i, (call, (pods, containers))) in syncs.iter().zip(&parts).enumerate() {
         let last = i + 1 == parts.len();
-        assert_eq!(call.outcome, Outcome::Ok, "part {i}: {call:?}");
+        assert_eq!(call.outcome, NriOutcome::Ok, "part {i}: {call:?}");
         assert_eq!(&call.synchronized_pods, pods, "part {i}: pods");
         let want = format!(
             "{} pods, {containers} containers{}",

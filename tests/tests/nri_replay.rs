@@ -17,7 +17,7 @@ use std::path::Path;
 use nri_trace::{
     capture::CaptureEvent,
     engine::record::Record,
-    model::nri_call::{IdentitySource, Outcome},
+    model::nri_call::{IdentitySource, NriOutcome},
 };
 
 const LAB_NRI_SOCKET: &str = "/var/lib/nri-trace-lab/run/nri.sock";
@@ -67,7 +67,7 @@ fn plugin_timeout_fixture_matches_truth() {
     let calls = nri_check::calls(&records);
     let hung: Vec<_> = calls
         .iter()
-        .filter(|c| c.outcome == Outcome::TimedOut)
+        .filter(|c| c.outcome == NriOutcome::TimedOut)
         .collect();
     assert_eq!(hung.len(), 1);
     assert_eq!(hung[0].plugin.label(), "10-hang");
@@ -89,7 +89,7 @@ fn teardown_error_fixture_matches_truth() {
     let calls = nri_check::calls(&records);
     let errors: Vec<_> = calls
         .iter()
-        .filter(|c| matches!(&c.outcome, Outcome::Error { message, .. } if message.contains("teardown refused")))
+        .filter(|c| matches!(&c.outcome, NriOutcome::Error { message, .. } if message.contains("teardown refused")))
         .filter_map(|c| c.event.map(|e| e.as_str_name()))
         .collect();
     assert_eq!(errors, ["STOP_POD_SANDBOX", "REMOVE_POD_SANDBOX"]);
@@ -116,7 +116,7 @@ fn upstream_logger_fixture_decoded() {
         .filter(|c| c.plugin.label() == "99-upstream-logger" && c.event.is_some())
         .collect();
     assert!(!logger.is_empty());
-    assert!(logger.iter().all(|c| c.outcome == Outcome::Ok));
+    assert!(logger.iter().all(|c| c.outcome == NriOutcome::Ok));
 }
 
 const FIXTURES: [&str; 5] = [
@@ -236,5 +236,5 @@ fn replay_is_deterministic() {
     assert_eq!(a.1, b.1);
     assert!(nri_check::calls(&a.0)
         .iter()
-        .all(|c| c.outcome == Outcome::Ok));
+        .all(|c| c.outcome == NriOutcome::Ok));
 }

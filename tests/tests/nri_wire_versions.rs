@@ -33,7 +33,7 @@ use futures::StreamExt as _;
 use nri_trace::{
     assemble::nri::NriCallAssembler,
     capture::{CaptureEvent, Chunk, ConnId, ConnOpen, Direction, Origin, Syscall, Timestamp},
-    model::nri_call::{NriCall, NriObservation, Outcome},
+    model::nri_call::{NriCall, NriObservation, NriOutcome},
 };
 use nri_trace_lab::nri_api as api;
 use prost::Message as _;
@@ -372,7 +372,7 @@ fn v0_10_and_v0_12_methods_decode_from_the_ttrpc_crate() {
     let got: Vec<&str> = calls.iter().filter_map(|c| c.method_name()).collect();
     assert_eq!(got, NEW_METHODS, "decoded methods, in order");
     for (c, m) in calls.iter().zip(NEW_METHODS) {
-        assert_eq!(c.outcome, Outcome::Ok, "{m}: {c:?}");
+        assert_eq!(c.outcome, NriOutcome::Ok, "{m}: {c:?}");
         assert!(!c.partial, "{m}");
         assert_eq!(
             c.event.map(|e| e.as_str_name()),
@@ -413,7 +413,7 @@ fn unimplemented_then_state_change_fallback_from_the_ttrpc_crate() {
         assert_eq!(c.method_name(), Some(*m));
         assert_eq!(codes[i], ((*m).to_string(), UNIMPLEMENTED));
         match &c.outcome {
-            Outcome::Error { code, .. } => assert_eq!(*code, UNIMPLEMENTED, "{m}"),
+            NriOutcome::Error { code, .. } => assert_eq!(*code, UNIMPLEMENTED, "{m}"),
             other => panic!("{m}: outcome {other:?}"),
         }
         let claims = c.summary.contains("falls back to StateChange");
@@ -422,7 +422,7 @@ fn unimplemented_then_state_change_fallback_from_the_ttrpc_crate() {
             assert!(claims, "{m}: summary {:?}", c.summary);
             let f = &calls[i];
             assert_eq!(f.method_name(), Some("StateChange"), "after {m}");
-            assert_eq!(f.outcome, Outcome::Ok, "StateChange after {m}");
+            assert_eq!(f.outcome, NriOutcome::Ok, "StateChange after {m}");
             assert_eq!(f.event, c.event, "StateChange after {m}");
             assert_eq!(f.pod.as_ref().map(|p| &p.id), c.pod.as_ref().map(|p| &p.id));
             assert_eq!(

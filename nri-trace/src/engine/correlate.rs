@@ -850,7 +850,7 @@ mod tests {
             })
             .collect()
     }
-    use crate::model::nri_call::Outcome;
+    use crate::model::nri_call::NriOutcome;
 
     use super::super::test_calls::*;
 
@@ -1156,13 +1156,13 @@ mod tests {
         let mut hung = hook(Some(Event::StopPodSandbox), "a", "s1", 40, 40);
         hung.call.end = None;
         hung.call.duration_ns = Some(4960 * MS);
-        hung.call.outcome = Outcome::TimedOut;
+        hung.call.outcome = NriOutcome::TimedOut;
         c.on_nri(hung, &mut out);
         c.advance(5200 * MS, None, None, &mut out);
         match &out[..] {
             [Correlated::Cri(s)] => {
                 assert_eq!(s.hooks.len(), 1);
-                assert_eq!(s.hooks[0].call.outcome, Outcome::TimedOut);
+                assert_eq!(s.hooks[0].call.outcome, NriOutcome::TimedOut);
             }
             other => panic!("{other:?}"),
         }

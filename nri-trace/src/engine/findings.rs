@@ -12,7 +12,7 @@ use super::hook_latency::Hook;
 use crate::{
     basic_types::{ConnId, Timestamp},
     capture::sandbox::SandboxEvent,
-    model::{cri_call::CriOutcome, nri_call::Outcome},
+    model::{cri_call::CriOutcome, nri_call::NriOutcome},
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -52,7 +52,7 @@ pub enum Evidence {
         hook: Hook,
         plugin: String,
         start: Option<Timestamp>,
-        outcome: Outcome,
+        outcome: NriOutcome,
     },
     /// A kernel event of the sandbox probes (a SIGKILL no exit followed,
     /// an unmount or removal that failed).
@@ -116,7 +116,7 @@ pub enum Detail {
     /// after it that were not called.
     TeardownHookFailed {
         hook: Hook,
-        outcome: Outcome,
+        outcome: NriOutcome,
         cri_method: Option<String>,
         cri_ok: Option<bool>,
         not_called: Vec<String>,

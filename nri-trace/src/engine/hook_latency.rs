@@ -25,7 +25,7 @@ use super::{
 };
 use crate::{
     decode::nri::message::Event,
-    model::nri_call::{Caller, NriCall, Outcome},
+    model::nri_call::{Caller, NriCall, NriOutcome},
 };
 
 /// A delivery that starts within this long after the previous delivery of
@@ -310,15 +310,15 @@ impl HookTimer {
             .or_insert_with(Stats::new);
         s.calls += 1;
         match call.outcome {
-            Outcome::Ok => s.ok += 1,
-            Outcome::Error { .. } if call.is_fallback_refusal() => s.fallbacks += 1,
-            Outcome::Error { code, .. } => {
+            NriOutcome::Ok => s.ok += 1,
+            NriOutcome::Error { .. } if call.is_fallback_refusal() => s.fallbacks += 1,
+            NriOutcome::Error { code, .. } => {
                 s.errors += 1;
                 *s.error_codes.entry(code).or_default() += 1;
             }
-            Outcome::TimedOut => s.timeouts += 1,
-            Outcome::ConnectionClosed => s.closed += 1,
-            Outcome::NoResponse => {}
+            NriOutcome::TimedOut => s.timeouts += 1,
+            NriOutcome::ConnectionClosed => s.closed += 1,
+            NriOutcome::NoResponse => {}
         }
         let own_ns = call
             .plugin_ns
@@ -458,7 +458,7 @@ mod tests {
         let mut t = HookTimer::new();
         let mut refused = call("a", "10", "p1", 1000, 1);
         refused.method = Some(NriMethod::Event(Event::RunPodSandbox));
-        refused.outcome = Outcome::Error {
+        refused.outcome = NriOutcome::Error {
             code: crate::decode::nri::message::CODE_UNIMPLEMENTED,
             message: "not implemented".into(),
         };

@@ -35,7 +35,7 @@ use crate::capture::{
 use crate::human::short_id;
 use crate::model::{
     cri_call::CriOutcome,
-    nri_call::{NriCall, Outcome},
+    nri_call::{NriCall, NriOutcome},
     observation::Observation,
 };
 
@@ -78,7 +78,7 @@ pub struct StepHook {
     pub plugin: String,
     pub hook: String,
     pub own_ns: Option<u64>,
-    pub outcome: Outcome,
+    pub outcome: NriOutcome,
 }
 
 /// The verdict on a pod's teardown.
@@ -985,7 +985,7 @@ pub(crate) mod tests {
     /// StopPodSandbox succeeded, 10-failer's hook under it failed.
     pub(crate) fn failed_hook() -> Vec<Record> {
         let mut h = hook(Some(Event::StopPodSandbox), "failer", "sb1", 1010, 1011);
-        h.call.outcome = Outcome::Error {
+        h.call.outcome = NriOutcome::Error {
             code: 2,
             message: "refused".into(),
         };
@@ -1010,7 +1010,7 @@ pub(crate) mod tests {
         );
         assert_eq!(
             h.outcome,
-            Outcome::Error {
+            NriOutcome::Error {
                 code: 2,
                 message: "refused".into()
             }

@@ -7,7 +7,7 @@ use crate::{
     engine::hook_latency::{Hook, HookSpan},
     model::{
         cri_call::{CriCall, CriOutcome, Identified},
-        nri_call::{Caller, ContainerRef, IdentitySource, NriCall, Outcome, PluginId, PodRef},
+        nri_call::{Caller, ContainerRef, IdentitySource, NriCall, NriOutcome, PluginId, PodRef},
     },
 };
 
@@ -82,7 +82,7 @@ pub(crate) fn hook(
         end: ts(end),
         duration_ns: Some((end - start) * MS),
         plugin_ns: None,
-        outcome: Outcome::Ok,
+        outcome: NriOutcome::Ok,
         timeout_nano: None,
         partial: false,
         summary: String::new(),

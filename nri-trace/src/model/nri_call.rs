@@ -165,7 +165,7 @@ impl std::fmt::Display for ContainerRef {
 /// How a call ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Outcome {
+pub enum NriOutcome {
     Ok,
     /// The callee answered with an error status (gRPC code and message).
     Error {
@@ -182,19 +182,19 @@ pub enum Outcome {
     NoResponse,
 }
 
-impl Outcome {
+impl NriOutcome {
     pub fn is_ok(&self) -> bool {
-        matches!(self, Outcome::Ok)
+        matches!(self, NriOutcome::Ok)
     }
 
     /// In words, for evidence and explanations ("error 2: refused").
     pub fn describe(&self) -> String {
         match self {
-            Outcome::Ok => "ok".into(),
-            Outcome::Error { code, message } => format!("error {code}: {message}"),
-            Outcome::TimedOut => "timed out".into(),
-            Outcome::ConnectionClosed => "connection closed".into(),
-            Outcome::NoResponse => "no response".into(),
+            NriOutcome::Ok => "ok".into(),
+            NriOutcome::Error { code, message } => format!("error {code}: {message}"),
+            NriOutcome::TimedOut => "timed out".into(),
+            NriOutcome::ConnectionClosed => "connection closed".into(),
+            NriOutcome::NoResponse => "no response".into(),
         }
     }
 }
@@ -228,7 +228,7 @@ pub struct NriCall {
     /// `duration_ns` it leaves out the runtime's delay in picking up the
     /// response.
     pub plugin_ns: Option<u64>,
-    pub outcome: Outcome,
+    pub outcome: NriOutcome,
     /// The request's ttrpc timeout (the runtime's plugin request timeout).
     pub timeout_nano: Option<i64>,
     /// Only the response was seen: the request went before the capture
@@ -316,7 +316,7 @@ impl NriCall {
     /// event next ([`Method::falls_back_to_state_change`]). The plugin did
     /// not fail the event; rules and error counts leave it out.
     pub fn is_fallback_refusal(&self) -> bool {
-        matches!(&self.outcome, Outcome::Error { code, .. } if *code == message::CODE_UNIMPLEMENTED)
+        matches!(&self.outcome, NriOutcome::Error { code, .. } if *code == message::CODE_UNIMPLEMENTED)
             && self
                 .method
                 .is_some_and(NriMethod::falls_back_to_state_change)

@@ -204,7 +204,7 @@ pub mod redact {
     use super::Observation;
     use crate::model::{
         cri_call::{CriMethod, CriOutcome},
-        nri_call::Outcome,
+        nri_call::NriOutcome,
     };
 
     /// What a redacted value becomes.
@@ -238,7 +238,7 @@ pub mod redact {
 
     fn nri_call(c: &mut crate::model::nri_call::NriCall) {
         c.summary = text(&c.summary);
-        if let Outcome::Error { message, .. } = &mut c.outcome {
+        if let NriOutcome::Error { message, .. } = &mut c.outcome {
             *message = text(message);
         }
     }

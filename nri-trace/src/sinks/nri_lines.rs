@@ -11,7 +11,7 @@ use crate::{
     capture::Loss,
     engine::hook_latency::{Hook, HookSummary},
     human::{clock, sanitize},
-    model::nri_call::{Caller, IdentitySource, NriCall, NriVersions, Outcome, PluginId},
+    model::nri_call::{Caller, IdentitySource, NriCall, NriOutcome, NriVersions, PluginId},
 };
 
 /// A plugin's name for people: its `IDX-NAME` (or `comm[pid]`),
@@ -37,15 +37,15 @@ fn subject(c: &NriCall) -> String {
 }
 
 /// An NRI outcome for people.
-pub fn outcome_text(o: &Outcome) -> String {
+pub fn outcome_text(o: &NriOutcome) -> String {
     match o {
-        Outcome::Ok => "ok".into(),
-        Outcome::Error { code, message } => {
+        NriOutcome::Ok => "ok".into(),
+        NriOutcome::Error { code, message } => {
             format!("ERROR code {code}: {}", sanitize(message))
         }
-        Outcome::TimedOut => "TIMED OUT (no response by its deadline)".into(),
-        Outcome::ConnectionClosed => "CONNECTION CLOSED before a response".into(),
-        Outcome::NoResponse => "no response yet (capture ended)".into(),
+        NriOutcome::TimedOut => "TIMED OUT (no response by its deadline)".into(),
+        NriOutcome::ConnectionClosed => "CONNECTION CLOSED before a response".into(),
+        NriOutcome::NoResponse => "no response yet (capture ended)".into(),
     }
 }
 

@@ -13,7 +13,7 @@ use std::{
 use nri_trace::{
     capture::{recording, CaptureEvent, ConnId},
     engine::{hook_latency::HookSpan, record::Record},
-    model::nri_call::{NriCall, Outcome},
+    model::nri_call::{NriCall, NriOutcome},
     pipeline::{
         replay::{records_of_events_in, Collected},
         source::session_of_events,
@@ -159,13 +159,13 @@ fn in_hole(holes: &[(u64, u64)], recv: u64, reply: Option<u64>) -> bool {
     })
 }
 
-fn outcome_matches(truth_outcome: &truth::Outcome, action: &Action, got: &Outcome) -> bool {
+fn outcome_matches(truth_outcome: &truth::Outcome, action: &Action, got: &NriOutcome) -> bool {
     match (action, truth_outcome, got) {
-        (Action::Hang, _, Outcome::TimedOut) => true,
-        (Action::Crash, _, Outcome::ConnectionClosed) => true,
+        (Action::Hang, _, NriOutcome::TimedOut) => true,
+        (Action::Crash, _, NriOutcome::ConnectionClosed) => true,
         (Action::Hang | Action::Crash, _, _) => false,
-        (_, truth::Outcome::Ok, Outcome::Ok) => true,
-        (_, truth::Outcome::Error { message, .. }, Outcome::Error { message: m, .. }) => {
+        (_, truth::Outcome::Ok, NriOutcome::Ok) => true,
+        (_, truth::Outcome::Error { message, .. }, NriOutcome::Error { message: m, .. }) => {
             m.contains(message.as_str())
         }
         _ => false,

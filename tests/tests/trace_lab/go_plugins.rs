@@ -9,7 +9,7 @@
 //! on containerd 1.7 and 2.1 both get StateChange (and CreateContainer,
 //! UpdateContainer, StopContainer) only. One scenario run per runtime.
 
-use nri_trace::model::nri_call::{IdentitySource, NriCall, Outcome};
+use nri_trace::model::nri_call::{IdentitySource, NriCall, NriOutcome};
 use nri_trace_lab::scenario::{self, GO_PLUGINS};
 
 use super::*;
@@ -124,7 +124,7 @@ fn check_go_plugins(rt: Option<Runtime>) {
             assert!(refused.is_fallback_refusal(), "{label}: {refused:#?}");
             assert_eq!(refused.method_name(), Some("RunPodSandbox"));
             assert!(
-                matches!(&refused.outcome, Outcome::Error { code: 12, .. }),
+                matches!(&refused.outcome, NriOutcome::Error { code: 12, .. }),
                 "{refused:#?}"
             );
             assert!(

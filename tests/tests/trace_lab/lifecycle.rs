@@ -338,7 +338,7 @@ fn check_plugin_timeout(rt: Option<Runtime>) {
         .iter()
         .filter(|c| {
             c.plugin.label() == "10-hang"
-                && c.outcome == nri_trace::model::nri_call::Outcome::TimedOut
+                && c.outcome == nri_trace::model::nri_call::NriOutcome::TimedOut
         })
         .count();
     assert_eq!((timed_out, hung), (1, 1), "timed-out calls of 10-hang");
@@ -569,7 +569,7 @@ fn trace_upstream_witness_finds_nothing() {
 }
 
 fn check_upstream_witness(rt: Option<Runtime>) {
-    use nri_trace::model::nri_call::{IdentitySource, Outcome};
+    use nri_trace::model::nri_call::{IdentitySource, NriOutcome};
     let scenario = "upstream-witness";
     let Some((out, records)) = traced_on(rt, scenario) else {
         return;
@@ -586,7 +586,7 @@ fn check_upstream_witness(rt: Option<Runtime>) {
             .any(|c| c.plugin.source == IdentitySource::RegisterPlugin
                 && c.plugin.label() == "99-upstream-logger"
                 && c.event.is_some()
-                && c.outcome == Outcome::Ok),
+                && c.outcome == NriOutcome::Ok),
         "no event delivered to the upstream logger"
     );
     // Every event the logger itself logged (truth notes "upstream-logger:

@@ -275,7 +275,7 @@ fn crio_trace_hung_teardown_hook() {
 }
 
 fn check_hung_teardown_hook(rt: Option<Runtime>) {
-    use nri_trace::model::nri_call::Outcome;
+    use nri_trace::model::nri_call::NriOutcome;
     let crio = runtime_of(rt) == Runtime::CriO;
     let Some((out, records, v)) =
         traced_and_explained(rt, "hung-teardown-hook", "hung-teardown", "hung hook kept")
@@ -302,7 +302,7 @@ fn check_hung_teardown_hook(rt: Option<Runtime>) {
     // The hung hook is in the span, timed out, whether the runtime closed
     // 10-hung's connection (its deadline fired first) or left it open (the
     // client's cancel came first).
-    let hung_in = |s: &nri_trace::engine::correlate::CriSpan| -> Vec<(String, Outcome)> {
+    let hung_in = |s: &nri_trace::engine::correlate::CriSpan| -> Vec<(String, NriOutcome)> {
         s.hooks
             .iter()
             .filter(|h| h.call.plugin.label() == "10-hung")
@@ -311,7 +311,7 @@ fn check_hung_teardown_hook(rt: Option<Runtime>) {
     };
     assert_eq!(
         hung_in(stop),
-        vec![("STOP_POD_SANDBOX".to_string(), Outcome::TimedOut)],
+        vec![("STOP_POD_SANDBOX".to_string(), NriOutcome::TimedOut)],
         "{stop:?}"
     );
     // As many StopPodSandbox hooks of 10-hung traced as the plugin
@@ -345,7 +345,7 @@ fn check_hung_teardown_hook(rt: Option<Runtime>) {
             .expect("an ok StopPodSandbox span");
         assert_eq!(
             hung_in(retry),
-            vec![("STOP_POD_SANDBOX".to_string(), Outcome::TimedOut)],
+            vec![("STOP_POD_SANDBOX".to_string(), NriOutcome::TimedOut)],
             "{retry:?}"
         );
         assert!(
@@ -461,7 +461,7 @@ fn check_hung_teardown_client_gone(rt: Option<Runtime>) {
     assert_eq!(hung[0].hook, "STOP_POD_SANDBOX");
     assert_eq!(
         hook.outcome,
-        nri_trace::model::nri_call::Outcome::TimedOut,
+        nri_trace::model::nri_call::NriOutcome::TimedOut,
         "{hook:?}"
     );
     // No close ended it: its duration is its own deadline (the 8 s left of

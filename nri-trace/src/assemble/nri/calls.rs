@@ -5,7 +5,7 @@
 use super::{
     adjustment_of, api, describe_response, dir_index, dir_of_index, event_names, message, opposite,
     CallKey, Caller, ConnId, ConnState, ContainerRef, Direction, EarlyReply, MessageType, NriCall,
-    NriCallAssembler, NriObservation, Outcome, PendingCall, PodRef, ResponseBody, Status,
+    NriCallAssembler, NriObservation, NriOutcome, PendingCall, PodRef, ResponseBody, Status,
     Timestamp, TtrpcMessage, WireResponse, DEADLINE_GRACE_NS, EARLY_REPLY_WAIT_NS,
     MAX_EARLY_REPLIES_PER_CONN, MAX_GIVEN_UP_PER_CONN, MAX_PLUGIN_SIDE, PLUGIN_REPLY_WAIT_NS,
 };
@@ -97,7 +97,7 @@ impl NriCallAssembler {
                     p.summary = format!("{}; response undecodable: {e}", p.summary);
                 }
             }
-        } else if let Outcome::Error { code, .. } = &outcome {
+        } else if let NriOutcome::Error { code, .. } = &outcome {
             if *code == message::CODE_UNIMPLEMENTED && p.method.falls_back_to_state_change() {
                 if !p.summary.is_empty() {
                     p.summary.push_str("; ");
@@ -135,7 +135,7 @@ impl NriCallAssembler {
 
     /// Calls whose deadline passed [`DEADLINE_GRACE_NS`] before `now` with
     /// no response and no close: their caller gave up on them (see the
-    /// module docs). Reported [`Outcome::TimedOut`], in connection order.
+    /// module docs). Reported [`NriOutcome::TimedOut`], in connection order.
     pub(super) fn give_up_overdue(&mut self, now: u64, out: &mut Vec<NriObservation>) {
         if now <= self.next_deadline {
             return;
@@ -167,7 +167,7 @@ impl NriCallAssembler {
                     st,
                     key,
                     p,
-                    Outcome::TimedOut,
+                    NriOutcome::TimedOut,
                     waited,
                 )));
             }
@@ -319,13 +319,13 @@ pub(super) fn timed_out(waited_ns: u64, timeout_nano: i64) -> bool {
 }
 
 /// How a call ended, by its response's status.
-pub(super) fn outcome_of(resp: &WireResponse) -> Outcome {
+pub(super) fn outcome_of(resp: &WireResponse) -> NriOutcome {
     match resp.error() {
-        Some(Status { code, message }) => Outcome::Error {
+        Some(Status { code, message }) => NriOutcome::Error {
             code: *code,
             message: message.clone(),
         },
-        None => Outcome::Ok,
+        None => NriOutcome::Ok,
     }
 }
 
@@ -364,7 +364,7 @@ pub(super) fn unanswered(
     st: &ConnState,
     key: CallKey,
     p: PendingCall,
-    outcome: Outcome,
+    outcome: NriOutcome,
     waited: Option<u64>,
 ) -> NriCall {
     let (mux_conn, stream_id, dir) = key;
@@ -392,7 +392,7 @@ pub(super) fn complete_call(
     req_dir: Direction,
     p: PendingCall,
     end: Option<Timestamp>,
-    outcome: Outcome,
+    outcome: NriOutcome,
 ) -> NriCall {
     NriCall {
         conn,

@@ -20,12 +20,12 @@
 //! Outcome without a response: NRI has no cancel message; on a timeout the
 //! runtime closes the plugin's connection (nri `pkg/adaptation/plugin.go`,
 //! "closing plugin"). A request still unanswered when its connection closes
-//! is [`Outcome::TimedOut`] if its `timeout_nano` had (nearly) run out, else
-//! [`Outcome::ConnectionClosed`]. The runtime closes only when its own timer
+//! is [`NriOutcome::TimedOut`] if its `timeout_nano` had (nearly) run out, else
+//! [`NriOutcome::ConnectionClosed`]. The runtime closes only when its own timer
 //! fired (`isFatalError`: `context.DeadlineExceeded`); when the CRI caller
 //! cancelled first (`context.Canceled`) its call returns and the connection
 //! stays open. So a request whose deadline has passed by
-//! [`DEADLINE_GRACE_NS`] of capture time is [`Outcome::TimedOut`] too, with
+//! [`DEADLINE_GRACE_NS`] of capture time is [`NriOutcome::TimedOut`] too, with
 //! no end (nothing on the wire marks it) and its `timeout_nano` as duration.
 
 use std::collections::{BTreeMap, HashMap};
@@ -45,8 +45,8 @@ use crate::{
         ttrpc::{MessageType, MuxTtrpc, TtrpcEvent, TtrpcMessage, MUX_LEVEL},
     },
     model::nri_call::{
-        Adjustment, Caller, ContainerRef, IdentitySource, NriCall, NriObservation, NriVersions,
-        Outcome, PluginId, PodRef, SplitPart, ENV_PLUGIN_NAME,
+        Adjustment, Caller, ContainerRef, IdentitySource, NriCall, NriObservation, NriOutcome,
+        NriVersions, PluginId, PodRef, SplitPart, ENV_PLUGIN_NAME,
     },
 };
 
@@ -117,7 +117,7 @@ const MAX_PENDING_PER_CONN: usize = 1024;
 /// How far past a request's deadline the capture stream moves before the
 /// call is taken as given up by its caller without a close. containerd
 /// closes right when its timer fires; this leaves that close time to be
-/// seen first (it tells [`Outcome::TimedOut`] from a plain close).
+/// seen first (it tells [`NriOutcome::TimedOut`] from a plain close).
 pub const DEADLINE_GRACE_NS: u64 = 100_000_000;
 
 /// Deliveries open longer than this are not waited for by
@@ -392,11 +392,11 @@ impl NriCallAssembler {
                         let waited = c.ts.mono_ns.saturating_sub(p.start.mono_ns);
                         let outcome = if c.reason == CloseReason::Untracked {
                             // The capture stopped, not the connection.
-                            Outcome::NoResponse
+                            NriOutcome::NoResponse
                         } else if timed_out(waited, p.timeout_nano) {
-                            Outcome::TimedOut
+                            NriOutcome::TimedOut
                         } else {
-                            Outcome::ConnectionClosed
+                            NriOutcome::ConnectionClosed
                         };
                         // How long the runtime waited before it closed.
                         out.push(NriObservation::Call(unanswered(
@@ -426,7 +426,7 @@ impl NriCallAssembler {
     }
 
     /// The capture ended: calls still waiting are reported as
-    /// [`Outcome::NoResponse`], in connection order.
+    /// [`NriOutcome::NoResponse`], in connection order.
     pub fn finish(&mut self, out: &mut Vec<NriObservation>) {
         self.release_early(None, out);
         self.release_awaiting(None, out);
@@ -444,7 +444,7 @@ impl NriCallAssembler {
                     st,
                     key,
                     p,
-                    Outcome::NoResponse,
+                    NriOutcome::NoResponse,
                     None,
                 )));
             }
@@ -691,7 +691,7 @@ impl NriCallAssembler {
                             st,
                             old_key,
                             old,
-                            Outcome::NoResponse,
+                            NriOutcome::NoResponse,
                             None,
                         )));
                     }
@@ -715,7 +715,7 @@ impl NriCallAssembler {
                         c.direction,
                         p.started(),
                         None,
-                        Outcome::NoResponse,
+                        NriOutcome::NoResponse,
                     );
                     started.duration_ns = None;
                     out.push(NriObservation::Pending(started));
@@ -738,7 +738,7 @@ impl NriCallAssembler {
                         c.direction,
                         old,
                         None,
-                        Outcome::NoResponse,
+                        NriOutcome::NoResponse,
                     )));
                 }
                 if let Some(e) = early {

@@ -325,7 +325,7 @@ fn unanswered_calls_are_bounded() {
     assert_eq!(a.in_flight(), MAX_PENDING_PER_CONN);
     let dropped = finished(&out);
     assert_eq!(dropped.len(), 100);
-    assert!(dropped.iter().all(|c| c.outcome == Outcome::NoResponse));
+    assert!(dropped.iter().all(|c| c.outcome == NriOutcome::NoResponse));
     // The oldest went first.
     assert_eq!(dropped[0].stream_id, 1);
 }
@@ -357,7 +357,7 @@ fn deadline_passing_without_close_is_a_timeout() {
     a.on_capture(&other(6 * S + DEADLINE_GRACE_NS + 1), &mut out);
     let done = finished(&out);
     assert_eq!(done.len(), 1, "{out:?}");
-    assert_eq!(done[0].outcome, Outcome::TimedOut);
+    assert_eq!(done[0].outcome, NriOutcome::TimedOut);
     assert_eq!(done[0].event, Some(Event::StopPodSandbox));
     assert_eq!(done[0].end, None);
     assert_eq!(done[0].duration_ns, Some(5 * S));
@@ -412,7 +412,7 @@ fn a_reply_stamped_before_its_request_still_answers_it() {
     );
     let calls = finished(&out);
     assert_eq!(calls.len(), 1, "{out:?}");
-    assert_eq!(calls[0].outcome, Outcome::Ok);
+    assert_eq!(calls[0].outcome, NriOutcome::Ok);
     assert!(!calls[0].partial);
     assert_eq!(calls[0].event, Some(Event::RemovePodSandbox));
     assert_eq!(calls[0].start.map(|t| t.mono_ns), Some(1000 * MS));

@@ -9,7 +9,7 @@ use crate::{
         hook_latency::{Hook, HookSpan},
     },
     human::duration,
-    model::nri_call::Outcome,
+    model::nri_call::NriOutcome,
 };
 
 pub const RULE: Rule = Rule {
@@ -26,7 +26,7 @@ impl ContractChecker {
             .hook_budget_ns
             .or_else(|| h.call.timeout_nano.filter(|t| *t > 0).map(|t| t as u64 / 2));
         // A timed-out hook is the timeout rule's.
-        let own = h.own_ns.filter(|_| h.call.outcome != Outcome::TimedOut);
+        let own = h.own_ns.filter(|_| h.call.outcome != NriOutcome::TimedOut);
         if let (Some(b), Some(own)) = (budget, own) {
             if own > b {
                 out.push(self.hook_finding(

@@ -14,7 +14,7 @@ use crate::{
         hook_latency::{Hook, HookSpan},
     },
     human::duration,
-    model::nri_call::Outcome,
+    model::nri_call::NriOutcome,
 };
 
 pub const RULE: Rule = Rule {
@@ -27,7 +27,7 @@ pub const RULE: Rule = Rule {
 impl ContractChecker {
     /// A delivery or lifecycle call that timed out.
     pub(super) fn check_timeout(&mut self, h: &HookSpan, out: &mut Vec<Violation>) {
-        if h.call.outcome == Outcome::TimedOut {
+        if h.call.outcome == NriOutcome::TimedOut {
             self.report_timeout(h, out);
         }
     }
@@ -165,7 +165,7 @@ mod tests {
             2,
         );
         // As the NRI stage reports one: no end, no own time.
-        hung.call.outcome = Outcome::TimedOut;
+        hung.call.outcome = NriOutcome::TimedOut;
         hung.call.timeout_nano = Some(1_000_000_000);
         hung.call.end = None;
         hung.own_ns = None;

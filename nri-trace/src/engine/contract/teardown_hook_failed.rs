@@ -11,7 +11,7 @@ use crate::{
         findings::{Detail, Severity, Violation},
         hook_latency::{Hook, HookSpan},
     },
-    model::nri_call::Outcome,
+    model::nri_call::NriOutcome,
 };
 
 pub const RULE: Rule = Rule {
@@ -94,7 +94,7 @@ impl ContractChecker {
 pub(super) fn sentence(
     plugin: &str,
     hook: &Hook,
-    outcome: &Outcome,
+    outcome: &NriOutcome,
     cri_method: Option<&str>,
     cri_ok: Option<bool>,
     not_called: &[String],
@@ -132,7 +132,7 @@ mod tests {
             "10",
             2,
         );
-        failed.call.outcome = Outcome::Error {
+        failed.call.outcome = NriOutcome::Error {
             code: 2,
             message: "no".into(),
         };
@@ -164,7 +164,7 @@ mod tests {
             2,
         );
         refused.call.method = Some(NriMethod::Event(Event::StopPodSandbox));
-        refused.call.outcome = Outcome::Error {
+        refused.call.outcome = NriOutcome::Error {
             code: crate::decode::nri::message::CODE_UNIMPLEMENTED,
             message: "method StopPodSandbox not implemented".into(),
         };

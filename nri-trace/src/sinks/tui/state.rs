@@ -27,7 +27,7 @@ use crate::{
     },
     model::{
         cri_call::CriOutcome,
-        nri_call::{NriVersions, Outcome},
+        nri_call::{NriOutcome, NriVersions},
         observation::Observation,
     },
 };
@@ -258,13 +258,13 @@ fn cri_outcome(o: &CriOutcome) -> String {
 }
 
 /// An NRI outcome, short.
-pub fn nri_outcome(o: &Outcome) -> String {
+pub fn nri_outcome(o: &NriOutcome) -> String {
     match o {
-        Outcome::Ok => "ok".into(),
-        Outcome::Error { code, message } => format!("ERROR {code}: {}", sanitize(message)),
-        Outcome::TimedOut => "TIMED OUT".into(),
-        Outcome::ConnectionClosed => "CONNECTION CLOSED".into(),
-        Outcome::NoResponse => "NO RESPONSE".into(),
+        NriOutcome::Ok => "ok".into(),
+        NriOutcome::Error { code, message } => format!("ERROR {code}: {}", sanitize(message)),
+        NriOutcome::TimedOut => "TIMED OUT".into(),
+        NriOutcome::ConnectionClosed => "CONNECTION CLOSED".into(),
+        NriOutcome::NoResponse => "NO RESPONSE".into(),
     }
 }
 
