@@ -323,48 +323,59 @@ impl NriCall {
     }
 }
 
-#[allow(clippy::ref_option, reason = "serde passes a reference")]
+/// An optional value written as its name (`name`), or null.
+fn ser_named<T: Copy, S: serde::Serializer>(
+    v: Option<T>,
+    name: fn(T) -> &'static str,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(v) => s.serialize_str(name(v)),
+        None => s.serialize_none(),
+    }
+}
+
+/// An optional value read back from its name by `parse` (`what` names
+/// the kind in the error), as [`ser_named`] writes it.
+fn de_named<'de, T, D: serde::Deserializer<'de>>(
+    d: D,
+    parse: fn(&str) -> Option<T>,
+    what: &str,
+) -> Result<Option<T>, D::Error> {
+    match Option::<String>::deserialize(d)? {
+        None => Ok(None),
+        Some(n) => parse(&n)
+            .map(Some)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown NRI {what} {n:?}"))),
+    }
+}
+
 #[allow(
+    clippy::ref_option,
     clippy::trivially_copy_pass_by_ref,
     reason = "serde passes a reference"
 )]
 fn ser_event<S: serde::Serializer>(e: &Option<Event>, s: S) -> Result<S::Ok, S::Error> {
-    match e {
-        Some(e) => s.serialize_str(e.as_str_name()),
-        None => s.serialize_none(),
-    }
-}
-
-#[allow(clippy::ref_option, reason = "serde passes a reference")]
-#[allow(
-    clippy::trivially_copy_pass_by_ref,
-    reason = "serde passes a reference"
-)]
-fn ser_method<S: serde::Serializer>(m: &Option<NriMethod>, s: S) -> Result<S::Ok, S::Error> {
-    match m {
-        Some(m) => s.serialize_str(m.name()),
-        None => s.serialize_none(),
-    }
-}
-
-/// The method by its name on the wire, as [`ser_method`] writes it.
-fn de_method<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<NriMethod>, D::Error> {
-    match Option::<String>::deserialize(d)? {
-        None => Ok(None),
-        Some(n) => NriMethod::from_name(&n)
-            .map(Some)
-            .ok_or_else(|| serde::de::Error::custom(format!("unknown NRI method {n:?}"))),
-    }
+    ser_named(*e, |e| e.as_str_name(), s)
 }
 
 /// The event by its protobuf name, as [`ser_event`] writes it.
 fn de_event<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Event>, D::Error> {
-    match Option::<String>::deserialize(d)? {
-        None => Ok(None),
-        Some(n) => Event::from_str_name(&n)
-            .map(Some)
-            .ok_or_else(|| serde::de::Error::custom(format!("unknown NRI event {n:?}"))),
-    }
+    de_named(d, Event::from_str_name, "event")
+}
+
+#[allow(
+    clippy::ref_option,
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde passes a reference"
+)]
+fn ser_method<S: serde::Serializer>(m: &Option<NriMethod>, s: S) -> Result<S::Ok, S::Error> {
+    ser_named(*m, NriMethod::name, s)
+}
+
+/// The method by its name on the wire, as [`ser_method`] writes it.
+fn de_method<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<NriMethod>, D::Error> {
+    de_named(d, NriMethod::from_name, "method")
 }
 
 /// The NRI (module) versions a connection's ends announced: the plugin's
