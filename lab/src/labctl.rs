@@ -270,7 +270,8 @@ impl Lab {
 
     /// [`Self::up`] with NRI's built-in default validator on, rejecting
     /// what `rejects` names (its reject_* settings, comma-separated:
-    /// "reject_oci_hook_adjustment"); containerd 2.2 and 2.3 only.
+    /// "reject_oci_hook_adjustment"); containerd 2.2 and 2.3 (lab.sh) and
+    /// CRI-O (crio.sh) only.
     pub fn up_validating(&self, request_timeout: &str, rejects: &str) -> Result<()> {
         self.script_with(
             &["up"],

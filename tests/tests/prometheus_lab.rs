@@ -13,6 +13,11 @@
 //!   records' range;
 //! - per CRI method: the call count; per (rule, severity, certainty): the
 //!   findings;
+//! - on containerd 2.3, its own NRI metrics (`/v1/metrics`, containerd
+//!   internal/nri/metrics.go), scraped by the same Prometheus, joined with
+//!   nri-trace's on (plugin, operation) in PromQL: the same calls counted,
+//!   the same successes, and the runtime's wait never shorter than the
+//!   plugin's own time nri-trace measured;
 //! - every rule of deploy/ loads and evaluates (`health: ok`);
 //! - the exposition passes `promtool check metrics` (names, units, types)
 //!   and the rules `promtool check rules`.
@@ -39,7 +44,10 @@ use std::{
 use anyhow::{bail, Context, Result};
 use lab_trace::{http_get, metrics_addr, TraceProc};
 use nri_trace::engine::histogram::BUCKET_BOUNDS_NS;
-use nri_trace_lab::{labctl::Lab, scenario::Observer};
+use nri_trace_lab::{
+    labctl::{Lab, Runtime},
+    scenario::Observer,
+};
 use output_check::plugin_label;
 use serde_json::Value;
 
@@ -125,6 +133,9 @@ struct Scraped {
     /// host:port of Prometheus' API, and of nri-trace's metrics.
     api: String,
     metrics: String,
+    /// host:port of containerd's own metrics (`/v1/metrics`), when the lab
+    /// runs containerd 2.3 with them on.
+    runtime_metrics: Option<String>,
     out: PathBuf,
 }
 
@@ -143,6 +154,39 @@ const QUERIES: &[(&str, &str)] = &[
     ("hook_invocations", "nri_trace_hook_invocations_total"),
     ("cri_count", "nri_trace_cri_call_duration_seconds_count"),
     ("findings", "nri_trace_findings_total"),
+];
+
+/// The queries of containerd's own NRI metrics and their joins with
+/// nri-trace's, on containerd 2.3 (`Scraped::runtime_metrics`).
+const RUNTIME_QUERIES: &[(&str, &str)] = &[
+    (
+        "runtime_count",
+        "containerd_nri_plugin_latency_seconds_count",
+    ),
+    (
+        "runtime_invocations",
+        "containerd_nri_plugin_invocations_total",
+    ),
+    (
+        "joined_count",
+        "containerd_nri_plugin_latency_seconds_count \
+         - on (plugin, operation) nri_trace_hook_duration_seconds_count",
+    ),
+    (
+        "joined_successes",
+        "containerd_nri_plugin_invocations_total{status=\"success\"} \
+         - on (plugin, operation, status) nri_trace_hook_invocations_total",
+    ),
+    (
+        "joined_wait",
+        "containerd_nri_plugin_latency_seconds_sum \
+         - on (plugin, operation) nri_trace_hook_duration_seconds_sum",
+    ),
+    (
+        "runtime_mean",
+        "containerd_nri_plugin_latency_seconds_sum \
+         / containerd_nri_plugin_latency_seconds_count",
+    ),
 ];
 
 impl Scraped {
@@ -167,17 +211,21 @@ impl Scraped {
         drop(free);
         let config = self.out.join("prometheus.yml");
         // 1 s scrapes and evaluations: the scenario lasts seconds.
-        std::fs::write(
-            &config,
-            format!(
-                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
-                 rule_files:\n  - {}\n\
-                 scrape_configs:\n  - job_name: nri-trace\n    static_configs:\n      \
-                 - targets: ['{}']\n",
-                rules_file().display(),
-                self.metrics
-            ),
-        )?;
+        let mut yml = format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+             rule_files:\n  - {}\n\
+             scrape_configs:\n  - job_name: nri-trace\n    static_configs:\n      \
+             - targets: ['{}']\n",
+            rules_file().display(),
+            self.metrics
+        );
+        if let Some(r) = &self.runtime_metrics {
+            yml.push_str(&format!(
+                "  - job_name: containerd\n    metrics_path: /v1/metrics\n    \
+                 static_configs:\n      - targets: ['{r}']\n"
+            ));
+        }
+        std::fs::write(&config, yml)?;
         let data = self.out.join("prometheus-data");
         let _ = std::fs::remove_dir_all(&data);
         let log = std::fs::File::create(self.out.join("prometheus.log"))?;
@@ -192,12 +240,42 @@ impl Scraped {
             .context("starting prometheus")?;
         self.prometheus = Some(child);
         let api = self.api.clone();
-        self.wait_until("nri-trace up", || {
-            Ok(query(&api, "up{job=\"nri-trace\"}")
-                .unwrap_or_default()
-                .iter()
-                .any(|(_, v)| *v == 1.0))
-        })
+        let jobs: &[&str] = if self.runtime_metrics.is_some() {
+            &["nri-trace", "containerd"]
+        } else {
+            &["nri-trace"]
+        };
+        for job in jobs {
+            self.wait_until(&format!("{job} up"), || {
+                Ok(query(&api, &format!("up{{job=\"{job}\"}}"))
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|(_, v)| *v == 1.0))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Wait until Prometheus' last scrape of `target` holds, summed over
+    /// its series, what the exposition at `path` holds now for each of
+    /// `families`; the exposition is saved as `file`.
+    fn wait_for_last_scrape(
+        &self,
+        target: &str,
+        path: &str,
+        file: &str,
+        families: &[&str],
+    ) -> Result<()> {
+        let text = http_get(target, path)?;
+        std::fs::write(self.out.join(file), &text)?;
+        for family in families {
+            let want = exposition_total(&text, family);
+            self.wait_until(&format!("sum({family}) = {want}"), || {
+                let got = query(&self.api, &format!("sum({family})"))?;
+                Ok(got.first().is_some_and(|(_, v)| *v == want))
+            })?;
+        }
+        Ok(())
     }
 
     /// Once Prometheus' last scrape holds every call nri-trace saw, save
@@ -205,23 +283,36 @@ impl Scraped {
     fn save_answers(&self) -> Result<()> {
         // nri-trace re-renders at most every 500 ms once idle.
         std::thread::sleep(Duration::from_secs(1));
-        let text = http_get(&self.metrics, "/metrics")?;
-        std::fs::write(self.out.join("metrics-final.txt"), &text)?;
-        for family in [
-            "nri_trace_hook_duration_seconds_count",
-            "nri_trace_cri_call_duration_seconds_count",
-        ] {
-            let want = exposition_total(&text, family);
-            self.wait_until(&format!("sum({family}) = {want}"), || {
-                let got = query(&self.api, &format!("sum({family})"))?;
-                Ok(got.first().is_some_and(|(_, v)| *v == want))
-            })?;
+        self.wait_for_last_scrape(
+            &self.metrics,
+            "/metrics",
+            "metrics-final.txt",
+            &[
+                "nri_trace_hook_duration_seconds_count",
+                "nri_trace_cri_call_duration_seconds_count",
+            ],
+        )?;
+        if let Some(r) = &self.runtime_metrics {
+            self.wait_for_last_scrape(
+                r,
+                "/v1/metrics",
+                "containerd-metrics-final.txt",
+                &[
+                    "containerd_nri_plugin_latency_seconds_count",
+                    "containerd_nri_plugin_invocations_total",
+                ],
+            )?;
         }
         // Two more evaluations of the rules, on the last samples.
         std::thread::sleep(Duration::from_millis(2500));
         let dir = self.out.join("prom");
         std::fs::create_dir_all(&dir)?;
-        for (name, q) in QUERIES {
+        let runtime = if self.runtime_metrics.is_some() {
+            RUNTIME_QUERIES
+        } else {
+            &[]
+        };
+        for (name, q) in QUERIES.iter().chain(runtime) {
             let body = http_get(&self.api, &format!("/api/v1/query?query={}", url_encode(q)))?;
             std::fs::write(dir.join(format!("{name}.json")), body)?;
         }
@@ -445,6 +536,15 @@ fn prometheus_scrapes_the_hook_latencies_the_records_hold() {
         String::from_utf8_lossy(&rules.stdout),
         String::from_utf8_lossy(&rules.stderr)
     );
+    // containerd 2.3, the lab's default, exports its own NRI metrics: the
+    // lab turns its endpoint on (lab.sh reads NRI_TRACE_LAB_RUNTIME_METRICS
+    // at `up`; this binary's one test, so the environment is its own).
+    let runtime_metrics = (Lab::from_env().runtime == Runtime::Containerd23).then(|| {
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = free.local_addr().unwrap().to_string();
+        std::env::set_var("NRI_TRACE_LAB_RUNTIME_METRICS", &addr);
+        addr
+    });
     // On the lab's sockets, given: the runtime is not the point here.
     let observer = Scraped {
         trace: TraceProc::on_lab_sockets(),
@@ -452,6 +552,7 @@ fn prometheus_scrapes_the_hook_latencies_the_records_hold() {
         prometheus: None,
         api: String::new(),
         metrics: String::new(),
+        runtime_metrics: runtime_metrics.clone(),
         out: PathBuf::new(),
     };
     let Some(out) =
@@ -555,6 +656,14 @@ fn prometheus_scrapes_the_hook_latencies_the_records_hold() {
         .collect();
     assert_eq!(found, found_want, "findings per rule");
 
+    match &runtime_metrics {
+        Some(_) => check_runtime_join(&out, &count),
+        None => eprintln!(
+            "containerd's NRI metrics: not on {} (containerd 2.3 has them)",
+            Lab::from_env().runtime.name()
+        ),
+    }
+
     // Every rule of deploy/ loaded and evaluates.
     let rules: Value = serde_json::from_str(
         &std::fs::read_to_string(out.join("prom").join("rules.json")).unwrap(),
@@ -568,4 +677,79 @@ fn prometheus_scrapes_the_hook_latencies_the_records_hold() {
         }
     }
     assert_eq!(n, 8, "{rules}");
+}
+
+/// containerd 2.3's own NRI metrics against nri-trace's, joined in PromQL
+/// on (plugin, operation): every invocation containerd counted is a hook
+/// nri-trace decoded (the joined counts and successes are 0), nri-trace's
+/// other series are the calls containerd's metrics leave out (Configure,
+/// which nri `pkg/adaptation/plugin.go` does not record, and the plugin's
+/// own RegisterPlugin), and the runtime's wait (its latency histogram, from
+/// before it sends to after it reads the reply) is never shorter than the
+/// plugin's own time nri-trace measured inside it. `nri_count` is
+/// nri-trace's hook count per (plugin, operation).
+fn check_runtime_join(out: &Path, nri_count: &BTreeMap<Vec<String>, f64>) {
+    let keys = ["plugin", "operation"];
+    let runtime = by(answer(out, "runtime_count"), &keys);
+    assert!(!runtime.is_empty(), "containerd exported no NRI latency");
+    let only_nri: Vec<&Vec<String>> = nri_count
+        .keys()
+        .filter(|k| !runtime.contains_key(*k))
+        .collect();
+    assert!(
+        only_nri
+            .iter()
+            .all(|k| k[1] == "Configure" || k[1] == "RegisterPlugin"),
+        "series nri-trace has and containerd does not: {only_nri:?}"
+    );
+    let only_runtime: Vec<&Vec<String>> = runtime
+        .keys()
+        .filter(|k| !nri_count.contains_key(*k))
+        .collect();
+    assert!(
+        only_runtime.is_empty(),
+        "invocations containerd counted and nri-trace did not decode: {only_runtime:?}"
+    );
+    let joined = by(answer(out, "joined_count"), &keys);
+    assert_eq!(
+        joined.keys().collect::<Vec<_>>(),
+        runtime.keys().collect::<Vec<_>>(),
+        "the join matched every series of containerd's"
+    );
+    for (k, d) in &joined {
+        assert_eq!(
+            *d, 0.0,
+            "{k:?}: containerd {} vs nri-trace {}",
+            runtime[k], nri_count[k]
+        );
+    }
+    let failed: Vec<_> = answer(out, "runtime_invocations")
+        .into_iter()
+        .filter(|(l, _)| l["status"] != "success")
+        .collect();
+    assert!(failed.is_empty(), "failed invocations: {failed:?}");
+    let successes = by(answer(out, "joined_successes"), &keys);
+    assert_eq!(successes.len(), runtime.len(), "{successes:?}");
+    assert!(successes.values().all(|d| *d == 0.0), "{successes:?}");
+    let wait = by(answer(out, "joined_wait"), &keys);
+    assert_eq!(wait.len(), runtime.len(), "{wait:?}");
+    for (k, d) in &wait {
+        assert!(
+            *d >= 0.0,
+            "{k:?}: containerd waited {d} s less than the plugin took"
+        );
+    }
+    let mean = by(answer(out, "runtime_mean"), &keys);
+    let slow = mean[&vec!["10-slow".to_string(), "RunPodSandbox".to_string()]];
+    assert!(
+        slow >= 0.5,
+        "containerd's mean wait for 10-slow RunPodSandbox {slow} s"
+    );
+    eprintln!(
+        "containerd's NRI metrics joined with nri-trace's: {} series, counts and \
+         successes equal, the runtime's wait over the plugin's own time by {:.6} s in all; \
+         nri-trace alone: {only_nri:?}",
+        runtime.len(),
+        wait.values().sum::<f64>()
+    );
 }

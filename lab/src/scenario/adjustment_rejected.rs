@@ -1,6 +1,6 @@
 //! The `adjustment-rejected` scenario: NRI validation (v0.10+) failing a
 //! container's creation, both ways a node can have it (containerd 2.2 and
-//! 2.3):
+//! 2.3, CRI-O 1.34+):
 //!
 //! 1. the runtime's built-in default validator, set to reject OCI hook
 //!    injection (`reject_oci_hook_adjustment`, lab.sh's
@@ -40,7 +40,7 @@ pub const JUDGE_REASON: &str = "no adjustments from strangers";
 
 pub(super) const ADJUSTMENT_REJECTED: Scenario = Scenario {
     name: "adjustment-rejected",
-    about: "NRI validation failing CreateContainer (containerd 2.2, 2.3): the built-in default validator rejecting plugin 10-hooks' OCI hook (pod rejected-0), then validating plugin 90-judge rejecting 20-env's adjustment (pod rejected-1); go-nri-plugin on the v0.12.2 stub",
+    about: "NRI validation failing CreateContainer (containerd 2.2, 2.3, CRI-O): the built-in default validator rejecting plugin 10-hooks' OCI hook (pod rejected-0), then validating plugin 90-judge rejecting 20-env's adjustment (pod rejected-1); go-nri-plugin on the v0.12.2 stub",
     drive,
     check: |t, facts| {
         facts.extend(verify(t)?);
@@ -74,7 +74,16 @@ pub(super) fn drive(r: &mut Run) -> Result<()> {
         &["-on", "CREATE_CONTAINER=adjust:env"],
     )?;
     let judge = format!("VALIDATE_CONTAINER_ADJUSTMENT=error:{JUDGE_REASON}");
-    start_go_plugin(r, &bin, "judge", "90", &["-on", &judge])?;
+    // Subscribed by name: CRI-O 1.36.3 (NRI v0.11.0) sends no NRI_version
+    // in Configure, and the stub's `-events auto` then keeps to the events
+    // of v0.6-v0.9, without validation.
+    start_go_plugin(
+        r,
+        &bin,
+        "judge",
+        "90",
+        &["-events", "VALIDATE_CONTAINER_ADJUSTMENT", "-on", &judge],
+    )?;
     failed_up(r, PODS[1])
 }
 

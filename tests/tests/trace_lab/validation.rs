@@ -6,8 +6,8 @@
 //! built-in validator from the runtime's error alone (nothing of it is on
 //! a socket), the validating plugin from its ValidateContainerAdjustment
 //! reply; each with the plugin whose adjustment was rejected, what it
-//! adjusted, and the validator's reason. containerd 2.2 (NRI v0.11) and
-//! 2.3 (v0.12): the runtimes with validation.
+//! adjusted, and the validator's reason. containerd 2.2 (NRI v0.11), 2.3
+//! (v0.12) and CRI-O 1.36 (v0.11): the runtimes with validation.
 
 use nri_trace::engine::findings::{AdjustedBy, Certainty};
 use nri_trace_lab::scenario::adjustment_rejected::{JUDGE_REASON, PODS};
@@ -23,6 +23,13 @@ fn trace_adjustment_rejected() {
 #[test]
 fn ctrd22_trace_adjustment_rejected() {
     check_adjustment_rejected(Some(Runtime::Containerd22));
+}
+
+/// CRI-O 1.36 (NRI v0.11.0) with its built-in default validator
+/// (`[crio.nri.default_validator]`, lab/crio.sh).
+#[test]
+fn crio_trace_adjustment_rejected() {
+    check_adjustment_rejected(Some(Runtime::CriO));
 }
 
 fn check_adjustment_rejected(rt: Option<Runtime>) {
