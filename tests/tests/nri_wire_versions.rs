@@ -369,7 +369,7 @@ fn v0_10_and_v0_12_methods_decode_from_the_ttrpc_crate() {
     let (wire, codes) = exchange(&all, NEW_METHODS);
     assert!(codes.iter().all(|(_, c)| *c == 0), "{codes:?}");
     let calls = decode(&wire);
-    let got: Vec<&str> = calls.iter().filter_map(|c| c.method_name()).collect();
+    let got: Vec<&str> = calls.iter().filter_map(NriCall::method_name).collect();
     assert_eq!(got, NEW_METHODS, "decoded methods, in order");
     for (c, m) in calls.iter().zip(NEW_METHODS) {
         assert_eq!(c.outcome, NriOutcome::Ok, "{m}: {c:?}");
