@@ -32,15 +32,6 @@ use crate::{
 /// the client gave up come within microseconds of the reset.
 const MAX_RESETS_REMEMBERED: usize = 64;
 
-/// `e` was ended by the runtime so close to the client's deadline that
-/// the client may have given up first.
-pub(super) fn answered_at_deadline(e: &Ended) -> bool {
-    matches!(
-        (e.st.deadline_ns, e.st.start),
-        (Some(d), Some(start)) if e.end.mono_ns.saturating_sub(start.mono_ns) + DEADLINE_SLACK_NS >= d
-    )
-}
-
 pub(super) fn remember_reset(resets: &mut VecDeque<u32>, stream_id: u32) {
     if resets.len() >= MAX_RESETS_REMEMBERED {
         resets.pop_front();
@@ -85,13 +76,10 @@ impl CriCallAssembler {
     /// The answers at the deadline no reset followed within
     /// [`DEADLINE_SLACK_NS`] of capture time (`now`) stand.
     pub(super) fn release_answers(&mut self, now: u64, out: &mut Vec<CriObservation>) {
-        let (due, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.at_deadline)
-            .into_iter()
-            .partition(|(_, e)| e.end.mono_ns.saturating_add(DEADLINE_SLACK_NS) < now);
-        self.at_deadline = kept;
-        for (conn, e) in due {
-            self.settle(conn, e, out);
-        }
+        self.settle_answers_where(
+            |_, e| e.end.mono_ns.saturating_add(DEADLINE_SLACK_NS) < now,
+            out,
+        );
     }
 
     /// The answers at the deadline of `conn` (closing; None: all, the
@@ -101,9 +89,18 @@ impl CriCallAssembler {
         conn: Option<ConnId>,
         out: &mut Vec<CriObservation>,
     ) {
+        self.settle_answers_where(|c, _| conn.is_none_or(|x| x == c), out);
+    }
+
+    /// Settle the held answers `due` picks, in the order they ended.
+    fn settle_answers_where(
+        &mut self,
+        due: impl Fn(ConnId, &Ended) -> bool,
+        out: &mut Vec<CriObservation>,
+    ) {
         let (due, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.at_deadline)
             .into_iter()
-            .partition(|(c, _)| conn.is_none_or(|x| x == *c));
+            .partition(|(c, e)| due(*c, e));
         self.at_deadline = kept;
         for (c, e) in due {
             self.settle(c, e, out);

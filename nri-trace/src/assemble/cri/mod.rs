@@ -107,6 +107,15 @@ struct StreamState {
 }
 
 impl StreamState {
+    /// `at` is at or past the call's deadline, within
+    /// [`DEADLINE_SLACK_NS`] (start and deadline known).
+    fn at_deadline(&self, at: Timestamp) -> bool {
+        matches!(
+            (self.deadline_ns, self.start),
+            (Some(d), Some(start)) if at.mono_ns.saturating_sub(start.mono_ns) + DEADLINE_SLACK_NS >= d
+        )
+    }
+
     fn new(start: Option<Timestamp>) -> Self {
         StreamState {
             start,
@@ -554,7 +563,7 @@ impl CriCallAssembler {
                         outcome,
                         outcome_evidence: evidence,
                     };
-                    if deadline_race::answered_at_deadline(&e) {
+                    if e.st.at_deadline(e.end) {
                         self.at_deadline.push((conn, e));
                     } else {
                         self.settle(conn, e, out);
@@ -595,11 +604,7 @@ impl CriCallAssembler {
                     }
                     return;
                 };
-                let waited = s.start.map(|t| ts.mono_ns.saturating_sub(t.mono_ns));
-                let past_deadline = matches!(
-                    (s.deadline_ns, waited),
-                    (Some(d), Some(w)) if w + DEADLINE_SLACK_NS >= d
-                );
+                let past_deadline = s.at_deadline(ts);
                 let outcome = match (side, error_code) {
                     (Side::Client, H2_CANCEL) if past_deadline => CriOutcome::DeadlineExceeded,
                     (Side::Client, H2_CANCEL) => CriOutcome::Cancelled,
