@@ -24,14 +24,7 @@ fn root() -> Option<PathBuf> {
     match env::var("NRI_TRACE_BUILD_CACHE") {
         Ok(v) if v == "off" => None,
         Ok(v) if !v.is_empty() => Some(PathBuf::from(v)),
-        _ => {
-            let ci = env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-            ci.then(|| {
-                env::var_os("NRI_TRACE_LAB_DIR")
-                    .map_or_else(|| PathBuf::from("/var/lib/nri-trace-lab"), PathBuf::from)
-                    .join("build-cache")
-            })
-        }
+        _ => crate::under_ci().then(|| crate::lab::lab_dir().join("build-cache")),
     }
 }
 

@@ -38,8 +38,7 @@ pub(crate) enum LabCmd {
 /// `cargo xtask demo`: build everything, then the lab demo with nri-trace
 /// capturing the lab's NRI and CRI sockets.
 pub(crate) fn demo(extra: &[String]) -> Result<()> {
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-    if ci || !crate::setup::toolchain_ready() {
+    if crate::under_ci() || !crate::setup::toolchain_ready() {
         crate::setup::run()?;
     }
     let nri_trace = crate::build(true)?;
@@ -107,12 +106,17 @@ pub(crate) fn run_lab(cmd: LabCmd, runtime: Option<&str>) -> Result<()> {
     }
 }
 
+/// The lab's directory: $NRI_TRACE_LAB_DIR, or /var/lib/nri-trace-lab
+/// (lab/lab.sh's default).
+pub(crate) fn lab_dir() -> PathBuf {
+    std::env::var_os("NRI_TRACE_LAB_DIR")
+        .map_or_else(|| PathBuf::from("/var/lib/nri-trace-lab"), PathBuf::from)
+}
+
 /// Remove the test plugins the lab's scenarios install (wrappers marked
 /// "Installed by the nri-trace lab") from $LAB/nri/plugins, saying which.
 fn clear_left_plugins() -> Result<()> {
-    let lab = std::env::var_os("NRI_TRACE_LAB_DIR")
-        .map_or_else(|| PathBuf::from("/var/lib/nri-trace-lab"), PathBuf::from);
-    let Ok(rd) = std::fs::read_dir(lab.join("nri/plugins")) else {
+    let Ok(rd) = std::fs::read_dir(lab_dir().join("nri/plugins")) else {
         return Ok(());
     };
     for e in rd.flatten() {

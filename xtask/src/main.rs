@@ -222,7 +222,7 @@ pub fn release_lab_bins(bins: &[&str]) -> Result<PathBuf> {
 
 fn test(tiers: &[tiers::Tier], extra: &[String]) -> Result<()> {
     use tiers::Tier;
-    let ci = env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    let ci = under_ci();
     let mut tiers = if tiers.is_empty() {
         Tier::value_variants().to_vec()
     } else {
@@ -384,6 +384,11 @@ fn clippy(target_dir: Option<&Path>) -> Result<()> {
     }
     cmd.args(["--", "-D", "warnings"]);
     run(&mut cmd).context("cargo clippy: fix the warnings above (rustup component clippy)")
+}
+
+/// CI=true (or 1): as CI runs, where what a test needs must be there.
+pub(crate) fn under_ci() -> bool {
+    env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
 
 /// The user's cargo (rustup), for host crates.
