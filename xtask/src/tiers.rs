@@ -32,18 +32,10 @@ pub(crate) enum Tier {
 }
 
 /// nri-trace-tests' (tests/tests/) binaries of the unit tier: they read
-/// committed fixtures or talk to in-process peers.
-const UNIT_TESTS: &[&str] = &[
-    "architecture",
-    "cli",
-    "cri_replay",
-    "nri_replay",
-    "nri_wire_versions",
-    "record_file",
-    "recorder",
-    "trace_replay",
-    "tui_pty",
-];
+/// committed fixtures or talk to in-process peers. One binary
+/// (tests/tests/offline/main.rs), its modules the former nine: each
+/// binary is a link of nri-trace and its dependencies of its own.
+const UNIT_TESTS: &[&str] = &["offline"];
 
 /// nri-trace-tests' binaries of the lab tier: root, the eBPF object, the
 /// lab's runtimes, or the dist binary.

@@ -1,5 +1,5 @@
 //! Bounds and garbage. Real-peer behaviour (containerd, the ttrpc crate,
-//! the NRI logger) is tested on recordings in tests/tests/nri_replay.rs;
+//! the NRI logger) is tested on recordings in tests/tests/offline/nri_replay.rs;
 //! these synthetic streams exercise what no well-behaved peer sends.
 use proptest::{prelude::*, test_runner::TestRunner};
 use prost::Message as _;

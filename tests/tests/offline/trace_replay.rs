@@ -6,10 +6,10 @@
 //! Fixtures: `tests/fixtures/trace/<scenario>/{recording,truth}.ndjson.gz`,
 //! made by tests/tests/trace_lab/ (target/tmp/trace-lab/<scenario>).
 
-mod cri_check;
-mod replay_util;
-mod trace_check;
-mod truth_file;
+use crate::cri_check;
+use crate::replay_util;
+use crate::trace_check;
+use crate::truth_file;
 
 use std::path::Path;
 

@@ -7,9 +7,7 @@
 //! Needs the workspace's binaries (`cargo test --workspace`, as CI runs);
 //! no root.
 
-mod lab_trace;
-mod output_check;
-mod record_schema;
+use crate::lab_trace;
 
 use std::{
     io::{Read, Write},

@@ -5,8 +5,8 @@
 //! exactly the matching records; a record file replays to the output the
 //! raw capture gives; errors name their fix.
 
-mod output_check;
-mod record_schema;
+use crate::output_check;
+use crate::record_schema;
 
 use std::{
     collections::HashMap,

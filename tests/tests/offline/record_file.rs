@@ -5,8 +5,8 @@
 //! the records, findings and latency histograms that tracing the capture
 //! gave. No root needed.
 
-mod record_schema;
-mod replay_util;
+use crate::record_schema;
+use crate::replay_util;
 
 use std::path::{Path, PathBuf};
 

@@ -7,9 +7,9 @@
 //! Fixtures: `tests/fixtures/cri/<name>/{recording,truth}.ndjson.gz`, made
 //! by the live tests in trace_lab/ (see tests/fixtures/cri/README.md).
 
-mod cri_check;
-mod replay_util;
-mod truth_file;
+use crate::cri_check;
+use crate::replay_util;
+use crate::truth_file;
 
 use nri_trace::{
     capture::{recording, CaptureEvent, Chunk},

@@ -7,10 +7,9 @@
 //! made by the live tests in trace_lab/ and nri_lab.rs (see
 //! tests/fixtures/nri/README.md).
 
-mod nri_check;
-mod replay_util;
-mod trace_check;
-mod truth_file;
+use crate::nri_check;
+use crate::replay_util;
+use crate::truth_file;
 
 use std::path::Path;
 
