@@ -317,27 +317,20 @@ fn names_pod(meta: &PodMeta, pod: &PodRef) -> bool {
 /// makes it; when its method is unknown, those of its candidates that make
 /// it (and, when its request's id is `d`'s pod or container, that name
 /// that kind of object in their request). Empty: `call` did not make `d`.
-fn cause_methods(call: &CriCall, d: &HookSpan) -> Vec<String> {
+fn cause_methods(call: &CriCall, d: &HookSpan) -> Vec<CriMethod> {
     let causes = hook_causes(&d.hook);
     match (&call.method, &call.identified) {
-        (Some(m), _) => {
-            if m.cri().is_some_and(|m| causes.contains(&m)) || undoes_create(call, d) {
-                vec![m.name().to_owned()]
-            } else {
-                vec![]
-            }
-        }
+        (Some(m), _) => match m.cri() {
+            Some(m) if causes.contains(&m) || undoes_create(call, d) => vec![m],
+            _ => vec![],
+        },
         (None, Identified::Unknown { candidates }) => {
             let kind = request_id_kind(call, d);
             candidates
                 .iter()
-                .filter(|c| causes.iter().any(|m| m.name() == c.as_str()))
-                .filter(|c| {
-                    kind.is_none_or(|k| {
-                        CriMethod::from_name(c).and_then(CriMethod::request_names) == Some(k)
-                    })
-                })
-                .cloned()
+                .copied()
+                .filter(|c| causes.contains(c))
+                .filter(|c| kind.is_none_or(|k| c.request_names() == Some(k)))
                 .collect()
         }
         _ => vec![],
@@ -671,7 +664,7 @@ impl Correlator {
         let mut hooks = Vec::new();
         // For an unknown call: the methods that make every delivery it
         // holds, and what it was seen to name.
-        let mut fit: Option<Vec<String>> = None;
+        let mut fit: Option<Vec<CriMethod>> = None;
         let mut named: Option<(ObjectKind, String, Option<String>)> = None;
         let mut i = 0;
         while i < self.deliveries.len() {
@@ -717,9 +710,16 @@ impl Correlator {
         if let (Some(fit), Identified::Unknown { candidates }) = (fit, &call.identified) {
             if let Some((m, why)) = self.decide(&call, &hooks, &fit) {
                 call.identified = Identified::Inferred {
-                    evidence: format!("its messages fit {}; {why}", candidates.join(" or ")),
+                    evidence: format!(
+                        "its messages fit {}; {why}",
+                        candidates
+                            .iter()
+                            .map(|c| c.name())
+                            .collect::<Vec<_>>()
+                            .join(" or ")
+                    ),
                 };
-                call.method = Some(CallMethod::from_name(&m));
+                call.method = Some(CallMethod::Cri(m));
                 call.service = Some("runtime.v1.RuntimeService".into());
             }
         }
@@ -770,8 +770,8 @@ impl Correlator {
         &self,
         call: &CriCall,
         hooks: &[HookSpan],
-        fit: &[String],
-    ) -> Option<(String, String)> {
+        fit: &[CriMethod],
+    ) -> Option<(CriMethod, String)> {
         let object = |kind: ObjectKind| -> &'static str {
             match kind {
                 ObjectKind::Sandbox => "pod sandbox",
@@ -786,22 +786,29 @@ impl Correlator {
             .collect();
         if let [m] = fit {
             return Some((
-                m.clone(),
+                *m,
                 format!(
-                    "during it the runtime delivered NRI {} for the object it names, which only {m} of those makes",
-                    what.join(", ")
+                    "during it the runtime delivered NRI {} for the object it names, which only {} of those makes",
+                    what.join(", "),
+                    m.name()
                 ),
             ));
         }
         // Stop or remove: a successful removal ends the object's NRI
         // events, so one delivered after the call ended rules it out.
-        let pair = |a: &str, b: &str| {
-            fit.len() == 2 && fit.iter().any(|m| m == a) && fit.iter().any(|m| m == b)
-        };
-        let (stop, remove, kind) = if pair("StopPodSandbox", "RemovePodSandbox") {
-            ("StopPodSandbox", "RemovePodSandbox", ObjectKind::Sandbox)
-        } else if pair("StopContainer", "RemoveContainer") {
-            ("StopContainer", "RemoveContainer", ObjectKind::Container)
+        let pair = |a, b| fit.len() == 2 && fit.contains(&a) && fit.contains(&b);
+        let (stop, remove, kind) = if pair(CriMethod::StopPodSandbox, CriMethod::RemovePodSandbox) {
+            (
+                CriMethod::StopPodSandbox,
+                CriMethod::RemovePodSandbox,
+                ObjectKind::Sandbox,
+            )
+        } else if pair(CriMethod::StopContainer, CriMethod::RemoveContainer) {
+            (
+                CriMethod::StopContainer,
+                CriMethod::RemoveContainer,
+                ObjectKind::Container,
+            )
         } else {
             return None;
         };
@@ -816,13 +823,15 @@ impl Correlator {
         let end = call.end?.mono_ns;
         (*later > end).then(|| {
             (
-                stop.to_owned(),
+                stop,
                 format!(
                     "during it the runtime delivered NRI {} for the {o} it names, which {stop} \
                      and {remove} make; the runtime delivered a stop or removal event for that \
                      {o} after it ended, which containerd does not after a successful {remove}",
                     what.join(", "),
-                    o = object(kind)
+                    o = object(kind),
+                    stop = stop.name(),
+                    remove = remove.name(),
                 ),
             )
         })
@@ -1266,7 +1275,7 @@ mod tests {
         );
         let mut call = cri(None, "s1", 5, 30);
         call.identified = Identified::Unknown {
-            candidates: vec!["StopPodSandbox".into(), "RemovePodSandbox".into()],
+            candidates: vec![CriMethod::StopPodSandbox, CriMethod::RemovePodSandbox],
         };
         c.on_cri(call);
         out.extend(run(&mut c, 100));
@@ -1284,7 +1293,10 @@ mod tests {
         call.sandbox_id = None;
         call.request_id = Some(request_id.into());
         call.identified = Identified::Unknown {
-            candidates: candidates.iter().map(|c| (*c).to_owned()).collect(),
+            candidates: candidates
+                .iter()
+                .map(|c| CriMethod::from_name(c).expect("a CRI method"))
+                .collect(),
         };
         call
     }

@@ -12,7 +12,10 @@ use super::hook_latency::Hook;
 use crate::{
     basic_types::{ConnId, Timestamp},
     capture::sandbox::SandboxEvent,
-    model::{cri_call::CriOutcome, nri_call::NriOutcome},
+    model::{
+        cri_call::{CallMethod, CriMethod, CriOutcome},
+        nri_call::NriOutcome,
+    },
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -106,7 +109,7 @@ pub enum Detail {
     /// a pod from before the restart succeeded without delivering `event`
     /// to these subscribed plugins.
     UndeliveredAfterRestart {
-        method: Option<String>,
+        method: Option<CallMethod>,
         event: String,
         runtime_pid: u32,
         subscribed: Vec<String>,
@@ -117,7 +120,7 @@ pub enum Detail {
     TeardownHookFailed {
         hook: Hook,
         outcome: NriOutcome,
-        cri_method: Option<String>,
+        cri_method: Option<CallMethod>,
         cri_ok: Option<bool>,
         not_called: Vec<String>,
     },
@@ -149,7 +152,7 @@ pub enum Detail {
     /// deadline, `reserved` of them answered "name reserved"; the pod was
     /// held up `held_ns`.
     NameReservationRetry {
-        method: String,
+        method: CriMethod,
         attempt: u32,
         requests: usize,
         reserved: usize,

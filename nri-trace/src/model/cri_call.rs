@@ -94,7 +94,7 @@ pub enum Identified {
     /// Recovered from other evidence (see the module doc).
     Inferred { evidence: String },
     /// Could not be told apart from these.
-    Unknown { candidates: Vec<String> },
+    Unknown { candidates: Vec<CriMethod> },
 }
 
 /// How a call ended.

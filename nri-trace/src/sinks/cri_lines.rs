@@ -89,7 +89,14 @@ pub fn call_text(w: &mut impl Write, c: &CriCall) -> io::Result<()> {
         (Some(m), Identified::Known) => sanitize(m.name()),
         (Some(m), _) => format!("{}?", sanitize(m.name())),
         (None, Identified::Unknown { candidates }) if !candidates.is_empty() => {
-            format!("({})", candidates.join("|"))
+            format!(
+                "({})",
+                candidates
+                    .iter()
+                    .map(|m| m.name())
+                    .collect::<Vec<_>>()
+                    .join("|")
+            )
         }
         (None, _) => "(unknown)".into(),
     };

@@ -246,7 +246,7 @@ pub(crate) fn compare(truth: &[Truth], calls: &[&CriCall], since: u64, allow: Al
             Identified::Inferred { .. } => r.inferred += 1,
             Identified::Unknown { candidates } => {
                 r.unknown += 1;
-                if !candidates.is_empty() && !candidates.iter().any(|c| c == t.method) {
+                if !candidates.is_empty() && !candidates.iter().any(|c| c.name() == t.method) {
                     r.mislabeled += 1;
                     r.problems.push(format!(
                         "{} of {:?}: unknown, but its candidates {candidates:?} leave it out",

@@ -479,7 +479,7 @@ impl CriCallAssembler {
     pub(super) fn unresolved(h: Held) -> CriCall {
         let mut call = h.call;
         call.identified = Identified::Unknown {
-            candidates: names(&h.candidates),
+            candidates: h.candidates,
         };
         call
     }

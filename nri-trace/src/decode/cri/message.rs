@@ -6,7 +6,7 @@
 
 use super::cri_api as cri;
 use prost_cri::Message;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The two CRI gRPC services.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -76,7 +76,7 @@ const UNKNOWN_SHARE_MAX: usize = 8;
 macro_rules! cri_methods {
     ($( $variant:ident : $service:ident, $req:ident => $resp:ident ; )*) => {
         /// A CRI method (api.proto `service RuntimeService` / `ImageService`).
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
         pub enum CriMethod { $( $variant, )* }
 
         impl CriMethod {

@@ -44,7 +44,7 @@ impl ContractChecker {
             if c.outcome.is_ok() || !(gave_up || is_reserved(&c.outcome)) {
                 let (first, calls) = (*first, std::mem::take(calls));
                 self.retries.remove(&key);
-                out.push(self.retry_violation(first, &calls));
+                out.extend(self.retry_violation(first, &calls));
             }
         } else if gave_up {
             let start = c.start.unwrap_or_else(ts0);
@@ -54,13 +54,15 @@ impl ContractChecker {
 
     /// The name-reservation finding of one retry streak: `calls`, the
     /// first of which gave up at `first`'s deadline; the last one ends it.
-    fn retry_violation(&self, first: Timestamp, calls: &[CriCall]) -> Violation {
-        let c = calls.last().expect("a retry streak has calls");
-        let m = c.method_name().unwrap_or("");
+    /// `None` only for an empty streak or one of another method, which
+    /// [`Self::check_retry`] never makes.
+    fn retry_violation(&self, first: Timestamp, calls: &[CriCall]) -> Option<Violation> {
+        let c = calls.last()?;
+        let m = c.cri_method()?;
         let pod = c.pod.as_ref();
         let end = c.end.map_or(0, |t| t.mono_ns);
         let reserved = calls.iter().filter(|x| is_reserved(&x.outcome)).count();
-        Violation {
+        Some(Violation {
             rule: RULE.id,
             severity: Severity::Warning,
             certainty: self.certainty(None),
@@ -68,14 +70,14 @@ impl ContractChecker {
             pod: pod.map(|p| format!("{}/{}", p.namespace, p.name)),
             plugin: None,
             detail: Detail::NameReservationRetry {
-                method: m.to_owned(),
+                method: m,
                 attempt: pod.map_or(0, |p| p.attempt),
                 requests: calls.len(),
                 reserved,
                 held_ns: end.saturating_sub(first.mono_ns),
             },
             evidence: calls.iter().map(cri_evidence).collect(),
-        }
+        })
     }
 
     /// Retry streaks still open at the end that the runtime answered
@@ -94,7 +96,7 @@ impl ContractChecker {
             .collect();
         open.sort_by_key(|(first, _)| first.mono_ns);
         for (first, calls) in open {
-            out.push(self.retry_violation(first, &calls));
+            out.extend(self.retry_violation(first, &calls));
         }
     }
 }
@@ -107,15 +109,16 @@ fn is_reserved(o: &CriOutcome) -> bool {
 /// deadline.
 pub(super) fn sentence(
     pod: &str,
-    method: &str,
+    method: CriMethod,
     attempt: u32,
     requests: usize,
     reserved: usize,
     held_ns: u64,
 ) -> String {
     format!(
-        "{method} of {pod} (attempt {attempt}) was requested {requests} times after the client's \
+        "{} of {pod} (attempt {attempt}) was requested {requests} times after the client's \
          deadline ({reserved} answered 'name reserved'); the pod was held up {}",
+        method.name(),
         duration(held_ns)
     )
 }

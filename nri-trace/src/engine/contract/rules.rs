@@ -12,7 +12,10 @@ use super::{
     process_survives_sigkill, split_synchronize_reply, subscribed_not_delivered,
     teardown_hook_failed, teardown_path_failed, unexplained_after_restart, unsubscribed_delivered,
 };
-use crate::engine::findings::{Detail, Severity};
+use crate::{
+    engine::findings::{Detail, Severity},
+    model::cri_call::CallMethod,
+};
 
 /// One rule of the contract: what must hold, how sure a break is, and the
 /// upstream document it follows.
@@ -84,7 +87,7 @@ pub fn sentence(detail: &Detail, plugin: Option<&str>, pod: Option<&str>) -> Str
             runtime_pid,
             subscribed,
         } => unexplained_after_restart::sentence_undelivered(
-            method.as_deref(),
+            method.as_ref().map(CallMethod::name),
             event,
             *runtime_pid,
             subscribed,
@@ -99,7 +102,7 @@ pub fn sentence(detail: &Detail, plugin: Option<&str>, pod: Option<&str>) -> Str
             plugin,
             hook,
             outcome,
-            cri_method.as_deref(),
+            cri_method.as_ref().map(CallMethod::name),
             *cri_ok,
             not_called,
         ),
@@ -127,7 +130,7 @@ pub fn sentence(detail: &Detail, plugin: Option<&str>, pod: Option<&str>) -> Str
             reserved,
             held_ns,
         } => {
-            name_reservation_retry::sentence(pod, method, *attempt, *requests, *reserved, *held_ns)
+            name_reservation_retry::sentence(pod, *method, *attempt, *requests, *reserved, *held_ns)
         }
         Detail::SplitSynchronizeReply {
             pods,

@@ -81,7 +81,7 @@ impl ContractChecker {
             detail: Detail::TeardownHookFailed {
                 hook: h.hook.clone(),
                 outcome: h.call.outcome.clone(),
-                cri_method: span.and_then(|s| s.call.method_name().map(str::to_owned)),
+                cri_method: span.and_then(|s| s.call.method.clone()),
                 cri_ok: span.map(|s| s.call.outcome.is_ok()),
                 not_called,
             },

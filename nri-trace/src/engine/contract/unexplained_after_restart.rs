@@ -136,7 +136,7 @@ impl ContractChecker {
                 .or_else(|| Some(id.clone())),
             plugin: None,
             detail: Detail::UndeliveredAfterRestart {
-                method: c.method_name().map(str::to_owned),
+                method: c.method.clone(),
                 event: event.to_owned(),
                 runtime_pid: pid,
                 subscribed: missed,
