@@ -274,7 +274,7 @@ impl Conformance {
                 self.sync.on_state(s);
             }
             Record::NriUncaused(u) => {
-                if let Some(rt) = u.span.call.configured_runtime() {
+                if let Some(rt) = &u.span.call.configured_runtime {
                     self.runtime = Some(rt.to_string());
                 }
             }

@@ -90,6 +90,7 @@ pub(crate) fn hook(
         synchronized_containers: Vec::new(),
         split_part: None,
         adjustment: None,
+        configured_runtime: None,
     };
     HookSpan {
         hook: event.map_or_else(|| Hook::Method(NriMethod::Synchronize), Hook::Event),

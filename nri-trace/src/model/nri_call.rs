@@ -256,6 +256,34 @@ pub struct NriCall {
     /// without a decoded response.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adjustment: Option<Adjustment>,
+    /// Configure: the runtime as its request named it, typed (the TUI's
+    /// header and the conformance tables read it; `summary` only words
+    /// it). `None` for every other call, and without a decoded request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub configured_runtime: Option<ConfiguredRuntime>,
+}
+
+/// The runtime a Configure request names: `ConfigureRequest`'s
+/// `runtime_name` and `runtime_version`, and `NRI_version` (sent since
+/// NRI v0.10; containerd/nri `pkg/api/api.proto`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfiguredRuntime {
+    pub name: String,
+    pub version: String,
+    /// Empty from runtimes before NRI v0.10.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub nri_version: String,
+}
+
+impl std::fmt::Display for ConfiguredRuntime {
+    /// "NAME VERSION", and " (NRI V)" when the runtime said.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.name, self.version)?;
+        if !self.nri_version.is_empty() {
+            write!(f, " (NRI {})", self.nri_version)?;
+        }
+        Ok(())
+    }
 }
 
 /// A plugin's reply about a container's adjustment (NRI v0.10+
@@ -298,19 +326,6 @@ impl NriCall {
         self.method.map(NriMethod::name)
     }
 
-    /// A Configure call's runtime, "NAME VERSION" as the runtime sent it
-    /// (its summary starts "runtime NAME VERSION": `describe_request`).
-    pub fn configured_runtime(&self) -> Option<&str> {
-        if self.method != Some(NriMethod::Configure) {
-            return None;
-        }
-        let rest = self.summary.strip_prefix("runtime ")?;
-        let v = rest.split([',', ';']).next().unwrap_or(rest).trim();
-        (!v.is_empty()).then_some(v)
-    }
-}
-
-impl NriCall {
     /// An `Unimplemented` answer to a per-event method from a plugin built
     /// on an older stub: the runtime calls its StateChange with the same
     /// event next ([`Method::falls_back_to_state_change`]). The plugin did

@@ -354,6 +354,7 @@ pub(super) fn partial_reply(conn: ConnId, st: &ConnState, key: CallKey, e: Early
         synchronized_containers: Vec::new(),
         split_part: None,
         adjustment: None,
+        configured_runtime: None,
     }
 }
 
@@ -420,6 +421,7 @@ pub(super) fn complete_call(
         synchronized_containers: p.synchronized_containers,
         split_part: p.split_part,
         adjustment: p.adjustment,
+        configured_runtime: p.configured_runtime,
     }
 }
 

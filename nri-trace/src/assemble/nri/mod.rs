@@ -45,8 +45,8 @@ use crate::{
         ttrpc::{MessageType, MuxTtrpc, TtrpcEvent, TtrpcMessage, MUX_LEVEL},
     },
     model::nri_call::{
-        Adjustment, Caller, ContainerRef, IdentitySource, NriCall, NriObservation, NriOutcome,
-        NriVersions, PluginId, PodRef, SplitPart, ENV_PLUGIN_NAME,
+        Adjustment, Caller, ConfiguredRuntime, ContainerRef, IdentitySource, NriCall,
+        NriObservation, NriOutcome, NriVersions, PluginId, PodRef, SplitPart, ENV_PLUGIN_NAME,
     },
 };
 
@@ -60,7 +60,7 @@ use calls::{
     unanswered,
 };
 pub use summary::{adjusted_parts, event_names};
-use summary::{adjustment_of, describe_request, describe_response};
+use summary::{adjustment_of, configured_runtime, describe_request, describe_response};
 
 impl PendingCall {
     /// What a `Pending` observation shows of it (no Synchronize list).
@@ -77,6 +77,7 @@ impl PendingCall {
             synchronized_containers: Vec::new(),
             split_part: None,
             adjustment: None,
+            configured_runtime: None,
         }
     }
 }
@@ -94,6 +95,7 @@ struct PendingCall {
     synchronized_containers: Vec<String>,
     split_part: Option<SplitPart>,
     adjustment: Option<Adjustment>,
+    configured_runtime: Option<ConfiguredRuntime>,
 }
 
 /// What the plugin's end of a connection showed of one runtime call.
@@ -642,6 +644,10 @@ impl NriCallAssembler {
                     ),
                     _ => (Vec::new(), Vec::new(), None),
                 };
+                let configured_runtime = match &body {
+                    Ok(RequestBody::Configure(r)) => Some(configured_runtime(r)),
+                    _ => None,
+                };
                 let (event, subject, summary) = match body {
                     Ok(b) => describe_request(b),
                     Err(e) => (None, Subject::default(), format!("undecodable: {e}")),
@@ -679,6 +685,7 @@ impl NriCallAssembler {
                     synchronized_containers,
                     split_part,
                     adjustment: None,
+                    configured_runtime,
                 };
                 // Bounded: NRI has one call in flight per plugin, so a
                 // connection with this many is garbage or lost responses;

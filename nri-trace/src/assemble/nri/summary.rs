@@ -2,7 +2,7 @@
 //! one-line summary (`NriCall::summary`), a subscription mask's event names,
 //! and what a CreateContainer reply adjusted.
 
-use super::{api, Adjustment, Event, RequestBody, ResponseBody, Subject};
+use super::{api, Adjustment, ConfiguredRuntime, Event, RequestBody, ResponseBody, Subject};
 
 /// Event names of a subscription mask (bit `1 << (event - 1)`; 0 means all,
 /// nri `pkg/api/event.go`).
@@ -16,6 +16,15 @@ pub fn event_names(mask: i32) -> Vec<&'static str> {
 
 pub(super) fn secs(ns: i64) -> String {
     format!("{}s", ns as f64 / 1e9)
+}
+
+/// The runtime a Configure request names.
+pub(super) fn configured_runtime(r: &api::ConfigureRequest) -> ConfiguredRuntime {
+    ConfiguredRuntime {
+        name: r.runtime_name.clone(),
+        version: r.runtime_version.clone(),
+        nri_version: r.nri_version.clone(),
+    }
 }
 
 /// Event, subject (moved out, not cloned) and summary of a request.
@@ -38,10 +47,7 @@ pub(super) fn describe_request(b: RequestBody) -> (Option<Event>, Subject, Strin
             ),
         ),
         RequestBody::Configure(r) => {
-            let mut s = format!("runtime {} {}", r.runtime_name, r.runtime_version);
-            if !r.nri_version.is_empty() {
-                s.push_str(&format!(" (NRI {})", r.nri_version));
-            }
+            let mut s = format!("runtime {}", configured_runtime(&r));
             if r.registration_timeout > 0 {
                 s.push_str(&format!(
                     ", registration timeout {}",

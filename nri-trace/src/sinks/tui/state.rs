@@ -641,8 +641,8 @@ impl TuiState {
             }
             Record::NriUncaused(u) => {
                 let h = &u.span;
-                if let Some(v) = h.call.configured_runtime() {
-                    self.runtime_version = Some(sanitize(v));
+                if let Some(rt) = &h.call.configured_runtime {
+                    self.runtime_version = Some(sanitize(&rt.to_string()));
                 }
                 self.counts.nri_calls += 1;
                 self.counts.uncaused += 1;
