@@ -348,7 +348,7 @@ async fn connection_moved_past_the_fd_table(name: &'static str, serve_flags: &[&
         rm: _rm,
     } = serve_captured(name, script, serve_flags);
     let cap = Capture::start(name, cfg, ebpf_options()).await;
-    let info = &cap.session().info;
+    let info = &cap.session().attached;
     assert_eq!(info.listeners.len(), 1, "{name}: {:?}", info.listeners);
     assert_eq!(info.listeners[0].listen_fd, LISTEN_FD as u32);
 
@@ -587,7 +587,7 @@ async fn connection_opened_before_capture() {
     let mut cfg = session_config();
     cfg.sockets = vec![path.clone()];
     let cap = Capture::start(NAME, cfg, ebpf_options()).await;
-    let info = &cap.session().info;
+    let info = &cap.session().attached;
     assert_eq!(
         info.listeners.len(),
         1,
@@ -977,7 +977,7 @@ async fn socketpair_opened_before_capture() {
     let cap = Capture::start(NAME, cfg, ebpf_options()).await;
     let found: Vec<(u32, u32, u32)> = cap
         .session()
-        .info
+        .attached
         .existing_socketpairs
         .iter()
         .map(|s| (s.pid, s.fd, s.peer_pid))

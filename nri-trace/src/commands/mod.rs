@@ -79,7 +79,7 @@ pub(crate) async fn start_capture(
 ) -> anyhow::Result<Session> {
     let env = cfg.existing_socketpair_env.clone().unwrap_or_default();
     let s = session::start(cfg, Box::new(backend)).await?;
-    for l in &s.info.listeners {
+    for l in &s.attached.listeners {
         eprintln!(
             "nri-trace: capturing {} (pid {}, listening fd {}, {} open connections)",
             l.path.display(),
@@ -88,13 +88,16 @@ pub(crate) async fn start_capture(
             l.connections.len()
         );
     }
-    for p in &s.info.existing_socketpairs {
+    for p in &s.attached.existing_socketpairs {
         eprintln!(
             "nri-trace: capturing pid {} fd {} (its peer, pid {}, has {env})",
             p.pid, p.fd, p.peer_pid,
         );
     }
-    eprintln!("nri-trace: ready (tracking pids {:?})", s.info.tracked_pids);
+    eprintln!(
+        "nri-trace: ready (tracking pids {:?})",
+        s.attached.tracked_pids
+    );
     Ok(s)
 }
 
@@ -126,7 +129,11 @@ pub(crate) async fn find_target(
 /// `stage`, saying what session `s` waits for (its sockets nothing served
 /// when it started) until each is served.
 pub(crate) fn announce<S: Stage>(stage: S, s: &Session, target: Option<&Target>) -> Announce<S> {
-    Announce::new(stage, Awaited::of(&s.info.unserved, target), Box::new(say))
+    Announce::new(
+        stage,
+        Awaited::of(&s.attached.unserved, target),
+        Box::new(say),
+    )
 }
 
 pub(crate) fn drain(p: &ProbeArgs) -> Duration {

@@ -154,7 +154,7 @@ pub struct Awaited {
 
 impl Awaited {
     /// The sockets of `unserved` (a session's, see
-    /// `capture::session::SessionInfo::unserved`) named as `target` names
+    /// `capture::session::AttachState::unserved`) named as `target` names
     /// them.
     pub fn of(unserved: &[PathBuf], target: Option<&Target>) -> Vec<Awaited> {
         unserved

@@ -150,9 +150,10 @@ impl Default for SessionConfig {
     }
 }
 
-/// What the session found when it started.
+/// What the session found when it attached (not the record file's
+/// `session` line).
 #[derive(Clone, Debug)]
-pub struct SessionInfo {
+pub struct AttachState {
     pub listeners: Vec<Listener>,
     pub tracked_pids: Vec<u32>,
     /// Pre-existing connections found through
@@ -165,7 +166,7 @@ pub struct SessionInfo {
 }
 
 pub struct Session {
-    pub info: SessionInfo,
+    pub attached: AttachState,
     pub events: mpsc::Receiver<CaptureEvent>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
@@ -355,7 +356,7 @@ pub async fn start(
         drain_loop(backend, tracker, poll, queue, stop_rx, interval, resolver).await;
     });
     Ok(Session {
-        info: SessionInfo {
+        attached: AttachState {
             listeners,
             tracked_pids: tracked,
             existing_socketpairs,
