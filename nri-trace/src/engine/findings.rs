@@ -14,7 +14,7 @@ use crate::{
     capture::sandbox::SandboxEvent,
     model::{
         cri_call::{CallMethod, CriMethod, CriOutcome},
-        nri_call::NriOutcome,
+        nri_call::{Event, NriOutcome},
     },
 };
 
@@ -110,7 +110,8 @@ pub enum Detail {
     /// to these subscribed plugins.
     UndeliveredAfterRestart {
         method: Option<CallMethod>,
-        event: String,
+        #[serde(serialize_with = "event_name")]
+        event: Event,
         runtime_pid: u32,
         subscribed: Vec<String>,
     },
@@ -212,4 +213,14 @@ pub struct AdjustedBy {
 pub enum PathOp {
     Unmount,
     Remove,
+}
+
+/// An event by its protobuf name (`REMOVE_POD_SANDBOX`), as NriCall's
+/// `event` is written.
+#[allow(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde passes a reference"
+)]
+fn event_name<S: serde::Serializer>(e: &Event, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(e.as_str_name())
 }

@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+/// An NRI event, the protobuf enum (`pkg/api/api.proto` `Event`).
+pub use crate::decode::nri::message::Event;
 /// An NRI method: the Runtime service's, the Plugin service's, or an
 /// event's own (decode/nri/message.rs).
 pub use crate::decode::nri::message::Method as NriMethod;
@@ -13,7 +15,7 @@ pub use crate::decode::nri::message::Method as NriMethod;
 use crate::{
     basic_types::{ConnId, Timestamp},
     capture::Peer,
-    decode::nri::message::{self, Event},
+    decode::nri::message,
 };
 
 use super::plugin_identity::{self, InferredIdentity};
@@ -393,6 +395,41 @@ fn de_method<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<NriMethod>
     de_named(d, NriMethod::from_name, "method")
 }
 
+/// A plugin's subscribed events, `Option<Vec<Event>>`, as their protobuf
+/// names (`RUN_POD_SANDBOX`, ...), as NriCall's `event` is written.
+pub(crate) mod subscribed_events {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::Event;
+
+    #[allow(clippy::ref_option, reason = "serde passes a reference")]
+    pub(crate) fn serialize<S: Serializer>(
+        v: &Option<Vec<Event>>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(events) => s.collect_seq(events.iter().map(Event::as_str_name)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Vec<Event>>, D::Error> {
+        let Some(names) = Option::<Vec<String>>::deserialize(d)? else {
+            return Ok(None);
+        };
+        names
+            .iter()
+            .map(|n| {
+                Event::from_str_name(n)
+                    .ok_or_else(|| serde::de::Error::custom(format!("unknown NRI event {n:?}")))
+            })
+            .collect::<Result<_, _>>()
+            .map(Some)
+    }
+}
+
 /// The NRI (module) versions a connection's ends announced: the plugin's
 /// stub in RegisterPlugin, the runtime's in Configure (`NRI_version`, sent
 /// since NRI v0.10; containerd 2.3.7 sends "v0.12.0"). Empty from older
@@ -430,8 +467,12 @@ pub enum NriObservation {
         ts: Timestamp,
         plugin: PluginId,
         /// Subscribed events (Configure response), when seen.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        events: Option<Vec<String>>,
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            with = "subscribed_events"
+        )]
+        events: Option<Vec<Event>>,
         /// The NRI versions the two ends said, when seen.
         #[serde(default, skip_serializing_if = "NriVersions::is_empty")]
         nri_version: NriVersions,

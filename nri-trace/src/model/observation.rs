@@ -20,6 +20,7 @@ use super::{
 use crate::{
     basic_types::{ConnId, Timestamp},
     capture::{cri_state::CriState, sandbox::SandboxEvent, Loss},
+    decode::nri::message::Event,
 };
 
 /// One engine input.
@@ -59,8 +60,12 @@ pub enum Observation {
         conn: ConnId,
         ts: Timestamp,
         plugin: PluginId,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        events: Option<Vec<String>>,
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            with = "crate::model::nri_call::subscribed_events"
+        )]
+        events: Option<Vec<Event>>,
         /// The NRI versions its two ends announced, when seen.
         #[serde(default, skip_serializing_if = "NriVersions::is_empty")]
         nri_version: NriVersions,

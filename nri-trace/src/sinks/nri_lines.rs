@@ -3,7 +3,7 @@
 //! Text shows wire strings (pod names, error messages, process names)
 //! through [`sanitize`]: captured bytes must not drive the terminal.
 
-use crate::model::nri_call::NriMethod;
+use crate::model::nri_call::{Event, NriMethod};
 use std::io::{self, Write};
 
 use crate::{
@@ -104,7 +104,7 @@ pub fn plugin_text(
     conn: &ConnId,
     ts: &Timestamp,
     plugin: &PluginId,
-    events: &Option<Vec<String>>,
+    events: &Option<Vec<Event>>,
     nri_version: &NriVersions,
 ) -> io::Result<()> {
     write!(
@@ -125,7 +125,8 @@ pub fn plugin_text(
     }
     write!(w, ")")?;
     if let Some(e) = events {
-        write!(w, " subscribed to {}", e.join("|"))?;
+        let names: Vec<&str> = e.iter().map(Event::as_str_name).collect();
+        write!(w, " subscribed to {}", names.join("|"))?;
     }
     writeln!(w)
 }

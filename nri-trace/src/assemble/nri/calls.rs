@@ -3,11 +3,12 @@
 //! request, and the plugin end of a connection; and the calls they make.
 
 use super::{
-    adjustment_of, api, describe_response, dir_index, dir_of_index, event_names, message, opposite,
-    CallKey, Caller, ConnId, ConnState, ContainerRef, Direction, EarlyReply, MessageType, NriCall,
-    NriCallAssembler, NriObservation, NriOutcome, PendingCall, PodRef, ResponseBody, Status,
-    Timestamp, TtrpcMessage, WireResponse, DEADLINE_GRACE_NS, EARLY_REPLY_WAIT_NS,
-    MAX_EARLY_REPLIES_PER_CONN, MAX_GIVEN_UP_PER_CONN, MAX_PLUGIN_SIDE, PLUGIN_REPLY_WAIT_NS,
+    adjustment_of, api, describe_response, dir_index, dir_of_index, message, opposite,
+    subscribed_events, CallKey, Caller, ConnId, ConnState, ContainerRef, Direction, EarlyReply,
+    MessageType, NriCall, NriCallAssembler, NriObservation, NriOutcome, PendingCall, PodRef,
+    ResponseBody, Status, Timestamp, TtrpcMessage, WireResponse, DEADLINE_GRACE_NS,
+    EARLY_REPLY_WAIT_NS, MAX_EARLY_REPLIES_PER_CONN, MAX_GIVEN_UP_PER_CONN, MAX_PLUGIN_SIDE,
+    PLUGIN_REPLY_WAIT_NS,
 };
 
 impl NriCallAssembler {
@@ -77,12 +78,7 @@ impl NriCallAssembler {
                     }
                     p.adjustment = adjustment_of(&b);
                     if let ResponseBody::Configure(r) = &b {
-                        st.events = Some(
-                            event_names(r.events)
-                                .into_iter()
-                                .map(String::from)
-                                .collect(),
-                        );
+                        st.events = Some(subscribed_events(r.events));
                         st.announced = false;
                     }
                     if !s.is_empty() {

@@ -59,7 +59,7 @@ use calls::{
     caller_of, complete_call, container_ref, deadline, partial_reply, pod_ref, timed_out,
     unanswered,
 };
-pub use summary::{adjusted_parts, event_names};
+pub use summary::{adjusted_parts, subscribed_events};
 use summary::{adjustment_of, configured_runtime, describe_request, describe_response};
 
 impl PendingCall {
@@ -179,7 +179,7 @@ struct ConnState {
     /// NRI request seen): only then are partial calls and resyncs reported.
     nri: bool,
     announced: bool,
-    events: Option<Vec<String>>,
+    events: Option<Vec<Event>>,
     nri_version: NriVersions,
     pending: BTreeMap<CallKey, PendingCall>,
     /// Responses whose request has not shown yet ([`EarlyReply`]).

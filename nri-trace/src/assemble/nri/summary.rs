@@ -4,13 +4,12 @@
 
 use super::{api, Adjustment, ConfiguredRuntime, Event, RequestBody, ResponseBody, Subject};
 
-/// Event names of a subscription mask (bit `1 << (event - 1)`; 0 means all,
+/// The events of a subscription mask (bit `1 << (event - 1)`; 0 means all,
 /// nri `pkg/api/event.go`).
-pub fn event_names(mask: i32) -> Vec<&'static str> {
+pub fn subscribed_events(mask: i32) -> Vec<Event> {
     (1..Event::Last as i32)
         .filter(|e| mask == 0 || mask & (1 << (e - 1)) != 0)
         .filter_map(|e| Event::try_from(e).ok())
-        .map(|e| e.as_str_name())
         .collect()
 }
 
@@ -185,7 +184,10 @@ pub(super) fn describe_response(b: &ResponseBody) -> String {
     match b {
         ResponseBody::Empty => String::new(),
         ResponseBody::Configure(r) => {
-            let names = event_names(r.events);
+            let names: Vec<&str> = subscribed_events(r.events)
+                .into_iter()
+                .map(|e| e.as_str_name())
+                .collect();
             let mut s = if r.events == 0 {
                 "subscribes to all events".to_string()
             } else {

@@ -17,13 +17,13 @@
 //! the reason; where it cannot see enough to judge (a pod created before
 //! the trace) it stays silent.
 
-use crate::model::nri_call::NriMethod;
+use crate::model::nri_call::{Event, NriMethod};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::{
     correlate::{CriSpan, NoCause},
     findings::{Certainty, Detail, Evidence, Violation},
-    hook_latency::HookSpan,
+    hook_latency::{Hook, HookSpan},
     record::Record,
 };
 use crate::{
@@ -122,16 +122,25 @@ fn ts0() -> Timestamp {
     }
 }
 
+impl PluginState {
+    /// Its Configure subscribed it to `hook`'s event (false for a method,
+    /// and without its Configure seen).
+    fn subscribed_to(&self, hook: &Hook) -> bool {
+        hook.event()
+            .is_some_and(|e| self.events.as_ref().is_some_and(|s| s.contains(&e)))
+    }
+}
+
 #[derive(Debug, Default)]
 struct PluginState {
     label: String,
     index: Option<String>,
     /// From Configure; `None` when it registered before the trace.
-    events: Option<Vec<String>>,
+    events: Option<Vec<Event>>,
     /// Without `events`: the events it was delivered, which it is
     /// subscribed to (the runtime sends a plugin only what it subscribed
     /// to), the part of its mask the trace can know.
-    learned: BTreeSet<String>,
+    learned: BTreeSet<Event>,
     since: u64,
     gone: Option<u64>,
     timed_out: bool,
@@ -487,8 +496,8 @@ impl ContractChecker {
             }
         }
         if let Some(p) = self.plugins.get_mut(&h.call.conn) {
-            if p.events.is_none() && h.call.event.is_some() {
-                p.learned.insert(h.hook.as_str().to_owned());
+            if let (None, Some(e)) = (&p.events, h.hook.event()) {
+                p.learned.insert(e);
             }
         }
         let after_restart = self.check_after_restart(h, &label, out);

@@ -70,9 +70,7 @@ impl ContractChecker {
                     p.timed_out
                         && p.gone
                             .is_some_and(|g| g <= h.call.start.map_or(0, |t| t.mono_ns))
-                        && p.events
-                            .as_ref()
-                            .is_some_and(|e| e.iter().any(|e| h.hook == e.as_str()))
+                        && p.subscribed_to(&h.hook)
                         && h.call.plugin.index.as_ref() != p.index.as_ref()
                 })
                 .map(|h| {

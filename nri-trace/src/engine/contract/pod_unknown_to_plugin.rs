@@ -9,6 +9,7 @@ use crate::engine::{
     findings::{Detail, Severity, Violation},
     hook_latency::{Hook, HookSpan},
 };
+use crate::model::nri_call::Event;
 
 pub const RULE: Rule = Rule {
     id: "pod-unknown-to-plugin",
@@ -39,7 +40,7 @@ impl ContractChecker {
         let told_of_new_pods = self
             .plugin_by_label(label)
             .and_then(|p| p.events.as_ref())
-            .is_none_or(|e| e.iter().any(|e| e == "RUN_POD_SANDBOX"));
+            .is_none_or(|e| e.contains(&Event::RunPodSandbox));
         if let Some(pod) = h
             .call
             .pod
@@ -101,14 +102,11 @@ pub(super) fn sentence(plugin: &str, hook: &Hook) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        decode::nri::message::Event,
-        engine::{
-            contract::{test_records::*, ContractConfig},
-            correlate::NoCause,
-            record::{Record, Uncaused},
-            test_calls::*,
-        },
+    use crate::engine::{
+        contract::{test_records::*, ContractConfig},
+        correlate::NoCause,
+        record::{Record, Uncaused},
+        test_calls::*,
     };
 
     #[test]

@@ -88,7 +88,7 @@ pub fn sentence(detail: &Detail, plugin: Option<&str>, pod: Option<&str>) -> Str
             subscribed,
         } => unexplained_after_restart::sentence_undelivered(
             method.as_ref().map(CallMethod::name),
-            event,
+            event.as_str_name(),
             *runtime_pid,
             subscribed,
         ),

@@ -10,6 +10,7 @@ use crate::engine::{
     findings::{Detail, Severity, Violation},
     hook_latency::HookSpan,
 };
+use crate::model::nri_call::Event;
 
 pub const RULE: Rule = Rule {
     id: "subscribed-event-not-delivered",
@@ -62,10 +63,10 @@ impl ContractChecker {
                     continue;
                 }
                 // Without Configure, what it was delivered before (uncertain).
-                let subscribed = match &p.events {
-                    Some(e) => e.iter().any(|x| x == hook),
-                    None => p.learned.contains(hook),
-                };
+                let subscribed = Event::from_str_name(hook).is_some_and(|e| match &p.events {
+                    Some(events) => events.contains(&e),
+                    None => p.learned.contains(&e),
+                });
                 if !subscribed
                     || !self
                         .fired
@@ -103,7 +104,6 @@ pub(super) fn sentence(plugin: &str, hook: &str, received_by: &[String]) -> Stri
 mod tests {
     use super::*;
     use crate::{
-        decode::nri::message::Event,
         engine::{
             contract::{test_records::*, unsubscribed_delivered},
             findings::Certainty,

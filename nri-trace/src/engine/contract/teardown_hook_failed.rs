@@ -54,11 +54,7 @@ impl ContractChecker {
                 .plugins
                 .values()
                 .filter(|p| p.index > h.call.plugin.index && p.gone.is_none())
-                .filter(|p| {
-                    p.events
-                        .as_ref()
-                        .is_some_and(|e| e.iter().any(|e| h.hook == e.as_str()))
-                })
+                .filter(|p| p.subscribed_to(&h.hook))
                 .filter(|p| {
                     !s.hooks
                         .iter()

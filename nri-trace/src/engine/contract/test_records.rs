@@ -21,6 +21,14 @@ use crate::{
 
 pub(super) const ALL: [&str; 3] = ["RUN_POD_SANDBOX", "STOP_POD_SANDBOX", "REMOVE_POD_SANDBOX"];
 
+/// The events named (their protobuf names).
+pub(super) fn events_named(names: &[&str]) -> Vec<Event> {
+    names
+        .iter()
+        .map(|n| Event::from_str_name(n).expect("an NRI event name"))
+        .collect()
+}
+
 pub(super) fn plugin(name: &str, idx: &str, conn: u64, events: &[&'static str]) -> Record {
     Record::Observed(Observation::NriPlugin {
         conn: ConnId(conn),
@@ -33,7 +41,7 @@ pub(super) fn plugin(name: &str, idx: &str, conn: u64, events: &[&'static str]) 
             source: IdentitySource::RegisterPlugin,
             inferred: None,
         },
-        events: Some(events.iter().map(ToString::to_string).collect()),
+        events: Some(events_named(events)),
         nri_version: Default::default(),
     })
 }

@@ -13,7 +13,7 @@ use crate::engine::{
     findings::{Certainty, Detail, Severity, Violation},
     hook_latency::{Hook, HookSpan},
 };
-use crate::model::cri_call::CriMethod;
+use crate::model::{cri_call::CriMethod, nri_call::Event};
 
 pub const RULE: Rule = Rule {
     id: "event-unexplained-after-restart",
@@ -83,8 +83,8 @@ impl ContractChecker {
         };
         let c = &s.call;
         let event = match c.cri_method() {
-            Some(CriMethod::StopPodSandbox) => "STOP_POD_SANDBOX",
-            Some(CriMethod::RemovePodSandbox) => "REMOVE_POD_SANDBOX",
+            Some(CriMethod::StopPodSandbox) => Event::StopPodSandbox,
+            Some(CriMethod::RemovePodSandbox) => Event::RemovePodSandbox,
             _ => return,
         };
         let (Some(id), Some(start)) = (c.sandbox_id.as_ref(), c.start) else {
@@ -93,7 +93,7 @@ impl ContractChecker {
         if start.mono_ns < restart
             || !c.outcome.is_ok()
             || !self.pods_before_restart.contains(id)
-            || s.hooks.iter().any(|h| h.hook == event)
+            || s.hooks.iter().any(|h| h.hook.event() == Some(event))
         {
             return;
         }
@@ -102,23 +102,21 @@ impl ContractChecker {
             .iter()
             .filter_map(|(label, conn)| self.plugins.get(conn).map(|p| (label, p)))
             .filter(|(_, p)| p.gone.is_none() && p.since <= start.mono_ns)
-            .filter(|(_, p)| {
-                p.events
-                    .as_ref()
-                    .is_some_and(|e| e.iter().any(|x| x == event))
-            })
+            .filter(|(_, p)| p.events.as_ref().is_some_and(|e| e.contains(&event)))
             .filter(|(label, _)| {
                 !self
                     .seen
                     .get(&((*label).clone(), id.clone()))
-                    .is_some_and(|e| e.contains_key(event))
+                    .is_some_and(|e| e.contains_key(event.as_str_name()))
             })
             .map(|(label, _)| label.clone())
             .collect();
         if missed.is_empty()
-            || !self
-                .fired
-                .insert((RULE.id, String::new(), format!("{event}{id}")))
+            || !self.fired.insert((
+                RULE.id,
+                String::new(),
+                format!("{}{id}", event.as_str_name()),
+            ))
         {
             return;
         }
@@ -137,7 +135,7 @@ impl ContractChecker {
             plugin: None,
             detail: Detail::UndeliveredAfterRestart {
                 method: c.method.clone(),
-                event: event.to_owned(),
+                event,
                 runtime_pid: pid,
                 subscribed: missed,
             },
@@ -179,7 +177,6 @@ mod tests {
     use super::*;
     use crate::{
         basic_types::ConnId,
-        decode::nri::message::Event,
         engine::{contract::test_records::*, record::Record, test_calls::*},
         model::{
             cri_call::CriOutcome,
@@ -200,7 +197,7 @@ mod tests {
                 source,
                 inferred: None,
             },
-            events: Some(ALL.iter().map(ToString::to_string).collect()),
+            events: Some(events_named(&ALL)),
             nri_version: Default::default(),
         })
     }
@@ -317,7 +314,7 @@ mod tests {
             matches!(
                 &v[0].detail,
                 Detail::UndeliveredAfterRestart { event, subscribed, .. }
-                    if event == "REMOVE_POD_SANDBOX" && subscribed == &["10-a"]
+                    if *event == Event::RemovePodSandbox && subscribed == &["10-a"]
             ),
             "{:?}",
             v[0].detail

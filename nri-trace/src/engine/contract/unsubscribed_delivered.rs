@@ -20,8 +20,8 @@ impl ContractChecker {
     /// delivered, so it cannot show one.
     pub(super) fn check_unsubscribed(&self, h: &HookSpan, label: &str, out: &mut Vec<Violation>) {
         let plugin = self.plugin_by_label(label);
-        if let Some(events) = plugin.and_then(|p| p.events.as_ref()) {
-            if !events.iter().any(|e| h.hook == e.as_str()) && h.call.event.is_some() {
+        if let (Some(p), Some(_)) = (plugin, h.call.event) {
+            if p.events.is_some() && !p.subscribed_to(&h.hook) {
                 out.push(self.hook_finding(
                     RULE.id,
                     h,

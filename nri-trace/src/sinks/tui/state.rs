@@ -27,7 +27,7 @@ use crate::{
     },
     model::{
         cri_call::CriOutcome,
-        nri_call::{NriOutcome, NriVersions},
+        nri_call::{Event, NriOutcome, NriVersions},
         observation::Observation,
     },
 };
@@ -156,7 +156,8 @@ pub struct PluginConn {
     pub label: String,
     pub connected: bool,
     /// The events it subscribed to, when seen.
-    pub events: Option<Vec<String>>,
+    #[serde(serialize_with = "crate::model::nri_call::subscribed_events::serialize")]
+    pub events: Option<Vec<Event>>,
     /// The NRI versions its ends announced (plugin, runtime), when seen.
     pub nri_version: NriVersions,
 }
