@@ -712,11 +712,7 @@ impl Correlator {
                 call.identified = Identified::Inferred {
                     evidence: format!(
                         "its messages fit {}; {why}",
-                        candidates
-                            .iter()
-                            .map(|c| c.name())
-                            .collect::<Vec<_>>()
-                            .join(" or ")
+                        CriMethod::join(candidates, " or ")
                     ),
                 };
                 call.method = Some(CallMethod::Cri(m));

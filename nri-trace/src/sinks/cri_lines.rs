@@ -8,7 +8,7 @@ use crate::{
     engine::cri_latency::MethodSummary,
     human::{clock, sanitize, short_id},
     model::{
-        cri_call::{CriCall, CriOutcome, Identified, LOST_END_EVIDENCE},
+        cri_call::{CriCall, CriMethod, CriOutcome, Identified, LOST_END_EVIDENCE},
         cri_client::CriClient,
     },
 };
@@ -89,14 +89,7 @@ pub fn call_text(w: &mut impl Write, c: &CriCall) -> io::Result<()> {
         (Some(m), Identified::Known) => sanitize(m.name()),
         (Some(m), _) => format!("{}?", sanitize(m.name())),
         (None, Identified::Unknown { candidates }) if !candidates.is_empty() => {
-            format!(
-                "({})",
-                candidates
-                    .iter()
-                    .map(|m| m.name())
-                    .collect::<Vec<_>>()
-                    .join("|")
-            )
+            format!("({})", CriMethod::join(candidates, "|"))
         }
         (None, _) => "(unknown)".into(),
     };

@@ -4,7 +4,7 @@
 //! evidence settles it, or released unknown).
 
 use super::{
-    cap_insert, message, names, BTreeSet, ContainerState, CriCall, CriCallAssembler, CriMethod,
+    cap_insert, message, BTreeSet, ContainerState, CriCall, CriCallAssembler, CriMethod,
     CriObservation, CriOutcome, Effect, HashMap, Held, Identified, Kind, ObjFacts, ObjState,
     RequestInfo, ResponseInfo, SandboxState, Slot, GRPC_NOT_FOUND, HOLD_NS, MAX_HELD, MAX_IDS,
     MAX_SLOT_SETS,
@@ -252,7 +252,7 @@ impl CriCallAssembler {
         };
         let evidence = format!(
             "messages fit {}; the {what} it names {change}, and no other call changed it in between",
-            names(&h.candidates).join(" or ")
+            CriMethod::join(&h.candidates, " or ")
         );
         let h = self.held.remove(i);
         self.resolve_held(h, method, evidence);

@@ -265,10 +265,6 @@ fn unknown_slots(b: &HeaderBlock) -> Vec<Slot> {
     v
 }
 
-fn names(ms: &[CriMethod]) -> Vec<String> {
-    ms.iter().map(|m| m.name().to_string()).collect()
-}
-
 fn cap_insert<'a>(
     map: &'a mut HashMap<String, ObjFacts>,
     id: &str,

@@ -217,6 +217,16 @@ impl CriMethod {
 }
 
 impl CriMethod {
+    /// The names of `methods` joined by `sep` ("StopPodSandbox or
+    /// RemovePodSandbox"): an unknown call's candidates in words.
+    pub fn join(methods: &[CriMethod], sep: &str) -> String {
+        methods
+            .iter()
+            .map(|m| m.name())
+            .collect::<Vec<_>>()
+            .join(sep)
+    }
+
     /// The method named `name` (as in `:path`).
     pub fn from_name(name: &str) -> Option<Self> {
         CriMethod::ALL.iter().copied().find(|m| m.name() == name)
