@@ -395,6 +395,16 @@ fn de_method<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<NriMethod>
     de_named(d, NriMethod::from_name, "method")
 }
 
+/// `events` by their protobuf names, joined by `sep`
+/// ("RUN_POD_SANDBOX|STOP_POD_SANDBOX"): a subscription in words.
+pub fn join_events(events: &[Event], sep: &str) -> String {
+    events
+        .iter()
+        .map(Event::as_str_name)
+        .collect::<Vec<_>>()
+        .join(sep)
+}
+
 /// A plugin's subscribed events, `Option<Vec<Event>>`, as their protobuf
 /// names (`RUN_POD_SANDBOX`, ...), as NriCall's `event` is written.
 pub(crate) mod subscribed_events {

@@ -3,7 +3,7 @@
 //! Text shows wire strings (pod names, error messages, process names)
 //! through [`sanitize`]: captured bytes must not drive the terminal.
 
-use crate::model::nri_call::{Event, NriMethod};
+use crate::model::nri_call::{join_events, Event, NriMethod};
 use std::io::{self, Write};
 
 use crate::{
@@ -125,8 +125,7 @@ pub fn plugin_text(
     }
     write!(w, ")")?;
     if let Some(e) = events {
-        let names: Vec<&str> = e.iter().map(Event::as_str_name).collect();
-        write!(w, " subscribed to {}", names.join("|"))?;
+        write!(w, " subscribed to {}", join_events(e, "|"))?;
     }
     writeln!(w)
 }

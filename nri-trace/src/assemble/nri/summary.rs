@@ -3,6 +3,7 @@
 //! and what a CreateContainer reply adjusted.
 
 use super::{api, Adjustment, ConfiguredRuntime, Event, RequestBody, ResponseBody, Subject};
+use crate::model::nri_call::join_events;
 
 /// The events of a subscription mask (bit `1 << (event - 1)`; 0 means all,
 /// nri `pkg/api/event.go`).
@@ -184,14 +185,13 @@ pub(super) fn describe_response(b: &ResponseBody) -> String {
     match b {
         ResponseBody::Empty => String::new(),
         ResponseBody::Configure(r) => {
-            let names: Vec<&str> = subscribed_events(r.events)
-                .into_iter()
-                .map(|e| e.as_str_name())
-                .collect();
             let mut s = if r.events == 0 {
                 "subscribes to all events".to_string()
             } else {
-                format!("subscribes to {}", names.join("|"))
+                format!(
+                    "subscribes to {}",
+                    join_events(&subscribed_events(r.events), "|")
+                )
             };
             if r.request_timeout > 0 {
                 s.push_str(&format!(

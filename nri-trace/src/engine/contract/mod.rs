@@ -122,15 +122,6 @@ fn ts0() -> Timestamp {
     }
 }
 
-impl PluginState {
-    /// Its Configure subscribed it to `hook`'s event (false for a method,
-    /// and without its Configure seen).
-    fn subscribed_to(&self, hook: &Hook) -> bool {
-        hook.event()
-            .is_some_and(|e| self.events.as_ref().is_some_and(|s| s.contains(&e)))
-    }
-}
-
 #[derive(Debug, Default)]
 struct PluginState {
     label: String,
@@ -153,6 +144,15 @@ struct PluginState {
     synced: Option<BTreeSet<String>>,
     /// Pods it received RunPodSandbox for, on this connection.
     run_pods: BTreeSet<String>,
+}
+
+impl PluginState {
+    /// Its Configure subscribed it to `hook`'s event (false for a method,
+    /// and without its Configure seen).
+    fn subscribed_to(&self, hook: &Hook) -> bool {
+        hook.event()
+            .is_some_and(|e| self.events.as_ref().is_some_and(|s| s.contains(&e)))
+    }
 }
 
 /// Most objects (pod or container per plugin, pods, pending retries) the

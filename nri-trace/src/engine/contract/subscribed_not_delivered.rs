@@ -10,7 +10,6 @@ use crate::engine::{
     findings::{Detail, Severity, Violation},
     hook_latency::HookSpan,
 };
-use crate::model::nri_call::Event;
 
 pub const RULE: Rule = Rule {
     id: "subscribed-event-not-delivered",
@@ -63,7 +62,7 @@ impl ContractChecker {
                     continue;
                 }
                 // Without Configure, what it was delivered before (uncertain).
-                let subscribed = Event::from_str_name(hook).is_some_and(|e| match &p.events {
+                let subscribed = op.hook.event().is_some_and(|e| match &p.events {
                     Some(events) => events.contains(&e),
                     None => p.learned.contains(&e),
                 });
@@ -110,7 +109,7 @@ mod tests {
             record::Record,
             test_calls::*,
         },
-        model::observation::Observation,
+        model::{nri_call::Event, observation::Observation},
     };
 
     #[test]
