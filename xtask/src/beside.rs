@@ -22,7 +22,13 @@
 //!
 //! Each child has its own process group: if the suite stops early, the
 //! drop of [`Beside`] kills the group (cargo and its rustc), so no build
-//! outlives the run.
+//! outlives the run; except the lab's peers ([`Beside::start_peers`]),
+//! which it waits for: their scripts run apt-get and dpkg, and a dpkg
+//! killed half-way leaves the machine's packages for a person to repair.
+//!
+//! The lab's peers are not opt-in: they run beside the Rust builds and the
+//! unit tier, before any lab test, so they cannot slow one down; the lab
+//! tier waits for them.
 
 use std::{
     fs,
@@ -49,6 +55,8 @@ pub(crate) struct Beside {
     log: PathBuf,
     child: Option<Child>,
     started: Instant,
+    /// Wait for it on drop instead of killing it.
+    wait_on_drop: bool,
 }
 
 /// Lines of a finished build's log printed with its result: all of a
@@ -61,6 +69,20 @@ impl Beside {
     /// Start `xtask ARGS` (this very executable) under `nice -n 19`, its
     /// output to target/xtask/NAME.log.
     pub(crate) fn start(name: &str, what: &str, args: &[&str]) -> Result<Self> {
+        Self::spawn(name, what, args, false)
+    }
+
+    /// Start `xtask lab peers` the same way; the suite never kills it.
+    pub(crate) fn start_peers() -> Result<Self> {
+        Self::spawn(
+            "lab-peers",
+            "the lab's peers (runtimes, plugins, CRI clients)",
+            &["lab", "peers"],
+            true,
+        )
+    }
+
+    fn spawn(name: &str, what: &str, args: &[&str], wait_on_drop: bool) -> Result<Self> {
         let dir = workspace_root().join("target/xtask");
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let log = dir.join(format!("{name}.log"));
@@ -79,7 +101,7 @@ impl Beside {
             .spawn()
             .with_context(|| format!("starting {what} (nice -n 19 xtask {})", args.join(" ")))?;
         println!(
-            "beside the tests: {what} (xtask {}), log {}",
+            "in the background: {what} (xtask {}), log {}",
             args.join(" "),
             log.display()
         );
@@ -88,6 +110,7 @@ impl Beside {
             log,
             child: Some(child),
             started: Instant::now(),
+            wait_on_drop,
         })
     }
 
@@ -107,7 +130,7 @@ impl Beside {
             TAIL_FAILED
         };
         println!(
-            "beside the tests: {} {}; waited {:.0} s for it, {:.0} s after it started; log {}; its last lines:",
+            "in the background: {} {}; waited {:.0} s for it, {:.0} s after it started; log {}; its last lines:",
             self.what,
             if status.success() { "passed" } else { "FAILED" },
             waited.elapsed().as_secs_f64(),
@@ -131,6 +154,15 @@ impl Beside {
 impl Drop for Beside {
     fn drop(&mut self) {
         if let Some(child) = &mut self.child {
+            if self.wait_on_drop {
+                println!(
+                    "waiting for {} to end before stopping (log {})",
+                    self.what,
+                    self.log.display()
+                );
+                let _ = child.wait();
+                return;
+            }
             // Its group: `nice` became xtask, which runs cargo, which runs
             // rustc; killing the first alone would leave the rest.
             let _ = Command::new("kill")

@@ -3,7 +3,7 @@
 
 use std::{path::PathBuf, process::Command};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 
 use crate::{cargo, run, workspace_root};
@@ -29,6 +29,12 @@ pub(crate) enum LabCmd {
     Status,
     /// List the scenarios.
     List,
+    /// Build every peer the lab tier's tests use, one after the other:
+    /// the runtimes (containerd 2.3, 2.2 and 2.1, CRI-O), crictl, the Go
+    /// NRI plugins and CRI clients. Idempotent: what is built by the same
+    /// recipe is not built again. `cargo xtask test` runs it beside the
+    /// Rust builds, before the lab tier.
+    Peers,
     /// Run a scenario and check its ground truth (target/lab/NAME/truth.ndjson).
     /// A lab that is up is brought down first (the scenario starts it with
     /// its own plugins).
@@ -95,6 +101,7 @@ pub(crate) fn run_lab(cmd: LabCmd, runtime: Option<&str>) -> Result<()> {
             clear_left_plugins()
         }
         LabCmd::Status => lab_sh("status", runtime),
+        LabCmd::Peers => build_peers(),
         LabCmd::List => run(Command::new(build_lab()?.join("nri-lab")).arg("list")),
         LabCmd::Run { name } => {
             let bin = build_lab()?.join("nri-lab");
@@ -104,6 +111,120 @@ pub(crate) fn run_lab(cmd: LabCmd, runtime: Option<&str>) -> Result<()> {
             run(&mut cmd)
         }
     }
+}
+
+/// One peer of the lab tier: what it is, and the lab script's steps
+/// that build it (each `lab/SCRIPT ARGS...`, with NRI_TRACE_LAB_RUNTIME
+/// when given).
+struct Peer {
+    what: &'static str,
+    runtime: Option<&'static str>,
+    steps: &'static [&'static [&'static str]],
+}
+
+/// What the lab tier's tests build the first time they ask for it
+/// (lab/src/labctl.rs, crictl.rs, scenario.rs, scenario/go_plugins.rs and
+/// pod_resize.rs and tests/tests/prometheus_lab.rs call the same steps): on a machine that never built them
+/// about 18 of the cold suite's minutes (docs/benchmarks.md, "The
+/// suite"). In the order the lab tier needs them: containerd 2.3 first,
+/// as most scenarios run on it. `lab.sh install` also installs Debian's
+/// containerd 1.7, runc and the CNI plugins.
+const PEERS: &[Peer] = &[
+    Peer {
+        what: "containerd 2.3 (and Debian's containerd 1.7, runc, CNI plugins)",
+        runtime: Some("containerd-2.3"),
+        steps: &[&["lab.sh", "install"]],
+    },
+    Peer {
+        what: "the go-nri-plugin builds (NRI v0.12.2 and v0.8.0 stubs)",
+        runtime: None,
+        steps: &[&["go-nri-plugin.sh", "build"]],
+    },
+    Peer {
+        what: "the grpc-go CRI client",
+        runtime: None,
+        steps: &[&["go-cri-client.sh", "install"], &["go-cri-client.sh", "build"]],
+    },
+    Peer {
+        what: "the NRI project's logger plugin",
+        runtime: None,
+        steps: &[
+            &["upstream-logger.sh", "install"],
+            &["upstream-logger.sh", "build"],
+        ],
+    },
+    Peer {
+        what: "the in-place resize CRI client",
+        runtime: None,
+        steps: &[&["go-cri-resize.sh", "build"]],
+    },
+    Peer {
+        what: "crictl",
+        runtime: None,
+        steps: &[&["crictl.sh", "install"]],
+    },
+    Peer {
+        what: "containerd 2.2",
+        runtime: Some("containerd-2.2"),
+        steps: &[&["lab.sh", "install"]],
+    },
+    Peer {
+        what: "containerd 2.1 (Debian sid's, unpacked)",
+        runtime: Some("containerd-2.1"),
+        steps: &[&["lab.sh", "install"]],
+    },
+    Peer {
+        what: "CRI-O",
+        runtime: None,
+        steps: &[&["crio.sh", "install"]],
+    },
+    Peer {
+        what: "Debian's Prometheus (unpacked)",
+        runtime: None,
+        steps: &[&["prometheus.sh", "install"]],
+    },
+];
+
+/// `cargo xtask lab peers`: build each of [`PEERS`] in turn. One that
+/// fails does not stop the others (a test that needs it builds it again
+/// and fails with the script's own words); the error names every one
+/// that failed and how to retry it.
+fn build_peers() -> Result<()> {
+    let mut failed = Vec::new();
+    for peer in PEERS {
+        let started = std::time::Instant::now();
+        let mut ok = true;
+        for step in peer.steps {
+            let mut cmd = Command::new("bash");
+            cmd.arg(workspace_root().join("lab").join(step[0]))
+                .args(&step[1..])
+                // Scripts that print a binary's path print it on stdout;
+                // here only the log matters.
+                .stdout(std::process::Stdio::null());
+            with_runtime(&mut cmd, peer.runtime);
+            if let Err(e) = run(&mut cmd) {
+                let retry = match peer.runtime {
+                    Some(r) => format!("NRI_TRACE_LAB_RUNTIME={r} lab/{}", step.join(" ")),
+                    None => format!("lab/{}", step.join(" ")),
+                };
+                eprintln!("peers: {} FAILED at `{retry}`: {e:#}", peer.what);
+                failed.push(format!("{} (retry: sudo {retry})", peer.what));
+                ok = false;
+                break;
+            }
+        }
+        if ok {
+            println!(
+                "peers: {} ready ({:.0} s)",
+                peer.what,
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    if !failed.is_empty() {
+        bail!("these lab peers did not build: {}", failed.join("; "));
+    }
+    Ok(())
 }
 
 /// The lab's directory: $NRI_TRACE_LAB_DIR, or /var/lib/nri-trace-lab
