@@ -143,7 +143,10 @@ const PEERS: &[Peer] = &[
     Peer {
         what: "the grpc-go CRI client",
         runtime: None,
-        steps: &[&["go-cri-client.sh", "install"], &["go-cri-client.sh", "build"]],
+        steps: &[
+            &["go-cri-client.sh", "install"],
+            &["go-cri-client.sh", "build"],
+        ],
     },
     Peer {
         what: "the NRI project's logger plugin",

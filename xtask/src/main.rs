@@ -238,20 +238,22 @@ fn test(tiers: &[tiers::Tier], extra: &[String]) -> Result<()> {
     // the first CI-like run with them (stop 39) failed three lab tests
     // that a busy machine breaks (docs/benchmarks.md, "The suite").
     let beside = tiers.contains(&Tier::Lab) && beside::wanted();
+    let fuzz_smoke = tiers.contains(&Tier::Fuzz) && fuzz::smoke_wanted(ci);
+    if tiers.contains(&Tier::Lint) {
+        fmt_check()?;
+    }
     // The lab's Go peers build from their modules while the Rust side
     // builds: on a machine that never built them they took 18 of the
-    // lab tier's 50 minutes in the cold runs ci18/ci19 (beside.rs).
+    // lab tier's 50 minutes in the cold runs ci18/ci19 (beside.rs). After
+    // the format check, the quickest way to fail: a suite that fails once
+    // they started waits for them (their scripts run dpkg).
     let mut peers = if tiers.contains(&Tier::Lab) {
         Some(beside::Beside::start_peers()?)
     } else {
         None
     };
-    let fuzz_smoke = tiers.contains(&Tier::Fuzz) && fuzz::smoke_wanted(ci);
-    if tiers.contains(&Tier::Lint) {
-        fmt_check()?;
-        if !beside {
-            clippy(Some(&build_cache::target_dir("clippy", "target")))?;
-        }
+    if tiers.contains(&Tier::Lint) && !beside {
+        clippy(Some(&build_cache::target_dir("clippy", "target")))?;
     }
     // The tiers that run test executables (not lint or fuzz).
     let runs_tests = tiers
