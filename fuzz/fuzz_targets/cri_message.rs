@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use nri_trace::decode::cri::message::{self, CriMethod};
+use nri_trace::testing::cri::message::{self, CriMethod};
 
 fuzz_target!(|data: &[u8]| {
     let _ = message::request_id(data);

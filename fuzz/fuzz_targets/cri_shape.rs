@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use nri_trace::decode::cri::message;
+use nri_trace::testing::cri::message;
 
 fuzz_target!(|data: &[u8]| {
     let parts = nri_trace_fuzz::parts(data);

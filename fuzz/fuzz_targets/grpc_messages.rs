@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use nri_trace::decode::cri::grpc::{MessageEvent, MessageReassembler};
+use nri_trace::testing::cri::grpc::{MessageEvent, MessageReassembler};
 use nri_trace_fuzz::{pieces, Piece};
 
 fuzz_target!(|data: &[u8]| {

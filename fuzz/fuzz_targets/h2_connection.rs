@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use nri_trace::decode::cri::connection::{H2Connection, Side};
+use nri_trace::testing::cri::connection::{H2Connection, Side};
 use nri_trace_fuzz::{parts, pieces, Piece};
 
 fuzz_target!(|data: &[u8]| {

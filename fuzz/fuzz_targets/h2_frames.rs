@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use nri_trace::decode::cri::frame::{self, FrameDecoder, FrameEvent, FrameHeader, HEADER_LEN};
+use nri_trace::testing::cri::frame::{self, FrameDecoder, FrameEvent, FrameHeader, HEADER_LEN};
 use nri_trace_fuzz::{pieces, Piece};
 
 fuzz_target!(|data: &[u8]| {

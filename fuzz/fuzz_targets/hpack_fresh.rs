@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use nri_trace::decode::cri::hpack::{Decoder, Limits};
+use nri_trace::testing::cri::hpack::{Decoder, Limits};
 
 fuzz_target!(|data: &[u8]| {
     let mut dec = Decoder::new(Limits::default());

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use nri_trace::decode::nri::message::{self, RequestBody, ResponseBody};
+use nri_trace::testing::nri::message::{self, RequestBody, ResponseBody};
 
 fuzz_target!(|data: &[u8]| {
     let _ = message::decode_request(data);

@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use nri_trace::decode::nri::{
+use nri_trace::testing::nri::{
     message::{self, Method, RequestBody, ResponseBody},
     ttrpc::{MessageType, MuxTtrpc, TtrpcDecoder, TtrpcEvent},
 };

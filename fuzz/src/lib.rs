@@ -10,7 +10,7 @@ use std::{
 
 use nri_trace::{
     capture::{recording, CaptureEvent},
-    decode::{cri::hpack, nri::message},
+    testing::{cri::hpack, nri::message},
 };
 
 /// One piece of a captured stream as a decoder receives it.

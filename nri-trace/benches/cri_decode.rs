@@ -71,13 +71,13 @@ use criterion::{BatchSize, BenchmarkId, Criterion, Throughput};
 use nri_trace::{
     assemble::trace_decoder::TraceDecoder,
     capture::{recording, CaptureEvent, ConnId, Direction},
-    decode::cri::{
-        connection::{H2Connection, H2Event, Side},
-        message::{self, CriMethod, MessageDecodeError},
-    },
     model::cri_call::Identified,
     model::observation::Observation,
     pipeline::source::session_of_events,
+    testing::cri::{
+        connection::{H2Connection, H2Event, Side},
+        message::{self, CriMethod, MessageDecodeError},
+    },
 };
 
 /// (criterion parameter, recording relative to this crate); the first is

@@ -57,12 +57,12 @@ use criterion::{BatchSize, Criterion, Throughput};
 use nri_trace::{
     assemble::{nri::NriCallAssembler, trace_decoder::TraceDecoder},
     capture::{recording, CaptureEvent, Chunk, ConnId, Direction},
-    decode::nri::{
+    model::{nri_call::NriObservation, observation::Observation},
+    pipeline::replay::records_of_events,
+    testing::nri::{
         message::{self, Method, RequestBody, ResponseBody},
         ttrpc::{MessageType, MuxTtrpc, TtrpcEvent, TtrpcMessage},
     },
-    model::{nri_call::NriObservation, observation::Observation},
-    pipeline::replay::records_of_events,
 };
 
 /// The recording, relative to this crate.

@@ -28,6 +28,18 @@
 //! - [`human`]: durations, clocks and sanitized text for people.
 //! - [`basic_types`]: connection ids, directions and timestamps, the words
 //!   every stage shares.
+//! - `testing` (feature `testing`): the decoders' layers, for the fuzz
+//!   targets, the benchmarks and the integration tests.
+
+// Without the `testing` feature the decoders' layers that only the fuzz
+// targets, the benchmarks and the integration tests drive (testing.rs) are
+// unreachable and partly unused. These lints are judged where those are
+// reachable: the workspace's build (`cargo clippy --workspace`, CI), in
+// which tests/ turns the feature on.
+#![cfg_attr(
+    not(feature = "testing"),
+    allow(unreachable_pub, dead_code, unused_imports)
+)]
 
 pub mod assemble;
 pub mod basic_types;
@@ -40,6 +52,8 @@ pub mod model;
 pub mod output;
 pub mod pipeline;
 pub mod sinks;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 /// What the record files' session lines call this build.
 pub const TOOL: &str = concat!("nri-trace ", env!("CARGO_PKG_VERSION"));

@@ -146,7 +146,7 @@ fn split_synchronize_on(group: &str, runtime: nri_trace_lab::labctl::Runtime) {
     // multiplexer alone: every frame, no resynchronization.
     let events = lab_trace::raw_events(&out);
     let conn = syncs[0].conn;
-    let mut mux = nri_trace::decode::nri::mux::MuxDecoder::new();
+    let mut mux = nri_trace::testing::nri::mux::MuxDecoder::new();
     let (mut frames, mut largest, mut truncated, mut largest_write) =
         (0usize, 0usize, 0usize, 0u64);
     for e in &events {
@@ -161,11 +161,11 @@ fn split_synchronize_on(group: &str, runtime: nri_trace_lab::labctl::Runtime) {
         mux.push(&c.bytes);
         while let Some((ev, _)) = mux.next_with_end() {
             match ev {
-                nri_trace::decode::nri::mux::MuxEvent::Frame { payload, .. } => {
+                nri_trace::testing::nri::mux::MuxEvent::Frame { payload, .. } => {
                     frames += 1;
                     largest = largest.max(payload.len());
                 }
-                other @ nri_trace::decode::nri::mux::MuxEvent::Resync { .. } => {
+                other @ nri_trace::testing::nri::mux::MuxEvent::Resync { .. } => {
                     panic!("runtime -> 10-late: {other:?}")
                 }
             }

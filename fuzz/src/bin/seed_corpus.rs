@@ -14,14 +14,14 @@ use std::{
 use nri_trace::{
     assemble::trace_decoder::TraceDecoder,
     capture::{ring_record, CaptureEvent, Direction},
-    decode::{
+    model::record_file::{RecordWriter, SessionInfo},
+    testing::{
         cri::{
             connection::{H2Connection, H2Event, Side},
             frame::{Frame, FrameDecoder, FrameEvent},
         },
         nri::ttrpc::{MuxTtrpc, TtrpcEvent},
     },
-    model::record_file::{RecordWriter, SessionInfo},
 };
 use nri_trace_common::{RecordHeader, RecordKind, Syscall, FLAG_LAST, MAX_CHUNK};
 use nri_trace_fuzz::{recordings, CRI_SOCKET, NRI_SOCKET, SEP};

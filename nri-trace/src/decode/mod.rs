@@ -23,9 +23,9 @@
 //! - `framer`: the length-prefixed framing and resynchronization both
 //!   build on.
 
-pub mod cri;
+pub(crate) mod cri;
 pub(crate) mod framer;
-pub mod nri;
+pub(crate) mod nri;
 
 #[cfg(test)]
 pub(crate) mod test_strategies;

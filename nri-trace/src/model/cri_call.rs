@@ -8,10 +8,11 @@
 use serde::{Deserialize, Serialize};
 
 use super::cri_client::CriClient;
-pub use crate::decode::cri::message::CriMethod;
-use crate::{
-    basic_types::{ConnId, Timestamp},
-    decode::cri::message::{ContainerMeta, PodMeta},
+use crate::basic_types::{ConnId, Timestamp};
+// The CRI's vocabulary, decoded from its protobuf messages (decode/cri/
+// message.rs) and named here, where the calls that carry it are.
+pub use crate::decode::cri::message::{
+    ContainerMeta, CriMethod, CriService, Effect, ObjectKind, PodMeta,
 };
 
 /// The method of a call: a CRI method, or another gRPC method seen on the

@@ -63,7 +63,7 @@ pub(crate) fn check_correlation(
                 ..
             } if start_mono_ns <= recv_mono_ns
                 && recv_mono_ns <= end_mono_ns
-                && nri_trace::decode::nri::message::Event::from_str_name(event)
+                && nri_trace::testing::nri::message::Event::from_str_name(event)
                     .is_some_and(|e| causes(e).iter().any(|m| m.name() == method)) =>
             {
                 // A call on this pod: its sandbox id, or (RunPodSandbox,

@@ -145,6 +145,8 @@ fn which(tool: &str) -> Result<()> {
 fn build_bench_exe(name: &str) -> Result<PathBuf> {
     let mut cmd = crate::cargo();
     cmd.args(["bench", "--no-run", "-p", "nri-trace", "--bench", name])
+        // The decoders' layers the benches drive (nri-trace/src/testing.rs).
+        .args(["--features", "testing"])
         .arg("--message-format=json")
         // Same as `build`, so the library is not rebuilt for another object.
         .env("NRI_TRACE_EBPF_OBJ", crate::ebpf_object())

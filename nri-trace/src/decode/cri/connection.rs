@@ -54,7 +54,7 @@ impl Side {
 /// oldest stream's reassembler is dropped (gRPC clients keep at most
 /// SETTINGS_MAX_CONCURRENT_STREAMS open; containerd does not limit it, so
 /// bound it here).
-pub const MAX_OPEN_STREAMS: usize = 4096;
+pub(crate) const MAX_OPEN_STREAMS: usize = 4096;
 
 /// What one direction of the connection yields.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,12 +10,12 @@
 //! (internal/cri/server/sandbox_update_resources.go). Two messages do not
 //! justify a second proto build.
 
-pub use k8s_cri::v1::*;
+pub(crate) use k8s_cri::v1::*;
 
 /// api.proto `UpdatePodSandboxResourcesRequest`.
 #[derive(Clone, PartialEq, prost_cri::Message, serde::Serialize, serde::Deserialize)]
 #[prost(prost_path = "::prost_cri")]
-pub struct UpdatePodSandboxResourcesRequest {
+pub(crate) struct UpdatePodSandboxResourcesRequest {
     /// ID of the PodSandbox to update.
     #[prost(string, tag = "1")]
     pub pod_sandbox_id: ::prost_cri::alloc::string::String,
@@ -34,4 +34,4 @@ pub struct UpdatePodSandboxResourcesRequest {
 )]
 #[derive(Clone, Copy, PartialEq, Eq, prost_cri::Message, serde::Serialize, serde::Deserialize)]
 #[prost(prost_path = "::prost_cri")]
-pub struct UpdatePodSandboxResourcesResponse {}
+pub(crate) struct UpdatePodSandboxResourcesResponse {}

@@ -24,11 +24,11 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 /// Length of the Compressed-Flag + Message-Length prefix ("Requests").
-pub const PREFIX_LEN: usize = 5;
+pub(crate) const PREFIX_LEN: usize = 5;
 
 /// Default bound on a declared Message-Length: 16 MiB. grpc-go's default
 /// receive limit is 4 MiB; kubelet raises its CRI client's limit to 16 MiB.
-pub const DEFAULT_MAX_MESSAGE: usize = 16 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_MESSAGE: usize = 16 * 1024 * 1024;
 
 /// One complete Length-Prefixed-Message ("Requests").
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -284,7 +284,7 @@ fn text(v: Option<&[u8]>) -> Option<String> {
 /// into service and method: `/runtime.v1.RuntimeService/RunPodSandbox` ->
 /// (`runtime.v1.RuntimeService`, `RunPodSandbox`). `None` unless it starts
 /// with `/` and both parts are non-empty (split at the last `/`).
-pub fn split_path(path: &str) -> Option<(&str, &str)> {
+pub(crate) fn split_path(path: &str) -> Option<(&str, &str)> {
     let rest = path.strip_prefix('/')?;
     let (service, method) = rest.rsplit_once('/')?;
     if service.is_empty() || method.is_empty() {
@@ -304,7 +304,7 @@ pub fn split_path(path: &str) -> Option<(&str, &str)> {
 /// ```
 ///
 /// `None` when malformed (no digits, more than 8, a sign, an unknown unit).
-pub fn parse_timeout(v: &[u8]) -> Option<Duration> {
+pub(crate) fn parse_timeout(v: &[u8]) -> Option<Duration> {
     let (&unit, digits) = v.split_last()?;
     if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
         return None;
@@ -326,7 +326,7 @@ pub fn parse_timeout(v: &[u8]) -> Option<Duration> {
 /// The fields of Request-Headers ("Requests") the tracer uses. Missing
 /// fields are `None`; for repeated names the first occurrence wins.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RequestHead {
+pub(crate) struct RequestHead {
     /// `:method` (gRPC: always `POST`).
     pub http_method: Option<String>,
     /// `:path` as sent.
@@ -351,7 +351,7 @@ pub struct RequestHead {
 
 impl RequestHead {
     /// Extract from a decoded header list of (name, value) byte pairs.
-    pub fn from_fields<N: AsRef<[u8]>, V: AsRef<[u8]>>(fields: &[(N, V)]) -> Self {
+    pub(crate) fn from_fields<N: AsRef<[u8]>, V: AsRef<[u8]>>(fields: &[(N, V)]) -> Self {
         let path = text(find(fields, ":path"));
         let (service, rpc_method) = match path.as_deref().and_then(split_path) {
             Some((s, m)) => (Some(s.to_owned()), Some(m.to_owned())),
@@ -385,7 +385,7 @@ impl RequestHead {
 /// invalid sequences are kept literally, as the spec allows ("decode valid
 /// portions while leaving broken %-encodings as-is"); the bytes are then
 /// read as UTF-8, lossily.
-pub fn percent_decode(v: &[u8]) -> String {
+pub(crate) fn percent_decode(v: &[u8]) -> String {
     fn hex(b: u8) -> Option<u8> {
         (b as char).to_digit(16).map(|d| d as u8)
     }
@@ -408,7 +408,7 @@ pub fn percent_decode(v: &[u8]) -> String {
 /// The fields of Trailers, or of a Trailers-Only response ("Responses":
 /// `Trailers-Only → HTTP-Status Content-Type Trailers`), the tracer uses.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Trailers {
+pub(crate) struct Trailers {
     /// `grpc-status`, when present and a decimal u32.
     pub grpc_status: Option<u32>,
     /// `grpc-status` was present but not a decimal u32.
@@ -421,7 +421,7 @@ pub struct Trailers {
 
 impl Trailers {
     /// Extract from a decoded header list of (name, value) byte pairs.
-    pub fn from_fields<N: AsRef<[u8]>, V: AsRef<[u8]>>(fields: &[(N, V)]) -> Self {
+    pub(crate) fn from_fields<N: AsRef<[u8]>, V: AsRef<[u8]>>(fields: &[(N, V)]) -> Self {
         let raw_status = find(fields, "grpc-status");
         let grpc_status = raw_status.and_then(parse_decimal::<u32>);
         Trailers {
@@ -430,11 +430,6 @@ impl Trailers {
             grpc_message: find(fields, "grpc-message").map(percent_decode),
             http_status: find(fields, ":status").and_then(parse_decimal::<u16>),
         }
-    }
-
-    /// A Trailers-Only response (it carries `:status`).
-    pub fn is_trailers_only(&self) -> bool {
-        self.http_status.is_some()
     }
 }
 
@@ -447,7 +442,7 @@ fn parse_decimal<T: std::str::FromStr>(v: &[u8]) -> Option<T> {
 
 /// The name of a gRPC status code (`doc/statuscodes.md`), `"UNKNOWN_CODE"`
 /// outside 0..=16.
-pub fn grpc_status_name(code: u32) -> &'static str {
+pub(crate) fn grpc_status_name(code: u32) -> &'static str {
     const NAMES: [&str; 17] = [
         "OK",
         "CANCELLED",
@@ -724,14 +719,14 @@ mod tests {
         assert_eq!(t.grpc_status, Some(5));
         assert_eq!(grpc_status_name(t.grpc_status.unwrap()), "NOT_FOUND");
         assert_eq!(t.grpc_message.as_deref(), Some("pod \"x\" not found"));
-        assert!(!t.is_trailers_only());
+        assert_eq!(t.http_status, None, "not Trailers-Only: no :status");
 
         let t = Trailers::from_fields(&[
             (":status", "200"),
             ("content-type", "application/grpc"),
             ("grpc-status", "12"),
         ]);
-        assert!(t.is_trailers_only());
+        // Trailers-Only: the response's headers carry `:status`.
         assert_eq!(t.http_status, Some(200));
         assert_eq!(t.grpc_status, Some(12));
 

@@ -49,10 +49,10 @@ use std::collections::{HashMap, VecDeque};
 use super::huffman::{self, HuffmanError};
 
 /// Default SETTINGS_HEADER_TABLE_SIZE (RFC 7540 §6.5.2).
-pub const DEFAULT_MAX_TABLE_SIZE: usize = 4096;
+pub(crate) const DEFAULT_MAX_TABLE_SIZE: usize = 4096;
 /// Default bound on the decoded size of one header list (name + value + 32
 /// per field, the SETTINGS_MAX_HEADER_LIST_SIZE measure, RFC 7540 §6.5.2).
-pub const DEFAULT_MAX_HEADER_LIST_SIZE: usize = 64 * 1024;
+pub(crate) const DEFAULT_MAX_HEADER_LIST_SIZE: usize = 64 * 1024;
 /// Hard cap on any table size we accept, whatever SETTINGS say: bounds the
 /// memory a garbage SETTINGS frame can make us hold.
 pub const TABLE_SIZE_CAP: usize = 1 << 20;

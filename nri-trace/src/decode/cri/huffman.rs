@@ -350,7 +350,7 @@ pub enum HuffmanError {
 ///
 /// `out` grows by at most `8 * input.len() / 5` bytes (shortest code: 5
 /// bits), so the caller's bound on `input` bounds the allocation.
-pub fn decode(input: &[u8], out: &mut Vec<u8>) -> Result<(), HuffmanError> {
+pub(crate) fn decode(input: &[u8], out: &mut Vec<u8>) -> Result<(), HuffmanError> {
     let t = &TABLES;
     out.reserve(input.len() * 8 / MIN_LEN);
     let mut code: u32 = 0;

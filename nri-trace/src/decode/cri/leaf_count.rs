@@ -18,7 +18,7 @@ use serde::ser::{self, Serialize};
 /// The count failed: a string held control characters (or a serializer
 /// error, which the CRI types do not raise).
 #[derive(Debug)]
-pub struct NotText;
+pub(crate) struct NotText;
 
 impl std::fmt::Display for NotText {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -36,14 +36,14 @@ impl ser::Error for NotText {
 
 /// Non-default leaves of `m`; `None` when a string holds control
 /// characters other than tab and newlines.
-pub fn leaves<T: Serialize + ?Sized>(m: &T) -> Option<usize> {
+pub(crate) fn leaves<T: Serialize + ?Sized>(m: &T) -> Option<usize> {
     m.serialize(Counter).ok().map(|c| c.leaves)
 }
 
 /// What a value counted, and whether it was a number (for the rule on
 /// sequences of numbers).
 #[derive(Clone, Copy)]
-pub struct Count {
+pub(crate) struct Count {
     leaves: usize,
     number: bool,
 }
@@ -73,7 +73,7 @@ struct Counter;
 
 /// A sequence, map, struct or variant being counted: the sum of its parts;
 /// for a sequence also how many parts and whether all were numbers.
-pub struct Parts {
+pub(crate) struct Parts {
     leaves: usize,
     items: usize,
     all_numbers: bool,

@@ -28,11 +28,11 @@
 //! SETTINGS_HEADER_TABLE_SIZE) is passed in by a later stage through
 //! setters.
 
-pub mod connection;
-pub mod cri_api;
-pub mod frame;
-pub mod grpc;
-pub mod hpack;
-pub mod huffman;
-pub mod leaf_count;
-pub mod message;
+pub(crate) mod connection;
+pub(crate) mod cri_api;
+pub(crate) mod frame;
+pub(crate) mod grpc;
+pub(crate) mod hpack;
+pub(crate) mod huffman;
+pub(crate) mod leaf_count;
+pub(crate) mod message;

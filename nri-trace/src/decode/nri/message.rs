@@ -26,11 +26,11 @@ pub const PLUGIN_SERVICE: &str = "nri.pkg.api.v1alpha1.Plugin";
 /// The runtime-side service (plugin is the ttrpc client, mux conn_id 2).
 pub const RUNTIME_SERVICE: &str = "nri.pkg.api.v1alpha1.Runtime";
 /// Services of NRI's API, as named on the wire, start with this.
-pub use super::ttrpc_header::NRI_SERVICE_PREFIX;
+pub(crate) use super::ttrpc_header::NRI_SERVICE_PREFIX;
 
 /// gRPC status code Unimplemented (google/rpc/code.proto), what a pre-v0.12
 /// plugin answers to a per-event method it does not know.
-pub const CODE_UNIMPLEMENTED: i32 = 12;
+pub(crate) const CODE_UNIMPLEMENTED: i32 = 12;
 
 /// A payload that is not what its layer says.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

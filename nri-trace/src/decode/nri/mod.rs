@@ -26,8 +26,8 @@
 //! [`crate::decode::framer`]'s `Framer`, and each layer supplies a `Layout`
 //! that says what a header looks like.
 
-pub mod message;
-pub mod mux;
-pub mod proto;
-pub mod ttrpc;
-pub mod ttrpc_header;
+pub(crate) mod message;
+pub(crate) mod mux;
+pub(crate) mod proto;
+pub(crate) mod ttrpc;
+pub(crate) mod ttrpc_header;

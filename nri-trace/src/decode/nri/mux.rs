@@ -21,15 +21,15 @@ use super::ttrpc_header;
 use crate::decode::framer::{be_u32, be_u32_min, Framer, Layout, RawEvent, DEFAULT_HUNT_WINDOW};
 
 /// Length of the multiplexer frame header (`headerLen` in mux.go).
-pub const HEADER_LEN: usize = 8;
+pub(crate) const HEADER_LEN: usize = 8;
 /// Largest payload accepted (NRI v0.3-0.6 allowed 16 MiB; later 10 + 4 MiB).
-pub const MAX_PAYLOAD: usize = 16 << 20;
+pub(crate) const MAX_PAYLOAD: usize = 16 << 20;
 /// conn_id of the Plugin service (runtime is the ttrpc client).
-pub const PLUGIN_SERVICE_CONN: u32 = 1;
+pub(crate) const PLUGIN_SERVICE_CONN: u32 = 1;
 /// conn_id of the Runtime service (plugin is the ttrpc client).
-pub const RUNTIME_SERVICE_CONN: u32 = 2;
+pub(crate) const RUNTIME_SERVICE_CONN: u32 = 2;
 /// The conn_ids NRI uses.
-pub const DEFAULT_CONN_IDS: [u32; 2] = [PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN];
+pub(crate) const DEFAULT_CONN_IDS: [u32; 2] = [PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN];
 
 /// What the multiplexer decoder yields.
 #[derive(Debug, Clone, PartialEq, Eq)]

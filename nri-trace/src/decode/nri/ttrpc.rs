@@ -27,15 +27,18 @@ use crate::decode::framer::{be_u32, Framer, Layout, RawEvent, DEFAULT_HUNT_WINDO
 // The header's size, bound and plausibility live in `ttrpc_header`, which
 // the multiplexer's resynchronization uses too; re-exported so that this
 // module stays the one place to find the ttrpc layer's constants.
-pub use super::ttrpc_header::{HEADER_LEN, MAX_MESSAGE};
+pub(crate) use super::ttrpc_header::{HEADER_LEN, MAX_MESSAGE};
 
-/// Flag: the sender closed its side of the stream.
-pub const FLAG_REMOTE_CLOSED: u8 = 0x1;
+/// Flag: the sender closed its side of the stream. The decoder passes
+/// flags through unread; the tests write frames with them.
+#[cfg(test)]
+const FLAG_REMOTE_CLOSED: u8 = 0x1;
 /// Flag: the message carries no data.
-pub const FLAG_NO_DATA: u8 = 0x4;
+#[cfg(test)]
+const FLAG_NO_DATA: u8 = 0x4;
 /// The conn_id [`MuxTtrpc`] reports multiplexer-level resyncs under
 /// (conn_id 0 is reserved by the multiplexer and never carries data).
-pub const MUX_LEVEL: u32 = 0;
+pub(crate) const MUX_LEVEL: u32 = 0;
 
 /// The ttrpc message type byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

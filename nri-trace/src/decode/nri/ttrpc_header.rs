@@ -20,9 +20,9 @@
 use crate::decode::framer::{be_u32, be_u32_min};
 
 /// Length of the ttrpc message header (`messageHeaderLength`).
-pub const HEADER_LEN: usize = 10;
+pub(crate) const HEADER_LEN: usize = 10;
 /// Largest ttrpc message payload (`messageLengthMax`, 4 MiB).
-pub const MAX_MESSAGE: usize = 4 << 20;
+pub(crate) const MAX_MESSAGE: usize = 4 << 20;
 
 /// Hunting plausibility of a complete ttrpc header: length <= 4 MiB, type
 /// 1..=3, only known flag bits, and a client-allocated stream id (odd,
@@ -53,7 +53,7 @@ pub(crate) fn plausible_header(prefix: &[u8]) -> bool {
 
 /// The start of the name of every service of NRI's API, as a ttrpc
 /// request names it (`nri.pkg.api.v1alpha1.Plugin`, `.Runtime`).
-pub const NRI_SERVICE_PREFIX: &str = "nri.pkg.api.";
+pub(crate) const NRI_SERVICE_PREFIX: &str = "nri.pkg.api.";
 
 /// Hunting evidence from the start of a message's body, for a message too
 /// long to wait for its end or the next header (a hunt window holds

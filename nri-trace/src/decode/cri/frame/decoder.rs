@@ -12,9 +12,9 @@ use super::payload::{parse_frame, Frame, FrameError, PrioritySpec};
 use crate::decode::framer::{Framer, RawEvent, DEFAULT_HUNT_WINDOW};
 
 /// The client connection preface (§3.4).
-pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub(crate) const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// Default bound of a reassembled header block.
-pub const DEFAULT_MAX_HEADER_BLOCK: usize = 256 * 1024;
+pub(super) const DEFAULT_MAX_HEADER_BLOCK: usize = 256 * 1024;
 
 /// A field block that could not be reassembled (§4.3, §6.10).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -6,20 +6,20 @@
 /// Length of a frame header (§4.1).
 pub const HEADER_LEN: usize = 9;
 /// Initial SETTINGS_MAX_FRAME_SIZE, and the smallest value allowed (§6.5.2).
-pub const DEFAULT_MAX_FRAME_SIZE: u32 = 1 << 14;
+pub(super) const DEFAULT_MAX_FRAME_SIZE: u32 = 1 << 14;
 /// Largest SETTINGS_MAX_FRAME_SIZE allowed (§6.5.2): 2^24 - 1.
-pub const MAX_MAX_FRAME_SIZE: u32 = (1 << 24) - 1;
+pub(super) const MAX_MAX_FRAME_SIZE: u32 = (1 << 24) - 1;
 
 /// Flag END_STREAM (DATA, HEADERS) (§6.1, §6.2).
-pub const FLAG_END_STREAM: u8 = 0x01;
+pub(super) const FLAG_END_STREAM: u8 = 0x01;
 /// Flag ACK (SETTINGS, PING) (§6.5, §6.7).
-pub const FLAG_ACK: u8 = 0x01;
+pub(super) const FLAG_ACK: u8 = 0x01;
 /// Flag END_HEADERS (HEADERS, PUSH_PROMISE, CONTINUATION) (§6.2).
-pub const FLAG_END_HEADERS: u8 = 0x04;
+pub(super) const FLAG_END_HEADERS: u8 = 0x04;
 /// Flag PADDED (DATA, HEADERS, PUSH_PROMISE) (§6.1).
-pub const FLAG_PADDED: u8 = 0x08;
+pub(super) const FLAG_PADDED: u8 = 0x08;
 /// Flag PRIORITY (HEADERS) (§6.2).
-pub const FLAG_PRIORITY: u8 = 0x20;
+pub(super) const FLAG_PRIORITY: u8 = 0x20;
 
 /// Frame type (§6; §11.2 registry).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -9,27 +9,27 @@ use super::header::{
 };
 
 /// SETTINGS_HEADER_TABLE_SIZE (§6.5.2): bounds the peer's HPACK decoder.
-pub const SETTINGS_HEADER_TABLE_SIZE: u16 = 0x1;
+pub(crate) const SETTINGS_HEADER_TABLE_SIZE: u16 = 0x1;
 /// SETTINGS_ENABLE_PUSH (§6.5.2).
-pub const SETTINGS_ENABLE_PUSH: u16 = 0x2;
+pub(super) const SETTINGS_ENABLE_PUSH: u16 = 0x2;
 /// SETTINGS_MAX_CONCURRENT_STREAMS (§6.5.2).
-pub const SETTINGS_MAX_CONCURRENT_STREAMS: u16 = 0x3;
+pub(super) const SETTINGS_MAX_CONCURRENT_STREAMS: u16 = 0x3;
 /// SETTINGS_INITIAL_WINDOW_SIZE (§6.5.2).
-pub const SETTINGS_INITIAL_WINDOW_SIZE: u16 = 0x4;
+pub(super) const SETTINGS_INITIAL_WINDOW_SIZE: u16 = 0x4;
 /// SETTINGS_MAX_FRAME_SIZE (§6.5.2): bounds the frames the peer may send.
 pub const SETTINGS_MAX_FRAME_SIZE: u16 = 0x5;
 /// SETTINGS_MAX_HEADER_LIST_SIZE (§6.5.2).
-pub const SETTINGS_MAX_HEADER_LIST_SIZE: u16 = 0x6;
+pub(super) const SETTINGS_MAX_HEADER_LIST_SIZE: u16 = 0x6;
 /// SETTINGS_ENABLE_CONNECT_PROTOCOL (RFC 8441 §3).
-pub const SETTINGS_ENABLE_CONNECT_PROTOCOL: u16 = 0x8;
+pub(super) const SETTINGS_ENABLE_CONNECT_PROTOCOL: u16 = 0x8;
 /// SETTINGS_NO_RFC7540_PRIORITIES (RFC 9218 §2.1).
-pub const SETTINGS_NO_RFC7540_PRIORITIES: u16 = 0x9;
+pub(super) const SETTINGS_NO_RFC7540_PRIORITIES: u16 = 0x9;
 
 /// Largest error code defined by RFC 9113 §7 (HTTP_1_1_REQUIRED).
-pub const MAX_KNOWN_ERROR_CODE: u32 = 0xd;
+pub(super) const MAX_KNOWN_ERROR_CODE: u32 = 0xd;
 
 /// Name of an error code of RFC 9113 §7 (RST_STREAM, GOAWAY).
-pub fn error_code_name(code: u32) -> Option<&'static str> {
+pub(crate) fn error_code_name(code: u32) -> Option<&'static str> {
     const NAMES: [&str; 14] = [
         "NO_ERROR",
         "PROTOCOL_ERROR",
