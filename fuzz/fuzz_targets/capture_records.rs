@@ -8,7 +8,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use nri_trace::{
-    assemble::trace_decoder::TraceDecoder,
+    assemble::TraceDecoder,
     capture::{
         ring_record,
         tracker::{ConnFacts, ConnTracker},

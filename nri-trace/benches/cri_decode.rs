@@ -17,7 +17,7 @@
 //! `cri_decode/<name>/<input>`, throughput in captured payload bytes):
 //!
 //! - `full`: the decoder stage of the pipeline, as `watch` and `debug cri`
-//!   run it (`assemble::trace_decoder::TraceDecoder`: routing, HTTP/2
+//!   run it (`assemble::TraceDecoder`: routing, HTTP/2
 //!   framing, HPACK, gRPC message reassembly, chunk time stamps, streams,
 //!   method inference, protobuf decoding, pod and container identity,
 //!   observations and their clock), with a fresh decoder per run and the
@@ -69,7 +69,7 @@ use std::{
 
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput};
 use nri_trace::{
-    assemble::trace_decoder::TraceDecoder,
+    assemble::TraceDecoder,
     capture::{recording, CaptureEvent, ConnId, Direction},
     model::cri_call::Identified,
     model::observation::Observation,

@@ -55,7 +55,7 @@ use std::{
 
 use criterion::{BatchSize, Criterion, Throughput};
 use nri_trace::{
-    assemble::{nri::NriCallAssembler, trace_decoder::TraceDecoder},
+    assemble::TraceDecoder,
     capture::{recording, CaptureEvent, Chunk, ConnId, Direction},
     model::{nri_call::NriObservation, observation::Observation},
     pipeline::replay::records_of_events,
@@ -63,6 +63,7 @@ use nri_trace::{
         message::{self, Method, RequestBody, ResponseBody},
         ttrpc::{MessageType, MuxTtrpc, TtrpcEvent, TtrpcMessage},
     },
+    testing::NriCallAssembler,
 };
 
 /// The recording, relative to this crate.

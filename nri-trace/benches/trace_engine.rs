@@ -87,7 +87,7 @@ use std::{
 
 use criterion::{BatchSize, Criterion, SamplingMode, Throughput};
 use nri_trace::{
-    assemble::trace_decoder::TraceDecoder,
+    assemble::TraceDecoder,
     capture::{recording, CaptureEvent, ConnId, Direction, ProcessEvent, Timestamp},
     engine::{pods::PodModel, record::Record, trace_engine::TraceEngine},
     model::{cri_call::CriOutcome, observation::Observation, record_file::SessionInfo},

@@ -69,3 +69,8 @@ pub mod nri {
         };
     }
 }
+
+/// The NRI assembler alone: decoded ttrpc messages of one connection to
+/// calls (the benches time it apart from the decoder; the wire-version
+/// tests feed it the ttrpc crate's frames).
+pub use crate::assemble::nri::{AssemblerStats, NriCallAssembler};

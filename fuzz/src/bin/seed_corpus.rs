@@ -12,7 +12,7 @@ use std::{
 };
 
 use nri_trace::{
-    assemble::trace_decoder::TraceDecoder,
+    assemble::TraceDecoder,
     capture::{ring_record, CaptureEvent, Direction},
     model::record_file::{RecordWriter, SessionInfo},
     testing::{

@@ -12,7 +12,7 @@ const MAX_MARKS: usize = 4096;
 
 /// The ends of the chunks pushed into one decoder, in stream offsets.
 #[derive(Debug, Default)]
-pub struct ChunkStamps {
+pub(super) struct ChunkStamps {
     /// (bytes pushed after the chunk, its timestamp), oldest first.
     marks: VecDeque<(u64, Timestamp)>,
     pushed: u64,
@@ -20,7 +20,7 @@ pub struct ChunkStamps {
 
 impl ChunkStamps {
     /// A chunk of `len` bytes at `ts` was pushed.
-    pub fn push(&mut self, len: usize, ts: Timestamp) {
+    pub(super) fn push(&mut self, len: usize, ts: Timestamp) {
         self.pushed += len as u64;
         if self.marks.len() == MAX_MARKS {
             self.marks.pop_front();
@@ -30,7 +30,7 @@ impl ChunkStamps {
 
     /// The timestamp of the chunk holding the byte just before stream
     /// offset `end`; `fallback` when unknown (or already trimmed).
-    pub fn stamp(&self, end: Option<u64>, fallback: Timestamp) -> Timestamp {
+    pub(super) fn stamp(&self, end: Option<u64>, fallback: Timestamp) -> Timestamp {
         end.and_then(|end| {
             let i = self.marks.partition_point(|(e, _)| *e < end);
             self.marks.get(i).map(|(_, ts)| *ts)
@@ -40,7 +40,7 @@ impl ChunkStamps {
 
     /// Forget chunks wholly before the oldest of the `buffered` bytes the
     /// decoder still holds.
-    pub fn trim(&mut self, buffered: usize) {
+    pub(super) fn trim(&mut self, buffered: usize) {
         let keep_from = self.pushed.saturating_sub(buffered as u64);
         while self.marks.len() > 1 && self.marks[0].0 < keep_from {
             self.marks.pop_front();

@@ -4,14 +4,17 @@
 //! [`crate::model::cri_call::CriCall`]s with the plugins and clients they
 //! belong to.
 //!
-//! - [`nri`]: NRI (ttrpc over the runtime's plugin connections).
-//! - [`cri`]: CRI (gRPC over HTTP/2 on the runtime's CRI socket), with
+//! - `nri`: NRI (ttrpc over the runtime's plugin connections).
+//! - `cri`: CRI (gRPC over HTTP/2 on the runtime's CRI socket), with
 //!   the method of a call joined mid-stream recovered from evidence.
-//! - [`trace_decoder`]: one runtime's CRI and NRI sockets decoded together
-//!   into observations.
-//! - [`chunk_stamps`]: stream offsets to capture timestamps.
+//! - `trace_decoder`: one runtime's CRI and NRI sockets decoded together
+//!   into observations: [`TraceDecoder`], what the stages after this one
+//!   use.
+//! - `chunk_stamps`: stream offsets to capture timestamps.
 
-pub mod chunk_stamps;
-pub mod cri;
-pub mod nri;
-pub mod trace_decoder;
+mod chunk_stamps;
+pub(crate) mod cri;
+pub(crate) mod nri;
+mod trace_decoder;
+
+pub use trace_decoder::TraceDecoder;

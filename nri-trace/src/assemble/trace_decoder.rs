@@ -28,7 +28,7 @@ use crate::{
 /// 10 ms after a call (`engine::correlate::NRI_SETTLE_NS`): 1 ms keeps that
 /// timing while a busy stream of chunks does not become a stream of clock
 /// lines.
-pub const CLOCK_STEP_NS: u64 = 1_000_000;
+pub(super) const CLOCK_STEP_NS: u64 = 1_000_000;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Route {

@@ -8,7 +8,7 @@ use std::{
 
 use anyhow::{bail, Result};
 use nri_trace::{
-    assemble::trace_decoder::TraceDecoder,
+    assemble::TraceDecoder,
     capture::{recording::RecordingWriter, session::SessionConfig, CaptureEvent},
     model::observation::Observation,
     output,

@@ -32,7 +32,7 @@ use std::{
 };
 
 use crate::{
-    assemble::trace_decoder::TraceDecoder,
+    assemble::TraceDecoder,
     capture::{recording::RecordingWriter, CaptureEvent},
     engine::{
         conformance::ClauseTally, contract::ContractConfig, cri_latency::MethodSummary,

@@ -31,9 +31,9 @@ use std::{
 use async_trait::async_trait;
 use futures::StreamExt as _;
 use nri_trace::{
-    assemble::nri::NriCallAssembler,
     capture::{CaptureEvent, Chunk, ConnId, ConnOpen, Direction, Origin, Syscall, Timestamp},
     model::nri_call::{NriCall, NriObservation, NriOutcome},
+    testing::NriCallAssembler,
 };
 use nri_trace_lab::nri_api as api;
 use prost::Message as _;

@@ -56,7 +56,7 @@ mod inference;
 mod tests;
 
 /// How long (capture time) an ambiguous call waits for evidence.
-pub const HOLD_NS: u64 = 3_000_000_000;
+pub(crate) const HOLD_NS: u64 = 3_000_000_000;
 
 /// Most streams in flight per connection.
 const MAX_STREAMS: usize = 4096;
@@ -199,7 +199,7 @@ struct Held {
 }
 
 /// Turns capture events of CRI connections into [`CriObservation`]s.
-pub struct CriCallAssembler {
+pub(crate) struct CriCallAssembler {
     conns: HashMap<ConnId, ConnState>,
     /// The client of each open connection whose peer the capture read,
     /// put on each of its calls; forgotten after its close's calls.
@@ -292,7 +292,7 @@ fn cap_insert<'a>(
 }
 
 impl CriCallAssembler {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         CriCallAssembler {
             conns: HashMap::new(),
             clients: HashMap::new(),
@@ -309,14 +309,14 @@ impl CriCallAssembler {
         }
     }
 
-    pub fn stats(&self) -> CriStats {
+    pub(crate) fn stats(&self) -> CriStats {
         self.stats
     }
 
     /// The earliest start of a call not reported yet (in flight, or held
     /// for evidence): a later stage waiting for the calls that may span a
     /// moment knows how long it must wait.
-    pub fn oldest_unreported_start(&self) -> Option<u64> {
+    pub(crate) fn oldest_unreported_start(&self) -> Option<u64> {
         let open = self
             .conns
             .values()
@@ -334,7 +334,7 @@ impl CriCallAssembler {
     }
 
     /// Feed one capture event (of the CRI socket's connections).
-    pub fn on_capture(&mut self, ev: &CaptureEvent, out: &mut Vec<CriObservation>) {
+    pub(crate) fn on_capture(&mut self, ev: &CaptureEvent, out: &mut Vec<CriObservation>) {
         match ev {
             CaptureEvent::Open(o) => {
                 self.release(o.ts.mono_ns, out);
@@ -393,7 +393,7 @@ impl CriCallAssembler {
 
     /// The capture ended: calls in flight end with
     /// [`CriOutcome::NoResponse`]; held calls are released unresolved.
-    pub fn finish(&mut self, out: &mut Vec<CriObservation>) {
+    pub(crate) fn finish(&mut self, out: &mut Vec<CriObservation>) {
         self.release_answers_of(None, out);
         let first = out.len();
         let mut ids: Vec<ConnId> = self.conns.keys().copied().collect();

@@ -59,7 +59,7 @@ use calls::{
     caller_of, complete_call, container_ref, deadline, partial_reply, pod_ref, timed_out,
     unanswered,
 };
-pub use summary::{adjusted_parts, subscribed_events};
+pub(crate) use summary::subscribed_events;
 use summary::{adjustment_of, configured_runtime, describe_request, describe_response};
 
 impl PendingCall {
@@ -120,7 +120,7 @@ const MAX_PENDING_PER_CONN: usize = 1024;
 /// call is taken as given up by its caller without a close. containerd
 /// closes right when its timer fires; this leaves that close time to be
 /// seen first (it tells [`NriOutcome::TimedOut`] from a plain close).
-pub const DEADLINE_GRACE_NS: u64 = 100_000_000;
+pub(crate) const DEADLINE_GRACE_NS: u64 = 100_000_000;
 
 /// Deliveries open longer than this are not waited for by
 /// [`NriCallAssembler::oldest_open_delivery`] (a garbled `timeout_nano`

@@ -7,7 +7,7 @@ use crate::model::nri_call::join_events;
 
 /// The events of a subscription mask (bit `1 << (event - 1)`; 0 means all,
 /// nri `pkg/api/event.go`).
-pub fn subscribed_events(mask: i32) -> Vec<Event> {
+pub(crate) fn subscribed_events(mask: i32) -> Vec<Event> {
     (1..Event::Last as i32)
         .filter(|e| mask == 0 || mask & (1 << (e - 1)) != 0)
         .filter_map(|e| Event::try_from(e).ok())
@@ -138,7 +138,7 @@ fn adjustment_parts(a: &api::ContainerAdjustment) -> Vec<(&'static str, Option<u
 }
 
 /// The parts of a container an adjustment touches, by name.
-pub fn adjusted_parts(a: &api::ContainerAdjustment) -> Vec<String> {
+pub(crate) fn adjusted_parts(a: &api::ContainerAdjustment) -> Vec<String> {
     adjustment_parts(a)
         .into_iter()
         .map(|(name, _)| name.to_string())
