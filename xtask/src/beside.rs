@@ -28,7 +28,12 @@
 //!
 //! The lab's peers are not opt-in: they run beside the Rust builds and the
 //! unit tier, before any lab test, so they cannot slow one down; the lab
-//! tier waits for them.
+//! tier waits for them. They run at the tests' own priority, not under
+//! `nice`: the lab tier waits for them, so they are on the suite's
+//! critical path. Under `nice -n 19` (ci21) the Go builds got almost no
+//! CPU while cargo built: containerd 2.3 took 993 s (about 5 min alone,
+//! of which 3 min CPU), and the lab tier started at 1883 s instead of
+//! when the unit tier ended, at 1161 s (docs/benchmarks.md, "The suite").
 
 use std::{
     fs,
@@ -59,6 +64,17 @@ pub(crate) struct Beside {
     wait_on_drop: bool,
 }
 
+/// How a background build shares the CPU with the suite.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Priority {
+    /// `nice -n 19`: only what the tests leave idle; killed if the suite
+    /// stops early.
+    Lowest,
+    /// The suite's own priority, for what the next tier waits on; waited
+    /// for, never killed, if the suite stops early.
+    CriticalPath,
+}
+
 /// Lines of a finished build's log printed with its result: all of a
 /// failed one's last ones (the error is at the end), a few of a passed
 /// one's (the fuzz smoke's table of targets is).
@@ -69,7 +85,7 @@ impl Beside {
     /// Start `xtask ARGS` (this very executable) under `nice -n 19`, its
     /// output to target/xtask/NAME.log.
     pub(crate) fn start(name: &str, what: &str, args: &[&str]) -> Result<Self> {
-        Self::spawn(name, what, args, false)
+        Self::spawn(name, what, args, Priority::Lowest)
     }
 
     /// Start `xtask lab peers` the same way; the suite never kills it.
@@ -78,20 +94,26 @@ impl Beside {
             "lab-peers",
             "the lab's peers (runtimes, plugins, CRI clients)",
             &["lab", "peers"],
-            true,
+            Priority::CriticalPath,
         )
     }
 
-    fn spawn(name: &str, what: &str, args: &[&str], wait_on_drop: bool) -> Result<Self> {
+    fn spawn(name: &str, what: &str, args: &[&str], priority: Priority) -> Result<Self> {
         let dir = workspace_root().join("target/xtask");
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let log = dir.join(format!("{name}.log"));
         let out = fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let err = out.try_clone()?;
         let me = std::env::current_exe().context("finding the xtask executable")?;
-        let child = Command::new("nice")
-            .args(["-n", "19"])
-            .arg(me)
+        let mut cmd = match priority {
+            Priority::Lowest => {
+                let mut c = Command::new("nice");
+                c.args(["-n", "19"]).arg(me);
+                c
+            }
+            Priority::CriticalPath => Command::new(me),
+        };
+        let child = cmd
             .args(args)
             .current_dir(workspace_root())
             .stdin(Stdio::null())
@@ -99,7 +121,7 @@ impl Beside {
             .stderr(err)
             .process_group(0)
             .spawn()
-            .with_context(|| format!("starting {what} (nice -n 19 xtask {})", args.join(" ")))?;
+            .with_context(|| format!("starting {what} (xtask {})", args.join(" ")))?;
         println!(
             "in the background: {what} (xtask {}), log {}",
             args.join(" "),
@@ -110,7 +132,7 @@ impl Beside {
             log,
             child: Some(child),
             started: Instant::now(),
-            wait_on_drop,
+            wait_on_drop: priority == Priority::CriticalPath,
         })
     }
 
