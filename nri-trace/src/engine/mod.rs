@@ -31,7 +31,7 @@ pub mod cri_latency;
 pub mod findings;
 pub mod histogram;
 pub mod hook_latency;
-pub mod pod_index;
+pub(crate) mod pod_index;
 pub mod pods;
 pub mod record;
 pub mod sync_clause;

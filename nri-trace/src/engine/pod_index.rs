@@ -28,11 +28,11 @@ use crate::{
 };
 
 /// Most sandboxes (and containers) remembered; the oldest go first.
-pub const MAX_IDS: usize = 16_384;
+pub(crate) const MAX_IDS: usize = 16_384;
 
 /// A pod by its Kubernetes name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub struct PodName {
+pub(crate) struct PodName {
     pub namespace: String,
     pub name: String,
 }
@@ -51,7 +51,7 @@ impl fmt::Display for PodName {
 
 /// Sandbox and container ids to pods.
 #[derive(Debug, Default, Clone)]
-pub struct PodIndex {
+pub(crate) struct PodIndex {
     pods: HashMap<String, PodName>,
     /// Container id -> sandbox id.
     sandbox_of: HashMap<String, String>,
@@ -66,7 +66,7 @@ pub struct PodIndex {
 }
 
 impl PodIndex {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
@@ -119,7 +119,7 @@ impl PodIndex {
     }
 
     /// Learn the runtime's lists: every pod and container it has, named.
-    pub fn learn_state(&mut self, s: &CriState) {
+    pub(crate) fn learn_state(&mut self, s: &CriState) {
         self.listed_pods.clear();
         self.listed_containers.clear();
         for p in &s.pods {
@@ -160,7 +160,7 @@ impl PodIndex {
     /// names only its sandbox id (CRI api.proto), the lists name the pod,
     /// as an earlier RunPodSandbox would have (`model::cri_call` fills
     /// those from the calls it saw).
-    pub fn fill_from_state(&self, call: &mut CriCall) {
+    pub(crate) fn fill_from_state(&self, call: &mut CriCall) {
         let listed = call
             .container_id
             .as_ref()
@@ -184,7 +184,7 @@ impl PodIndex {
     }
 
     /// Learn what `r` shows of ids and pods.
-    pub fn learn(&mut self, r: &Record) {
+    pub(crate) fn learn(&mut self, r: &Record) {
         match r {
             Record::Observed(Observation::CriState(s)) => self.learn_state(s),
             Record::CriSpan(s) => {
@@ -212,7 +212,7 @@ impl PodIndex {
     }
 
     /// The pod of a sandbox id, or of a container id.
-    pub fn by_id(&self, id: &str) -> Option<&PodName> {
+    pub(crate) fn by_id(&self, id: &str) -> Option<&PodName> {
         self.pods.get(id).or_else(|| {
             self.sandbox_of
                 .get(id)
@@ -232,7 +232,7 @@ impl PodIndex {
     }
 
     /// The pod `r` is about, when its ids (or names) tell.
-    pub fn pod_of(&self, r: &Record) -> Option<PodName> {
+    pub(crate) fn pod_of(&self, r: &Record) -> Option<PodName> {
         match r {
             Record::CriSpan(s) => {
                 let c = &s.call;

@@ -31,7 +31,7 @@ fn subject(c: &CriCall) -> String {
     sanitize(&s)
 }
 
-pub fn outcome(c: &CriCall) -> String {
+pub(crate) fn outcome(c: &CriCall) -> String {
     let mut s = match &c.outcome {
         CriOutcome::Ok => "ok".to_string(),
         CriOutcome::Error {
@@ -71,7 +71,7 @@ pub fn outcome(c: &CriCall) -> String {
 /// `crictl[4242] (session-3.scope)`, `cri-driver[77] (/lab/drivers)`.
 /// Sanitized: a comm is whatever the process chose, a cgroup name whatever
 /// its maker did.
-pub fn client_words(c: &CriClient) -> String {
+pub(crate) fn client_words(c: &CriClient) -> String {
     let place = c
         .unit
         .as_deref()
@@ -83,7 +83,7 @@ pub fn client_words(c: &CriClient) -> String {
 }
 
 /// One CRI call as a text line (with its newline).
-pub fn call_text(w: &mut impl Write, c: &CriCall) -> io::Result<()> {
+pub(crate) fn call_text(w: &mut impl Write, c: &CriCall) -> io::Result<()> {
     let when = c.start.or(c.end).map(|t| clock(&t)).unwrap_or_default();
     let method = match (&c.method, &c.identified) {
         (Some(m), Identified::Known) => sanitize(m.name()),
@@ -122,9 +122,9 @@ pub fn call_text(w: &mut impl Write, c: &CriCall) -> io::Result<()> {
 /// A CRI connection seen for the first time: its client as
 /// [`client_words`] says it, or the label alone (a record file written
 /// before the client was recorded whole).
-pub fn connection_text(
+pub(crate) fn connection_text(
     w: &mut impl Write,
-    conn: &ConnId,
+    conn: ConnId,
     ts: &Timestamp,
     label: Option<&str>,
     client: Option<&CriClient>,
@@ -138,9 +138,9 @@ pub fn connection_text(
 }
 
 /// The CRI decoder skipped bytes.
-pub fn resync_text(
+pub(crate) fn resync_text(
     w: &mut impl Write,
-    conn: &ConnId,
+    conn: ConnId,
     ts: &Timestamp,
     skipped: usize,
 ) -> io::Result<()> {
@@ -152,7 +152,7 @@ pub fn resync_text(
 }
 
 /// The per-method table, as text.
-pub fn summary_text(w: &mut impl Write, s: &[MethodSummary]) -> io::Result<()> {
+pub(crate) fn summary_text(w: &mut impl Write, s: &[MethodSummary]) -> io::Result<()> {
     if s.is_empty() {
         return writeln!(w, "no CRI calls seen");
     }

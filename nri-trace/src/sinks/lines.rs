@@ -41,9 +41,9 @@ pub fn observation_text(w: &mut impl Write, o: &Observation) -> io::Result<()> {
             ts,
             client,
             client_process,
-        } => cri_lines::connection_text(w, conn, ts, client.as_deref(), client_process.as_ref()),
+        } => cri_lines::connection_text(w, *conn, ts, client.as_deref(), client_process.as_ref()),
         Observation::CriResync { conn, ts, skipped } => {
-            cri_lines::resync_text(w, conn, ts, *skipped)
+            cri_lines::resync_text(w, *conn, ts, *skipped)
         }
         Observation::NriPlugin {
             conn,
@@ -51,16 +51,16 @@ pub fn observation_text(w: &mut impl Write, o: &Observation) -> io::Result<()> {
             plugin,
             events,
             nri_version,
-        } => nri_lines::plugin_text(w, conn, ts, plugin, events, nri_version),
+        } => nri_lines::plugin_text(w, *conn, ts, plugin, events.as_deref(), nri_version),
         Observation::NriPluginGone { conn, ts, plugin } => {
-            nri_lines::plugin_gone_text(w, conn, ts, plugin)
+            nri_lines::plugin_gone_text(w, *conn, ts, plugin)
         }
         Observation::NriResync {
             conn,
             ts,
             mux_conn,
             skipped,
-        } => nri_lines::resync_text(w, conn, ts, *mux_conn, *skipped),
+        } => nri_lines::resync_text(w, *conn, ts, *mux_conn, *skipped),
         Observation::CaptureLoss(l) => nri_lines::loss_text(w, l),
         Observation::NriPending(c) => nri_lines::pending_text(w, c),
         Observation::CriCall(c) => cri_lines::call_text(w, c),

@@ -17,14 +17,14 @@
 //! (`crate::output` prints the raw capture stream of `debug capture`;
 //! `crate::human` is the one duration format and the one sanitizer.)
 
-pub mod cri_lines;
+pub(crate) mod cri_lines;
 pub mod explain;
 pub mod finding_message;
 pub mod json;
 pub mod lines;
 pub mod metrics;
 pub mod metrics_server;
-pub mod nri_lines;
+pub(crate) mod nri_lines;
 pub mod report;
 pub mod text;
 pub mod tui;

@@ -19,7 +19,7 @@ use crate::{
 /// from its process rather than read from its RegisterPlugin: it
 /// registered before nri-trace started (docs/nri.md, "Plugins registered
 /// before the attach"). JSON carries how, in `plugin.inferred`.
-pub fn plugin_name(p: &PluginId) -> String {
+pub(crate) fn plugin_name(p: &PluginId) -> String {
     let label = sanitize(&p.label());
     match p.source {
         IdentitySource::Inferred => format!("{label} (inferred)"),
@@ -37,7 +37,7 @@ fn subject(c: &NriCall) -> String {
 }
 
 /// An NRI outcome for people.
-pub fn outcome_text(o: &NriOutcome) -> String {
+pub(crate) fn outcome_text(o: &NriOutcome) -> String {
     match o {
         NriOutcome::Ok => "ok".into(),
         NriOutcome::Error { code, message } => {
@@ -51,7 +51,7 @@ pub fn outcome_text(o: &NriOutcome) -> String {
 
 /// An NRI call as the decoders made it (`debug nri`: no queueing, which
 /// the engine works out), as a text line.
-pub fn call_text(w: &mut impl Write, c: &NriCall) -> io::Result<()> {
+pub(crate) fn call_text(w: &mut impl Write, c: &NriCall) -> io::Result<()> {
     let hook = if c.partial {
         "(response only)".to_string()
     } else {
@@ -99,12 +99,12 @@ fn call_line(w: &mut impl Write, c: &NriCall, hook: &str, own_ns: Option<u64>) -
 }
 
 /// A plugin connecting (or its identity or subscription learnt).
-pub fn plugin_text(
+pub(crate) fn plugin_text(
     w: &mut impl Write,
-    conn: &ConnId,
+    conn: ConnId,
     ts: &Timestamp,
     plugin: &PluginId,
-    events: &Option<Vec<Event>>,
+    events: Option<&[Event]>,
     nri_version: &NriVersions,
 ) -> io::Result<()> {
     write!(
@@ -131,9 +131,9 @@ pub fn plugin_text(
 }
 
 /// A plugin's connection closed.
-pub fn plugin_gone_text(
+pub(crate) fn plugin_gone_text(
     w: &mut impl Write,
-    conn: &ConnId,
+    conn: ConnId,
     ts: &Timestamp,
     plugin: &PluginId,
 ) -> io::Result<()> {
@@ -146,9 +146,9 @@ pub fn plugin_gone_text(
 }
 
 /// The NRI decoder skipped bytes.
-pub fn resync_text(
+pub(crate) fn resync_text(
     w: &mut impl Write,
-    conn: &ConnId,
+    conn: ConnId,
     ts: &Timestamp,
     mux_conn: u32,
     skipped: usize,
@@ -166,7 +166,7 @@ pub fn resync_text(
 }
 
 /// A teardown hook called and not answered yet.
-pub fn pending_text(w: &mut impl Write, c: &NriCall) -> io::Result<()> {
+pub(crate) fn pending_text(w: &mut impl Write, c: &NriCall) -> io::Result<()> {
     writeln!(
         w,
         "{} NRI -> {} {} called (teardown hook; its end follows)",
@@ -177,7 +177,7 @@ pub fn pending_text(w: &mut impl Write, c: &NriCall) -> io::Result<()> {
 }
 
 /// Capture loss (cumulative counters).
-pub fn loss_text(w: &mut impl Write, l: &Loss) -> io::Result<()> {
+pub(crate) fn loss_text(w: &mut impl Write, l: &Loss) -> io::Result<()> {
     writeln!(
         w,
         "!! capture loss: {} records ({} bytes) lost, {} read faults, {} fds untracked, {} sandbox records over the rate limit: calls may be missing",
@@ -186,7 +186,7 @@ pub fn loss_text(w: &mut impl Write, l: &Loss) -> io::Result<()> {
 }
 
 /// The latency table, as text.
-pub fn summary_text(w: &mut impl Write, s: &[HookSummary]) -> io::Result<()> {
+pub(crate) fn summary_text(w: &mut impl Write, s: &[HookSummary]) -> io::Result<()> {
     if s.is_empty() {
         return writeln!(w, "no NRI calls seen");
     }
