@@ -86,12 +86,12 @@ pub struct Violation {
 pub enum Detail {
     /// pod-event-order, container-event-order: the plugin's events of one
     /// object, in the order it received them.
-    EventOrder { seen: Vec<String> },
+    EventOrder { seen: Vec<Hook> },
     /// unsubscribed-event-delivered.
     Unsubscribed { hook: Hook },
     /// subscribed-event-not-delivered: who did receive it.
     NotDelivered {
-        hook: String,
+        hook: Hook,
         received_by: Vec<String>,
     },
     /// pod-unknown-to-plugin: a plugin received an event of a pod neither

@@ -4,9 +4,12 @@
 //! against the others'.
 
 use super::{nri_evidence, pod_of_hook, ts0, ContractChecker, Rule};
-use crate::engine::{
-    findings::{Detail, Severity, Violation},
-    hook_latency::HookSpan,
+use crate::{
+    engine::{
+        findings::{Detail, Severity, Violation},
+        hook_latency::{Hook, HookSpan},
+    },
+    model::nri_call::Event,
 };
 
 pub const POD: Rule = Rule {
@@ -23,12 +26,16 @@ pub const CONTAINER: Rule = Rule {
     source: "containerd/nri pkg/adaptation/adaptation.go (the container lifecycle events)",
 };
 
-const POD_ORDER: [&str; 3] = ["RUN_POD_SANDBOX", "STOP_POD_SANDBOX", "REMOVE_POD_SANDBOX"];
-const CONTAINER_ORDER: [&str; 4] = [
-    "CREATE_CONTAINER",
-    "START_CONTAINER",
-    "STOP_CONTAINER",
-    "REMOVE_CONTAINER",
+const POD_ORDER: [Event; 3] = [
+    Event::RunPodSandbox,
+    Event::StopPodSandbox,
+    Event::RemovePodSandbox,
+];
+const CONTAINER_ORDER: [Event; 4] = [
+    Event::CreateContainer,
+    Event::StartContainer,
+    Event::StopContainer,
+    Event::RemoveContainer,
 ];
 
 impl ContractChecker {
@@ -36,9 +43,12 @@ impl ContractChecker {
     /// of the same pod or container.
     pub(super) fn check_order(&mut self, h: &HookSpan, label: &str, out: &mut Vec<Violation>) {
         let start = h.call.start.map_or(0, |t| t.mono_ns);
-        let (object, order): (Option<String>, &[&str]) = if POD_ORDER.contains(&h.hook.as_str()) {
+        let Some(event) = h.hook.event() else {
+            return;
+        };
+        let (object, order): (Option<String>, &[Event]) = if POD_ORDER.contains(&event) {
             (h.call.pod.as_ref().map(|p| p.id.clone()), &POD_ORDER)
-        } else if CONTAINER_ORDER.contains(&h.hook.as_str()) {
+        } else if CONTAINER_ORDER.contains(&event) {
             (
                 h.call.container.as_ref().map(|c| c.id.clone()),
                 &CONTAINER_ORDER,
@@ -47,16 +57,11 @@ impl ContractChecker {
             (None, &[])
         };
         if let Some(object) = object.filter(|o| !o.is_empty()) {
-            let hook = order
-                .iter()
-                .copied()
-                .find(|e| h.hook == **e)
-                .expect("in order");
             let seen = self
                 .seen
                 .entry((label.to_owned(), object.clone()))
                 .or_default();
-            seen.entry(hook).or_insert(start);
+            seen.entry(event).or_insert(start);
             let times: Vec<(usize, u64)> = order
                 .iter()
                 .enumerate()
@@ -69,10 +74,14 @@ impl ContractChecker {
                 CONTAINER.id
             };
             if inverted && self.fired.insert((rule, label.to_owned(), object)) {
-                let got: Vec<String> = {
-                    let mut v: Vec<(u64, &str)> = seen.iter().map(|(e, t)| (*t, *e)).collect();
+                let got: Vec<Hook> = {
+                    // Ties in time by name, as when the events were strings.
+                    let mut v: Vec<(u64, &str, Event)> = seen
+                        .iter()
+                        .map(|(e, t)| (*t, e.as_str_name(), *e))
+                        .collect();
                     v.sort_unstable();
-                    v.into_iter().map(|(_, e)| e.to_owned()).collect()
+                    v.into_iter().map(|(_, _, e)| Hook::Event(e)).collect()
                 };
                 out.push(Violation {
                     rule,
@@ -90,7 +99,8 @@ impl ContractChecker {
 }
 
 /// `plugin` saw `seen`, in this order.
-pub(super) fn sentence(plugin: &str, seen: &[String]) -> String {
+pub(super) fn sentence(plugin: &str, seen: &[Hook]) -> String {
+    let seen: Vec<&str> = seen.iter().map(Hook::as_str).collect();
     format!("{plugin} saw {} in this order", seen.join(" -> "))
 }
 
@@ -99,7 +109,6 @@ mod tests {
     use super::*;
     use crate::{
         capture::Loss,
-        decode::nri::message::Event,
         engine::{contract::test_records::*, findings::Certainty, record::Record, test_calls::*},
         model::observation::Observation,
     };
@@ -117,9 +126,9 @@ mod tests {
             v[0].detail,
             Detail::EventOrder {
                 seen: vec![
-                    "RUN_POD_SANDBOX".into(),
-                    "REMOVE_POD_SANDBOX".into(),
-                    "STOP_POD_SANDBOX".into()
+                    Hook::Event(Event::RunPodSandbox),
+                    Hook::Event(Event::RemovePodSandbox),
+                    Hook::Event(Event::StopPodSandbox)
                 ]
             }
         );

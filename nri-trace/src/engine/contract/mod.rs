@@ -172,7 +172,7 @@ pub struct ContractChecker {
     /// Capture loss seen: every finding from then on is uncertain.
     lossy: bool,
     /// (plugin, object id) -> event -> first delivery start.
-    seen: HashMap<(String, String), BTreeMap<&'static str, u64>>,
+    seen: HashMap<(String, String), BTreeMap<Event, u64>>,
     /// Rule firings already reported: (rule, plugin, object).
     fired: BTreeSet<(&'static str, String, String)>,
     /// Pod id -> end of its RunPodSandbox operation (last hook end).
@@ -226,7 +226,7 @@ impl ContractChecker {
     /// The certainty of a finding that rests on `p`'s subscription to
     /// `hook`: uncertain when that subscription is only learned from
     /// deliveries (its Configure was not seen).
-    fn mask_certainty(&self, p: &PluginState, hook: &str) -> Certainty {
+    fn mask_certainty(&self, p: &PluginState, hook: &Hook) -> Certainty {
         match self.certainty(Some(p)) {
             Certainty::Certain if p.events.is_none() => Certainty::Uncertain {
                 why: format!(

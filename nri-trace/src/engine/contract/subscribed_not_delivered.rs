@@ -8,7 +8,7 @@ use super::{cri_evidence, nri_evidence, pod_of_hook, ts0, ContractChecker, Rule}
 use crate::engine::{
     correlate::CriSpan,
     findings::{Detail, Severity, Violation},
-    hook_latency::HookSpan,
+    hook_latency::{Hook, HookSpan},
 };
 
 pub const RULE: Rule = Rule {
@@ -23,8 +23,8 @@ impl ContractChecker {
     /// not receive it.
     pub(super) fn check_missed(&mut self, s: &CriSpan, out: &mut Vec<Violation>) {
         // Operations: (hook, object) -> plugins that got it.
-        let mut ops: BTreeMap<(&str, String), Vec<String>> = BTreeMap::new();
-        let mut first: BTreeMap<(&str, String), &HookSpan> = BTreeMap::new();
+        let mut ops: BTreeMap<(&Hook, String), Vec<String>> = BTreeMap::new();
+        let mut first: BTreeMap<(&Hook, String), &HookSpan> = BTreeMap::new();
         for h in &s.hooks {
             let object = h
                 .call
@@ -33,10 +33,10 @@ impl ContractChecker {
                 .map(|c| c.id.clone())
                 .or_else(|| h.call.pod.as_ref().map(|p| p.id.clone()))
                 .unwrap_or_default();
-            ops.entry((h.hook.as_str(), object.clone()))
+            ops.entry((&h.hook, object.clone()))
                 .or_default()
                 .push(h.call.plugin.label());
-            first.entry((h.hook.as_str(), object)).or_insert(h);
+            first.entry((&h.hook, object)).or_insert(h);
         }
         let failed_before = |idx: &Option<String>| {
             s.hooks
@@ -81,7 +81,7 @@ impl ContractChecker {
                     pod: pod_of_hook(op),
                     plugin: Some(p.label.clone()),
                     detail: Detail::NotDelivered {
-                        hook: hook.to_owned(),
+                        hook: hook.clone(),
                         received_by: got.clone(),
                     },
                     evidence: vec![cri_evidence(&s.call), nri_evidence(op)],
@@ -92,7 +92,7 @@ impl ContractChecker {
 }
 
 /// `plugin` is subscribed to `hook` but only `received_by` got it.
-pub(super) fn sentence(plugin: &str, hook: &str, received_by: &[String]) -> String {
+pub(super) fn sentence(plugin: &str, hook: &Hook, received_by: &[String]) -> String {
     format!(
         "{plugin} is subscribed to {hook} and connected since before it, but only {} received it",
         received_by.join(", ")

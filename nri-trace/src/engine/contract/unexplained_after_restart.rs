@@ -107,7 +107,7 @@ impl ContractChecker {
                 !self
                     .seen
                     .get(&((*label).clone(), id.clone()))
-                    .is_some_and(|e| e.contains_key(event.as_str_name()))
+                    .is_some_and(|e| e.contains_key(&event))
             })
             .map(|(label, _)| label.clone())
             .collect();
