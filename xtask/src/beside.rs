@@ -60,8 +60,8 @@ pub(crate) struct Beside {
     log: PathBuf,
     child: Option<Child>,
     started: Instant,
-    /// Wait for it on drop instead of killing it.
-    wait_on_drop: bool,
+    /// Also what its drop does: kill it, or wait for it.
+    priority: Priority,
 }
 
 /// How a background build shares the CPU with the suite.
@@ -88,7 +88,8 @@ impl Beside {
         Self::spawn(name, what, args, Priority::Lowest)
     }
 
-    /// Start `xtask lab peers` the same way; the suite never kills it.
+    /// Start `xtask lab peers` at the suite's own priority, its output to
+    /// target/xtask/lab-peers.log; the suite never kills it.
     pub(crate) fn start_peers() -> Result<Self> {
         Self::spawn(
             "lab-peers",
@@ -132,7 +133,7 @@ impl Beside {
             log,
             child: Some(child),
             started: Instant::now(),
-            wait_on_drop: priority == Priority::CriticalPath,
+            priority,
         })
     }
 
@@ -176,7 +177,7 @@ impl Beside {
 impl Drop for Beside {
     fn drop(&mut self) {
         if let Some(child) = &mut self.child {
-            if self.wait_on_drop {
+            if self.priority == Priority::CriticalPath {
                 println!(
                     "waiting for {} to end before stopping (log {})",
                     self.what,
