@@ -14,7 +14,7 @@ use aya_ebpf::{
         },
     },
     macros::map,
-    maps::{PerCpuArray, RingBuf},
+    maps::{Array, PerCpuArray, RingBuf},
 };
 use nri_trace_common::{
     counter, RecordHeader, RecordKind, Syscall, FLAG_READ_FAULT, MAX_CHUNK, RECORD_HEADER_LEN,
@@ -81,14 +81,23 @@ static LAST_WAKE: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 /// At most one forced wakeup per CPU per this many ns.
 const WAKE_INTERVAL_NS: u64 = 1_000_000;
 
-/// Wake the reader only when enough data waits, and look at most once per
-/// millisecond per CPU; otherwise the reader's timed drain collects it. A
-/// wakeup per record costs the traced process microseconds per syscall, and
-/// forcing one per record once the ring is busy doubled the cost of a
-/// captured write exactly when the ring was under pressure (benchmarks.md).
-/// The look itself is rate-limited too: while the ring stays below
-/// `wakeup_bytes` (the usual case), querying it on every record was one
-/// more helper call per captured write.
+/// Non-zero while the reader sleeps until woken (userspace sets it after a
+/// quiet spell of empty drains and clears it when it drains records again:
+/// capture/session/drain.rs `Idle`). Written by userspace only.
+#[map]
+pub(crate) static READER_ASLEEP: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Wake the reader only when enough data waits, or when it sleeps, and
+/// look at most once per millisecond per CPU; otherwise the reader's timed
+/// drain collects it. A wakeup per record costs the traced process
+/// microseconds per syscall, and forcing one per record once the ring is
+/// busy doubled the cost of a captured write exactly when the ring was
+/// under pressure (benchmarks.md). The look itself is rate-limited too:
+/// while the ring stays below `wakeup_bytes` (the usual case), querying it
+/// on every record was one more helper call per captured write. A reader
+/// that sleeps has seen no record for a while (drain.rs `IDLE_AFTER`,
+/// many times `WAKE_INTERVAL_NS`), so the first record after a quiet spell
+/// always gets a look, and wakes it.
 #[inline(always)]
 pub(crate) fn wake_flags(now_ns: u64, wakeup_bytes: u32) -> u64 {
     let Some(last) = LAST_WAKE.get_ptr_mut(0) else {
@@ -98,6 +107,9 @@ pub(crate) fn wake_flags(now_ns: u64, wakeup_bytes: u32) -> u64 {
         return BPF_RB_NO_WAKEUP as u64;
     }
     unsafe { *last = now_ns };
+    if READER_ASLEEP.get(0).is_some_and(|a| *a != 0) {
+        return BPF_RB_FORCE_WAKEUP as u64;
+    }
     let avail = unsafe { bpf_ringbuf_query(&EVENTS as *const RingBuf as *mut c_void, 0) };
     if avail >= wakeup_bytes as u64 {
         BPF_RB_FORCE_WAKEUP as u64

@@ -1706,3 +1706,63 @@ async fn capture_command_existing_socketpair() {
     let evs = ndjson_events(NAME, &cmd.stop().await);
     pl.assert_captured(&evs);
 }
+
+/// The reader's sleep (issue 34: an idle that costs nothing). The programs
+/// write records without waking the reader, which drains on its own clock
+/// while records come; once it sleeps (READER_ASLEEP set, drain.rs `Idle`)
+/// the first record must wake a reader blocked on the ring. Here: a thread
+/// blocked in poll(2) on the ring's fd with a 60 s timeout, then one write
+/// on a tracked socket; it must come back woken, long before its timeout
+/// (without the forced wakeup it sleeps the whole 60 s: the programs write
+/// with BPF_RB_NO_WAKEUP below `wakeup_bytes`).
+#[test]
+fn a_sleeping_reader_is_woken_by_the_first_record() {
+    use std::{io::Write, os::fd::AsRawFd, os::unix::net::UnixStream, time::Instant};
+
+    use nri_trace::capture::{backend::CaptureBackend, ebpf::EbpfBackend};
+    const NAME: &str = "a_sleeping_reader_is_woken_by_the_first_record";
+    if !guard(NAME) {
+        return;
+    }
+    let mut backend = EbpfBackend::load(&EbpfOptions::default())
+        .unwrap_or_else(|e| panic!("{NAME}: loading the eBPF backend: {e}"));
+    let (mut a, _b) = UnixStream::pair().unwrap();
+    let pid = std::process::id();
+    backend.track_process(pid).unwrap();
+    backend
+        .track_fd(pid, a.as_raw_fd() as u32, nri_trace_common::FD_CONN)
+        .unwrap();
+    let mut before = 0;
+    backend.drain(usize::MAX, &mut |_| before += 1);
+    assert!(
+        backend.set_reader_asleep(true).unwrap(),
+        "{NAME}: the eBPF backend can wake its reader"
+    );
+    let fd = backend.poll_fd();
+    let waiter = std::thread::spawn(move || {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let t0 = Instant::now();
+        let n = unsafe { libc::poll(&raw mut p, 1, 60_000) };
+        (n, t0.elapsed())
+    });
+    // The waiter blocks in poll(2) first (if it has not yet, its poll sees
+    // the record at once: the test passes without proving the wakeup, it
+    // cannot fail for it).
+    std::thread::sleep(Duration::from_millis(500));
+    a.write_all(b"wake up").unwrap();
+    let (n, waited) = waiter.join().unwrap();
+    assert_eq!(n, 1, "{NAME}: poll(2) on the ring");
+    assert!(
+        waited < Duration::from_secs(30),
+        "{NAME}: the reader slept {waited:?}: the record did not wake it"
+    );
+    let mut records = 0;
+    backend.drain(usize::MAX, &mut |_| records += 1);
+    assert!(records >= 1, "{NAME}: the write's record in the ring");
+    // Awake again: the programs go back to writing without a wakeup.
+    assert!(backend.set_reader_asleep(false).unwrap());
+}

@@ -42,6 +42,16 @@ pub(crate) const HELD_RATE: f64 = 10_000.0;
 pub(crate) const TARGET_MS_PER_CALL: f64 = 0.1;
 /// Output unchanged this long after the peer ended: nri-trace is done.
 const SETTLE_QUIET: Duration = Duration::from_secs(2);
+/// After nri-trace is ready and before the idle window: its start's own
+/// work (the sandbox probes' /proc walk, the first ticks) is over.
+const IDLE_SETTLE: Duration = Duration::from_secs(3);
+/// The idle part's target: nri-trace's CPU on a quiet node, % of a core
+/// (issue 34 item 3).
+pub(crate) const TARGET_IDLE_PCT: f64 = 0.1;
+/// The idle part's short run after the quiet spell: the sleeping reader
+/// must wake for it and decode every call.
+const IDLE_THEN_RATE: f64 = 1000.0;
+const IDLE_THEN_SECONDS: f64 = 2.0;
 /// Plugins the peer starts (rate-1, rate-2, rate-3; all events).
 pub(crate) const PLUGINS: usize = 3;
 /// The NRI methods that carry events (v0.6.1); Configure and Synchronize
@@ -93,6 +103,9 @@ pub(crate) struct RateRun {
     pub cpu_s: f64,
     pub window_s: f64,
     pub load_before: String,
+    /// nri-trace's CPU while it waited, ready, with nothing happening
+    /// before the plugins started, seconds, and that wait (the idle part).
+    pub idle: Option<(f64, f64)>,
 }
 
 impl RateRun {
@@ -140,7 +153,9 @@ pub(crate) fn nri_rate(seconds: f64, in_flight: usize, ramp: &[f64]) -> Result<N
                 "bench: nri-rate at {rate} calls/s for {seconds} s, {}",
                 mode.label()
             );
-            let r = rate_run(&nri_trace, &peer, &work, mode, rate, seconds, in_flight)?;
+            let r = rate_run(
+                &nri_trace, &peer, &work, mode, rate, seconds, in_flight, None,
+            )?;
             eprintln!(
                 "bench: nri-rate: sent {} ({:.0}/s), decoded {}, lost records {}, nri-trace CPU {:.2} s",
                 r.sent, r.achieved_rate, r.decoded, r.lost_records, r.cpu_s
@@ -263,6 +278,7 @@ impl Drop for Killed {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn rate_run(
     nri_trace: &Path,
     peer: &Path,
@@ -271,6 +287,7 @@ fn rate_run(
     rate: f64,
     seconds: f64,
     in_flight: usize,
+    idle: Option<Duration>,
 ) -> Result<RateRun> {
     let sock = work.join("nri-rate.sock");
     let cri = work.join("nri-rate-cri.sock");
@@ -323,6 +340,17 @@ fn rate_run(
     let mut trace_seen = vec![];
     wait_line(&trace_err, "nri-trace: ready", &mut trace_seen)?;
     let pid = tracer.0.id();
+    // 2b. The idle part: nothing happens for a while (the sockets served,
+    // no plugin yet); what nri-trace's clocks cost on a quiet node.
+    let idle = match idle {
+        Some(d) => {
+            thread::sleep(IDLE_SETTLE);
+            let (c0, t0) = (cpu_s(pid)?, Instant::now());
+            thread::sleep(d);
+            Some((cpu_s(pid)? - c0, t0.elapsed().as_secs_f64()))
+        }
+        None => None,
+    };
 
     // 3. Go: the plugins connect, register, are configured, synchronized,
     // then the paced events.
@@ -397,6 +425,7 @@ fn rate_run(
         cpu_s,
         window_s,
         load_before,
+        idle,
     })
 }
 
@@ -498,6 +527,73 @@ pub(crate) fn nri_rate_section(n: &NriRate) -> String {
                 runs.last().map_or(0.0, |r| r.achieved_rate)
             ),
         };
+    }
+    s
+}
+
+/// The idle part (issue 34 item 3): in each mode, nri-trace ready on the
+/// peer's sockets with nothing happening for `seconds`, its CPU over that
+/// window; then a short run at [`IDLE_THEN_RATE`] calls/s, which its
+/// reader, asleep by then, must wake for and decode in full.
+pub(crate) fn idle_cost(seconds: f64) -> Result<Vec<RateRun>> {
+    let nri_trace = crate::build(true)?;
+    let peer = crate::release_lab_bins(&["nri-rate", "nri-test-plugin"])?.join("nri-rate");
+    let work = work_dir()?;
+    let mut runs = vec![];
+    for mode in [Mode::Watch, Mode::DebugNri] {
+        eprintln!("bench: idle for {seconds} s, {}", mode.label());
+        let r = rate_run(
+            &nri_trace,
+            &peer,
+            &work,
+            mode,
+            IDLE_THEN_RATE,
+            IDLE_THEN_SECONDS,
+            16,
+            Some(Duration::from_secs_f64(seconds)),
+        )?;
+        if let Some((cpu, window)) = r.idle {
+            eprintln!(
+                "bench: idle: nri-trace CPU {cpu:.3} s in {window:.1} s; then sent {}, decoded {}",
+                r.sent, r.decoded
+            );
+        }
+        runs.push(r);
+    }
+    Ok(runs)
+}
+
+pub(crate) fn idle_section(runs: &[RateRun]) -> String {
+    let mut s = String::from(
+        "## Idle: nri-trace on a quiet node\n\n\
+         nri-trace's release build ready on the `nri-rate` peer's sockets (served, no \
+         plugin connected, nothing written) for the window; its CPU is utime+stime of \
+         /proc/PID/stat over the window, which starts 3 s after its `ready` line. Then \
+         the peer's plugins start and it sends calls for a short run, which nri-trace's \
+         reader, asleep by then, must wake for: decoded counts them.\n\n\
+         | mode | idle CPU (s) / window (s) | idle CPU, % of a core | target | then: calls \
+         sent | decoded | lost records | load before |\n\
+         | --- | ---: | ---: | --- | ---: | ---: | ---: | --- |\n",
+    );
+    for r in runs {
+        let Some((cpu, window)) = r.idle else {
+            continue;
+        };
+        let pct = cpu / window * 100.0;
+        s += &format!(
+            "| {} | {cpu:.3} / {window:.1} | {pct:.3} % | at most {TARGET_IDLE_PCT} %: **{}** \
+             | {:.0} | {} | {:.0} | {} |\n",
+            r.mode.label(),
+            if pct <= TARGET_IDLE_PCT {
+                "met"
+            } else {
+                "missed"
+            },
+            r.sent,
+            r.decoded,
+            r.lost_records,
+            r.load_before,
+        );
     }
     s
 }

@@ -113,4 +113,11 @@ pub trait CaptureBackend: Send {
     fn drain(&mut self, budget: usize, f: &mut dyn FnMut(&[u8])) -> bool;
     /// A descriptor that becomes readable when records wait (for epoll).
     fn poll_fd(&self) -> RawFd;
+    /// The reader is about to sleep until [`Self::poll_fd`] is readable
+    /// (true), or is awake and drains on its own clock (false): a backend
+    /// that wakes it for its first record while it sleeps says true. One
+    /// that cannot (false, the default) is drained on the sleeping clock.
+    fn set_reader_asleep(&mut self, _asleep: bool) -> Result<bool, BackendError> {
+        Ok(false)
+    }
 }

@@ -166,6 +166,9 @@ pub struct EbpfBackend {
     counters: PerCpuArray<MapData, u64>,
     /// The runtime's process tree, for the sandbox probes.
     pod_tasks: HashMap<MapData, u32, u32>,
+    /// Non-zero while the reader sleeps until a record wakes it (the
+    /// programs then force the ring's wakeup: nri-trace-ebpf emit.rs).
+    reader_asleep: Array<MapData, u32>,
     /// Userspace copy of the filter: tracked tgids, their slots and rows.
     view: TgidFilter,
     helpers: KernelHelpers,
@@ -324,6 +327,8 @@ impl EbpfBackend {
                 .map_err(map_err("COUNTERS"))?,
             pod_tasks: HashMap::try_from(take(&mut ebpf, "POD_TASKS")?)
                 .map_err(map_err("POD_TASKS"))?,
+            reader_asleep: Array::try_from(take(&mut ebpf, "READER_ASLEEP")?)
+                .map_err(map_err("READER_ASLEEP"))?,
             view: TgidFilter::default(),
             helpers,
             _ebpf: ebpf,
@@ -727,6 +732,13 @@ impl CaptureBackend for EbpfBackend {
 
     fn poll_fd(&self) -> RawFd {
         self.ring.as_raw_fd()
+    }
+
+    fn set_reader_asleep(&mut self, asleep: bool) -> Result<bool, BackendError> {
+        self.reader_asleep
+            .set(0, u32::from(asleep), 0)
+            .map_err(map_err("READER_ASLEEP"))?;
+        Ok(true)
     }
 }
 

@@ -1,14 +1,17 @@
 //! `cargo xtask bench`: what nri-trace's probes cost, measured around real
 //! attachments, printed as markdown tables for docs/benchmarks.md.
 //!
-//! Eleven parts (see docs/benchmarks.md for how to read them), each in its
+//! Twelve parts (see docs/benchmarks.md for how to read them), each in its
 //! own file, whose doc says what it measures: probe (`probe.rs`, with the
 //! design comparison), traced, paced, throughput, mix (with the break-even
 //! share), nri-decode, cri-decode, trace-engine, tui-frame, named-span, and
 //! - nri-rate: nri-trace (`debug nri -o json`) tracing a ttrpc NRI peer
 //!   at 10,000 calls/s and a ramp above it: calls sent and decoded, lost
 //!   records, nri-trace's CPU per call (issue 23 item 4; xtask/src/
-//!   nri_rate.rs).
+//!   nri_rate.rs);
+//! - idle: nri-trace's CPU on the same peer's sockets while nothing
+//!   happens, then a short run its sleeping reader must wake for (issue
+//!   34 item 3; xtask/src/nri_rate.rs).
 //!
 //! This file holds the arguments and runs the parts in order. What they
 //! share: `criterion.rs` (the criterion benches built and run pinned to a
@@ -93,9 +96,12 @@ pub(crate) struct BenchArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "probe,traced,paced,throughput,mix,nri-decode,cri-decode,trace-engine,tui-frame,named-span,nri-rate"
+        default_value = "probe,traced,paced,throughput,mix,nri-decode,cri-decode,trace-engine,tui-frame,named-span,nri-rate,idle"
     )]
     only: Vec<Part>,
+    /// Seconds of the idle part's quiet window, per mode.
+    #[arg(long, default_value_t = 30.0)]
+    idle_seconds: f64,
     /// Seconds of paced NRI calls per rate in the nri-rate part.
     #[arg(long, default_value_t = 10.0)]
     rate_seconds: f64,
@@ -127,6 +133,7 @@ enum Part {
     TuiFrame,
     NamedSpan,
     NriRate,
+    Idle,
 }
 
 impl Part {
@@ -142,6 +149,7 @@ impl Part {
                 | Part::TuiFrame
                 | Part::NamedSpan
                 | Part::NriRate
+                | Part::Idle
         )
     }
 }
@@ -197,6 +205,10 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     if a.only.contains(&Part::NriRate) {
         let r = crate::nri_rate::nri_rate(a.rate_seconds, a.rate_in_flight, &a.rates)?;
         report.push(crate::nri_rate::nri_rate_section(&r));
+    }
+    if a.only.contains(&Part::Idle) {
+        let r = crate::nri_rate::idle_cost(a.idle_seconds)?;
+        report.push(crate::nri_rate::idle_section(&r));
     }
     // Last: they need no probe, and nothing is attached any more.
     let decode = if a.only.contains(&Part::NriDecode) {

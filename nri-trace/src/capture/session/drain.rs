@@ -12,7 +12,7 @@ use std::{
 use tokio::{io::unix::AsyncFd, sync::mpsc};
 
 use super::{
-    clock::{monotonic_ns, TickClock},
+    clock::{monotonic_ns, TickClock, FAST_TICKS_FOR_NS, IDLE_TICK_NS},
     cri_query::Ask,
     follower::Follower,
     peers::{peer_of, RecentPeers},
@@ -21,11 +21,96 @@ use super::{
     DRAIN_BUDGET,
 };
 use crate::capture::{
-    backend::CaptureBackend,
+    backend::{BackendError, CaptureBackend},
     discovery, ring_record,
     tracker::{ConnFacts, ConnTracker},
     CaptureEvent, ConnId, Loss, Origin, ProcessEvent,
 };
+
+/// Empty drains in a row after which the reader sleeps: 60 ms at the
+/// default 2 ms interval, past the capture's first tick after the sockets'
+/// last event (clock.rs `TICK_LAG_NS`, 50 ms), so that tick is not held
+/// back by the sleep.
+const IDLE_AFTER: u32 = 30;
+
+/// How long a sleeping reader waits for a wakeup before it drains anyway:
+/// what runs on the drain's clock goes on while nothing happens (the
+/// capture's ticks, every 100 ms at the fastest: clock.rs `FAST_TICK_NS`;
+/// the loss counters; stale syscalls).
+const ASLEEP_INTERVAL: Duration = Duration::from_millis(100);
+
+/// After this long asleep the capture's ticks come every second
+/// (clock.rs `FAST_TICKS_FOR_NS`, `IDLE_TICK_NS`), and so does the drain.
+const DEEP_ASLEEP_AFTER_NS: u64 = FAST_TICKS_FOR_NS;
+const DEEP_ASLEEP_INTERVAL: Duration = Duration::from_nanos(IDLE_TICK_NS);
+
+/// The reader's two clocks (issue 34, an idle that costs nothing). While
+/// records come, the ring is drained every `interval` (2 ms): the programs
+/// write them with BPF_RB_NO_WAKEUP, because a wakeup per record costs the
+/// traced process (nri-trace-ebpf emit.rs `wake_flags`). After
+/// [`IDLE_AFTER`] empty drains the reader tells the kernel it sleeps, and
+/// waits for the ring's wakeup, which the programs then force for the
+/// first record, or [`ASLEEP_INTERVAL`]: 10 wakeups a second instead of
+/// 500 on a quiet node.
+#[derive(Debug, Default)]
+struct Idle {
+    empty_drains: u32,
+    /// Since when (monotonic ns) the reader sleeps.
+    asleep_since: Option<u64>,
+}
+
+impl Idle {
+    /// How long to wait for the ring at `now` before draining it anyway.
+    fn wait(&self, interval: Duration, now: u64) -> Duration {
+        match self.asleep_since {
+            None => interval,
+            Some(t) if now.saturating_sub(t) < DEEP_ASLEEP_AFTER_NS => ASLEEP_INTERVAL,
+            Some(_) => DEEP_ASLEEP_INTERVAL,
+        }
+    }
+
+    /// After a drain at `now` that read `records` records: wakes (records
+    /// came) or falls asleep (the quiet spell is long enough, and nothing
+    /// needs the fast clock: `keep_awake`, a session stopping or a runtime
+    /// coming back), and `tell`s the backend
+    /// ([`CaptureBackend::set_reader_asleep`]). True when it just fell
+    /// asleep.
+    fn after_drain(
+        &mut self,
+        records: usize,
+        now: u64,
+        keep_awake: bool,
+        tell: &mut dyn FnMut(bool) -> Result<bool, BackendError>,
+    ) -> bool {
+        if records > 0 || (keep_awake && self.asleep_since.is_some()) {
+            self.empty_drains = 0;
+            if self.asleep_since.take().is_some() {
+                if let Err(e) = tell(false) {
+                    log::debug!("telling the probes the reader is awake: {e}");
+                }
+            }
+            return false;
+        }
+        if self.asleep_since.is_some() || keep_awake {
+            return false;
+        }
+        self.empty_drains += 1;
+        if self.empty_drains < IDLE_AFTER {
+            return false;
+        }
+        self.empty_drains = 0;
+        match tell(true) {
+            Ok(_) => {
+                self.asleep_since = Some(now);
+                true
+            }
+            Err(e) => {
+                log::debug!("telling the probes the reader sleeps: {e}");
+                false
+            }
+        }
+    }
+}
 
 pub(super) struct Fd(pub(super) RawFd);
 impl AsRawFd for Fd {
@@ -59,8 +144,7 @@ async fn drain_until_stopped(
     interval: Duration,
     mut resolver: Resolver,
 ) {
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut idle = Idle::default();
     let mut loss = Loss::default();
     let mut malformed = 0u64;
     let mut last_loss_check = 0u64;
@@ -79,16 +163,28 @@ async fn drain_until_stopped(
                     g.clear_ready();
                 }
             }
-            _ = tick.tick() => {}
+            () = tokio::time::sleep(idle.wait(interval, monotonic_ns())) => {}
         }
         let drain_start = monotonic_ns();
-        more = backend.drain(DRAIN_BUDGET, &mut |bytes| match ring_record::parse(bytes) {
-            Ok(r) => tracker.on_record(&r, &mut out),
-            Err(e) => {
-                malformed += 1;
-                log::debug!("malformed record: {e}");
+        let mut records = 0usize;
+        more = backend.drain(DRAIN_BUDGET, &mut |bytes| {
+            records += 1;
+            match ring_record::parse(bytes) {
+                Ok(r) => tracker.on_record(&r, &mut out),
+                Err(e) => {
+                    malformed += 1;
+                    log::debug!("malformed record: {e}");
+                }
             }
         });
+        let keep_awake = stopping || resolver.reattach.keeps_reader_awake(drain_start);
+        if idle.after_drain(records, drain_start, keep_awake, &mut |a| {
+            backend.set_reader_asleep(a)
+        }) {
+            // Asleep from now: drain once more, for a record committed
+            // before the kernel saw the flag.
+            more = true;
+        }
         let peer_env = &resolver.peer_env;
         let recent = &mut resolver.recent;
         let read_at = monotonic_ns();
@@ -352,6 +448,68 @@ fn drop_ignored_peers(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_reader_sleeps_after_a_quiet_spell_and_wakes_for_records() {
+        const MS: u64 = 1_000_000;
+        let fast = Duration::from_millis(2);
+        let mut told = Vec::new();
+        let mut idle = Idle::default();
+        let mut tell = |a: bool| -> Result<bool, BackendError> {
+            told.push(a);
+            Ok(true)
+        };
+        for _ in 1..IDLE_AFTER {
+            assert!(!idle.after_drain(0, 0, false, &mut tell));
+        }
+        assert_eq!(idle.wait(fast, 0), fast);
+        // The last empty drain of the spell: asleep, the kernel told.
+        assert!(idle.after_drain(0, 60 * MS, false, &mut tell));
+        assert_eq!(idle.wait(fast, 60 * MS), ASLEEP_INTERVAL);
+        // Asleep, empty drains tell nothing more; after a while the
+        // sleeping clock slows to the capture's idle ticks.
+        assert!(!idle.after_drain(0, 160 * MS, false, &mut tell));
+        assert_eq!(
+            idle.wait(fast, 60 * MS + DEEP_ASLEEP_AFTER_NS),
+            DEEP_ASLEEP_INTERVAL
+        );
+        // Records: awake, told once.
+        assert!(!idle.after_drain(3, 9000 * MS, false, &mut tell));
+        assert!(!idle.after_drain(1, 9002 * MS, false, &mut tell));
+        assert_eq!(idle.wait(fast, 9002 * MS), fast);
+        // A record within the next spell starts it again.
+        for _ in 1..IDLE_AFTER {
+            assert!(!idle.after_drain(0, 0, false, &mut tell));
+        }
+        assert!(!idle.after_drain(2, 0, false, &mut tell));
+        for _ in 1..IDLE_AFTER {
+            assert!(!idle.after_drain(0, 0, false, &mut tell));
+        }
+        // Kept awake (stopping, a runtime coming back): never asleep.
+        assert!(!idle.after_drain(0, 0, true, &mut tell));
+        assert!(idle.after_drain(0, 0, false, &mut tell));
+        // ... and woken if asleep.
+        assert!(!idle.after_drain(0, 0, true, &mut tell));
+        assert_eq!(idle.wait(fast, 0), fast);
+        assert_eq!(told, vec![true, false, true, false]);
+    }
+
+    #[test]
+    fn a_backend_that_cannot_be_told_keeps_the_fast_clock() {
+        let mut idle = Idle::default();
+        let mut tell = |_: bool| -> Result<bool, BackendError> {
+            Err(BackendError::MapMissing {
+                map: "READER_ASLEEP",
+            })
+        };
+        for _ in 0..3 * IDLE_AFTER {
+            assert!(!idle.after_drain(0, 0, false, &mut tell));
+        }
+        assert_eq!(
+            idle.wait(Duration::from_millis(2), 0),
+            Duration::from_millis(2)
+        );
+    }
+
     use std::collections::{HashMap, VecDeque};
 
     use super::*;

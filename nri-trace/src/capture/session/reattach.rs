@@ -49,6 +49,14 @@ pub(super) struct Reattach {
 }
 
 impl Reattach {
+    /// While a runtime is down or coming back (a socket lost, or found
+    /// again less than [`REATTACH_FAST_NS`] ago) its sockets are looked
+    /// for at every drain: the drain keeps its fast clock (drain.rs
+    /// `Idle`).
+    pub(super) fn keeps_reader_awake(&self, now: u64) -> bool {
+        !self.lost.is_empty() || now < self.fast_until_ns
+    }
+
     /// Note the listeners among the exited processes of `out`, and
     /// report each path they served as gone, right after the exit (before
     /// a new listener's `Listening` in the same batch).
