@@ -89,7 +89,7 @@ use criterion::{BatchSize, Criterion, SamplingMode, Throughput};
 use nri_trace::{
     assemble::TraceDecoder,
     capture::{recording, CaptureEvent, ConnId, Direction, ProcessEvent, Timestamp},
-    engine::{pods::PodModel, record::Record, trace_engine::TraceEngine},
+    engine::{PodModel, Record, TraceEngine},
     model::{cri_call::CriOutcome, observation::Observation, record_file::SessionInfo},
     pipeline::{replay::records_of_events_in, Ending, Pipeline, Sink},
 };

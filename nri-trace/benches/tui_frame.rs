@@ -33,7 +33,7 @@ use std::{hint::black_box, path::Path, time::Duration};
 use criterion::{BatchSize, Criterion};
 use nri_trace::{
     capture::{recording, Timestamp},
-    engine::record::Record,
+    engine::Record,
     pipeline::replay::records_of_events,
     sinks::tui::{
         app::{App, View},

@@ -20,7 +20,7 @@
 //!   [`model::cri_call::CriCall`], [`model::observation::Observation`]) and
 //!   the record file that carries them.
 //! - [`engine`]: correlation, latency and the contract rules, pure and
-//!   deterministic ([`engine::record::Record`]).
+//!   deterministic ([`engine::Record`]).
 //! - [`sinks`]: where records go (text, JSON, report, metrics, the TUI,
 //!   explain); [`output`]: the raw capture lines of `debug capture`.
 //! - [`pipeline`]: the one loop that joins them, live or replayed.

@@ -11,7 +11,7 @@ use std::path::Path;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use nri_trace::{
     capture::{recording, CaptureEvent},
-    engine::record::Record,
+    engine::Record,
     human::is_inert,
     pipeline::{replay::records_of_events, source::session_of_events},
     sinks::tui::{
@@ -109,7 +109,7 @@ fn pods_view() {
     let pods: Vec<String> = st
         .pods()
         .pods()
-        .map(nri_trace::engine::pods::PodView::label)
+        .map(nri_trace::engine::PodView::label)
         .collect();
     assert!(pods.iter().any(|p| p.contains("late-pod")), "{pods:?}");
     for &(w, h) in SIZES {

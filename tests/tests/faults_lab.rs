@@ -45,7 +45,7 @@ use std::{
 use anyhow::{ensure, Context, Result};
 use lab_trace::TraceProc;
 use nri_trace::{
-    engine::{findings::Certainty, record::Record},
+    engine::{Certainty, Record},
     model::observation::Observation,
 };
 use nri_trace_lab::{

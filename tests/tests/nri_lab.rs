@@ -26,7 +26,7 @@ mod truth_file;
 use std::path::Path;
 
 use nri_trace::{
-    engine::record::Record,
+    engine::Record,
     model::{nri_call::NriOutcome, observation::Observation},
 };
 

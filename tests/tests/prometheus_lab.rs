@@ -43,7 +43,7 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 use lab_trace::{http_get, metrics_addr, TraceProc};
-use nri_trace::engine::histogram::BUCKET_BOUNDS_NS;
+use nri_trace::engine::BUCKET_BOUNDS_NS;
 use nri_trace_lab::{
     labctl::{Lab, Runtime},
     scenario::Observer,

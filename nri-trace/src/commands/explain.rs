@@ -10,8 +10,7 @@ use anyhow::{bail, Context, Result};
 use nri_trace::{
     capture::session,
     engine::{
-        contract::sandbox::SETTLE_NS, contract::ContractConfig, record::Record,
-        teardown::TeardownLog, teardown::Verdict,
+        contract::sandbox::SETTLE_NS, contract::ContractConfig, Record, TeardownLog, Verdict,
     },
     pipeline::{live, replay, source, target, target::Follow, target::Target, Ending, Pipeline},
     pipeline::{Progress, Sink, Stop},

@@ -63,7 +63,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::Serialize;
 
-pub use super::sync_clause::{SyncStep, SYNCHRONIZE_TELLS_EXISTING_PODS};
+pub(crate) use super::sync_clause::{SyncStep, SYNCHRONIZE_TELLS_EXISTING_PODS};
 use super::{
     correlate::{cgroup_names, CriSpan},
     record::Record,
@@ -79,14 +79,15 @@ use crate::{
 
 /// The clause: the pod's sandbox (pause) process runs when plugins get
 /// RunPodSandbox.
-pub const SANDBOX_RUNNING_AT_RUN_POD_SANDBOX: &str = "sandbox-running-at-run-pod-sandbox";
+pub(crate) const SANDBOX_RUNNING_AT_RUN_POD_SANDBOX: &str = "sandbox-running-at-run-pod-sandbox";
 /// The clause: plugins get StopPodSandbox before the pod's network
 /// namespace is torn down.
-pub const STOP_POD_SANDBOX_BEFORE_NETNS_TEARDOWN: &str = "stop-pod-sandbox-before-netns-teardown";
+pub(crate) const STOP_POD_SANDBOX_BEFORE_NETNS_TEARDOWN: &str =
+    "stop-pod-sandbox-before-netns-teardown";
 
 /// The clause: a container that exits on its own gets one StopContainer
 /// per plugin.
-pub const STOP_CONTAINER_ONCE_PER_EXIT: &str = "stop-container-once-per-exit";
+pub(crate) const STOP_CONTAINER_ONCE_PER_EXIT: &str = "stop-container-once-per-exit";
 
 /// Containers whose exit clause is pending, at most (the oldest go).
 const MAX_EXITED: usize = 16384;
@@ -206,7 +207,7 @@ impl Exec {
 
 /// The clauses' tallies so far.
 #[derive(Default)]
-pub struct Conformance {
+pub(crate) struct Conformance {
     /// Recent execs of the runtime's tree, oldest first.
     execs: VecDeque<Exec>,
     runtime: Option<String>,
@@ -255,12 +256,12 @@ struct ExitedContainer {
 }
 
 impl Conformance {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Look at one record the engine emits.
-    pub fn on_record(&mut self, r: &Record) {
+    pub(crate) fn on_record(&mut self, r: &Record) {
         let mut synced = Vec::new();
         for h in r.hooks() {
             self.sync.on_hook(h, &mut synced);
@@ -652,7 +653,7 @@ impl Conformance {
 
     /// Every clause decided at least once, by clause id; the Synchronize
     /// clause's open registrations counted as they stand.
-    pub fn tallies(&self) -> Vec<ClauseTally> {
+    pub(crate) fn tallies(&self) -> Vec<ClauseTally> {
         let mut tallies = self.tallies.clone();
         for c in self.sync.pending() {
             let held = c.held();

@@ -50,7 +50,7 @@ use crate::{
 /// How long past a CRI call's end NRI calls inside it may still come out
 /// of the NRI stage (it holds answered calls up to 5 ms for the plugin's
 /// reply; `model::nri_call`).
-pub const NRI_SETTLE_NS: u64 = 10_000_000;
+pub(crate) const NRI_SETTLE_NS: u64 = 10_000_000;
 
 /// A CRI call with the NRI deliveries it caused.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -120,7 +120,7 @@ pub enum NoCause {
 /// out its grace period, 2 s in the lab, 30 s by default in kubelet, but
 /// it delivers STOP_CONTAINER first). Calls seen to end later (responses
 /// without a request) extend the hole to their end.
-pub const LOSS_STRADDLE_NS: u64 = 10_000_000_000;
+pub(crate) const LOSS_STRADDLE_NS: u64 = 10_000_000_000;
 
 /// The longest a call whose request a hole took may be seen to run after
 /// it: kubelet's `runtimeRequestTimeout` (2 min by default) ends every CRI
@@ -169,7 +169,7 @@ pub(crate) fn cgroup_names(cgroup: &str, id: &str) -> bool {
 /// What the correlator yields.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub enum Correlated {
+pub(crate) enum Correlated {
     Cri(CriSpan),
     Uncaused {
         span: HookSpan,
@@ -386,7 +386,7 @@ const EXIT_CAUSE_NS: u64 = 60_000_000_000;
 /// Attaches NRI deliveries to CRI calls. Feed it in capture order; it
 /// yields [`Correlated`] items as they settle.
 #[derive(Default)]
-pub struct Correlator {
+pub(crate) struct Correlator {
     /// CRI calls waiting for the NRI calls they may contain.
     calls: Vec<CriCall>,
     /// Event deliveries waiting for the CRI call that may contain them.
@@ -405,12 +405,12 @@ pub struct Correlator {
 }
 
 impl Correlator {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// A finished CRI call.
-    pub fn on_cri(&mut self, call: CriCall) {
+    pub(crate) fn on_cri(&mut self, call: CriCall) {
         // A response whose request a hole took: that call ran until here,
         // so a delivery up to its end may be its.
         if let (None, Some(end)) = (call.start, call.end) {
@@ -427,7 +427,7 @@ impl Correlator {
     }
 
     /// The capture lost records between capture times `from` and `to`.
-    pub fn on_loss(&mut self, from: u64, to: u64) {
+    pub(crate) fn on_loss(&mut self, from: u64, to: u64) {
         if self.holes.len() >= MAX_HOLES {
             self.holes.pop_front();
         }
@@ -467,7 +467,7 @@ impl Correlator {
     /// A process exited in a cgroup: a later StopContainer delivery of
     /// the container that cgroup names, with no CRI call in flight, is
     /// the exit's.
-    pub fn on_exit(&mut self, exit: ContainerExit) {
+    pub(crate) fn on_exit(&mut self, exit: ContainerExit) {
         if self.exits.len() >= MAX_EXITS {
             self.exits.pop_front();
         }
@@ -551,7 +551,7 @@ impl Correlator {
     }
 
     /// A finished NRI call.
-    pub fn on_nri(&mut self, span: HookSpan, out: &mut Vec<Correlated>) {
+    pub(crate) fn on_nri(&mut self, span: HookSpan, out: &mut Vec<Correlated>) {
         let lifecycle = span.call.caller == Caller::Plugin
             || span.call.event.is_none()
             || hook_causes(&span.hook).is_empty();
@@ -593,7 +593,7 @@ impl Correlator {
     /// `cri_oldest` and later unreported; the NRI stage still has event
     /// deliveries begun at `nri_open` and later unanswered. Release what has
     /// settled.
-    pub fn advance(
+    pub(crate) fn advance(
         &mut self,
         now: u64,
         cri_oldest: Option<u64>,
@@ -640,7 +640,7 @@ impl Correlator {
     }
 
     /// The start of the oldest CRI call or delivery held (capture time).
-    pub fn oldest_held(&self) -> Option<u64> {
+    pub(crate) fn oldest_held(&self) -> Option<u64> {
         self.calls
             .iter()
             .filter_map(|c| c.start.or(c.end))
@@ -654,7 +654,7 @@ impl Correlator {
     }
 
     /// The capture ended: everything comes out.
-    pub fn finish(&mut self, out: &mut Vec<Correlated>) {
+    pub(crate) fn finish(&mut self, out: &mut Vec<Correlated>) {
         self.advance(u64::MAX, None, None, out);
     }
 

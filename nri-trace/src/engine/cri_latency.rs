@@ -76,7 +76,7 @@ impl MethodStats {
 /// Per-method counts and latency of CRI calls (hdrhistogram), over the
 /// whole run and the last minute of capture time.
 #[derive(Default)]
-pub struct CriMethodStats {
+pub(crate) struct CriMethodStats {
     methods: BTreeMap<String, MethodStats>,
     /// Latest call end seen (capture time): where the window ends.
     last_ns: u64,
@@ -84,7 +84,7 @@ pub struct CriMethodStats {
 
 impl CriMethodStats {
     /// Account one finished call.
-    pub fn on_call(&mut self, c: &CriCall) {
+    pub(crate) fn on_call(&mut self, c: &CriCall) {
         let name = c.method_name().unwrap_or("(unknown)").to_owned();
         let m = self.methods.entry(name).or_insert_with(MethodStats::new);
         m.calls += 1;
@@ -108,7 +108,7 @@ impl CriMethodStats {
     }
 
     /// Duration buckets per method.
-    pub fn buckets(&self) -> Vec<MethodBuckets> {
+    pub(crate) fn buckets(&self) -> Vec<MethodBuckets> {
         self.methods
             .iter()
             .map(|(m, s)| MethodBuckets {
@@ -119,7 +119,7 @@ impl CriMethodStats {
     }
 
     /// Per-method totals so far, by method name.
-    pub fn summary(&self) -> Vec<MethodSummary> {
+    pub(crate) fn summary(&self) -> Vec<MethodSummary> {
         self.methods
             .iter()
             .map(|(name, m)| {

@@ -56,7 +56,7 @@ pub struct Buckets {
 /// within 1% of a bound could land on either side (the exposition is
 /// checked against the records, tests/tests/prometheus_lab.rs).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct BucketCounts {
+pub(crate) struct BucketCounts {
     /// Values in (bound[i-1], bound[i]]; the last one is above every bound.
     per_bucket: [u64; BUCKET_BOUNDS_NS.len() + 1],
     sum_ns: u64,
@@ -71,7 +71,7 @@ impl BucketCounts {
     }
 
     /// The cumulative [`Buckets`].
-    pub fn buckets(&self) -> Buckets {
+    pub(crate) fn buckets(&self) -> Buckets {
         let mut total = 0;
         let cumulative = self.per_bucket[..BUCKET_BOUNDS_NS.len()]
             .iter()

@@ -244,7 +244,7 @@ impl Stats {
 
 /// Hook spans and per (plugin, hook) histograms.
 #[derive(Default)]
-pub struct HookTimer {
+pub(crate) struct HookTimer {
     open: HashMap<(Hook, String, String), Operation>,
     stats: BTreeMap<(String, Hook), Stats>,
     /// Latest call end seen (capture time): where the window ends.
@@ -252,12 +252,12 @@ pub struct HookTimer {
 }
 
 impl HookTimer {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Account one finished call and describe it as a span.
-    pub fn on_call(&mut self, call: NriCall) -> HookSpan {
+    pub(crate) fn on_call(&mut self, call: NriCall) -> HookSpan {
         let hook = Hook::of(&call);
         let plugin = call.plugin.label();
         let mut queued_ns = None;
@@ -344,7 +344,7 @@ impl HookTimer {
     }
 
     /// Own-time buckets per (plugin, hook), with how its calls ended.
-    pub fn buckets(&self) -> Vec<HookBuckets> {
+    pub(crate) fn buckets(&self) -> Vec<HookBuckets> {
         self.stats
             .iter()
             .map(|((p, h), s)| HookBuckets {
@@ -360,7 +360,7 @@ impl HookTimer {
     }
 
     /// Latency per (plugin, hook), sorted by plugin then hook.
-    pub fn summary(&self) -> Vec<HookSummary> {
+    pub(crate) fn summary(&self) -> Vec<HookSummary> {
         self.stats
             .iter()
             .map(|((plugin, hook), s)| {

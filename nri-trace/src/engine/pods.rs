@@ -18,11 +18,11 @@ use crate::{
 };
 
 /// Most timeline entries kept per pod (the oldest go first).
-pub const MAX_TIMELINE: usize = 256;
+pub(crate) const MAX_TIMELINE: usize = 256;
 /// Most pods kept; past it the removed pods seen longest ago go first,
 /// then the pods seen longest ago, down to three quarters (so eviction is
 /// rare and its cost amortized).
-pub const MAX_PODS: usize = 2048;
+pub(crate) const MAX_PODS: usize = 2048;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -278,7 +278,7 @@ impl SyncCase {
 }
 
 #[derive(Default)]
-pub struct SyncClause {
+pub(crate) struct SyncClause {
     pods: BTreeMap<String, Pod>,
     pod_order: VecDeque<String>,
     containers: Containers,
@@ -287,7 +287,7 @@ pub struct SyncClause {
 
 impl SyncClause {
     /// The runtime's state at attach: its ready pods exist (from before).
-    pub fn on_state(&mut self, s: &CriState) {
+    pub(crate) fn on_state(&mut self, s: &CriState) {
         for c in s
             .containers
             .iter()
@@ -324,7 +324,7 @@ impl SyncClause {
     /// A CRI span: RunPodSandbox makes a pod, StopPodSandbox and
     /// RemovePodSandbox end it. A RunPodSandbox that settles after a
     /// registration closed is decided for it then.
-    pub fn on_cri_span(&mut self, s: &CriSpan, out: &mut Vec<SyncCase>) {
+    pub(crate) fn on_cri_span(&mut self, s: &CriSpan, out: &mut Vec<SyncCase>) {
         self.on_container_span(s);
         let (Some(id), Some(start)) = (s.call.sandbox_id.as_deref(), s.call.start) else {
             return;
@@ -410,7 +410,7 @@ impl SyncClause {
 
     /// A delivery: a Synchronize opens a registration (or is a further
     /// part of one); anything else on that connection closes it.
-    pub fn on_hook(&mut self, h: &HookSpan, out: &mut Vec<SyncCase>) {
+    pub(crate) fn on_hook(&mut self, h: &HookSpan, out: &mut Vec<SyncCase>) {
         let Some(start) = h.call.start else { return };
         self.close_before(start, out);
         let sync = h.call.method == Some(NriMethod::Synchronize);
@@ -462,7 +462,7 @@ impl SyncClause {
 
     /// The cases of the registrations still open, as they would be
     /// decided now.
-    pub fn pending(&self) -> Vec<SyncCase> {
+    pub(crate) fn pending(&self) -> Vec<SyncCase> {
         self.registrations
             .iter()
             .filter(|r| r.open)

@@ -40,7 +40,7 @@ use crate::model::{
 };
 
 /// Most pods whose teardown is kept; the ones seen longest ago go first.
-pub const MAX_PODS: usize = 4096;
+pub(crate) const MAX_PODS: usize = 4096;
 /// Most teardown steps kept per pod (kubelet retries add steps).
 const MAX_STEPS: usize = 64;
 /// Most kernel events kept per pod (the newest).
@@ -48,7 +48,7 @@ const MAX_KERNEL: usize = 256;
 
 /// One teardown CRI call and what happened under it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Step {
+pub struct TeardownStep {
     pub method: String,
     /// The container it is about, for container calls.
     pub container: Option<String>,
@@ -60,7 +60,7 @@ pub struct Step {
     pub hooks: Vec<StepHook>,
 }
 
-impl Step {
+impl TeardownStep {
     pub fn ok(&self) -> bool {
         self.outcome.is_ok()
     }
@@ -224,7 +224,7 @@ pub struct Explanation {
     /// What holds it below the CRI calls, when something does.
     pub blocker: Option<Blocker>,
     /// The teardown calls seen, in order.
-    pub steps: Vec<Step>,
+    pub steps: Vec<TeardownStep>,
     /// The step kubelet makes next, when one is expected.
     pub expected_next: Option<NextStep>,
     /// How long the expected step has been waited for (capture time).
@@ -247,7 +247,7 @@ struct PodTeardown {
     uid: Option<String>,
     /// Container id -> name.
     containers: BTreeMap<String, String>,
-    steps: VecDeque<Step>,
+    steps: VecDeque<TeardownStep>,
     findings: Vec<PodFinding>,
     last_seen: u64,
     /// The last call of any kind: (method, end or start).
@@ -427,7 +427,7 @@ impl TeardownLog {
                 outcome: h.call.outcome.clone(),
             })
             .collect();
-        let step = Step {
+        let step = TeardownStep {
             method,
             container: c
                 .container_id
@@ -677,7 +677,7 @@ impl TeardownLog {
 
     /// What the CRI calls and their hooks say of `p`.
     fn explain_calls(p: &PodTeardown, now: u64) -> Explanation {
-        let steps: Vec<Step> = p.steps.iter().cloned().collect();
+        let steps: Vec<TeardownStep> = p.steps.iter().cloned().collect();
         let mut e = Explanation {
             pod: p.label.clone(),
             sandbox_id: p.sandbox_id.clone(),
@@ -775,7 +775,7 @@ impl TeardownLog {
 
     /// The step kubelet makes after `last`, and how long it has been
     /// waited for.
-    fn next_step(last: &Step, now: u64) -> (Option<NextStep>, Option<u64>) {
+    fn next_step(last: &TeardownStep, now: u64) -> (Option<NextStep>, Option<u64>) {
         let next = match last.method.as_str() {
             "StopContainer" | "RemoveContainer" => "StopPodSandbox",
             "StopPodSandbox" => "RemovePodSandbox",

@@ -11,9 +11,9 @@ use serde::Serialize;
 use super::histogram::record;
 
 /// The window: one minute.
-pub const WINDOW_NS: u64 = 60_000_000_000;
+pub(crate) const WINDOW_NS: u64 = 60_000_000_000;
 /// Slots per window (10 s each).
-pub const SLOTS: u64 = 6;
+pub(crate) const SLOTS: u64 = 6;
 const SLOT_NS: u64 = WINDOW_NS / SLOTS;
 
 /// Counts and percentiles over the window.
@@ -30,13 +30,13 @@ pub struct WindowStats {
 
 /// Microsecond histograms per slot, newest last.
 #[derive(Debug, Default)]
-pub struct Windowed {
+pub(crate) struct Windowed {
     slots: VecDeque<(u64, Histogram<u32>)>,
 }
 
 impl Windowed {
     /// Record `ns` at capture time `at_ns`.
-    pub fn record(&mut self, at_ns: u64, ns: u64) {
+    pub(crate) fn record(&mut self, at_ns: u64, ns: u64) {
         let slot = at_ns / SLOT_NS;
         if self.slots.back().is_none_or(|(s, _)| *s < slot) {
             self.slots
@@ -52,7 +52,7 @@ impl Windowed {
     }
 
     /// The window ending at capture time `now_ns`.
-    pub fn stats(&self, now_ns: u64) -> WindowStats {
+    pub(crate) fn stats(&self, now_ns: u64) -> WindowStats {
         let now_slot = now_ns / SLOT_NS;
         let mut merged: Option<Histogram<u32>> = None;
         for (s, h) in &self.slots {

@@ -19,8 +19,8 @@ use crate::{
     engine::{
         record::Record,
         teardown::{
-            Blocker, Explanation, KernelEntry, NextStep, PodFinding, Removal, Step, StepHook,
-            TeardownLog, TeardownProgress, Verdict,
+            Blocker, Explanation, KernelEntry, NextStep, PodFinding, Removal, StepHook,
+            TeardownLog, TeardownProgress, TeardownStep, Verdict,
         },
     },
     human::{clock, duration, duration_opt, sanitize, short_id},
@@ -209,7 +209,7 @@ fn waiting_in(p: &Holder) -> String {
 }
 
 /// " (c0)" for a container step.
-fn of_container(s: &Step) -> String {
+fn of_container(s: &TeardownStep) -> String {
     s.container
         .as_ref()
         .map(|c| format!(" ({})", sanitize(c)))
@@ -217,7 +217,7 @@ fn of_container(s: &Step) -> String {
 }
 
 /// "CRI StopPodSandbox at 12:00:01.123456 took 35.0ms: ok".
-fn step_line(s: &Step) -> String {
+fn step_line(s: &TeardownStep) -> String {
     format!(
         "CRI {}{} at {} took {}: {}",
         sanitize(&s.method),

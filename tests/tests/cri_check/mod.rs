@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use nri_trace::{
     capture::CaptureEvent,
-    engine::record::Record,
+    engine::Record,
     model::cri_call::{CriCall, CriOutcome, Identified},
     pipeline::replay::{records_of_events, Collected},
 };

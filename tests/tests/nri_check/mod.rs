@@ -12,7 +12,7 @@ use std::{
 
 use nri_trace::{
     capture::{recording, CaptureEvent, ConnId},
-    engine::{hook_latency::HookSpan, record::Record},
+    engine::{HookSpan, Record},
     model::nri_call::{NriCall, NriOutcome},
     pipeline::{
         replay::{records_of_events_in, Collected},

@@ -44,7 +44,7 @@ fn the_module_table_and_the_tree_agree() {
 }
 
 /// The severity as docs/contract.md writes it.
-fn severity_word(s: nri_trace::engine::findings::Severity) -> String {
+fn severity_word(s: nri_trace::engine::Severity) -> String {
     serde_json::to_value(s)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))

@@ -13,7 +13,7 @@ use crate::truth_file;
 
 use nri_trace::{
     capture::{recording, CaptureEvent, Chunk},
-    engine::{cri_latency::MethodSummary, record::Record},
+    engine::{MethodSummary, Record},
     model::cri_call::{CriOutcome, Identified},
 };
 use nri_trace_lab::truth::Truth;

@@ -15,7 +15,7 @@ use std::path::Path;
 
 use nri_trace::{
     capture::CaptureEvent,
-    engine::record::Record,
+    engine::Record,
     model::nri_call::{IdentitySource, NriOutcome},
 };
 
@@ -29,10 +29,7 @@ fn fixture_events(scenario: &str) -> Vec<CaptureEvent> {
 fn analyze(
     events: Vec<CaptureEvent>,
     nri: Vec<std::path::PathBuf>,
-) -> (
-    Vec<Record>,
-    Vec<nri_trace::engine::hook_latency::HookSummary>,
-) {
+) -> (Vec<Record>, Vec<nri_trace::engine::HookSummary>) {
     let c = nri_check::replay(&events, &nri[0]);
     (c.records, c.tables.hooks)
 }

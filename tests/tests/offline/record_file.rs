@@ -15,7 +15,7 @@ use nri_trace::{
         recording::{self, RecordingError, RecordingReader},
         CaptureEvent, Loss,
     },
-    engine::{contract::ContractConfig, record::Record},
+    engine::{contract::ContractConfig, Record},
     model::{
         observation::Observation,
         record_file::{RecordLine, RecordWriter, SessionInfo},

@@ -15,7 +15,7 @@ use std::path::Path;
 
 use nri_trace::{
     capture::{recording, CaptureEvent},
-    engine::record::Record,
+    engine::Record,
     model::{cri_call::CriOutcome, observation::Observation, record_file::SessionInfo},
     pipeline::replay::records_of_events_in,
 };
@@ -182,7 +182,7 @@ fn runtime_restart_fixture() {
 /// plugins' and the driver's own records imply.
 #[test]
 fn synchronize_clause_as_the_plugins_records_imply() {
-    use nri_trace::engine::conformance::SYNCHRONIZE_TELLS_EXISTING_PODS;
+    use nri_trace::engine::SYNCHRONIZE_TELLS_EXISTING_PODS;
     for (name, want) in [("late-registration", (0, 1)), ("runtime-restart", (1, 0))] {
         let truth = truth(name);
         assert_eq!(
@@ -216,7 +216,7 @@ fn synchronize_clause_as_the_plugins_records_imply() {
 /// plugins' own records have them.
 #[test]
 fn plugin_timeout_counts_what_the_closed_plugin_missed() {
-    use nri_trace::engine::findings::Detail;
+    use nri_trace::engine::Detail;
     use nri_trace_lab::truth::PluginEvent;
     let name = "plugin-timeout";
     let truth = truth(name);
@@ -268,7 +268,7 @@ fn plugin_timeout_counts_what_the_closed_plugin_missed() {
 /// under its step and in the pod's findings.
 #[test]
 fn explain_says_every_pod_of_the_fixtures_is_gone() {
-    use nri_trace::engine::teardown::{TeardownLog, Verdict};
+    use nri_trace::engine::{TeardownLog, Verdict};
     for name in ["happy", "teardown-error", "runtime-restart", "slow-plugin"] {
         let mut log = TeardownLog::new();
         for r in replay(events(name)) {

@@ -9,9 +9,7 @@ pub(crate) mod rule_ids;
 use std::collections::BTreeMap;
 
 use nri_trace::engine::{
-    correlate::{causes, NoCause},
-    findings::{Certainty, Detail},
-    record::Record,
+    Record, {causes, NoCause}, {Certainty, Detail},
 };
 use nri_trace_lab::truth::{self, Truth};
 

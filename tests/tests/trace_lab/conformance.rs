@@ -62,7 +62,7 @@ fn crio_trace_container_exit_labels_its_stop_container() {
 fn check_container_exits(runtime: Runtime, out: &Path, records: &[Record]) {
     let mut causes: std::collections::BTreeMap<(String, String), Vec<String>> =
         std::collections::BTreeMap::new();
-    let mut add = |h: &nri_trace::engine::hook_latency::HookSpan, cause: String| {
+    let mut add = |h: &nri_trace::engine::HookSpan, cause: String| {
         let container = h
             .call
             .container

@@ -104,7 +104,7 @@ fn crictl_calls(args: &[String], stopped_before: bool) -> Vec<&'static str> {
     v
 }
 
-fn spans(records: &[Record]) -> Vec<&nri_trace::engine::correlate::CriSpan> {
+fn spans(records: &[Record]) -> Vec<&nri_trace::engine::CriSpan> {
     records
         .iter()
         .filter_map(|r| match r {

@@ -54,7 +54,7 @@ use std::{ffi::OsStr, path::Path, sync::Arc};
 use lab_trace::{json_lines, TraceProc};
 use nri_trace::{
     capture::sandbox::SandboxOp,
-    engine::{correlate::NoCause, findings::Detail, record::Record},
+    engine::{Detail, NoCause, Record},
     model::{
         cri_call::{CriCall, CriOutcome, Identified},
         observation::Observation,

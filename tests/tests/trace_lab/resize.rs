@@ -8,7 +8,7 @@
 //! same file), and the other runtimes of the lab were not tried
 //! (docs/lab.md, "The runtime matrix").
 
-use nri_trace::engine::correlate::CriSpan;
+use nri_trace::engine::CriSpan;
 
 use super::*;
 

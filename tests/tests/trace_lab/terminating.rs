@@ -308,7 +308,7 @@ fn check_hung_teardown_hook(rt: Option<Runtime>) {
     // The hung hook is in the span, timed out, whether the runtime closed
     // 10-hung's connection (its deadline fired first) or left it open (the
     // client's cancel came first).
-    let hung_in = |s: &nri_trace::engine::correlate::CriSpan| -> Vec<(String, NriOutcome)> {
+    let hung_in = |s: &nri_trace::engine::CriSpan| -> Vec<(String, NriOutcome)> {
         s.hooks
             .iter()
             .filter(|h| h.call.plugin.label() == "10-hung")

@@ -9,7 +9,7 @@
 //! adjusted, and the validator's reason. containerd 2.2 (NRI v0.11), 2.3
 //! (v0.12) and CRI-O 1.36 (v0.11): the runtimes with validation.
 
-use nri_trace::engine::findings::{AdjustedBy, Certainty};
+use nri_trace::engine::{AdjustedBy, Certainty};
 use nri_trace_lab::scenario::adjustment_rejected::{JUDGE_REASON, PODS};
 use trace_check::rule_ids::ADJUSTMENT_REJECTED;
 
