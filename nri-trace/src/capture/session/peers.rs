@@ -64,13 +64,33 @@ pub(super) struct RecentPeers {
 
 impl RecentPeers {
     /// `peer` as read at `now_ns`, completed from the same process's
-    /// earlier read when /proc no longer showed it; remembered when it did.
+    /// earlier read where /proc no longer showed it (gone before the read,
+    /// or during it: CI on fdc69a4 read a `crictl ps` with its comm and
+    /// without its cgroup, the process exiting between the two files);
+    /// remembered when /proc showed it.
     pub(super) fn complete(&mut self, peer: Option<Peer>, now_ns: u64) -> Option<Peer> {
         let mut p = peer?;
         if p.pid == 0 {
             return Some(p);
         }
-        if p.comm.is_some() {
+        let shown = p.comm.is_some();
+        if let Some((seen, at)) = self.by_pid.get(&p.pid) {
+            if seen.uid == p.uid && now_ns.saturating_sub(*at) <= RECENT_PEER_NS {
+                if p.comm.is_none() {
+                    p.comm.clone_from(&seen.comm);
+                }
+                if p.cmdline.is_empty() {
+                    p.cmdline.clone_from(&seen.cmdline);
+                }
+                if p.cgroup.is_none() {
+                    p.cgroup.clone_from(&seen.cgroup);
+                }
+                if p.env.is_empty() {
+                    p.env.clone_from(&seen.env);
+                }
+            }
+        }
+        if shown {
             if self.by_pid.len() >= MAX_RECENT_PEERS && !self.by_pid.contains_key(&p.pid) {
                 self.by_pid
                     .retain(|_, (_, at)| now_ns.saturating_sub(*at) <= RECENT_PEER_NS);
@@ -79,17 +99,6 @@ impl RecentPeers {
                 }
             }
             self.by_pid.insert(p.pid, (p.clone(), now_ns));
-            return Some(p);
-        }
-        if let Some((seen, at)) = self.by_pid.get(&p.pid) {
-            if seen.uid == p.uid && now_ns.saturating_sub(*at) <= RECENT_PEER_NS {
-                p.comm.clone_from(&seen.comm);
-                p.cmdline.clone_from(&seen.cmdline);
-                p.cgroup.clone_from(&seen.cgroup);
-                if p.env.is_empty() {
-                    p.env.clone_from(&seen.env);
-                }
-            }
         }
         Some(p)
     }
@@ -118,14 +127,19 @@ mod tests {
         assert_eq!(r.complete(None, s), None);
         let first = r.complete(read(40, 0, Some("crictl")), s).unwrap();
         // Its second connection, read after it exited: pid and uid alone.
-        assert_eq!(r.complete(read(40, 0, None), 2 * s), Some(first));
+        assert_eq!(r.complete(read(40, 0, None), 2 * s), Some(first.clone()));
+        // Read while it exited: its comm and cmdline, not its cgroup.
+        let mut partial = read(40, 0, Some("crictl")).unwrap();
+        partial.cgroup = None;
+        assert_eq!(r.complete(Some(partial), 2 * s), Some(first));
         // Another uid, another pid, too late, pid 0: left as read.
         assert_eq!(
             r.complete(read(40, 1000, None), 2 * s),
             read(40, 1000, None)
         );
         assert_eq!(r.complete(read(41, 0, None), 2 * s), read(41, 0, None));
-        let late = s + RECENT_PEER_NS + 1;
+        // Too late after the last read that showed it (the partial one).
+        let late = 2 * s + RECENT_PEER_NS + 1;
         assert_eq!(r.complete(read(40, 0, None), late), read(40, 0, None));
         assert_eq!(r.complete(read(0, 0, None), 2 * s), read(0, 0, None));
         // Bounded: past the bound the stale ones go, then all.
