@@ -1747,14 +1747,19 @@ fn a_sleeping_reader_is_woken_by_the_first_record() {
         };
         let t0 = Instant::now();
         let n = unsafe { libc::poll(&raw mut p, 1, 60_000) };
-        (n, t0.elapsed())
+        (n, t0.elapsed(), Instant::now())
     });
     // The waiter blocks in poll(2) first (if it has not yet, its poll sees
     // the record at once: the test passes without proving the wakeup, it
     // cannot fail for it).
     std::thread::sleep(Duration::from_millis(500));
+    let wrote = Instant::now();
     a.write_all(b"wake up").unwrap();
-    let (n, waited) = waiter.join().unwrap();
+    let (n, waited, woke) = waiter.join().unwrap();
+    eprintln!(
+        "{NAME}: woken {:?} after the write",
+        woke.saturating_duration_since(wrote)
+    );
     assert_eq!(n, 1, "{NAME}: poll(2) on the ring");
     assert!(
         waited < Duration::from_secs(30),
