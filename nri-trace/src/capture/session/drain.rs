@@ -171,7 +171,10 @@ async fn drain_until_stopped(
                 }
             }
             _ = tick.tick(), if !asleep => {}
-            () = tokio::time::sleep(idle.wait(interval, monotonic_ns())), if asleep => {}
+            // select! builds a disabled branch's future too: an async block,
+            // so the awake loop reads no clock and makes no timer for it.
+            () = async { tokio::time::sleep(idle.wait(interval, monotonic_ns())).await },
+                if asleep => {}
         }
         let drain_start = monotonic_ns();
         let mut records = 0usize;
