@@ -34,6 +34,12 @@ pub(crate) fn run_dist() -> Result<PathBuf> {
     let obj = build_ebpf()?;
     let commit = git_commit();
     let target_dir = crate::build_cache::target_dir("dist", "target");
+    crate::build_cache::forget_members_if_kept(
+        &target_dir,
+        &workspace_root().join("Cargo.toml"),
+        &["nri-trace", "nri-trace-common"],
+        Some(TARGET),
+    )?;
     let mut cmd = cargo();
     cmd.args([
         "build",

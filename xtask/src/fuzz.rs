@@ -172,6 +172,12 @@ fn targets(only: Option<&str>) -> Result<Vec<String>> {
 /// Build every target (one cargo run) into [`target_dir`].
 fn build() -> Result<()> {
     let started = Instant::now();
+    crate::build_cache::forget_members_if_kept(
+        &target_dir(),
+        &workspace_root().join("fuzz/Cargo.toml"),
+        &["nri-trace", "nri-trace-common", "nri-trace-fuzz"],
+        Some(TRIPLE),
+    )?;
     run(fuzz_cargo()?
         .args(["fuzz", "build", "--fuzz-dir", "fuzz", "--target-dir"])
         .arg(target_dir())

@@ -399,6 +399,12 @@ fn clippy(target_dir: Option<&Path>) -> Result<()> {
     let mut cmd = cargo();
     cmd.args(["clippy", "--workspace", "--all-targets"]);
     if let Some(d) = target_dir {
+        build_cache::forget_members_if_kept(
+            d,
+            &workspace_root().join("Cargo.toml"),
+            build_cache::WORKSPACE_MEMBERS,
+            None,
+        )?;
         cmd.arg("--target-dir").arg(d);
     }
     cmd.args(["--", "-D", "warnings"]);

@@ -103,6 +103,22 @@ pub(crate) fn build_tests(envs: &[(&str, &Path)]) -> Result<Vec<TestBin>> {
         "json-render-diagnostics",
     ])
     .stdout(Stdio::piped());
+    // Under CI the dependencies' build is kept across clones
+    // (build_cache.rs); each member is compiled once per run there, so
+    // rustc's incremental state would be written for nothing (measured:
+    // 2 min 13 s with it, 1 min 43 s without, and 6.3 GiB against 3.8).
+    if let Some(root) = crate::build_cache::root() {
+        let dir = root.join("test");
+        crate::build_cache::forget_members(
+            &dir,
+            &crate::workspace_root().join("Cargo.toml"),
+            crate::build_cache::WORKSPACE_MEMBERS,
+            None,
+        )?;
+        cmd.arg("--target-dir")
+            .arg(dir)
+            .env("CARGO_INCREMENTAL", "0");
+    }
     for (k, v) in envs {
         cmd.env(k, v);
     }
