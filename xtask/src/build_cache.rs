@@ -46,8 +46,9 @@ pub(crate) fn target_dir(name: &str, in_workspace: &str) -> PathBuf {
 
 /// Before a build into the kept directory `dir`: remove from it what it
 /// holds of the packages `members` (the workspace's own, of the build
-/// `manifest`; `cargo clean -p`, with `target`'s triple if the build
-/// names one), and its `tmp/` (tests' CARGO_TARGET_TMPDIR); the
+/// `manifest`; `cargo clean -p`, with the build's `--target T` and
+/// `--release` in `args`: without them it cleans the host's dev
+/// profile only), and its `tmp/` (tests' CARGO_TARGET_TMPDIR); the
 /// dependencies stay. Why: cargo takes a path package as fresh when none
 /// of the files its dep-info lists is newer than its outputs, and those
 /// paths are relative to the package, as its hash is (above): a checkout
@@ -60,16 +61,14 @@ pub(crate) fn forget_members(
     dir: &Path,
     manifest: &Path,
     members: &[&str],
-    target: Option<&str>,
+    args: &[&str],
 ) -> Result<()> {
     let mut cmd = cargo();
     cmd.args(["clean", "-q", "--manifest-path"])
         .arg(manifest)
         .arg("--target-dir")
-        .arg(dir);
-    if let Some(t) = target {
-        cmd.args(["--target", t]);
-    }
+        .arg(dir)
+        .args(args);
     for m in members {
         cmd.args(["-p", m]);
     }
@@ -94,10 +93,10 @@ pub(crate) fn forget_members_if_kept(
     dir: &Path,
     manifest: &Path,
     members: &[&str],
-    target: Option<&str>,
+    args: &[&str],
 ) -> Result<()> {
     if root().is_some_and(|r| dir.starts_with(r)) {
-        forget_members(dir, manifest, members, target)?;
+        forget_members(dir, manifest, members, args)?;
     }
     Ok(())
 }

@@ -38,7 +38,7 @@ pub(crate) fn run_dist() -> Result<PathBuf> {
         &target_dir,
         &workspace_root().join("Cargo.toml"),
         &["nri-trace", "nri-trace-common"],
-        Some(TARGET),
+        &["--target", TARGET, "--release"],
     )?;
     let mut cmd = cargo();
     cmd.args([

@@ -54,6 +54,10 @@ pub(crate) struct FuzzArgs {
     /// Build the targets (installing cargo-fuzz if missing), run none.
     #[arg(long)]
     pub(crate) no_run: bool,
+    /// Codegen units of the targets' build: cargo-fuzz's default, 1, for
+    /// the fastest fuzzing; the smoke's, 16, for the fastest build.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) codegen_units: u32,
     /// Only this target (default: every one; `cargo fuzz list --fuzz-dir
     /// fuzz` lists them).
     pub(crate) target: Option<String>,
@@ -72,7 +76,7 @@ struct RunStats {
 pub(crate) fn run_fuzz(a: &FuzzArgs) -> Result<()> {
     ensure_cargo_fuzz()?;
     let targets = targets(a.target.as_deref())?;
-    build()?;
+    build(a.codegen_units)?;
     if a.no_run {
         return Ok(());
     }
@@ -108,6 +112,14 @@ pub(crate) fn run_fuzz(a: &FuzzArgs) -> Result<()> {
 /// xtask fuzz`.
 pub(crate) const SMOKE_SECONDS: u32 = 3;
 
+/// Codegen units of the smoke's build. cargo-fuzz builds each crate in
+/// one (its project.rs: with more, the coverage passes keep ThinLTO from
+/// inlining across units, and fuzzing runs slower); nri-trace in one unit
+/// was most of the smoke's build, on one of the two cores (ci25: 207 s,
+/// user time equal to wall time). A smoke runs each target 3 s: it needs
+/// every seed run, not the fastest executions.
+pub(crate) const SMOKE_CODEGEN_UNITS: u32 = 16;
+
 /// The CI smoke of `cargo xtask test`: every target for
 /// [`SMOKE_SECONDS`]. Under CI cargo-fuzz must install; elsewhere a
 /// failed install skips the smoke with the reason.
@@ -123,6 +135,7 @@ pub(crate) fn smoke(ci: bool) -> Result<()> {
         seconds: SMOKE_SECONDS,
         seed: false,
         no_run: false,
+        codegen_units: SMOKE_CODEGEN_UNITS,
         target: None,
     })
 }
@@ -169,19 +182,22 @@ fn targets(only: Option<&str>) -> Result<Vec<String>> {
     }
 }
 
-/// Build every target (one cargo run) into [`target_dir`].
-fn build() -> Result<()> {
+/// Build every target (one cargo run) into [`target_dir`], in
+/// `codegen_units` units each crate.
+fn build(codegen_units: u32) -> Result<()> {
     let started = Instant::now();
     crate::build_cache::forget_members_if_kept(
         &target_dir(),
         &workspace_root().join("fuzz/Cargo.toml"),
         &["nri-trace", "nri-trace-common", "nri-trace-fuzz"],
-        Some(TRIPLE),
+        &["--target", TRIPLE, "--release"],
     )?;
     run(fuzz_cargo()?
         .args(["fuzz", "build", "--fuzz-dir", "fuzz", "--target-dir"])
         .arg(target_dir())
-        .args(["-s", SANITIZER]))
+        .args(["-s", SANITIZER])
+        .arg("--codegen-units")
+        .arg(codegen_units.to_string()))
     .context("cargo fuzz build (RUSTC_BOOTSTRAP=1)")?;
     println!(
         "fuzz: built in {:.0} s",

@@ -113,7 +113,7 @@ pub(crate) fn build_tests(envs: &[(&str, &Path)]) -> Result<Vec<TestBin>> {
             &dir,
             &crate::workspace_root().join("Cargo.toml"),
             crate::build_cache::WORKSPACE_MEMBERS,
-            None,
+            &[],
         )?;
         cmd.arg("--target-dir")
             .arg(dir)
