@@ -134,10 +134,14 @@ fn kernels_doctor_and_capture_pass_on_every_kernel() {
     let _ = std::fs::remove_file(&report);
     // The xtask binary itself, not `cargo xtask`: a cargo inside `cargo
     // test` would wait for the build directory's lock the outer one holds.
-    let xtask = workspace_bin("xtask");
+    // `cargo xtask test` names itself (under CI its tests are built in a
+    // directory of their own, build_cache.rs); a plain `cargo test` finds
+    // the one `cargo xtask` built beside it.
+    let xtask = std::env::var_os("NRI_TRACE_XTASK_BIN")
+        .map_or_else(|| workspace_bin("xtask"), PathBuf::from);
     assert!(
         xtask.is_file(),
-        "{} not built: cargo test --workspace builds it",
+        "{} not built: run `cargo xtask test --tier kernels`, or `cargo build -p xtask` first",
         xtask.display()
     );
     let status_xtask = Command::new(&xtask)

@@ -278,7 +278,9 @@ fn test(tiers: &[tiers::Tier], extra: &[String]) -> Result<()> {
     } else {
         None
     };
-    let mut envs: Vec<(&str, &Path)> = Vec::new();
+    // tests/tests/kernels.rs runs this very executable's `kernels`.
+    let me = env::current_exe().context("finding the xtask executable")?;
+    let mut envs: Vec<(&str, &Path)> = vec![("NRI_TRACE_XTASK_BIN", &me)];
     if let Some(o) = &obj {
         envs.push(("NRI_TRACE_EBPF_OBJ", o));
     }
