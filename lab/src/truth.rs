@@ -267,6 +267,23 @@ pub fn observer_attached_ns(truth: &[Truth]) -> Option<u64> {
     })
 }
 
+/// The driver's CRI calls of `method` (e.g. "StopPodSandbox"), in the
+/// order it made them: each call's (start, end), monotonic ns.
+pub fn cri_spans<'a>(
+    truth: &'a [Truth],
+    method: &'a str,
+) -> impl DoubleEndedIterator<Item = (u64, u64)> + 'a {
+    truth.iter().filter_map(move |t| match t {
+        Truth::Cri {
+            method: m,
+            start_mono_ns,
+            end_mono_ns,
+            ..
+        } if m == method => Some((*start_mono_ns, *end_mono_ns)),
+        _ => None,
+    })
+}
+
 /// Read every record of a truth file.
 pub fn read(path: &Path) -> std::io::Result<Vec<Truth>> {
     read_from(BufReader::new(File::open(path)?))

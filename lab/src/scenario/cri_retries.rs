@@ -15,7 +15,7 @@ use super::{
 };
 use crate::{
     labctl::Runtime,
-    truth::{Outcome, Truth},
+    truth::{self, Outcome, Truth},
 };
 
 pub(super) const CRI_DEADLINE_RETRY: Scenario = Scenario {
@@ -134,17 +134,9 @@ fn check_cri_deadline_retry(t: &[Truth], facts: &mut Vec<String>) -> Result<()> 
         // the plugin's timeout and closes it (nri pkg/adaptation
         // plugin.go isFatalError); the sandbox is then made at once
         // and the retry gets it from CRI-O's resource cache.
-        let first_start = t
-            .iter()
-            .find_map(|x| match x {
-                Truth::Cri {
-                    method,
-                    start_mono_ns,
-                    ..
-                } if method == "RunPodSandbox" => Some(*start_mono_ns),
-                _ => None,
-            })
-            .unwrap_or(0);
+        let first_start = truth::cri_spans(t, "RunPodSandbox")
+            .next()
+            .map_or(0, |(start, _)| start);
         if let Some((at, why)) = disconnected_at(t, "slow") {
             facts.push(format!(
                 "{runtime} {version}: the slow plugin was disconnected {:.0} ms after the first try began ({why})",

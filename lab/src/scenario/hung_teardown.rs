@@ -112,17 +112,8 @@ fn check_hung_teardown_hook(t: &[Truth], facts: &mut Vec<String>) -> Result<()> 
     let hung = deliveries(t, "hung");
     let hook = unanswered_stop(&hung)?;
     // The call's start and end, for the hook's place in it.
-    let (start, end) = t
-        .iter()
-        .find_map(|x| match x {
-            Truth::Cri {
-                method,
-                start_mono_ns,
-                end_mono_ns,
-                ..
-            } if method == "StopPodSandbox" => Some((*start_mono_ns, *end_mono_ns)),
-            _ => None,
-        })
+    let (start, end) = truth::cri_spans(t, "StopPodSandbox")
+        .next()
         .context("no StopPodSandbox")?;
     ensure!(
         (start..=end).contains(&hook.recv),
@@ -156,18 +147,9 @@ fn check_hung_teardown_hook(t: &[Truth], facts: &mut Vec<String>) -> Result<()> 
     ));
     // containerd's doing, reported as found (it varies from run to
     // run: see hung_teardown_hook).
-    let removal = t
-        .iter()
-        .rev()
-        .find_map(|x| match x {
-            Truth::Cri {
-                method,
-                start_mono_ns,
-                ..
-            } if method == "RemovePodSandbox" => Some(*start_mono_ns),
-            _ => None,
-        })
-        .unwrap_or(u64::MAX);
+    let removal = truth::cri_spans(t, "RemovePodSandbox")
+        .next_back()
+        .map_or(u64::MAX, |(start, _)| start);
     let rel = |at: u64| {
         let d = at as f64 - end as f64;
         format!("{:+.1} ms from the deadline", d / 1e6)

@@ -341,16 +341,7 @@ fn check_hung_teardown_hook(rt: Option<Runtime>) {
         })
         .sum();
     assert_eq!(traced, delivered, "{stops:?}");
-    let retry_start = truth
-        .iter()
-        .filter_map(|t| match t {
-            Truth::Cri {
-                method,
-                start_mono_ns,
-                ..
-            } if method == "StopPodSandbox" => Some(*start_mono_ns),
-            _ => None,
-        })
+    let (retry_start, _) = truth::cri_spans(&truth, "StopPodSandbox")
         .nth(1)
         .expect("the driver's retried StopPodSandbox");
     let closed_before_retry = truth.iter().any(|t| {
@@ -595,14 +586,9 @@ fn check_hung_teardown_client_gone(rt: Option<Runtime>) {
             } if plugin == "hung" => Some(*mono_ns),
             _ => None,
         });
-        let last_stop_end = truth.iter().rev().find_map(|t| match t {
-            Truth::Cri {
-                method,
-                end_mono_ns,
-                ..
-            } if method == "StopPodSandbox" => Some(*end_mono_ns),
-            _ => None,
-        });
+        let last_stop_end = truth::cri_spans(&truth, "StopPodSandbox")
+            .next_back()
+            .map(|(_, end)| end);
         assert!(
             disconnected.is_some_and(|d| last_stop_end.is_some_and(|e| d < e)),
             "hung not closed during the later StopPodSandbox: {disconnected:?} {last_stop_end:?}"
