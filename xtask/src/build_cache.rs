@@ -48,8 +48,7 @@ pub(crate) fn target_dir(name: &str, in_workspace: &str) -> PathBuf {
 /// holds of the packages `members` (the workspace's own, of the build
 /// `manifest`; `cargo clean -p`, with the build's `--target T` and
 /// `--release` in `args`: without them it cleans the host's dev
-/// profile only), and its `tmp/` (tests' CARGO_TARGET_TMPDIR); the
-/// dependencies stay. Why: cargo takes a path package as fresh when none
+/// profile only); the dependencies stay. Why: cargo takes a path package as fresh when none
 /// of the files its dep-info lists is newer than its outputs, and those
 /// paths are relative to the package, as its hash is (above): a checkout
 /// whose files are older than another clone's build into the same
@@ -78,14 +77,7 @@ pub(crate) fn forget_members(
             members.join(", "),
             dir.display()
         )
-    })?;
-    let tmp = dir.join("tmp");
-    match std::fs::remove_dir_all(&tmp) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(e).with_context(|| format!("removing {}", tmp.display()))
-        }
-        _ => Ok(()),
-    }
+    })
 }
 
 /// [`forget_members`] if `dir` is a kept directory (under [`root`]).

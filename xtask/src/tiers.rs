@@ -115,6 +115,15 @@ pub(crate) fn build_tests(envs: &[(&str, &Path)]) -> Result<Vec<TestBin>> {
             crate::build_cache::WORKSPACE_MEMBERS,
             &[],
         )?;
+        // The tests' CARGO_TARGET_TMPDIR: an earlier run's outputs go
+        // (cargo makes it again).
+        let tmp = dir.join("tmp");
+        match std::fs::remove_dir_all(&tmp) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("removing {}", tmp.display()));
+            }
+            _ => {}
+        }
         cmd.arg("--target-dir")
             .arg(dir)
             .env("CARGO_INCREMENTAL", "0");
