@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # What lab.sh (the containerds) and crio.sh (CRI-O) both need, sourced by
-# each after it set LAB_TAG (the prefix of its messages), CNI_NET and,
-# for mark_cgroup_parents, CGROOT and CG_MARK.
+# each after it set LAB_TAG (the prefix of its messages), CNI_NET,
+# NRI_SOCK and, for mark_cgroup_parents, CGROOT and CG_MARK.
 
 log() { printf '%s: %s\n' "$LAB_TAG" "$*"; }
 die() {
@@ -17,6 +17,24 @@ wait_gone() { # pid timeout_s
 	local i
 	for ((i = 0; i < $2 * 10; i++)); do
 		kill -0 "$1" 2>/dev/null || return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# Wait until a process listens on the NRI socket $NRI_SOCK (at most $1
+# seconds). The socket file alone proves nothing after a restart: the old
+# runtime's file stays until the new one re-binds it, and NRI's
+# adaptation Start launches the pre-launched plugins before it listens
+# (containerd/nri pkg/adaptation/adaptation.go, Start), so an external plugin
+# started in between is refused (ECONNREFUSED). Read from /proc/net/unix
+# (flags 00010000: __SO_ACCEPTCON, listening), not by connecting: a
+# connection to the NRI socket is a plugin to the runtime, which would wait
+# for it to register.
+wait_nri_listening() { # timeout_s
+	local i
+	for ((i = 0; i < $1 * 10; i++)); do
+		[[ -n $(awk -v p="$NRI_SOCK" '$4 == "00010000" && $8 == p' /proc/net/unix) ]] && return 0
 		sleep 0.1
 	done
 	return 1

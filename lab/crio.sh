@@ -435,7 +435,7 @@ cmd_up() {
 	mark_cgroup_parents crio
 	import_images
 	start_crio
-	[[ -S $NRI_SOCK ]] || die "NRI socket $NRI_SOCK missing: is NRI enabled? (log: $LOG)"
+	wait_nri_listening 10 || die "nothing listens on the NRI socket $NRI_SOCK within 10 s: is NRI enabled? (log: $LOG)"
 	log "NRI socket $NRI_SOCK"
 	log "up in $((SECONDS - t0)) s"
 }
@@ -639,7 +639,7 @@ cmd_restart() {
 	our_pid >/dev/null || die "crio is not running: 'up' first"
 	stop_crio
 	start_crio
-	[[ -S $NRI_SOCK ]] || die "NRI socket $NRI_SOCK missing after restart (log: $LOG)"
+	wait_nri_listening 10 || die "nothing listens on the NRI socket $NRI_SOCK within 10 s of the restart (log: $LOG)"
 }
 
 case "${1:-}" in

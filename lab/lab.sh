@@ -807,7 +807,7 @@ cmd_up() {
 	fi
 	build_images
 	import_images
-	[[ -S $NRI_SOCK ]] || die "NRI socket $NRI_SOCK missing: is NRI enabled? (log: $LOG)"
+	wait_nri_listening 10 || die "nothing listens on the NRI socket $NRI_SOCK within 10 s: is NRI enabled? (log: $LOG)"
 	log "NRI socket $NRI_SOCK"
 	if [[ $RUNTIME == containerd-2.* ]]; then
 		local d
@@ -1071,7 +1071,7 @@ cmd_restart() {
 	our_pid >/dev/null || die "containerd is not running: 'up' first"
 	stop_containerd
 	start_containerd
-	[[ -S $NRI_SOCK ]] || die "NRI socket $NRI_SOCK missing after restart (log: $LOG)"
+	wait_nri_listening 10 || die "nothing listens on the NRI socket $NRI_SOCK within 10 s of the restart (log: $LOG)"
 }
 
 # The parts every runtime of the lab shares (crio.sh calls it at `up`):
