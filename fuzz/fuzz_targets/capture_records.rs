@@ -1,4 +1,4 @@
-//! Capture ring records (nri-trace-common's RecordHeader layout) as the
+//! Capture ring records (nri-trace-common's EntryHeader layout) as the
 //! live session drains them: each parsed, handed to the connection
 //! tracker (listeners on a CRI and an NRI socket), the batch's peers
 //! resolved, stale partial syscalls flushed, and the events the tracker
@@ -10,7 +10,7 @@ use libfuzzer_sys::fuzz_target;
 use nri_trace::{
     assemble::TraceDecoder,
     capture::{
-        ring_record,
+        ring_entry,
         tracker::{ConnFacts, ConnTracker},
     },
 };
@@ -27,7 +27,7 @@ fuzz_target!(|data: &[u8]| {
     let mut last_ts = 0u64;
     for batch in parts(data).chunks(16) {
         for bytes in batch {
-            if let Ok(r) = ring_record::parse(bytes) {
+            if let Ok(r) = ring_entry::parse(bytes) {
                 last_ts = last_ts.max(r.ts_ns);
                 tracker.on_record(&r, &mut events);
             }

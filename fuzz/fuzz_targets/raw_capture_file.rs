@@ -6,14 +6,12 @@
 
 use libfuzzer_sys::fuzz_target;
 use nri_trace::{
-    capture::{recording, CaptureEvent},
-    engine::contract::ContractConfig,
-    pipeline::replay,
+    capture::CaptureEvent, engine::contract::ContractConfig, pipeline::replay, store::ndjson,
 };
 
 fuzz_target!(|data: &[u8]| {
     let Ok(reader) =
-        recording::reader_as::<CaptureEvent>(Box::new(std::io::Cursor::new(data.to_vec())))
+        ndjson::reader_as::<CaptureEvent>(Box::new(std::io::Cursor::new(data.to_vec())))
     else {
         return;
     };

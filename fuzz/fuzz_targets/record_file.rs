@@ -6,15 +6,14 @@
 
 use libfuzzer_sys::fuzz_target;
 use nri_trace::{
-    capture::recording,
     engine::contract::ContractConfig,
-    model::record_file::{RecordLine, SessionInfo},
     pipeline::replay,
+    store::ndjson,
+    store::record_file::{RecordLine, SessionInfo},
 };
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(reader) =
-        recording::reader_as::<RecordLine>(Box::new(std::io::Cursor::new(data.to_vec())))
+    let Ok(reader) = ndjson::reader_as::<RecordLine>(Box::new(std::io::Cursor::new(data.to_vec())))
     else {
         return;
     };

@@ -9,7 +9,8 @@ use std::{
 };
 
 use nri_trace::{
-    capture::{recording, CaptureEvent},
+    capture::CaptureEvent,
+    store::raw_capture,
     testing::{cri::hpack, nri::message},
 };
 
@@ -123,7 +124,7 @@ pub fn recordings() -> &'static [(PathBuf, Vec<CaptureEvent>)] {
         let all: Vec<_> = fixture_paths()
             .into_iter()
             .map(|p| {
-                let events = recording::read_file(&p)
+                let events = raw_capture::read_file(&p)
                     .unwrap_or_else(|e| panic!("reading {}: {e}", p.display()));
                 (p, events)
             })

@@ -8,7 +8,7 @@
 #![no_std]
 
 /// Payload bytes carried by one ring-buffer record. A syscall moving more
-/// than this is split into several records (`RecordHeader::offset`).
+/// than this is split into several records (`EntryHeader::offset`).
 pub const MAX_CHUNK: usize = 16 * 1024;
 
 /// Upper bound on the per-syscall snap length. A syscall may carry up to
@@ -111,7 +111,7 @@ pub const DEFAULT_RING_BYTES: u32 = 16 * 1024 * 1024;
 /// What a ring-buffer record describes.
 #[repr(u16)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RecordKind {
+pub enum EntryKind {
     /// Payload moved by a read- or write-family syscall on a tracked fd.
     Data = 1,
     /// A tracked connection appeared (accept, connect, socketpair, dup).
@@ -131,7 +131,7 @@ pub enum RecordKind {
     Bound = 7,
 }
 
-impl RecordKind {
+impl EntryKind {
     pub fn from_u16(v: u16) -> Option<Self> {
         Some(match v {
             1 => Self::Data,
@@ -340,21 +340,21 @@ impl Syscall {
     }
 }
 
-/// `RecordHeader::flags`: the syscall moved more bytes than the snap length
+/// `EntryHeader::flags`: the syscall moved more bytes than the snap length
 /// (or than `MAX_IOV` iovecs hold); `ret` says how many it really moved.
 pub const FLAG_TRUNCATED: u32 = 1;
-/// `RecordHeader::flags`: the payload could not be read from user memory
+/// `EntryHeader::flags`: the payload could not be read from user memory
 /// (bpf_probe_read_user failed); the record carries no bytes for this chunk.
 pub const FLAG_READ_FAULT: u32 = 2;
-/// `RecordHeader::flags`: the last record of this syscall.
+/// `EntryHeader::flags`: the last record of this syscall.
 pub const FLAG_LAST: u32 = 4;
 
 /// Header of every ring-buffer record; for `Data` records `len` payload bytes
 /// follow it directly.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RecordHeader {
-    /// `RecordKind` as u16.
+pub struct EntryHeader {
+    /// `EntryKind` as u16.
     pub kind: u16,
     /// `Syscall` as u16.
     pub syscall: u16,
@@ -378,7 +378,7 @@ pub struct RecordHeader {
     pub len: u32,
 }
 
-pub const RECORD_HEADER_LEN: usize = size_of::<RecordHeader>();
+pub const ENTRY_HEADER_LEN: usize = size_of::<EntryHeader>();
 
 /// Key of the `FDS` map: one fd of one process.
 #[repr(C)]
@@ -504,7 +504,7 @@ pub const SANDBOX_PATH2_CUT: u32 = 2;
 /// `SandboxRecord::flags`: the exit code could not be read.
 pub const SANDBOX_NO_CODE: u32 = 4;
 
-/// Payload of a `RecordKind::Sandbox` record. What each field means
+/// Payload of a `EntryKind::Sandbox` record. What each field means
 /// depends on the header's `Syscall`:
 ///
 /// | syscall | `arg` | `target` | `aux` | `path` / `path2` |
@@ -584,14 +584,14 @@ mod tests {
     #[test]
     fn layouts_are_stable() {
         // The eBPF side and userspace must agree on these exact sizes.
-        assert_eq!(RECORD_HEADER_LEN, 48);
+        assert_eq!(ENTRY_HEADER_LEN, 48);
         assert_eq!(size_of::<FdKey>(), 8);
         // 4 x u32, u64, 4 x u32: no padding.
         assert_eq!(size_of::<Config>(), 40);
         assert_eq!(SANDBOX_RECORD_LEN, 48 + 2 * SANDBOX_PATH_LEN);
         assert_eq!(align_of::<SandboxRecord>(), 8);
         assert_eq!(size_of::<FdState>(), 16);
-        assert_eq!(align_of::<RecordHeader>(), 8);
+        assert_eq!(align_of::<EntryHeader>(), 8);
         assert!(TGID_SLOTS.is_power_of_two());
         assert_eq!(MAX_SNAP as usize % MAX_CHUNK, 0);
     }
@@ -642,9 +642,9 @@ mod tests {
         assert!(Syscall::from_u16(n + 1).is_none());
         assert!(Syscall::from_u16(0).is_none());
         for v in 1..=7u16 {
-            assert_eq!(RecordKind::from_u16(v).unwrap() as u16, v);
+            assert_eq!(EntryKind::from_u16(v).unwrap() as u16, v);
         }
-        assert!(RecordKind::from_u16(8).is_none());
+        assert!(EntryKind::from_u16(8).is_none());
         assert!(Syscall::Recvmsg.is_inbound() && !Syscall::Sendmsg.is_inbound());
     }
 

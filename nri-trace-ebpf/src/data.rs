@@ -13,7 +13,7 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use nri_trace_common::{
-    RecordHeader, RecordKind, Syscall, COMPAT_TAIL_STEPS, FD_CONN, FLAG_LAST, FLAG_TRUNCATED,
+    EntryHeader, EntryKind, Syscall, COMPAT_TAIL_STEPS, FD_CONN, FLAG_LAST, FLAG_TRUNCATED,
     MAX_CHUNK, MAX_IOV, MAX_SNAP,
 };
 
@@ -58,7 +58,7 @@ struct Iovec {
 /// bpf_loop. A contiguous buffer is a single pre-fetched segment.
 #[repr(C)]
 pub struct CopyState {
-    hdr: RecordHeader,
+    hdr: EntryHeader,
     /// Current segment: next user address and bytes left in it.
     base: u64,
     left: u64,
@@ -147,7 +147,7 @@ fn capture_payload<const COMPAT: bool>(
     } else {
         0
     };
-    let hdr = header(RecordKind::Data, sc, pid_tgid, fd as i32, seq as i32, ret);
+    let hdr = header(EntryKind::Data, sc, pid_tgid, fd as i32, seq as i32, ret);
     // Most NRI/CRI syscalls move one buffer of less than a chunk: copy it
     // here, before building the loop state, and skip bpf_loop and its
     // indirect callback calls.

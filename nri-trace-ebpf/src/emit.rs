@@ -17,7 +17,7 @@ use aya_ebpf::{
     maps::{Array, PerCpuArray, RingBuf},
 };
 use nri_trace_common::{
-    counter, RecordHeader, RecordKind, Syscall, FLAG_READ_FAULT, MAX_CHUNK, RECORD_HEADER_LEN,
+    counter, EntryHeader, EntryKind, Syscall, FLAG_READ_FAULT, MAX_CHUNK, ENTRY_HEADER_LEN,
 };
 
 use crate::maps::{Scratch, COUNTERS, EVENTS, SCRATCH};
@@ -119,9 +119,9 @@ pub(crate) fn wake_flags(now_ns: u64, wakeup_bytes: u32) -> u64 {
 }
 
 #[inline(always)]
-pub(crate) fn emit_header(hdr: &RecordHeader, wakeup_bytes: u32) {
+pub(crate) fn emit_header(hdr: &EntryHeader, wakeup_bytes: u32) {
     if EVENTS
-        .output::<RecordHeader>(hdr, wake_flags(hdr.ts_ns, wakeup_bytes))
+        .output::<EntryHeader>(hdr, wake_flags(hdr.ts_ns, wakeup_bytes))
         .is_err()
     {
         lost(0);
@@ -130,14 +130,14 @@ pub(crate) fn emit_header(hdr: &RecordHeader, wakeup_bytes: u32) {
 
 #[inline(always)]
 pub(crate) fn header(
-    kind: RecordKind,
+    kind: EntryKind,
     sc: Syscall,
     pid_tgid: u64,
     fd: i32,
     aux: i32,
     ret: i64,
-) -> RecordHeader {
-    RecordHeader {
+) -> EntryHeader {
+    EntryHeader {
         kind: kind as u16,
         syscall: sc as u16,
         flags: 0,
@@ -155,7 +155,7 @@ pub(crate) fn header(
 /// A record reserved in the ring with room for `N` payload bytes.
 #[repr(C)]
 struct Reserved<const N: usize> {
-    hdr: RecordHeader,
+    hdr: EntryHeader,
     data: [u8; N],
 }
 
@@ -164,7 +164,7 @@ struct Reserved<const N: usize> {
 /// be longer than its payload; userspace reads `hdr.len`.
 #[inline(always)]
 fn emit_reserved<const N: usize>(
-    hdr: &RecordHeader,
+    hdr: &EntryHeader,
     src: u64,
     len: u32,
     offset: u32,
@@ -209,7 +209,7 @@ fn emit_reserved<const N: usize>(
 /// Copy `len` (<= MAX_CHUNK) user bytes at `src` into one Data record.
 #[inline(always)]
 pub(crate) fn emit_chunk(
-    hdr: &RecordHeader,
+    hdr: &EntryHeader,
     src: u64,
     len: u32,
     offset: u32,
@@ -246,7 +246,7 @@ pub(crate) fn emit_chunk(
 /// 1M-instruction limit of 5.10).
 #[inline(always)]
 pub(crate) fn emit_scratch(
-    hdr: &RecordHeader,
+    hdr: &EntryHeader,
     src: u64,
     len: u32,
     offset: u32,
@@ -281,7 +281,7 @@ pub(crate) fn emit_scratch(
         0
     };
     s.hdr.len = n as u32;
-    let size = RECORD_HEADER_LEN + n;
+    let size = ENTRY_HEADER_LEN + n;
     if size > core::mem::size_of::<Scratch>() {
         return;
     }

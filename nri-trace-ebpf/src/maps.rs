@@ -9,7 +9,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, RingBuf},
 };
 use nri_trace_common::{
-    counter, Config, FdKey, FdState, RecordHeader, SunPath, DEFAULT_RING_BYTES, FD_TABLE_FDS,
+    counter, Config, FdKey, FdState, EntryHeader, SunPath, DEFAULT_RING_BYTES, FD_TABLE_FDS,
     FD_TABLE_ROWS, MAX_CHUNK, TGID_SLOTS,
 };
 
@@ -57,7 +57,7 @@ pub(crate) static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 
 /// bpf_ringbuf_output copies both.
 #[repr(C)]
 pub struct Scratch {
-    pub(crate) hdr: RecordHeader,
+    pub(crate) hdr: EntryHeader,
     pub(crate) data: [u8; MAX_CHUNK],
 }
 

@@ -4,7 +4,7 @@
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid, macros::tracepoint, programs::TracePointContext,
 };
-use nri_trace_common::{RecordKind, Syscall};
+use nri_trace_common::{EntryKind, Syscall};
 
 use crate::{
     context::{config, group_dead},
@@ -27,7 +27,7 @@ pub fn task_newtask(ctx: TracePointContext) -> u32 {
         return 0;
     }
     let child: i32 = unsafe { ctx.read_at(8) }.unwrap_or(0);
-    let hdr = header(RecordKind::Fork, Syscall::Sched, pid_tgid, -1, child, 0);
+    let hdr = header(EntryKind::Fork, Syscall::Sched, pid_tgid, -1, child, 0);
     emit_header(&hdr, config().wakeup_bytes);
     0
 }
@@ -39,7 +39,7 @@ pub fn sched_exit(ctx: TracePointContext) -> u32 {
         return 0;
     }
     if group_dead(&ctx, &config(), pid_tgid) {
-        let hdr = header(RecordKind::ProcessExit, Syscall::Sched, pid_tgid, -1, 0, 0);
+        let hdr = header(EntryKind::ProcessExit, Syscall::Sched, pid_tgid, -1, 0, 0);
         emit_header(&hdr, config().wakeup_bytes);
     }
     0

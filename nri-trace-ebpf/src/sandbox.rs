@@ -31,8 +31,8 @@ use aya_ebpf::{
     EbpfContext,
 };
 use nri_trace_common::{
-    counter, Config, RecordHeader, RecordKind, SandboxRecord, Syscall, POD_TASK_SLOTS,
-    RECORD_HEADER_LEN, SANDBOX_NO_CODE, SANDBOX_PATH2_CUT, SANDBOX_PATH_CUT, SANDBOX_PATH_LEN,
+    counter, Config, EntryHeader, EntryKind, SandboxRecord, Syscall, POD_TASK_SLOTS,
+    ENTRY_HEADER_LEN, SANDBOX_NO_CODE, SANDBOX_PATH2_CUT, SANDBOX_PATH_CUT, SANDBOX_PATH_LEN,
     SANDBOX_RECORD_LEN, TASK_WATCH_EXIT,
 };
 
@@ -96,7 +96,7 @@ fn admit(now: u64, cfg: &Config) -> bool {
 
 /// A record under construction in the per-CPU scratch buffer.
 struct Draft {
-    hdr: *mut RecordHeader,
+    hdr: *mut EntryHeader,
     rec: *mut SandboxRecord,
     cfg: Config,
 }
@@ -112,8 +112,8 @@ fn draft(sc: Syscall, ret: i64) -> Option<Draft> {
     let s = SCRATCH.get_ptr_mut(0)?;
     let s = unsafe { &mut *s };
     let pid_tgid = bpf_get_current_pid_tgid();
-    s.hdr = RecordHeader {
-        kind: RecordKind::Sandbox as u16,
+    s.hdr = EntryHeader {
+        kind: EntryKind::Sandbox as u16,
         syscall: sc as u16,
         flags: 0,
         ts_ns: now,
@@ -195,7 +195,7 @@ impl Draft {
 
     #[inline(always)]
     fn send(self) {
-        let size = RECORD_HEADER_LEN + SANDBOX_RECORD_LEN;
+        let size = ENTRY_HEADER_LEN + SANDBOX_RECORD_LEN;
         let ts = unsafe { (*self.hdr).ts_ns };
         let r = unsafe {
             bpf_ringbuf_output(

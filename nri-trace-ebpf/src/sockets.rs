@@ -10,7 +10,7 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use nri_trace_common::{
-    filter_row, filter_tgid, filter_value, RecordKind, SunPath, Syscall, FD_CONN, FD_LISTEN,
+    filter_row, filter_tgid, filter_value, EntryKind, SunPath, Syscall, FD_CONN, FD_LISTEN,
     SUN_PATH_LEN, TGID_SLOTS, TGID_SLOT_SHARED,
 };
 
@@ -38,7 +38,7 @@ pub fn enter_close(ctx: TracePointContext) -> u32 {
         return 0;
     };
     if fd_remove(t, fd as u32) {
-        let hdr = header(RecordKind::Close, Syscall::Close, pid_tgid, fd as i32, 0, 0);
+        let hdr = header(EntryKind::Close, Syscall::Close, pid_tgid, fd as i32, 0, 0);
         emit_header(&hdr, config().wakeup_bytes);
     }
     0
@@ -162,7 +162,7 @@ fn bind_exit<const COMPAT: bool>(ctx: &TracePointContext) -> u32 {
         tgid,
         row: filter_row(v),
     };
-    let hdr = header(RecordKind::Bound, Syscall::Bind, pid_tgid, args[0] as i32, name as i32, 0);
+    let hdr = header(EntryKind::Bound, Syscall::Bind, pid_tgid, args[0] as i32, name as i32, 0);
     // Wakeup threshold 0: wake the reader for this rare record unless this
     // CPU looked at the ring in the last millisecond (`wake_flags`); then
     // the reader's timed drain takes it. The kernel tracks the listener
@@ -225,7 +225,7 @@ fn dup_exit<const COMPAT: bool>(ctx: &TracePointContext, sc: Syscall) -> u32 {
         if unsafe { (*f).flags } & FD_CONN != 0 {
             // dup2/dup3 onto a tracked fd closes it first.
             if fd_remove(t, ret as u32) {
-                let hdr = header(RecordKind::Close, sc, pid_tgid, ret as i32, 0, 0);
+                let hdr = header(EntryKind::Close, sc, pid_tgid, ret as i32, 0, 0);
                 emit_header(&hdr, config().wakeup_bytes);
             }
             track_fd(sc, t, pid_tgid, ret as i32, args[0] as i32);

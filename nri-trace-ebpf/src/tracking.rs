@@ -4,7 +4,7 @@
 //! look up, start tracking (and tell userspace), stop tracking.
 
 use nri_trace_common::{
-    counter, fd_table_index, filter_row, filter_tgid, FdKey, FdState, RecordHeader, RecordKind,
+    counter, fd_table_index, filter_row, filter_tgid, FdKey, FdState, EntryHeader, EntryKind,
     Syscall, FD_CONN, TGID_SLOTS, TGID_SLOT_SHARED,
 };
 
@@ -94,14 +94,14 @@ pub(crate) fn fd_remove(t: Tracked, fd: u32) -> bool {
 /// Start tracking `fd` of `t` as a connection and tell userspace.
 #[inline(always)]
 pub(crate) fn track_fd(sc: Syscall, t: Tracked, pid_tgid: u64, fd: i32, aux: i32) {
-    let hdr = header(RecordKind::Open, sc, pid_tgid, fd, aux, fd as i64);
+    let hdr = header(EntryKind::Open, sc, pid_tgid, fd, aux, fd as i64);
     track_fd_reported(t, &hdr, FD_CONN, config().wakeup_bytes);
 }
 
 /// Start tracking the fd `hdr` names of `t` with `flags`, then emit `hdr`;
 /// a full fd map is counted instead.
 #[inline(always)]
-pub(crate) fn track_fd_reported(t: Tracked, hdr: &RecordHeader, flags: u32, wakeup_bytes: u32) {
+pub(crate) fn track_fd_reported(t: Tracked, hdr: &EntryHeader, flags: u32, wakeup_bytes: u32) {
     if !fd_insert(t, hdr.fd as u32, flags) {
         bump(counter::FD_MAP_FULL, 1);
         return;

@@ -70,10 +70,11 @@ use std::{
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput};
 use nri_trace::{
     assemble::TraceDecoder,
-    capture::{recording, CaptureEvent, ConnId, Direction},
+    capture::{CaptureEvent, ConnId, Direction},
     model::cri_call::Identified,
     model::observation::Observation,
     pipeline::source::session_of_events,
+    store::raw_capture,
     testing::cri::{
         connection::{H2Connection, H2Event, Side},
         message::{self, CriMethod, MessageDecodeError},
@@ -181,7 +182,7 @@ struct Hidden {
 impl Input {
     fn load(name: &'static str, file: &str) -> Input {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
-        let events = recording::read_file(&path)
+        let events = raw_capture::read_file(&path)
             .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
         let (chunks, bytes) = events
             .iter()

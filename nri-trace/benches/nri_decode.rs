@@ -56,9 +56,10 @@ use std::{
 use criterion::{BatchSize, Criterion, Throughput};
 use nri_trace::{
     assemble::TraceDecoder,
-    capture::{recording, CaptureEvent, Chunk, ConnId, Direction},
+    capture::{CaptureEvent, Chunk, ConnId, Direction},
     model::{nri_call::NriObservation, observation::Observation},
     pipeline::replay::records_of_events,
+    store::raw_capture,
     testing::nri::{
         message::{self, Method, RequestBody, ResponseBody},
         ttrpc::{MessageType, MuxTtrpc, TtrpcEvent, TtrpcMessage},
@@ -152,7 +153,7 @@ struct Proto {
 impl Input {
     fn load() -> Input {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(FIXTURE);
-        let events = recording::read_file(&path)
+        let events = raw_capture::read_file(&path)
             .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
         let (chunks, bytes) = events
             .iter()

@@ -57,7 +57,7 @@
 //! The DaemonSet's memory (issue 22; after the memory run, in a child of
 //! its own): what deploy/daemonset.yaml runs, `record --max-size 256MiB
 //! --metrics-addr`, through its live path: one `Pipeline` with the flight
-//! recorder (`Recorder`, segments in a temporary directory, 256 MiB
+//! recorder (`FlightRecorder`, segments in a temporary directory, 256 MiB
 //! bound) and the metrics sink (re-rendered at every idle, here after
 //! every repetition), fed 33,334 repetitions (100,002 pod lifecycles)
 //! generated on the fly; no pod model (the DaemonSet keeps none). Prints
@@ -88,10 +88,12 @@ use std::{
 use criterion::{BatchSize, Criterion, SamplingMode, Throughput};
 use nri_trace::{
     assemble::TraceDecoder,
-    capture::{recording, CaptureEvent, ConnId, Direction, ProcessEvent, Timestamp},
+    capture::{CaptureEvent, ConnId, Direction, ProcessEvent, Timestamp},
     engine::{PodModel, Record, TraceEngine},
-    model::{cri_call::CriOutcome, observation::Observation, record_file::SessionInfo},
+    model::{cri_call::CriOutcome, observation::Observation},
     pipeline::{replay::records_of_events_in, Ending, Pipeline, Sink},
+    store::raw_capture,
+    store::record_file::SessionInfo,
 };
 
 /// The recording, relative to this crate.
@@ -306,7 +308,7 @@ fn ts_of(ev: &CaptureEvent) -> Option<Timestamp> {
 impl Base {
     fn load() -> Base {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(FIXTURE);
-        let events = recording::read_file(&path)
+        let events = raw_capture::read_file(&path)
             .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
         let monos: Vec<u64> = events.iter().filter_map(ts_of).map(|t| t.mono_ns).collect();
         let span_ns = monos.iter().max().unwrap() - monos.iter().min().unwrap();
@@ -928,8 +930,8 @@ fn dir_bytes(dir: &Path) -> u64 {
 /// the flight recorder and the metrics sink.
 fn daemonset(reps: u32) {
     use nri_trace::{
-        model::recorder::{Recorder, RecorderConfig},
         sinks::metrics::MetricsSink,
+        store::flight_recorder::{FlightRecorder, FlightRecorderConfig},
     };
     use std::sync::{Arc, Mutex};
     let base = Base::load();
@@ -938,8 +940,8 @@ fn daemonset(reps: u32) {
     let info = session();
     let rss_before = status_kib("VmRSS");
     let mut p = Pipeline::new(&info, Default::default());
-    let recorder = Recorder::open(
-        RecorderConfig {
+    let recorder = FlightRecorder::open(
+        FlightRecorderConfig {
             dir: dir.clone(),
             max_bytes: DAEMONSET_MAX_BYTES,
             max_age: None,

@@ -32,7 +32,7 @@ use std::{hint::black_box, path::Path, time::Duration};
 
 use criterion::{BatchSize, Criterion};
 use nri_trace::{
-    capture::{recording, Timestamp},
+    capture::Timestamp,
     engine::Record,
     pipeline::replay::records_of_events,
     sinks::tui::{
@@ -41,6 +41,7 @@ use nri_trace::{
         views::Theme,
         TuiState,
     },
+    store::raw_capture,
 };
 use ratatui::{backend::TestBackend, Terminal};
 
@@ -109,7 +110,7 @@ fn frame(term: &mut Terminal<TestBackend>, app: &App, st: &TuiState, th: Theme) 
 
 fn main() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(FIXTURE);
-    let events = recording::read_file(&path).expect("recording fixture");
+    let events = raw_capture::read_file(&path).expect("recording fixture");
     let got = records_of_events(&events, Default::default());
     let (records, hooks, methods) = (got.records, got.tables.hooks, got.tables.methods);
     let first = records.iter().filter_map(last_ns).min().unwrap_or(0);

@@ -6,7 +6,8 @@
 //!
 //! ```text
 //! probe (nri-trace-ebpf) -> capture -> decode -> assemble -> engine -> sinks
-//!                                                  (model: the types they pass)
+//!                                                  (model: the types they pass;
+//!                                                   store: the files they fill)
 //! ```
 //!
 //! - [`capture`]: eBPF syscall tracepoints on the runtime's unix sockets
@@ -17,8 +18,10 @@
 //! - [`assemble`]: decoded messages to typed calls, each request matched
 //!   with its response per connection.
 //! - [`model`]: typed calls and kernel events ([`model::nri_call::NriCall`],
-//!   [`model::cri_call::CriCall`], [`model::observation::Observation`]) and
-//!   the record file that carries them.
+//!   [`model::cri_call::CriCall`], [`model::observation::Observation`]).
+//! - [`store`]: the files: the raw capture, the record file that carries
+//!   the observations, the flight recorder's segments, and the NDJSON line
+//!   format they share.
 //! - [`engine`]: correlation, latency and the contract rules, pure and
 //!   deterministic ([`engine::Record`]).
 //! - [`sinks`]: where records go (text, JSON, report, metrics, the TUI,
@@ -52,6 +55,7 @@ pub mod model;
 pub mod output;
 pub mod pipeline;
 pub mod sinks;
+pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 

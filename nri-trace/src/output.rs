@@ -130,9 +130,9 @@ impl Counts {
 }
 
 /// One NDJSON line: the recording format, so `debug capture -o json`
-/// output can be replayed ([`crate::capture::recording`]).
+/// output can be replayed ([`crate::store::raw_capture`]).
 pub fn ndjson(w: &mut impl Write, ev: &CaptureEvent) -> io::Result<()> {
-    crate::capture::recording::write_event(w, ev)
+    crate::store::raw_capture::write_event(w, ev)
 }
 
 #[cfg(test)]

@@ -4,12 +4,12 @@
 use std::{fs, os::unix::fs::PermissionsExt, path::PathBuf};
 
 use nri_trace::{
-    capture::recording,
     sinks::tui::{
         app::{App, ExportScope, View},
         export::export,
         replay_state,
     },
+    store::raw_capture,
 };
 
 fn dir(name: &str) -> PathBuf {
@@ -34,7 +34,7 @@ fn lines(p: &std::path::Path) -> Vec<serde_json::Value> {
 fn exports_view_rows_and_session_records_privately() {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures/trace/teardown-error/recording.ndjson.gz");
-    let evs = recording::read_file(p).expect("recording fixture");
+    let evs = raw_capture::read_file(p).expect("recording fixture");
     let st = replay_state(&evs);
     let out = dir("a");
     let mut app = App::new();

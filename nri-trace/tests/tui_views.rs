@@ -10,7 +10,7 @@ use std::path::Path;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use nri_trace::{
-    capture::{recording, CaptureEvent},
+    capture::CaptureEvent,
     engine::Record,
     human::is_inert,
     pipeline::{replay::records_of_events, source::session_of_events},
@@ -20,6 +20,7 @@ use nri_trace::{
         views::Theme,
         TuiState,
     },
+    store::raw_capture,
 };
 use ratatui::{
     backend::{CrosstermBackend, TestBackend},
@@ -47,7 +48,7 @@ fn events(name: &str) -> Vec<CaptureEvent> {
         .join("../tests/fixtures/trace")
         .join(name)
         .join("recording.ndjson.gz");
-    recording::read_file(p).expect("recording fixture")
+    raw_capture::read_file(p).expect("recording fixture")
 }
 
 fn state(name: &str) -> TuiState {

@@ -1519,7 +1519,7 @@ async fn follow_peer_end_of_new_socketpair() {
 /// The events of `debug capture -o json` output (the recording format).
 #[track_caller]
 fn ndjson_events(name: &str, out: &str) -> Vec<CaptureEvent> {
-    nri_trace::capture::recording::read_events(out.as_bytes())
+    nri_trace::store::raw_capture::read_events(out.as_bytes())
         .collect::<Result<_, _>>()
         .unwrap_or_else(|e| panic!("{name}: capture's NDJSON does not read back: {e}"))
 }

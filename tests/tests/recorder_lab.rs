@@ -37,7 +37,7 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 use lab_trace::{bin, guard};
-use nri_trace::model::recorder::SEGMENT_PREFIX;
+use nri_trace::store::flight_recorder::SEGMENT_PREFIX;
 use nri_trace_lab::{
     labctl::{self, Lab},
     scenario::{self, Bins, Observer},
@@ -46,7 +46,7 @@ use nri_trace_lab::{
 use serde_json::Value;
 
 /// The bound of the load test: 8 segments of 32 KiB (an eighth each,
-/// model/recorder.rs `SEGMENTS`); `load` writes several times that.
+/// store/flight_recorder.rs `SEGMENTS`); `load` writes several times that.
 const MAX_SIZE: &str = "256KiB";
 const MAX_BYTES: u64 = 256 << 10;
 /// How often the directory is sampled.
@@ -333,7 +333,7 @@ fn lines_of(path: &Path) -> Vec<Value> {
 
 /// The segments in `dir`, oldest first: (seq, path).
 fn segments(dir: &Path) -> Vec<(u64, PathBuf)> {
-    nri_trace::model::recorder::segments(dir)
+    nri_trace::store::flight_recorder::segments(dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .into_iter()
         .map(|s| (s.seq, s.path))

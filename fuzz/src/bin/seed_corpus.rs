@@ -13,8 +13,8 @@ use std::{
 
 use nri_trace::{
     assemble::TraceDecoder,
-    capture::{ring_record, CaptureEvent, Direction},
-    model::record_file::{RecordWriter, SessionInfo},
+    capture::{ring_entry, CaptureEvent, Direction},
+    store::record_file::{RecordWriter, SessionInfo},
     testing::{
         cri::{
             connection::{H2Connection, H2Event, Side},
@@ -23,7 +23,7 @@ use nri_trace::{
         nri::ttrpc::{MuxTtrpc, TtrpcEvent},
     },
 };
-use nri_trace_common::{RecordHeader, RecordKind, Syscall, FLAG_LAST, MAX_CHUNK};
+use nri_trace_common::{EntryHeader, EntryKind, Syscall, FLAG_LAST, MAX_CHUNK};
 use nri_trace_fuzz::{recordings, CRI_SOCKET, NRI_SOCKET, SEP};
 
 /// Largest seed of a stream target: seeds stay small so the corpus does
@@ -106,7 +106,7 @@ fn main() {
             seeds
                 .entry("capture_records")
                 .or_default()
-                .push(ring_records(events));
+                .push(ring_entries(events));
             seeds
                 .entry("raw_capture_file")
                 .or_default()
@@ -249,13 +249,13 @@ fn grpc_messages(bytes: &[u8], side: Side) -> BTreeMap<u32, Vec<u8>> {
 /// The recording's first connections as the kernel programs would have
 /// sent them: an accept on the CRI or NRI listener (fd 3 / 4 of tgid 1, as
 /// the capture_records target sets them up), data records, the close.
-fn ring_records(events: &[CaptureEvent]) -> Vec<u8> {
+fn ring_entries(events: &[CaptureEvent]) -> Vec<u8> {
     let mut out: Vec<u8> = Vec::new();
     let mut fds = BTreeMap::new();
     let mut seq = 0i32;
     let header =
-        |kind: RecordKind, sc: Syscall, ts: u64, fd: i32, aux: i32, ret: i64, len: usize| {
-            RecordHeader {
+        |kind: EntryKind, sc: Syscall, ts: u64, fd: i32, aux: i32, ret: i64, len: usize| {
+            EntryHeader {
                 kind: kind as u16,
                 syscall: sc as u16,
                 flags: FLAG_LAST,
@@ -279,9 +279,9 @@ fn ring_records(events: &[CaptureEvent]) -> Vec<u8> {
                 };
                 let fd = 10 + fds.len() as i32;
                 fds.insert(o.conn, fd);
-                ring_record::encode(
+                ring_entry::encode(
                     &header(
-                        RecordKind::Open,
+                        EntryKind::Open,
                         Syscall::Accept4,
                         o.ts.mono_ns,
                         fd,
@@ -302,9 +302,9 @@ fn ring_records(events: &[CaptureEvent]) -> Vec<u8> {
                 };
                 seq += 1;
                 let b = &c.bytes[..c.bytes.len().min(MAX_CHUNK).min(1024)];
-                ring_record::encode(
+                ring_entry::encode(
                     &header(
-                        RecordKind::Data,
+                        EntryKind::Data,
                         sc,
                         c.ts.mono_ns,
                         fd,
@@ -319,8 +319,8 @@ fn ring_records(events: &[CaptureEvent]) -> Vec<u8> {
                 let Some(fd) = fds.remove(&c.conn) else {
                     continue;
                 };
-                ring_record::encode(
-                    &header(RecordKind::Close, Syscall::Close, c.ts.mono_ns, fd, 0, 0, 0),
+                ring_entry::encode(
+                    &header(EntryKind::Close, Syscall::Close, c.ts.mono_ns, fd, 0, 0, 0),
                     &[],
                 )
             }
@@ -342,7 +342,7 @@ fn raw_file(events: &[CaptureEvent]) -> Vec<u8> {
     let mut out = Vec::new();
     for e in events {
         let mut line = Vec::new();
-        nri_trace::capture::recording::write_event(&mut line, e).expect("writing to memory");
+        nri_trace::store::raw_capture::write_event(&mut line, e).expect("writing to memory");
         if line.len() > 1024 {
             continue;
         }

@@ -72,7 +72,7 @@ pub enum BackendError {
     PathTooLong(String),
 }
 
-/// A source of raw capture records (layout: `nri_trace_common::RecordHeader`).
+/// A source of raw capture records (layout: `nri_trace_common::EntryHeader`).
 /// What a record costs in userspace beyond its bytes, for
 /// [`CaptureBackend::drain`]'s budget: the event it becomes, its
 /// allocation. Measured against a flood of 8-byte reads (a million empty
@@ -91,7 +91,7 @@ pub trait CaptureBackend: Send {
     fn track_connect_path(&mut self, path: &Path) -> Result<(), BackendError>;
     /// Start tracking any process that binds this listening path, with
     /// that socket as a listener, from the bind on (a restarted runtime);
-    /// its record carries `name` (see `RecordKind::Bound`).
+    /// its record carries `name` (see `EntryKind::Bound`).
     fn watch_bind_path(&mut self, path: &Path, name: u32) -> Result<(), BackendError>;
     /// Report the sandbox events of these processes and of the processes
     /// they make (a backend without sandbox probes ignores it).

@@ -2,7 +2,7 @@
 //! ordered per-connection byte streams.
 //!
 //! ```text
-//! probe (eBPF ring records) -> ring_record::parse -> tracker::ConnTracker -> CaptureEvent stream
+//! probe (eBPF ring entries) -> ring_entry::parse -> tracker::ConnTracker -> CaptureEvent stream
 //! ```
 //!
 //! The output, [`CaptureEvent`], is all later stages know about capture:
@@ -11,19 +11,21 @@
 //! [`backend::CaptureBackend`] so that another backend (uprobes on the
 //! runtime binary, or a recording) can produce the same events.
 //!
-//! [`recording`] writes a [`CaptureEvent`] stream to NDJSON (the format of
-//! `nri-trace debug capture -o json`, `watch --save-raw`) and reads it back exactly, so later
-//! stages give the same results live or from a recording, and real captures
-//! can serve as test fixtures.
+//! A [`CaptureEvent`] serializes to one JSON object (chunk bytes as hex,
+//! syscalls by name: `event_json`); `store::raw_capture` writes a stream
+//! of them to NDJSON (the format of `nri-trace debug capture -o json`,
+//! `watch --save-raw`) and reads it back exactly, so later stages give the
+//! same results live or from a raw capture, and real captures serve as
+//! test fixtures.
 
 pub mod backend;
 pub mod btf;
 pub mod cri_state;
 pub mod discovery;
 pub mod ebpf;
+mod event_json;
 pub mod holders;
-pub mod recording;
-pub mod ring_record;
+pub mod ring_entry;
 pub mod runtimes;
 pub mod sandbox;
 pub mod selftest;
@@ -38,6 +40,7 @@ use serde::{Deserialize, Serialize};
 pub use nri_trace_common::Syscall;
 
 pub use crate::basic_types::{ConnId, Direction, Timestamp};
+pub use event_json::{hex, unhex, HexError};
 
 /// How the traced process came to hold a connection.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -130,11 +133,14 @@ pub struct Chunk {
     pub ts: Timestamp,
     pub tid: u32,
     #[serde(
-        serialize_with = "ser_syscall",
-        deserialize_with = "recording::de_syscall"
+        serialize_with = "event_json::ser_syscall",
+        deserialize_with = "event_json::de_syscall"
     )]
     pub syscall: Syscall,
-    #[serde(serialize_with = "ser_hex", deserialize_with = "recording::de_hex")]
+    #[serde(
+        serialize_with = "event_json::ser_hex",
+        deserialize_with = "event_json::de_hex"
+    )]
     pub bytes: Vec<u8>,
     /// The syscall moved more bytes than `bytes` holds (snap length, iovec
     /// limit, unreadable memory, or lost records): the stream has a hole
@@ -145,29 +151,6 @@ pub struct Chunk {
     pub gap_before: bool,
     /// Bytes the syscall really moved (its return value).
     pub syscall_len: u64,
-}
-
-#[allow(
-    clippy::trivially_copy_pass_by_ref,
-    reason = "serde passes a reference"
-)]
-fn ser_syscall<S: serde::Serializer>(s: &Syscall, ser: S) -> Result<S::Ok, S::Error> {
-    ser.serialize_str(s.name())
-}
-
-fn ser_hex<S: serde::Serializer>(b: &[u8], ser: S) -> Result<S::Ok, S::Error> {
-    ser.serialize_str(&hex(b))
-}
-
-/// Lowercase hex of `b`.
-pub fn hex(b: &[u8]) -> String {
-    const D: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(b.len() * 2);
-    for &x in b {
-        s.push(D[(x >> 4) as usize] as char);
-        s.push(D[(x & 15) as usize] as char);
-    }
-    s
 }
 
 /// Process lifecycle of a traced process.

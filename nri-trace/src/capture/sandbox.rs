@@ -24,7 +24,7 @@ use nri_trace_common::{
 use procfs::ProcessCGroup;
 use serde::{Deserialize, Serialize};
 
-use super::{discovery, ring_record::RingRecord, Timestamp};
+use super::{discovery, ring_entry::RingEntry, Timestamp};
 
 /// One sandbox event.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -433,9 +433,9 @@ fn errno_of(ret: i64) -> i32 {
     }
 }
 
-/// Parse a `RecordKind::Sandbox` record; None when its payload is short or
+/// Parse a `EntryKind::Sandbox` record; None when its payload is short or
 /// its syscall is not a sandbox one.
-pub fn from_record(r: &RingRecord<'_>, ts: Timestamp) -> Option<SandboxEvent> {
+pub fn from_record(r: &RingEntry<'_>, ts: Timestamp) -> Option<SandboxEvent> {
     let p = r.payload;
     if p.len() < SANDBOX_RECORD_LEN {
         return None;

@@ -6,12 +6,12 @@
 
 use std::{collections::BTreeMap, ffi::c_void, io, os::fd::AsRawFd, os::unix::net::UnixStream};
 
-use nri_trace_common::{RecordKind, Syscall};
+use nri_trace_common::{EntryKind, Syscall};
 use thiserror::Error;
 
 use super::{
     backend::{BackendError, CaptureBackend},
-    ring_record,
+    ring_entry,
     sandbox::{self, SandboxOp},
     session,
 };
@@ -268,15 +268,15 @@ fn exchange(backend: &mut dyn CaptureBackend, tgid: u32) -> Result<CaptureResult
     let mut inn: BTreeMap<(i32, u32), Vec<u8>> = BTreeMap::new();
     // Everything there is: the self-test's own few records.
     backend.drain(usize::MAX, &mut |bytes| {
-        let Ok(rec) = ring_record::parse(bytes) else {
+        let Ok(rec) = ring_entry::parse(bytes) else {
             return;
         };
         if rec.tgid != tgid {
             return;
         }
         match rec.kind {
-            RecordKind::Open if rec.fd == wfd || rec.fd == rfd => r.opened += 1,
-            RecordKind::Data if rec.fd == wfd || rec.fd == rfd => {
+            EntryKind::Open if rec.fd == wfd || rec.fd == rfd => r.opened += 1,
+            EntryKind::Data if rec.fd == wfd || rec.fd == rfd => {
                 if rec.truncated() {
                     r.truncated += 1;
                 }
@@ -341,10 +341,10 @@ pub fn sandbox(backend: &mut dyn CaptureBackend) -> Result<SandboxResult, SelfTe
     let child = child as u32;
     // Everything there is: the self-test's own few records.
     backend.drain(usize::MAX, &mut |bytes| {
-        let Ok(rec) = ring_record::parse(bytes) else {
+        let Ok(rec) = ring_entry::parse(bytes) else {
             return;
         };
-        if rec.kind != RecordKind::Sandbox {
+        if rec.kind != EntryKind::Sandbox {
             return;
         }
         let Some(ev) = sandbox::from_record(&rec, session::now_timestamp()) else {

@@ -23,10 +23,10 @@ use std::{
     path::PathBuf,
 };
 
-use nri_trace_common::{RecordKind, Syscall};
+use nri_trace_common::{EntryKind, Syscall};
 
 use super::{
-    ring_record::RingRecord, CaptureEvent, Chunk, CloseReason, ConnClose, ConnId, ConnOpen,
+    ring_entry::RingEntry, CaptureEvent, Chunk, CloseReason, ConnClose, ConnId, ConnOpen,
     Direction, Origin, Peer, ProcessEvent, Timestamp,
 };
 
@@ -65,7 +65,7 @@ pub struct ConnTracker {
     /// Paths whose connect() is tracked (one path: attribute it).
     connect_paths: Vec<PathBuf>,
     /// Listening paths whose bind() the kernel watches, indexed by the
-    /// name a `RecordKind::Bound` record carries.
+    /// name a `EntryKind::Bound` record carries.
     bind_paths: Vec<PathBuf>,
     /// Listeners the kernel started tracking at their bind, not yet taken
     /// by `take_bound`.
@@ -337,28 +337,28 @@ impl ConnTracker {
 
     /// Handle one record. New connections get their peer from
     /// `resolve_peers`, called once the batch is drained.
-    pub fn on_record(&mut self, r: &RingRecord<'_>, out: &mut Vec<CaptureEvent>) {
+    pub fn on_record(&mut self, r: &RingEntry<'_>, out: &mut Vec<CaptureEvent>) {
         self.latest_ns = self.latest_ns.max(r.ts_ns);
         match r.kind {
-            RecordKind::Data => self.on_data(r, out),
-            RecordKind::Open => self.on_open(r, out),
-            RecordKind::Close => self.on_close(r.tgid, r.fd, r.ts_ns, out),
-            RecordKind::Fork => out.push(CaptureEvent::Process(ProcessEvent::Fork {
+            EntryKind::Data => self.on_data(r, out),
+            EntryKind::Open => self.on_open(r, out),
+            EntryKind::Close => self.on_close(r.tgid, r.fd, r.ts_ns, out),
+            EntryKind::Fork => out.push(CaptureEvent::Process(ProcessEvent::Fork {
                 ts: self.ts(r.ts_ns),
                 parent: r.tgid,
                 child: r.aux as u32,
             })),
-            RecordKind::ProcessExit => self.on_exit(r.tgid, r.ts_ns, out),
-            RecordKind::Sandbox => {
+            EntryKind::ProcessExit => self.on_exit(r.tgid, r.ts_ns, out),
+            EntryKind::Sandbox => {
                 if let Some(ev) = super::sandbox::from_record(r, self.ts(r.ts_ns)) {
                     out.push(CaptureEvent::Sandbox(ev));
                 }
             }
-            RecordKind::Bound => self.on_bound(r, out),
+            EntryKind::Bound => self.on_bound(r, out),
         }
     }
 
-    fn on_bound(&mut self, r: &RingRecord<'_>, out: &mut Vec<CaptureEvent>) {
+    fn on_bound(&mut self, r: &RingEntry<'_>, out: &mut Vec<CaptureEvent>) {
         let Some(path) = usize::try_from(r.aux)
             .ok()
             .and_then(|i| self.bind_paths.get(i))
@@ -383,7 +383,7 @@ impl ConnTracker {
         });
     }
 
-    fn on_open(&mut self, r: &RingRecord<'_>, out: &mut Vec<CaptureEvent>) {
+    fn on_open(&mut self, r: &RingEntry<'_>, out: &mut Vec<CaptureEvent>) {
         let key = (r.tgid, r.fd);
         self.forgotten.remove(&key);
         if let Some(scan) = self.existing_since.get(&key) {
@@ -548,7 +548,7 @@ impl ConnTracker {
         }));
     }
 
-    fn on_data(&mut self, r: &RingRecord<'_>, out: &mut Vec<CaptureEvent>) {
+    fn on_data(&mut self, r: &RingEntry<'_>, out: &mut Vec<CaptureEvent>) {
         let key = (r.tgid, r.fd);
         if self.forgotten.contains(&key) {
             return;

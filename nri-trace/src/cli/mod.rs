@@ -8,7 +8,7 @@ pub(crate) mod args;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
-use nri_trace::model::recorder::{parse_duration, parse_size};
+use nri_trace::store::flight_recorder::{parse_duration, parse_size};
 
 use args::{
     CaptureOutput, DecodeArgs, FilterArgs, LineOutput, ProbeArgs, ReplayOutput, TargetArgs,

@@ -9,7 +9,7 @@ use std::{
 use anyhow::{bail, Result};
 use nri_trace::{
     assemble::TraceDecoder,
-    capture::{recording::RecordingWriter, session::SessionConfig, CaptureEvent},
+    capture::{session::SessionConfig, CaptureEvent},
     model::observation::Observation,
     output,
     pipeline::{
@@ -19,6 +19,7 @@ use nri_trace::{
         PipelineError,
     },
     sinks::lines,
+    store::ndjson::LineWriter,
 };
 
 use super::{announce, drain, find_target, load_probes, seconds, start_capture};
@@ -93,7 +94,7 @@ impl Stage for CapturePrinter {
                 kind: "capture_totals",
                 counts: &self.counts,
             };
-            RecordingWriter::new(&mut self.out)
+            LineWriter::new(&mut self.out)
                 .write_record(&totals, true)
                 .map_err(sink_err)?;
         }
@@ -140,7 +141,7 @@ struct DecodePrinter {
 }
 
 enum Out {
-    Json(RecordingWriter<Stdout>),
+    Json(LineWriter<Stdout>),
     Text(BufWriter<Stdout>),
 }
 
@@ -154,7 +155,7 @@ impl DecodePrinter {
             decoder: TraceDecoder::new(cri, nri),
             obs: Vec::new(),
             out: if json {
-                Out::Json(RecordingWriter::new(io::stdout()))
+                Out::Json(LineWriter::new(io::stdout()))
             } else {
                 Out::Text(BufWriter::new(io::stdout()))
             },

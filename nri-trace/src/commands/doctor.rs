@@ -4,8 +4,8 @@ use std::io::Write;
 
 use anyhow::Result;
 use nri_trace::{
-    capture::recording::RecordingWriter,
     doctor::{self, Check, Status},
+    store::ndjson::LineWriter,
 };
 use serde::Serialize;
 
@@ -27,7 +27,7 @@ pub(crate) fn run(output: LineOutput) -> Result<()> {
     let stdout = std::io::stdout();
     match output {
         LineOutput::Json => {
-            let mut w = RecordingWriter::new(stdout.lock());
+            let mut w = LineWriter::new(stdout.lock());
             for c in &checks {
                 w.write_record(
                     &CheckLine {

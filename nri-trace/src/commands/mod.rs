@@ -21,7 +21,6 @@ use nri_trace::{
         session::{self, Session, SessionConfig},
     },
     engine::contract::ContractConfig,
-    model::record_file::SessionInfo,
     pipeline::{
         live::Stage,
         target::Target,
@@ -29,6 +28,7 @@ use nri_trace::{
         Filter, Sink, Stop,
     },
     sinks::{json::JsonSink, text::TextSink},
+    store::record_file::SessionInfo,
 };
 
 use crate::cli::args::{DecodeArgs, FilterArgs, KernelEvents, ProbeArgs};

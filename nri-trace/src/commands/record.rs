@@ -1,13 +1,13 @@
 //! `nri-trace record`: the flight recorder. The runtime traced live as
 //! `watch` traces it, with no output: the decoded observations go to
 //! bounded, rotated record-file segments in a directory
-//! (`model::recorder`), which `explain`, `report` and `replay` read when
+//! (`store::flight_recorder`), which `explain`, `report` and `replay` read when
 //! no file is given.
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
-use nri_trace::model::recorder::RecorderConfig;
+use nri_trace::store::flight_recorder::FlightRecorderConfig;
 
 use super::watch::{self, Show};
 use crate::cli::{RecordArgs, WatchArgs};
@@ -49,7 +49,7 @@ pub(crate) async fn run(a: RecordArgs) -> Result<()> {
             a.max_size
         );
     }
-    let cfg = RecorderConfig {
+    let cfg = FlightRecorderConfig {
         dir: a.dir.clone().unwrap_or_else(default_dir),
         max_bytes: a.max_size,
         max_age: a.max_age,
@@ -68,5 +68,5 @@ pub(crate) async fn run(a: RecordArgs) -> Result<()> {
         export_dir: PathBuf::from("."),
         probe: a.probe,
     };
-    watch::live(w, Show::Recorder(cfg)).await
+    watch::live(w, Show::FlightRecorder(cfg)).await
 }

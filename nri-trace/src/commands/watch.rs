@@ -4,11 +4,6 @@
 
 use anyhow::{Context, Result};
 use nri_trace::{
-    capture::recording::{self, RecordingWriter},
-    model::{
-        record_file::RecordWriter,
-        recorder::{Recorder, RecorderConfig},
-    },
     pipeline::{
         live,
         target::{self, Follow},
@@ -18,6 +13,11 @@ use nri_trace::{
         metrics::MetricsSink,
         metrics_server,
         tui::{self, sink::Mode, TuiOptions, TuiSink},
+    },
+    store::ndjson::{self, LineWriter},
+    store::{
+        flight_recorder::{FlightRecorder, FlightRecorderConfig},
+        record_file::RecordWriter,
     },
 };
 
@@ -31,7 +31,7 @@ use crate::cli::{args::WatchOutput, WatchArgs};
 /// segments (`nri-trace record`).
 pub(crate) enum Show {
     Output(WatchOutput),
-    Recorder(RecorderConfig),
+    FlightRecorder(FlightRecorderConfig),
 }
 
 pub(crate) async fn run(a: WatchArgs) -> Result<()> {
@@ -79,8 +79,8 @@ pub(crate) async fn live(a: WatchArgs, show: Show) -> Result<()> {
     let info = target.session_info(!a.no_redact);
     let mut p = Pipeline::new(&info, contract(&a.decode)).with_filter(filter(&a.filter));
     if let Some(path) = &a.save {
-        let f = recording::create_private(path)
-            .with_context(|| format!("creating {}", path.display()))?;
+        let f =
+            ndjson::create_private(path).with_context(|| format!("creating {}", path.display()))?;
         let w = RecordWriter::<Box<dyn std::io::Write>>::new(Box::new(f), &info)
             .with_context(|| format!("writing {}", path.display()))?;
         p.save_to(path.display().to_string(), w);
@@ -91,12 +91,9 @@ pub(crate) async fn live(a: WatchArgs, show: Show) -> Result<()> {
              (created 0600): keep it on this node",
             path.display()
         );
-        let f = recording::create_private(path)
-            .with_context(|| format!("creating {}", path.display()))?;
-        p.save_raw_to(
-            path.display().to_string(),
-            RecordingWriter::new(Box::new(f)),
-        );
+        let f =
+            ndjson::create_private(path).with_context(|| format!("creating {}", path.display()))?;
+        p.save_raw_to(path.display().to_string(), LineWriter::new(Box::new(f)));
     }
     if let Some(addr) = a.metrics_addr {
         let (bound, text) = metrics_server::serve(addr).await.with_context(|| {
@@ -108,9 +105,9 @@ pub(crate) async fn live(a: WatchArgs, show: Show) -> Result<()> {
     let mut s = start_capture(cfg, backend).await?;
     let mut tui = None;
     match show {
-        Show::Recorder(cfg) => {
+        Show::FlightRecorder(cfg) => {
             let dir = cfg.dir.display().to_string();
-            let r = Recorder::open(cfg.clone(), &info).with_context(|| {
+            let r = FlightRecorder::open(cfg.clone(), &info).with_context(|| {
                 format!("opening the recorder's directory {dir} (give another with --dir)")
             })?;
             eprintln!(

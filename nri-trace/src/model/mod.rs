@@ -14,11 +14,8 @@
 //!   pid, comm, cgroup and systemd unit of its connection's client).
 //! - [`observation`]: what the engine is fed ([`observation::Observation`]:
 //!   calls, plugin and connection events, loss, the capture clock), the
-//!   records `nri-trace watch --save` writes.
-//! - [`record_file`]: the observations as `nri-trace watch --save` writes them
-//!   (versioned NDJSON, docs/schema.md), and their redaction.
-//! - [`recorder`]: the flight recorder (`nri-trace record`): record-file
-//!   segments in a directory, rotated and bounded in size and age.
+//!   lines of the record file `nri-trace watch --save` writes
+//!   (`store::record_file`).
 //!
 //! This stage knows nothing of the engine or the sinks after it.
 
@@ -27,5 +24,3 @@ pub mod cri_client;
 pub mod nri_call;
 pub mod observation;
 pub mod plugin_identity;
-pub mod record_file;
-pub mod recorder;

@@ -33,15 +33,16 @@ use std::{
 
 use crate::{
     assemble::TraceDecoder,
-    capture::{recording::RecordingWriter, CaptureEvent},
+    capture::CaptureEvent,
     engine::{
         conformance::ClauseTally, contract::ContractConfig, cri_latency::MethodSummary,
         hook_latency::HookSummary, record::Record, trace_engine::TraceEngine,
     },
-    model::{
-        observation::Observation,
+    model::observation::Observation,
+    store::ndjson::LineWriter,
+    store::{
+        flight_recorder::FlightRecorder,
         record_file::{redact, RecordWriter, SessionEnd, SessionInfo},
-        recorder::Recorder,
     },
 };
 pub use filter::Filter;
@@ -186,9 +187,9 @@ pub struct Pipeline {
     filter: Filter,
     sinks: Vec<Box<dyn Sink>>,
     save: Option<(String, RecordWriter<Box<dyn Write>>)>,
-    save_raw: Option<(String, RecordingWriter<Box<dyn Write>>)>,
+    save_raw: Option<(String, LineWriter<Box<dyn Write>>)>,
     /// The flight recorder (`nri-trace record`).
-    recorder: Option<(String, Recorder)>,
+    recorder: Option<(String, FlightRecorder)>,
     /// Reused buffers.
     obs: Vec<Observation>,
     records: Vec<Record>,
@@ -248,12 +249,12 @@ impl Pipeline {
 
     /// Also write every observation to the flight recorder's segments
     /// (`nri-trace record`); `name` (its directory) is for error messages.
-    pub fn record_to(&mut self, name: String, recorder: Recorder) {
+    pub fn record_to(&mut self, name: String, recorder: FlightRecorder) {
         self.recorder = Some((name, recorder));
     }
 
     /// Also write every capture event to a raw capture file (`--save-raw`).
-    pub fn save_raw_to(&mut self, name: String, writer: RecordingWriter<Box<dyn Write>>) {
+    pub fn save_raw_to(&mut self, name: String, writer: LineWriter<Box<dyn Write>>) {
         self.save_raw = Some((name, writer));
     }
 

@@ -10,12 +10,11 @@ use super::{
     Ending, Pipeline, PipelineError, Sink, Tables,
 };
 use crate::{
-    capture::{recording::RecordingError, CaptureEvent},
+    capture::CaptureEvent,
     engine::{contract::ContractConfig, record::Record},
-    model::{
-        observation::Observation,
-        record_file::{RecordLine, SessionEnd, SessionInfo},
-    },
+    model::observation::Observation,
+    store::ndjson::LineError,
+    store::record_file::{RecordLine, SessionEnd, SessionInfo},
 };
 
 /// What a replay met besides the records.
@@ -29,7 +28,7 @@ pub struct Replayed {
     pub skipped: u64,
     /// The last line was cut in the middle (a writer killed mid-line):
     /// what came before was replayed.
-    pub truncated: Option<RecordingError>,
+    pub truncated: Option<LineError>,
 }
 
 /// Replay `source` through `p`.
@@ -40,7 +39,7 @@ pub fn run(source: Source, mut p: Pipeline) -> Result<Replayed, PipelineError> {
             for line in lines {
                 let line = match line {
                     Ok(l) => l,
-                    Err(e @ RecordingError::Truncated { .. }) => {
+                    Err(e @ LineError::Truncated { .. }) => {
                         out.truncated = Some(e);
                         break;
                     }
@@ -73,14 +72,14 @@ pub fn run(source: Source, mut p: Pipeline) -> Result<Replayed, PipelineError> {
 /// ends the input early and is returned.
 pub fn run_capture<S: Stage>(
     name: &str,
-    events: impl IntoIterator<Item = Result<CaptureEvent, RecordingError>>,
+    events: impl IntoIterator<Item = Result<CaptureEvent, LineError>>,
     mut stage: S,
-) -> Result<(S::Output, Option<RecordingError>), PipelineError> {
+) -> Result<(S::Output, Option<LineError>), PipelineError> {
     let mut truncated = None;
     for ev in events {
         let ev = match ev {
             Ok(ev) => ev,
-            Err(e @ RecordingError::Truncated { .. }) => {
+            Err(e @ LineError::Truncated { .. }) => {
                 truncated = Some(e);
                 break;
             }

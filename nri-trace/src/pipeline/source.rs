@@ -16,13 +16,14 @@ use serde::Deserialize;
 
 use crate::{
     capture::{
-        recording::{self, FileReader, RecordingError, RecordingReader},
         runtimes::{runtime_from, RuntimeKind},
         CaptureEvent,
     },
-    model::{
+    store::ndjson::{self, FileReader, LineError, LineReader},
+    store::raw_capture,
+    store::{
+        flight_recorder,
         record_file::{RecordLine, SessionInfo},
-        recorder,
     },
 };
 
@@ -39,7 +40,7 @@ pub enum SourceError {
     Read {
         name: String,
         #[source]
-        source: RecordingError,
+        source: LineError,
     },
     #[error("{name} is empty: give a file written by `nri-trace watch --save` (or --save-raw)")]
     Empty { name: String },
@@ -66,7 +67,7 @@ pub enum Source {
     Records {
         name: String,
         session: SessionInfo,
-        lines: RecordingReader<Box<dyn BufRead + Send>, RecordLine>,
+        lines: LineReader<Box<dyn BufRead + Send>, RecordLine>,
     },
     /// A raw capture, and the runtime sockets its connections name.
     Capture {
@@ -110,7 +111,7 @@ struct Kind {
     kind: Option<String>,
 }
 
-/// The types a raw capture's lines have (capture/recording.rs). `tick`
+/// The types a raw capture's lines have (store/raw_capture.rs). `tick`
 /// too: a capture started on a quiet runtime (its connections opened
 /// before the start, nothing moving) begins with one (docs/capture.md,
 /// "Ticks"), and `replay` refused it as "not an nri-trace file".
@@ -125,7 +126,7 @@ const CAPTURE_TYPES: &[&str] = &[
     "tick",
 ];
 
-/// A flight recorder's segments (`model::recorder`) as one stream, oldest
+/// A flight recorder's segments (`store::flight_recorder`) as one stream, oldest
 /// first: each up to its last newline, so a segment cut mid-line (a
 /// recorder killed, or the one being written now) loses that line only;
 /// a segment deleted since the listing (rotated away) is skipped.
@@ -136,7 +137,7 @@ fn segments_reader(dir: &Path, name: &str) -> Result<Box<dyn Read + Send>, Sourc
     };
     let mut stream: Box<dyn Read + Send> = Box::new(io::empty());
     let mut any = false;
-    for seg in recorder::segments(dir).map_err(open_err)? {
+    for seg in flight_recorder::segments(dir).map_err(open_err)? {
         let mut f = match File::open(&seg.path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
@@ -196,7 +197,7 @@ fn reader(path: &Path) -> Result<(String, Box<dyn BufRead + Send>), SourceError>
         })?)
     };
     let mut buf = BufReader::with_capacity(256 * 1024, raw);
-    // gzip (RFC 1952 magic 1f 8b), as recording::open reads it.
+    // gzip (RFC 1952 magic 1f 8b), as ndjson::open reads it.
     let gz = buf
         .fill_buf()
         .map_err(|source| SourceError::Open {
@@ -224,7 +225,7 @@ pub fn open(path: &Path) -> Result<Source, SourceError> {
     loop {
         first.clear();
         let n = (&mut inner)
-            .take(recording::DEFAULT_MAX_LINE_BYTES as u64)
+            .take(ndjson::DEFAULT_MAX_LINE_BYTES as u64)
             .read_until(b'\n', &mut first)
             .map_err(|source| SourceError::Open {
                 name: name.clone(),
@@ -243,7 +244,7 @@ pub fn open(path: &Path) -> Result<Source, SourceError> {
     let rest: Box<dyn BufRead + Send> = Box::new(Cursor::new(first).chain(inner));
     match kind.as_deref() {
         Some("session") => {
-            let mut lines = RecordingReader::new(rest);
+            let mut lines = LineReader::new(rest);
             let session = match lines.next() {
                 Some(Ok(RecordLine::Session(s))) => s,
                 Some(Err(source)) => return Err(SourceError::Read { name, source }),
@@ -265,7 +266,7 @@ pub fn open(path: &Path) -> Result<Source, SourceError> {
                 return Err(SourceError::RawOnStdin { name });
             }
             let session = capture_session(path, &name)?;
-            let events = recording::open(path).map_err(|source| SourceError::Read {
+            let events = raw_capture::open(path).map_err(|source| SourceError::Read {
                 name: name.clone(),
                 source,
             })?;
@@ -288,7 +289,7 @@ pub fn open(path: &Path) -> Result<Source, SourceError> {
 /// The runtime a raw capture traced, from its file (see
 /// [`session_of_events`]).
 fn capture_session(path: &Path, name: &str) -> Result<SessionInfo, SourceError> {
-    let events = recording::open(path).map_err(|source| SourceError::Read {
+    let events = raw_capture::open(path).map_err(|source| SourceError::Read {
         name: name.to_string(),
         source,
     })?;

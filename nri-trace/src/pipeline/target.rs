@@ -9,10 +9,8 @@ use crate::{
         runtimes::{self, Runtime, RuntimeKind},
         session::SessionConfig,
     },
-    model::{
-        nri_call::{ENV_PLUGIN_IDX, ENV_PLUGIN_NAME},
-        record_file::SessionInfo,
-    },
+    model::nri_call::{ENV_PLUGIN_IDX, ENV_PLUGIN_NAME},
+    store::record_file::SessionInfo,
 };
 
 /// Why there is nothing to trace; each message names the fix.

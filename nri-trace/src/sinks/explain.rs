@@ -142,7 +142,7 @@ pub fn json(w: &mut impl Write, e: &Explanation, node: Option<&NodeFacts>) -> io
         finding_lines: e.findings.iter().map(|f| finding_sentence(e, f)).collect(),
         kernel_lines: e.kernel.iter().map(kernel_line).collect(),
     };
-    crate::capture::recording::RecordingWriter::new(&mut *w).write_record(&line, true)
+    crate::store::ndjson::LineWriter::new(&mut *w).write_record(&line, true)
 }
 
 /// What the node shows now of a pod.

@@ -10,13 +10,13 @@ use serde::Serialize;
 
 use super::finding_message::ViolationLine;
 use crate::{
-    capture::recording::RecordingWriter,
     engine::{
         conformance::ClauseTally, cri_latency::MethodSummary, hook_latency::HookSummary,
         record::Record,
     },
-    model::record_file::{Header, SessionInfo},
     pipeline::{Ending, Progress, Sink},
+    store::ndjson::LineWriter,
+    store::record_file::{Header, SessionInfo},
 };
 
 /// A latency table row as a line.
@@ -48,13 +48,13 @@ impl<'a> RecordLine<'a> {
 
 /// Records as NDJSON lines on `W`.
 pub struct JsonSink<W: Write> {
-    out: RecordingWriter<W>,
+    out: LineWriter<W>,
 }
 
 impl<W: Write> JsonSink<W> {
     /// Start the output with the `session` line.
     pub fn new(w: W, session: &SessionInfo) -> io::Result<Self> {
-        let mut out = RecordingWriter::new(w);
+        let mut out = LineWriter::new(w);
         out.write_record(&Header::Session(session), true)?;
         Ok(JsonSink { out })
     }

@@ -14,14 +14,14 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 use nri_trace::{
-    capture::recording::RecordingReader,
     engine::contract::ContractConfig,
-    model::record_file::RecordLine,
     pipeline::{
         replay::{self, Collect, Collected},
         Pipeline,
     },
     sinks::json::JsonSink,
+    store::ndjson::LineReader,
+    store::record_file::RecordLine,
 };
 use nri_trace_lab::{
     labctl::{self, Lab, Runtime},
@@ -342,11 +342,11 @@ pub(crate) fn run_observed_by(
 pub(crate) fn live_equals_replay(scenario: &str, out: &Path) -> Collected {
     let (stdout, raw, _) = TraceProc::paths(out);
     let live = std::fs::read(&stdout).unwrap_or_else(|e| panic!("{}: {e}", stdout.display()));
-    let session = match RecordingReader::<_, RecordLine>::new(&live[..]).next() {
+    let session = match LineReader::<_, RecordLine>::new(&live[..]).next() {
         Some(Ok(RecordLine::Session(s))) => s,
         other => panic!("{scenario}: the live output does not start with a session: {other:?}"),
     };
-    let events = nri_trace::capture::recording::read_file(&raw)
+    let events = nri_trace::store::raw_capture::read_file(&raw)
         .unwrap_or_else(|e| panic!("reading {}: {e}", raw.display()));
     let buf = SharedBuf::default();
     let (collect, got) = Collect::new();
@@ -444,6 +444,6 @@ fn saved_replays_to_live(scenario: &str, out: &Path, live: &[u8]) {
 /// The events of a run's raw capture.
 pub(crate) fn raw_events(out: &Path) -> Vec<nri_trace::capture::CaptureEvent> {
     let (_, raw, _) = TraceProc::paths(out);
-    nri_trace::capture::recording::read_file(&raw)
+    nri_trace::store::raw_capture::read_file(&raw)
         .unwrap_or_else(|e| panic!("reading {}: {e}", raw.display()))
 }

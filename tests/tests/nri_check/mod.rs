@@ -11,13 +11,14 @@ use std::{
 };
 
 use nri_trace::{
-    capture::{recording, CaptureEvent, ConnId},
+    capture::{CaptureEvent, ConnId},
     engine::{HookSpan, Record},
     model::nri_call::{NriCall, NriOutcome},
     pipeline::{
         replay::{records_of_events_in, Collected},
         source::session_of_events,
     },
+    store::raw_capture,
 };
 use nri_trace_lab::truth::{self, Action, Truth};
 
@@ -43,7 +44,8 @@ pub(crate) const STAMP_SLACK_NS: u64 = 1_000_000;
 
 /// The capture events of a recording (plain or gzip).
 pub(crate) fn read_recording(rec: &Path) -> Vec<CaptureEvent> {
-    recording::read_file(rec).unwrap_or_else(|e| panic!("reading recording {}: {e}", rec.display()))
+    raw_capture::read_file(rec)
+        .unwrap_or_else(|e| panic!("reading recording {}: {e}", rec.display()))
 }
 
 /// Recorded events through the pipeline, as `nri-trace replay` runs a raw

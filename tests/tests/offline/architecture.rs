@@ -189,8 +189,9 @@ fn test_files_are_told_apart() {
 
 /// The library's stages (its top-level modules) import each other in one
 /// direction only: capture <- decode <- model <- assemble <- engine <-
-/// pipeline <- sinks, with the helpers (human, output, doctor) beside
-/// them; no circle.
+/// pipeline <- sinks, the files (store, after the model) read and written
+/// by the pipeline and the sinks, with the helpers (human, output, doctor)
+/// beside them; no circle.
 #[test]
 fn the_stages_import_in_one_direction() {
     use std::collections::BTreeMap;
@@ -295,4 +296,6 @@ fn the_stages_import_in_one_direction() {
     let imports = |a: &str, b: &str| deps.get(a).is_some_and(|d| d.contains(b));
     assert!(imports("engine", "model") && imports("assemble", "decode"));
     assert!(!imports("model", "assemble") && !imports("engine", "sinks"));
+    assert!(imports("pipeline", "store") && imports("store", "model"));
+    assert!(!imports("store", "engine") && !imports("capture", "store"));
 }

@@ -112,10 +112,10 @@ fn every_json_line_of_every_command_validates() {
         ));
         // The raw captures themselves (what --save-raw and `debug capture
         // -o json` write).
-        let raw = nri_trace::capture::recording::read_file(&f).unwrap();
+        let raw = nri_trace::store::raw_capture::read_file(&f).unwrap();
         let mut bytes = Vec::new();
         for ev in &raw {
-            nri_trace::capture::recording::write_event(&mut bytes, ev).unwrap();
+            nri_trace::store::raw_capture::write_event(&mut bytes, ev).unwrap();
         }
         add(record_schema::validate_lines(
             &v,
@@ -462,12 +462,12 @@ fn saved_and_raw_replay_alike() {
     std::fs::create_dir_all(&dir).unwrap();
     // The record file of the raw capture, as --save writes it: through
     // the library, the same pipeline.
-    let events = nri_trace::capture::recording::read_file(&f).unwrap();
+    let events = nri_trace::store::raw_capture::read_file(&f).unwrap();
     let session = nri_trace::pipeline::source::session_of_events(&events);
     let saved = dir.join("happy.ndjson");
     {
-        let file = nri_trace::capture::recording::create_private(&saved).unwrap();
-        let w = nri_trace::model::record_file::RecordWriter::<Box<dyn std::io::Write>>::new(
+        let file = nri_trace::store::ndjson::create_private(&saved).unwrap();
+        let w = nri_trace::store::record_file::RecordWriter::<Box<dyn std::io::Write>>::new(
             Box::new(file),
             &session,
         )

@@ -12,9 +12,10 @@ use crate::replay_util;
 use crate::truth_file;
 
 use nri_trace::{
-    capture::{recording, CaptureEvent, Chunk},
+    capture::{CaptureEvent, Chunk},
     engine::{MethodSummary, Record},
     model::cri_call::{CriOutcome, Identified},
+    store::raw_capture,
 };
 use nri_trace_lab::truth::Truth;
 use proptest::prelude::*;
@@ -32,7 +33,7 @@ const FIXTURES: &[(&str, bool)] = &[
 
 fn events(name: &str) -> Vec<CaptureEvent> {
     let p = cri_check::fixture_dir(name).join("recording.ndjson.gz");
-    recording::read_file(&p).unwrap_or_else(|e| panic!("reading {}: {e}", p.display()))
+    raw_capture::read_file(&p).unwrap_or_else(|e| panic!("reading {}: {e}", p.display()))
 }
 
 /// The records and per-method table of a replay through the pipeline.

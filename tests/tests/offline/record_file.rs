@@ -11,19 +11,16 @@ use crate::replay_util;
 use std::path::{Path, PathBuf};
 
 use nri_trace::{
-    capture::{
-        recording::{self, RecordingError, RecordingReader},
-        CaptureEvent, Loss,
-    },
+    capture::{CaptureEvent, Loss},
     engine::{contract::ContractConfig, Record},
-    model::{
-        observation::Observation,
-        record_file::{RecordLine, RecordWriter, SessionInfo},
-    },
+    model::observation::Observation,
     pipeline::{
         replay::{self, records_of_events_in, records_of_observations},
         Pipeline,
     },
+    store::ndjson::{LineError, LineReader},
+    store::raw_capture,
+    store::record_file::{RecordLine, RecordWriter, SessionInfo},
 };
 use nri_trace_tests::SharedBuf;
 use serde_json::Value;
@@ -67,7 +64,10 @@ fn session(redacted: bool) -> SessionInfo {
 /// The record file of a raw capture, as `watch --save` writes it (the
 /// replay of a raw capture runs the same pipeline as the live trace).
 fn record_file(raw: &Path, redacted: bool) -> Vec<u8> {
-    let events: Vec<CaptureEvent> = recording::open(raw).unwrap().map(|e| e.unwrap()).collect();
+    let events: Vec<CaptureEvent> = raw_capture::open(raw)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .collect();
     record_events(&events, redacted)
 }
 
@@ -81,8 +81,8 @@ fn record_events(events: &[CaptureEvent], redacted: bool) -> Vec<u8> {
     buf.bytes()
 }
 
-fn read_lines(bytes: &[u8]) -> Vec<Result<RecordLine, RecordingError>> {
-    RecordingReader::<_, RecordLine>::new(bytes).collect()
+fn read_lines(bytes: &[u8]) -> Vec<Result<RecordLine, LineError>> {
+    LineReader::<_, RecordLine>::new(bytes).collect()
 }
 
 fn observations(bytes: &[u8]) -> Vec<Observation> {
@@ -101,7 +101,10 @@ fn every_line_validates_against_the_json_schema() {
     let mut types = std::collections::BTreeMap::<String, usize>::new();
     for (name, raw) in fixtures() {
         // Also attached mid-stream (resyncs) and with a loss report.
-        let events: Vec<_> = recording::open(&raw).unwrap().map(|e| e.unwrap()).collect();
+        let events: Vec<_> = raw_capture::open(&raw)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .collect();
         let chunks = replay_util::chunk_indices(&events);
         let mut cut = replay_util::attach_at(&events, chunks[chunks.len() / 3]);
         cut.insert(
@@ -194,7 +197,10 @@ fn lines_read_back_to_what_was_written() {
 #[test]
 fn replaying_the_record_file_gives_the_trace_records_and_histograms() {
     for (name, raw) in fixtures() {
-        let events: Vec<_> = recording::open(&raw).unwrap().map(|e| e.unwrap()).collect();
+        let events: Vec<_> = raw_capture::open(&raw)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .collect();
         let live = records_of_events_in(&events, &session(false), ContractConfig::default());
         for redacted in [false, true] {
             let bytes = record_file(&raw, redacted);
@@ -238,15 +244,12 @@ fn versions_and_unknown_kinds() {
     assert!(matches!(&lines[1], Ok(RecordLine::Unknown(k)) if k == "sandbox_event"));
     assert!(matches!(
         lines[2],
-        Err(RecordingError::UnsupportedVersion {
+        Err(LineError::UnsupportedVersion {
             line: 3,
             version: 2
         })
     ));
-    assert!(matches!(
-        lines[3],
-        Err(RecordingError::Invalid { line: 4, .. })
-    ));
+    assert!(matches!(lines[3], Err(LineError::Invalid { line: 4, .. })));
     assert!(matches!(
         lines[4],
         Ok(RecordLine::Observation(Observation::Clock {
@@ -254,8 +257,5 @@ fn versions_and_unknown_kinds() {
             ..
         }))
     ));
-    assert!(matches!(
-        lines[5],
-        Err(RecordingError::Truncated { line: 6 })
-    ));
+    assert!(matches!(lines[5], Err(LineError::Truncated { line: 6 })));
 }

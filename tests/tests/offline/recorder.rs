@@ -1,4 +1,4 @@
-//! The flight recorder (`nri-trace record`, model/recorder.rs) on the
+//! The flight recorder (`nri-trace record`, store/flight_recorder.rs) on the
 //! committed lab recordings (no root): under a load of observations with
 //! a small bound the segments stay within it, the oldest go, each closed
 //! segment is a whole record file (0600, in a 0700 directory), and the
@@ -12,16 +12,18 @@ use std::{
 };
 
 use nri_trace::{
-    capture::{recording, CaptureEvent},
+    capture::CaptureEvent,
     engine::contract::ContractConfig,
-    model::{
-        observation::Observation,
-        record_file::{RecordLine, RecordWriter, SessionInfo},
-        recorder::{self, Recorder, RecorderConfig},
-    },
+    model::observation::Observation,
     pipeline::{
         replay::{self, Collect},
         source, Pipeline,
+    },
+    store::ndjson,
+    store::raw_capture,
+    store::{
+        flight_recorder::{self, FlightRecorder, FlightRecorderConfig},
+        record_file::{RecordLine, RecordWriter, SessionInfo},
     },
 };
 use nri_trace_tests::SharedBuf;
@@ -51,7 +53,7 @@ fn fixture(name: &str) -> PathBuf {
 /// The observations a lab recording decodes to (what `watch --save`
 /// writes of it, redacted).
 fn observations_of(name: &str) -> Vec<Observation> {
-    let events: Vec<CaptureEvent> = recording::open(fixture(name))
+    let events: Vec<CaptureEvent> = raw_capture::open(fixture(name))
         .unwrap()
         .map(|e| e.unwrap())
         .collect();
@@ -71,7 +73,7 @@ fn observations_of(name: &str) -> Vec<Observation> {
 }
 
 fn lines(bytes: &[u8]) -> Vec<RecordLine> {
-    recording::RecordingReader::<_, RecordLine>::new(bytes)
+    ndjson::LineReader::<_, RecordLine>::new(bytes)
         .map(|l| l.expect("a valid line"))
         .collect()
 }
@@ -83,7 +85,7 @@ fn fresh_dir(name: &str) -> PathBuf {
 }
 
 fn disk_bytes(dir: &Path) -> u64 {
-    recorder::segments(dir)
+    flight_recorder::segments(dir)
         .unwrap()
         .iter()
         .map(|s| std::fs::metadata(&s.path).unwrap().len())
@@ -95,8 +97,8 @@ fn bounded_under_load_oldest_go_and_the_rest_replays() {
     let dir = fresh_dir("recorder-bounded");
     let max = 64 * 1024;
     let obs = observations_of("happy");
-    let mut r = Recorder::open(
-        RecorderConfig {
+    let mut r = FlightRecorder::open(
+        FlightRecorderConfig {
             dir: dir.clone(),
             max_bytes: max,
             max_age: None,
@@ -131,7 +133,7 @@ fn bounded_under_load_oldest_go_and_the_rest_replays() {
         "the load ({fed} bytes) is well over the bound"
     );
 
-    let segs = recorder::segments(&dir).unwrap();
+    let segs = flight_recorder::segments(&dir).unwrap();
     eprintln!(
         "{} observations ({fed} bytes) into a {max}-byte recorder: {} segments kept \
          ({on_disk} bytes), seq {}..={}",
@@ -141,7 +143,10 @@ fn bounded_under_load_oldest_go_and_the_rest_replays() {
         segs.last().unwrap().seq
     );
     assert!(segs[0].seq > 0, "the oldest segments were deleted");
-    assert!(segs.len() >= recorder::SEGMENTS as usize - 2, "{segs:?}");
+    assert!(
+        segs.len() >= flight_recorder::SEGMENTS as usize - 2,
+        "{segs:?}"
+    );
     // Rotation: consecutive numbers, each a whole record file.
     for w in segs.windows(2) {
         assert_eq!(w[1].seq, w[0].seq + 1, "{segs:?}");
@@ -190,17 +195,17 @@ fn bounded_under_load_oldest_go_and_the_rest_replays() {
 fn max_age_deletes_old_segments() {
     let dir = fresh_dir("recorder-age");
     let obs = observations_of("teardown-error");
-    let cfg = RecorderConfig {
+    let cfg = FlightRecorderConfig {
         dir: dir.clone(),
         max_bytes: 64 * 1024,
         max_age: Some(std::time::Duration::from_hours(1)),
     };
-    let mut r = Recorder::open(cfg.clone(), &session()).unwrap();
+    let mut r = FlightRecorder::open(cfg.clone(), &session()).unwrap();
     for o in &obs {
         r.write(o).unwrap();
     }
     r.finish().unwrap();
-    let before = recorder::segments(&dir).unwrap();
+    let before = flight_recorder::segments(&dir).unwrap();
     assert!(!before.is_empty());
     // Written an hour and a minute ago: too old for the next run.
     let old = std::time::SystemTime::now()
@@ -214,9 +219,9 @@ fn max_age_deletes_old_segments() {
             .set_modified(old)
             .unwrap();
     }
-    let r = Recorder::open(cfg, &session()).unwrap();
+    let r = FlightRecorder::open(cfg, &session()).unwrap();
     r.finish().unwrap();
-    let after = recorder::segments(&dir).unwrap();
+    let after = flight_recorder::segments(&dir).unwrap();
     assert_eq!(after.len(), 1, "only the new run's segment: {after:?}");
     assert!(after[0].seq > before.last().unwrap().seq);
 }
@@ -242,7 +247,7 @@ fn explain_reads_a_pod_across_a_recorder_restart() {
         ),
         "the pod's RunPodSandbox is in run 1"
     );
-    let cfg = RecorderConfig {
+    let cfg = FlightRecorderConfig {
         dir: dir.clone(),
         max_bytes: 256 << 20,
         max_age: None,
@@ -251,15 +256,19 @@ fn explain_reads_a_pod_across_a_recorder_restart() {
         let mut p = Pipeline::new(&session(), ContractConfig::default());
         p.record_to(
             dir.display().to_string(),
-            Recorder::open(cfg.clone(), &session()).unwrap(),
+            FlightRecorder::open(cfg.clone(), &session()).unwrap(),
         );
         replay::observations(part.iter().cloned(), p).unwrap();
     }
-    assert_eq!(recorder::segments(&dir).unwrap().len(), 2, "one per run");
+    assert_eq!(
+        flight_recorder::segments(&dir).unwrap().len(),
+        2,
+        "one per run"
+    );
 
     let whole = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("recorder-restart-whole.ndjson");
     {
-        let f = recording::create_private(&whole).unwrap();
+        let f = ndjson::create_private(&whole).unwrap();
         let mut w = RecordWriter::new(f, &session()).unwrap();
         for o in &obs {
             w.write(o).unwrap();

@@ -14,10 +14,12 @@ use crate::truth_file;
 use std::path::Path;
 
 use nri_trace::{
-    capture::{recording, CaptureEvent},
+    capture::CaptureEvent,
     engine::Record,
-    model::{cri_call::CriOutcome, observation::Observation, record_file::SessionInfo},
+    model::{cri_call::CriOutcome, observation::Observation},
     pipeline::replay::records_of_events_in,
+    store::raw_capture,
+    store::record_file::SessionInfo,
 };
 use nri_trace_lab::truth::Truth;
 use trace_check::findings;
@@ -76,7 +78,7 @@ fn dir(name: &str) -> std::path::PathBuf {
 }
 
 fn events(name: &str) -> Vec<CaptureEvent> {
-    recording::read_file(dir(name).join("recording.ndjson.gz")).expect("recording fixture")
+    raw_capture::read_file(dir(name).join("recording.ndjson.gz")).expect("recording fixture")
 }
 
 fn truth(name: &str) -> Vec<Truth> {

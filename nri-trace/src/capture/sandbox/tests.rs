@@ -15,7 +15,7 @@ fn an_object_cgroup_is_named_by_its_id() {
         "/kubepods/pod1/crio-conmon-{id}"
     )));
 }
-use nri_trace_common::{RecordHeader, RecordKind, SandboxRecord};
+use nri_trace_common::{EntryHeader, EntryKind, SandboxRecord};
 use std::mem::offset_of;
 
 #[test]
@@ -63,8 +63,8 @@ fn payload(arg: u64, target: u32, flags: u32, path: &[u8], path2: &[u8]) -> Vec<
 }
 
 fn parse(sc: Syscall, ret: i64, p: &[u8]) -> Option<SandboxEvent> {
-    let h = RecordHeader {
-        kind: RecordKind::Sandbox as u16,
+    let h = EntryHeader {
+        kind: EntryKind::Sandbox as u16,
         syscall: sc as u16,
         flags: 0,
         ts_ns: 5,
@@ -76,8 +76,8 @@ fn parse(sc: Syscall, ret: i64, p: &[u8]) -> Option<SandboxEvent> {
         offset: 0,
         len: p.len() as u32,
     };
-    let bytes = super::super::ring_record::encode(&h, p);
-    let r = super::super::ring_record::parse(&bytes).unwrap();
+    let bytes = super::super::ring_entry::encode(&h, p);
+    let r = super::super::ring_entry::parse(&bytes).unwrap();
     from_record(
         &r,
         Timestamp {

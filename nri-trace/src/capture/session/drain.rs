@@ -22,7 +22,7 @@ use super::{
 };
 use crate::capture::{
     backend::{BackendError, CaptureBackend},
-    discovery, ring_record,
+    discovery, ring_entry,
     tracker::{ConnFacts, ConnTracker},
     CaptureEvent, ConnId, Loss, Origin, ProcessEvent,
 };
@@ -180,7 +180,7 @@ async fn drain_until_stopped(
         let mut records = 0usize;
         more = backend.drain(DRAIN_BUDGET, &mut |bytes| {
             records += 1;
-            match ring_record::parse(bytes) {
+            match ring_entry::parse(bytes) {
                 Ok(r) => tracker.on_record(&r, &mut out),
                 Err(e) => {
                     malformed += 1;
@@ -536,11 +536,11 @@ mod tests {
     /// without counting a loss: the NRI call it carried was gone.
     #[tokio::test]
     async fn a_write_cut_by_the_drain_budget_comes_out_whole_when_the_reader_is_behind() {
-        use nri_trace_common::{RecordHeader, RecordKind, Syscall, FLAG_LAST, MAX_CHUNK};
+        use nri_trace_common::{EntryHeader, EntryKind, Syscall, FLAG_LAST, MAX_CHUNK};
         let at = monotonic_ns() - 5_000_000_000;
         let record = |fd: i32, seq: i32, offset: usize, len: usize, total: usize, fill: u8| {
-            let h = RecordHeader {
-                kind: RecordKind::Data as u16,
+            let h = EntryHeader {
+                kind: EntryKind::Data as u16,
                 syscall: Syscall::Write as u16,
                 flags: if offset + len == total { FLAG_LAST } else { 0 },
                 ts_ns: at + u64::from(seq as u32),
@@ -552,13 +552,13 @@ mod tests {
                 offset: offset as u32,
                 len: len as u32,
             };
-            ring_record::encode(&h, &vec![fill; len])
+            ring_entry::encode(&h, &vec![fill; len])
         };
         // One-record writes on fd 5, then the big write on fd 6: the first
         // drain's budget ends after its second or third record (249 writes
         // before it with a budget of 4 MiB).
         let per_record =
-            MAX_CHUNK + nri_trace_common::RECORD_HEADER_LEN + crate::capture::backend::RECORD_COST;
+            MAX_CHUNK + nri_trace_common::ENTRY_HEADER_LEN + crate::capture::backend::RECORD_COST;
         let fillers = DRAIN_BUDGET / per_record - 2;
         let mut ring: VecDeque<Vec<u8>> = (0..fillers)
             .map(|i| record(5, i as i32, 0, MAX_CHUNK, MAX_CHUNK, 0))

@@ -2,7 +2,7 @@ use super::*;
 use nri_trace_common::{FLAG_LAST, FLAG_TRUNCATED};
 
 struct Rec {
-    kind: RecordKind,
+    kind: EntryKind,
     sc: Syscall,
     flags: u32,
     ts: u64,
@@ -15,7 +15,7 @@ struct Rec {
     payload: Vec<u8>,
 }
 
-fn rec(kind: RecordKind, sc: Syscall, fd: i32) -> Rec {
+fn rec(kind: EntryKind, sc: Syscall, fd: i32) -> Rec {
     Rec {
         kind,
         sc,
@@ -32,7 +32,7 @@ fn rec(kind: RecordKind, sc: Syscall, fd: i32) -> Rec {
 }
 
 fn feed(t: &mut ConnTracker, r: &Rec) -> Vec<CaptureEvent> {
-    let raw = RingRecord {
+    let raw = RingEntry {
         kind: r.kind,
         syscall: r.sc,
         flags: r.flags,
@@ -56,7 +56,7 @@ fn data(sc: Syscall, fd: i32, seq: i32, ts: u64, bytes: &[u8]) -> Rec {
         ts,
         ret: bytes.len() as i64,
         payload: bytes.to_vec(),
-        ..rec(RecordKind::Data, sc, fd)
+        ..rec(EntryKind::Data, sc, fd)
     }
 }
 
@@ -79,7 +79,7 @@ fn a_forgotten_connection_leaves_no_trace_until_its_fd_is_reused() {
     let accept = |ts| Rec {
         aux: 3,
         ts,
-        ..rec(RecordKind::Open, Syscall::Accept4, 7)
+        ..rec(EntryKind::Open, Syscall::Accept4, 7)
     };
     let ev = feed(&mut t, &accept(100));
     let CaptureEvent::Open(o) = &ev[0] else {
@@ -89,7 +89,7 @@ fn a_forgotten_connection_leaves_no_trace_until_its_fd_is_reused() {
     assert_eq!(t.conn_of(1, 7), None);
     // Records already on the way: no new connection, no bytes, no close.
     assert!(feed(&mut t, &data(Syscall::Read, 7, 0, 101, b"hello")).is_empty());
-    assert!(feed(&mut t, &rec(RecordKind::Close, Syscall::Close, 7)).is_empty());
+    assert!(feed(&mut t, &rec(EntryKind::Close, Syscall::Close, 7)).is_empty());
     // The fd accepted anew is a connection like any other.
     let ev = feed(&mut t, &accept(102));
     assert!(matches!(&ev[..], [CaptureEvent::Open(_)]), "{ev:?}");
@@ -105,7 +105,7 @@ fn accept_data_close() {
         &mut t,
         &Rec {
             aux: 3,
-            ..rec(RecordKind::Open, Syscall::Accept4, 7)
+            ..rec(EntryKind::Open, Syscall::Accept4, 7)
         },
     );
     let CaptureEvent::Open(o) = &ev[0] else {
@@ -121,7 +121,7 @@ fn accept_data_close() {
     );
     let ev = feed(&mut t, &data(Syscall::Sendmsg, 7, 0, 102, b"world"));
     assert_eq!(chunks(&ev)[0].direction, Direction::Out);
-    let ev = feed(&mut t, &rec(RecordKind::Close, Syscall::Close, 7));
+    let ev = feed(&mut t, &rec(EntryKind::Close, Syscall::Close, 7));
     assert!(
         matches!(&ev[0], CaptureEvent::Close(c) if c.conn == o.conn && c.reason == CloseReason::Closed)
     );
@@ -139,7 +139,7 @@ fn bound_listener_reported_once_and_its_accepts_get_the_path() {
         tgid,
         tid: tgid,
         aux,
-        ..rec(RecordKind::Bound, Syscall::Bind, 3)
+        ..rec(EntryKind::Bound, Syscall::Bind, 3)
     };
     // A name the tracker never gave out is ignored.
     assert!(feed(&mut t, &bound(9, 7)).is_empty());
@@ -165,7 +165,7 @@ fn bound_listener_reported_once_and_its_accepts_get_the_path() {
             tgid: 9,
             tid: 9,
             aux: 3,
-            ..rec(RecordKind::Open, Syscall::Accept4, 8)
+            ..rec(EntryKind::Open, Syscall::Accept4, 8)
         },
     );
     let CaptureEvent::Open(o) = &ev[0] else {
@@ -365,7 +365,7 @@ fn dup_aliases_and_closes_on_last_fd() {
         &mut t,
         &Rec {
             aux: 9,
-            ..rec(RecordKind::Open, Syscall::Socketpair, 8)
+            ..rec(EntryKind::Open, Syscall::Socketpair, 8)
         },
     );
     let CaptureEvent::Open(o) = &ev[0] else {
@@ -375,13 +375,13 @@ fn dup_aliases_and_closes_on_last_fd() {
         &mut t,
         &Rec {
             aux: 8,
-            ..rec(RecordKind::Open, Syscall::Dup, 20)
+            ..rec(EntryKind::Open, Syscall::Dup, 20)
         }
     )
     .is_empty());
     assert_eq!(t.conn_of(1, 20), Some(o.conn));
-    assert!(feed(&mut t, &rec(RecordKind::Close, Syscall::Close, 8)).is_empty());
-    let ev = feed(&mut t, &rec(RecordKind::Close, Syscall::Close, 20));
+    assert!(feed(&mut t, &rec(EntryKind::Close, Syscall::Close, 8)).is_empty());
+    let ev = feed(&mut t, &rec(EntryKind::Close, Syscall::Close, 20));
     assert!(matches!(&ev[0], CaptureEvent::Close(c) if c.conn == o.conn));
 }
 
@@ -395,7 +395,7 @@ fn existing_connection_not_duplicated_by_earlier_open() {
         &Rec {
             ts: 400,
             aux: 3,
-            ..rec(RecordKind::Open, Syscall::Accept4, 7)
+            ..rec(EntryKind::Open, Syscall::Accept4, 7)
         }
     )
     .is_empty());
@@ -404,7 +404,7 @@ fn existing_connection_not_duplicated_by_earlier_open() {
         &mut t,
         &Rec {
             ts: 600,
-            ..rec(RecordKind::Close, Syscall::Close, 7)
+            ..rec(EntryKind::Close, Syscall::Close, 7)
         },
     );
     let ev = feed(
@@ -412,7 +412,7 @@ fn existing_connection_not_duplicated_by_earlier_open() {
         &Rec {
             ts: 700,
             aux: 3,
-            ..rec(RecordKind::Open, Syscall::Accept4, 7)
+            ..rec(EntryKind::Open, Syscall::Accept4, 7)
         },
     );
     assert!(matches!(&ev[0], CaptureEvent::Open(o) if o.conn == ConnId(2)));
@@ -421,15 +421,15 @@ fn existing_connection_not_duplicated_by_earlier_open() {
 #[test]
 fn process_exit_closes_its_connections() {
     let mut t = ConnTracker::new(0);
-    feed(&mut t, &rec(RecordKind::Open, Syscall::Connect, 5));
+    feed(&mut t, &rec(EntryKind::Open, Syscall::Connect, 5));
     feed(
         &mut t,
         &Rec {
             tgid: 2,
-            ..rec(RecordKind::Open, Syscall::Connect, 5)
+            ..rec(EntryKind::Open, Syscall::Connect, 5)
         },
     );
-    let ev = feed(&mut t, &rec(RecordKind::ProcessExit, Syscall::Sched, -1));
+    let ev = feed(&mut t, &rec(EntryKind::ProcessExit, Syscall::Sched, -1));
     assert!(matches!(&ev[0], CaptureEvent::Close(c) if c.reason == CloseReason::ProcessExit));
     assert!(matches!(
         &ev[1],
@@ -454,16 +454,16 @@ fn peer_not_taken_from_a_reused_fd() {
         &mut t,
         &Rec {
             aux: 3,
-            ..rec(RecordKind::Open, Syscall::Accept4, 7)
+            ..rec(EntryKind::Open, Syscall::Accept4, 7)
         },
     );
-    out.extend(feed(&mut t, &rec(RecordKind::Close, Syscall::Close, 7)));
+    out.extend(feed(&mut t, &rec(EntryKind::Close, Syscall::Close, 7)));
     out.extend(feed(
         &mut t,
         &Rec {
             ts: 101,
             aux: 3,
-            ..rec(RecordKind::Open, Syscall::Accept4, 7)
+            ..rec(EntryKind::Open, Syscall::Accept4, 7)
         },
     ));
     // /proc now shows fd 7 = conn 2, whose peer is pid 42.
@@ -555,7 +555,7 @@ fn peer_end_is_its_own_connection() {
     let close = |fd| Rec {
         tgid: 2,
         ts: 400,
-        ..rec(RecordKind::Close, Syscall::Close, fd)
+        ..rec(EntryKind::Close, Syscall::Close, fd)
     };
     assert!(feed(&mut t, &close(3)).is_empty());
     assert!(t.take_idle_peer_processes().is_empty());
@@ -589,14 +589,14 @@ fn peer_process_own_connections_are_ignored() {
         &p(Rec {
             ts: 300,
             aux: 9,
-            ..rec(RecordKind::Open, Syscall::Socketpair, 8)
+            ..rec(EntryKind::Open, Syscall::Socketpair, 8)
         }),
     );
     ev.extend(feed(
         &mut t,
         &p(Rec {
             ts: 301,
-            ..rec(RecordKind::Open, Syscall::Connect, 10)
+            ..rec(EntryKind::Open, Syscall::Connect, 10)
         }),
     ));
     ev.extend(feed(&mut t, &p(data(Syscall::Write, 8, 0, 302, b"x"))));
@@ -606,7 +606,7 @@ fn peer_process_own_connections_are_ignored() {
         &p(Rec {
             ts: 303,
             aux: 8,
-            ..rec(RecordKind::Open, Syscall::Dup, 11)
+            ..rec(EntryKind::Open, Syscall::Dup, 11)
         }),
     ));
     // The Open of the registered fd coming late (a connect that returned
@@ -615,7 +615,7 @@ fn peer_process_own_connections_are_ignored() {
         &mut t,
         &p(Rec {
             ts: 304,
-            ..rec(RecordKind::Open, Syscall::Connect, 4)
+            ..rec(EntryKind::Open, Syscall::Connect, 4)
         }),
     ));
     // Closed in the same batch: nothing to switch off any more.
@@ -623,7 +623,7 @@ fn peer_process_own_connections_are_ignored() {
         &mut t,
         &p(Rec {
             ts: 304,
-            ..rec(RecordKind::Close, Syscall::Close, 10)
+            ..rec(EntryKind::Close, Syscall::Close, 10)
         }),
     ));
     assert!(ev.is_empty(), "{ev:?}");
@@ -635,7 +635,7 @@ fn peer_process_own_connections_are_ignored() {
         &p(Rec {
             ts: 305,
             aux: 4,
-            ..rec(RecordKind::Open, Syscall::Dup, 12)
+            ..rec(EntryKind::Open, Syscall::Dup, 12)
         })
     )
     .is_empty());
@@ -651,14 +651,14 @@ fn peer_process_own_connections_are_ignored() {
         &p(Rec {
             ts: 306,
             aux: 3,
-            ..rec(RecordKind::Open, Syscall::Socketpair, 13)
+            ..rec(EntryKind::Open, Syscall::Socketpair, 13)
         }),
     );
     let ev = feed(
         &mut t,
         &p(Rec {
             ts: 307,
-            ..rec(RecordKind::ProcessExit, Syscall::Sched, -1)
+            ..rec(EntryKind::ProcessExit, Syscall::Sched, -1)
         }),
     );
     assert!(

@@ -17,7 +17,7 @@ use super::{
     state::TuiState,
     views::{calls, findings, pods, timeline},
 };
-use crate::{capture::recording::RecordingWriter, sinks::json::RecordLine};
+use crate::{sinks::json::RecordLine, store::ndjson::LineWriter};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
@@ -123,7 +123,7 @@ pub fn write_ndjson(path: &Path, rows: &[Value]) -> Result<(), ExportError> {
         path: path.to_path_buf(),
         source,
     };
-    let mut w = RecordingWriter::new(f);
+    let mut w = LineWriter::new(f);
     for r in rows {
         w.write_record(r, false).map_err(werr)?;
     }

@@ -196,7 +196,7 @@ pub fn replay_state(events: &[CaptureEvent]) -> TuiState {
 }
 
 /// The status line of a run on the runtime `session` describes.
-pub fn status_of(session: &crate::model::record_file::SessionInfo, source: String) -> StatusInfo {
+pub fn status_of(session: &crate::store::record_file::SessionInfo, source: String) -> StatusInfo {
     StatusInfo {
         runtime: session.runtime.as_ref().map(|r| match session.runtime_pid {
             Some(pid) if source == "live" => format!("{r} pid {pid}"),

@@ -29,10 +29,10 @@ use std::{
 };
 
 use super::{
-    observation::Observation,
+    ndjson,
     record_file::{header_bytes_at_most, RecordWriter, SessionInfo},
 };
-use crate::capture::recording;
+use crate::model::observation::Observation;
 
 /// Segment file names: this, the sequence number (8 digits or more), `.ndjson`.
 pub const SEGMENT_PREFIX: &str = "segment-";
@@ -44,7 +44,7 @@ pub const AGE_CHECK: Duration = Duration::from_secs(1);
 
 /// What the recorder keeps.
 #[derive(Debug, Clone)]
-pub struct RecorderConfig {
+pub struct FlightRecorderConfig {
     pub dir: PathBuf,
     /// The segments together hold at most this many bytes.
     pub max_bytes: u64,
@@ -93,8 +93,8 @@ struct Closed {
 }
 
 /// Writes observations to the recorder's directory (see the module doc).
-pub struct Recorder {
-    cfg: RecorderConfig,
+pub struct FlightRecorder {
+    cfg: FlightRecorderConfig,
     info: SessionInfo,
     segment_bytes: u64,
     closed: VecDeque<Closed>,
@@ -107,11 +107,11 @@ pub struct Recorder {
     last_age_check: Instant,
 }
 
-impl Recorder {
+impl FlightRecorder {
     /// Open the recorder's directory (made 0700 if missing), account for
     /// the segments an earlier run left (deleting what is over the bounds
     /// now), and start a segment with `info`'s session line.
-    pub fn open(cfg: RecorderConfig, info: &SessionInfo) -> io::Result<Self> {
+    pub fn open(cfg: FlightRecorderConfig, info: &SessionInfo) -> io::Result<Self> {
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -132,7 +132,7 @@ impl Recorder {
             });
             next_seq = s.seq + 1;
         }
-        let mut r = Recorder {
+        let mut r = FlightRecorder {
             segment_bytes: (cfg.max_bytes / SEGMENTS).max(1),
             cfg,
             info: info.clone(),
@@ -155,7 +155,7 @@ impl Recorder {
             self.next_seq
         ));
         self.next_seq += 1;
-        let f = recording::create_private(&path)?;
+        let f = ndjson::create_private(&path)?;
         let mut info = self.info.clone();
         info.started_unix_ns = unix_ns(SystemTime::now());
         let w = RecordWriter::new(f, &info)?;

@@ -5,14 +5,14 @@
 //! collector: every length is checked before use.
 
 use nri_trace_common::{
-    RecordHeader, RecordKind, Syscall, FLAG_LAST, FLAG_READ_FAULT, FLAG_TRUNCATED, MAX_CHUNK,
-    RECORD_HEADER_LEN,
+    EntryHeader, EntryKind, Syscall, ENTRY_HEADER_LEN, FLAG_LAST, FLAG_READ_FAULT, FLAG_TRUNCATED,
+    MAX_CHUNK,
 };
 use thiserror::Error;
 
 #[derive(Debug, Error, PartialEq, Eq)]
-pub enum RingRecordError {
-    #[error("record of {0} bytes is shorter than its {RECORD_HEADER_LEN}-byte header")]
+pub enum RingEntryError {
+    #[error("record of {0} bytes is shorter than its {ENTRY_HEADER_LEN}-byte header")]
     Short(usize),
     #[error("unknown record kind {0}")]
     Kind(u16),
@@ -24,8 +24,8 @@ pub enum RingRecordError {
 
 /// One parsed record, borrowing its payload from the ring buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RingRecord<'a> {
-    pub kind: RecordKind,
+pub struct RingEntry<'a> {
+    pub kind: EntryKind,
     pub syscall: Syscall,
     pub flags: u32,
     pub ts_ns: u64,
@@ -38,7 +38,7 @@ pub struct RingRecord<'a> {
     pub payload: &'a [u8],
 }
 
-impl RingRecord<'_> {
+impl RingEntry<'_> {
     pub fn truncated(&self) -> bool {
         self.flags & (FLAG_TRUNCATED | FLAG_READ_FAULT) != 0
     }
@@ -57,25 +57,25 @@ fn u64_at(b: &[u8], o: usize) -> u64 {
     u64::from_ne_bytes(b[o..o + 8].try_into().expect("8 bytes"))
 }
 
-/// Parse one record. Field offsets follow `RecordHeader`'s repr(C) layout
+/// Parse one record. Field offsets follow `EntryHeader`'s repr(C) layout
 /// (asserted against `offset_of!` in the tests).
-pub fn parse(b: &[u8]) -> Result<RingRecord<'_>, RingRecordError> {
-    if b.len() < RECORD_HEADER_LEN {
-        return Err(RingRecordError::Short(b.len()));
+pub fn parse(b: &[u8]) -> Result<RingEntry<'_>, RingEntryError> {
+    if b.len() < ENTRY_HEADER_LEN {
+        return Err(RingEntryError::Short(b.len()));
     }
     let kind_raw = u16_at(b, 0);
     let sc_raw = u16_at(b, 2);
-    let kind = RecordKind::from_u16(kind_raw).ok_or(RingRecordError::Kind(kind_raw))?;
-    let syscall = Syscall::from_u16(sc_raw).ok_or(RingRecordError::Syscall(sc_raw))?;
+    let kind = EntryKind::from_u16(kind_raw).ok_or(RingEntryError::Kind(kind_raw))?;
+    let syscall = Syscall::from_u16(sc_raw).ok_or(RingEntryError::Syscall(sc_raw))?;
     let len = u32_at(b, 44);
-    let present = b.len() - RECORD_HEADER_LEN;
+    let present = b.len() - ENTRY_HEADER_LEN;
     if len as usize > present || len as usize > MAX_CHUNK {
-        return Err(RingRecordError::Length {
+        return Err(RingEntryError::Length {
             claimed: len,
             present,
         });
     }
-    Ok(RingRecord {
+    Ok(RingEntry {
         kind,
         syscall,
         flags: u32_at(b, 4),
@@ -86,14 +86,14 @@ pub fn parse(b: &[u8]) -> Result<RingRecord<'_>, RingRecordError> {
         aux: u32_at(b, 28) as i32,
         ret: u64_at(b, 32) as i64,
         offset: u32_at(b, 40),
-        payload: &b[RECORD_HEADER_LEN..RECORD_HEADER_LEN + len as usize],
+        payload: &b[ENTRY_HEADER_LEN..ENTRY_HEADER_LEN + len as usize],
     })
 }
 
 /// Serialize a header and payload the way the kernel programs do; used by
 /// tests and by replay of raw captures.
-pub fn encode(h: &RecordHeader, payload: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(RECORD_HEADER_LEN + payload.len());
+pub fn encode(h: &EntryHeader, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(ENTRY_HEADER_LEN + payload.len());
     v.extend_from_slice(&h.kind.to_ne_bytes());
     v.extend_from_slice(&h.syscall.to_ne_bytes());
     v.extend_from_slice(&h.flags.to_ne_bytes());
@@ -120,22 +120,22 @@ mod tests {
 
     #[test]
     fn offsets_match_repr_c() {
-        assert_eq!(offset_of!(RecordHeader, kind), 0);
-        assert_eq!(offset_of!(RecordHeader, syscall), 2);
-        assert_eq!(offset_of!(RecordHeader, flags), 4);
-        assert_eq!(offset_of!(RecordHeader, ts_ns), 8);
-        assert_eq!(offset_of!(RecordHeader, tgid), 16);
-        assert_eq!(offset_of!(RecordHeader, tid), 20);
-        assert_eq!(offset_of!(RecordHeader, fd), 24);
-        assert_eq!(offset_of!(RecordHeader, aux), 28);
-        assert_eq!(offset_of!(RecordHeader, ret), 32);
-        assert_eq!(offset_of!(RecordHeader, offset), 40);
-        assert_eq!(offset_of!(RecordHeader, len), 44);
+        assert_eq!(offset_of!(EntryHeader, kind), 0);
+        assert_eq!(offset_of!(EntryHeader, syscall), 2);
+        assert_eq!(offset_of!(EntryHeader, flags), 4);
+        assert_eq!(offset_of!(EntryHeader, ts_ns), 8);
+        assert_eq!(offset_of!(EntryHeader, tgid), 16);
+        assert_eq!(offset_of!(EntryHeader, tid), 20);
+        assert_eq!(offset_of!(EntryHeader, fd), 24);
+        assert_eq!(offset_of!(EntryHeader, aux), 28);
+        assert_eq!(offset_of!(EntryHeader, ret), 32);
+        assert_eq!(offset_of!(EntryHeader, offset), 40);
+        assert_eq!(offset_of!(EntryHeader, len), 44);
     }
 
-    fn hdr(len: u32) -> RecordHeader {
-        RecordHeader {
-            kind: RecordKind::Data as u16,
+    fn hdr(len: u32) -> EntryHeader {
+        EntryHeader {
+            kind: EntryKind::Data as u16,
             syscall: Syscall::Writev as u16,
             flags: FLAG_LAST,
             ts_ns: 7,
@@ -153,7 +153,7 @@ mod tests {
     fn round_trip() {
         let b = encode(&hdr(4), b"abcd");
         let r = parse(&b).unwrap();
-        assert_eq!(r.kind, RecordKind::Data);
+        assert_eq!(r.kind, EntryKind::Data);
         assert_eq!(r.syscall, Syscall::Writev);
         assert_eq!((r.tgid, r.tid, r.fd, r.aux, r.ret), (10, 11, 5, 3, 4));
         assert_eq!(r.payload, b"abcd");
@@ -162,18 +162,18 @@ mod tests {
 
     #[test]
     fn rejects_bad_records() {
-        assert_eq!(parse(&[0u8; 10]), Err(RingRecordError::Short(10)));
+        assert_eq!(parse(&[0u8; 10]), Err(RingEntryError::Short(10)));
         let b = encode(&hdr(100), b"abcd");
         assert!(matches!(
             parse(&b),
-            Err(RingRecordError::Length { claimed: 100, .. })
+            Err(RingEntryError::Length { claimed: 100, .. })
         ));
         let mut h = hdr(0);
         h.kind = 99;
-        assert_eq!(parse(&encode(&h, b"")), Err(RingRecordError::Kind(99)));
+        assert_eq!(parse(&encode(&h, b"")), Err(RingEntryError::Kind(99)));
         let mut h = hdr(0);
         h.syscall = 0;
-        assert_eq!(parse(&encode(&h, b"")), Err(RingRecordError::Syscall(0)));
+        assert_eq!(parse(&encode(&h, b"")), Err(RingEntryError::Syscall(0)));
     }
 
     proptest! {

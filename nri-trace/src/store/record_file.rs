@@ -7,7 +7,7 @@
 //! file (what was traced, whether secrets were redacted), observation
 //! lines follow in capture-time order, and a `session_end` line closes a
 //! file whose capture ended cleanly (a file without one was cut short).
-//! Lines use the raw recordings' reader ([`recording`]): capped in size,
+//! Lines are read and written as every file's ([`ndjson`]): capped in size,
 //! errors name their line, a newer version is refused. A reader of
 //! version 1 skips a `"type"` it does not know, so new kinds of record can
 //! be added without a version change.
@@ -16,9 +16,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::observation::Observation;
-pub use crate::capture::recording::SCHEMA_VERSION;
-use crate::capture::recording::{self, FileReader, RecordType, RecordingError};
+pub use super::ndjson::SCHEMA_VERSION;
+use super::ndjson::{self, FileReader, LineError, LineType};
+use crate::model::observation::Observation;
 
 /// What the `session` line says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,7 +78,7 @@ pub const OBSERVATION_TYPES: &[&str] = &[
     "clock",
 ];
 
-impl RecordType for RecordLine {
+impl LineType for RecordLine {
     fn parse(kind: Option<&str>, text: &[u8]) -> serde_json::Result<Self> {
         #[derive(Deserialize)]
         struct Session {
@@ -112,7 +112,7 @@ pub enum Header<'a> {
 /// Writes a record file. It writes the observations it is given: the
 /// pipeline redacts them first when the session says so.
 pub struct RecordWriter<W: std::io::Write> {
-    out: recording::RecordingWriter<W>,
+    out: ndjson::LineWriter<W>,
     written: u64,
     lost_records: u64,
 }
@@ -120,7 +120,7 @@ pub struct RecordWriter<W: std::io::Write> {
 impl<W: std::io::Write> RecordWriter<W> {
     /// Start a file on `inner` with its `session` line.
     pub fn new(inner: W, info: &SessionInfo) -> std::io::Result<Self> {
-        let mut out = recording::RecordingWriter::new(inner);
+        let mut out = ndjson::LineWriter::new(inner);
         out.write_record(&Header::Session(info), true)?;
         Ok(RecordWriter {
             out,
@@ -180,15 +180,15 @@ pub fn header_bytes_at_most(info: &SessionInfo) -> std::io::Result<u64> {
     };
     let mut widest = info.clone();
     widest.started_unix_ns = u64::MAX;
-    let mut w = recording::RecordingWriter::new(std::io::sink());
+    let mut w = ndjson::LineWriter::new(std::io::sink());
     let end_bytes = w.stage_record(&Header::SessionEnd(&end))?;
     let start_bytes = w.stage_record(&Header::Session(&widest))?;
     Ok(end_bytes + start_bytes)
 }
 
 /// Open a record file (gzipped or not) for streaming.
-pub fn open(path: impl AsRef<Path>) -> Result<FileReader<RecordLine>, RecordingError> {
-    recording::open_as(path)
+pub fn open(path: impl AsRef<Path>) -> Result<FileReader<RecordLine>, LineError> {
+    ndjson::open_as(path)
 }
 
 /// Secrets out of observations: what every output of a run shows unless

@@ -2,11 +2,14 @@ use std::{collections::BTreeMap, sync::Arc};
 
 use proptest::{prelude::*, sample::Index, test_runner::TestRunner};
 
-use super::super::{
-    hex, Chunk, CloseReason, ConnClose, ConnId, ConnOpen, Direction, Loss, Origin, Peer,
-    ProcessEvent, Timestamp,
-};
 use super::*;
+use crate::{
+    capture::{
+        hex, unhex, Chunk, CloseReason, ConnClose, ConnId, ConnOpen, Direction, HexError, Loss,
+        Origin, Peer, ProcessEvent, Syscall, Timestamp,
+    },
+    store::raw_capture::{read_events, read_file, write_event},
+};
 
 fn ts(n: u64) -> Timestamp {
     Timestamp {
@@ -149,18 +152,18 @@ fn samples() -> Vec<CaptureEvent> {
 }
 
 fn record(events: &[CaptureEvent]) -> Vec<u8> {
-    let mut w = RecordingWriter::new(Vec::new());
+    let mut w = LineWriter::new(Vec::new());
     for ev in events {
         w.write(ev).unwrap();
     }
     w.finish().unwrap()
 }
 
-fn read_all(bytes: &[u8]) -> Vec<Result<CaptureEvent, RecordingError>> {
+fn read_all(bytes: &[u8]) -> Vec<Result<CaptureEvent, LineError>> {
     read_events(bytes).collect()
 }
 
-fn only_error(text: &str) -> RecordingError {
+fn only_error(text: &str) -> LineError {
     let mut r = read_all(text.as_bytes());
     assert_eq!(r.len(), 1, "{r:?}");
     r.pop().unwrap().unwrap_err()
@@ -378,7 +381,7 @@ fn other_bad_lines() {
     assert!(
         matches!(
             e,
-            RecordingError::UnsupportedVersion {
+            LineError::UnsupportedVersion {
                 line: 1,
                 version: 2
             }
@@ -387,7 +390,7 @@ fn other_bad_lines() {
     );
     let e = only_error("{\"v\":0}\n");
     assert!(
-        matches!(e, RecordingError::UnsupportedVersion { version: 0, .. }),
+        matches!(e, LineError::UnsupportedVersion { version: 0, .. }),
         "{e}"
     );
 }
@@ -400,14 +403,14 @@ fn cut_short_recording() {
     assert_eq!(r.len(), 3);
     assert!(r[0].is_ok() && r[1].is_ok());
     assert!(
-        matches!(r[2], Err(RecordingError::Truncated { line: 3 })),
+        matches!(r[2], Err(LineError::Truncated { line: 3 })),
         "{r:?}"
     );
     // The same line with its newline is plainly invalid, not "cut short".
     bytes.push(b'\n');
     assert!(matches!(
         read_all(&bytes)[2],
-        Err(RecordingError::Invalid { line: 3, .. })
+        Err(LineError::Invalid { line: 3, .. })
     ));
 }
 
@@ -421,14 +424,14 @@ fn long_lines_are_skipped_not_buffered() {
     assert!(r.next().unwrap().is_ok());
     assert!(matches!(
         r.next().unwrap(),
-        Err(RecordingError::LineTooLong { line: 2, max: m }) if m == max
+        Err(LineError::LineTooLong { line: 2, max: m }) if m == max
     ));
     assert!(r.next().unwrap().is_ok());
     assert_eq!(r.line_number(), 3);
     // An over-long unterminated tail is reported as too long too.
     assert!(matches!(
         r.next().unwrap(),
-        Err(RecordingError::LineTooLong { line: 4, .. })
+        Err(LineError::LineTooLong { line: 4, .. })
     ));
     assert!(r.next().is_none());
     assert!(r.next().is_none());
@@ -473,13 +476,13 @@ fn read_errors_end_the_stream() {
         assert_eq!(got.as_ref().unwrap(), want);
     }
     let e = r.last().unwrap().as_ref().unwrap_err();
-    assert!(matches!(e, RecordingError::Io { .. }), "{e}");
+    assert!(matches!(e, LineError::Io { .. }), "{e}");
     assert_eq!(e.line(), Some(events.len() as u64 + 1));
 }
 
 #[test]
 fn writer_flushes_at_non_chunks() {
-    let mut w = RecordingWriter::new(Vec::new());
+    let mut w = LineWriter::new(Vec::new());
     let c = CaptureEvent::Chunk(chunk(1, Syscall::Read, vec![1, 2]));
     w.write(&c).unwrap();
     assert!(w.get_ref().is_empty(), "chunks stay buffered");
@@ -495,7 +498,7 @@ fn writer_flushes_at_non_chunks() {
 #[test]
 fn unserializable_event_leaves_no_partial_line() {
     use std::os::unix::ffi::OsStrExt;
-    let mut w = RecordingWriter::new(Vec::new());
+    let mut w = LineWriter::new(Vec::new());
     let CaptureEvent::Open(mut o) = samples().remove(0) else {
         unreachable!()
     };
@@ -515,7 +518,7 @@ fn files() {
     let dir = std::env::temp_dir();
     let path = dir.join(format!("nri-trace-recording-{}.ndjson", std::process::id()));
     let events = samples();
-    let mut w = RecordingWriter::new(create_private(&path).unwrap());
+    let mut w = LineWriter::new(create_private(&path).unwrap());
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(
         std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
@@ -529,7 +532,7 @@ fn files() {
     std::fs::remove_file(&path).unwrap();
     assert_eq!(back.unwrap(), events);
     let e = read_file(dir.join("nri-trace-no-such-recording.ndjson")).unwrap_err();
-    assert!(matches!(e, RecordingError::Open { .. }) && e.line().is_none());
+    assert!(matches!(e, LineError::Open { .. }) && e.line().is_none());
     assert!(
         e.to_string().contains("nri-trace-no-such-recording.ndjson"),
         "{e}"

@@ -1,40 +1,36 @@
-//! Recordings: a [`CaptureEvent`] stream written to and read back from NDJSON.
+//! The line format of every file and stream nri-trace writes as JSON
+//! (docs/schema.md): NDJSON, one object per line, `"v"` (the schema
+//! version, [`SCHEMA_VERSION`]) first and a `"type"`. [`LineWriter`]
+//! writes any such line; [`LineReader`] reads lines of one [`LineType`]
+//! (a raw capture's `CaptureEvent`s, `store::raw_capture`; a record
+//! file's `RecordLine`s, `store::record_file`), gunzipping a gzipped file.
 //!
-//! The format is the one `nri-trace debug capture -o json` prints (and `watch --save-raw` writes)
-//! (docs/capture.md): one JSON object per line, `"v"` the record version
-//! ([`SCHEMA_VERSION`]) and `"type"` the event kind; chunk bytes are
-//! lowercase hex and syscalls are named ([`Syscall::name`]). Reading a
-//! recording gives back exactly the events that were written, so decoders
-//! and the engine behave the same live or replayed, and real captures can be
-//! committed as test fixtures.
+//! There is no header line in the format itself: every line stands on its
+//! own, so a file can be cut, concatenated or filtered with line tools,
+//! and a capture killed mid-write loses at most its last line.
 //!
-//! There is no header line: every line stands on its own, so a recording can
-//! be cut, concatenated or filtered with line tools, and a capture killed
-//! mid-write loses at most its last line.
-//!
-//! A recording is untrusted input (fixtures come from anywhere): lines are
+//! A file is untrusted input (fixtures come from anywhere): lines are
 //! capped in size ([`DEFAULT_MAX_LINE_BYTES`]), and a bad line is an error
-//! naming its line number, never a panic. The reader keeps going after a bad
-//! line, so a caller may choose to skip it.
+//! naming its line number, never a panic. The reader keeps going after a
+//! bad line, so a caller may choose to skip it.
 
 use std::{
-    fmt,
     fs::File,
     io::{self, BufRead, BufReader, BufWriter, Read, Write},
     iter::FusedIterator,
     path::{Path, PathBuf},
 };
 
-use serde::{de, Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 
-use super::{CaptureEvent, Syscall};
+use crate::capture::CaptureEvent;
 
 /// Version of the records this build writes, and the newest it reads. Every
 /// line carries it as `"v"`; lines without `"v"` (hand-written fixtures) are
 /// read as this version.
 pub const SCHEMA_VERSION: u32 = 1;
 
-/// Default cap on one line of a recording. The largest line a capture writes
+/// Default cap on one line of a file. The largest line a capture writes
 /// is a chunk of `MAX_SNAP` (4 MiB) bytes, 8 MiB as hex; the cap leaves room
 /// for that and for long peer command lines while bounding what a corrupt or
 /// hostile file can make us buffer. Parsing may hold a few times the line
@@ -46,12 +42,12 @@ pub const DEFAULT_MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
 /// [`DEFAULT_MAX_LINE_BYTES`]), so only oversized input pays for regrowing.
 const RETAINED_BUFFER_BYTES: usize = 16 * 1024 * 1024;
 
-/// What went wrong reading (or opening) a recording. Every error about the
+/// What went wrong reading (or opening) a file of lines. Every error about the
 /// content names its 1-based line number; blank lines count.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum RecordingError {
-    #[error("cannot open recording {}: {source}", path.display())]
+pub enum LineError {
+    #[error("cannot open {}: {source}", path.display())]
     Open { path: PathBuf, source: io::Error },
     /// Reading failed; the reader stops after this error.
     #[error("line {line}: read error: {source}")]
@@ -60,8 +56,8 @@ pub enum RecordingError {
     #[error("line {line}: longer than {max} bytes, skipped")]
     LineTooLong { line: u64, max: usize },
     /// The last line has no newline and ends inside a JSON value: the
-    /// recording was cut short (typically a capture killed mid-write).
-    #[error("line {line}: recording ends in the middle of an event (cut short?)")]
+    /// file was cut short (typically a capture killed mid-write).
+    #[error("line {line}: the file ends in the middle of a line (cut short?)")]
     Truncated { line: u64 },
     /// The line is written by a newer (or unknown) version of the format.
     #[error("line {line}: record version {version} is not supported (this build reads version {SCHEMA_VERSION})")]
@@ -84,7 +80,7 @@ fn column_note(column: Option<usize>) -> String {
     column.map(|c| format!(", column {c}")).unwrap_or_default()
 }
 
-impl RecordingError {
+impl LineError {
     /// The 1-based line the error is about, if it is about one.
     pub fn line(&self) -> Option<u64> {
         match self {
@@ -98,8 +94,8 @@ impl RecordingError {
     }
 }
 
-/// Create a recording file readable by its owner only (0600): a raw
-/// capture holds everything the runtime read and wrote, container
+/// Create a file readable by its owner only (0600): a raw capture
+/// holds everything the runtime read and wrote, container
 /// environments and mount secrets included. An existing file is replaced.
 pub fn create_private(path: &Path) -> io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
@@ -111,7 +107,8 @@ pub fn create_private(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
-/// Writes a [`CaptureEvent`] stream as a recording, one line per event.
+/// Writes lines: a [`CaptureEvent`] stream (a raw capture) or records of
+/// any other [`Serialize`] type, one line each.
 ///
 /// Output is buffered. Events other than chunks (opens, closes, process
 /// events, loss reports) are rare and mark points worth having on disk, so
@@ -120,9 +117,9 @@ pub fn create_private(path: &Path) -> io::Result<File> {
 /// `nri-trace debug capture` does when its event queue is empty). Dropping the
 /// writer flushes but loses the error; [`finish`] reports it.
 ///
-/// [`flush`]: RecordingWriter::flush
-/// [`finish`]: RecordingWriter::finish
-pub struct RecordingWriter<W: Write> {
+/// [`flush`]: LineWriter::flush
+/// [`finish`]: LineWriter::finish
+pub struct LineWriter<W: Write> {
     out: BufWriter<W>,
     /// Reused line buffer: an event is serialized whole before any byte of it
     /// is written, so an event that cannot be serialized leaves no partial
@@ -133,7 +130,7 @@ pub struct RecordingWriter<W: Write> {
     bytes: u64,
 }
 
-impl<W: Write> RecordingWriter<W> {
+impl<W: Write> LineWriter<W> {
     /// A writer appending to `inner`.
     pub fn new(inner: W) -> Self {
         Self {
@@ -201,16 +198,8 @@ impl<W: Write> RecordingWriter<W> {
     }
 }
 
-/// Write one event as one recording line (with its newline) to `w`, in a
-/// single `write_all`. This is `nri-trace debug capture -o json`'s output.
-pub fn write_event(w: &mut impl Write, ev: &CaptureEvent) -> io::Result<()> {
-    let mut line = Vec::new();
-    encode_line(&mut line, ev)?;
-    w.write_all(&line)
-}
-
 /// Serialize `ev` into `line` (cleared first) as `{"v":N,"type":...}\n`.
-fn encode_line<T: Serialize>(line: &mut Vec<u8>, ev: &T) -> io::Result<()> {
+pub(super) fn encode_line<T: Serialize>(line: &mut Vec<u8>, ev: &T) -> io::Result<()> {
     line.clear();
     serde_json::to_writer(&mut *line, ev).map_err(io::Error::from)?;
     // Add "v" by splicing it after the opening brace rather than going
@@ -228,12 +217,12 @@ fn encode_line<T: Serialize>(line: &mut Vec<u8>, ev: &T) -> io::Result<()> {
     Ok(())
 }
 
-/// Iterator over the events of a recording; see [`read_events`].
+/// Iterator over the lines of a file, each parsed as a `T`.
 ///
 /// Yields one item per non-blank line: the event, or an error naming the
 /// line. After a content error it goes on with the next line; after a read
 /// error it ends.
-pub struct RecordingReader<R, T = CaptureEvent> {
+pub struct LineReader<R, T = CaptureEvent> {
     inner: R,
     kind: std::marker::PhantomData<fn() -> T>,
     /// 1-based number of the line last read; 0 before the first.
@@ -243,7 +232,7 @@ pub struct RecordingReader<R, T = CaptureEvent> {
     done: bool,
 }
 
-/// One physical line, as read into `RecordingReader::buf`.
+/// One physical line, as read into `LineReader::buf`.
 enum RawLine {
     Eof,
     /// In `buf`, without its newline; `terminated` is false for a last line
@@ -255,7 +244,7 @@ enum RawLine {
     TooLong,
 }
 
-impl<R: BufRead, T: RecordType> RecordingReader<R, T> {
+impl<R: BufRead, T: LineType> LineReader<R, T> {
     /// A reader of `inner` with the default line cap
     /// ([`DEFAULT_MAX_LINE_BYTES`]).
     pub fn new(inner: R) -> Self {
@@ -270,7 +259,7 @@ impl<R: BufRead, T: RecordType> RecordingReader<R, T> {
     }
 
     /// Cap lines at `max` bytes (newline excluded) instead of the default;
-    /// longer lines give [`RecordingError::LineTooLong`] and are skipped.
+    /// longer lines give [`LineError::LineTooLong`] and are skipped.
     #[must_use]
     pub fn with_max_line_bytes(mut self, max: usize) -> Self {
         self.max_line = max;
@@ -328,8 +317,8 @@ impl<R: BufRead, T: RecordType> RecordingReader<R, T> {
     }
 }
 
-impl<R: BufRead, T: RecordType> Iterator for RecordingReader<R, T> {
-    type Item = Result<T, RecordingError>;
+impl<R: BufRead, T: LineType> Iterator for LineReader<R, T> {
+    type Item = Result<T, LineError>;
 
     fn next(&mut self) -> Option<Self::Item> {
         while !self.done {
@@ -338,7 +327,7 @@ impl<R: BufRead, T: RecordType> Iterator for RecordingReader<R, T> {
                 Err(source) => {
                     // Retrying a failed read could fail forever; stop.
                     self.done = true;
-                    return Some(Err(RecordingError::Io {
+                    return Some(Err(LineError::Io {
                         line: self.line + 1,
                         source,
                     }));
@@ -351,7 +340,7 @@ impl<R: BufRead, T: RecordType> Iterator for RecordingReader<R, T> {
                 }
                 RawLine::TooLong => {
                     self.line += 1;
-                    return Some(Err(RecordingError::LineTooLong {
+                    return Some(Err(LineError::LineTooLong {
                         line: self.line,
                         max: self.max_line,
                     }));
@@ -370,25 +359,15 @@ impl<R: BufRead, T: RecordType> Iterator for RecordingReader<R, T> {
     }
 }
 
-impl<R: BufRead, T: RecordType> FusedIterator for RecordingReader<R, T> {}
+impl<R: BufRead, T: LineType> FusedIterator for LineReader<R, T> {}
 
-/// The events of the recording `r`, one item per non-blank line.
-pub fn read_events<R: BufRead>(r: R) -> RecordingReader<R> {
-    RecordingReader::new(r)
-}
-
-/// A recording file being read (gunzipped if it is gzipped).
-pub type FileReader<T> = RecordingReader<BufReader<Box<dyn Read + Send>>, T>;
-
-/// Open the recording at `path` for streaming.
-pub fn open(path: impl AsRef<Path>) -> Result<FileReader<CaptureEvent>, RecordingError> {
-    open_as(path)
-}
+/// A file being read (gunzipped if it is gzipped).
+pub type FileReader<T> = LineReader<BufReader<Box<dyn Read + Send>>, T>;
 
 /// Open a file of `T` records (the same line format) for streaming.
-pub fn open_as<T: RecordType>(path: impl AsRef<Path>) -> Result<FileReader<T>, RecordingError> {
+pub fn open_as<T: LineType>(path: impl AsRef<Path>) -> Result<FileReader<T>, LineError> {
     let path = path.as_ref();
-    let open_err = |source| RecordingError::Open {
+    let open_err = |source| LineError::Open {
         path: path.to_path_buf(),
         source,
     };
@@ -400,7 +379,7 @@ pub fn open_as<T: RecordType>(path: impl AsRef<Path>) -> Result<FileReader<T>, R
 /// a file with. Public for the fuzz targets (fuzz/), which feed it bytes
 /// without a file.
 #[doc(hidden)]
-pub fn reader_as<T: RecordType>(r: Box<dyn Read + Send>) -> io::Result<FileReader<T>> {
+pub fn reader_as<T: LineType>(r: Box<dyn Read + Send>) -> io::Result<FileReader<T>> {
     let mut f = BufReader::new(r);
     // gzip (RFC 1952 magic 1f 8b): committed fixtures and archived captures
     // are compressed (hex NDJSON shrinks ~30x).
@@ -410,15 +389,7 @@ pub fn reader_as<T: RecordType>(r: Box<dyn Read + Send>) -> io::Result<FileReade
     } else {
         Box::new(f)
     };
-    Ok(RecordingReader::new(BufReader::with_capacity(
-        256 * 1024,
-        inner,
-    )))
-}
-
-/// All events of the recording at `path`; the first bad line is an error.
-pub fn read_file(path: impl AsRef<Path>) -> Result<Vec<CaptureEvent>, RecordingError> {
-    open(path)?.collect()
+    Ok(LineReader::new(BufReader::with_capacity(256 * 1024, inner)))
 }
 
 /// Only the record version, read before the event: a line of a newer format
@@ -433,43 +404,33 @@ struct VersionProbe {
 }
 
 /// What a line of a file in this format holds.
-pub trait RecordType: Sized {
+pub trait LineType: Sized {
     /// Parse one line whose `"type"` is `kind`.
     fn parse(kind: Option<&str>, text: &[u8]) -> serde_json::Result<Self>;
 }
 
-impl RecordType for CaptureEvent {
-    fn parse(_: Option<&str>, text: &[u8]) -> serde_json::Result<Self> {
-        serde_json::from_slice(text)
-    }
-}
-
-fn parse_line<T: RecordType>(
-    text: &[u8],
-    line: u64,
-    terminated: bool,
-) -> Result<T, RecordingError> {
+fn parse_line<T: LineType>(text: &[u8], line: u64, terminated: bool) -> Result<T, LineError> {
     let invalid = |e: serde_json::Error| {
         if !terminated && e.classify() == serde_json::error::Category::Eof {
-            return RecordingError::Truncated { line };
+            return LineError::Truncated { line };
         }
         // serde_json appends " at line 1 column N"; each line is parsed on
         // its own, so only the column means something here.
         let full = e.to_string();
         let suffix = format!(" at line {} column {}", e.line(), e.column());
         let message = full.strip_suffix(&suffix).unwrap_or(&full).to_string();
-        RecordingError::Invalid {
+        LineError::Invalid {
             line,
             column: (e.column() != 0).then_some(e.column()),
             message,
         }
     };
     // serde also accepts a JSON array for a struct or a tagged enum; a
-    // recording line is an object, and saying so beats a confusing message.
+    // line is an object, and saying so beats a confusing message.
     match text.iter().position(|b| !b.is_ascii_whitespace()) {
         Some(i) if text[i] == b'{' => {}
         i => {
-            return Err(RecordingError::Invalid {
+            return Err(LineError::Invalid {
                 line,
                 column: Some(i.unwrap_or(0) + 1),
                 message: "not a JSON object".into(),
@@ -479,91 +440,10 @@ fn parse_line<T: RecordType>(
     let probe: VersionProbe = serde_json::from_slice(text).map_err(invalid)?;
     if let Some(version) = probe.v {
         if version != u64::from(SCHEMA_VERSION) {
-            return Err(RecordingError::UnsupportedVersion { line, version });
+            return Err(LineError::UnsupportedVersion { line, version });
         }
     }
     T::parse(probe.kind.as_deref(), text).map_err(invalid)
-}
-
-/// A bad hex string.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum HexError {
-    #[error("odd number of hex digits ({0})")]
-    OddLength(usize),
-    #[error("invalid hex digit {found:?} at offset {offset}")]
-    BadDigit { offset: usize, found: char },
-}
-
-/// Bytes from hex (the inverse of [`super::hex`]); upper case is accepted
-/// too, for hand-written fixtures.
-pub fn unhex(s: &str) -> Result<Vec<u8>, HexError> {
-    fn digit(b: u8) -> Option<u8> {
-        match b {
-            b'0'..=b'9' => Some(b - b'0'),
-            b'a'..=b'f' => Some(b - b'a' + 10),
-            b'A'..=b'F' => Some(b - b'A' + 10),
-            _ => None,
-        }
-    }
-    let bad = |offset: usize| HexError::BadDigit {
-        offset,
-        // Every byte before `offset` is an ASCII digit, so it is a char
-        // boundary.
-        found: s[offset..].chars().next().unwrap_or('\u{FFFD}'),
-    };
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len() / 2);
-    let mut pairs = b.chunks_exact(2);
-    for (i, pair) in pairs.by_ref().enumerate() {
-        let hi = digit(pair[0]).ok_or_else(|| bad(2 * i))?;
-        let lo = digit(pair[1]).ok_or_else(|| bad(2 * i + 1))?;
-        out.push(hi << 4 | lo);
-    }
-    if let [last] = pairs.remainder() {
-        // A bad last digit says more than "odd length".
-        digit(*last).ok_or_else(|| bad(b.len() - 1))?;
-        return Err(HexError::OddLength(b.len()));
-    }
-    Ok(out)
-}
-
-/// Deserializes `Chunk::bytes` from hex.
-pub(super) fn de_hex<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-    struct V;
-    impl de::Visitor<'_> for V {
-        type Value = Vec<u8>;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a hex string")
-        }
-        fn visit_str<E: de::Error>(self, s: &str) -> Result<Vec<u8>, E> {
-            unhex(s).map_err(|e| E::custom(format_args!("chunk bytes: {e}")))
-        }
-    }
-    d.deserialize_str(V)
-}
-
-/// Deserializes `Chunk::syscall` from its name.
-pub(super) fn de_syscall<'de, D: Deserializer<'de>>(d: D) -> Result<Syscall, D::Error> {
-    struct V;
-    impl de::Visitor<'_> for V {
-        type Value = Syscall;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a syscall name")
-        }
-        fn visit_str<E: de::Error>(self, s: &str) -> Result<Syscall, E> {
-            Syscall::from_name(s).ok_or_else(|| {
-                let known: Vec<&str> = (1..)
-                    .map_while(Syscall::from_u16)
-                    .map(Syscall::name)
-                    .collect();
-                E::custom(format_args!(
-                    "unknown syscall {s:?} (expected one of {})",
-                    known.join(", ")
-                ))
-            })
-        }
-    }
-    d.deserialize_str(V)
 }
 
 #[cfg(test)]
