@@ -1,4 +1,4 @@
-//! Developer tasks for nri-trace: `cargo xtask <setup|build|dist|image|kernels|test|bench|fuzz|lab>`.
+//! Developer tasks for nri-trace: `cargo xtask <setup|build|dist|image|kernels|test|bench|fuzz|lab|cluster>`.
 //!
 //! The eBPF crate cannot be built by the rustup toolchain on these machines
 //! (no rust-src, so no `-Z build-std`): it is built by Debian's rustc-web,
@@ -8,6 +8,7 @@
 mod bench;
 mod beside;
 mod build_cache;
+mod cluster;
 mod dist;
 mod exec_cost;
 mod fuzz;
@@ -99,6 +100,17 @@ enum Cmd {
         #[command(subcommand)]
         cmd: lab::LabCmd,
     },
+    /// A one-node Kubernetes cluster (etcd, the API server, the
+    /// controller manager, the scheduler, kubelet) on the lab's runtime
+    /// (docs/cluster.md).
+    Cluster {
+        /// The node's runtime: containerd-2.3 (default), containerd-2.2 or
+        /// crio.
+        #[arg(long, value_parser = ["containerd-2.2", "containerd-2.3", "crio"])]
+        runtime: Option<String>,
+        #[command(subcommand)]
+        cmd: cluster::ClusterCmd,
+    },
     /// Run `nri-trace` (built by `cargo xtask build`) with these arguments.
     Run {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -123,6 +135,7 @@ fn main() -> Result<()> {
         Cmd::Fuzz(a) => fuzz::run_fuzz(&a),
         Cmd::Lab { runtime, cmd } => lab::run_lab(cmd, runtime.as_deref()),
         Cmd::Demo { args } => lab::demo(&args),
+        Cmd::Cluster { runtime, cmd } => cluster::run_cluster(cmd, runtime.as_deref()),
         Cmd::Run { args } => {
             let bin = build(true)?;
             let status = Command::new(bin).args(args).status()?;
