@@ -73,6 +73,7 @@ ADMIN_KUBECONFIG="$DIR/admin.kubeconfig"
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
 API="https://127.0.0.1:6443"
 
+K8S_BIN="$LAB/k8s/bin" # lab/k8s.sh's BIN_DIR
 bins() { BIN="$(bash "$HERE/k8s.sh" path)" || die "Kubernetes not built: sudo lab/k8s.sh install"; }
 
 pidfile() { echo "$RUN/$1.pid"; }
@@ -81,7 +82,7 @@ our_component_pid() { # component
 	local p
 	p="$(cat "$(pidfile "$1")" 2>/dev/null)" || return 1
 	[[ $p =~ ^[0-9]+$ ]] && kill -0 "$p" 2>/dev/null || return 1
-	[[ $(readlink "/proc/$p/exe" 2>/dev/null) == "$DIR"/* || $(readlink "/proc/$p/exe" 2>/dev/null) == "$LAB/k8s/bin/"* ]] || return 1
+	[[ $(readlink "/proc/$p/exe" 2>/dev/null) == "$K8S_BIN/$1" ]] || return 1
 	echo "$p"
 }
 
@@ -360,7 +361,9 @@ cmd_up() {
 cmd_down() {
 	need_root
 	local t0=$SECONDS
-	if [[ -x $LAB/k8s/bin/kubectl ]]; then BIN="$LAB/k8s/bin"; fi
+	# kubectl as built, whatever its recipe now: down must work after a
+	# change of lab/k8s.sh too.
+	if [[ -x $K8S_BIN/kubectl ]]; then BIN="$K8S_BIN"; fi
 	# While kubelet runs, it unmounts the pods' volumes and removes their
 	# cgroups as their pods go: every pod deleted first (at once: down is
 	# not the place to wait out grace periods; what kubelet cannot undo,
@@ -388,7 +391,7 @@ cmd_down() {
 leftovers() {
 	local c d ipt t
 	for c in "${COMPONENTS[@]}"; do
-		pgrep -f "^$LAB/k8s/bin/$c( |$)" >/dev/null && echo "process: $c"
+		pgrep -f "^$K8S_BIN/$c( |$)" >/dev/null && echo "process: $c"
 	done
 	awk -v r="$STATE/" 'index($2, r) == 1 {print "mount: " $2}' /proc/self/mounts
 	for d in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do [[ -d $d ]] && echo "cgroup: $d"; done

@@ -2,12 +2,10 @@
 //! the lab's runtime (lab/cluster.sh; the binaries from lab/k8s.sh, built
 //! from their Go modules). Issue 32.
 
-use std::process::Command;
-
 use anyhow::Result;
 use clap::Subcommand;
 
-use crate::{run, workspace_root};
+use crate::lab::lab_script as script;
 
 #[derive(Subcommand)]
 pub(crate) enum ClusterCmd {
@@ -21,16 +19,6 @@ pub(crate) enum ClusterCmd {
     Down,
     /// What runs, the node, the pods.
     Status,
-}
-
-/// `--runtime` reaches the scripts as NRI_TRACE_LAB_RUNTIME.
-fn script(name: &str, arg: &str, runtime: Option<&str>) -> Result<()> {
-    let mut cmd = Command::new("bash");
-    cmd.arg(workspace_root().join("lab").join(name)).arg(arg);
-    if let Some(r) = runtime {
-        cmd.env("NRI_TRACE_LAB_RUNTIME", r);
-    }
-    run(&mut cmd)
 }
 
 pub(crate) fn run_cluster(cmd: ClusterCmd, runtime: Option<&str>) -> Result<()> {

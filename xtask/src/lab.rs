@@ -59,8 +59,14 @@ pub(crate) fn demo(extra: &[String]) -> Result<()> {
 }
 
 fn lab_sh(arg: &str, runtime: Option<&str>) -> Result<()> {
+    lab_script("lab.sh", arg, runtime)
+}
+
+/// `bash lab/SCRIPT ARG` with `--runtime` as NRI_TRACE_LAB_RUNTIME (the
+/// cluster's scripts too, xtask/src/cluster.rs).
+pub(crate) fn lab_script(script: &str, arg: &str, runtime: Option<&str>) -> Result<()> {
     let mut cmd = Command::new("bash");
-    cmd.arg(workspace_root().join("lab/lab.sh")).arg(arg);
+    cmd.arg(workspace_root().join("lab").join(script)).arg(arg);
     with_runtime(&mut cmd, runtime);
     run(&mut cmd)
 }
