@@ -46,6 +46,9 @@ pub struct Driver {
     connects: Arc<AtomicU64>,
     truth: TruthWriter,
     timeout: Duration,
+    /// How long after the deadline it sends the client's own timer fires
+    /// ([`Driver::with_client_grace`]).
+    client_grace: Duration,
     records: Arc<Mutex<Vec<CallRecord>>>,
     truth_errors: Arc<AtomicU64>,
 }
@@ -132,9 +135,28 @@ impl Driver {
             connects,
             truth,
             timeout: request_timeout,
+            client_grace: Duration::ZERO,
             records: Arc::default(),
             truth_errors: Arc::default(),
         })
+    }
+
+    /// Let the client's own timer fire `grace` after the deadline it sends
+    /// in `grpc-timeout`, so that the runtime's timer fires first and its
+    /// request context ends DeadlineExceeded rather than Canceled by the
+    /// client's RST_STREAM. tonic sends the timeout set on the request
+    /// while this timer started before the headers left, so with no grace
+    /// (the default) the client's cancel can come first; grpc-go, kubelet's
+    /// client, sends the time left when it writes the headers. What NRI
+    /// makes of a plugin still busy with the hook hangs on it: on
+    /// DeadlineExceeded it closes the plugin as timed out, on Canceled it
+    /// keeps it (nri pkg/adaptation/plugin.go `isFatalError`), and a retry
+    /// meets the same slow plugin again (docs/lab.md, "who ends the slow
+    /// hook").
+    #[must_use]
+    pub fn with_client_grace(mut self, grace: Duration) -> Self {
+        self.client_grace = grace;
+        self
     }
 
     pub fn request_timeout(&self) -> Duration {
@@ -283,7 +305,7 @@ impl Driver {
         let start_wall_ns = truth::wall_ns();
         let start_mono_ns = truth::mono_ns();
         let t0 = Instant::now();
-        let res = tokio::time::timeout(deadline, f(client, request)).await;
+        let res = tokio::time::timeout(deadline + self.client_grace, f(client, request)).await;
         let end_mono_ns = truth::mono_ns();
         let elapsed = t0.elapsed();
         let res = match res {

@@ -74,6 +74,11 @@ struct Cli {
     /// (RunPodSandbox gets twice this, StopContainer this plus the grace).
     #[arg(long, default_value_t = 120_000, value_name = "MS")]
     request_timeout_ms: u64,
+    /// The client's own timer fires this long after the deadline it sends
+    /// (grpc-timeout), so the runtime's deadline fires first instead of
+    /// racing the client's cancel (kubelet's client has none).
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    client_grace_ms: u64,
     /// Pod log directories go under DIR (as kubelet's /var/log/pods);
     /// without it, log_directory and log_path are left empty and the
     /// runtime discards container output.
@@ -424,7 +429,8 @@ async fn run(cli: Cli) -> ExitCode {
             Duration::from_millis(cli.request_timeout_ms),
         )
         .await
-        .map_err(|e| anyhow!("{e} (is the lab up? bash lab/lab.sh up)"))?;
+        .map_err(|e| anyhow!("{e} (is the lab up? bash lab/lab.sh up)"))?
+        .with_client_grace(Duration::from_millis(cli.client_grace_ms));
         let v = driver.version().await?;
         log::info!(
             "connected to {} {} (CRI {}) on {}",
