@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use nri_trace::capture::btf::BtfIndex;
+use nri_trace::testing::capture::btf::BtfIndex;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(index) = BtfIndex::parse(data) else {

@@ -9,7 +9,7 @@
 use libfuzzer_sys::fuzz_target;
 use nri_trace::{
     assemble::TraceDecoder,
-    capture::{
+    testing::capture::{
         ring_entry,
         tracker::{ConnFacts, ConnTracker},
     },

@@ -70,6 +70,30 @@ pub mod nri {
     }
 }
 
+/// Capture's pieces that the fuzz targets and the tests drive alone: the
+/// ring entries' format, the connection tracker, the BTF reader, and the
+/// /proc lookups the lab tests compare with.
+pub mod capture {
+    /// The BTF reader (the kernel offsets the probes need).
+    pub mod btf {
+        pub use crate::capture::btf::{BtfError, BtfIndex};
+    }
+    /// What /proc says of processes and their sockets.
+    pub mod discovery {
+        pub use crate::capture::discovery::{
+            peer_cred, process_cgroup, process_info, socket_fds_of, PeerCred, ProcessInfo,
+        };
+    }
+    /// The probes' ring entries (nri-trace-common's header and payload).
+    pub mod ring_entry {
+        pub use crate::capture::ring_entry::{encode, parse, RingEntry, RingEntryError};
+    }
+    /// Connection tracking: ring entries to connections and byte streams.
+    pub mod tracker {
+        pub use crate::capture::tracker::{BoundListener, ConnFacts, ConnTracker, NewConn};
+    }
+}
+
 /// The NRI assembler alone: decoded ttrpc messages of one connection to
 /// calls (the benches time it apart from the decoder; the wire-version
 /// tests feed it the ttrpc crate's frames).

@@ -17,7 +17,7 @@ use std::{collections::BTreeSet, time::Duration};
 
 use common::*;
 use nri_trace::capture::{
-    ebpf::EbpfOptions, CaptureEvent, CloseReason, ConnId, ConnOpen, Direction, Loss, Origin,
+    CaptureEvent, CloseReason, ConnId, ConnOpen, Direction, EbpfOptions, Loss, Origin,
     ProcessEvent, Syscall,
 };
 use nri_trace_common::{DEFAULT_SNAP, MAX_CHUNK};
@@ -1719,7 +1719,7 @@ async fn capture_command_existing_socketpair() {
 fn a_sleeping_reader_is_woken_by_the_first_record() {
     use std::{io::Write, os::fd::AsRawFd, os::unix::net::UnixStream, time::Instant};
 
-    use nri_trace::capture::{backend::CaptureBackend, ebpf::EbpfBackend};
+    use nri_trace::capture::{CaptureBackend, EbpfBackend};
     const NAME: &str = "a_sleeping_reader_is_woken_by_the_first_record";
     if !guard(NAME) {
         return;

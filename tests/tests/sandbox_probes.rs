@@ -17,11 +17,7 @@ use std::{
 };
 
 use common::*;
-use nri_trace::capture::{
-    ebpf::EbpfOptions,
-    sandbox::{SandboxEvent, SandboxOp},
-    CaptureEvent,
-};
+use nri_trace::capture::{CaptureEvent, EbpfOptions, SandboxEvent, SandboxOp};
 
 /// What a runtime does to a pod, one syscall at a time (ctypes: exactly
 /// these syscalls, no library choosing another). Prints `child N` and `done`.
@@ -104,7 +100,7 @@ async fn sandbox_probes_report_the_runtime_tree() {
         std::fs::create_dir_all(&d2).unwrap();
         run_script(&d2)
     };
-    let cfg = nri_trace::capture::session::SessionConfig {
+    let cfg = nri_trace::capture::SessionConfig {
         pids: vec![tracked.id()],
         sandbox: true,
         ..session_config()

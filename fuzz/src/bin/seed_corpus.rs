@@ -13,9 +13,10 @@ use std::{
 
 use nri_trace::{
     assemble::TraceDecoder,
-    capture::{ring_entry, CaptureEvent, Direction},
+    capture::{CaptureEvent, Direction},
     store::record_file::{RecordWriter, SessionInfo},
     testing::{
+        capture::ring_entry,
         cri::{
             connection::{H2Connection, H2Event, Side},
             frame::{Frame, FrameDecoder, FrameEvent},

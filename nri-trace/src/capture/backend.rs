@@ -78,7 +78,7 @@ pub enum BackendError {
 /// allocation. Measured against a flood of 8-byte reads (a million empty
 /// NRI multiplexer frames, containerd reading each 8-byte header with its
 /// own read(2)): 820,000 records held about 170 MB, some 200 bytes each.
-pub const RECORD_COST: usize = 256;
+pub(crate) const RECORD_COST: usize = 256;
 
 pub trait CaptureBackend: Send {
     /// Capture syscalls of this process (tgid).

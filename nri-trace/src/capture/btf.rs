@@ -60,22 +60,22 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// Where the running kernel exposes its BTF (CONFIG_DEBUG_INFO_BTF).
-pub const KERNEL_BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
+pub(crate) const KERNEL_BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
 
 /// Largest kernel BTF file read (vmlinux BTF is a few MiB).
-pub const MAX_BTF_FILE_SIZE: u64 = 256 << 20;
+pub(crate) const MAX_BTF_FILE_SIZE: u64 = 256 << 20;
 
 /// How deep anonymous struct/union members are searched (kernel structs
 /// nest them 3-4 deep at most).
-pub const MAX_ANON_DEPTH: u32 = 8;
+pub(crate) const MAX_ANON_DEPTH: u32 = 8;
 
 /// How many typedef/const/volatile/restrict/type-tag links are followed to
 /// the type under them.
-pub const MAX_MODIFIER_CHAIN: u32 = 32;
+pub(crate) const MAX_MODIFIER_CHAIN: u32 = 32;
 
 /// How many struct/union members one lookup visits at most, over all
 /// candidate structs and nested anonymous members (task_struct has ~250).
-pub const MAX_MEMBER_VISITS: u32 = 1 << 22;
+pub(crate) const MAX_MEMBER_VISITS: u32 = 1 << 22;
 
 /// Errors of BTF lookups; every message says what to do about it.
 #[derive(Debug, thiserror::Error)]
@@ -183,23 +183,9 @@ pub enum BtfError {
     },
 }
 
-/// Byte offset of `member` in `struct struct_name`, from a raw BTF blob (as
-/// in `/sys/kernel/btf/vmlinux`). Members of anonymous struct/union members
-/// are found too (up to [`MAX_ANON_DEPTH`] deep), with the offsets of the
-/// anonymous members added. A bitfield member is an error.
-pub fn member_offset(btf: &[u8], struct_name: &str, member: &str) -> Result<u32, BtfError> {
-    BtfIndex::parse(btf)?.member_offset(struct_name, member)
-}
-
-/// [`member_offset`] in the running kernel's BTF, [`KERNEL_BTF_PATH`].
-pub fn kernel_member_offset(struct_name: &str, member: &str) -> Result<u32, BtfError> {
-    let blob = read_btf_file(Path::new(KERNEL_BTF_PATH))?;
-    member_offset(&blob, struct_name, member)
-}
-
 /// Reads a BTF file (at most [`MAX_BTF_FILE_SIZE`] bytes); parse it with
 /// [`BtfIndex::parse`] to look up several members with one read.
-pub fn read_btf_file(path: &Path) -> Result<Vec<u8>, BtfError> {
+pub(crate) fn read_btf_file(path: &Path) -> Result<Vec<u8>, BtfError> {
     let unreadable = |source| BtfError::Unreadable {
         path: path.to_path_buf(),
         source,
@@ -381,7 +367,10 @@ impl<'a> BtfIndex<'a> {
         Err(BtfError::StructNotFound { name: name.into() })
     }
 
-    /// Byte offset of `member` in `struct struct_name`; see [`member_offset`].
+    /// Byte offset of `member` in `struct struct_name`. Members of
+    /// anonymous struct/union members are found too (up to
+    /// [`MAX_ANON_DEPTH`] deep), with the offsets of the anonymous members
+    /// added. A bitfield member is an error.
     ///
     /// If several structs have that name (BTF of modules or unusual
     /// kernels), the first one that has the member answers.

@@ -36,17 +36,17 @@ use super::Timestamp;
 
 /// Deadline of each call (and of the connect). crictl's default
 /// `--timeout` is 2 s; a runtime listing thousands of pods gets more.
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest response accepted: kubelet's CRI client limit (`maxMsgSize`,
 /// 16 MiB, kubernetes pkg/kubelet/cri/remote/utils.go).
-pub const MAX_RESPONSE_BYTES: usize = 16 << 20;
+pub(crate) const MAX_RESPONSE_BYTES: usize = 16 << 20;
 /// Most pods (and, apart, containers) kept from one query: as many ids as
 /// the engine's pod index remembers (`engine::pod_index::MAX_IDS`).
-pub const MAX_OBJECTS: usize = 16_384;
+pub(crate) const MAX_OBJECTS: usize = 16_384;
 
 /// Why the runtime's state could not be read.
 #[derive(Debug, thiserror::Error)]
-pub enum CriStateError {
+pub(crate) enum CriStateError {
     #[error("cannot connect to {}", path.display())]
     Connect {
         path: PathBuf,
@@ -243,7 +243,7 @@ async fn connect(path: &Path) -> Result<Channel, CriStateError> {
 /// The runtime's pods and containers, read over a new connection to its
 /// CRI socket `path`, stamped with `now()` when the answers are in; the
 /// connection is handed back with them (keep it open: see the module doc).
-pub async fn query(
+pub(crate) async fn query(
     path: &Path,
     now: fn() -> Timestamp,
 ) -> Result<(CriState, Channel), CriStateError> {

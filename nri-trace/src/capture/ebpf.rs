@@ -27,7 +27,7 @@ use super::{
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/nri-trace-ebpf.o"));
 
 /// (program, tracepoint category, tracepoint) of the capture design.
-pub const CAPTURE_PROGRAMS: &[(&str, &str, &str)] = &[
+pub(crate) const CAPTURE_PROGRAMS: &[(&str, &str, &str)] = &[
     ("exit_read", "syscalls", "sys_exit_read"),
     ("exit_readv", "syscalls", "sys_exit_readv"),
     ("exit_recvfrom", "syscalls", "sys_exit_recvfrom"),
@@ -52,7 +52,7 @@ pub const CAPTURE_PROGRAMS: &[(&str, &str, &str)] = &[
 
 /// (program, tracepoint category, tracepoint) of the sandbox probes
 /// (nri-trace-ebpf/src/sandbox.rs), attached with `EbpfOptions::sandbox`.
-pub const SANDBOX_PROGRAMS: &[(&str, &str, &str)] = &[
+pub(crate) const SANDBOX_PROGRAMS: &[(&str, &str, &str)] = &[
     ("sandbox_newtask", "task", "task_newtask"),
     ("sandbox_exit", "sched", "sched_process_exit"),
     ("sandbox_signal", "signal", "signal_generate"),
@@ -72,7 +72,7 @@ pub const SANDBOX_PROGRAMS: &[(&str, &str, &str)] = &[
 /// a loop (bpf_loop), and so have a fallback twin, `<name>_compat`, in the
 /// object for kernels without those helpers (nri-trace-ebpf/src/main.rs,
 /// "fallback programs").
-pub const FALLBACK_PROGRAMS: &[&str] = &[
+pub(crate) const FALLBACK_PROGRAMS: &[&str] = &[
     "exit_read",
     "exit_readv",
     "exit_recvfrom",
@@ -101,7 +101,7 @@ pub const FALLBACK_PROGRAMS: &[&str] = &[
 
 /// Chunks or iovecs one syscall's capture may take with the fallback
 /// programs (their `copy_tail`, nri-trace-common `COMPAT_STEPS`).
-pub const FALLBACK_STEPS: u32 = nri_trace_common::COMPAT_STEPS;
+pub(crate) const FALLBACK_STEPS: u32 = nri_trace_common::COMPAT_STEPS;
 
 /// Which helpers the running kernel gave the programs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -185,7 +185,7 @@ fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> BackendError {
 
 /// Mount tracefs at /sys/kernel/tracing if it is not there: aya finds
 /// tracepoint ids under it. Fresh Debian VMs boot without it mounted.
-pub fn ensure_tracefs() -> std::io::Result<bool> {
+pub(crate) fn ensure_tracefs() -> std::io::Result<bool> {
     let events = Path::new("/sys/kernel/tracing/events");
     if events.exists() || Path::new("/sys/kernel/debug/tracing/events").exists() {
         return Ok(false);

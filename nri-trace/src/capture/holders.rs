@@ -62,7 +62,7 @@ fn wchan(pid: u32) -> String {
 }
 
 /// What /proc shows of `pid` now (None: it is gone).
-pub fn process(pid: u32, what: &str) -> Option<Holder> {
+pub(crate) fn process(pid: u32, what: &str) -> Option<Holder> {
     discovery::open_process(pid)
         .is_ok()
         .then(|| holder(pid, what.into(), String::new()))
@@ -93,7 +93,7 @@ fn holder(pid: u32, what: String, path: String) -> Holder {
 /// containerd mounts it at `.../<id>/rootfs`, CRI-O under
 /// `.../overlay/<layer>/merged` with the id in its options (not found
 /// here).
-pub fn rootfs_mounts(id: &str) -> Vec<PathBuf> {
+pub(crate) fn rootfs_mounts(id: &str) -> Vec<PathBuf> {
     let Ok(info) = Process::myself().and_then(|p| p.mountinfo()) else {
         return Vec::new();
     };
@@ -112,7 +112,7 @@ pub fn rootfs_mounts(id: &str) -> Vec<PathBuf> {
 /// Mount points (from the host's mountinfo) under kubelet's directory of
 /// the pod with uid `uid`: its volumes (`.../pods/<uid>/volumes/...`)
 /// and the subPaths bound from them.
-pub fn pod_volume_mounts(uid: &str) -> Vec<PathBuf> {
+pub(crate) fn pod_volume_mounts(uid: &str) -> Vec<PathBuf> {
     let Ok(info) = Process::myself().and_then(|p| p.mountinfo()) else {
         return Vec::new();
     };
@@ -128,7 +128,7 @@ pub fn pod_volume_mounts(uid: &str) -> Vec<PathBuf> {
 }
 
 /// Processes whose cwd, root or an open file is at or under `dir`.
-pub fn holding(dir: &Path) -> Vec<Holder> {
+pub(crate) fn holding(dir: &Path) -> Vec<Holder> {
     let mut out = Vec::new();
     let under = |p: &Path| p.starts_with(dir);
     let Ok(all) = procfs::process::all_processes() else {
@@ -174,7 +174,7 @@ pub fn holding(dir: &Path) -> Vec<Holder> {
 /// The cgroup directory of container `id` under `root` (cgroup v2: a
 /// directory whose name holds the id, e.g. `cri-containerd-<id>.scope`
 /// or `<id>`), at most `depth` levels down.
-pub fn cgroup_dir(root: &Path, id: &str, depth: usize) -> Option<PathBuf> {
+pub(crate) fn cgroup_dir(root: &Path, id: &str, depth: usize) -> Option<PathBuf> {
     if depth == 0 {
         return None;
     }
@@ -197,7 +197,7 @@ pub fn cgroup_dir(root: &Path, id: &str, depth: usize) -> Option<PathBuf> {
 }
 
 /// Processes still in container `id`'s cgroup, with where it is.
-pub fn in_cgroup(id: &str) -> (Option<PathBuf>, Vec<Holder>) {
+pub(crate) fn in_cgroup(id: &str) -> (Option<PathBuf>, Vec<Holder>) {
     let Some(dir) = cgroup_dir(Path::new("/sys/fs/cgroup"), id, 8) else {
         return (None, Vec::new());
     };

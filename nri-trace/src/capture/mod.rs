@@ -18,20 +18,20 @@
 //! same results live or from a raw capture, and real captures serve as
 //! test fixtures.
 
-pub mod backend;
-pub mod btf;
-pub mod cri_state;
-pub mod discovery;
-pub mod ebpf;
+pub(crate) mod backend;
+pub(crate) mod btf;
+pub(crate) mod cri_state;
+pub(crate) mod discovery;
+pub(crate) mod ebpf;
 mod event_json;
-pub mod holders;
-pub mod ring_entry;
-pub mod runtimes;
-pub mod sandbox;
-pub mod selftest;
-pub mod session;
-pub mod tgid_filter;
-pub mod tracker;
+pub(crate) mod holders;
+pub(crate) mod ring_entry;
+pub(crate) mod runtimes;
+pub(crate) mod sandbox;
+pub(crate) mod selftest;
+pub(crate) mod session;
+pub(crate) mod tgid_filter;
+pub(crate) mod tracker;
 
 use std::path::PathBuf;
 
@@ -40,7 +40,22 @@ use serde::{Deserialize, Serialize};
 pub use nri_trace_common::Syscall;
 
 pub use crate::basic_types::{ConnId, Direction, Timestamp};
+// What the binary and the tests drive: the eBPF backend behind its trait,
+// the session that turns its entries into events, the clocks the events
+// carry, the sandbox events. The rest of capture is the crate's own
+// (issue 35; the decoders' fuzzed layers are in `testing`).
+pub use backend::{BackendError, CaptureBackend};
+pub use cri_state::{CriState, StateContainer, StatePod};
+pub use discovery::{ConnectedFd, DiscoveryError, EnvPeerSocket, Listener};
+pub use ebpf::{EbpfBackend, EbpfOptions, KernelHelpers, ProgramSet};
 pub use event_json::{hex, unhex, HexError};
+pub use holders::Holder;
+pub use runtimes::{Runtime, RuntimeKind};
+pub use sandbox::{runtime_tree, SandboxEvent, SandboxOp};
+pub use session::{
+    monotonic_ns, start_session, wall_offset_ns, AttachState, Session, SessionConfig, SessionError,
+    DEFAULT_QUEUE_BYTES,
+};
 
 /// How the traced process came to hold a connection.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -260,10 +275,10 @@ pub enum CaptureEvent {
     Process(ProcessEvent),
     Loss(Loss),
     /// A signal, exit, unmount, ... of the runtime's process tree.
-    Sandbox(sandbox::SandboxEvent),
+    Sandbox(SandboxEvent),
     /// The runtime's pods and containers, asked over CRI at start and
     /// after a runtime restart (`SessionConfig::cri_state`).
-    CriState(cri_state::CriState),
+    CriState(CriState),
     /// The capture's clock, sent while the traced sockets are quiet: every
     /// record the kernel stamped before `ts` has been read. Time-bound
     /// decisions (a CRI call's settle window, a hook's deadline) are made

@@ -57,7 +57,7 @@ pub struct Runtime {
 }
 
 /// The runtime of `kind` at `pid`, given the sockets it listens on.
-pub fn runtime_from(pid: u32, kind: RuntimeKind, listening: &[String]) -> Runtime {
+pub(crate) fn runtime_from(pid: u32, kind: RuntimeKind, listening: &[String]) -> Runtime {
     let mut listening: Vec<String> = listening.to_vec();
     listening.sort();
     listening.dedup();
@@ -86,7 +86,7 @@ fn listening_paths(entries: &[UnixSocketEntry], inodes: &[(u32, u64)]) -> Vec<St
 }
 
 /// Every containerd and CRI-O process on this machine, by pid.
-pub fn find_runtimes() -> Result<Vec<Runtime>, DiscoveryError> {
+pub(crate) fn find_runtimes() -> Result<Vec<Runtime>, DiscoveryError> {
     let mut out = Vec::new();
     // The pids first, then one process at a time: a procfs handle holds an fd.
     let all = procfs::process::all_processes()

@@ -129,7 +129,7 @@ pub enum SandboxOp {
 }
 
 /// A signal's name (x86_64 numbering, include/uapi/asm-generic/signal.h).
-pub fn signal_name(sig: i32) -> String {
+pub(crate) fn signal_name(sig: i32) -> String {
     const NAMES: [&str; 32] = [
         "0",
         "SIGHUP",
@@ -171,7 +171,7 @@ pub fn signal_name(sig: i32) -> String {
 }
 
 /// An errno as "EBUSY (Device or resource busy)"; "ok" for 0.
-pub fn errno_text(errno: i32) -> String {
+pub(crate) fn errno_text(errno: i32) -> String {
     let name = match errno {
         0 => return "ok".into(),
         libc::EPERM => "EPERM",
@@ -198,7 +198,7 @@ pub fn errno_text(errno: i32) -> String {
 }
 
 /// A wait(2) status in words: "killed by SIGKILL", "exit code 0".
-pub fn status_text(status: i32) -> String {
+pub(crate) fn status_text(status: i32) -> String {
     let sig = status & 0x7f;
     if sig != 0 {
         format!(
@@ -216,7 +216,7 @@ pub fn status_text(status: i32) -> String {
 }
 
 /// CLONE_NEW* flags in words: "mnt,pid,net".
-pub fn namespaces_text(flags: u64) -> String {
+pub(crate) fn namespaces_text(flags: u64) -> String {
     const NS: [(u64, &str); 8] = [
         (0x0002_0000, "mnt"),
         (0x0200_0000, "cgroup"),
@@ -242,7 +242,7 @@ pub fn namespaces_text(flags: u64) -> String {
 /// 64-hex-digit ids (containerd and CRI-O container and sandbox ids) in
 /// a path: "/run/containerd/.../k8s.io/<id>/rootfs",
 /// "kubepods-besteffort-pod<uid>.slice/cri-containerd-<id>.scope".
-pub fn ids_in(path: &str) -> impl Iterator<Item = &str> {
+pub(crate) fn ids_in(path: &str) -> impl Iterator<Item = &str> {
     path.split(|c: char| !c.is_ascii_hexdigit() || c.is_ascii_uppercase())
         .filter(|w| w.len() == 64)
 }
@@ -252,7 +252,7 @@ pub fn ids_in(path: &str) -> impl Iterator<Item = &str> {
 /// runtime id: "/var/lib/kubelet/pods/<uid>/volumes/...", and the pod
 /// cgroup "kubepods-besteffort-pod<uid with _>.slice" (systemd driver)
 /// or "kubepods/besteffort/pod<uid>" (cgroupfs driver).
-pub fn pod_uids_in(path: &str) -> impl Iterator<Item = String> + '_ {
+pub(crate) fn pod_uids_in(path: &str) -> impl Iterator<Item = String> + '_ {
     const GROUPS: [usize; 5] = [8, 4, 4, 4, 12];
     let b = path.as_bytes();
     (0..b.len().saturating_sub(35)).filter_map(move |i| {
@@ -435,7 +435,7 @@ fn errno_of(ret: i64) -> i32 {
 
 /// Parse a `EntryKind::Sandbox` record; None when its payload is short or
 /// its syscall is not a sandbox one.
-pub fn from_record(r: &RingEntry<'_>, ts: Timestamp) -> Option<SandboxEvent> {
+pub(crate) fn from_record(r: &RingEntry<'_>, ts: Timestamp) -> Option<SandboxEvent> {
     let p = r.payload;
     if p.len() < SANDBOX_RECORD_LEN {
         return None;
@@ -531,7 +531,7 @@ const MAX_PIDS: usize = 16384;
 
 /// What the live node adds to sandbox events.
 #[derive(Debug, Default)]
-pub struct SandboxContext {
+pub(crate) struct SandboxContext {
     /// cgroup id (inode of its directory) -> path below the mount.
     cgroups: HashMap<u64, String>,
     /// When the cgroup tree was last walked (monotonic ns).
@@ -545,7 +545,7 @@ pub struct SandboxContext {
 }
 
 impl SandboxContext {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut c = Self::default();
         c.walk(0);
         c
@@ -599,7 +599,7 @@ impl SandboxContext {
 
     /// Fill in what the node can tell about `ev`, now (`now_ns`); false
     /// when it is not worth passing on (see the end).
-    pub fn enrich(&mut self, ev: &mut SandboxEvent, now_ns: u64) -> bool {
+    pub(crate) fn enrich(&mut self, ev: &mut SandboxEvent, now_ns: u64) -> bool {
         let mut unsignalled_exit = false;
         match &mut ev.op {
             // New cgroups are found by the next walk: the tracepoint's ids
@@ -698,7 +698,7 @@ fn names_an_object(cgroup: &str) -> bool {
 /// The cgroup path of a process: its v2 one ("0::/path" in
 /// /proc/PID/cgroup), or on a v1 node (where the v2 one is "/") the
 /// first v1 hierarchy's that is not the root.
-pub fn proc_cgroup(pid: u32) -> Option<String> {
+pub(crate) fn proc_cgroup(pid: u32) -> Option<String> {
     let cgroups = discovery::open_process(pid).ok()?.cgroups().ok()?;
     cgroup_of(&cgroups.0)
 }

@@ -17,7 +17,7 @@ use super::{
 };
 
 #[derive(Debug, Error)]
-pub enum SelfTestError {
+pub(crate) enum SelfTestError {
     #[error(transparent)]
     Backend(#[from] BackendError),
     #[error("{what}: {source}")]
@@ -34,7 +34,7 @@ fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> SelfTestError {
 
 /// What the capture self-test saw.
 #[derive(Debug, Default)]
-pub struct CaptureResult {
+pub(crate) struct CaptureResult {
     /// Bytes written, and as captured on the writing fd.
     pub sent: Vec<u8>,
     pub captured_out: Vec<u8>,
@@ -51,7 +51,7 @@ pub struct CaptureResult {
 
 impl CaptureResult {
     /// Byte-exact in both directions, through every data syscall.
-    pub fn exact(&self) -> bool {
+    pub(crate) fn exact(&self) -> bool {
         self.captured_out == self.sent
             && self.captured_in == self.received
             && self.truncated == 0
@@ -60,7 +60,7 @@ impl CaptureResult {
     }
 
     /// The first difference, in words.
-    pub fn problem(&self) -> String {
+    pub(crate) fn problem(&self) -> String {
         let mut p = Vec::new();
         if self.opened != 2 {
             p.push(format!(
@@ -101,7 +101,7 @@ impl CaptureResult {
 }
 
 /// The data syscalls the exchange uses, each probed by its own program.
-pub const DATA_SYSCALLS: [Syscall; 8] = [
+pub(crate) const DATA_SYSCALLS: [Syscall; 8] = [
     Syscall::Write,
     Syscall::Writev,
     Syscall::Sendto,
@@ -202,7 +202,7 @@ fn recv(fd: i32, sc: Syscall, sizes: &[usize]) -> Result<Vec<u8>, SelfTestError>
 /// Run the exchange with `backend` loaded: track this process, make a
 /// socketpair (the kernel tracks both ends at its exit), move known bytes
 /// with each data syscall, and collect what the ring says.
-pub fn capture(backend: &mut dyn CaptureBackend) -> Result<CaptureResult, SelfTestError> {
+pub(crate) fn capture(backend: &mut dyn CaptureBackend) -> Result<CaptureResult, SelfTestError> {
     let tgid = std::process::id();
     backend.track_process(tgid)?;
     let result = exchange(backend, tgid);
@@ -297,17 +297,21 @@ fn exchange(backend: &mut dyn CaptureBackend, tgid: u32) -> Result<CaptureResult
 /// What the sandbox self-test saw of its own rmdir, and of the child it
 /// signalled and reaped.
 #[derive(Debug, Default)]
-pub struct SandboxResult {
+pub(crate) struct SandboxResult {
     /// The failed rmdir of a path that does not exist: path and errno.
     pub rmdir: Option<(String, i32)>,
     /// The SIGTERM sent to the child.
     pub signal: bool,
     /// The child's exit, with its wait status.
+    #[allow(
+        clippy::option_option,
+        reason = "None: no exit seen; Some(None): seen, its status unknown (SandboxOp::Exit)"
+    )]
     pub exit: Option<Option<i32>>,
 }
 
 impl SandboxResult {
-    pub fn complete(&self) -> bool {
+    pub(crate) fn complete(&self) -> bool {
         self.rmdir.as_ref().is_some_and(|(_, e)| *e == libc::ENOENT)
             && self.signal
             && self.exit == Some(Some(libc::SIGTERM))
@@ -317,7 +321,7 @@ impl SandboxResult {
 /// The sandbox probes on this process: an rmdir of an absolute path that
 /// does not exist, a forked child (followed into the tree by
 /// `sandbox_newtask`) killed with SIGTERM and reaped.
-pub fn sandbox(backend: &mut dyn CaptureBackend) -> Result<SandboxResult, SelfTestError> {
+pub(crate) fn sandbox(backend: &mut dyn CaptureBackend) -> Result<SandboxResult, SelfTestError> {
     let tgid = std::process::id();
     backend.watch_tasks(&[tgid])?;
     let path = format!("/nri-trace-selftest-{tgid}-absent");

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use nri_trace_common::{filter_row, filter_value, FD_TABLE_ROWS, TGID_SLOTS, TGID_SLOT_SHARED};
 
 #[derive(Debug, Default)]
-pub struct TgidFilter {
+pub(crate) struct TgidFilter {
     /// Filter slot -> the tracked tgids that map to it.
     slots: BTreeMap<u32, BTreeSet<u32>>,
     /// Tracked tgid -> its filter value (tgid and row).
@@ -22,7 +22,7 @@ pub struct TgidFilter {
 }
 
 /// The filter slot of `tgid`.
-pub fn slot_of(tgid: u32) -> u32 {
+pub(crate) fn slot_of(tgid: u32) -> u32 {
     tgid & (TGID_SLOTS - 1)
 }
 
@@ -31,7 +31,7 @@ impl TgidFilter {
     /// kernel tracks it already. Returns its value: the one it had, the
     /// kernel's, or a new one with the first free row (none when all rows
     /// are taken).
-    pub fn add(&mut self, tgid: u32, kernel_value: Option<u32>) -> u32 {
+    pub(crate) fn add(&mut self, tgid: u32, kernel_value: Option<u32>) -> u32 {
         if let Some(&v) = self.values.get(&tgid) {
             return v;
         }
@@ -43,14 +43,14 @@ impl TgidFilter {
 
     /// The kernel's value for `tgid` won a race with ours: take it (and
     /// give back the row ours held).
-    pub fn set_value(&mut self, tgid: u32, v: u32) {
+    pub(crate) fn set_value(&mut self, tgid: u32, v: u32) {
         if let Some(old) = self.values.get_mut(&tgid) {
             *old = v;
         }
     }
 
     /// Stop tracking `tgid`; its value, if it was tracked.
-    pub fn remove(&mut self, tgid: u32) -> Option<u32> {
+    pub(crate) fn remove(&mut self, tgid: u32) -> Option<u32> {
         let slot = slot_of(tgid);
         if let Some(s) = self.slots.get_mut(&slot) {
             s.remove(&tgid);
@@ -64,7 +64,7 @@ impl TgidFilter {
     /// What `TGID_FILTER[slot]` should hold: 0, the one tgid's value, or
     /// "shared" (the programs then ask `TRACKED_TGIDS`). `remove` drops
     /// emptied slots, so a slot's set is never empty.
-    pub fn slot_value(&self, slot: u32) -> u32 {
+    pub(crate) fn slot_value(&self, slot: u32) -> u32 {
         match self.slots.get(&slot) {
             None => 0,
             Some(s) if s.len() == 1 => {
@@ -77,7 +77,7 @@ impl TgidFilter {
 
     /// `tgid`'s `FD_TABLE` row; `FD_TABLE_ROWS` when it has none or is
     /// not tracked.
-    pub fn row(&self, tgid: u32) -> u32 {
+    pub(crate) fn row(&self, tgid: u32) -> u32 {
         self.values
             .get(&tgid)
             .map_or(FD_TABLE_ROWS, |&v| filter_row(v))

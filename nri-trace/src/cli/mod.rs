@@ -285,7 +285,7 @@ pub(crate) struct NriStageArgs {
 #[derive(clap::Args)]
 pub(crate) struct HoldArgs {
     #[arg(long, value_enum)]
-    pub programs: nri_trace::capture::ebpf::ProgramSet,
+    pub programs: nri_trace::capture::ProgramSet,
     /// Track this pid (the filter then has one entry, as in real use).
     #[arg(long)]
     pub pid: Option<u32>,

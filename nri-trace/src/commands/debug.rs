@@ -9,7 +9,7 @@ use std::{
 use anyhow::{bail, Result};
 use nri_trace::{
     assemble::TraceDecoder,
-    capture::{session::SessionConfig, CaptureEvent},
+    capture::{CaptureEvent, SessionConfig},
     model::observation::Observation,
     output,
     pipeline::{

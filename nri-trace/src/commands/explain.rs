@@ -8,7 +8,7 @@ use std::{cell::RefCell, io::Write, rc::Rc, time::Duration};
 
 use anyhow::{bail, Context, Result};
 use nri_trace::{
-    capture::session,
+    capture,
     engine::{
         contract::sandbox::SETTLE_NS, contract::ContractConfig, Record, TeardownLog, Verdict,
     },
@@ -56,8 +56,8 @@ fn from_file(a: &ExplainArgs, file: &std::path::Path, or_not: bool) -> Result<bo
     // On the node, "now" is now (waits run up to this moment), when the
     // recording is from this boot: the same wall-minus-monotonic offset.
     let (last, offset) = log.last_seen();
-    let now = session::monotonic_ns();
-    let same_boot = (offset - session::wall_offset_ns()).abs() < 1_000_000_000;
+    let now = capture::monotonic_ns();
+    let same_boot = (offset - capture::wall_offset_ns()).abs() < 1_000_000_000;
     let at = if !a.no_proc && same_boot && now >= last {
         now
     } else {
@@ -93,7 +93,7 @@ async fn live(a: &ExplainArgs) -> Result<()> {
     p.add_sink(Box::new(sink));
     let stop = live::stop_on_signal(Some(wait));
     let mut s = start_capture(cfg, load_probes(&a.probe, follow.sandbox)?).await?;
-    let since = session::monotonic_ns();
+    let since = capture::monotonic_ns();
     eprintln!(
         "nri-trace: watching {}'s next teardown attempt (kubelet retries every few seconds), \
          up to {} s (--wait)",
@@ -108,7 +108,7 @@ async fn live(a: &ExplainArgs) -> Result<()> {
     }));
     live::run(&mut s, p, stop).await?;
     let log = log.borrow();
-    let now = session::monotonic_ns();
+    let now = capture::monotonic_ns();
     if !log.attempt_seen(&a.pod, since, SETTLE_NS, now) {
         eprintln!(
             "nri-trace: no teardown attempt of {} seen through in {} s: what follows is what \
@@ -144,7 +144,7 @@ impl Sink for UntilAttempt {
     }
 
     fn idle(&mut self, _: &Progress<'_>) -> std::io::Result<()> {
-        let now = session::monotonic_ns();
+        let now = capture::monotonic_ns();
         if self
             .log
             .borrow()

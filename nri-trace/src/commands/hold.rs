@@ -4,11 +4,7 @@
 use std::io::Write;
 
 use anyhow::{Context, Result};
-use nri_trace::capture::{
-    backend::CaptureBackend,
-    ebpf::{EbpfBackend, EbpfOptions},
-    sandbox,
-};
+use nri_trace::capture::{runtime_tree, CaptureBackend, EbpfBackend, EbpfOptions};
 
 use crate::cli::HoldArgs;
 
@@ -22,7 +18,7 @@ pub(crate) async fn run(a: HoldArgs) -> Result<()> {
     if let Some(p) = a.pid {
         b.track_process(p)?;
         if a.sandbox {
-            b.watch_tasks(&sandbox::runtime_tree(&[p]))?;
+            b.watch_tasks(&runtime_tree(&[p]))?;
         }
     }
     println!("ready");

@@ -16,10 +16,7 @@ use std::{
 };
 
 use nri_trace::{
-    capture::{
-        ebpf::{EbpfBackend, EbpfOptions, ProgramSet},
-        session::{self, Session, SessionConfig},
-    },
+    capture::{start_session, EbpfBackend, EbpfOptions, ProgramSet, Session, SessionConfig},
     engine::contract::ContractConfig,
     pipeline::{
         live::Stage,
@@ -78,7 +75,7 @@ pub(crate) async fn start_capture(
     backend: EbpfBackend,
 ) -> anyhow::Result<Session> {
     let env = cfg.existing_socketpair_env.clone().unwrap_or_default();
-    let s = session::start(cfg, Box::new(backend)).await?;
+    let s = start_session(cfg, Box::new(backend)).await?;
     for l in &s.attached.listeners {
         eprintln!(
             "nri-trace: capturing {} (pid {}, listening fd {}, {} open connections)",

@@ -12,9 +12,8 @@ use std::{
 };
 
 use nri_trace::capture::{
-    ebpf::{EbpfBackend, EbpfOptions, ProgramSet},
-    session::{self, Session, SessionConfig},
-    CaptureEvent, Chunk, ConnClose, ConnId, ConnOpen, Direction, Syscall,
+    start_session, CaptureEvent, Chunk, ConnClose, ConnId, ConnOpen, Direction, EbpfBackend,
+    EbpfOptions, ProgramSet, Session, SessionConfig, Syscall,
 };
 use tokio::task::JoinHandle;
 
@@ -383,7 +382,7 @@ pub(crate) fn session_config() -> SessionConfig {
         connect_paths: vec![],
         drain_interval: Duration::from_millis(2),
         channel: 65536,
-        queue_bytes: session::DEFAULT_QUEUE_BYTES,
+        queue_bytes: nri_trace::capture::DEFAULT_QUEUE_BYTES,
         peer_env: vec![],
         existing_socketpair_env: None,
         follow_peer_ends: false,
@@ -432,7 +431,7 @@ impl Capture {
     pub(crate) async fn start(name: &str, cfg: SessionConfig, opts: EbpfOptions) -> Capture {
         let backend = EbpfBackend::load(&opts)
             .unwrap_or_else(|e| panic!("{name}: loading the eBPF backend: {e}"));
-        let mut session = session::start(cfg, Box::new(backend))
+        let mut session = start_session(cfg, Box::new(backend))
             .await
             .unwrap_or_else(|e| panic!("{name}: starting the session: {e}"));
         let mut rx = std::mem::replace(&mut session.events, tokio::sync::mpsc::channel(1).1);

@@ -43,7 +43,7 @@ pub(crate) fn guard(test: &str) -> bool {
     let mut why = None;
     if unsafe { libc::geteuid() } != 0 {
         why = Some("not running as root: the lab runs a private containerd".to_string());
-    } else if nri_trace::capture::ebpf::EbpfBackend::object().is_empty() {
+    } else if nri_trace::capture::EbpfBackend::object().is_empty() {
         why = Some("no eBPF object embedded: run `cargo xtask build`".into());
     } else {
         for b in ["nri-trace", "cri-driver", "nri-test-plugin"] {
@@ -256,7 +256,7 @@ const STOP_WITHIN_S: u64 = 180;
 /// `comm[pid]` of the peer of every connected socket `pid` holds, a line
 /// each.
 fn peers_of(pid: u32) -> String {
-    use nri_trace::capture::discovery;
+    use nri_trace::testing::capture::discovery;
     let mut lines = String::new();
     for (fd, _) in discovery::socket_fds_of(pid).unwrap_or_default() {
         let Some(cred) = discovery::peer_cred(pid, fd) else {

@@ -200,7 +200,7 @@ fn check_crictl(rt: Option<Runtime>) {
     // (cri_check), and each is the driver's, run in our own cgroup (the
     // test process started it).
     cri_check::assert_every_call(test, &truth, &records, cri_check::Allow::default());
-    let ours = nri_trace::capture::discovery::process_cgroup(std::process::id());
+    let ours = nri_trace::testing::capture::discovery::process_cgroup(std::process::id());
     let since = truth::observer_attached_ns(&truth).expect("attach note");
     let mut driver_calls = 0;
     for t in &truth {

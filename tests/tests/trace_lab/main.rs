@@ -53,7 +53,7 @@ use std::{ffi::OsStr, path::Path, sync::Arc};
 
 use lab_trace::{json_lines, TraceProc};
 use nri_trace::{
-    capture::sandbox::SandboxOp,
+    capture::SandboxOp,
     engine::{Detail, NoCause, Record},
     model::{
         cri_call::{CriCall, CriOutcome, Identified},

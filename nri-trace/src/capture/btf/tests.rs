@@ -18,6 +18,11 @@ fn kernel_btf() -> Option<Vec<u8>> {
     }
 }
 
+/// Byte offset of `member` in `struct struct_name` of a raw BTF blob.
+fn member_offset(btf: &[u8], struct_name: &str, member: &str) -> Result<u32, BtfError> {
+    BtfIndex::parse(btf)?.member_offset(struct_name, member)
+}
+
 #[test]
 fn kernel_task_struct_offsets() {
     let Some(blob) = kernel_btf() else { return };
@@ -36,12 +41,6 @@ fn kernel_task_struct_offsets() {
             "offset {off} outside task_struct ({size})"
         );
     }
-    // The free functions agree with the index.
-    assert_eq!(
-        member_offset(&blob, "task_struct", "exit_code").unwrap(),
-        exit_code
-    );
-    assert_eq!(kernel_member_offset("task_struct", "tgid").unwrap(), tgid);
     // Bitfields and missing names are errors.
     assert!(matches!(
         btf.member_offset("task_struct", "in_execve"),

@@ -34,7 +34,10 @@ pub struct EnvPeerSocket {
 /// namespace), the peer's holders with a /proc scan, and `var` in the holder's
 /// `/proc/<tgid>/environ` (the environment at exec). A pid that has exited is skipped. Needs
 /// root to read other processes' fds and environ.
-pub fn env_peer_sockets(pids: &[u32], var: &str) -> Result<Vec<EnvPeerSocket>, DiscoveryError> {
+pub(crate) fn env_peer_sockets(
+    pids: &[u32],
+    var: &str,
+) -> Result<Vec<EnvPeerSocket>, DiscoveryError> {
     let mut fds = Vec::new();
     let mut seen = HashSet::new();
     for &pid in pids {

@@ -144,7 +144,7 @@ fn assemble_listeners(
 /// `otheru->addr` to the new socket), so they show the same path in /proc/net/unix. Only sockets
 /// of our network namespace are seen. Connections accepted after the /proc/net/unix snapshot are
 /// missed (the eBPF probes see those).
-pub fn find_listeners(path: &Path) -> Result<Vec<Listener>, DiscoveryError> {
+pub(crate) fn find_listeners(path: &Path) -> Result<Vec<Listener>, DiscoveryError> {
     let entries = read_proc_net_unix(None)?;
     let mut matcher = PathMatcher::new(path);
     let mut listening = BTreeMap::new();

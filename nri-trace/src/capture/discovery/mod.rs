@@ -52,16 +52,19 @@ use std::path::{Path, PathBuf};
 
 use procfs::{process::Process, ProcError, ProcResult};
 
-pub use env_peers::{env_peer_sockets, EnvPeerSocket};
-pub use listeners::{find_listeners, ConnectedFd, Listener};
-pub use proc_net_unix::{parse_proc_net_unix, read_proc_net_unix, UnixSocketEntry};
-pub use process::{
-    parse_proc_cgroup, process_cgroup, process_env, process_env_var, process_euid, process_info,
-    tgid_of, ProcessInfo,
-};
+pub(crate) use env_peers::env_peer_sockets;
+pub use env_peers::EnvPeerSocket;
+pub(crate) use listeners::find_listeners;
+pub use listeners::{ConnectedFd, Listener};
+#[cfg(test)]
+pub(crate) use proc_net_unix::parse_proc_net_unix;
+pub(crate) use proc_net_unix::{read_proc_net_unix, UnixSocketEntry};
 pub(crate) use process::{proc_stat, read_comm, stat_of};
-pub use sock_diag::{unix_peer_of, unix_peers};
-pub use sockets::{fd_socket_inode, find_socket_holders, peer_cred, socket_fds_of, PeerCred};
+pub use process::{process_cgroup, process_info, ProcessInfo};
+pub(crate) use process::{process_env, process_euid};
+pub(crate) use sock_diag::{unix_peer_of, unix_peers};
+pub(crate) use sockets::fd_socket_inode;
+pub use sockets::{peer_cred, socket_fds_of, PeerCred};
 
 /// Errors of socket discovery; every message names what the user can do about it.
 #[derive(Debug, thiserror::Error)]

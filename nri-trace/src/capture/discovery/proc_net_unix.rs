@@ -11,7 +11,7 @@ const SO_ACCEPTCON: u32 = 1 << 16;
 
 /// One line of /proc/net/unix (net/unix/af_unix.c, `unix_seq_show`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnixSocketEntry {
+pub(crate) struct UnixSocketEntry {
     /// Socket inode, as in the `socket:[N]` link of an fd holding it.
     pub inode: u64,
     /// Bound path; `None` for unnamed sockets, `"@name"` for abstract ones (kernel prints '@').
@@ -29,7 +29,7 @@ pub struct UnixSocketEntry {
 /// Hand-written, not procfs's `net::unix()`/`Process::unix()`: those skip the Flags column (so
 /// a listener cannot be told from an unconnected socket), end the path at the first whitespace
 /// (a path with a space is cut), and fail the whole table on one non-UTF-8 path or odd line.
-pub fn parse_proc_net_unix(text: &str) -> Vec<UnixSocketEntry> {
+pub(crate) fn parse_proc_net_unix(text: &str) -> Vec<UnixSocketEntry> {
     text.lines().filter_map(parse_proc_net_unix_line).collect()
 }
 
@@ -93,7 +93,7 @@ pub(super) fn parse_dec_u64(s: &str) -> Option<u64> {
 }
 
 /// Reads `/proc/<pid>/net/unix` (the netns of `pid`) or, for `None`, /proc/self/net/unix.
-pub fn read_proc_net_unix(pid: Option<u32>) -> Result<Vec<UnixSocketEntry>, DiscoveryError> {
+pub(crate) fn read_proc_net_unix(pid: Option<u32>) -> Result<Vec<UnixSocketEntry>, DiscoveryError> {
     let path = match pid {
         Some(pid) => PathBuf::from(format!("/proc/{pid}/net/unix")),
         None => PathBuf::from("/proc/self/net/unix"),

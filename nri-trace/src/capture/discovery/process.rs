@@ -113,7 +113,7 @@ fn environ_of(pid: u32) -> Option<HashMap<OsString, OsString>> {
 }
 
 /// Reads variable `name` from `/proc/<pid>/environ` (the environment at exec, not later setenv).
-pub fn process_env_var(pid: u32, name: &str) -> Option<String> {
+pub(crate) fn process_env_var(pid: u32, name: &str) -> Option<String> {
     if name.is_empty() {
         return None;
     }
@@ -126,30 +126,11 @@ fn env_value(env: &HashMap<OsString, OsString>, name: &str) -> Option<String> {
         .map(|v| v.to_string_lossy().into_owned())
 }
 
-/// Returns the thread-group id of `pid` (which may be a thread id), from `/proc/<pid>/status.`
-///
-/// The status readers ([`tgid_of`], [`process_euid`]) stay hand-written: procfs's `status()`
-/// reads the file as UTF-8 lines, and the kernel prints the comm on its Name line without
-/// escaping bytes >= 0x80 (fs/proc/array.c `proc_task_name`), so a process could hide from
-/// procfs with a non-UTF-8 comm; this reads the one line needed, lossily.
-pub fn tgid_of(pid: u32) -> Option<u32> {
-    let bytes = fs::read(format!("/proc/{pid}/status")).ok()?;
-    parse_status_tgid(&String::from_utf8_lossy(&bytes))
-}
-
-/// Parses the `Tgid:` line of `/proc/<pid>/status` (fs/proc/array.c `task_state`).
-fn parse_status_tgid(status: &str) -> Option<u32> {
-    status.lines().find_map(|line| {
-        let v = line.strip_prefix("Tgid:")?.trim();
-        parse_dec_u64(v).and_then(|v| u32::try_from(v).ok())
-    })
-}
-
 /// Reads the variables `names` from `/proc/<pid>/environ` with one read; absent ones are left out.
 ///
 /// Like `process_env_var`, this is the environment at exec. An unreadable environ (process
 /// gone, not root) gives an empty map: callers use it for reports only.
-pub fn process_env(pid: u32, names: &[String]) -> BTreeMap<String, String> {
+pub(crate) fn process_env(pid: u32, names: &[String]) -> BTreeMap<String, String> {
     if names.is_empty() {
         return BTreeMap::new();
     }
@@ -164,7 +145,12 @@ pub fn process_env(pid: u32, names: &[String]) -> BTreeMap<String, String> {
 }
 
 /// Effective uid of `pid`, from `/proc/<pid>/status` (readable for any process).
-pub fn process_euid(pid: u32) -> Option<u32> {
+///
+/// Hand-written: procfs's `status()` reads the file as UTF-8 lines, and the
+/// kernel prints the comm on its Name line without escaping bytes >= 0x80
+/// (fs/proc/array.c `proc_task_name`), so a process could hide from procfs
+/// with a non-UTF-8 comm; this reads the one line needed, lossily.
+pub(crate) fn process_euid(pid: u32) -> Option<u32> {
     let bytes = fs::read(format!("/proc/{pid}/status")).ok()?;
     parse_status_euid(&String::from_utf8_lossy(&bytes))
 }
@@ -207,7 +193,7 @@ pub fn process_cgroup(pid: u32) -> Option<String> {
 /// v1 hierarchy names a deeper cgroup (a legacy node, or a hybrid one whose systemd tracks
 /// units in v1), that hierarchy's path: systemd's own (systemd's "Control Group APIs and
 /// Delegation" document). `/` when that is all the file says; `None` with no v2 or systemd line.
-pub fn parse_proc_cgroup(text: &str) -> Option<String> {
+pub(crate) fn parse_proc_cgroup(text: &str) -> Option<String> {
     let mut v2 = None;
     let mut systemd = None;
     for line in text.lines() {
@@ -272,7 +258,6 @@ mod tests {
             let st = proc_stat(pid).expect("child stat");
             assert_eq!((st.comm.as_str(), st.ppid), (want, me), "{st:?}");
             assert_eq!(read_comm(pid).as_deref(), Some(want));
-            assert_eq!(tgid_of(pid), Some(pid));
             assert_eq!(process_euid(pid), Some(euid()));
             assert_eq!(process_info(pid).map(|i| i.comm).as_deref(), Some(want));
         }
@@ -294,12 +279,6 @@ mod tests {
         assert_eq!(parse_nul_separated(b""), Vec::<String>::new());
         assert_eq!(parse_nul_separated(b"\0"), vec![""]);
         assert_eq!(parse_nul_separated(b"a\0\0b\0"), vec!["a", "", "b"]);
-
-        let status = "Name:\tcontainerd\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t1234\nNgid:\t0\nPid:\t1240\n";
-        assert_eq!(parse_status_tgid(status), Some(1234));
-        assert_eq!(parse_status_tgid("Tgid:\tx\n"), None);
-        assert_eq!(parse_status_tgid("Tgid:\t99999999999\n"), None);
-        assert_eq!(parse_status_tgid(""), None);
     }
 
     /// The environ readers (procfs's map): values with '=', empty values, names that are only
@@ -338,26 +317,10 @@ mod tests {
         assert_eq!(env, want);
     }
 
-    /// tgid_of a thread is the process id; process_info/env of self are readable.
+    /// process_info/env of self are readable.
     #[test]
     fn self_process() {
         let me = std::process::id();
-        assert_eq!(tgid_of(me), Some(me));
-        // A live second thread: its tid differs from the pid but maps back to it.
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        let t = std::thread::spawn(move || {
-            // SAFETY: as above.
-            let tid = unsafe { libc::syscall(libc::SYS_gettid) };
-            let _ = tx.send(tid);
-            let _ = done_rx.recv();
-        });
-        let tid = u32::try_from(rx.recv().expect("tid")).expect("tid");
-        assert_ne!(tid, me);
-        assert_eq!(tgid_of(tid), Some(me));
-        let _ = done_tx.send(());
-        t.join().expect("join");
-
         let info = process_info(me).expect("own process info");
         assert_eq!(info.pid, me);
         assert!(!info.comm.is_empty());
@@ -369,7 +332,6 @@ mod tests {
         }
         assert_eq!(process_env_var(me, "NRI_TRACE_SURELY_UNSET_VARIABLE"), None);
         assert!(process_info(u32::MAX).is_none());
-        assert!(tgid_of(u32::MAX).is_none());
     }
 
     /// `/proc/<pid>/status` Uid line and the multi-variable environ read.

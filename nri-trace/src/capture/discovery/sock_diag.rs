@@ -238,7 +238,7 @@ fn diag_recv(sock: &Socket, buf: &mut [u8]) -> Result<Option<usize>, DiscoveryEr
 /// user) but needs CONFIG_UNIX_DIAG, usually the module unix_diag that the kernel loads on
 /// demand. Sees our network namespace only. Socket inodes are 32-bit in the dump
 /// (`udiag_ino`), as they are in the kernel (`get_next_ino`).
-pub fn unix_peers() -> Result<HashMap<u64, u64>, DiscoveryError> {
+pub(crate) fn unix_peers() -> Result<HashMap<u64, u64>, DiscoveryError> {
     let sock = diag_socket()?;
     diag_send(&sock, &unix_diag_request(DIAG_SEQ, None))?;
     let mut buf = vec![0u8; DIAG_RECV_BUF];
@@ -263,7 +263,7 @@ pub fn unix_peers() -> Result<HashMap<u64, u64>, DiscoveryError> {
 /// or another netns), or it has no peer (not connected, or the peer is gone). Same
 /// requirements as [`unix_peers`], but a kernel without unix_diag answers ENOENT here too,
 /// so it also gives `Ok(None)`: call [`unix_peers`] once to tell that case apart.
-pub fn unix_peer_of(inode: u64) -> Result<Option<u64>, DiscoveryError> {
+pub(crate) fn unix_peer_of(inode: u64) -> Result<Option<u64>, DiscoveryError> {
     let Ok(ino) = u32::try_from(inode) else {
         return Ok(None); // sock_diag inodes are 32-bit: not a socket it knows
     };

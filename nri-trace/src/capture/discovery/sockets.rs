@@ -92,7 +92,7 @@ pub(super) fn scan_holders(inodes: &HashSet<u64>) -> HolderScan {
     clippy::implicit_hasher,
     reason = "callers build the set here; no other hasher is in use"
 )]
-pub fn find_socket_holders(inodes: &HashSet<u64>) -> Vec<(u32, u32, u64)> {
+pub(crate) fn find_socket_holders(inodes: &HashSet<u64>) -> Vec<(u32, u32, u64)> {
     scan_holders(inodes).holders
 }
 
@@ -166,7 +166,7 @@ pub fn peer_cred(pid: u32, fd: u32) -> Option<PeerCred> {
 
 /// The inode of the socket behind fd `fd` of `pid` (its `socket:[N]` link); `None` if the
 /// fd is not open or not a socket.
-pub fn fd_socket_inode(pid: u32, fd: u32) -> Option<u64> {
+pub(crate) fn fd_socket_inode(pid: u32, fd: u32) -> Option<u64> {
     let fd = i32::try_from(fd).ok()?;
     match open_process(pid).ok()?.fd_from_fd(fd).ok()?.target {
         FDTarget::Socket(inode) => Some(inode),

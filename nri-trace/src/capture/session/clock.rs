@@ -8,15 +8,15 @@ use crate::capture::Timestamp;
 /// probe stamps a record and submits it to the ring within microseconds
 /// (the same program run), so every record stamped before then has been
 /// read by a drain that found the ring empty this much later.
-pub const TICK_LAG_NS: u64 = 50_000_000;
+pub(crate) const TICK_LAG_NS: u64 = 50_000_000;
 /// While the sockets stay quiet, a tick this often for the first
 /// [`FAST_TICKS_FOR_NS`] (a call settles 10 ms after its end, an ambiguous
 /// one within 3 s: each comes out within a tenth of a second)...
-pub const FAST_TICK_NS: u64 = 100_000_000;
-pub const FAST_TICKS_FOR_NS: u64 = 5_000_000_000;
+pub(crate) const FAST_TICK_NS: u64 = 100_000_000;
+pub(crate) const FAST_TICKS_FOR_NS: u64 = 5_000_000_000;
 /// ...then this often (capture time keeps moving for deadlines: a hung
 /// hook's).
-pub const IDLE_TICK_NS: u64 = 1_000_000_000;
+pub(crate) const IDLE_TICK_NS: u64 = 1_000_000_000;
 
 /// When the drain loop sends the capture's clock ([`CaptureEvent::Tick`]):
 /// once the sockets have been quiet for [`TICK_LAG_NS`] after their last
@@ -75,7 +75,7 @@ pub fn wall_offset_ns() -> i128 {
 
 /// Now as a capture [`Timestamp`]: CLOCK_MONOTONIC and the wall clock
 /// that goes with it.
-pub fn now_timestamp() -> Timestamp {
+pub(crate) fn now_timestamp() -> Timestamp {
     let mono_ns = monotonic_ns();
     let wall_ns = u64::try_from(i128::from(mono_ns) + wall_offset_ns()).unwrap_or(0);
     Timestamp { mono_ns, wall_ns }

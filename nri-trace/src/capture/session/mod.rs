@@ -38,11 +38,8 @@ use peers::RecentPeers;
 use queue::Queue;
 use reattach::Reattach;
 
-pub use clock::{
-    monotonic_ns, now_timestamp, wall_offset_ns, FAST_TICKS_FOR_NS, FAST_TICK_NS, IDLE_TICK_NS,
-    TICK_LAG_NS,
-};
-pub use peers::{peer_of, peer_process};
+pub(crate) use clock::now_timestamp;
+pub use clock::{monotonic_ns, wall_offset_ns};
 
 #[derive(Debug, Error)]
 pub enum SessionError {
@@ -61,7 +58,7 @@ pub enum SessionError {
 /// empty kept up with a fast producer and built one batch of everything it
 /// produced (a million 8-byte reads: some 170 MB, and an OOM kill inside a
 /// 128 MiB cgroup; docs/faults.md).
-pub const DRAIN_BUDGET: usize = 4 << 20;
+pub(crate) const DRAIN_BUDGET: usize = 4 << 20;
 
 /// Default [`SessionConfig::queue_bytes`]: as much as the default ring
 /// holds, so that userspace queues at most what the kernel would.
@@ -195,7 +192,7 @@ impl Session {
     clippy::unused_async,
     reason = "it spawns the drain task: async keeps it inside a runtime"
 )]
-pub async fn start(
+pub async fn start_session(
     cfg: SessionConfig,
     mut backend: Box<dyn CaptureBackend>,
 ) -> Result<Session, SessionError> {

@@ -13,7 +13,7 @@ use crate::capture::{discovery, Peer};
 /// `unix_socketpair`), i.e. the traced process itself even after it handed
 /// the other end to a child. Pre-existing socketpairs get their peer from
 /// the holder of the peer socket instead (see [`peer_process`]).
-pub fn peer_of(tgid: u32, fd: i32, env: &[String]) -> Option<Peer> {
+pub(crate) fn peer_of(tgid: u32, fd: i32, env: &[String]) -> Option<Peer> {
     let cred = discovery::peer_cred(tgid, u32::try_from(fd).ok()?)?;
     // pid 0: the peer is in a PID namespace we cannot see.
     let env: &[String] = if cred.pid == 0 { &[] } else { env };
@@ -22,7 +22,7 @@ pub fn peer_of(tgid: u32, fd: i32, env: &[String]) -> Option<Peer> {
 
 /// Process `pid` as a [`Peer`] (uid from `/proc/<pid>/status`), with the
 /// variables `env` of its environment; `None` if it is gone.
-pub fn peer_process(pid: u32, env: &[String]) -> Option<Peer> {
+pub(crate) fn peer_process(pid: u32, env: &[String]) -> Option<Peer> {
     let uid = discovery::process_euid(pid)?;
     Some(peer_with(pid, uid, env))
 }
