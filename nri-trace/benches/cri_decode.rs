@@ -73,7 +73,7 @@ use nri_trace::{
     capture::{CaptureEvent, ConnId, Direction},
     model::cri_call::Identified,
     model::observation::Observation,
-    pipeline::source::session_of_events,
+    pipeline::session_of_events,
     store::raw_capture,
     testing::cri::{
         connection::{H2Connection, H2Event, Side},

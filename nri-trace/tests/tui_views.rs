@@ -13,7 +13,7 @@ use nri_trace::{
     capture::CaptureEvent,
     engine::Record,
     human::is_inert,
-    pipeline::{replay::records_of_events, source::session_of_events},
+    pipeline::{replay::records_of_events, session_of_events},
     sinks::tui::{
         app::{App, View},
         draw, replay_state,

@@ -13,10 +13,9 @@ use nri_trace::{
     model::observation::Observation,
     output,
     pipeline::{
+        cri_session,
         live::{self, Stage},
-        replay, source,
-        target::{self, Follow},
-        PipelineError,
+        nri_session, open_source, replay, Follow, PipelineError, Source,
     },
     sinks::lines,
     store::ndjson::LineWriter,
@@ -203,8 +202,8 @@ impl Stage for DecodePrinter {
 async fn decode(a: StageArgs, which: Which, plugin_ends: bool) -> Result<()> {
     let json = a.output == LineOutput::Json;
     if let Some(file) = &a.file {
-        let src = source::open(file)?;
-        let source::Source::Capture {
+        let src = open_source(file)?;
+        let Source::Capture {
             name,
             session,
             events,
@@ -254,8 +253,8 @@ async fn decode(a: StageArgs, which: Which, plugin_ends: bool) -> Result<()> {
         (socket, Some(t))
     };
     let cfg = match which {
-        Which::Nri => target::nri_session(&socket, vec![], follow)?,
-        Which::Cri => target::cri_session(&socket, follow)?,
+        Which::Nri => nri_session(&socket, vec![], follow)?,
+        Which::Cri => cri_session(&socket, follow)?,
     };
     let mut s = start_capture(cfg, backend).await?;
     let printer = DecodePrinter::new(which, socket, json);

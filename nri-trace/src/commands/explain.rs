@@ -12,7 +12,7 @@ use nri_trace::{
     engine::{
         contract::sandbox::SETTLE_NS, contract::ContractConfig, Record, TeardownLog, Verdict,
     },
-    pipeline::{live, replay, source, target, target::Follow, target::Target, Ending, Pipeline},
+    pipeline::{live, open_source, replay, runtime_session, Ending, Follow, Pipeline, Target},
     pipeline::{Progress, Sink, Stop},
     sinks::explain::{self, TeardownSink},
 };
@@ -45,7 +45,7 @@ pub(crate) async fn run(a: ExplainArgs) -> Result<()> {
 /// shown (true), or, when `or_not` and the file never saw the pod, not
 /// (false).
 fn from_file(a: &ExplainArgs, file: &std::path::Path, or_not: bool) -> Result<bool> {
-    let src = source::open(file)?;
+    let src = open_source(file)?;
     let name = src.name().to_string();
     let mut p = Pipeline::new(src.session(), ContractConfig::default());
     let (sink, log) = TeardownSink::new();
@@ -86,7 +86,7 @@ async fn live(a: &ExplainArgs) -> Result<()> {
         // A stuck pod needs its runtime running: no waiting for one.
         wait: false,
     };
-    let cfg = target::runtime_session(&target, follow)?;
+    let cfg = runtime_session(&target, follow)?;
     let info = target.session_info(true);
     let mut p = Pipeline::new(&info, ContractConfig::default());
     let (sink, log) = TeardownSink::new();

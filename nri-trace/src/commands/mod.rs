@@ -18,12 +18,7 @@ use std::{
 use nri_trace::{
     capture::{start_session, EbpfBackend, EbpfOptions, ProgramSet, Session, SessionConfig},
     engine::contract::ContractConfig,
-    pipeline::{
-        live::Stage,
-        target::Target,
-        wait::{self, Announce, Awaited},
-        Filter, Sink, Stop,
-    },
+    pipeline::{live::Stage, Announce, Awaited, Filter, Sink, Stop, Target},
     sinks::{json::JsonSink, text::TextSink},
     store::record_file::SessionInfo,
 };
@@ -116,7 +111,7 @@ pub(crate) async fn find_target(
         // Given sockets are waited for by the session, from their bind.
         return Ok(Some(Target::find(cri, nri)?));
     }
-    let found = wait::find_target(cri, nri, stop, &mut say).await?;
+    let found = nri_trace::pipeline::find_target(cri, nri, stop, &mut say).await?;
     if found.is_none() {
         say("nri-trace: stopped before the runtime came; nothing traced");
     }

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::Result;
 use nri_trace::{
-    pipeline::{replay, source, Pipeline, Stop},
+    pipeline::{open_source, replay, Pipeline, Stop},
     sinks::{
         report::ReportSink,
         tui::{self, sink::Mode, TuiOptions, TuiSink},
@@ -52,7 +52,7 @@ fn replay_to(
     d: &DecodeArgs,
     no_redact: bool,
 ) -> Result<()> {
-    let src = source::open(file)?.keep_raw_secrets(no_redact);
+    let src = open_source(file)?.keep_raw_secrets(no_redact);
     let info = src.session().clone();
     let name = src.name().to_string();
     let mut p = Pipeline::new(&info, contract(d)).with_filter(filter(f));

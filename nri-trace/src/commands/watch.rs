@@ -4,11 +4,7 @@
 
 use anyhow::{Context, Result};
 use nri_trace::{
-    pipeline::{
-        live,
-        target::{self, Follow},
-        Pipeline,
-    },
+    pipeline::{live, runtime_name, runtime_session, Follow, Pipeline},
     sinks::{
         metrics::MetricsSink,
         metrics_server,
@@ -70,12 +66,12 @@ pub(crate) async fn live(a: WatchArgs, show: Show) -> Result<()> {
     if let Some((kind, pid)) = target.runtime {
         eprintln!(
             "nri-trace: runtime {} pid {pid}: CRI {}, NRI {}",
-            target::runtime_name(kind),
+            runtime_name(kind),
             target.cri.display(),
             target.nri.display()
         );
     }
-    let cfg = target::runtime_session(&target, follow)?;
+    let cfg = runtime_session(&target, follow)?;
     let info = target.session_info(!a.no_redact);
     let mut p = Pipeline::new(&info, contract(&a.decode)).with_filter(filter(&a.filter));
     if let Some(path) = &a.save {

@@ -23,7 +23,7 @@ pub trait Stage {
 
 /// How often sinks hear from the loop while no event comes (metrics, the
 /// TUI's rates).
-pub const TICK: Duration = Duration::from_millis(500);
+const TICK: Duration = Duration::from_millis(500);
 
 /// A [`Stop`] requested on SIGINT or SIGTERM, or once `duration` has
 /// passed from now: made when the command starts, so `--duration` bounds

@@ -217,7 +217,7 @@ fn reader(path: &Path) -> Result<(String, Box<dyn BufRead + Send>), SourceError>
 }
 
 /// Open `path` (`-`: standard input) and tell what it holds.
-pub fn open(path: &Path) -> Result<Source, SourceError> {
+pub fn open_source(path: &Path) -> Result<Source, SourceError> {
     let (name, mut inner) = reader(path)?;
     // The first non-blank line says what the file is; it is read, then
     // put back in front of the rest. Bounded by the readers' line cap.
@@ -340,7 +340,7 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::{open, Source};
+    use super::{open_source, Source};
 
     /// A raw capture whose first line is a tick (the runtime was quiet
     /// when the capture started) is a raw capture.
@@ -357,7 +357,7 @@ mod tests {
             ),
         )
         .unwrap();
-        let source = open(&path);
+        let source = open_source(&path);
         let _ = std::fs::remove_file(&path);
         match source {
             Ok(Source::Capture { events, .. }) => assert_eq!(events.count(), 2),

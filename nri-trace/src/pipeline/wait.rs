@@ -31,14 +31,14 @@ use crate::capture::{CaptureEvent, ProcessEvent};
 
 /// How often the runtime is looked for while none serves its sockets
 /// (one read of /proc per look).
-pub const POLL: Duration = Duration::from_millis(250);
+pub(crate) const POLL: Duration = Duration::from_millis(250);
 /// How often a wait is said again.
-pub const SAY_AGAIN: Duration = Duration::from_secs(30);
+pub(crate) const SAY_AGAIN: Duration = Duration::from_secs(30);
 /// How long a runtime that serves its CRI socket is given to serve its NRI
 /// socket too: containerd serves nri.sock a few ms after containerd.sock
 /// (capture/session/reattach.rs, REATTACH_FAST_NS), so a runtime without one after
 /// this has NRI disabled, which is the user's to fix.
-pub const NRI_GRACE: Duration = Duration::from_secs(10);
+pub(crate) const NRI_GRACE: Duration = Duration::from_secs(10);
 
 /// How to stop waiting, at the end of every notice.
 const HOW_TO_STOP: &str = "Ctrl-C stops; with --no-wait nri-trace exits instead of waiting";

@@ -16,7 +16,7 @@ use nri_trace::{
     model::nri_call::{NriCall, NriOutcome},
     pipeline::{
         replay::{records_of_events_in, Collected},
-        source::session_of_events,
+        session_of_events,
     },
     store::raw_capture,
 };

@@ -463,7 +463,7 @@ fn saved_and_raw_replay_alike() {
     // The record file of the raw capture, as --save writes it: through
     // the library, the same pipeline.
     let events = nri_trace::store::raw_capture::read_file(&f).unwrap();
-    let session = nri_trace::pipeline::source::session_of_events(&events);
+    let session = nri_trace::pipeline::session_of_events(&events);
     let saved = dir.join("happy.ndjson");
     {
         let file = nri_trace::store::ndjson::create_private(&saved).unwrap();

@@ -16,8 +16,9 @@ use nri_trace::{
     engine::contract::ContractConfig,
     model::observation::Observation,
     pipeline::{
+        open_source,
         replay::{self, Collect},
-        source, Pipeline,
+        Pipeline,
     },
     store::ndjson,
     store::raw_capture,
@@ -180,7 +181,7 @@ fn bounded_under_load_oldest_go_and_the_rest_replays() {
     assert_eq!(kept[..], written[written.len() - kept.len()..]);
 
     // The directory replays as one stream, every kept observation.
-    let src = source::open(&dir).unwrap();
+    let src = open_source(&dir).unwrap();
     let mut p = Pipeline::new(src.session(), ContractConfig::default());
     let (sink, got) = Collect::new();
     p.add_sink(Box::new(sink));

@@ -185,7 +185,7 @@ pub fn run(shared: Arc<Mutex<TuiState>>, opts: TuiOptions) -> io::Result<()> {
 /// capture clock at the end, and a status naming the sockets (through the
 /// pipeline `replay` runs, with the TUI's sink).
 pub fn replay_state(events: &[CaptureEvent]) -> TuiState {
-    let session = crate::pipeline::source::session_of_events(events);
+    let session = crate::pipeline::session_of_events(events);
     let (sink, shared) = TuiSink::headless(status_of(&session, "replay".into()));
     let mut p = crate::pipeline::Pipeline::new(&session, Default::default());
     p.add_sink(Box::new(sink));
