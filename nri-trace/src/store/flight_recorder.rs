@@ -40,7 +40,7 @@ const SEGMENT_SUFFIX: &str = ".ndjson";
 /// Segments per bound: a segment is closed at `max_bytes / SEGMENTS`.
 pub const SEGMENTS: u64 = 8;
 /// How often `max_age` is looked at while idle.
-pub const AGE_CHECK: Duration = Duration::from_secs(1);
+pub(crate) const AGE_CHECK: Duration = Duration::from_secs(1);
 
 /// What the recorder keeps.
 #[derive(Debug, Clone)]

@@ -362,10 +362,10 @@ impl<R: BufRead, T: LineType> Iterator for LineReader<R, T> {
 impl<R: BufRead, T: LineType> FusedIterator for LineReader<R, T> {}
 
 /// A file being read (gunzipped if it is gzipped).
-pub type FileReader<T> = LineReader<BufReader<Box<dyn Read + Send>>, T>;
+pub(crate) type FileReader<T> = LineReader<BufReader<Box<dyn Read + Send>>, T>;
 
 /// Open a file of `T` records (the same line format) for streaming.
-pub fn open_as<T: LineType>(path: impl AsRef<Path>) -> Result<FileReader<T>, LineError> {
+pub(crate) fn open_as<T: LineType>(path: impl AsRef<Path>) -> Result<FileReader<T>, LineError> {
     let path = path.as_ref();
     let open_err = |source| LineError::Open {
         path: path.to_path_buf(),

@@ -3,7 +3,7 @@
 //! in docs/schema/record.schema.json).
 //!
 //! Every line is one JSON object with `"v"` (the record version,
-//! [`SCHEMA_VERSION`]) first and a `"type"`: a `session` line opens the
+//! [`ndjson::SCHEMA_VERSION`](super::ndjson::SCHEMA_VERSION)) first and a `"type"`: a `session` line opens the
 //! file (what was traced, whether secrets were redacted), observation
 //! lines follow in capture-time order, and a `session_end` line closes a
 //! file whose capture ended cleanly (a file without one was cut short).
@@ -16,7 +16,6 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-pub use super::ndjson::SCHEMA_VERSION;
 use super::ndjson::{self, FileReader, LineError, LineType};
 use crate::model::observation::Observation;
 
@@ -61,7 +60,7 @@ pub enum RecordLine {
 }
 
 /// The `"type"` tags of the observation lines.
-pub const OBSERVATION_TYPES: &[&str] = &[
+pub(crate) const OBSERVATION_TYPES: &[&str] = &[
     "cri_call",
     "cri_connection",
     "cri_resync",
@@ -104,7 +103,7 @@ impl LineType for RecordLine {
 /// (what `-o json` prints around its records too).
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub enum Header<'a> {
+pub(crate) enum Header<'a> {
     Session(&'a SessionInfo),
     SessionEnd(&'a SessionEnd),
 }
@@ -173,7 +172,7 @@ impl<W: std::io::Write> RecordWriter<W> {
 /// The most bytes a `session_end` line can take (its counters at their
 /// widest), and a `session` line of `info` (its start time at its widest):
 /// what closing a segment and starting the next one add.
-pub fn header_bytes_at_most(info: &SessionInfo) -> std::io::Result<u64> {
+pub(crate) fn header_bytes_at_most(info: &SessionInfo) -> std::io::Result<u64> {
     let end = SessionEnd {
         observations: u64::MAX,
         lost_records: u64::MAX,
