@@ -3,7 +3,7 @@
 //! in docs/schema/record.schema.json).
 //!
 //! Every line is one JSON object with `"v"` (the record version,
-//! [`ndjson::SCHEMA_VERSION`](super::ndjson::SCHEMA_VERSION)) first and a `"type"`: a `session` line opens the
+//! [`ndjson::SCHEMA_VERSION`]) first and a `"type"`: a `session` line opens the
 //! file (what was traced, whether secrets were redacted), observation
 //! lines follow in capture-time order, and a `session_end` line closes a
 //! file whose capture ended cleanly (a file without one was cut short).
