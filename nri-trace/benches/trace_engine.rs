@@ -930,7 +930,7 @@ fn dir_bytes(dir: &Path) -> u64 {
 /// the flight recorder and the metrics sink.
 fn daemonset(reps: u32) {
     use nri_trace::{
-        sinks::metrics::MetricsSink,
+        sinks::MetricsSink,
         store::flight_recorder::{FlightRecorder, FlightRecorderConfig},
     };
     use std::sync::{Arc, Mutex};

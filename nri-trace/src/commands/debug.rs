@@ -17,7 +17,7 @@ use nri_trace::{
         live::{self, Stage},
         nri_session, open_source, replay, Follow, PipelineError, Source,
     },
-    sinks::lines,
+    sinks::observation_text,
     store::ndjson::LineWriter,
 };
 
@@ -168,7 +168,7 @@ impl DecodePrinter {
             }
             match &mut self.out {
                 Out::Json(w) => w.write_record(&o, false),
-                Out::Text(w) => lines::observation_text(w, &o),
+                Out::Text(w) => observation_text(w, &o),
             }
             .map_err(sink_err)?;
         }

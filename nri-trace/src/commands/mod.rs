@@ -19,7 +19,7 @@ use nri_trace::{
     capture::{start_session, EbpfBackend, EbpfOptions, ProgramSet, Session, SessionConfig},
     engine::contract::ContractConfig,
     pipeline::{live::Stage, Announce, Awaited, Filter, Sink, Stop, Target},
-    sinks::{json::JsonSink, text::TextSink},
+    sinks::{JsonSink, TextSink},
     store::record_file::SessionInfo,
 };
 

@@ -7,8 +7,8 @@ use anyhow::Result;
 use nri_trace::{
     pipeline::{open_source, replay, Pipeline, Stop},
     sinks::{
-        report::ReportSink,
         tui::{self, sink::Mode, TuiOptions, TuiSink},
+        ReportSink,
     },
 };
 

@@ -6,9 +6,9 @@ use anyhow::{Context, Result};
 use nri_trace::{
     pipeline::{live, runtime_name, runtime_session, Follow, Pipeline},
     sinks::{
-        metrics::MetricsSink,
-        metrics_server,
+        serve_metrics,
         tui::{self, sink::Mode, TuiOptions, TuiSink},
+        MetricsSink,
     },
     store::ndjson::{self, LineWriter},
     store::{
@@ -92,7 +92,7 @@ pub(crate) async fn live(a: WatchArgs, show: Show) -> Result<()> {
         p.save_raw_to(path.display().to_string(), LineWriter::new(Box::new(f)));
     }
     if let Some(addr) = a.metrics_addr {
-        let (bound, text) = metrics_server::serve(addr).await.with_context(|| {
+        let (bound, text) = serve_metrics(addr).await.with_context(|| {
             format!("metrics: cannot listen on {addr} (in use? choose another --metrics-addr)")
         })?;
         eprintln!("nri-trace: metrics on http://{bound}/metrics");

@@ -19,18 +19,18 @@ use crate::{
 };
 
 /// The finding's sentence.
-pub fn message(v: &Violation) -> String {
+pub fn finding_message(v: &Violation) -> String {
     sentence(&v.detail, v.plugin.as_deref(), v.pod.as_deref())
 }
 
 /// The sentence for what a finding saw, about `plugin` and `pod`: its
 /// rule's words (each rule's file in `engine::contract` holds them).
-pub fn sentence(detail: &Detail, plugin: Option<&str>, pod: Option<&str>) -> String {
+pub(crate) fn sentence(detail: &Detail, plugin: Option<&str>, pod: Option<&str>) -> String {
     contract::rules::sentence(detail, plugin, pod)
 }
 
 /// A piece of evidence in words (unsanitized: sinks sanitize).
-pub struct EvidenceWords {
+pub(crate) struct EvidenceWords {
     /// "cri", "nri" or "kernel".
     pub kind: &'static str,
     pub start: Option<Timestamp>,
@@ -43,7 +43,7 @@ pub struct EvidenceWords {
 }
 
 /// The evidence in words, the same for every sink.
-pub fn evidence_words(e: &Evidence) -> EvidenceWords {
+pub(crate) fn evidence_words(e: &Evidence) -> EvidenceWords {
     match e {
         Evidence::Cri {
             conn,
@@ -94,7 +94,7 @@ pub fn evidence_words(e: &Evidence) -> EvidenceWords {
 
 /// Whether the finding is a plugin the runtime disconnected (a timeout
 /// after which it closed the connection).
-pub fn is_disconnect(v: &Violation) -> bool {
+pub(crate) fn is_disconnect(v: &Violation) -> bool {
     matches!(
         v.detail,
         Detail::PluginTimeout {
@@ -108,17 +108,17 @@ pub fn is_disconnect(v: &Violation) -> bool {
 /// (docs/schema.md).
 #[derive(Serialize)]
 #[serde(tag = "type", rename = "violation")]
-pub struct ViolationLine<'a> {
+pub(crate) struct ViolationLine<'a> {
     #[serde(flatten)]
     pub violation: &'a Violation,
     pub message: String,
 }
 
 impl<'a> ViolationLine<'a> {
-    pub fn new(violation: &'a Violation) -> Self {
+    pub(crate) fn new(violation: &'a Violation) -> Self {
         ViolationLine {
             violation,
-            message: message(violation),
+            message: finding_message(violation),
         }
     }
 }
@@ -157,7 +157,7 @@ mod tests {
             connection_closed: true,
         });
         assert_eq!(
-            message(&v),
+            finding_message(&v),
             "10-slow did not answer Configure within its timeout (2.00s); the runtime closed its \
              connection"
         );

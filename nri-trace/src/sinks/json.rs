@@ -32,13 +32,13 @@ enum TableRow<'a> {
 /// (`message`, beside the data in `detail`).
 #[derive(Serialize)]
 #[serde(untagged)]
-pub enum RecordLine<'a> {
+pub(crate) enum RecordLine<'a> {
     Violation(ViolationLine<'a>),
     Other(&'a Record),
 }
 
 impl<'a> RecordLine<'a> {
-    pub fn of(r: &'a Record) -> Self {
+    pub(crate) fn of(r: &'a Record) -> Self {
         match r {
             Record::Violation(v) => RecordLine::Violation(ViolationLine::new(v)),
             r => RecordLine::Other(r),

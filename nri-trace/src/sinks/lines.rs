@@ -5,7 +5,7 @@ use std::io::{self, Write};
 
 use super::{
     cri_lines,
-    finding_message::{evidence_words, message},
+    finding_message::{evidence_words, finding_message},
     nri_lines,
 };
 use crate::{
@@ -84,7 +84,7 @@ pub fn observation_text(w: &mut impl Write, o: &Observation) -> io::Result<()> {
 
 /// A finding: `prefix`, severity, rule, pod, certainty, message; then its
 /// evidence, one call a line.
-pub fn violation_text(w: &mut impl Write, v: &Violation, prefix: &str) -> io::Result<()> {
+pub(crate) fn violation_text(w: &mut impl Write, v: &Violation, prefix: &str) -> io::Result<()> {
     let certainty = match &v.certainty {
         Certainty::Certain => String::new(),
         Certainty::Uncertain { why } => format!(" (uncertain: {})", sanitize(why)),
@@ -96,7 +96,7 @@ pub fn violation_text(w: &mut impl Write, v: &Violation, prefix: &str) -> io::Re
         v.rule,
         sanitize(v.pod.as_deref().unwrap_or("-")),
         certainty,
-        sanitize(&message(v))
+        sanitize(&finding_message(v))
     )?;
     for e in v.evidence.iter().map(evidence_words) {
         let at =
@@ -114,7 +114,7 @@ pub fn violation_text(w: &mut impl Write, v: &Violation, prefix: &str) -> io::Re
 }
 
 /// Both tables, as text.
-pub fn summary_text(
+pub(crate) fn summary_text(
     w: &mut impl Write,
     hooks: &[HookSummary],
     methods: &[MethodSummary],
@@ -125,7 +125,7 @@ pub fn summary_text(
 }
 
 /// What a conformance clause promises (engine/conformance.rs), in words.
-pub fn clause_words(clause: &str) -> &'static str {
+pub(crate) fn clause_words(clause: &str) -> &'static str {
     match clause {
         SANDBOX_RUNNING_AT_RUN_POD_SANDBOX => {
             "the pod's sandbox (pause) process runs when plugins get RunPodSandbox"
@@ -211,7 +211,7 @@ fn case_words(c: &ClauseCase) -> String {
 
 /// The conformance table: each clause held and broken over the pods, with
 /// one case of each.
-pub fn conformance_text(w: &mut impl Write, clauses: &[ClauseTally]) -> io::Result<()> {
+pub(crate) fn conformance_text(w: &mut impl Write, clauses: &[ClauseTally]) -> io::Result<()> {
     if clauses.is_empty() {
         return Ok(());
     }

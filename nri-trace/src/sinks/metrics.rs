@@ -144,7 +144,7 @@ fn histogram(out: &mut String, name: &str, labels: &str, b: &Buckets) {
 /// base units, `_total` on counters only) and are checked with
 /// `promtool check metrics` (tests/tests/prometheus_lab.rs). Labels are
 /// bounded: plugins, hooks, CRI methods, rules; never a pod or container.
-pub fn render(a: &TraceEngine) -> String {
+pub(crate) fn render(a: &TraceEngine) -> String {
     let (hooks, methods) = a.buckets();
     let mut out = String::new();
     help(

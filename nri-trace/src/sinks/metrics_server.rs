@@ -21,7 +21,7 @@ const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Listen on `addr` and serve the text in the returned cell; the address
 /// bound (port 0 picks one).
-pub async fn serve(addr: SocketAddr) -> io::Result<(SocketAddr, Arc<Mutex<String>>)> {
+pub async fn serve_metrics(addr: SocketAddr) -> io::Result<(SocketAddr, Arc<Mutex<String>>)> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     let text = Arc::new(Mutex::new(String::new()));

@@ -19,12 +19,22 @@
 
 pub(crate) mod cri_lines;
 pub mod explain;
-pub mod finding_message;
-pub mod json;
-pub mod lines;
-pub mod metrics;
-pub mod metrics_server;
+pub(crate) mod finding_message;
+pub(crate) mod json;
+pub(crate) mod lines;
+pub(crate) mod metrics;
+pub(crate) mod metrics_server;
 pub(crate) mod nri_lines;
-pub mod report;
-pub mod text;
+pub(crate) mod report;
+pub(crate) mod text;
 pub mod tui;
+
+// Each sink by its type; `explain` and `tui` stay namespaces of what their
+// commands call (issue 35).
+pub use finding_message::finding_message;
+pub use json::JsonSink;
+pub use lines::observation_text;
+pub use metrics::MetricsSink;
+pub use metrics_server::serve_metrics;
+pub use report::ReportSink;
+pub use text::TextSink;

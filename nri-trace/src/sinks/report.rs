@@ -52,9 +52,9 @@ impl<W: Write> Sink for ReportSink<W> {
 }
 
 /// How many slowest hooks to list.
-pub const SLOWEST_HOOKS: usize = 10;
+pub(crate) const SLOWEST_HOOKS: usize = 10;
 
-pub fn render(
+pub(crate) fn render(
     w: &mut impl Write,
     model: &PodModel,
     findings: &[Violation],

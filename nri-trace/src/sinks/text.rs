@@ -30,7 +30,7 @@ use std::{
 
 use super::{
     cri_lines,
-    finding_message::{is_disconnect, message},
+    finding_message::{finding_message, is_disconnect},
     lines,
     nri_lines::{self, plugin_name},
 };
@@ -55,9 +55,9 @@ use crate::{
 
 /// Longest a record is held (capture time) for records that started
 /// before it and settle after it.
-pub const HOLD_NS: u64 = 10_000_000_000;
+pub(crate) const HOLD_NS: u64 = 10_000_000_000;
 /// Most records held at once; past it the oldest is printed.
-pub const MAX_HELD: usize = 512;
+pub(crate) const MAX_HELD: usize = 512;
 /// Kernel events this long after a CRI call's end still go on its line
 /// (an exit reaped just after the runtime answered).
 const KERNEL_SLACK_NS: u64 = 50_000_000;
@@ -543,7 +543,7 @@ fn finding_line(w: &mut impl Write, v: &Violation) -> io::Result<()> {
     if let Some(p) = &v.plugin {
         write!(w, ", {}", sanitize(p))?;
     }
-    write!(w, "]: {}", sanitize(&message(v)))?;
+    write!(w, "]: {}", sanitize(&finding_message(v)))?;
     if let Certainty::Uncertain { why } = &v.certainty {
         write!(w, " (uncertain: {})", sanitize(why))?;
     }

@@ -19,7 +19,7 @@ use nri_trace::{
         replay::{self, Collect, Collected},
         Pipeline,
     },
-    sinks::json::JsonSink,
+    sinks::JsonSink,
     store::ndjson::LineReader,
     store::record_file::RecordLine,
 };

@@ -434,7 +434,7 @@ fn check_runtime_restart(rt: Option<Runtime>) {
     expected.sort();
     for r in &records {
         if let Record::Violation(v) = r {
-            eprintln!("runtime-restart: {}: {}", v.rule, message(v));
+            eprintln!("runtime-restart: {}: {}", v.rule, finding_message(v));
         }
     }
     assert_eq!(got, expected);

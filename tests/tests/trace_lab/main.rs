@@ -59,7 +59,7 @@ use nri_trace::{
         cri_call::{CriCall, CriOutcome, Identified},
         observation::Observation,
     },
-    sinks::finding_message::message,
+    sinks::finding_message,
 };
 use nri_trace_lab::{
     labctl::{Lab, Runtime},

@@ -47,7 +47,7 @@ fn check_adjustment_rejected(rt: Option<Runtime>) {
         })
         .collect();
     for v in &rejected {
-        eprintln!("{scenario}: {}", message(v));
+        eprintln!("{scenario}: {}", finding_message(v));
     }
     assert_eq!(rejected.len(), 2, "{rejected:#?}");
     let hooks = AdjustedBy {

@@ -653,7 +653,7 @@ impl TuiState {
             Record::Violation(v) => {
                 self.counts.findings += 1;
                 let seq = self.next_seq();
-                let message = crate::sinks::finding_message::message(v);
+                let message = crate::sinks::finding_message(v);
                 let outcome = sanitize(&message);
                 push_bounded(
                     &mut self.findings,
