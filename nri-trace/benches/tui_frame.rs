@@ -35,12 +35,7 @@ use nri_trace::{
     capture::Timestamp,
     engine::Record,
     pipeline::replay::records_of_events,
-    sinks::tui::{
-        app::{App, View},
-        draw,
-        views::Theme,
-        TuiState,
-    },
+    sinks::tui::{draw, App, Theme, TuiState, View},
     store::raw_capture,
 };
 use ratatui::{backend::TestBackend, Terminal};

@@ -4,11 +4,7 @@
 use std::{fs, os::unix::fs::PermissionsExt, path::PathBuf};
 
 use nri_trace::{
-    sinks::tui::{
-        app::{App, ExportScope, View},
-        export::export,
-        replay_state,
-    },
+    sinks::tui::{export, replay_state, App, ExportScope, View},
     store::raw_capture,
 };
 

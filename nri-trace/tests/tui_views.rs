@@ -14,12 +14,7 @@ use nri_trace::{
     engine::Record,
     human::is_inert,
     pipeline::{replay::records_of_events, session_of_events},
-    sinks::tui::{
-        app::{App, View},
-        draw, replay_state,
-        views::Theme,
-        TuiState,
-    },
+    sinks::tui::{draw, replay_state, App, Theme, TuiState, View},
     store::raw_capture,
 };
 use ratatui::{
@@ -327,7 +322,7 @@ fn hostile_pod_name_renders_inert() {
     let mut pods_app = App::new();
     key(&mut pods_app, &st, KeyCode::Char('s'));
     let mut timeline = pods_app.clone();
-    let evil_row = nri_trace::sinks::tui::views::pods::rows(&timeline, &st)
+    let evil_row = nri_trace::sinks::tui::pod_rows(&timeline, &st)
         .iter()
         .position(|p| p.name == HOSTILE)
         .expect("hostile pod listed");

@@ -7,7 +7,7 @@ use anyhow::Result;
 use nri_trace::{
     pipeline::{open_source, replay, Pipeline, Stop},
     sinks::{
-        tui::{self, sink::Mode, TuiOptions, TuiSink},
+        tui::{self, Mode, TuiOptions, TuiSink},
         ReportSink,
     },
 };

@@ -7,7 +7,7 @@ use nri_trace::{
     pipeline::{live, runtime_name, runtime_session, Follow, Pipeline},
     sinks::{
         serve_metrics,
-        tui::{self, sink::Mode, TuiOptions, TuiSink},
+        tui::{self, Mode, TuiOptions, TuiSink},
         MetricsSink,
     },
     store::ndjson::{self, LineWriter},

@@ -137,7 +137,7 @@ pub struct PodKey {
 }
 
 /// Most timeline zoom steps (each halves the time per column).
-pub const MAX_ZOOM: u32 = 16;
+pub(crate) const MAX_ZOOM: u32 = 16;
 
 /// The UI state.
 #[derive(Debug, Clone)]

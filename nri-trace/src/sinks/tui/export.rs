@@ -42,7 +42,7 @@ fn tagged(view: &str, v: impl Serialize) -> Value {
 }
 
 /// The rows of `app`'s current view, as shown (filter and sort applied).
-pub fn screen_rows(app: &App, st: &TuiState) -> Vec<Value> {
+pub(crate) fn screen_rows(app: &App, st: &TuiState) -> Vec<Value> {
     match app.view {
         View::Pods => pods::rows(app, st)
             .into_iter()
@@ -94,7 +94,7 @@ pub fn screen_rows(app: &App, st: &TuiState) -> Vec<Value> {
 }
 
 /// Every record kept this session, oldest first.
-pub fn session_rows(st: &TuiState) -> Vec<Value> {
+pub(crate) fn session_rows(st: &TuiState) -> Vec<Value> {
     st.session()
         .iter()
         .map(|r| value(RecordLine::of(r)))
@@ -102,7 +102,7 @@ pub fn session_rows(st: &TuiState) -> Vec<Value> {
 }
 
 /// Create `path`, new (never through a symlink or over a file), 0600.
-pub fn create_private(path: &Path) -> io::Result<File> {
+pub(crate) fn create_private(path: &Path) -> io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
         .write(true)
@@ -114,7 +114,7 @@ pub fn create_private(path: &Path) -> io::Result<File> {
 
 /// Write `rows` to a new file at `path`, one JSON object per line, each
 /// with `"v"` first as every line nri-trace writes (docs/schema.md).
-pub fn write_ndjson(path: &Path, rows: &[Value]) -> Result<(), ExportError> {
+pub(crate) fn write_ndjson(path: &Path, rows: &[Value]) -> Result<(), ExportError> {
     let f = create_private(path).map_err(|source| ExportError::Create {
         path: path.to_path_buf(),
         source,

@@ -19,13 +19,13 @@
 //! another thread. [`replay_state`] builds a state from a recording (tests,
 //! `nri-trace replay`). docs/tui.md describes the screens and keys.
 
-pub mod app;
-pub mod export;
-pub mod keys;
-pub mod sink;
-pub mod state;
-pub mod terminal;
-pub mod views;
+pub(crate) mod app;
+pub(crate) mod export;
+pub(crate) mod keys;
+pub(crate) mod sink;
+pub(crate) mod state;
+pub(crate) mod terminal;
+pub(crate) mod views;
 
 use std::{
     io::{self, IsTerminal},
@@ -44,10 +44,16 @@ use ratatui::{
 };
 
 use crate::capture::CaptureEvent;
-use app::{Action, App, View};
-pub use sink::TuiSink;
-pub use state::{StatusInfo, TuiState};
-use views::Theme;
+// What the commands, the benches and the TUI tests drive: the sink, its
+// state and the app over it, drawing and exporting (issue 35).
+pub use app::{Action, App, CallFilter, ExportScope, PodKey, PodSort, View};
+pub use export::{export, ExportError};
+pub use sink::{Mode, TuiSink};
+pub use state::{
+    CallKind, CallRow, Counts, Dropped, Finding, HookBar, PluginConn, SpanDetail, StatusInfo,
+    TuiState,
+};
+pub use views::{pods::rows as pod_rows, Theme};
 
 /// How long a poll for a key waits.
 pub const POLL: Duration = Duration::from_millis(200);
@@ -87,6 +93,7 @@ pub fn lock(shared: &Mutex<TuiState>) -> MutexGuard<'_, TuiState> {
 /// Draw the whole screen: status line, tabs, the current view, footer,
 /// and the help on top when open.
 pub fn draw(f: &mut Frame<'_>, app: &App, st: &TuiState, th: &Theme) {
+    let th = *th;
     let [status, tabs, body, footer] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Length(1),
@@ -161,13 +168,12 @@ pub fn run(shared: Arc<Mutex<TuiState>>, opts: TuiOptions) -> io::Result<()> {
                     Action::Pause(p) => lock(&shared).set_paused(p),
                     Action::Export(scope) => {
                         let st = lock(&shared);
-                        app.message =
-                            Some(match export::export(&app, &st, scope, &opts.export_dir) {
-                                Ok((path, n)) => {
-                                    format!("exported {n} rows to {}", path.display())
-                                }
-                                Err(e) => format!("export failed: {e}"),
-                            });
+                        app.message = Some(match export(&app, &st, scope, &opts.export_dir) {
+                            Ok((path, n)) => {
+                                format!("exported {n} rows to {}", path.display())
+                            }
+                            Err(e) => format!("export failed: {e}"),
+                        });
                     }
                 }
             }

@@ -33,23 +33,23 @@ use crate::{
 };
 
 /// Findings kept (the oldest go first).
-pub const MAX_FINDINGS: usize = 4096;
+pub(crate) const MAX_FINDINGS: usize = 4096;
 /// Rows of the call log kept.
-pub const MAX_CALLS: usize = 8192;
+pub(crate) const MAX_CALLS: usize = 8192;
 /// Records held while paused, applied on resume.
-pub const MAX_PENDING: usize = 50_000;
+pub(crate) const MAX_PENDING: usize = 50_000;
 /// Records kept for a whole-session export.
-pub const MAX_SESSION: usize = 20_000;
+pub(crate) const MAX_SESSION: usize = 20_000;
 /// CRI calls whose hook timings are kept for the timeline.
-pub const MAX_SPANS: usize = 20_000;
+pub(crate) const MAX_SPANS: usize = 20_000;
 /// Recent own times kept per (plugin, hook) for the sparkline.
-pub const SPARK_POINTS: usize = 48;
+pub(crate) const SPARK_POINTS: usize = 48;
 /// (plugin, hook) pairs and plugin connections tracked.
-pub const MAX_KEYS: usize = 1024;
+pub(crate) const MAX_KEYS: usize = 1024;
 /// A pod whose last call took at least this long is marked slow.
-pub const SLOW_NS: u64 = 1_000_000_000;
+pub(crate) const SLOW_NS: u64 = 1_000_000_000;
 /// The call rate is taken over this many seconds of capture time.
-pub const RATE_WINDOW_S: u64 = 10;
+pub(crate) const RATE_WINDOW_S: u64 = 10;
 
 /// What the caller knows about the capture (not in the records).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -185,7 +185,7 @@ pub struct Counts {
 /// How a pod looks at a glance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum PodFlag {
+pub(crate) enum PodFlag {
     /// Its sandbox failed, or its last call did not end well (error,
     /// client deadline, no response): stuck until a call succeeds.
     Stuck,
@@ -194,7 +194,7 @@ pub enum PodFlag {
 }
 
 /// The flag of pod `p`, if any.
-pub fn pod_flag(p: &PodView) -> Option<PodFlag> {
+pub(crate) fn pod_flag(p: &PodView) -> Option<PodFlag> {
     let last = p.timeline.last();
     if p.phase == PodPhase::Failed || last.is_some_and(|e| !e.ok) {
         Some(PodFlag::Stuck)
@@ -259,7 +259,7 @@ fn cri_outcome(o: &CriOutcome) -> String {
 }
 
 /// An NRI outcome, short.
-pub fn nri_outcome(o: &NriOutcome) -> String {
+pub(crate) fn nri_outcome(o: &NriOutcome) -> String {
     match o {
         NriOutcome::Ok => "ok".into(),
         NriOutcome::Error { code, message } => format!("ERROR {code}: {}", sanitize(message)),

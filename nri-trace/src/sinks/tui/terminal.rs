@@ -29,7 +29,7 @@ static PANICKED: AtomicBool = AtomicBool::new(false);
 static HOOK: Once = Once::new();
 
 /// Undo raw mode and the alternate screen, if they are on.
-pub fn restore() -> io::Result<()> {
+pub(crate) fn restore() -> io::Result<()> {
     if !ACTIVE.swap(false, Ordering::SeqCst) {
         return Ok(());
     }
@@ -39,7 +39,7 @@ pub fn restore() -> io::Result<()> {
 }
 
 /// Whether a panic restored the terminal.
-pub fn panicked() -> bool {
+pub(crate) fn panicked() -> bool {
     PANICKED.load(Ordering::SeqCst)
 }
 
@@ -60,13 +60,13 @@ fn install_panic_hook() {
 
 /// Holds the terminal in TUI mode; restores it when dropped.
 #[derive(Debug)]
-pub struct TerminalGuard {
+pub(crate) struct TerminalGuard {
     _private: (),
 }
 
 impl TerminalGuard {
     /// Enter raw mode and the alternate screen.
-    pub fn enter() -> io::Result<(TerminalGuard, Terminal<CrosstermBackend<Stdout>>)> {
+    pub(crate) fn enter() -> io::Result<(TerminalGuard, Terminal<CrosstermBackend<Stdout>>)> {
         install_panic_hook();
         terminal::enable_raw_mode()?;
         // From here on, the guard's drop undoes whatever succeeded.
@@ -87,7 +87,11 @@ impl TerminalGuard {
     }
 
     /// Restore now, reporting errors (the drop ignores them).
-    pub fn restore(self) -> io::Result<()> {
+    #[allow(
+        clippy::unused_self,
+        reason = "takes the guard so that nothing draws after the restore; its drop's second restore is a no-op"
+    )]
+    pub(crate) fn restore(self) -> io::Result<()> {
         restore()
     }
 }
@@ -102,13 +106,13 @@ impl Drop for TerminalGuard {
 /// and leaves through the guard. A second signal while the flag is set
 /// exits at once (the loop may be stuck), without the restore.
 #[derive(Debug)]
-pub struct Signals {
+pub(crate) struct Signals {
     flag: Arc<AtomicBool>,
     ids: Vec<SigId>,
 }
 
 impl Signals {
-    pub fn register() -> io::Result<Self> {
+    pub(crate) fn register() -> io::Result<Self> {
         let flag = Arc::new(AtomicBool::new(false));
         let mut ids = Vec::new();
         for sig in [SIGTERM, SIGHUP, SIGINT] {
@@ -125,7 +129,7 @@ impl Signals {
     }
 
     /// A signal came.
-    pub fn raised(&self) -> bool {
+    pub(crate) fn raised(&self) -> bool {
         self.flag.load(Ordering::SeqCst)
     }
 }

@@ -17,7 +17,7 @@ use crate::sinks::tui::{
 };
 
 /// The rows shown, oldest first.
-pub fn rows<'a>(app: &App, st: &'a TuiState) -> Vec<&'a CallRow> {
+pub(crate) fn rows<'a>(app: &App, st: &'a TuiState) -> Vec<&'a CallRow> {
     let filter = app.filter_of(View::Calls);
     st.calls()
         .iter()
@@ -39,7 +39,7 @@ pub fn rows<'a>(app: &App, st: &'a TuiState) -> Vec<&'a CallRow> {
         .collect()
 }
 
-pub fn render(f: &mut Frame<'_>, area: Rect, app: &App, st: &TuiState, th: &Theme) {
+pub(crate) fn render(f: &mut Frame<'_>, area: Rect, app: &App, st: &TuiState, th: Theme) {
     let all = rows(app, st);
     // The selection past the end (the default) follows the tail.
     let sel = app

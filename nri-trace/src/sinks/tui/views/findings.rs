@@ -24,7 +24,7 @@ use crate::{
     },
 };
 
-pub fn severity_name(s: Severity) -> &'static str {
+pub(crate) fn severity_name(s: Severity) -> &'static str {
     match s {
         Severity::Info => "info",
         Severity::Warning => "warning",
@@ -42,7 +42,7 @@ fn severity_style(s: Severity, th: Theme) -> Style {
 }
 
 /// The findings shown, newest first, after the filter.
-pub fn rows<'a>(app: &App, st: &'a TuiState) -> Vec<&'a Finding> {
+pub(crate) fn rows<'a>(app: &App, st: &'a TuiState) -> Vec<&'a Finding> {
     let filter = app.filter_of(View::Findings);
     st.findings()
         .iter()
@@ -59,7 +59,7 @@ pub fn rows<'a>(app: &App, st: &'a TuiState) -> Vec<&'a Finding> {
         .collect()
 }
 
-pub fn render(f: &mut Frame<'_>, area: Rect, app: &App, st: &TuiState, th: &Theme) {
+pub(crate) fn render(f: &mut Frame<'_>, area: Rect, app: &App, st: &TuiState, th: Theme) {
     let all = rows(app, st);
     let sel = app
         .selected_of(View::Findings)
@@ -116,7 +116,7 @@ pub fn render(f: &mut Frame<'_>, area: Rect, app: &App, st: &TuiState, th: &Them
                 Certainty::Uncertain { .. } => format!("{}?", severity_name(v.severity)),
             };
             let mut cells = vec![
-                Span::styled(sev, severity_style(v.severity, *th)),
+                Span::styled(sev, severity_style(v.severity, th)),
                 Span::raw(v.rule),
                 Span::raw(v.pod.as_deref().map_or_else(|| "-".into(), sanitize)),
                 Span::styled(
@@ -156,7 +156,7 @@ pub fn render(f: &mut Frame<'_>, area: Rect, app: &App, st: &TuiState, th: &Them
         th,
     );
     if let (Some(d), Some(fd)) = (detail_area, all.get(sel)) {
-        render_detail(f, d, st, fd, *th);
+        render_detail(f, d, st, fd, th);
     }
 }
 

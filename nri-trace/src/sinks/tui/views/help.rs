@@ -10,7 +10,7 @@ use ratatui::{
 use super::Theme;
 
 /// (keys, what they do).
-pub const KEYS: &[(&str, &str)] = &[
+pub(crate) const KEYS: &[(&str, &str)] = &[
     ("1..5 Tab S-Tab", "Pods, Timeline, Plugins, Findings, Calls"),
     ("↑↓ j k PgUp PgDn", "move the selection"),
     ("g/Home G/End", "first / last row (Calls: follow the tail)"),
@@ -26,14 +26,14 @@ pub const KEYS: &[(&str, &str)] = &[
 ];
 
 /// Markers and bars.
-pub const LEGEND: &[(&str, &str)] = &[
+pub(crate) const LEGEND: &[(&str, &str)] = &[
     ("!", "stuck: sandbox failed or last call failed"),
     ("~", "slow: last call took 1 s or more"),
     ("█ ▓ ░", "CRI call, NRI hook, queued behind earlier plugins"),
     ("error?", "finding with incomplete evidence (uncertain)"),
 ];
 
-pub fn render(f: &mut Frame<'_>, area: Rect, th: &Theme) {
+pub(crate) fn render(f: &mut Frame<'_>, area: Rect, th: Theme) {
     let w = area.width.min(76);
     let h = (KEYS.len() + LEGEND.len() + 5) as u16;
     let [row] = Layout::vertical([Constraint::Length(h.min(area.height))])

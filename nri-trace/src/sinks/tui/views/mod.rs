@@ -2,13 +2,13 @@
 //! [`super::app::App`] says (selection, sort, filter, zoom) and decides
 //! nothing about the trace itself.
 
-pub mod calls;
-pub mod findings;
-pub mod help;
-pub mod plugins;
-pub mod pods;
-pub mod status;
-pub mod timeline;
+pub(crate) mod calls;
+pub(crate) mod findings;
+pub(crate) mod help;
+pub(crate) mod plugins;
+pub(crate) mod pods;
+pub(crate) mod status;
+pub(crate) mod timeline;
 
 use ratatui::{
     layout::{Constraint, Rect},
@@ -22,7 +22,7 @@ use ratatui::{
 /// `selected` row (counted from the first one shown) highlighted: the
 /// table every list view draws.
 #[allow(clippy::too_many_arguments)]
-pub fn list_table<'a>(
+pub(crate) fn list_table<'a>(
     f: &mut Frame<'_>,
     area: Rect,
     rows: Vec<Row<'a>>,
@@ -30,7 +30,7 @@ pub fn list_table<'a>(
     header: Row<'a>,
     title: impl Into<Line<'a>>,
     selected: Option<usize>,
-    th: &Theme,
+    th: Theme,
 ) {
     let table = Table::new(rows, widths)
         .header(header.style(th.header()))
@@ -109,7 +109,7 @@ impl Theme {
 }
 
 /// An age, coarse: "42s", "5m", "3h", "2d".
-pub fn age(ns: u64) -> String {
+pub(crate) fn age(ns: u64) -> String {
     let s = ns / 1_000_000_000;
     if s < 120 {
         format!("{s}s")
@@ -123,13 +123,13 @@ pub fn age(ns: u64) -> String {
 }
 
 /// First row to show so that `selected` is visible in `height` rows.
-pub fn window_start(selected: usize, height: usize) -> usize {
+pub(crate) fn window_start(selected: usize, height: usize) -> usize {
     selected.saturating_sub(height.saturating_sub(1))
 }
 
 /// Whether `hay` contains `needle`, ignoring ASCII case (an empty needle
 /// matches).
-pub fn matches(hay: &str, needle: &str) -> bool {
+pub(crate) fn matches(hay: &str, needle: &str) -> bool {
     needle.is_empty()
         || hay
             .to_ascii_lowercase()

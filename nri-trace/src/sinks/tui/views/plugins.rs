@@ -29,7 +29,7 @@ use crate::sinks::tui::{
 const SPARK: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
 
 /// The last `width` values as a sparkline, scaled to their maximum.
-pub fn sparkline(
+pub(crate) fn sparkline(
     values: impl DoubleEndedIterator<Item = u64> + ExactSizeIterator,
     width: usize,
 ) -> String {
@@ -43,7 +43,7 @@ pub fn sparkline(
         .collect()
 }
 
-pub fn render(f: &mut Frame<'_>, area: Rect, app: &App, st: &TuiState, th: &Theme) {
+pub(crate) fn render(f: &mut Frame<'_>, area: Rect, app: &App, st: &TuiState, th: Theme) {
     let hooks = st.hook_summaries();
     let methods = st.method_summaries();
     let [conn_area, hook_area, method_area] = Layout::vertical([

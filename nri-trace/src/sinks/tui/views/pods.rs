@@ -79,7 +79,7 @@ pub fn rows<'a>(app: &App, st: &'a TuiState) -> Vec<&'a PodView> {
 
 /// A pods-table row as exported (the text shown, sanitized).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PodRow {
+pub(crate) struct PodRow {
     pub pod: String,
     pub uid: String,
     pub phase: &'static str,
@@ -94,7 +94,7 @@ pub struct PodRow {
 }
 
 /// Row `p` as exported.
-pub fn export_row(st: &TuiState, p: &PodView) -> PodRow {
+pub(crate) fn export_row(st: &TuiState, p: &PodView) -> PodRow {
     let last = p.timeline.last();
     PodRow {
         pod: sanitize(&p.label()),
@@ -111,7 +111,7 @@ pub fn export_row(st: &TuiState, p: &PodView) -> PodRow {
     }
 }
 
-pub fn render(f: &mut Frame<'_>, area: Rect, app: &App, st: &TuiState, th: &Theme) {
+pub(crate) fn render(f: &mut Frame<'_>, area: Rect, app: &App, st: &TuiState, th: Theme) {
     let pods = rows(app, st);
     let stuck = pods
         .iter()

@@ -102,14 +102,14 @@ fn pieces(st: &TuiState, wide: bool, th: Theme) -> Vec<(String, Style)> {
     v
 }
 
-pub fn render_status(f: &mut Frame<'_>, area: Rect, st: &TuiState, th: &Theme) {
+pub(crate) fn render_status(f: &mut Frame<'_>, area: Rect, st: &TuiState, th: Theme) {
     let width = area.width as usize;
     let mut spans = vec![Span::styled(
         "nri-trace",
         th.header().add_modifier(ratatui::style::Modifier::REVERSED),
     )];
     let mut used = 9;
-    for (text, style) in pieces(st, width >= 160, *th) {
+    for (text, style) in pieces(st, width >= 160, th) {
         let w = text.chars().count() + 3;
         if used + w > width {
             continue;
@@ -121,7 +121,7 @@ pub fn render_status(f: &mut Frame<'_>, area: Rect, st: &TuiState, th: &Theme) {
     f.render_widget(Paragraph::new(Line::from(spans)), area);
 }
 
-pub fn render_tabs(f: &mut Frame<'_>, area: Rect, app: &App, st: &TuiState, th: &Theme) {
+pub(crate) fn render_tabs(f: &mut Frame<'_>, area: Rect, app: &App, st: &TuiState, th: Theme) {
     let mut spans = Vec::new();
     for (i, v) in View::ALL.iter().enumerate() {
         let label = match v {
@@ -153,7 +153,7 @@ fn keys(view: View) -> &'static str {
     }
 }
 
-pub fn render_footer(f: &mut Frame<'_>, area: Rect, app: &App, th: &Theme) {
+pub(crate) fn render_footer(f: &mut Frame<'_>, area: Rect, app: &App, th: Theme) {
     let line = if app.editing {
         Line::from(vec![
             Span::styled("/", th.header()),

@@ -42,7 +42,7 @@ struct TlRow {
 }
 
 /// The pod of `key`.
-pub fn find_pod<'a>(st: &'a TuiState, key: &PodKey) -> Option<&'a PodView> {
+pub(crate) fn find_pod<'a>(st: &'a TuiState, key: &PodKey) -> Option<&'a PodView> {
     st.pods().pods().find(|p| {
         p.namespace == key.namespace
             && p.name == key.name
@@ -157,7 +157,7 @@ fn build(pod: &PodView, st: &TuiState, th: Theme, wide: bool) -> Vec<TlRow> {
 }
 
 /// Rows of the timeline of the pod the app shows.
-pub fn row_count(app: &App, st: &TuiState) -> usize {
+pub(crate) fn row_count(app: &App, st: &TuiState) -> usize {
     let th = Theme::plain();
     app.timeline_key(st)
         .and_then(|k| find_pod(st, &k).map(|p| build(p, st, th, false).len()))
@@ -194,7 +194,7 @@ fn merge(cells: &[(char, Style)]) -> Vec<Span<'static>> {
     out
 }
 
-pub fn render(f: &mut Frame<'_>, area: Rect, app: &App, st: &TuiState, th: &Theme) {
+pub(crate) fn render(f: &mut Frame<'_>, area: Rect, app: &App, st: &TuiState, th: Theme) {
     let block = Block::default().borders(Borders::TOP);
     let Some(pod) = app.timeline_key(st).and_then(|k| find_pod(st, &k)) else {
         let p = Paragraph::new("No pod to show: choose one in Pods (1) with Enter.")
@@ -202,7 +202,7 @@ pub fn render(f: &mut Frame<'_>, area: Rect, app: &App, st: &TuiState, th: &Them
         f.render_widget(p, area);
         return;
     };
-    let rows = build(pod, st, *th, area.width >= 120);
+    let rows = build(pod, st, th, area.width >= 120);
     let starts = rows.iter().flat_map(|r| r.bars.iter().map(|b| b.from_ns));
     let ends = rows.iter().flat_map(|r| r.bars.iter().map(|b| b.to_ns));
     let t0 = starts.min().unwrap_or(0);
