@@ -224,14 +224,12 @@ fn split_synchronize_on(group: &str, runtime: nri_trace_lab::labctl::Runtime) {
         .is_some_and(|p| p.follows_protocol() == Some(true))));
     let split_findings: Vec<_> = trace_check::findings(&records)
         .into_iter()
-        .filter(|(rule, _, _)| {
-            *rule == nri_trace::engine::contract::split_synchronize_reply::RULE.id
-        })
+        .filter(|(rule, _, _)| *rule == nri_trace::engine::contract::SPLIT_SYNCHRONIZE_REPLY.id)
         .collect();
     assert_eq!(
         split_findings,
         vec![(
-            nri_trace::engine::contract::split_synchronize_reply::RULE.id,
+            nri_trace::engine::contract::SPLIT_SYNCHRONIZE_REPLY.id,
             Some("20-stale".to_string()),
             true
         )]

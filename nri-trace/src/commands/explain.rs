@@ -9,9 +9,7 @@ use std::{cell::RefCell, io::Write, rc::Rc, time::Duration};
 use anyhow::{bail, Context, Result};
 use nri_trace::{
     capture,
-    engine::{
-        contract::sandbox::SETTLE_NS, contract::ContractConfig, Record, TeardownLog, Verdict,
-    },
+    engine::{contract::ContractConfig, contract::SETTLE_NS, Record, TeardownLog, Verdict},
     pipeline::{live, open_source, replay, runtime_session, Ending, Follow, Pipeline, Target},
     pipeline::{Progress, Sink, Stop},
     sinks::explain::{self, TeardownSink},

@@ -23,7 +23,7 @@ pub const RULE: Rule = Rule {
 /// after it (containerd gives up on a hook at the CRI deadline and goes
 /// on, the plugin still busy) settles later, and would show the plugin
 /// was told after all.
-pub const UNKNOWN_POD_HOLD_NS: u64 = 30_000_000_000;
+pub(crate) const UNKNOWN_POD_HOLD_NS: u64 = 30_000_000_000;
 
 impl ContractChecker {
     /// Delivery `h` to plugin `label` of a pod it was never told about:

@@ -66,7 +66,7 @@ pub(super) fn severity(id: &str) -> Severity {
 /// A finding's sentence: what it saw (`detail`) about `plugin` and `pod`,
 /// in the words of the rule that found it. Plugin and pod names come from
 /// the capture: sinks sanitize the sentence before showing it.
-pub fn sentence(detail: &Detail, plugin: Option<&str>, pod: Option<&str>) -> String {
+pub(crate) fn sentence(detail: &Detail, plugin: Option<&str>, pod: Option<&str>) -> String {
     let plugin = plugin.unwrap_or("?");
     let pod = pod.unwrap_or("?");
     match detail {

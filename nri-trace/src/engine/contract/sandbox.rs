@@ -44,7 +44,7 @@ pub(super) enum Cancel {
 
 /// The pods that kernel events name, and the held findings.
 #[derive(Default)]
-pub struct SandboxRules {
+pub(crate) struct SandboxRules {
     /// Container or sandbox id -> the pod ("namespace/name", or the
     /// sandbox id when its name is not known).
     pods: HashMap<String, String>,
@@ -82,7 +82,7 @@ pub(super) fn kernel_finding(
 /// and namespace calls that failed. The rest (every cgroup controller's
 /// mkdir and rmdir, os.RemoveAll's probing, the runtime's own processes
 /// being signalled) is routine.
-pub fn explains(e: &SandboxEvent) -> bool {
+pub(crate) fn explains(e: &SandboxEvent) -> bool {
     let in_pod = |cgroup: &Option<String>| cgroup.as_deref().map(|c| ids_in(c).next().is_some());
     match &e.op {
         SandboxOp::Signal {
@@ -98,7 +98,7 @@ pub fn explains(e: &SandboxEvent) -> bool {
 
 impl SandboxRules {
     /// A pod's ids, from its CRI calls (its uid names kubelet's paths).
-    pub fn learn(
+    pub(crate) fn learn(
         &mut self,
         sandbox_id: Option<&str>,
         container_id: Option<&str>,
@@ -136,7 +136,7 @@ impl SandboxRules {
 
     /// Take one kernel event (capture time `now`); `certainty` of the
     /// findings it leads to.
-    pub fn on_event(&mut self, e: &SandboxEvent, certainty: &Certainty) {
+    pub(crate) fn on_event(&mut self, e: &SandboxEvent, certainty: &Certainty) {
         let held = match &e.op {
             SandboxOp::Signal {
                 sig: 9,
@@ -161,7 +161,7 @@ impl SandboxRules {
     }
 
     /// Report the held findings due by capture time `now`.
-    pub fn release(&mut self, now: u64, out: &mut Vec<Violation>) {
+    pub(crate) fn release(&mut self, now: u64, out: &mut Vec<Violation>) {
         if self.held.iter().all(|h| h.due > now) {
             return;
         }
@@ -191,7 +191,7 @@ impl SandboxRules {
 
     /// The stream ended: held findings whose time has not come are dropped
     /// (the capture did not see long enough to tell).
-    pub fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         self.held.clear();
     }
 }
