@@ -71,8 +71,8 @@ use criterion::{BatchSize, BenchmarkId, Criterion, Throughput};
 use nri_trace::{
     assemble::TraceDecoder,
     capture::{CaptureEvent, ConnId, Direction},
-    model::cri_call::Identified,
-    model::observation::Observation,
+    model::Identified,
+    model::Observation,
     pipeline::session_of_events,
     store::raw_capture,
     testing::cri::{

@@ -57,7 +57,7 @@ use criterion::{BatchSize, Criterion, Throughput};
 use nri_trace::{
     assemble::TraceDecoder,
     capture::{CaptureEvent, Chunk, ConnId, Direction},
-    model::{nri_call::NriObservation, observation::Observation},
+    model::{NriObservation, Observation},
     pipeline::replay::records_of_events,
     store::raw_capture,
     testing::nri::{

@@ -90,7 +90,7 @@ use nri_trace::{
     assemble::TraceDecoder,
     capture::{CaptureEvent, ConnId, Direction, ProcessEvent, Timestamp},
     engine::{PodModel, Record, TraceEngine},
-    model::{cri_call::CriOutcome, observation::Observation},
+    model::{CriOutcome, Observation},
     pipeline::{replay::records_of_events_in, Ending, Pipeline, Sink},
     store::raw_capture,
     store::record_file::SessionInfo,

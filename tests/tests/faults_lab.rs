@@ -46,7 +46,7 @@ use anyhow::{ensure, Context, Result};
 use lab_trace::TraceProc;
 use nri_trace::{
     engine::{Certainty, Record},
-    model::observation::Observation,
+    model::Observation,
 };
 use nri_trace_lab::{
     labctl::{self, Lab},

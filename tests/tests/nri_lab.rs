@@ -27,7 +27,7 @@ use std::path::Path;
 
 use nri_trace::{
     engine::Record,
-    model::{nri_call::NriOutcome, observation::Observation},
+    model::{NriOutcome, Observation},
 };
 
 /// Live output equals the replay of the raw capture, line for line; the
@@ -212,7 +212,7 @@ fn split_synchronize_on(group: &str, runtime: nri_trace_lab::labctl::Runtime) {
     assert_eq!(stale.len(), 1, "{stale:?}");
     assert_eq!(
         stale[0].split_part,
-        Some(nri_trace::model::nri_call::SplitPart {
+        Some(nri_trace::model::SplitPart {
             reply_more: Some(false),
             reply_updates: 0
         }),

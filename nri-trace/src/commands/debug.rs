@@ -10,7 +10,7 @@ use anyhow::{bail, Result};
 use nri_trace::{
     assemble::TraceDecoder,
     capture::{CaptureEvent, SessionConfig},
-    model::observation::Observation,
+    model::Observation,
     output,
     pipeline::{
         cri_session,

@@ -131,7 +131,7 @@ pub enum CriOutcome {
 }
 
 /// gRPC's DEADLINE_EXCEEDED status code (grpc `codes.DeadlineExceeded`).
-pub const GRPC_DEADLINE_EXCEEDED: u32 = 4;
+pub(crate) const GRPC_DEADLINE_EXCEEDED: u32 = 4;
 
 impl CriOutcome {
     pub fn is_ok(&self) -> bool {
@@ -270,5 +270,5 @@ pub struct CriStats {
 
 /// `outcome_evidence` of a call whose connection closed after bytes of it
 /// were lost while the call was open: its answer may have been in them.
-pub const LOST_END_EVIDENCE: &str =
+pub(crate) const LOST_END_EVIDENCE: &str =
     "bytes of its connection were lost while it was open (capture loss): its end was not seen";

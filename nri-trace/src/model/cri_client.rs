@@ -81,7 +81,7 @@ const UNIT_SUFFIXES: [&str; 2] = [".service", ".scope"];
 /// unit, escaped (systemd.unit(5), "String Escaping"), and nri-trace does
 /// not ask systemd. `None` for a path with no such component (cgroupfs
 /// drivers, the root).
-pub fn unit_of_cgroup(cgroup: &str) -> Option<&str> {
+pub(crate) fn unit_of_cgroup(cgroup: &str) -> Option<&str> {
     cgroup.rsplit('/').find(|c| {
         UNIT_SUFFIXES
             .iter()

@@ -19,8 +19,21 @@
 //!
 //! This stage knows nothing of the engine or the sinks after it.
 
-pub mod cri_call;
-pub mod cri_client;
-pub mod nri_call;
-pub mod observation;
-pub mod plugin_identity;
+pub(crate) mod cri_call;
+pub(crate) mod cri_client;
+pub(crate) mod nri_call;
+pub(crate) mod observation;
+pub(crate) mod plugin_identity;
+
+// The model's types, one namespace for every stage after it (issue 35).
+pub use cri_call::{
+    CallMethod, ContainerMeta, CriCall, CriMethod, CriObservation, CriOutcome, CriService,
+    CriStats, Effect, Identified, ObjectKind, PodMeta,
+};
+pub use cri_client::CriClient;
+pub use nri_call::{
+    Adjustment, Caller, ConfiguredRuntime, ContainerRef, Event, IdentitySource, NriCall, NriMethod,
+    NriObservation, NriOutcome, NriVersions, PluginId, PodRef, SplitPart,
+};
+pub use observation::Observation;
+pub use plugin_identity::{Clue, Confidence, InferredIdentity};

@@ -19,7 +19,7 @@ use crate::{
 };
 
 use super::plugin_identity::{self, InferredIdentity};
-pub use super::plugin_identity::{ENV_PLUGIN_IDX, ENV_PLUGIN_NAME};
+pub(crate) use super::plugin_identity::{ENV_PLUGIN_IDX, ENV_PLUGIN_NAME};
 
 /// Where a plugin's identity came from, best first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -397,7 +397,7 @@ fn de_method<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<NriMethod>
 
 /// `events` by their protobuf names, joined by `sep`
 /// ("RUN_POD_SANDBOX|STOP_POD_SANDBOX"): a subscription in words.
-pub fn join_events(events: &[Event], sep: &str) -> String {
+pub(crate) fn join_events(events: &[Event], sep: &str) -> String {
     events
         .iter()
         .map(Event::as_str_name)

@@ -31,12 +31,12 @@ use serde::{Deserialize, Serialize};
 
 /// Environment variables of a pre-launched plugin (nri `pkg/adaptation`
 /// `plugin.go` `newLaunchedPlugin`): its name and index.
-pub const ENV_PLUGIN_NAME: &str = "NRI_PLUGIN_NAME";
-pub const ENV_PLUGIN_IDX: &str = "NRI_PLUGIN_IDX";
+pub(crate) const ENV_PLUGIN_NAME: &str = "NRI_PLUGIN_NAME";
+pub(crate) const ENV_PLUGIN_IDX: &str = "NRI_PLUGIN_IDX";
 
 /// The kernel keeps a task's comm to `TASK_COMM_LEN` - 1 = 15 bytes: a
 /// comm this long may be cut.
-pub const COMM_MAX: usize = 15;
+pub(crate) const COMM_MAX: usize = 15;
 
 /// Where a part of an inferred identity was read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,7 +96,7 @@ impl InferredIdentity {
 
 /// A name and index inferred from a process, with how.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Inference {
+pub(crate) struct Inference {
     pub name: Option<String>,
     pub index: Option<String>,
     pub how: InferredIdentity,
@@ -104,7 +104,7 @@ pub struct Inference {
 
 /// A flag's value in an argv, read the way Go's `flag` package reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FlagValue {
+pub(crate) enum FlagValue {
     /// Not given.
     Absent,
     /// Given as the last argument with no value (Go's `flag` stops the
@@ -119,7 +119,7 @@ pub enum FlagValue {
 /// non-flag argument: which flags take a value is the plugin's own
 /// business, so a value (`-log-file /tmp/x`) cannot be told from an
 /// operand.
-pub fn flag_value(argv: &[String], name: &str) -> FlagValue {
+pub(crate) fn flag_value(argv: &[String], name: &str) -> FlagValue {
     let mut found = FlagValue::Absent;
     let mut args = argv.iter().skip(1);
     while let Some(a) = args.next() {
@@ -144,18 +144,18 @@ pub fn flag_value(argv: &[String], name: &str) -> FlagValue {
 
 /// `NN-name` split as nri `api.ParsePluginName` does: two digits, a dash,
 /// the rest (which may hold dashes).
-pub fn parse_plugin_name(base: &str) -> Option<(String, String)> {
+pub(crate) fn parse_plugin_name(base: &str) -> Option<(String, String)> {
     let (idx, name) = base.split_once('-')?;
     (valid_index(idx) && !name.is_empty()).then(|| (idx.to_owned(), name.to_owned()))
 }
 
 /// nri `api.CheckPluginIndex`: exactly two ASCII digits.
-pub fn valid_index(idx: &str) -> bool {
+pub(crate) fn valid_index(idx: &str) -> bool {
     idx.len() == 2 && idx.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// nri `api.CheckPluginName`: not empty, only `[a-zA-Z0-9_.+-]`.
-pub fn valid_name(name: &str) -> bool {
+pub(crate) fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name
             .chars()
@@ -201,7 +201,7 @@ fn read_flag(
 /// The identity a plugin process most likely has in the runtime, from its
 /// argv (`cmdline`), `comm` and the two NRI variables of its environment;
 /// `None` when nothing names it.
-pub fn infer(
+pub(crate) fn infer(
     cmdline: &[String],
     comm: Option<&str>,
     env: &BTreeMap<String, String>,

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use nri_trace::{
     capture::CaptureEvent,
     engine::Record,
-    model::cri_call::{CriCall, CriOutcome, Identified},
+    model::{CriCall, CriOutcome, Identified},
     pipeline::replay::{records_of_events, Collected},
 };
 use nri_trace_lab::truth::{self, ContainerRef, Outcome, PodRef, Truth};

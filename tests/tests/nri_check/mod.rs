@@ -13,7 +13,7 @@ use std::{
 use nri_trace::{
     capture::{CaptureEvent, ConnId},
     engine::{HookSpan, Record},
-    model::nri_call::{NriCall, NriOutcome},
+    model::{NriCall, NriOutcome},
     pipeline::{
         replay::{records_of_events_in, Collected},
         session_of_events,

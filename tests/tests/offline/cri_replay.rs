@@ -14,7 +14,7 @@ use crate::truth_file;
 use nri_trace::{
     capture::{CaptureEvent, Chunk},
     engine::{MethodSummary, Record},
-    model::cri_call::{CriOutcome, Identified},
+    model::{CriOutcome, Identified},
     store::raw_capture,
 };
 use nri_trace_lab::truth::Truth;

@@ -16,7 +16,7 @@ use std::path::Path;
 use nri_trace::{
     capture::CaptureEvent,
     engine::Record,
-    model::nri_call::{IdentitySource, NriOutcome},
+    model::{IdentitySource, NriOutcome},
 };
 
 const LAB_NRI_SOCKET: &str = "/var/lib/nri-trace-lab/run/nri.sock";

@@ -32,7 +32,7 @@ use async_trait::async_trait;
 use futures::StreamExt as _;
 use nri_trace::{
     capture::{CaptureEvent, Chunk, ConnId, ConnOpen, Direction, Origin, Syscall, Timestamp},
-    model::nri_call::{NriCall, NriObservation, NriOutcome},
+    model::{NriCall, NriObservation, NriOutcome},
     testing::NriCallAssembler,
 };
 use nri_trace_lab::nri_api as api;

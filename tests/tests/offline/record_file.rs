@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use nri_trace::{
     capture::{CaptureEvent, Loss},
     engine::{contract::ContractConfig, Record},
-    model::observation::Observation,
+    model::Observation,
     pipeline::{
         replay::{self, records_of_events_in, records_of_observations},
         Pipeline,

@@ -14,7 +14,7 @@ use std::{
 use nri_trace::{
     capture::CaptureEvent,
     engine::contract::ContractConfig,
-    model::observation::Observation,
+    model::Observation,
     pipeline::{
         open_source,
         replay::{self, Collect},

@@ -16,7 +16,7 @@ use std::path::Path;
 use nri_trace::{
     capture::CaptureEvent,
     engine::Record,
-    model::{cri_call::CriOutcome, observation::Observation},
+    model::{CriOutcome, Observation},
     pipeline::replay::records_of_events_in,
     store::raw_capture,
     store::record_file::SessionInfo,

@@ -184,7 +184,7 @@ pub(crate) fn finding_details<'a>(
 /// else `comm[pid]`), with where its identity came from.
 pub(crate) fn hook_plugins(
     records: &[Record],
-) -> BTreeMap<String, nri_trace::model::nri_call::IdentitySource> {
+) -> BTreeMap<String, nri_trace::model::IdentitySource> {
     records
         .iter()
         .filter_map(|r| match r {
@@ -209,7 +209,7 @@ pub(crate) fn late_attach_plugins(scenario: &str) -> Vec<&'static str> {
 /// Each plugin of `scenario` hooks under the CRI calls by its IDX-NAME,
 /// inferred from its process (its registration went before the attach).
 pub(crate) fn check_late_plugins(scenario: &str, records: &[Record]) {
-    use nri_trace::model::nri_call::IdentitySource;
+    use nri_trace::model::IdentitySource;
     let got = hook_plugins(records);
     let labels: Vec<&str> = got.keys().map(String::as_str).collect();
     assert_eq!(labels, late_attach_plugins(scenario), "{scenario}: {got:?}");

@@ -216,10 +216,7 @@ fn trace_plugins_registered_before_attach_are_named() {
 }
 
 fn check_plugins_before_attach(rt: Option<Runtime>) {
-    use nri_trace::model::{
-        nri_call::{IdentitySource, PluginId},
-        plugin_identity::{Clue, Confidence},
-    };
+    use nri_trace::model::{Clue, Confidence, IdentitySource, PluginId};
     use nri_trace_lab::scenario::BEFORE_ATTACH_PLUGINS;
     let scenario = "plugins-before-attach";
     let Some((out, records)) = traced_on(rt, scenario) else {

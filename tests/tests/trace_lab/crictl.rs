@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use nri_trace::model::cri_client::CriClient;
+use nri_trace::model::CriClient;
 use nri_trace_lab::crictl::{crictl_path, CRICTL_CGROUP, SRE_PODS};
 
 use super::*;

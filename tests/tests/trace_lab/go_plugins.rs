@@ -9,7 +9,7 @@
 //! on containerd 1.7 and 2.1 both get StateChange (and CreateContainer,
 //! UpdateContainer, StopContainer) only. One scenario run per runtime.
 
-use nri_trace::model::nri_call::{IdentitySource, NriCall, NriOutcome};
+use nri_trace::model::{IdentitySource, NriCall, NriOutcome};
 use nri_trace_lab::scenario::{self, GO_PLUGINS};
 
 use super::*;

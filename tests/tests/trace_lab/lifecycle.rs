@@ -337,8 +337,7 @@ fn check_plugin_timeout(rt: Option<Runtime>) {
     let timed_out = nri_check::calls(&records)
         .iter()
         .filter(|c| {
-            c.plugin.label() == "10-hang"
-                && c.outcome == nri_trace::model::nri_call::NriOutcome::TimedOut
+            c.plugin.label() == "10-hang" && c.outcome == nri_trace::model::NriOutcome::TimedOut
         })
         .count();
     assert_eq!((timed_out, hung), (1, 1), "timed-out calls of 10-hang");
@@ -569,7 +568,7 @@ fn trace_upstream_witness_finds_nothing() {
 }
 
 fn check_upstream_witness(rt: Option<Runtime>) {
-    use nri_trace::model::nri_call::{IdentitySource, NriOutcome};
+    use nri_trace::model::{IdentitySource, NriOutcome};
     let scenario = "upstream-witness";
     let Some((out, records)) = traced_on(rt, scenario) else {
         return;

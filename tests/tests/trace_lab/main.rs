@@ -55,10 +55,7 @@ use lab_trace::{json_lines, TraceProc};
 use nri_trace::{
     capture::SandboxOp,
     engine::{Detail, NoCause, Record},
-    model::{
-        cri_call::{CriCall, CriOutcome, Identified},
-        observation::Observation,
-    },
+    model::{CriCall, CriOutcome, Identified, Observation},
     sinks::finding_message,
 };
 use nri_trace_lab::{

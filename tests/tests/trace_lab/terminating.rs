@@ -281,7 +281,7 @@ fn crio_trace_hung_teardown_hook() {
 }
 
 fn check_hung_teardown_hook(rt: Option<Runtime>) {
-    use nri_trace::model::nri_call::NriOutcome;
+    use nri_trace::model::NriOutcome;
     let crio = runtime_of(rt) == Runtime::CriO;
     let Some((out, records, v)) =
         traced_and_explained(rt, "hung-teardown-hook", "hung-teardown", "hung hook kept")
@@ -488,7 +488,7 @@ fn check_hung_teardown_client_gone(rt: Option<Runtime>) {
     assert_eq!(hung[0].hook, "STOP_POD_SANDBOX");
     assert_eq!(
         hook.outcome,
-        nri_trace::model::nri_call::NriOutcome::TimedOut,
+        nri_trace::model::NriOutcome::TimedOut,
         "{hook:?}"
     );
     // No close ended it: its duration is its own deadline (the 8 s left of
