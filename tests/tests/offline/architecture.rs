@@ -221,7 +221,11 @@ fn the_public_modules_are_the_listed_namespaces() {
             .trim_end_matches(".rs")
             .trim_end_matches("/mod")
             .replace('/', "::");
-        let module = if module == "lib" { String::new() } else { module };
+        let module = if module == "lib" {
+            String::new()
+        } else {
+            module
+        };
         let text = std::fs::read_to_string(src.join(f)).unwrap();
         for name in text
             .lines()
