@@ -23,6 +23,8 @@ use crate::{build_ebpf, cargo, run, workspace_root};
 /// build scripts and proc-macros stay ordinary dynamic host programs (a
 /// static proc-macro cannot be loaded by rustc).
 const TARGET: &str = "x86_64-unknown-linux-gnu";
+/// The kubectl plugin's executable (nri-trace/src/bin/kubectl-nri_trace/).
+const PLUGIN: &str = "kubectl-nri_trace";
 
 /// Where the dist files go.
 pub(crate) fn dist_dir() -> PathBuf {
@@ -47,6 +49,8 @@ pub(crate) fn run_dist() -> Result<PathBuf> {
         "nri-trace",
         "--bin",
         "nri-trace",
+        "--bin",
+        PLUGIN,
         "--release",
     ])
     .args(["--target", TARGET])
@@ -69,8 +73,10 @@ pub(crate) fn run_dist() -> Result<PathBuf> {
     .env_remove("CARGO_BUILD_RUSTFLAGS");
     run(&mut cmd).context("building the static nri-trace")?;
     let built = target_dir.join(TARGET).join("release/nri-trace");
+    let plugin = target_dir.join(TARGET).join("release").join(PLUGIN);
 
     check_static(&built)?;
+    check_static(&plugin)?;
     let version = check_version(&built, &commit)?;
 
     let dir = dist_dir();
@@ -93,6 +99,16 @@ pub(crate) fn run_dist() -> Result<PathBuf> {
     let sum_file = dir.join(format!("{name}.sha256"));
     fs::write(&sum_file, format!("{sum}  {name}\n"))
         .with_context(|| format!("writing {}", sum_file.display()))?;
+
+    // The kubectl plugin under the name kubectl looks for on the PATH
+    // (`kubectl nri-trace` runs `kubectl-nri_trace`), beside the binary.
+    let plugin_out = dir.join(PLUGIN);
+    fs::copy(&plugin, &plugin_out)
+        .with_context(|| format!("copying {} to {}", plugin.display(), plugin_out.display()))?;
+    let plugin_sum = dir.join(format!("{PLUGIN}.sha256"));
+    fs::write(&plugin_sum, format!("{}  {PLUGIN}\n", sha256(&plugin_out)?))
+        .with_context(|| format!("writing {}", plugin_sum.display()))?;
+    println!("{}", plugin_out.display());
 
     let size = fs::metadata(&out)?.len();
     println!(
@@ -227,7 +243,8 @@ pub(crate) fn output(cmd: &mut Command) -> Result<String> {
 /// `cargo xtask image`: the dist binary in an OCI image layout (a tar that
 /// `ctr images import` takes), built offline as the lab builds its images:
 /// lab/mkimage.py packs one deterministic layer, no registry, no docker.
-/// The image holds the binary at /usr/local/bin/nri-trace and the base
+/// The image holds the binary at /usr/local/bin/nri-trace (and the kubectl
+/// plugin beside it, for a `kubectl debug` shell) and the base
 /// directories runc mounts over; it runs `doctor` by default and what
 /// deploy/daemonset.yaml says under Kubernetes.
 pub(crate) fn run_image() -> Result<PathBuf> {
@@ -248,6 +265,11 @@ pub(crate) fn run_image() -> Result<PathBuf> {
         .arg(&out)
         .arg("--file")
         .arg(format!("{}:/usr/local/bin/nri-trace:0755", bin.display()))
+        .arg("--file")
+        .arg(format!(
+            "{}:/usr/local/bin/{PLUGIN}:0755",
+            dist_dir().join(PLUGIN).display()
+        ))
         .args([
             "--entrypoint",
             "/usr/local/bin/nri-trace",
