@@ -78,12 +78,26 @@ pub(crate) struct DecodeArgs {
     /// Text: leave out the latency tables at the end.
     #[arg(long)]
     pub no_tables: bool,
+    /// Text: the CRI calls that only read (kubelet's relists, status and
+    /// stats calls, exec probes) that ended ok without an NRI hook, as one
+    /// line per client every 10 s (summary), or every call (all). -o json
+    /// keeps every call.
+    #[arg(long, value_enum, default_value = "summary")]
+    pub calls: CallLines,
 }
 
 #[derive(Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
 pub(crate) enum KernelEvents {
     #[default]
     Explaining,
+    All,
+}
+
+/// `--calls`: how text shows the steady-state polls (sinks/polls.rs).
+#[derive(Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub(crate) enum CallLines {
+    #[default]
+    Summary,
     All,
 }
 

@@ -23,7 +23,7 @@ use nri_trace::{
     store::record_file::SessionInfo,
 };
 
-use crate::cli::args::{DecodeArgs, FilterArgs, KernelEvents, ProbeArgs};
+use crate::cli::args::{CallLines, DecodeArgs, FilterArgs, KernelEvents, ProbeArgs};
 
 /// Whether `e` comes from writing to a pipe nobody reads any more.
 pub(crate) fn broken_pipe(e: &anyhow::Error) -> bool {
@@ -156,6 +156,7 @@ pub(crate) fn text_sink(d: &DecodeArgs) -> Box<dyn Sink> {
         io::stdout(),
         !d.no_tables,
         d.kernel == KernelEvents::All,
+        d.calls == CallLines::Summary,
     ))
 }
 

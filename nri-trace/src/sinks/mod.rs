@@ -25,6 +25,7 @@ pub(crate) mod lines;
 pub(crate) mod metrics;
 pub(crate) mod metrics_server;
 pub(crate) mod nri_lines;
+pub(crate) mod polls;
 pub(crate) mod report;
 pub(crate) mod text;
 pub mod tui;

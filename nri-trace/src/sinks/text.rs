@@ -33,6 +33,7 @@ use super::{
     finding_message::{finding_message, is_disconnect},
     lines,
     nri_lines::{self, plugin_name},
+    polls::{is_poll, PollSummary, PollWindow},
 };
 use crate::{
     capture::{
@@ -87,10 +88,15 @@ pub struct TextSink<W: Write> {
     /// The last line's kernel event, when the last line was one: its
     /// repeats (a retry loop) are not printed again.
     last_kernel: Option<(u32, SandboxOp)>,
+    /// kubelet's steady-state polls, counted per window instead of a line
+    /// each (sinks/polls.rs); `None` with `--calls all`.
+    polls: Option<PollWindow>,
 }
 
 impl<W: Write> TextSink<W> {
-    pub fn new(w: W, tables: bool, all_kernel: bool) -> Self {
+    /// `summarize_polls`: the steady-state polls as one line per client
+    /// per window (`--calls summary`, the default), not one per call.
+    pub fn new(w: W, tables: bool, all_kernel: bool, summarize_polls: bool) -> Self {
         TextSink {
             out: BufWriter::new(w),
             tables,
@@ -104,7 +110,35 @@ impl<W: Write> TextSink<W> {
             gone_with_runtime: Vec::new(),
             timed_out: HashSet::new(),
             last_kernel: None,
+            polls: summarize_polls.then(PollWindow::default),
         }
+    }
+
+    /// The poll window, told once a record or the clock is
+    /// [`super::polls::POLL_WINDOW_NS`] past its first poll.
+    fn polls_before(&mut self, now_ns: u64) -> io::Result<()> {
+        match self.polls.as_mut().and_then(|w| w.close_before(now_ns)) {
+            Some(done) => self.poll_lines(&done),
+            None => Ok(()),
+        }
+    }
+
+    /// One line per client, at the window's last poll: `12:00:09.981
+    /// .. 43 polls since 12:00:00.012 by kubelet[812] (kubelet.service):
+    /// ListContainers 10, ... (slowest 3.1ms)`.
+    fn poll_lines(&mut self, done: &PollSummary) -> io::Result<()> {
+        for (client, methods) in &done.counts {
+            let n: u64 = methods.values().map(|c| c.calls).sum();
+            writeln!(
+                self.out,
+                "{}  .. {n} polls since {} by {client}: {}",
+                clock(&done.last),
+                clock(&done.first),
+                PollSummary::client_text(methods)
+            )?;
+        }
+        self.last_kernel = None;
+        Ok(())
     }
 
     /// Print the held records that started before everything still to
@@ -117,6 +151,7 @@ impl<W: Write> TextSink<W> {
                 break;
             }
             let (_, r) = self.held.pop_first().expect("a first entry");
+            self.polls_before(start)?;
             self.print(&r)?;
         }
         Ok(())
@@ -167,6 +202,13 @@ impl<W: Write> TextSink<W> {
             return self.gone_line(ts, plugin);
         }
         match r {
+            Record::CriSpan(s) if self.polls.is_some() && is_poll(s) => {
+                let closed = self.polls.as_mut().and_then(|w| w.add(s));
+                match closed {
+                    Some(done) => self.poll_lines(&done),
+                    None => Ok(()),
+                }
+            }
             Record::CriSpan(s) => {
                 self.span(s, pod.as_ref())?;
                 if let Some(p) = pod {
@@ -578,12 +620,20 @@ impl<W: Write> Sink for TextSink<W> {
     }
 
     fn idle(&mut self, p: &Progress<'_>) -> io::Result<()> {
-        self.release(p.now_ns.unwrap_or(0).max(self.latest_ns))?;
+        let now = p.now_ns.unwrap_or(0).max(self.latest_ns);
+        self.release(now)?;
+        // Nothing else held: the clock alone closes a window.
+        if self.held.is_empty() {
+            self.polls_before(now)?;
+        }
         self.out.flush()
     }
 
     fn finish(&mut self, end: &Ending<'_>) -> io::Result<()> {
         self.release(u64::MAX)?;
+        if let Some(done) = self.polls.as_mut().and_then(PollWindow::take) {
+            self.poll_lines(&done)?;
+        }
         if self.tables {
             writeln!(self.out)?;
             lines::summary_text(&mut self.out, &end.tables.hooks, &end.tables.methods)?;

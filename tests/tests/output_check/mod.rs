@@ -59,6 +59,21 @@ pub(crate) struct Counts {
     pub hook_calls: BTreeMap<(String, String), usize>,
     /// The CRI calls of each client (`comm[pid]`, or `pid N`).
     pub by_client: BTreeMap<String, usize>,
+    /// The steady-state polls (nri-trace's sinks/polls.rs: a read-only
+    /// method or ExecSync, ok, no hook), which text counts per client and
+    /// method instead of a line each: (client, method) -> calls. Not in
+    /// `cri_calls` nor `by_client`.
+    pub polls: BTreeMap<(String, String), usize>,
+}
+
+/// Whether a `cri_span` JSON line is a poll text summarizes.
+fn is_poll(l: &Value) -> bool {
+    let method = l["method"]
+        .as_str()
+        .and_then(nri_trace::model::CriMethod::from_name);
+    l["outcome"]["kind"] == "ok"
+        && l["hooks"].as_array().is_none_or(Vec::is_empty)
+        && method.is_some_and(|m| m.is_read_only() || m == nri_trace::model::CriMethod::ExecSync)
 }
 
 /// A CRI client as text names it (`CriClient::label`).
@@ -92,6 +107,12 @@ pub(crate) fn counts(json: &[Value]) -> Counts {
     };
     for l in json {
         match l["type"].as_str() {
+            Some("cri_span") if is_poll(l) => {
+                c.cri += 1;
+                let by = client_label(&l["client"]).unwrap_or_else(|| "an".into());
+                let method = l["method"].as_str().unwrap_or("?").to_string();
+                *c.polls.entry((by, method)).or_default() += 1;
+            }
             Some("cri_span") => {
                 c.cri += 1;
                 let when = clock(&l["start"])
@@ -160,6 +181,10 @@ pub(crate) struct Text {
     /// Per pod (the subject's namespace/name), the clocks of its CRI calls
     /// in the order printed.
     pub per_pod: HashMap<String, Vec<String>>,
+    /// The poll summary lines (`..`) and what they count: (client,
+    /// method) -> calls.
+    pub poll_lines: usize,
+    pub polls: BTreeMap<(String, String), usize>,
 }
 
 pub(crate) fn read_text(text: &str) -> Text {
@@ -192,6 +217,28 @@ pub(crate) fn read_text(text: &str) -> Text {
         let mut w = l.split_whitespace();
         let when = w.next().unwrap_or("").to_string();
         let method = w.next().unwrap_or("");
+        // `CLOCK  .. N polls since CLOCK by CLIENT [(UNIT)]: M n, M n
+        // (slowest D)`.
+        if method == ".." {
+            t.poll_lines += 1;
+            let (head, list) = l.split_once("): ").map_or_else(
+                || l.split_once(": ").unwrap_or((l, "")),
+                |(h, rest)| (h, rest),
+            );
+            let by = head.split_once(" by ").map_or("", |(_, b)| b);
+            let by = match by.strip_prefix("pid ") {
+                Some(pid) => format!("pid {}", pid.split_whitespace().next().unwrap_or("")),
+                None => by.split_whitespace().next().unwrap_or("").to_string(),
+            };
+            let list = list.rsplit_once(" (slowest ").map_or(list, |(a, _)| a);
+            for item in list.split(", ") {
+                if let Some((m, n)) = item.rsplit_once(' ') {
+                    *t.polls.entry((by.clone(), m.to_string())).or_default() +=
+                        n.parse::<usize>().unwrap_or(0);
+                }
+            }
+            continue;
+        }
         if matches!(method, "**" | "~~" | "==") {
             t.outside += 1;
             if method == "~~" {
@@ -263,6 +310,16 @@ pub(crate) fn check_text(what: &str, text: &str, json: &[Value]) -> (Text, Count
         t.by_client, c.by_client,
         "{what}: CRI calls by client in text vs json\n{text}"
     );
+    assert_eq!(
+        t.polls, c.polls,
+        "{what}: polls by client and method in text vs json\n{text}"
+    );
+    let polls: usize = c.polls.values().sum();
+    assert!(
+        t.poll_lines <= polls,
+        "{what}: {} poll lines for {polls} polls\n{text}",
+        t.poll_lines
+    );
     for (pod, clocks) in &t.per_pod {
         let mut sorted = clocks.clone();
         sorted.sort();
@@ -271,7 +328,7 @@ pub(crate) fn check_text(what: &str, text: &str, json: &[Value]) -> (Text, Count
             "{what}: {pod}'s calls out of start order\n{text}"
         );
     }
-    let budget = c.cri + c.hooks + c.findings + 2 * c.pods + table_lines(&c);
+    let budget = c.cri - polls + t.poll_lines + c.hooks + c.findings + 2 * c.pods + table_lines(&c);
     assert!(
         t.lines <= budget + t.outside,
         "{what}: {} lines of text, over the budget of {budget} ({} CRI calls, {} hooks, {} \
