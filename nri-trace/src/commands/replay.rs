@@ -14,7 +14,7 @@ use nri_trace::{
 
 use super::{contract, filter, json_sink, on_terminal, text_sink};
 use crate::cli::{
-    args::{DecodeArgs, FilterArgs, ReplayOutput},
+    args::{CallLines, DecodeArgs, FilterArgs, ReplayOutput},
     ReplayArgs, ReportArgs,
 };
 
@@ -65,7 +65,10 @@ fn replay_to(
             p.add_sink(Box::new(TuiSink::open(
                 Mode::Replay,
                 status,
-                TuiOptions::default(),
+                TuiOptions {
+                    all_calls: d.calls == CallLines::All,
+                    ..TuiOptions::default()
+                },
                 Stop::new(),
             )));
         }

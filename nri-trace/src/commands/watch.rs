@@ -21,7 +21,10 @@ use super::{
     announce, contract, drain, filter, find_target, json_sink, load_probes, on_terminal, seconds,
     start_capture, text_sink,
 };
-use crate::cli::{args::WatchOutput, WatchArgs};
+use crate::cli::{
+    args::{CallLines, WatchOutput},
+    WatchArgs,
+};
 
 /// What a live run shows: an output, or only the flight recorder's
 /// segments (`nri-trace record`).
@@ -123,6 +126,7 @@ pub(crate) async fn live(a: WatchArgs, show: Show) -> Result<()> {
             status.recording = a.save.as_ref().map(|p| p.display().to_string());
             let opts = TuiOptions {
                 export_dir: a.export_dir.clone(),
+                all_calls: a.decode.calls == CallLines::All,
                 ..Default::default()
             };
             tui = Some((status, opts, stop.clone()));

@@ -67,7 +67,7 @@ impl PollSummary {
 }
 
 /// The polls of the open window, handed out once the window is over.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct PollWindow {
     open: Option<PollSummary>,
 }

@@ -70,6 +70,9 @@ pub struct TuiOptions {
     /// Set by the feeder to close the TUI (a live trace that ended on
     /// `--duration`): checked at every poll.
     pub close: Option<Arc<AtomicBool>>,
+    /// Every CRI call a row of its own (`--calls all`), not the
+    /// steady-state polls counted per window (sinks/polls.rs).
+    pub all_calls: bool,
 }
 
 impl Default for TuiOptions {
@@ -78,6 +81,7 @@ impl Default for TuiOptions {
             export_dir: PathBuf::from("."),
             color: None,
             close: None,
+            all_calls: false,
         }
     }
 }

@@ -47,7 +47,12 @@ pub struct TuiSink {
 impl TuiSink {
     /// Open the UI now; `stop` is requested when the user quits it.
     pub fn open(mode: Mode, status: StatusInfo, mut opts: TuiOptions, stop: Stop) -> Self {
-        let shared = Arc::new(Mutex::new(TuiState::new()));
+        let state = if opts.all_calls {
+            TuiState::new().with_all_calls()
+        } else {
+            TuiState::new()
+        };
+        let shared = Arc::new(Mutex::new(state));
         lock(&shared).set_status(status.clone());
         let close = Arc::new(AtomicBool::new(false));
         opts.close = Some(Arc::clone(&close));
@@ -136,6 +141,7 @@ impl Sink for TuiSink {
             }
             st.set_summaries(end.tables.hooks.clone(), end.tables.methods.clone());
             st.set_conformance(end.tables.conformance.clone());
+            st.close_polls();
         }
         if self.mode == Mode::Live {
             self.close.store(true, Ordering::SeqCst);

@@ -12,8 +12,12 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::Serialize;
 
-use crate::human::{sanitize, short_id};
-use crate::sinks::{cri_lines::client_words, nri_lines::plugin_name};
+use crate::human::{clock, sanitize, short_id};
+use crate::sinks::{
+    cri_lines::client_words,
+    nri_lines::plugin_name,
+    polls::{is_poll, PollSummary, PollWindow},
+};
 use crate::{
     basic_types::{ConnId, Timestamp},
     capture::Loss,
@@ -90,6 +94,9 @@ pub enum CallKind {
     Loss,
     /// A contract finding.
     Finding,
+    /// A window of one client's steady-state polls, counted
+    /// (sinks/polls.rs).
+    Poll,
 }
 
 impl CallKind {
@@ -100,6 +107,7 @@ impl CallKind {
             CallKind::Conn => "CONN",
             CallKind::Loss => "LOSS",
             CallKind::Finding => "FIND",
+            CallKind::Poll => "POLL",
         }
     }
 }
@@ -239,6 +247,10 @@ pub struct TuiState {
     pending_summaries: Option<(Vec<HookSummary>, Vec<MethodSummary>)>,
     pending_status: Option<StatusInfo>,
     pending_now: Option<u64>,
+    /// kubelet's polls, counted per window instead of a row each (so they
+    /// do not push the calls that matter out of the log); `None` with
+    /// `--calls all`.
+    polls: Option<PollWindow>,
 }
 
 fn cri_outcome(o: &CriOutcome) -> String {
@@ -293,8 +305,51 @@ fn push_bounded<T>(q: &mut VecDeque<T>, v: T, max: usize, dropped: &mut u64) {
 }
 
 impl TuiState {
+    /// A state that counts the steady-state polls per window.
     pub fn new() -> Self {
-        Self::default()
+        TuiState {
+            polls: Some(PollWindow::default()),
+            ..Self::default()
+        }
+    }
+
+    /// Every call a row of its own (`--calls all`).
+    #[must_use]
+    pub fn with_all_calls(mut self) -> Self {
+        self.polls = None;
+        self
+    }
+
+    /// One row per client for a closed window of polls.
+    fn poll_rows(&mut self, done: &PollSummary) {
+        for (client, methods) in &done.counts {
+            let n: u64 = methods.values().map(|c| c.calls).sum();
+            let seq = self.next_seq();
+            self.push_call(CallRow {
+                seq,
+                ts: Some(done.last),
+                kind: CallKind::Poll,
+                what: format!("{n} polls"),
+                plugin: String::new(),
+                client: client.clone(),
+                subject: format!("since {}", clock(&done.first)),
+                duration_ns: methods.values().map(|c| c.max_ns).max(),
+                queued_ns: None,
+                outcome: PollSummary::client_text(methods),
+                ok: true,
+                nested: false,
+            });
+        }
+    }
+
+    /// The open window of polls, whatever its age (the end of a replay).
+    pub fn close_polls(&mut self) {
+        if self.paused {
+            return;
+        }
+        if let Some(done) = self.polls.as_mut().and_then(PollWindow::take) {
+            self.poll_rows(&done);
+        }
     }
 
     /// Take one engine record (held while paused).
@@ -346,6 +401,9 @@ impl TuiState {
             self.pending_now = Some(mono_ns);
         } else {
             self.now_ns = self.now_ns.max(mono_ns);
+            if let Some(done) = self.polls.as_mut().and_then(|w| w.close_before(mono_ns)) {
+                self.poll_rows(&done);
+            }
         }
     }
 
@@ -575,6 +633,14 @@ impl TuiState {
             &mut self.dropped.session,
         );
         match r {
+            Record::CriSpan(s) if self.polls.is_some() && is_poll(s) => {
+                let c = &s.call;
+                self.counts.cri_calls += 1;
+                self.count_call(c.end.or(c.start), 1);
+                if let Some(done) = self.polls.as_mut().and_then(|w| w.add(s)) {
+                    self.poll_rows(&done);
+                }
+            }
             Record::CriSpan(s) => {
                 let c = &s.call;
                 self.counts.cri_calls += 1;
@@ -782,6 +848,45 @@ mod tests {
         // The oldest went: the first row left is loss number 4.
         assert_eq!(st.calls()[0].what, "lost 4 records, 0 bytes");
         assert_eq!(st.counts().records, MAX_CALLS as u64 + 3);
+    }
+
+    /// kubelet's relists do not fill the call log: a window of polls is
+    /// one row per client, when the clock closes it; `--calls all` keeps a
+    /// row per call.
+    #[test]
+    fn polls_are_one_row_per_client_per_window() {
+        let poll = |ms: u64| {
+            let mut call = crate::engine::test_calls::cri(Some("ListPodSandbox"), "", ms, ms + 1);
+            call.client = Some(crate::model::CriClient {
+                pid: 812,
+                comm: Some("kubelet".into()),
+                cgroup: None,
+                unit: None,
+            });
+            Record::CriSpan(crate::engine::CriSpan {
+                call,
+                hooks: vec![],
+                nri_ns: 0,
+                nri_permille: None,
+            })
+        };
+        let mut st = TuiState::new();
+        let mut all = TuiState::new().with_all_calls();
+        for i in 0..1000 {
+            st.on_record(&poll(i * 1000));
+            all.on_record(&poll(i * 1000));
+        }
+        assert_eq!(all.calls().len(), 1000);
+        // 1000 s of polls: 99 windows closed by the next poll, one open.
+        assert_eq!(st.calls().len(), 99);
+        st.set_now(2_000_000_000_000);
+        assert_eq!(st.calls().len(), 100);
+        let row = &st.calls()[0];
+        assert_eq!(row.kind, CallKind::Poll);
+        assert_eq!(row.what, "10 polls");
+        assert_eq!(row.client, "kubelet[812]");
+        assert!(row.outcome.starts_with("ListPodSandbox 10"), "{row:?}");
+        assert_eq!(st.counts().cri_calls, 1000);
     }
 
     #[test]

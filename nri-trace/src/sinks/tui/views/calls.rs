@@ -23,7 +23,7 @@ pub(crate) fn rows<'a>(app: &App, st: &'a TuiState) -> Vec<&'a CallRow> {
         .iter()
         .filter(|c| match app.call_filter {
             CallFilter::All => true,
-            CallFilter::Cri => c.kind == CallKind::Cri,
+            CallFilter::Cri => matches!(c.kind, CallKind::Cri | CallKind::Poll),
             CallFilter::Nri => c.kind == CallKind::Nri,
             CallFilter::Problems => !c.ok,
         })
@@ -57,7 +57,7 @@ pub(crate) fn render(f: &mut Frame<'_>, area: Rect, app: &App, st: &TuiState, th
                 CallKind::Cri => th.header(),
                 CallKind::Nri => th.accent(),
                 CallKind::Loss | CallKind::Finding => th.bad(),
-                CallKind::Conn => th.dim(),
+                CallKind::Conn | CallKind::Poll => th.dim(),
             };
             let what = if c.nested {
                 format!("└ {}", c.what)
