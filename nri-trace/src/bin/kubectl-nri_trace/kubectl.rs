@@ -25,8 +25,13 @@ pub(crate) struct NriTracePods {
 }
 
 /// nri-trace's record filter (`--pod`, `-n`).
+#[derive(clap::Args)]
 pub(crate) struct Filter {
+    /// Only records about this pod.
+    #[arg(long, value_name = "NAME")]
     pub pod: Option<String>,
+    /// Only records about pods of this namespace.
+    #[arg(short = 'n', long, value_name = "NS")]
     pub namespace: Option<String>,
 }
 

@@ -77,38 +77,32 @@ enum Cmd {
     /// Trace a node's runtime live (`nri-trace watch`): the TUI on a
     /// terminal, else text.
     Watch {
-        /// The node.
-        #[arg(long, value_name = "NODE")]
-        node: String,
         /// Output format: tui, text or json [default: tui on a terminal,
         /// else text].
         #[arg(short, long, value_name = "FORMAT")]
         output: Option<String>,
-        /// Only records about this pod.
-        #[arg(long, value_name = "NAME")]
-        pod: Option<String>,
-        /// Only records about pods of this namespace.
-        #[arg(short = 'n', long, value_name = "NS")]
-        namespace: Option<String>,
-        /// More nri-trace arguments, after `--`.
-        #[arg(last = true)]
-        rest: Vec<String>,
+        #[command(flatten)]
+        on: OnNode,
     },
     /// Summarize a node's flight recorder (`nri-trace report`).
     Report {
-        /// The node.
-        #[arg(long, value_name = "NODE")]
-        node: String,
-        /// Only records about this pod.
-        #[arg(long, value_name = "NAME")]
-        pod: Option<String>,
-        /// Only records about pods of this namespace.
-        #[arg(short = 'n', long, value_name = "NS")]
-        namespace: Option<String>,
-        /// More nri-trace arguments, after `--`.
-        #[arg(last = true)]
-        rest: Vec<String>,
+        #[command(flatten)]
+        on: OnNode,
     },
+}
+
+/// The node a command runs on, what nri-trace keeps of it, and more of
+/// nri-trace's own arguments.
+#[derive(Args)]
+struct OnNode {
+    /// The node.
+    #[arg(long, value_name = "NODE")]
+    node: String,
+    #[command(flatten)]
+    filter: kubectl::Filter,
+    /// More nri-trace arguments, after `--`.
+    #[arg(last = true)]
+    rest: Vec<String>,
 }
 
 fn main() -> ExitCode {
@@ -142,25 +136,11 @@ fn run(cli: Cli) -> Result<()> {
             let node = k.node_of_pod(&ns, &pod)?;
             (node, kubectl::explain_args(&ns, &pod, &rest))
         }
-        Cmd::Watch {
-            node,
-            output,
-            pod,
-            namespace,
-            rest,
-        } => {
-            let filter = kubectl::Filter { pod, namespace };
-            (node, kubectl::watch_args(output.as_deref(), &filter, &rest))
-        }
-        Cmd::Report {
-            node,
-            pod,
-            namespace,
-            rest,
-        } => {
-            let filter = kubectl::Filter { pod, namespace };
-            (node, kubectl::report_args(&filter, &rest))
-        }
+        Cmd::Watch { output, on } => (
+            on.node,
+            kubectl::watch_args(output.as_deref(), &on.filter, &on.rest),
+        ),
+        Cmd::Report { on } => (on.node, kubectl::report_args(&on.filter, &on.rest)),
     };
     let on_node = k.nri_trace_pod_on(&pods, &node)?;
     Err(k.exec(&pods.namespace, &on_node, &args))
