@@ -293,6 +293,15 @@ podLogsDir: $POD_LOGS
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
+# The lab shares its disk with the builds: kubelet's default of evicting
+# every pod below 10 % free (pkg/kubelet/eviction/defaults_linux.go) fired
+# with 24 GiB free of 252 (2026-11-30). A few GiB keep the node's own
+# pressure signal without evicting the lab's pods for the builds' sake.
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: 2Gi
+  nodefs.inodesFree: 5%
+  imagefs.available: 2Gi
 EOF
 }
 
@@ -322,6 +331,7 @@ cmd_up() {
 		--etcd-servers http://127.0.0.1:2379 \
 		--tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
 		--token-auth-file "$PKI/tokens.csv" --authorization-mode Node,RBAC \
+		--allow-privileged=true \
 		--service-account-issuer https://kubernetes.default.svc.cluster.local \
 		--service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
 		--service-cluster-ip-range "$SERVICE_CIDR" \

@@ -89,12 +89,31 @@ fn holder(pid: u32, what: String, path: String) -> Holder {
     }
 }
 
+/// The node's mount table: pid 1's, the node's init when nri-trace
+/// shares the node's PID namespace (on the node, or in the DaemonSet's
+/// pod with `hostPID`), whose own mount namespace is the pod's and shows
+/// neither the containers' rootfs nor kubelet's volumes (seen in the
+/// lab's cluster, 2026-11-30: "rootfs not mounted" of a running
+/// container). Our own when pid 1's cannot be read.
+fn node_mountinfo() -> Option<procfs::process::MountInfos> {
+    Process::new(1)
+        .and_then(|p| p.mountinfo())
+        .or_else(|_| Process::myself().and_then(|p| p.mountinfo()))
+        .ok()
+}
+
+/// The cgroup tree. In the DaemonSet's pod it is the node's only through
+/// its hostPath mount (deploy/daemonset.yaml): `/proc/1/root` of a
+/// privileged hostPID pod is refused (EACCES, lab cluster, 2026-11-30),
+/// and the container's own `/sys/fs/cgroup` holds only its own cgroup.
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
 /// Mount points (from the host's mountinfo) of container `id`'s rootfs:
 /// containerd mounts it at `.../<id>/rootfs`, CRI-O under
 /// `.../overlay/<layer>/merged` with the id in its options (not found
 /// here).
 pub(crate) fn rootfs_mounts(id: &str) -> Vec<PathBuf> {
-    let Ok(info) = Process::myself().and_then(|p| p.mountinfo()) else {
+    let Some(info) = node_mountinfo() else {
         return Vec::new();
     };
     let suffix = format!("/{id}/rootfs");
@@ -113,7 +132,7 @@ pub(crate) fn rootfs_mounts(id: &str) -> Vec<PathBuf> {
 /// the pod with uid `uid`: its volumes (`.../pods/<uid>/volumes/...`)
 /// and the subPaths bound from them.
 pub(crate) fn pod_volume_mounts(uid: &str) -> Vec<PathBuf> {
-    let Ok(info) = Process::myself().and_then(|p| p.mountinfo()) else {
+    let Some(info) = node_mountinfo() else {
         return Vec::new();
     };
     let dir = format!("/pods/{uid}/");
@@ -198,7 +217,7 @@ pub(crate) fn cgroup_dir(root: &Path, id: &str, depth: usize) -> Option<PathBuf>
 
 /// Processes still in container `id`'s cgroup, with where it is.
 pub(crate) fn in_cgroup(id: &str) -> (Option<PathBuf>, Vec<Holder>) {
-    let Some(dir) = cgroup_dir(Path::new("/sys/fs/cgroup"), id, 8) else {
+    let Some(dir) = cgroup_dir(Path::new(CGROUP_ROOT), id, 8) else {
         return (None, Vec::new());
     };
     let procs = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();

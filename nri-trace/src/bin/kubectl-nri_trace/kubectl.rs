@@ -172,7 +172,12 @@ impl Kubectl {
                 "-o",
                 "jsonpath={.spec.nodeName}",
             ])
-            .with_context(|| format!("finding the node of pod {namespace}/{pod}"))?;
+            .with_context(|| {
+                format!(
+                    "finding the node of pod {namespace}/{pod} (a pod gone from the API: give \
+                     the node it ran on with --node)"
+                )
+            })?;
         if node.is_empty() {
             bail!(
                 "pod {namespace}/{pod} is not scheduled to a node (its spec.nodeName is empty): \

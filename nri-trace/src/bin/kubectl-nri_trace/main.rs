@@ -70,6 +70,10 @@ enum Cmd {
         /// The pod's namespace [default: the context's, else "default"].
         #[arg(short = 'n', long, value_name = "NS")]
         namespace: Option<String>,
+        /// The node it ran on, for a pod already gone from the API (the
+        /// node's flight recorder still has it) [default: the pod's].
+        #[arg(long, value_name = "NODE")]
+        node: Option<String>,
         /// nri-trace's arguments: after `--`, e.g. `-- --wait 30 -o json`.
         #[arg(last = true)]
         rest: Vec<String>,
@@ -127,13 +131,17 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Explain {
             pod,
             namespace,
+            node,
             rest,
         } => {
             let ns = match namespace {
                 Some(ns) => ns,
                 None => k.current_namespace()?,
             };
-            let node = k.node_of_pod(&ns, &pod)?;
+            let node = match node {
+                Some(n) => n,
+                None => k.node_of_pod(&ns, &pod)?,
+            };
             (node, kubectl::explain_args(&ns, &pod, &rest))
         }
         Cmd::Watch { output, on } => (
