@@ -189,6 +189,10 @@ impl Kubectl {
 
     /// The nri-trace pod running on `node`.
     pub(crate) fn nri_trace_pod_on(&self, pods: &NriTracePods, node: &str) -> Result<String> {
+        // A node the cluster does not know is the user's typo, not a
+        // missing DaemonSet pod.
+        self.output(&["get", "node", node, "-o", "name"])
+            .with_context(|| format!("node {node} (`kubectl get nodes` lists them)"))?;
         let field = format!("spec.nodeName={node}");
         let lines = self.output(&[
             "get",
