@@ -267,6 +267,32 @@ restore_tunables() {
 	log "restored the kernel tunables kubelet sets (${TUNABLES[*]})"
 }
 
+# CRI-O passes kubelet's hugepage limits to runc, which fails without the
+# hugetlb hierarchy ("cannot set hugetlb limit": every container failed
+# on CRI-O 1.36.3); containerd tolerates a missing one (its CRI config's
+# tolerate_missing_hugetlb_controller, on by default). systemd mounts
+# every v1 controller on a node; this machine's init is not systemd and
+# left hugetlb unmounted (/proc/cgroups: enabled, hierarchy 0). Mounted
+# for the cluster's time on CRI-O, unmounted by `down`.
+HUGETLB=/sys/fs/cgroup/hugetlb
+HUGETLB_MOUNTED="$DIR/hugetlb-mounted"
+mount_hugetlb() {
+	[[ $RUNTIME == crio ]] || return 0
+	mountpoint -q "$HUGETLB" && return 0
+	# cgroup v1 (a tmpfs of hierarchies) with the controller in the kernel.
+	[[ $(stat -f -c %T /sys/fs/cgroup) == tmpfs ]] || return 0
+	awk '$1 == "hugetlb" && $2 == 0 && $4 == 1 {found = 1} END {exit !found}' /proc/cgroups || return 0
+	mkdir -p "$HUGETLB"
+	mount -t cgroup -o hugetlb cgroup "$HUGETLB"
+	touch "$HUGETLB_MOUNTED"
+	log "mounted the hugetlb cgroup hierarchy at $HUGETLB (CRI-O's runc sets hugepage limits)"
+}
+unmount_hugetlb() {
+	[[ -f $HUGETLB_MOUNTED ]] || return 0
+	umount "$HUGETLB" && rmdir "$HUGETLB" && rm -f "$HUGETLB_MOUNTED" &&
+		log "unmounted the hugetlb cgroup hierarchy" || log "LEFT: $HUGETLB"
+}
+
 kubelet_config() {
 	cat >"$DIR/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -311,6 +337,7 @@ cmd_up() {
 	refuse_others
 	bins
 	mkdir -p "$DIR" "$RUN" "$LOGS" "$STATE"
+	mount_hugetlb
 	NRI_TRACE_LAB_RUNTIME="$RUNTIME" bash "$HERE/lab.sh" up
 	[[ -S $CRI_SOCK ]] || die "the runtime's CRI socket $CRI_SOCK is missing after lab.sh up"
 	make_pki
@@ -390,6 +417,7 @@ cmd_down() {
 	for c in kubelet kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$c"; done
 	NRI_TRACE_LAB_RUNTIME="$RUNTIME" bash "$HERE/lab.sh" down
 	sweep
+	unmount_hugetlb
 	log "down in $((SECONDS - t0)) s"
 	local left
 	left="$(leftovers)"
@@ -413,6 +441,7 @@ leftovers() {
 	ip link show "$NODE_IF" >/dev/null 2>&1 && echo "interface: $NODE_IF"
 	[[ -e $STATE ]] && echo "state: $STATE"
 	[[ -f $TUNABLES_SAVED ]] && echo "kernel tunables not restored: $TUNABLES_SAVED"
+	[[ -f $HUGETLB_MOUNTED ]] && echo "cgroup hierarchy still mounted: $HUGETLB"
 	true
 }
 
