@@ -53,16 +53,33 @@ pub(crate) struct PollSummary {
     pub counts: BTreeMap<String, BTreeMap<&'static str, PollCount>>,
 }
 
+/// One client's polls of a window, as the sinks show them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ClientPolls<'a> {
+    pub client: &'a str,
+    /// Its polls, all methods.
+    pub calls: u64,
+    pub slowest_ns: u64,
+    /// `ListContainers 10, ListPodSandbox 10, Status 2 (slowest 4.2ms)`.
+    pub text: String,
+}
+
 impl PollSummary {
-    /// One client's polls in words: `ListPodSandbox 10, ListContainers
-    /// 10, Status 2 (slowest 4.2ms)`.
-    pub(crate) fn client_text(methods: &BTreeMap<&'static str, PollCount>) -> String {
-        let slowest = methods.values().map(|c| c.max_ns).max().unwrap_or(0);
-        let list: Vec<String> = methods
-            .iter()
-            .map(|(m, c)| format!("{m} {}", c.calls))
-            .collect();
-        format!("{} (slowest {})", list.join(", "), duration(slowest))
+    /// Each client's polls, in the clients' order.
+    pub(crate) fn clients(&self) -> impl Iterator<Item = ClientPolls<'_>> {
+        self.counts.iter().map(|(client, methods)| {
+            let slowest_ns = methods.values().map(|c| c.max_ns).max().unwrap_or(0);
+            let list: Vec<String> = methods
+                .iter()
+                .map(|(m, c)| format!("{m} {}", c.calls))
+                .collect();
+            ClientPolls {
+                client,
+                calls: methods.values().map(|c| c.calls).sum(),
+                slowest_ns,
+                text: format!("{} (slowest {})", list.join(", "), duration(slowest_ns)),
+            }
+        })
     }
 }
 
@@ -133,11 +150,7 @@ mod tests {
     };
 
     fn calls(s: &PollSummary) -> u64 {
-        s.counts
-            .values()
-            .flat_map(BTreeMap::values)
-            .map(|c| c.calls)
-            .sum()
+        s.clients().map(|c| c.calls).sum()
     }
 
     fn span(method: &str, start_ms: u64, comm: &str) -> CriSpan {
@@ -189,8 +202,13 @@ mod tests {
         assert_eq!(kubelet["ListPodSandbox"].calls, 10);
         assert_eq!(kubelet["ListContainers"].calls, 10);
         assert_eq!(kubelet["ListContainers"].max_ns, 2_000_000);
+        let words = closed
+            .clients()
+            .find(|c| c.client.starts_with("kubelet"))
+            .unwrap();
+        assert_eq!((words.calls, words.slowest_ns), (20, 2_000_000));
         assert_eq!(
-            PollSummary::client_text(kubelet),
+            words.text,
             "ListContainers 10, ListPodSandbox 10 (slowest 2.0ms)"
         );
         assert_eq!(w.take().map(|s| calls(&s)), Some(1));

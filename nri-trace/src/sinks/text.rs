@@ -127,14 +127,15 @@ impl<W: Write> TextSink<W> {
     /// .. 43 polls since 12:00:00.012 by kubelet[812] (kubelet.service):
     /// ListContainers 10, ... (slowest 3.1ms)`.
     fn poll_lines(&mut self, done: &PollSummary) -> io::Result<()> {
-        for (client, methods) in &done.counts {
-            let n: u64 = methods.values().map(|c| c.calls).sum();
+        for c in done.clients() {
             writeln!(
                 self.out,
-                "{}  .. {n} polls since {} by {client}: {}",
+                "{}  .. {} polls since {} by {}: {}",
                 clock(&done.last),
+                c.calls,
                 clock(&done.first),
-                PollSummary::client_text(methods)
+                c.client,
+                c.text
             )?;
         }
         self.last_kernel = None;

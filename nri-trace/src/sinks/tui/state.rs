@@ -322,20 +322,19 @@ impl TuiState {
 
     /// One row per client for a closed window of polls.
     fn poll_rows(&mut self, done: &PollSummary) {
-        for (client, methods) in &done.counts {
-            let n: u64 = methods.values().map(|c| c.calls).sum();
+        for c in done.clients() {
             let seq = self.next_seq();
             self.push_call(CallRow {
                 seq,
                 ts: Some(done.last),
                 kind: CallKind::Poll,
-                what: format!("{n} polls"),
+                what: format!("{} polls", c.calls),
                 plugin: String::new(),
-                client: client.clone(),
+                client: c.client.to_owned(),
                 subject: format!("since {}", clock(&done.first)),
-                duration_ns: methods.values().map(|c| c.max_ns).max(),
+                duration_ns: Some(c.slowest_ns),
                 queued_ns: None,
-                outcome: PollSummary::client_text(methods),
+                outcome: c.text,
                 ok: true,
                 nested: false,
             });
