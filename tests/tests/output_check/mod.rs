@@ -187,6 +187,15 @@ pub(crate) struct Text {
     pub polls: BTreeMap<(String, String), usize>,
 }
 
+/// The client text names after `by ` (`comm[pid]` or `pid N`, then the
+/// unit or cgroup in parentheses), as [`client_label`] has it.
+fn text_client(after_by: &str) -> String {
+    match after_by.strip_prefix("pid ") {
+        Some(pid) => format!("pid {}", pid.split_whitespace().next().unwrap_or("")),
+        None => after_by.split_whitespace().next().unwrap_or("").to_string(),
+    }
+}
+
 pub(crate) fn read_text(text: &str) -> Text {
     let mut t = Text::default();
     let mut kernel_seen: BTreeSet<String> = BTreeSet::new();
@@ -225,11 +234,7 @@ pub(crate) fn read_text(text: &str) -> Text {
                 || l.split_once(": ").unwrap_or((l, "")),
                 |(h, rest)| (h, rest),
             );
-            let by = head.split_once(" by ").map_or("", |(_, b)| b);
-            let by = match by.strip_prefix("pid ") {
-                Some(pid) => format!("pid {}", pid.split_whitespace().next().unwrap_or("")),
-                None => by.split_whitespace().next().unwrap_or("").to_string(),
-            };
+            let by = text_client(head.split_once(" by ").map_or("", |(_, b)| b));
             let list = list.rsplit_once(" (slowest ").map_or(list, |(a, _)| a);
             for item in list.split(", ") {
                 if let Some((m, n)) = item.rsplit_once(' ') {
@@ -260,11 +265,7 @@ pub(crate) fn read_text(text: &str) -> Text {
         // `  by comm[pid]` (then the unit or cgroup, in parentheses), after
         // the outcome and before the kernel events.
         if let Some((_, rest)) = l.split_once("  by ") {
-            let label = match rest.strip_prefix("pid ") {
-                Some(pid) => format!("pid {}", pid.split_whitespace().next().unwrap_or("")),
-                None => rest.split_whitespace().next().unwrap_or("").to_string(),
-            };
-            *t.by_client.entry(label).or_default() += 1;
+            *t.by_client.entry(text_client(rest)).or_default() += 1;
         }
         // A call settled only when its connection closed (it never ended,
         // or its end was lost with bytes of the capture), or still open
