@@ -187,12 +187,15 @@ impl Kubectl {
         Ok(node)
     }
 
-    /// The nri-trace pod running on `node`.
-    pub(crate) fn nri_trace_pod_on(&self, pods: &NriTracePods, node: &str) -> Result<String> {
-        // A node the cluster does not know is the user's typo, not a
-        // missing DaemonSet pod.
+    /// That the cluster knows `node`.
+    pub(crate) fn check_node(&self, node: &str) -> Result<()> {
         self.output(&["get", "node", node, "-o", "name"])
             .with_context(|| format!("node {node} (`kubectl get nodes` lists them)"))?;
+        Ok(())
+    }
+
+    /// The nri-trace pod running on `node`.
+    pub(crate) fn nri_trace_pod_on(&self, pods: &NriTracePods, node: &str) -> Result<String> {
         let field = format!("spec.nodeName={node}");
         let lines = self.output(&[
             "get",

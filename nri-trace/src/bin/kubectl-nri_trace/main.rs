@@ -127,7 +127,9 @@ fn run(cli: Cli) -> Result<()> {
         namespace: cli.cluster.nri_trace_namespace,
         selector: cli.cluster.selector,
     };
-    let (node, args) = match cli.cmd {
+    // The node as the user named it (checked: a typo is not a missing
+    // DaemonSet pod), or as the API has the pod on it.
+    let (node, named, args) = match cli.cmd {
         Cmd::Explain {
             pod,
             namespace,
@@ -138,18 +140,22 @@ fn run(cli: Cli) -> Result<()> {
                 Some(ns) => ns,
                 None => k.current_namespace()?,
             };
-            let node = match node {
-                Some(n) => n,
-                None => k.node_of_pod(&ns, &pod)?,
+            let (node, named) = match node {
+                Some(n) => (n, true),
+                None => (k.node_of_pod(&ns, &pod)?, false),
             };
-            (node, kubectl::explain_args(&ns, &pod, &rest))
+            (node, named, kubectl::explain_args(&ns, &pod, &rest))
         }
         Cmd::Watch { output, on } => (
             on.node,
+            true,
             kubectl::watch_args(output.as_deref(), &on.filter, &on.rest),
         ),
-        Cmd::Report { on } => (on.node, kubectl::report_args(&on.filter, &on.rest)),
+        Cmd::Report { on } => (on.node, true, kubectl::report_args(&on.filter, &on.rest)),
     };
+    if named {
+        k.check_node(&node)?;
+    }
     let on_node = k.nri_trace_pod_on(&pods, &node)?;
     Err(k.exec(&pods.namespace, &on_node, &args))
 }
