@@ -18,7 +18,7 @@ use super::*;
 /// tears the timed-out sandbox down and makes a new one (its first try may
 /// even succeed once NRI closed the slow plugin), or, its handler's context
 /// canceled at the deadline (grpc/grpc-go#8961), keeps the slow plugin and
-/// no try succeeds before the driver gives up. So the finding is
+/// no try succeeds before the driver gives up (containerd 2.1 can too). So the finding is
 /// expected exactly when the driver's own record shows a RunPodSandbox
 /// requested again after a try ran into its deadline; and each try nri-trace
 /// reports failed exactly when the driver saw it fail.
@@ -69,10 +69,11 @@ fn check_deadline_retry(rt: Option<Runtime>, scenario: &str) {
     );
 }
 
-/// Whether the driver gave its retries up: CRI-O cancels the handler's
-/// context at the deadline (grpc/grpc-go#8961), NRI keeps the slow plugin
-/// and no try succeeds (the scenario's note, allowed on CRI-O only by its
-/// verify).
+/// Whether the driver gave its retries up: CRI-O and containerd 2.x may
+/// cancel the handler's context at the deadline (grpc/grpc-go#8961), NRI
+/// then keeps the slow plugin and no try succeeds (the scenario's note,
+/// allowed on those runtimes by its verify; on containerd 2.1 once in CI,
+/// 2026-11-30).
 fn driver_gave_up(truth: &[Truth]) -> bool {
     truth.iter().any(|t| {
         matches!(t, Truth::Note { text, .. } if text.starts_with(nri_trace_lab::scenario::RETRIES_SPENT))
@@ -209,7 +210,11 @@ fn assert_expiry_and_retry(scenario: &str, runtime: Runtime, truth: &[Truth], re
             "{last:?}"
         );
     } else if driver_gave_up(truth) {
-        assert_eq!(runtime, Runtime::CriO, "{scenario}: the driver gave up");
+        assert_ne!(
+            runtime,
+            Runtime::Containerd17,
+            "{scenario}: the driver gave up"
+        );
         assert!(
             last.outcome.deadline_expired() || cri_check::answered_at_deadline(last),
             "{last:?}"
