@@ -41,6 +41,7 @@ const UNIT_TESTS: &[&str] = &["offline"];
 /// lab's runtimes, or the dist binary.
 const LAB_TESTS: &[&str] = &[
     "capture",
+    "cluster_lab",
     "dist",
     "explain_live_lab",
     "faults_lab",
@@ -57,7 +58,7 @@ const KERNEL_TESTS: &[&str] = &["kernels"];
 
 /// nri-trace-tests' binaries that run the dist binary
 /// (NRI_TRACE_DIST_BIN): last in their tier, once it is built.
-const DIST_TESTS: &[&str] = &["dist", "kernels"];
+const DIST_TESTS: &[&str] = &["cluster_lab", "dist", "kernels"];
 
 /// Whether the tiers need the dist binary.
 pub(crate) fn need_dist(tiers: &[Tier]) -> bool {

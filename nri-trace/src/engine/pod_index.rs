@@ -220,6 +220,20 @@ impl PodIndex {
         })
     }
 
+    fn of_cri(&self, c: &CriCall) -> Option<PodName> {
+        if let Some(p) = &c.pod {
+            return Some(PodName {
+                namespace: p.namespace.clone(),
+                name: p.name.clone(),
+            });
+        }
+        c.sandbox_id
+            .iter()
+            .chain(&c.container_id)
+            .find_map(|id| self.by_id(id))
+            .cloned()
+    }
+
     fn of_nri(&self, c: &NriCall) -> Option<PodName> {
         let p = c.pod.as_ref()?;
         if !p.name.is_empty() {
@@ -234,21 +248,10 @@ impl PodIndex {
     /// The pod `r` is about, when its ids (or names) tell.
     pub(crate) fn pod_of(&self, r: &Record) -> Option<PodName> {
         match r {
-            Record::CriSpan(s) => {
-                let c = &s.call;
-                if let Some(p) = &c.pod {
-                    return Some(PodName {
-                        namespace: p.namespace.clone(),
-                        name: p.name.clone(),
-                    });
-                }
-                c.sandbox_id
-                    .iter()
-                    .chain(&c.container_id)
-                    .find_map(|id| self.by_id(id))
-                    .cloned()
-                    .or_else(|| s.hooks.iter().find_map(|h| self.of_nri(&h.call)))
-            }
+            Record::CriSpan(s) => self
+                .of_cri(&s.call)
+                .or_else(|| s.hooks.iter().find_map(|h| self.of_nri(&h.call))),
+            Record::Observed(Observation::CriPending(c)) => self.of_cri(c),
             Record::NriUncaused(u) => self.of_nri(&u.span.call),
             Record::Observed(Observation::NriPending(c)) => self.of_nri(c),
             Record::Violation(v) => {

@@ -33,8 +33,9 @@ use crate::capture::{
     Timestamp,
 };
 use crate::human::short_id;
+use crate::model::cri_call::CriCall;
 use crate::model::{
-    cri_call::CriOutcome,
+    cri_call::{CriMethod, CriOutcome, TEARDOWN_METHODS},
     nri_call::{NriCall, NriOutcome},
     observation::Observation,
 };
@@ -114,7 +115,29 @@ pub enum TeardownProgress {
     CallFailed { step: usize },
     /// The last step, `step`, succeeded; kubelet has not made the next.
     NextNotCalled { step: usize },
+    /// A teardown call was made and has not returned (the oldest such).
+    /// A StopContainer waits out the grace period it was given
+    /// (`grace_period_ns`, `grace_left_ns`) before the runtime sends
+    /// SIGKILL.
+    CallPending {
+        method: String,
+        container: Option<String>,
+        since: Timestamp,
+        waited_ns: u64,
+        /// StopContainer's timeout: what kubelet gave of the pod's grace
+        /// period.
+        grace_period_ns: Option<u64>,
+        /// What is left of it at explain time.
+        grace_left_ns: Option<u64>,
+    },
 }
+
+/// How long past its grace period a StopContainer may still run before
+/// the pod is blocked rather than waiting: the runtime sends SIGKILL when
+/// the period ends, and the kill, the exit and the shim's report take a
+/// moment (containerd `internal/cri/server/container_stop.go`: SIGKILL,
+/// then waits for the exit).
+const GRACE_SLACK_NS: u64 = 10_000_000_000;
 
 /// What holds the pod below its CRI calls.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -258,6 +281,8 @@ struct PodTeardown {
     /// Teardown hooks called and not ended yet, by (connection, mux
     /// conn, stream id).
     pending_hooks: BTreeMap<(u64, u32, u32), NriCall>,
+    /// Teardown calls made and not ended yet, by (connection, stream id).
+    pending_calls: BTreeMap<(u64, u32), CriCall>,
 }
 
 impl Explanation {
@@ -304,14 +329,6 @@ pub struct TeardownLog {
     wall_offset_ns: i128,
 }
 
-/// The CRI calls of a pod's teardown.
-const TEARDOWN: [&str; 4] = [
-    "StopContainer",
-    "RemoveContainer",
-    "StopPodSandbox",
-    "RemovePodSandbox",
-];
-
 impl TeardownLog {
     pub fn new() -> Self {
         Self::default()
@@ -328,6 +345,7 @@ impl TeardownLog {
             }
             Record::NriUncaused(u) => self.hook_ended(&u.span.call),
             Record::Observed(Observation::NriPending(c)) => self.hook_called(c),
+            Record::Observed(Observation::CriPending(c)) => self.call_made(c),
             Record::Observed(Observation::Sandbox(s)) => self.on_kernel(s),
             Record::Observed(Observation::CriState(s)) => self.on_state(s),
             Record::Violation(v) => {
@@ -354,8 +372,10 @@ impl TeardownLog {
         self.by_label.get(label).and_then(|v| v.last()).cloned()
     }
 
-    fn on_span(&mut self, s: &CriSpan) {
-        let c = &s.call;
+    /// The key of the pod `c` is of, its entry made or updated with what
+    /// `c` names (sandbox id, uid, label); the capture clock moved to
+    /// `c`'s time.
+    fn pod_of_call(&mut self, c: &CriCall) -> Option<String> {
         let at = c.end.or(c.start).map_or(0, |t| t.mono_ns);
         if at > self.now_ns {
             self.now_ns = at;
@@ -369,9 +389,8 @@ impl TeardownLog {
                 .and_then(|id| self.by_container.get(id).cloned())
         });
         let label = c.pod.as_ref().map(ToString::to_string);
-        let Some(key) = sandbox.clone().or_else(|| label.clone()) else {
-            return;
-        };
+        let key = sandbox.clone().or_else(|| label.clone())?;
+        let key_out = key.clone();
         self.bound();
         let uid = c.pod.as_ref().map(|p| &p.uid).filter(|u| !u.is_empty());
         if let Some(uid) = uid {
@@ -395,6 +414,25 @@ impl TeardownLog {
         }
         p.sandbox_id = sandbox.or_else(|| p.sandbox_id.take());
         p.last_seen = p.last_seen.max(at);
+        Some(key_out)
+    }
+
+    /// A teardown call made, its end not seen yet.
+    fn call_made(&mut self, c: &CriCall) {
+        let key = self.pod_of_call(c);
+        if let Some(p) = key.and_then(|k| self.pods.get_mut(&k)) {
+            if p.pending_calls.len() < MAX_STEPS {
+                p.pending_calls.insert((c.conn.0, c.stream_id), c.clone());
+            }
+        }
+    }
+
+    fn on_span(&mut self, s: &CriSpan) {
+        let c = &s.call;
+        let Some(p) = self.pod_of_call(c).and_then(|k| self.pods.get_mut(&k)) else {
+            return;
+        };
+        p.pending_calls.remove(&(c.conn.0, c.stream_id));
         let method = c.method_name().unwrap_or("(unknown)").to_owned();
         p.last_call = Some((method.clone(), c.end.or(c.start)));
         if let (Some(id), Some(sb)) = (&c.container_id, &p.sandbox_id) {
@@ -411,7 +449,7 @@ impl TeardownLog {
             }
             self.by_container.insert(id.clone(), sb.clone());
         }
-        if !TEARDOWN.contains(&method.as_str()) {
+        if !TEARDOWN_METHODS.iter().any(|m| m.name() == method) {
             return;
         }
         // A plugin's refusal of a per-event method is followed by the
@@ -609,7 +647,7 @@ impl TeardownLog {
     /// `since_ns` has been seen through by capture time `now_ns`: a
     /// teardown call of it that ended at least `settle_ns` before (the
     /// kernel rules hold their findings that long: `SETTLE_NS`), a hook
-    /// under one pending that long, or the pod removed. `explain` without
+    /// under one or a teardown call pending that long, or the pod removed. `explain` without
     /// a recording waits for this: kubelet retries a terminating pod's
     /// teardown every few seconds, and one attempt shows where it fails.
     pub fn attempt_seen(&self, pod: &str, since_ns: u64, settle_ns: u64, now_ns: u64) -> bool {
@@ -628,6 +666,9 @@ impl TeardownLog {
                 })
             })
             || p.pending_hooks
+                .values()
+                .any(|c| c.start.is_some_and(|t| ripe(t.mono_ns)))
+            || p.pending_calls
                 .values()
                 .any(|c| c.start.is_some_and(|t| ripe(t.mono_ns)))
     }
@@ -675,8 +716,18 @@ impl TeardownLog {
         Some(e)
     }
 
-    /// What the CRI calls and their hooks say of `p`.
+    /// What the CRI calls and their hooks say of `p`: the steps that
+    /// ended, then the call still running, when one is.
     fn explain_calls(p: &PodTeardown, now: u64) -> Explanation {
+        let mut e = Self::explain_steps(p, now);
+        if e.verdict != Verdict::Gone {
+            pending_call(&mut e, p, now);
+        }
+        e
+    }
+
+    /// What the teardown calls that ended and their hooks say of `p`.
+    fn explain_steps(p: &PodTeardown, now: u64) -> Explanation {
         let steps: Vec<TeardownStep> = p.steps.iter().cloned().collect();
         let mut e = Explanation {
             pod: p.label.clone(),
@@ -811,126 +862,8 @@ impl TeardownLog {
     }
 }
 
-/// A teardown hook that has not returned: the oldest.
-fn hook_cause(p: &PodTeardown, now: u64) -> Option<Blocker> {
-    let c = p
-        .pending_hooks
-        .values()
-        .min_by_key(|c| c.start.map_or(0, |t| t.mono_ns))?;
-    let start = c.start?;
-    Some(Blocker::HookPending {
-        plugin: c.plugin.label(),
-        event: c.event.map_or("?", |e| e.as_str_name()).to_string(),
-        since: start,
-        waited_ns: now.saturating_sub(start.mono_ns),
-        timeout_ns: c.timeout_nano.filter(|t| *t > 0).map(|t| t as u64),
-    })
-}
-
-fn container_of(p: &PodTeardown, cgroup: Option<&str>) -> String {
-    cgroup
-        .into_iter()
-        .flat_map(ids_in)
-        .find_map(|id| {
-            p.containers
-                .get(id)
-                .cloned()
-                .or_else(|| (p.sandbox_id.as_deref() == Some(id)).then(|| "(sandbox)".to_string()))
-        })
-        .unwrap_or_else(|| "?".into())
-}
-
-/// The first blocker the kernel events show, in kubelet's order of
-/// teardown: processes that outlived SIGKILL, then unmounts that failed,
-/// then paths and cgroups that could not be removed. A failure that a
-/// later success on the same path undid does not count.
-fn kernel_cause(p: &PodTeardown, now: u64) -> Option<Blocker> {
-    let k: Vec<&SandboxEvent> = p.kernel.iter().map(|(e, ..)| e).collect();
-    // SIGKILL delivered, no exit since.
-    // (the SIGKILL, its target, the target's comm and cgroup)
-    let mut alive: Vec<(&SandboxEvent, u32, &Option<String>, &Option<String>)> = Vec::new();
-    for (i, e) in k.iter().enumerate() {
-        if let SandboxOp::Signal {
-            sig: 9,
-            target,
-            result: 0,
-            target_comm,
-            target_cgroup,
-        } = &e.op
-        {
-            let exited = k
-                .iter()
-                .skip(i + 1)
-                .any(|x| x.tgid == *target && matches!(x.op, SandboxOp::Exit { .. }));
-            let seen = alive.iter().any(|(_, t, ..)| t == target);
-            if !exited && !seen {
-                alive.push((e, *target, target_comm, target_cgroup));
-            }
-        }
-    }
-    if let Some(&(first, pid, target_comm, target_cgroup)) = alive.first() {
-        // Sent while its sender was exiting: the kernel killing what is
-        // left of a pid namespace whose init died (zap_pid_ns_processes).
-        let by_kernel = k.iter().any(|x| {
-            x.tgid == first.tgid
-                && x.ts.mono_ns <= first.ts.mono_ns
-                && matches!(x.op, SandboxOp::Exit { .. })
-        });
-        return Some(Blocker::AliveAfterKill {
-            pid,
-            comm: target_comm.clone(),
-            container: container_of(p, target_cgroup.as_deref()),
-            signal: first.clone(),
-            by_kernel,
-            ago_ns: now.saturating_sub(first.ts.mono_ns),
-            alive: alive.len(),
-            signals: alive.iter().map(|(e, ..)| (*e).clone()).collect(),
-        });
-    }
-    // A failed unmount or removal (SandboxOp::failure), not redone
-    // successfully later; unmounts first.
-    let undone = |i: usize, path: &str| {
-        k.iter()
-            .skip(i + 1)
-            .any(|x| x.op.path_result() == Some((path, 0)))
-    };
-    for (i, e) in k.iter().enumerate() {
-        if let (SandboxOp::Umount { .. }, Some((path, errno))) = (&e.op, e.op.failure()) {
-            if !undone(i, path) {
-                return Some(Blocker::UnmountFailed {
-                    path: path.to_string(),
-                    errno,
-                    event: (*e).clone(),
-                    ago_ns: now.saturating_sub(e.ts.mono_ns),
-                });
-            }
-        }
-    }
-    for (i, e) in k.iter().enumerate() {
-        if let (SandboxOp::Unlink { dir, .. }, Some((path, errno))) = (&e.op, e.op.failure()) {
-            if undone(i, path) {
-                continue;
-            }
-            let what = if path.contains("/cgroup") {
-                Removal::Cgroup
-            } else if path.contains("netns") {
-                Removal::NetnsFile
-            } else if *dir {
-                Removal::Directory
-            } else {
-                Removal::File
-            };
-            return Some(Blocker::RemoveFailed {
-                what,
-                path: path.to_string(),
-                errno,
-                event: (*e).clone(),
-                ago_ns: now.saturating_sub(e.ts.mono_ns),
-            });
-        }
-    }
-    None
-}
+mod causes;
+use causes::{container_of, hook_cause, kernel_cause, pending_call};
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -36,6 +36,7 @@ pub(crate) fn cri(method: Option<&str>, sandbox: &str, start: u64, end: u64) -> 
         container: None,
         container_id: None,
         request_id: None,
+        stop_timeout_s: None,
         start: ts(start),
         end: ts(end),
         duration_ns: Some((end - start) * MS),

@@ -21,6 +21,10 @@ use crate::{
     model::observation::Observation,
 };
 
+/// Most teardown calls held for the next clock ([`TraceEngine`]'s
+/// `pending_cri`).
+const MAX_PENDING_CRI: usize = 1024;
+
 /// The engine proper: observations in, trace records out (CRI spans with
 /// their NRI hooks, uncaused NRI calls, the contract's findings), plus
 /// hook and CRI latency histograms. Pure: it reads only the observations.
@@ -43,6 +47,12 @@ pub struct TraceEngine {
     listed: PodIndex,
     /// The contract's by-design clauses, tallied per runtime.
     conformance: Conformance,
+    /// Teardown calls made, passed on at the next clock: after the calls
+    /// that settle by then, whatever the chunking of the capture that
+    /// showed them (the assembler reports a pending call as its request
+    /// message completes, and a clock of the same capture time may come
+    /// before or after that).
+    pending_cri: Vec<Record>,
 }
 
 impl Default for TraceEngine {
@@ -65,6 +75,7 @@ impl TraceEngine {
             clock: (0, None, None),
             listed: PodIndex::new(),
             conformance: Conformance::new(),
+            pending_cri: Vec::new(),
         }
     }
 
@@ -91,7 +102,18 @@ impl TraceEngine {
                 self.correlator
                     .advance(now_ns, cri_oldest_ns, nri_open_ns, &mut self.settled);
                 self.contract.advance(now_ns, &mut self.violations);
-                None
+                self.emit(None, out);
+                for r in std::mem::take(&mut self.pending_cri) {
+                    self.emit(Some(r), out);
+                }
+                return;
+            }
+            // Bounded: a stream without clocks (a record file cut short)
+            // passes them on as they come.
+            Observation::CriPending(c) if self.pending_cri.len() < MAX_PENDING_CRI => {
+                self.pending_cri
+                    .push(Record::Observed(Observation::CriPending(c)));
+                return;
             }
             Observation::CaptureLoss(l) => {
                 // Where the hole is (captures before the stamps existed
@@ -129,6 +151,9 @@ impl TraceEngine {
     pub fn finish(&mut self, out: &mut Vec<Record>) {
         self.correlator.finish(&mut self.settled);
         self.emit(None, out);
+        for r in std::mem::take(&mut self.pending_cri) {
+            self.emit(Some(r), out);
+        }
         self.contract.finish(&mut self.violations);
         self.emit_violations(out);
     }

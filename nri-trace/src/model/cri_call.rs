@@ -15,6 +15,18 @@ pub use crate::decode::cri::message::{
     ContainerMeta, CriMethod, CriService, Effect, ObjectKind, PodMeta,
 };
 
+/// The CRI calls of a pod's teardown, kubelet's order (StopContainer per
+/// container, StopPodSandbox, RemovePodSandbox; RemoveContainer where a
+/// client removes containers itself). The assembler reports each as
+/// [`CriObservation::Pending`] once its request is seen: a terminating pod
+/// waits on the one not answered yet.
+pub(crate) const TEARDOWN_METHODS: [CriMethod; 4] = [
+    CriMethod::StopContainer,
+    CriMethod::RemoveContainer,
+    CriMethod::StopPodSandbox,
+    CriMethod::RemovePodSandbox,
+];
+
 /// The method of a call: a CRI method, or another gRPC method seen on the
 /// CRI socket (the last part of its `:path`, or the whole path when it has
 /// no service part). Written and read as its name (`"RunPodSandbox"`), so
@@ -199,6 +211,11 @@ pub struct CriCall {
     pub duration_ns: Option<u64>,
     /// The client's deadline (grpc-timeout) when seen.
     pub deadline_ns: Option<u64>,
+    /// StopContainer's `timeout` (seconds): how long the runtime waits
+    /// after SIGTERM before SIGKILL; kubelet passes what is left of the
+    /// pod's grace period (k8s.io/cri-api api.proto `StopContainerRequest`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_timeout_s: Option<u64>,
     pub outcome: CriOutcome,
     /// Set when the outcome itself is inferred (trailers hidden).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -236,6 +253,10 @@ impl CriCall {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum CriObservation {
     Call(CriCall),
+    /// A teardown call's request was seen, its response not yet
+    /// ([`TEARDOWN_METHODS`]): the call as far as it goes (outcome
+    /// `NoResponse`, no end). Its `Call` follows when it ends.
+    Pending(CriCall),
     /// A CRI connection was seen for the first time.
     Connection {
         conn: ConnId,

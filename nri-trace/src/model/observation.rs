@@ -31,6 +31,11 @@ use crate::{
 pub enum Observation {
     /// A finished CRI call.
     CriCall(CriCall),
+    /// A CRI teardown call (StopContainer, StopPodSandbox,
+    /// RemovePodSandbox) was made; its `cri_call` follows when it ends.
+    /// Until then a terminating pod waits on it (a grace period, or a
+    /// runtime that does not answer).
+    CriPending(CriCall),
     /// A CRI connection seen for the first time, and its client: `client`
     /// is its `comm[pid]` label (a string since version 1 of the schema),
     /// `client_process` the client itself (model/cri_client.rs; absent in
@@ -113,7 +118,7 @@ impl Observation {
     /// When it happened (capture time); `None` for loss counters.
     pub fn ts(&self) -> Option<Timestamp> {
         match self {
-            Observation::CriCall(c) => c.end.or(c.start),
+            Observation::CriCall(c) | Observation::CriPending(c) => c.end.or(c.start),
             Observation::NriCall(c) | Observation::NriPending(c) => c.end.or(c.start),
             Observation::CriConnection { ts, .. }
             | Observation::CriResync { ts, .. }
@@ -137,6 +142,7 @@ impl From<CriObservation> for Observation {
     fn from(o: CriObservation) -> Self {
         match o {
             CriObservation::Call(c) => Observation::CriCall(c),
+            CriObservation::Pending(c) => Observation::CriPending(c),
             CriObservation::Connection {
                 conn,
                 ts,

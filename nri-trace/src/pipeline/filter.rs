@@ -114,6 +114,9 @@ impl Filter {
                     s.call.conn,
                     s.call.client.as_ref().is_some_and(|c| c.is_named(want)),
                 ),
+                Record::Observed(Observation::CriPending(c)) => {
+                    (c.conn, c.client.as_ref().is_some_and(|c| c.is_named(want)))
+                }
                 Record::Observed(Observation::CriConnection {
                     conn,
                     client,

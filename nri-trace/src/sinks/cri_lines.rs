@@ -119,6 +119,22 @@ pub(crate) fn call_text(w: &mut impl Write, c: &CriCall) -> io::Result<()> {
     writeln!(w)
 }
 
+/// A teardown call made, not answered yet (`debug cri`, `-o text` of a
+/// record file's pending line).
+pub(crate) fn pending_text(w: &mut impl Write, c: &CriCall) -> io::Result<()> {
+    write!(
+        w,
+        "{} {:<24} {:<40} called (teardown; its end follows)",
+        c.start.map(|t| clock(&t)).unwrap_or_default(),
+        sanitize(c.method_name().unwrap_or("?")),
+        subject(c),
+    )?;
+    if !c.summary.is_empty() {
+        write!(w, "  {}", sanitize(&c.summary))?;
+    }
+    writeln!(w)
+}
+
 /// A CRI connection seen for the first time: its client as
 /// [`client_words`] says it, or the label alone (a record file written
 /// before the client was recorded whole).

@@ -375,7 +375,72 @@ fn progress_sentence(e: &Explanation) -> String {
                     .unwrap_or_default()
             )
         }
+        TeardownProgress::CallPending {
+            method,
+            container,
+            waited_ns,
+            grace_period_ns,
+            grace_left_ns,
+            ..
+        } => {
+            let call = format!(
+                "{}{}",
+                sanitize(method),
+                container
+                    .as_ref()
+                    .map(|c| format!(" of container {}", sanitize(c)))
+                    .unwrap_or_default()
+            );
+            match (grace_period_ns, grace_left_ns, e.verdict) {
+                (Some(g), Some(left), Verdict::Waiting) => format!(
+                    "{pod} is not stuck: it waits out its grace period: kubelet's {call} has run                      {} of the {} it gave the container to exit after SIGTERM; the runtime                      sends SIGKILL in {}",
+                    duration(*waited_ns),
+                    duration(*g),
+                    duration(*left)
+                ),
+                (Some(g), _, _) => format!(
+                    "{pod}: kubelet's {call} has run {}, past the {} grace period it gave: the                      runtime should have killed the container by now",
+                    duration(*waited_ns),
+                    duration(*g)
+                ),
+                (None, _, Verdict::Blocked) => format!(
+                    "{pod}: kubelet's {call} has run {} without an answer, past its deadline",
+                    duration(*waited_ns)
+                ),
+                (None, _, _) => format!(
+                    "{pod}: kubelet's {call} has run {} and not returned yet",
+                    duration(*waited_ns)
+                ),
+            }
+        }
     }
+}
+
+/// "CRI StopContainer (main) called at 12:00:01.123456, timeout 600 s, no
+/// answer since".
+fn pending_line(e: &Explanation) -> Option<String> {
+    let TeardownProgress::CallPending {
+        method,
+        container,
+        since,
+        grace_period_ns,
+        ..
+    } = &e.progress
+    else {
+        return None;
+    };
+    Some(format!(
+        "CRI {}{} called at {}{}, no answer since",
+        sanitize(method),
+        container
+            .as_ref()
+            .map(|c| format!(" ({})", sanitize(c)))
+            .unwrap_or_default(),
+        clock(since),
+        grace_period_ns
+            .map(|g| format!(", timeout {}", duration(g)))
+            .unwrap_or_default()
+    ))
 }
 
 /// What holds the pod below its CRI calls, in one sentence.
@@ -517,6 +582,12 @@ pub fn evidence(e: &Explanation) -> Vec<String> {
                 .collect()
         }
         TeardownProgress::CallFailed { step } => vec![step_line(&e.steps[*step])],
+        TeardownProgress::CallPending { .. } => e
+            .steps
+            .iter()
+            .map(step_line)
+            .chain(pending_line(e))
+            .collect(),
     };
     match &e.blocker {
         None => {}

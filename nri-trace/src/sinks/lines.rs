@@ -64,6 +64,7 @@ pub fn observation_text(w: &mut impl Write, o: &Observation) -> io::Result<()> {
         Observation::CaptureLoss(l) => nri_lines::loss_text(w, l),
         Observation::NriPending(c) => nri_lines::pending_text(w, c),
         Observation::CriCall(c) => cri_lines::call_text(w, c),
+        Observation::CriPending(c) => cri_lines::pending_text(w, c),
         Observation::NriCall(c) => nri_lines::call_text(w, c),
         Observation::Clock { .. } => Ok(()),
         Observation::CriState(s) => {

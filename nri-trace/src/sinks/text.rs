@@ -159,8 +159,8 @@ impl<W: Write> TextSink<W> {
     }
 
     /// Whether `r` is told by other lines or left to other outputs: a
-    /// plugin's identity (its hook lines name it), a teardown hook still
-    /// waiting (its hook line comes when it ends), a CRI connection, the
+    /// plugin's identity (its hook lines name it), a teardown hook or
+    /// CRI call still waiting (its line comes when it ends), a CRI connection, the
     /// runtime's lists of its pods (the calls' lines name the pods from
     /// them); a plugin gone with the runtime (the runtime's line names it).
     fn told_elsewhere(&mut self, r: &Record) -> bool {
@@ -168,6 +168,7 @@ impl<W: Write> TextSink<W> {
             Record::Observed(
                 Observation::NriPlugin { .. }
                 | Observation::NriPending(_)
+                | Observation::CriPending(_)
                 | Observation::CriConnection { .. }
                 | Observation::CriState(_),
             ) => true,

@@ -62,6 +62,7 @@ pub enum RecordLine {
 /// The `"type"` tags of the observation lines.
 pub(crate) const OBSERVATION_TYPES: &[&str] = &[
     "cri_call",
+    "cri_pending",
     "cri_connection",
     "cri_resync",
     "nri_call",
@@ -213,15 +214,12 @@ pub mod redact {
     pub fn observation(o: Observation) -> Observation {
         match o {
             Observation::CriCall(mut c) => {
-                if matches!(c.cri_method(), Some(CriMethod::ExecSync | CriMethod::Exec)) {
-                    c.summary = exec_summary(&c.summary);
-                } else {
-                    c.summary = text(&c.summary);
-                }
-                if let CriOutcome::Error { message, .. } = &mut c.outcome {
-                    *message = text(message);
-                }
+                cri_call(&mut c);
                 Observation::CriCall(c)
+            }
+            Observation::CriPending(mut c) => {
+                cri_call(&mut c);
+                Observation::CriPending(c)
             }
             Observation::NriCall(mut c) => {
                 nri_call(&mut c);
@@ -232,6 +230,17 @@ pub mod redact {
                 Observation::NriPending(c)
             }
             other => other,
+        }
+    }
+
+    fn cri_call(c: &mut crate::model::cri_call::CriCall) {
+        if matches!(c.cri_method(), Some(CriMethod::ExecSync | CriMethod::Exec)) {
+            c.summary = exec_summary(&c.summary);
+        } else {
+            c.summary = text(&c.summary);
+        }
+        if let CriOutcome::Error { message, .. } = &mut c.outcome {
+            *message = text(message);
         }
     }
 

@@ -255,7 +255,8 @@ impl Pods {
         };
         let id = |v: &Value| v.as_str().and_then(|i| self.by_id.get(i).cloned());
         match l["type"].as_str()? {
-            "cri_span" => meta(&l["pod"])
+            // A pending call is its span's request: no hooks yet.
+            "cri_span" | "cri_pending" => meta(&l["pod"])
                 .or_else(|| id(&l["sandbox_id"]))
                 .or_else(|| id(&l["container_id"]))
                 .or_else(|| {
@@ -340,14 +341,14 @@ fn client_keep(all: &[Value], comm: &str) -> Keep {
     let conns: std::collections::HashSet<u64> = all
         .iter()
         .filter(|l| match l["type"].as_str() {
-            Some("cri_span") => is(&l["client"]),
+            Some("cri_span" | "cri_pending") => is(&l["client"]),
             Some("cri_connection") => is(&l["client_process"]),
             _ => false,
         })
         .filter_map(|l| l["conn"].as_u64())
         .collect();
     Box::new(move |_, l| match l["type"].as_str() {
-        Some("cri_span") => l["client"]["comm"].as_str() == Some(comm.as_str()),
+        Some("cri_span" | "cri_pending") => l["client"]["comm"].as_str() == Some(comm.as_str()),
         Some("cri_connection") => l["client_process"]["comm"].as_str() == Some(comm.as_str()),
         Some("violation") => {
             l["evidence"].as_array().into_iter().flatten().any(|e| {

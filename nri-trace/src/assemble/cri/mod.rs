@@ -44,7 +44,7 @@ use crate::{
     model::{
         cri_call::{
             CallMethod, CriCall, CriObservation, CriOutcome, CriStats, Identified,
-            LOST_END_EVIDENCE,
+            LOST_END_EVIDENCE, TEARDOWN_METHODS,
         },
         cri_client::CriClient,
     },
@@ -577,6 +577,9 @@ impl CriCallAssembler {
                     Side::Client => {
                         if s.request.is_none() {
                             s.request = Some(message.payload);
+                            if let Some(call) = self.pending(conn, stream_id) {
+                                out.push(CriObservation::Pending(call));
+                            }
                         }
                     }
                     Side::Server => {
@@ -654,31 +657,14 @@ impl CriCallAssembler {
             e.outcome_evidence = Some(LOST_END_EVIDENCE.into());
         }
         let ok = e.outcome.is_ok();
-        let mut call = CriCall {
-            conn,
-            stream_id: e.stream_id,
-            method: None,
-            service: None,
-            identified: Identified::Unknown { candidates: vec![] },
-            pod: None,
-            sandbox_id: None,
-            container: None,
-            container_id: None,
-            request_id: None,
-            start: e.st.start,
-            end: (!lost_end).then_some(e.end),
-            duration_ns: e
-                .st
-                .start
+        let mut call = self.new_call(conn, e.stream_id, &e.st);
+        call.end = (!lost_end).then_some(e.end);
+        call.duration_ns =
+            e.st.start
                 .filter(|_| !lost_end)
-                .map(|s| e.end.mono_ns.saturating_sub(s.mono_ns)),
-            deadline_ns: e.st.deadline_ns,
-            outcome: e.outcome,
-            outcome_evidence: e.outcome_evidence,
-            partial: e.st.start.is_none(),
-            summary: String::new(),
-            client: self.clients.get(&conn).cloned(),
-        };
+                .map(|s| e.end.mono_ns.saturating_sub(s.mono_ns));
+        call.outcome = e.outcome;
+        call.outcome_evidence = e.outcome_evidence;
         let request = e.st.request;
         let response = if ok { e.st.response } else { None };
         match e.st.path {
@@ -739,6 +725,7 @@ impl CriCallAssembler {
         call.sandbox_id.clone_from(&req.sandbox_id);
         call.container.clone_from(&req.container);
         call.container_id.clone_from(&req.container_id);
+        call.stop_timeout_s = req.stop_timeout_s;
         let mut summary = req.summary.clone();
         if let Some(r) = &resp {
             if call.sandbox_id.is_none() {
@@ -757,6 +744,60 @@ impl CriCallAssembler {
         call.summary = summary;
         self.learn(m, call, &req, resp.as_ref());
         self.fill_identity(call);
+    }
+
+    /// A call of stream `stream_id` as far as its request goes: no end,
+    /// outcome `NoResponse`, its method and ids not yet filled in.
+    fn new_call(&self, conn: ConnId, stream_id: u32, st: &StreamState) -> CriCall {
+        CriCall {
+            conn,
+            stream_id,
+            method: None,
+            service: None,
+            identified: Identified::Unknown { candidates: vec![] },
+            pod: None,
+            sandbox_id: None,
+            container: None,
+            container_id: None,
+            request_id: None,
+            start: st.start,
+            end: None,
+            duration_ns: None,
+            deadline_ns: st.deadline_ns,
+            stop_timeout_s: None,
+            outcome: CriOutcome::NoResponse,
+            outcome_evidence: None,
+            partial: st.start.is_none(),
+            summary: String::new(),
+            client: self.clients.get(&conn).cloned(),
+        }
+    }
+
+    /// A teardown call whose request just came ([`TEARDOWN_METHODS`]):
+    /// reported pending, so that a pod waiting on it (a grace period, a
+    /// runtime that does not answer) shows what it waits on. Nothing is
+    /// learnt from it: its `Call` does that when it ends.
+    fn pending(&self, conn: ConnId, stream_id: u32) -> Option<CriCall> {
+        let s = self.conns.get(&conn)?.streams.get(&stream_id)?;
+        let PathSeen::Cri(m) = s.path else {
+            return None;
+        };
+        if !TEARDOWN_METHODS.contains(&m) || s.start.is_none() {
+            return None;
+        }
+        let req = message::decode_request(m, s.request.as_deref()?).ok()?;
+        let mut call = self.new_call(conn, stream_id, s);
+        call.method = Some(m.into());
+        call.service = Some(m.service().name().to_owned());
+        call.identified = Identified::Known;
+        call.pod = req.pod;
+        call.sandbox_id = req.sandbox_id;
+        call.container = req.container;
+        call.container_id = req.container_id;
+        call.stop_timeout_s = req.stop_timeout_s;
+        call.summary = req.summary;
+        self.fill_identity(&mut call);
+        Some(call)
     }
 
     /// Pod / container identity from ids seen earlier.

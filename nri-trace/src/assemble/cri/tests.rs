@@ -53,6 +53,86 @@ fn garbage() -> impl Strategy<Value = Garbage> {
     ]
 }
 
+/// An HTTP/2 frame (RFC 9113 4.1).
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len();
+    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A request header block: :method POST, :scheme http, :path as a
+/// literal without indexing (RFC 7541 6.2.2).
+fn headers(path: &str) -> Vec<u8> {
+    let mut b = vec![0x83, 0x86, 0x04, path.len() as u8];
+    b.extend_from_slice(path.as_bytes());
+    b
+}
+
+/// A client's chunk of connection 1.
+fn client_chunk(i: u64, bytes: Vec<u8>) -> CaptureEvent {
+    CaptureEvent::Chunk(Chunk {
+        conn: ConnId(1),
+        direction: Direction::In,
+        ts: ts(i),
+        tid: 1,
+        syscall: Syscall::Read,
+        syscall_len: bytes.len() as u64,
+        bytes,
+        truncated: false,
+        gap_before: false,
+    })
+}
+
+/// kubelet's StopContainer with a 30 s timeout: reported pending with
+/// its container and timeout once its request message is in, before any
+/// answer; a status call is not.
+#[test]
+fn a_teardown_call_is_pending_once_its_request_is_in() {
+    use prost_cri::Message;
+    let req = crate::decode::cri::cri_api::StopContainerRequest {
+        container_id: "c1".into(),
+        timeout: 30,
+    }
+    .encode_to_vec();
+    let mut msg = vec![0, 0, 0, 0, req.len() as u8];
+    msg.extend(req);
+    let mut a = CriCallAssembler::new();
+    let mut out = Vec::new();
+    let mut first = crate::decode::cri::frame::PREFACE.to_vec();
+    first.extend(frame(0x4, 0, 0, &[]));
+    first.extend(frame(
+        0x1,
+        0x4,
+        1,
+        &headers("/runtime.v1.RuntimeService/StopContainer"),
+    ));
+    first.extend(frame(0x0, 0x1, 1, &msg));
+    first.extend(frame(
+        0x1,
+        0x4,
+        3,
+        &headers("/runtime.v1.RuntimeService/ContainerStatus"),
+    ));
+    first.extend(frame(0x0, 0x1, 3, &[0, 0, 0, 0, 4, 0x0a, 2, b'c', b'1']));
+    a.on_capture(&client_chunk(10, first), &mut out);
+    let pending: Vec<&CriCall> = out
+        .iter()
+        .filter_map(|o| match o {
+            CriObservation::Pending(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(pending.len(), 1, "{out:?}");
+    let c = pending[0];
+    assert_eq!(c.method_name(), Some("StopContainer"));
+    assert_eq!(c.container_id.as_deref(), Some("c1"));
+    assert_eq!(c.stop_timeout_s, Some(30));
+    assert_eq!((c.outcome.clone(), c.end), (CriOutcome::NoResponse, None));
+    assert!(!out.iter().any(|o| matches!(o, CriObservation::Call(_))));
+}
+
 /// A call open when bytes of its connection were lost, whose
 /// connection then closed: its end is unknown (the answer may have been
 /// lost), not "the connection closed before an answer"; a call that
@@ -60,32 +140,13 @@ fn garbage() -> impl Strategy<Value = Garbage> {
 /// so.
 #[test]
 fn a_call_open_across_lost_bytes_has_an_unknown_end() {
-    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-        let len = payload.len();
-        let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
-        f.extend_from_slice(&stream.to_be_bytes());
-        f.extend_from_slice(payload);
-        f
-    }
-    // :method POST, :scheme http, :path as a literal without indexing.
-    let headers = |path: &str| {
-        let mut b = vec![0x83, 0x86, 0x04, path.len() as u8];
-        b.extend_from_slice(path.as_bytes());
-        b
-    };
     let path = "/runtime.v1.RuntimeService/StopContainer";
     let chunk = |i: u64, bytes: Vec<u8>, gap_before: bool| {
-        CaptureEvent::Chunk(Chunk {
-            conn: ConnId(1),
-            direction: Direction::In,
-            ts: ts(i),
-            tid: 1,
-            syscall: Syscall::Read,
-            syscall_len: bytes.len() as u64,
-            bytes,
-            truncated: false,
-            gap_before,
-        })
+        let mut c = client_chunk(i, bytes);
+        if let CaptureEvent::Chunk(c) = &mut c {
+            c.gap_before = gap_before;
+        }
+        c
     };
     let mut a = CriCallAssembler::new();
     let mut out = Vec::new();

@@ -404,6 +404,8 @@ pub struct RequestInfo {
     pub container_id: Option<String>,
     /// A list request's filter: it may leave objects out of the response.
     pub filtered: bool,
+    /// StopContainer's timeout, seconds (negative ones left out).
+    pub stop_timeout_s: Option<u64>,
     /// A short human summary (image, timeout, command...).
     pub summary: String,
 }
@@ -533,6 +535,7 @@ pub fn decode_request(method: CriMethod, bytes: &[u8]) -> Result<RequestInfo, Me
         M::StopContainer => {
             let r = req!(StopContainerRequest);
             info.container_id = non_empty(&r.container_id);
+            info.stop_timeout_s = u64::try_from(r.timeout).ok();
             info.summary = format!("timeout {} s", r.timeout);
         }
         M::RemoveContainer => {

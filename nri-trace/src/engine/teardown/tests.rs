@@ -103,7 +103,7 @@ pub(crate) fn failed_stop() -> Vec<Record> {
     ]
 }
 
-fn create_main(id: &str) -> crate::model::cri_call::CriCall {
+fn create_main(id: &str) -> CriCall {
     let mut create = cri(Some("CreateContainer"), "sb1", 200, 250);
     create.container_id = Some(id.into());
     create.container = Some(crate::decode::cri::message::ContainerMeta {
@@ -428,4 +428,68 @@ fn a_teardown_hook_not_returned_is_the_blocker_until_it_ends() {
     r.push(ended);
     let e = log(&r).explain("ns/web", 40_000 * MS).unwrap();
     assert_eq!(e.blocker, None);
+}
+
+/// kubelet's StopContainer of `main` with a 600 s timeout, made at 1 s and
+/// not answered: the pod's grace period.
+fn stop_pending() -> (CriCall, Vec<Record>) {
+    let mut stop = cri(Some("StopContainer"), "sb1", 1000, 1000);
+    stop.sandbox_id = None;
+    stop.container_id = Some("c1".into());
+    stop.end = None;
+    stop.duration_ns = None;
+    stop.outcome = CriOutcome::NoResponse;
+    stop.stop_timeout_s = Some(600);
+    let records = vec![
+        run_pod(),
+        span(create_main("c1"), vec![]),
+        Record::Observed(Observation::CriPending(stop.clone())),
+    ];
+    (stop, records)
+}
+
+#[test]
+fn pending_stop_container_waits_out_its_grace_period() {
+    let (_, records) = stop_pending();
+    let l = log(&records);
+    let e = l.explain("ns/web", 31_000 * MS).unwrap();
+    assert_eq!(e.verdict, Verdict::Waiting);
+    let TeardownProgress::CallPending {
+        method,
+        container,
+        waited_ns,
+        grace_period_ns,
+        grace_left_ns,
+        ..
+    } = &e.progress
+    else {
+        panic!("{:?}", e.progress);
+    };
+    assert_eq!(method, "StopContainer");
+    assert_eq!(container.as_deref(), Some("main"));
+    assert_eq!(*waited_ns, 30_000 * MS);
+    assert_eq!(*grace_period_ns, Some(600_000 * MS));
+    assert_eq!(*grace_left_ns, Some(570_000 * MS));
+    assert_eq!(e.expected_next, None);
+    // The live explain's wait: a call pending past the settle time is an
+    // attempt seen.
+    assert!(l.attempt_seen("ns/web", 0, 5_000 * MS, 31_000 * MS));
+    // Past the grace period and the slack: blocked.
+    let late = l.explain("ns/web", (1_000 + 615_000) * MS).unwrap();
+    assert_eq!(late.verdict, Verdict::Blocked);
+}
+
+#[test]
+fn a_pending_call_ends_with_its_span() {
+    let (mut stop, mut records) = stop_pending();
+    stop.end = Some(Timestamp {
+        mono_ns: 20_000 * MS,
+        wall_ns: 0,
+    });
+    stop.duration_ns = Some(19_000 * MS);
+    stop.outcome = CriOutcome::Ok;
+    records.push(span(stop, vec![]));
+    let e = log(&records).explain("ns/web", 21_000 * MS).unwrap();
+    assert_eq!(e.progress, TeardownProgress::NextNotCalled { step: 0 });
+    assert_eq!(e.verdict, Verdict::Waiting);
 }

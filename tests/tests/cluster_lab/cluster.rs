@@ -1,0 +1,285 @@
+//! The lab's cluster for a test: lab/cluster.sh up and down under the lab
+//! lock, kubectl with its admin kubeconfig, the nri-trace image in the
+//! node's runtime and the DaemonSet of deploy/.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    thread::sleep,
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, ensure, Context, Result};
+use nri_trace_lab::labctl::{self, LabLock};
+use nri_trace_tests::workspace_bin;
+
+use super::{output, pods::TestPod};
+
+/// The node's runtime: containerd 2.3, the lab cluster's default.
+const RUNTIME: &str = "containerd-2.3";
+/// The NRI plugin request timeout the node's containerd gets: long enough
+/// that a hung hook holds the pod while the test looks (containerd's
+/// default, 2 s, closes the plugin first).
+const REQUEST_TIMEOUT: &str = "60s";
+/// The DaemonSet's image reference, the tag set by the test.
+const IMAGE: &str = "localhost/nri-trace/nri-trace";
+
+pub(crate) struct Cluster {
+    lab: PathBuf,
+    repo: PathBuf,
+    kubeconfig: PathBuf,
+    _lock: LabLock,
+}
+
+impl Cluster {
+    /// The runtime and Kubernetes built (no-ops when built), then
+    /// `cluster.sh up`.
+    pub(crate) fn up(out: &Path) -> Result<Self> {
+        let lock = labctl::lock()?;
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let lab = PathBuf::from(
+            std::env::var_os("NRI_TRACE_LAB_DIR")
+                .unwrap_or_else(|| "/var/lib/nri-trace-lab".into()),
+        );
+        let c = Cluster {
+            kubeconfig: lab.join("cluster/admin.kubeconfig"),
+            lab,
+            repo,
+            _lock: lock,
+        };
+        c.script("lab.sh", &["install"])?;
+        c.script("k8s.sh", &["install"])?;
+        let t0 = Instant::now();
+        let up = c.script("cluster.sh", &["up"]);
+        std::fs::write(
+            out.join("cluster-up.txt"),
+            format!("{:.1} s\n", t0.elapsed().as_secs_f64()),
+        )?;
+        up?;
+        Ok(c)
+    }
+
+    fn script(&self, name: &str, args: &[&str]) -> Result<String> {
+        output(
+            Command::new("bash")
+                .arg(self.repo.join("lab").join(name))
+                .args(args)
+                .env("NRI_TRACE_LAB_DIR", &self.lab)
+                .env("NRI_TRACE_LAB_RUNTIME", RUNTIME)
+                .env("NRI_TRACE_LAB_REQUEST_TIMEOUT", REQUEST_TIMEOUT)
+                .stderr(Stdio::inherit()),
+        )
+    }
+
+    /// `cluster.sh down`; an error when it left something.
+    pub(crate) fn down(&self) -> Result<()> {
+        self.script("cluster.sh", &["down"]).map(drop)
+    }
+
+    fn kubectl_bin(&self) -> PathBuf {
+        self.lab.join("k8s/bin/kubectl")
+    }
+
+    pub(crate) fn kubectl(&self, args: &[&str]) -> Result<String> {
+        output(
+            Command::new(self.kubectl_bin())
+                .env("KUBECONFIG", &self.kubeconfig)
+                .args(args),
+        )
+    }
+
+    /// `kubectl apply -f -` of `yaml`.
+    pub(crate) fn apply(&self, yaml: &str) -> Result<()> {
+        use std::io::Write;
+        let mut child = Command::new(self.kubectl_bin())
+            .env("KUBECONFIG", &self.kubeconfig)
+            .args(["apply", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("kubectl apply")?;
+        child
+            .stdin
+            .take()
+            .context("kubectl's stdin")?
+            .write_all(yaml.as_bytes())?;
+        let o = child.wait_with_output()?;
+        ensure!(
+            o.status.success(),
+            "kubectl apply: {}\n{yaml}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        );
+        Ok(())
+    }
+
+    /// The image of the dist binary (lab/mkimage.py, as `cargo xtask
+    /// image` makes it) imported into the node's containerd, `k8s.io`
+    /// namespace, as deploy/README.md says.
+    pub(crate) fn import_image(&self, bin: &Path, tag: &str, out: &Path) -> Result<()> {
+        let tar = out.join("nri-trace.oci.tar");
+        output(
+            Command::new("python3")
+                .arg(self.repo.join("lab/mkimage.py"))
+                .args(["--ref", &format!("{IMAGE}:{tag}"), "--out"])
+                .arg(&tar)
+                .arg("--file")
+                .arg(format!("{}:/usr/local/bin/nri-trace:0755", bin.display()))
+                .args([
+                    "--entrypoint",
+                    "/usr/local/bin/nri-trace",
+                    "--cmd",
+                    "doctor",
+                ]),
+        )?;
+        output(
+            Command::new(self.lab.join("ctrd23/bin/ctr"))
+                .arg("--address")
+                .arg(self.lab.join("run/containerd.sock"))
+                .args(["-n", "k8s.io", "images", "import"])
+                .arg(&tar),
+        )
+        .map(drop)
+    }
+
+    /// deploy/daemonset.yaml with the tag set, applied; its pod Ready.
+    pub(crate) fn apply_daemonset(&self, tag: &str) -> Result<()> {
+        let yaml = std::fs::read_to_string(self.repo.join("deploy/daemonset.yaml"))?;
+        ensure!(
+            yaml.contains(":VERSION"),
+            "deploy/daemonset.yaml: no :VERSION tag to set"
+        );
+        self.apply(&yaml.replace(":VERSION", &format!(":{tag}")))?;
+        self.kubectl(&[
+            "rollout",
+            "status",
+            "-n",
+            "kube-system",
+            "ds/nri-trace",
+            "--timeout=120s",
+        ])
+        .map(drop)
+    }
+
+    /// An external NRI plugin of the lab on the node's runtime.
+    pub(crate) fn plugin(&self, name: &str, idx: &str, args: &[&str], out: &Path) -> Result<Child> {
+        let log = std::fs::File::create(out.join(format!("plugin-{idx}-{name}.log")))?;
+        let child = Command::new(workspace_bin("nri-test-plugin"))
+            .args(["--name", name, "--idx", idx])
+            .args(args)
+            .arg("--socket")
+            .arg(self.lab.join("run/nri.sock"))
+            .arg("--truth")
+            .arg(out.join(format!("plugin-{idx}-{name}.truth.ndjson")))
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting nri-test-plugin")?;
+        // Registered once the runtime synchronized it (its truth says so).
+        let truth = out.join(format!("plugin-{idx}-{name}.truth.ndjson"));
+        let t0 = Instant::now();
+        while !std::fs::read_to_string(&truth).is_ok_and(|t| t.contains("ynchroniz")) {
+            if t0.elapsed() > Duration::from_secs(10) {
+                bail!("plugin {idx}-{name} not synchronized within 10 s");
+            }
+            sleep(Duration::from_millis(100));
+        }
+        Ok(child)
+    }
+
+    /// The pod created and Running.
+    pub(crate) fn create(&self, pod: &TestPod) -> Result<()> {
+        self.apply(&pod.yaml())?;
+        self.kubectl(&[
+            "wait",
+            "-n",
+            &pod.namespace,
+            "--for=condition=Ready",
+            &format!("pod/{}", pod.name),
+            "--timeout=90s",
+        ])
+        .map(drop)
+    }
+
+    /// `kubectl delete pod --wait=false`, then Terminating in `kubectl
+    /// get pod` (a deletion timestamp).
+    pub(crate) fn delete(&self, pod: &TestPod) -> Result<()> {
+        self.kubectl(&[
+            "delete",
+            "pod",
+            "-n",
+            &pod.namespace,
+            &pod.name,
+            "--wait=false",
+        ])?;
+        let ts = self.kubectl(&[
+            "get",
+            "pod",
+            "-n",
+            &pod.namespace,
+            &pod.name,
+            "-o",
+            "jsonpath={.metadata.deletionTimestamp}",
+        ])?;
+        ensure!(!ts.trim().is_empty(), "{}: no deletion timestamp", pod.name);
+        Ok(())
+    }
+
+    pub(crate) fn force_delete(&self, pod: &TestPod) -> Result<()> {
+        self.kubectl(&[
+            "delete",
+            "pod",
+            "-n",
+            &pod.namespace,
+            &pod.name,
+            "--grace-period=0",
+            "--force",
+            "--wait=false",
+        ])?;
+        self.wait_gone(pod, Duration::from_secs(60))
+    }
+
+    /// Until the API no longer has the pod.
+    pub(crate) fn wait_gone(&self, pod: &TestPod, max: Duration) -> Result<()> {
+        let t0 = Instant::now();
+        loop {
+            let left = self.kubectl(&[
+                "get",
+                "pods",
+                "-n",
+                &pod.namespace,
+                "--field-selector",
+                &format!("metadata.name={}", pod.name),
+                "-o",
+                "name",
+            ])?;
+            if left.trim().is_empty() {
+                return Ok(());
+            }
+            if t0.elapsed() > max {
+                bail!("{} still in the API after {max:?}", pod.name);
+            }
+            sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// The last lines of each component's log, for a failure.
+    pub(crate) fn logs_tail(&self) -> String {
+        let mut s = String::new();
+        for c in ["kubelet", "containerd"] {
+            let path = if c == "containerd" {
+                self.lab.join("containerd.log")
+            } else {
+                self.lab.join(format!("cluster/logs/{c}.log"))
+            };
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            s.push_str(&format!("---- {} (last 30 lines)\n", path.display()));
+            for l in &lines[lines.len().saturating_sub(30)..] {
+                s.push_str(l);
+                s.push('\n');
+            }
+        }
+        s
+    }
+}

@@ -1,0 +1,204 @@
+//! nri-trace on the lab's one-node Kubernetes cluster (lab/cluster.sh,
+//! docs/cluster.md; issue 32): kubelet and its API server on containerd
+//! 2.3, the image of the dist binary imported into the node's runtime,
+//! deploy/daemonset.yaml applied with kubectl as a user applies it, and
+//! pods deleted through the API that stay Terminating for a reason
+//! `nri-trace explain` in the DaemonSet's pod must name.
+//!
+//! One test, one cluster: `cluster up` costs about 20 s, and each cause
+//! below is a pod of its own on it. `cluster down` at the end must leave
+//! nothing (its own leftover check).
+//!
+//! Needs root, the dist binary (`cargo xtask dist`; NRI_TRACE_DIST_BIN in
+//! `cargo xtask test`), Kubernetes built by lab/k8s.sh (the lab's peers
+//! build it) and the lab; mandatory under CI=true.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    thread::sleep,
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, ensure, Context, Result};
+use serde_json::Value;
+
+mod cluster;
+#[path = "../dist_bin/mod.rs"]
+mod dist_bin;
+mod pods;
+
+use cluster::Cluster;
+use pods::TestPod;
+
+/// The DaemonSet's pod is up and its recorder has seen kubelet's calls;
+/// each cause's pod, deleted, stays Terminating, and explain in the
+/// DaemonSet's pod names why; `kubectl nri-trace explain` from outside
+/// the node gives the same answer.
+#[test]
+fn cluster_daemonset_explains_terminating_pods() {
+    let Some(bin) = dist_bin::guard("cluster_lab", &["nri-test-plugin"]) else {
+        return;
+    };
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cluster");
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out).unwrap();
+    let cluster = Cluster::up(&out).expect("cluster up");
+    let result = run_all(&cluster, &bin, &out);
+    let down = cluster.down();
+    if let Err(e) = &result {
+        eprintln!("{}", cluster.logs_tail());
+        panic!("{e:#}");
+    }
+    down.expect("cluster down leaves nothing");
+}
+
+fn run_all(c: &Cluster, bin: &Path, out: &Path) -> Result<()> {
+    let tag = dist_bin::commit_in_name(bin);
+    c.import_image(bin, &tag, out)?;
+    c.apply_daemonset(&tag)?;
+    grace_period(c)?;
+    hung_stop_hook(c, out)?;
+    finalizer(c)?;
+    Ok(())
+}
+
+/// `nri-trace explain NS/NAME -o json` in the DaemonSet's pod: its lines.
+fn explain(c: &Cluster, pod: &TestPod) -> Result<Vec<Value>> {
+    let text = c.kubectl(&[
+        "exec",
+        "-n",
+        "kube-system",
+        "ds/nri-trace",
+        "--",
+        "nri-trace",
+        "explain",
+        &format!("{}/{}", pod.namespace, pod.name),
+        "--wait",
+        "20",
+        "-o",
+        "json",
+    ])?;
+    eprintln!("explain {}/{}:\n{text}", pod.namespace, pod.name);
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).with_context(|| format!("explain's line {l:?}")))
+        .collect()
+}
+
+/// The explanation line of explain's output.
+fn explanation(lines: &[Value]) -> Result<&Value> {
+    lines
+        .iter()
+        .find(|v| v["type"] == "explanation")
+        .context("no explanation line")
+}
+
+/// A container that ignores SIGTERM with a 600 s grace period: kubelet's
+/// StopContainer carries the grace period as its timeout and waits it
+/// out. Not stuck: explain says the pod waits out its grace period and
+/// how long is left.
+fn grace_period(c: &Cluster) -> Result<()> {
+    let pod = TestPod::new("grace", "trap '' TERM; while :; do sleep 1; done").grace(600);
+    c.create(&pod)?;
+    c.delete(&pod)?;
+    // kubelet sends SIGTERM, then waits.
+    sleep(Duration::from_secs(3));
+    let lines = explain(c, &pod)?;
+    let e = explanation(&lines)?;
+    ensure!(e["verdict"] == "waiting", "{e}");
+    let grace = &e["grace_period"];
+    ensure!(
+        grace["timeout_ns"].as_u64() == Some(600_000_000_000),
+        "no grace period of 600 s: {e}"
+    );
+    let left = grace["left_ns"].as_u64().context("no time left")?;
+    ensure!(left > 500_000_000_000 && left < 600_000_000_000, "{e}");
+    c.force_delete(&pod)
+}
+
+/// An NRI plugin whose StopPodSandbox hook does not answer. The lab's
+/// containerd here has a 60 s plugin request timeout (containerd's
+/// default is 2 s, after which it closes the plugin): explain names the
+/// plugin and the hook it waits for.
+fn hung_stop_hook(c: &Cluster, out: &Path) -> Result<()> {
+    let pod = TestPod::new("hook", "sleep 3600").grace(1);
+    c.create(&pod)?;
+    let mut plugin = c.plugin("hang", "10", &["--on", "STOP_POD_SANDBOX=hang"], out)?;
+    c.delete(&pod)?;
+    let e = wait_explained(c, &pod, |e| e["blocker"]["kind"] == "hook_pending")?;
+    let b = &e["blocker"];
+    let result = (|| {
+        ensure!(b["plugin"] == "10-hang", "{e}");
+        ensure!(b["event"] == "STOP_POD_SANDBOX", "{e}");
+        ensure!(e["verdict"] == "blocked", "{e}");
+        Ok(())
+    })();
+    let _ = plugin.kill();
+    let _ = plugin.wait();
+    result?;
+    c.wait_gone(&pod, Duration::from_secs(90))
+}
+
+/// A finalizer on the pod: the node has finished with it (containers
+/// gone, sandbox removed) and what holds it is not on this node.
+fn finalizer(c: &Cluster) -> Result<()> {
+    let pod = TestPod::new("final", "sleep 3600")
+        .grace(1)
+        .finalizer("nri-trace.test/hold");
+    c.create(&pod)?;
+    c.delete(&pod)?;
+    let e = wait_explained(c, &pod, |e| e["verdict"] == "gone")?;
+    ensure!(
+        c.kubectl(&["get", "pod", "-n", &pod.namespace, &pod.name, "-o", "name"])
+            .is_ok(),
+        "the pod is gone from the API: {e}"
+    );
+    c.kubectl(&[
+        "patch",
+        "pod",
+        "-n",
+        &pod.namespace,
+        &pod.name,
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+    ])?;
+    c.wait_gone(&pod, Duration::from_secs(30))
+}
+
+/// explain, again until `pred` holds of its explanation (kubelet's
+/// teardown takes a few seconds to reach the step), at most 90 s.
+fn wait_explained(c: &Cluster, pod: &TestPod, pred: impl Fn(&Value) -> bool) -> Result<Value> {
+    let t0 = Instant::now();
+    loop {
+        let lines = explain(c, pod)?;
+        let e = explanation(&lines)?.clone();
+        if pred(&e) {
+            return Ok(e);
+        }
+        if t0.elapsed() > Duration::from_secs(90) {
+            bail!(
+                "{}/{}: explain never said what was expected: {e}",
+                pod.namespace,
+                pod.name
+            );
+        }
+        sleep(Duration::from_secs(2));
+    }
+}
+
+/// Runs `cmd`, its stdout, or an error with its stderr.
+fn output(cmd: &mut Command) -> Result<String> {
+    let o = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {cmd:?}"))?;
+    ensure!(
+        o.status.success(),
+        "{cmd:?}: {}: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr).trim()
+    );
+    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+}
