@@ -44,7 +44,8 @@ pub use go_plugins::{
     GO_PLUGINS,
 };
 pub use late_attach::BEFORE_ATTACH_PLUGINS;
-pub(crate) use terminating::{proc_state, sigkill_pending, wchan, FuseHang};
+pub use terminating::FuseHang;
+pub(crate) use terminating::{proc_state, sigkill_pending, wchan};
 
 use crate::{
     labctl::Lab,

@@ -319,9 +319,9 @@ fn check_unkillable(t: &[Truth], facts: &mut Vec<String>) -> Result<()> {
 /// aborts its FUSE connection so that a reader stuck in state D can die of
 /// its pending SIGKILL, and detaches the mount: neither a D-state process
 /// nor a mount under the lab dir outlives the scenario.
-pub(crate) struct FuseHang {
+pub struct FuseHang {
     child: Option<Child>,
-    pub(crate) pid: u32,
+    pub pid: u32,
     mnt: PathBuf,
     /// Its stdout: one JSON object per line.
     events: PathBuf,
@@ -329,7 +329,7 @@ pub(crate) struct FuseHang {
 
 impl FuseHang {
     /// Start it and wait until it has mounted.
-    pub(crate) fn start(bin: &Path, mnt: &Path, out: &Path) -> Result<Self> {
+    pub fn start(bin: &Path, mnt: &Path, out: &Path) -> Result<Self> {
         ensure!(
             bin.is_file(),
             "{} not found (build it: cargo build -p nri-trace-lab --bins)",
@@ -382,7 +382,7 @@ impl FuseHang {
     }
 
     /// The pid of the first reader whose READ it holds.
-    pub(crate) fn held_reader(&self, max: Duration) -> Result<u32> {
+    pub fn held_reader(&self, max: Duration) -> Result<u32> {
         let t0 = std::time::Instant::now();
         loop {
             let pid = self.events().iter().find_map(|v| {
@@ -403,7 +403,7 @@ impl FuseHang {
 
     /// SIGTERM (it closes /dev/fuse, then detaches the mount); SIGKILL
     /// after 5 s.
-    pub(crate) fn stop(&mut self) -> Result<std::process::ExitStatus> {
+    pub fn stop(&mut self) -> Result<std::process::ExitStatus> {
         let mut c = self.child.take().context("fuse-hang already stopped")?;
         unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
         let t0 = std::time::Instant::now();

@@ -180,6 +180,14 @@ pub enum Blocker {
         state: String,
         wchan: String,
     },
+    /// The CRI connection of the pod's latest call closed and no call of
+    /// the pod came since: no client (kubelet) asks the runtime to stop
+    /// it. Its client's label, when known.
+    ClientGone {
+        client: Option<String>,
+        closed: Timestamp,
+        ago_ns: u64,
+    },
     /// An unmount of the pod's paths failed and was not redone.
     UnmountFailed {
         path: String,
@@ -283,6 +291,8 @@ struct PodTeardown {
     pending_hooks: BTreeMap<(u64, u32, u32), NriCall>,
     /// Teardown calls made and not ended yet, by (connection, stream id).
     pending_calls: BTreeMap<(u64, u32), CriCall>,
+    /// The connection of its latest call (made or ended).
+    last_conn: Option<u64>,
 }
 
 impl Explanation {
@@ -327,7 +337,22 @@ pub struct TeardownLog {
     now_ns: u64,
     /// Its wall clock minus its monotonic clock (which boot it is from).
     wall_offset_ns: i128,
+    /// CRI connections that closed: when, and their client's label.
+    conns_gone: HashMap<u64, (Timestamp, Option<String>)>,
+    /// When a CRI connection was seen first last (capture time), by its
+    /// client's comm ("" when unknown): a client that connects again asks
+    /// for its pods again; another one (nri-trace's own state query, a
+    /// crictl) does not ask for them.
+    conn_opened: HashMap<String, u64>,
 }
+
+/// The comm of a client label `comm[pid]` ("" when unknown).
+fn comm_of(label: Option<&str>) -> &str {
+    label.map_or("", |l| l.rsplit_once('[').map_or(l, |(comm, _)| comm))
+}
+
+/// Most closed CRI connections remembered (kubelet keeps one for days).
+const MAX_CONNS_GONE: usize = 256;
 
 impl TeardownLog {
     pub fn new() -> Self {
@@ -346,6 +371,24 @@ impl TeardownLog {
             Record::NriUncaused(u) => self.hook_ended(&u.span.call),
             Record::Observed(Observation::NriPending(c)) => self.hook_called(c),
             Record::Observed(Observation::CriPending(c)) => self.call_made(c),
+            Record::Observed(Observation::CriConnection { ts, client, .. }) => {
+                let comm = comm_of(client.as_deref());
+                if self.conn_opened.len() < MAX_CONNS_GONE || self.conn_opened.contains_key(comm) {
+                    let at = self.conn_opened.entry(comm.to_owned()).or_default();
+                    *at = (*at).max(ts.mono_ns);
+                }
+            }
+            Record::Observed(Observation::CriConnectionGone { conn, ts, client }) => {
+                if self.conns_gone.len() >= MAX_CONNS_GONE {
+                    let oldest = self
+                        .conns_gone
+                        .iter()
+                        .min_by_key(|(_, (t, _))| t.mono_ns)
+                        .map(|(c, _)| *c);
+                    oldest.map(|c| self.conns_gone.remove(&c));
+                }
+                self.conns_gone.insert(conn.0, (*ts, client.clone()));
+            }
             Record::Observed(Observation::Sandbox(s)) => self.on_kernel(s),
             Record::Observed(Observation::CriState(s)) => self.on_state(s),
             Record::Violation(v) => {
@@ -413,6 +456,9 @@ impl TeardownLog {
             p.label = key;
         }
         p.sandbox_id = sandbox.or_else(|| p.sandbox_id.take());
+        if at >= p.last_seen {
+            p.last_conn = Some(c.conn.0);
+        }
         p.last_seen = p.last_seen.max(at);
         Some(key_out)
     }
@@ -707,7 +753,8 @@ impl TeardownLog {
         }
         // A hook not returned, or the kernel's side, names the blocker
         // below the CRI call.
-        if let Some(b) = hook_cause(p, now).or(kernel) {
+        let client_gone = || client_gone(p, &self.conns_gone, &self.conn_opened, now);
+        if let Some(b) = hook_cause(p, now).or(kernel).or_else(client_gone) {
             if e.verdict == Verdict::Waiting || e.verdict == Verdict::NotTornDown {
                 e.verdict = Verdict::Blocked;
             }
@@ -863,7 +910,7 @@ impl TeardownLog {
 }
 
 mod causes;
-use causes::{container_of, hook_cause, kernel_cause, pending_call};
+use causes::{client_gone, container_of, hook_cause, kernel_cause, pending_call};
 
 #[cfg(test)]
 pub(crate) mod tests;

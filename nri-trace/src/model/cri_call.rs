@@ -268,6 +268,14 @@ pub enum CriObservation {
         #[serde(default)]
         client_process: Option<CriClient>,
     },
+    /// A CRI connection closed (its client went, or the runtime closed
+    /// it): calls still open on it ended with it.
+    ConnectionGone {
+        conn: ConnId,
+        ts: Timestamp,
+        /// The client's `comm[pid]` ([`CriClient::label`]), when known.
+        client: Option<String>,
+    },
     /// The decoder skipped bytes to find a frame boundary.
     Resync {
         conn: ConnId,

@@ -47,6 +47,14 @@ pub enum Observation {
         #[serde(default)]
         client_process: Option<CriClient>,
     },
+    /// A CRI connection closed: its client (kubelet) went, or the runtime
+    /// closed it. A terminating pod whose calls came on it has nobody
+    /// asking for its teardown until a client asks again.
+    CriConnectionGone {
+        conn: ConnId,
+        ts: Timestamp,
+        client: Option<String>,
+    },
     /// The CRI decoder skipped bytes to find a frame boundary.
     CriResync {
         conn: ConnId,
@@ -122,6 +130,7 @@ impl Observation {
             Observation::NriCall(c) | Observation::NriPending(c) => c.end.or(c.start),
             Observation::CriConnection { ts, .. }
             | Observation::CriResync { ts, .. }
+            | Observation::CriConnectionGone { ts, .. }
             | Observation::NriPlugin { ts, .. }
             | Observation::NriPluginGone { ts, .. }
             | Observation::NriResync { ts, .. }
@@ -154,6 +163,9 @@ impl From<CriObservation> for Observation {
                 client,
                 client_process,
             },
+            CriObservation::ConnectionGone { conn, ts, client } => {
+                Observation::CriConnectionGone { conn, ts, client }
+            }
             CriObservation::Resync { conn, ts, skipped } => {
                 Observation::CriResync { conn, ts, skipped }
             }

@@ -133,6 +133,9 @@ impl Filter {
                             .is_some_and(|(comm, _)| comm == want),
                     },
                 ),
+                Record::Observed(Observation::CriConnectionGone { conn, .. }) => {
+                    return self.client_conns.contains(conn)
+                }
                 Record::Violation(v) => return v.evidence.iter().any(
                     |e| matches!(e, Evidence::Cri { conn, .. } if self.client_conns.contains(conn)),
                 ),

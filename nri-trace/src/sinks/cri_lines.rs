@@ -153,6 +153,19 @@ pub(crate) fn connection_text(
     writeln!(w, "{} ** CRI connection {conn}{from}", clock(ts))
 }
 
+/// A CRI connection closed.
+pub(crate) fn connection_gone_text(
+    w: &mut impl Write,
+    conn: ConnId,
+    ts: &Timestamp,
+    label: Option<&str>,
+) -> io::Result<()> {
+    let of = label
+        .map(|l| format!(" of {}", sanitize(l)))
+        .unwrap_or_default();
+    writeln!(w, "{} ** CRI connection {conn}{of} closed", clock(ts))
+}
+
 /// The CRI decoder skipped bytes.
 pub(crate) fn resync_text(
     w: &mut impl Write,

@@ -446,6 +446,15 @@ fn pending_line(e: &Explanation) -> Option<String> {
 /// What holds the pod below its CRI calls, in one sentence.
 fn blocker_sentence(b: &Blocker) -> String {
     match b {
+        Blocker::ClientGone { client, ago_ns, .. } => format!(
+            "the CRI connection of its last call{} closed {} ago and no CRI client has \
+             connected since: nobody asks the runtime to tear it down (is kubelet running?)",
+            client
+                .as_ref()
+                .map(|c| format!(" ({})", sanitize(c)))
+                .unwrap_or_default(),
+            duration(*ago_ns)
+        ),
         Blocker::HookPending {
             plugin,
             event,
@@ -607,6 +616,14 @@ pub fn evidence(e: &Explanation) -> Vec<String> {
         }
         Some(Blocker::PendingSigkill { pid, .. }) => v.push(format!(
             "on this node now: /proc/{pid}/status shows SIGKILL pending"
+        )),
+        Some(Blocker::ClientGone { client, closed, .. }) => v.push(format!(
+            "{} CRI connection{} closed",
+            clock(closed),
+            client
+                .as_ref()
+                .map(|c| format!(" of {}", sanitize(c)))
+                .unwrap_or_default()
         )),
         Some(Blocker::UnmountFailed { event, .. } | Blocker::RemoveFailed { event, .. }) => {
             v.push(kernel_evidence(event))

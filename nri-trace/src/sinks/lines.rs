@@ -42,6 +42,9 @@ pub fn observation_text(w: &mut impl Write, o: &Observation) -> io::Result<()> {
             client,
             client_process,
         } => cri_lines::connection_text(w, *conn, ts, client.as_deref(), client_process.as_ref()),
+        Observation::CriConnectionGone { conn, ts, client } => {
+            cri_lines::connection_gone_text(w, *conn, ts, client.as_deref())
+        }
         Observation::CriResync { conn, ts, skipped } => {
             cri_lines::resync_text(w, *conn, ts, *skipped)
         }

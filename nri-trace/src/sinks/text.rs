@@ -170,6 +170,7 @@ impl<W: Write> TextSink<W> {
                 | Observation::NriPending(_)
                 | Observation::CriPending(_)
                 | Observation::CriConnection { .. }
+                | Observation::CriConnectionGone { .. }
                 | Observation::CriState(_),
             ) => true,
             Record::Observed(Observation::NriPluginGone { ts, plugin, .. }) => {

@@ -64,6 +64,7 @@ pub(crate) const OBSERVATION_TYPES: &[&str] = &[
     "cri_call",
     "cri_pending",
     "cri_connection",
+    "cri_connection_gone",
     "cri_resync",
     "nri_call",
     "nri_pending",

@@ -263,6 +263,78 @@ impl Cluster {
         }
     }
 
+    /// crictl (lab/crictl.sh) on the node's runtime.
+    pub(crate) fn crictl(&self, args: &[&str]) -> Result<String> {
+        let bin = self.script("crictl.sh", &["path"])?;
+        output(
+            Command::new(bin.trim())
+                .arg("--runtime-endpoint")
+                .arg(format!(
+                    "unix://{}",
+                    self.lab.join("run/containerd.sock").display()
+                ))
+                .args(args),
+        )
+    }
+
+    /// kubelet stopped (SIGTERM; lab/cluster.sh's pid file), its exit
+    /// waited for.
+    pub(crate) fn stop_kubelet(&self) -> Result<()> {
+        let pidfile = self.lab.join("cluster/run/kubelet.pid");
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .with_context(|| format!("reading {}", pidfile.display()))?
+            .trim()
+            .parse()?;
+        // SAFETY: a plain kill(2).
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let t0 = Instant::now();
+        // Gone, or a zombie nobody reaped yet.
+        let alive = || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                s.rsplit_once(") ")
+                    .is_some_and(|(_, r)| !r.starts_with('Z'))
+            })
+        };
+        while alive() {
+            ensure!(
+                t0.elapsed() < Duration::from_secs(20),
+                "kubelet (pid {pid}) did not exit on SIGTERM"
+            );
+            sleep(Duration::from_millis(100));
+        }
+        Ok(())
+    }
+
+    /// `cluster.sh up` again: it starts what does not run (kubelet).
+    pub(crate) fn start_kubelet(&self) -> Result<()> {
+        self.script("cluster.sh", &["up"]).map(drop)
+    }
+
+    /// The lab's directory.
+    pub(crate) fn lab_dir(&self) -> &Path {
+        &self.lab
+    }
+
+    /// kubelet's root directory (lab/cluster.sh `KUBELET_ROOT`).
+    pub(crate) fn kubelet_root(&self) -> PathBuf {
+        self.lab.join("cluster/state/kubelet")
+    }
+
+    /// The pod's uid, as the API has it.
+    pub(crate) fn uid(&self, pod: &TestPod) -> Result<String> {
+        let uid = self.kubectl(&[
+            "get",
+            "pod",
+            "-n",
+            &pod.namespace,
+            &pod.name,
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ])?;
+        ensure!(!uid.trim().is_empty(), "{}: no uid", pod.name);
+        Ok(uid.trim().to_owned())
+    }
+
     /// The last lines of each component's log, for a failure.
     pub(crate) fn logs_tail(&self) -> String {
         let mut s = String::new();

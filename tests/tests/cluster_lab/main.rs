@@ -21,6 +21,8 @@ use std::{
 };
 
 use anyhow::{bail, ensure, Context, Result};
+use nri_trace_lab::scenario::FuseHang;
+use nri_trace_tests::workspace_bin;
 use serde_json::Value;
 
 mod cluster;
@@ -37,7 +39,7 @@ use pods::TestPod;
 /// the node gives the same answer.
 #[test]
 fn cluster_daemonset_explains_terminating_pods() {
-    let Some(bin) = dist_bin::guard("cluster_lab", &["nri-test-plugin"]) else {
+    let Some(bin) = dist_bin::guard("cluster_lab", &["nri-test-plugin", "fuse-hang"]) else {
         return;
     };
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cluster");
@@ -59,8 +61,135 @@ fn run_all(c: &Cluster, bin: &Path, out: &Path) -> Result<()> {
     c.apply_daemonset(&tag)?;
     grace_period(c)?;
     hung_stop_hook(c, out)?;
+    volume_busy(c)?;
+    alive_after_sigkill(c, out)?;
     finalizer(c)?;
+    kubelet_stopped(c)?;
     Ok(())
+}
+
+/// kubelet stopped while the pod waits out its grace period: its
+/// connection closes, nobody asks the runtime to stop the pod. With
+/// kubelet gone `kubectl exec` cannot reach the pod, so explain runs in
+/// the DaemonSet's container through the runtime (crictl exec, as an SRE
+/// on the node would). Then kubelet is started again and the pod removed.
+fn kubelet_stopped(c: &Cluster) -> Result<()> {
+    let pod = TestPod::new("orphan", "trap '' TERM; while :; do sleep 1; done").grace(600);
+    c.create(&pod)?;
+    c.delete(&pod)?;
+    sleep(Duration::from_secs(3));
+    let container = c.crictl(&["ps", "--name", "nri-trace", "-q"])?;
+    let container = container
+        .lines()
+        .next()
+        .context("no nri-trace container")?
+        .to_owned();
+    c.stop_kubelet()?;
+    let result = (|| {
+        let text = c.crictl(&[
+            "exec",
+            &container,
+            "nri-trace",
+            "explain",
+            &format!("{}/{}", pod.namespace, pod.name),
+            "-o",
+            "json",
+        ])?;
+        eprintln!(
+            "explain {}/{} with kubelet stopped:\n{text}",
+            pod.namespace, pod.name
+        );
+        let lines: Vec<Value> = text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(serde_json::from_str)
+            .collect::<Result<_, _>>()?;
+        let e = explanation(&lines)?;
+        ensure!(e["verdict"] == "blocked", "{e}");
+        ensure!(e["blocker"]["kind"] == "client_gone", "{e}");
+        ensure!(
+            e["blocker"]["client"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("kubelet[")),
+            "{e}"
+        );
+        Ok(())
+    })();
+    c.start_kubelet()?;
+    result?;
+    c.force_delete(&pod)
+}
+
+/// A host process with its cwd in the pod's emptyDir (medium Memory: a
+/// tmpfs kubelet mounts and must unmount): kubelet's unmount fails with
+/// EBUSY and it retries; the pod stays Terminating. explain names the
+/// failed unmount of the volume's path and, on the node, who holds it.
+fn volume_busy(c: &Cluster) -> Result<()> {
+    let pod = TestPod::new("volume", "sleep 3600")
+        .grace(1)
+        .memory_volume("data");
+    c.create(&pod)?;
+    let uid = c.uid(&pod)?;
+    let path = c
+        .kubelet_root()
+        .join(format!("pods/{uid}/volumes/kubernetes.io~empty-dir/data"));
+    let mut holder = hold_cwd(&path)?;
+    c.delete(&pod)?;
+    let e = wait_explained(c, &pod, |e| e["blocker"]["kind"] == "unmount_failed");
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let e = e?;
+    let b = &e["blocker"];
+    ensure!(e["verdict"] == "blocked", "{e}");
+    ensure!(b["errno"] == libc::EBUSY, "{e}");
+    ensure!(
+        b["path"].as_str() == path.to_str(),
+        "the unmount of {}: {e}",
+        path.display()
+    );
+    c.wait_gone(&pod, Duration::from_secs(90))
+}
+
+/// A container process in a FUSE read the server never answers (state D;
+/// the lab's fuse-hang, through a hostPath volume): SIGKILL stays pending,
+/// the process does not exit and StopContainer does not return. explain
+/// names the process alive after SIGKILL.
+fn alive_after_sigkill(c: &Cluster, out: &Path) -> Result<()> {
+    let mnt = c.lab_dir().join("fuse-hang-cluster");
+    std::fs::create_dir_all(&mnt)?;
+    let mut fuse = FuseHang::start(&workspace_bin("fuse-hang"), &mnt, out)?;
+    let pod = TestPod::new("sigkill", "cat /hang/hang; sleep 3600")
+        .grace(1)
+        .host_path("hang", &mnt, "/hang");
+    let result = (|| {
+        c.create(&pod)?;
+        let reader = fuse.held_reader(Duration::from_secs(30))?;
+        c.delete(&pod)?;
+        let e = wait_explained(c, &pod, |e| e["blocker"]["kind"] == "alive_after_kill")?;
+        ensure!(e["verdict"] == "blocked", "{e}");
+        ensure!(e["blocker"]["pid"] == reader, "reader pid {reader}: {e}");
+        Ok(())
+    })();
+    // The reader dies of its pending SIGKILL once the server is gone.
+    let _ = fuse.stop();
+    result?;
+    c.wait_gone(&pod, Duration::from_secs(120))
+}
+
+/// A `sleep` whose cwd is `dir`, killed with this process.
+fn hold_cwd(dir: &Path) -> Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new("sleep");
+    cmd.arg("3600").current_dir(dir).stdin(Stdio::null());
+    // SAFETY: prctl is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    cmd.spawn()
+        .with_context(|| format!("a holder in {}", dir.display()))
 }
 
 /// `nri-trace explain NS/NAME -o json` in the DaemonSet's pod: its lines.

@@ -13,6 +13,8 @@ pub(crate) struct TestPod {
     script: String,
     grace_secs: u32,
     finalizer: Option<String>,
+    /// Volumes and where the container mounts them.
+    volumes: Vec<(serde_json::Value, String)>,
 }
 
 impl TestPod {
@@ -23,6 +25,7 @@ impl TestPod {
             script: script.into(),
             grace_secs: 30,
             finalizer: None,
+            volumes: Vec::new(),
         }
     }
 
@@ -37,6 +40,25 @@ impl TestPod {
         self
     }
 
+    /// An emptyDir of medium Memory: a tmpfs kubelet mounts under the
+    /// pod's directory, at /NAME in the container.
+    pub(crate) fn memory_volume(mut self, name: &str) -> Self {
+        self.volumes.push((
+            serde_json::json!({"name": name, "emptyDir": {"medium": "Memory"}}),
+            format!("/{name}"),
+        ));
+        self
+    }
+
+    /// A hostPath directory at `at` in the container.
+    pub(crate) fn host_path(mut self, name: &str, path: &std::path::Path, at: &str) -> Self {
+        self.volumes.push((
+            serde_json::json!({"name": name, "hostPath": {"path": path, "type": "Directory"}}),
+            at.into(),
+        ));
+        self
+    }
+
     /// The manifest, for `kubectl apply -f -`. JSON is YAML: serde_json
     /// quotes the script.
     pub(crate) fn yaml(&self) -> String {
@@ -44,17 +66,25 @@ impl TestPod {
         if let Some(f) = &self.finalizer {
             meta["finalizers"] = serde_json::json!([f]);
         }
+        let mounts: Vec<serde_json::Value> = self
+            .volumes
+            .iter()
+            .map(|(v, at)| serde_json::json!({"name": v["name"], "mountPath": at}))
+            .collect();
+        let volumes: Vec<&serde_json::Value> = self.volumes.iter().map(|(v, _)| v).collect();
         serde_json::json!({
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": meta,
             "spec": {
                 "terminationGracePeriodSeconds": self.grace_secs,
+                "volumes": volumes,
                 "containers": [{
                     "name": "main",
                     "image": IMAGE,
                     "imagePullPolicy": "Never",
                     "command": ["sh", "-c", self.script],
+                    "volumeMounts": mounts,
                 }],
             },
         })

@@ -350,6 +350,7 @@ fn client_keep(all: &[Value], comm: &str) -> Keep {
     Box::new(move |_, l| match l["type"].as_str() {
         Some("cri_span" | "cri_pending") => l["client"]["comm"].as_str() == Some(comm.as_str()),
         Some("cri_connection") => l["client_process"]["comm"].as_str() == Some(comm.as_str()),
+        Some("cri_connection_gone") => l["conn"].as_u64().is_some_and(|c| conns.contains(&c)),
         Some("violation") => {
             l["evidence"].as_array().into_iter().flatten().any(|e| {
                 e["kind"] == "cri" && e["conn"].as_u64().is_some_and(|c| conns.contains(&c))

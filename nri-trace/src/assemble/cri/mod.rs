@@ -379,6 +379,13 @@ impl CriCallAssembler {
                     }
                     self.slot_methods.retain(|(conn, _), _| *conn != c.conn);
                     self.slot_candidates.retain(|(conn, _), _| *conn != c.conn);
+                    if c.reason != CloseReason::Untracked {
+                        out.push(CriObservation::ConnectionGone {
+                            conn: c.conn,
+                            ts: c.ts,
+                            client: self.clients.get(&c.conn).map(CriClient::label),
+                        });
+                    }
                 }
                 self.clients.remove(&c.conn);
             }

@@ -169,3 +169,26 @@ pub(super) fn kernel_cause(p: &PodTeardown, now: u64) -> Option<Blocker> {
     }
     None
 }
+
+/// The connection of the pod's latest call, closed, and its client (by
+/// comm) has not connected since (`opened`): nobody asks for the pod any
+/// more (kubelet stopped) until it connects and calls again.
+pub(super) fn client_gone(
+    p: &PodTeardown,
+    gone: &HashMap<u64, (Timestamp, Option<String>)>,
+    opened: &HashMap<String, u64>,
+    now: u64,
+) -> Option<Blocker> {
+    let (closed, client) = gone.get(&p.last_conn?)?;
+    if opened
+        .get(comm_of(client.as_deref()))
+        .is_some_and(|t| *t > closed.mono_ns)
+    {
+        return None;
+    }
+    Some(Blocker::ClientGone {
+        client: client.clone(),
+        closed: *closed,
+        ago_ns: now.saturating_sub(closed.mono_ns),
+    })
+}

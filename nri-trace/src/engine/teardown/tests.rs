@@ -1,5 +1,6 @@
 use super::*;
 use crate::{
+    basic_types::ConnId,
     decode::{cri::message::PodMeta, nri::message::Event},
     engine::test_calls::*,
 };
@@ -492,4 +493,48 @@ fn a_pending_call_ends_with_its_span() {
     let e = log(&records).explain("ns/web", 21_000 * MS).unwrap();
     assert_eq!(e.progress, TeardownProgress::NextNotCalled { step: 0 });
     assert_eq!(e.verdict, Verdict::Waiting);
+}
+
+/// kubelet's connection closes after its StopContainer ran into the
+/// deadline: nobody asks for the pod any more; once a client connects
+/// again, that is no longer the blocker.
+#[test]
+fn the_connection_of_the_last_call_gone_is_the_blocker() {
+    let mut records = failed_stop();
+    let gone = |ms: u64| {
+        Record::Observed(Observation::CriConnectionGone {
+            conn: ConnId(1),
+            ts: ts(ms).unwrap(),
+            client: Some("kubelet[42]".into()),
+        })
+    };
+    records.push(gone(14_000));
+    // Another client connecting (nri-trace's own state query, crictl)
+    // does not ask for the pod.
+    records.push(Record::Observed(Observation::CriConnection {
+        conn: ConnId(5),
+        ts: ts(14_500).unwrap(),
+        client: Some("crictl[9]".into()),
+        client_process: None,
+    }));
+    let l = log(&records);
+    let e = l.explain("ns/web", 20_000 * MS).unwrap();
+    assert_eq!(e.verdict, Verdict::Blocked);
+    assert_eq!(
+        e.blocker,
+        Some(Blocker::ClientGone {
+            client: Some("kubelet[42]".into()),
+            closed: ts(14_000).unwrap(),
+            ago_ns: 6_000 * MS,
+        })
+    );
+    records.push(Record::Observed(Observation::CriConnection {
+        conn: ConnId(7),
+        ts: ts(15_000).unwrap(),
+        client: Some("kubelet[43]".into()),
+        client_process: None,
+    }));
+    let e = log(&records).explain("ns/web", 20_000 * MS).unwrap();
+    assert_eq!(e.blocker, None);
+    assert_eq!(e.progress, TeardownProgress::CallFailed { step: 0 });
 }
