@@ -28,7 +28,7 @@
 //! call it hung), and a delivery until no CRI call that could contain it is
 //! still unreported. Pure and deterministic.
 
-use crate::model::cri_call::CallMethod;
+use crate::model::{cri_call::CallMethod, observation::Observation};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use serde::Serialize;
@@ -171,6 +171,9 @@ pub(crate) fn cgroup_names(cgroup: &str, id: &str) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) enum Correlated {
     Cri(CriSpan),
+    /// An observation passed on unchanged, in time order with the calls
+    /// ([`Correlator::on_observed`]).
+    Observed(Observation),
     Uncaused {
         span: HookSpan,
         why: NoCause,
@@ -387,8 +390,11 @@ const EXIT_CAUSE_NS: u64 = 60_000_000_000;
 /// yields [`Correlated`] items as they settle.
 #[derive(Default)]
 pub(crate) struct Correlator {
-    /// CRI calls waiting for the NRI calls they may contain.
-    calls: Vec<CriCall>,
+    /// CRI calls waiting for the NRI calls they may contain, and other
+    /// observations of the CRI stage waiting their turn: each leaves in the
+    /// order of its time (a call's end, an observation's), whatever clocks
+    /// the capture brought.
+    calls: Vec<Held>,
     /// Event deliveries waiting for the CRI call that may contain them.
     deliveries: Vec<HookSpan>,
     /// (kind, object id) -> start of the latest delivery of an event that
@@ -423,7 +429,14 @@ impl Correlator {
                 h.1 = h.1.max(end.mono_ns);
             }
         }
-        self.calls.push(call);
+        self.calls.push(Held::Call(call));
+    }
+
+    /// An observation of the CRI stage to pass on in time order with the
+    /// calls (a teardown call made, a connection closed): once the calls
+    /// that ended before it are passed on.
+    pub(crate) fn on_observed(&mut self, o: Observation) {
+        self.calls.push(Held::Observed(o));
     }
 
     /// The capture lost records between capture times `from` and `to`.
@@ -603,12 +616,14 @@ impl Correlator {
         // CRI calls whose NRI calls are all in.
         let mut i = 0;
         while i < self.calls.len() {
-            let end = end_of(&self.calls[i]);
+            let end = self.calls[i].at();
             let settled =
                 end.saturating_add(NRI_SETTLE_NS) <= now && nri_open.is_none_or(|o| o > end);
             if settled {
-                let call = self.calls.remove(i);
-                out.push(Correlated::Cri(self.claim(call)));
+                match self.calls.remove(i) {
+                    Held::Call(call) => out.push(Correlated::Cri(self.claim(call))),
+                    Held::Observed(o) => out.push(Correlated::Observed(o)),
+                }
             } else {
                 i += 1;
             }
@@ -618,6 +633,7 @@ impl Correlator {
         let held_oldest = self
             .calls
             .iter()
+            .filter_map(Held::ended)
             .filter_map(|c| c.start.map(|t| t.mono_ns))
             .min();
         let oldest = match (held_oldest, cri_oldest) {
@@ -643,6 +659,7 @@ impl Correlator {
     pub(crate) fn oldest_held(&self) -> Option<u64> {
         self.calls
             .iter()
+            .filter_map(Held::ended)
             .filter_map(|c| c.start.or(c.end))
             .chain(
                 self.deliveries
@@ -831,6 +848,33 @@ impl Correlator {
                 ),
             )
         })
+    }
+}
+
+/// A CRI call the correlator holds.
+#[derive(Debug, Clone)]
+enum Held {
+    /// Ended: waits for the NRI calls it may contain.
+    Call(CriCall),
+    /// Waits its turn ([`Correlator::on_observed`]).
+    Observed(Observation),
+}
+
+impl Held {
+    /// Its place in time: a call's end, an observation's time.
+    fn at(&self) -> u64 {
+        match self {
+            Held::Call(c) => end_of(c),
+            Held::Observed(o) => o.ts().map_or(0, |t| t.mono_ns),
+        }
+    }
+
+    /// The call (an observation holds no delivery back).
+    fn ended(&self) -> Option<&CriCall> {
+        match self {
+            Held::Call(c) => Some(c),
+            Held::Observed(_) => None,
+        }
     }
 }
 

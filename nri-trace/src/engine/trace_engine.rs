@@ -21,10 +21,6 @@ use crate::{
     model::observation::Observation,
 };
 
-/// Most teardown calls held for the next clock ([`TraceEngine`]'s
-/// `pending_cri`).
-const MAX_PENDING_CRI: usize = 1024;
-
 /// The engine proper: observations in, trace records out (CRI spans with
 /// their NRI hooks, uncaused NRI calls, the contract's findings), plus
 /// hook and CRI latency histograms. Pure: it reads only the observations.
@@ -47,12 +43,6 @@ pub struct TraceEngine {
     listed: PodIndex,
     /// The contract's by-design clauses, tallied per runtime.
     conformance: Conformance,
-    /// Teardown calls made, passed on at the next clock: after the calls
-    /// that settle by then, whatever the chunking of the capture that
-    /// showed them (the assembler reports a pending call as its request
-    /// message completes, and a clock of the same capture time may come
-    /// before or after that).
-    pending_cri: Vec<Record>,
 }
 
 impl Default for TraceEngine {
@@ -75,7 +65,6 @@ impl TraceEngine {
             clock: (0, None, None),
             listed: PodIndex::new(),
             conformance: Conformance::new(),
-            pending_cri: Vec::new(),
         }
     }
 
@@ -102,18 +91,16 @@ impl TraceEngine {
                 self.correlator
                     .advance(now_ns, cri_oldest_ns, nri_open_ns, &mut self.settled);
                 self.contract.advance(now_ns, &mut self.violations);
-                self.emit(None, out);
-                for r in std::mem::take(&mut self.pending_cri) {
-                    self.emit(Some(r), out);
-                }
-                return;
+                None
             }
-            // Bounded: a stream without clocks (a record file cut short)
-            // passes them on as they come.
-            Observation::CriPending(c) if self.pending_cri.len() < MAX_PENDING_CRI => {
-                self.pending_cri
-                    .push(Record::Observed(Observation::CriPending(c)));
-                return;
+            // In time order with the calls that end meanwhile, whatever
+            // the chunking of the capture: the assembler reports a pending
+            // call as its request message completes, a connection as it
+            // closes, and a clock of the same capture time may come before
+            // or after that.
+            o @ (Observation::CriPending(_) | Observation::CriConnectionGone { .. }) => {
+                self.correlator.on_observed(o);
+                None
             }
             Observation::CaptureLoss(l) => {
                 // Where the hole is (captures before the stamps existed
@@ -151,9 +138,6 @@ impl TraceEngine {
     pub fn finish(&mut self, out: &mut Vec<Record>) {
         self.correlator.finish(&mut self.settled);
         self.emit(None, out);
-        for r in std::mem::take(&mut self.pending_cri) {
-            self.emit(Some(r), out);
-        }
         self.contract.finish(&mut self.violations);
         self.emit_violations(out);
     }
@@ -170,6 +154,7 @@ impl TraceEngine {
                 listed.fill_from_state(&mut span.call);
                 Record::CriSpan(span)
             }
+            Correlated::Observed(o) => Record::Observed(o),
             Correlated::Uncaused {
                 span,
                 why,

@@ -5,7 +5,7 @@ fn spans_of(out: &[Correlated]) -> Vec<&CriSpan> {
     out.iter()
         .filter_map(|o| match o {
             Correlated::Cri(s) => Some(s),
-            Correlated::Uncaused { .. } => None,
+            Correlated::Uncaused { .. } | Correlated::Observed(_) => None,
         })
         .collect()
 }
@@ -82,7 +82,7 @@ fn a_stop_container_after_its_exit_is_the_exits() {
                 *why,
                 exit.as_ref().map(|x| x.pid),
             )),
-            Correlated::Cri(_) => None,
+            Correlated::Cri(_) | Correlated::Observed(_) => None,
         })
         .collect();
     assert_eq!(
@@ -140,7 +140,7 @@ fn other_pod_or_no_call_is_uncaused() {
         .iter()
         .filter_map(|o| match o {
             Correlated::Uncaused { why, .. } => Some(*why),
-            Correlated::Cri(_) => None,
+            Correlated::Cri(_) | Correlated::Observed(_) => None,
         })
         .collect();
     assert_eq!(
@@ -194,6 +194,7 @@ fn a_failed_run_pod_sandbox_is_undone_by_the_runtime() {
                     assert_eq!(s.hooks.len(), 1, "{s:?}");
                     None
                 }
+                Correlated::Observed(_) => None,
             })
             .collect::<Vec<_>>()
     };
@@ -244,7 +245,7 @@ fn a_hole_takes_the_cause_not_the_label() {
         out.iter()
             .filter_map(|o| match o {
                 Correlated::Uncaused { why, .. } => Some(*why),
-                Correlated::Cri(_) => None,
+                Correlated::Cri(_) | Correlated::Observed(_) => None,
             })
             .collect::<Vec<_>>()
     };
