@@ -236,7 +236,7 @@ impl Cluster {
             "--force",
             "--wait=false",
         ])?;
-        self.wait_gone(pod, Duration::from_secs(60))
+        self.wait_gone(pod, Duration::from_mins(1))
     }
 
     /// Until the API no longer has the pod.

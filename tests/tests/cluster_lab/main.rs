@@ -173,7 +173,7 @@ fn alive_after_sigkill(c: &Cluster, out: &Path) -> Result<()> {
     // The reader dies of its pending SIGKILL once the server is gone.
     let _ = fuse.stop();
     result?;
-    c.wait_gone(&pod, Duration::from_secs(120))
+    c.wait_gone(&pod, Duration::from_mins(2))
 }
 
 /// A `sleep` whose cwd is `dir`, killed with this process.

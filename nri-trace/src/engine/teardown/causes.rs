@@ -2,7 +2,10 @@
 //! running, a teardown hook that has not returned, the kernel's side
 //! (`TeardownLog::explain` asks these, in this order).
 
-use super::*;
+use super::{
+    comm_of, ids_in, Blocker, CriMethod, Explanation, HashMap, PodTeardown, Removal, SandboxEvent,
+    SandboxOp, TeardownProgress, Timestamp, Verdict, GRACE_SLACK_NS,
+};
 
 /// A teardown call that has not returned (the oldest) is where the
 /// teardown stands: kubelet waits on it. A StopContainer within the grace
