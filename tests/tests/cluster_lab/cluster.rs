@@ -88,6 +88,24 @@ impl Cluster {
         )
     }
 
+    /// kubectl with `dir` (the dist's, holding `kubectl-nri_trace`)
+    /// first on its PATH: `kubectl nri-trace ...` runs the plugin.
+    pub(crate) fn kubectl_plugin(&self, dir: &Path, args: &[&str]) -> Result<String> {
+        let path = std::env::join_paths(
+            [dir.to_path_buf(), self.lab.join("k8s/bin")]
+                .into_iter()
+                .chain(std::env::split_paths(
+                    &std::env::var_os("PATH").unwrap_or_default(),
+                )),
+        )?;
+        output(
+            Command::new(self.kubectl_bin())
+                .env("KUBECONFIG", &self.kubeconfig)
+                .env("PATH", path)
+                .args(args),
+        )
+    }
+
     /// `kubectl apply -f -` of `yaml`.
     pub(crate) fn apply(&self, yaml: &str) -> Result<()> {
         use std::io::Write;

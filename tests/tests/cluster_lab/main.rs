@@ -59,7 +59,7 @@ fn run_all(c: &Cluster, bin: &Path, out: &Path) -> Result<()> {
     let tag = dist_bin::commit_in_name(bin);
     c.import_image(bin, &tag, out)?;
     c.apply_daemonset(&tag)?;
-    grace_period(c)?;
+    grace_period(c, bin)?;
     hung_stop_hook(c, out)?;
     volume_busy(c)?;
     alive_after_sigkill(c, out)?;
@@ -227,7 +227,11 @@ fn explanation(lines: &[Value]) -> Result<&Value> {
 /// StopContainer carries the grace period as its timeout and waits it
 /// out. Not stuck: explain says the pod waits out its grace period and
 /// how long is left.
-fn grace_period(c: &Cluster) -> Result<()> {
+///
+/// The same from outside the node, as a user runs it: `kubectl nri-trace
+/// explain POD -n NS` (the dist's kubectl plugin on the PATH beside the
+/// lab's kubectl) finds the pod's node and the nri-trace pod there.
+fn grace_period(c: &Cluster, bin: &Path) -> Result<()> {
     let pod = TestPod::new("grace", "trap '' TERM; while :; do sleep 1; done").grace(600);
     c.create(&pod)?;
     c.delete(&pod)?;
@@ -235,14 +239,44 @@ fn grace_period(c: &Cluster) -> Result<()> {
     sleep(Duration::from_secs(3));
     let lines = explain(c, &pod)?;
     let e = explanation(&lines)?;
-    ensure!(e["verdict"] == "waiting", "{e}");
-    let grace = &e["grace_period"];
+    let plugin = c.kubectl_plugin(
+        bin.parent().context("the dist directory")?,
+        &[
+            "nri-trace",
+            "explain",
+            &pod.name,
+            "-n",
+            &pod.namespace,
+            "--",
+            "-o",
+            "json",
+        ],
+    )?;
+    eprintln!("kubectl nri-trace explain {}:\n{plugin}", pod.name);
+    let outside: Vec<Value> = plugin
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    let o = explanation(&outside)?;
     ensure!(
-        grace["timeout_ns"].as_u64() == Some(600_000_000_000),
-        "no grace period of 600 s: {e}"
+        (&o["verdict"], &o["progress"]["kind"]) == (&e["verdict"], &e["progress"]["kind"]),
+        "kubectl nri-trace said {o}, in the pod {e}"
     );
-    let left = grace["left_ns"].as_u64().context("no time left")?;
-    ensure!(left > 500_000_000_000 && left < 600_000_000_000, "{e}");
+    ensure!(e["verdict"] == "waiting", "{e}");
+    let progress = &e["progress"];
+    ensure!(progress["kind"] == "call_pending", "{e}");
+    ensure!(progress["method"] == "StopContainer", "{e}");
+    // kubelet passes what is left of the pod's grace period.
+    let grace = progress["grace_period_ns"]
+        .as_u64()
+        .context("no grace period")?;
+    ensure!(
+        (590_000_000_000..=600_000_000_000).contains(&grace),
+        "a grace period of about 600 s: {e}"
+    );
+    let left = progress["grace_left_ns"].as_u64().context("no time left")?;
+    ensure!(left > 500_000_000_000 && left < grace, "{e}");
     c.force_delete(&pod)
 }
 
