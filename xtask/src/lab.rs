@@ -192,6 +192,14 @@ const PEERS: &[Peer] = &[
         runtime: None,
         steps: &[&["prometheus.sh", "install"]],
     },
+    // Last: the longest build (about 15 CPU-minutes cold), needed by one
+    // test (tests/tests/cluster_lab), which runs with the dist tests,
+    // after the rest of the lab tier.
+    Peer {
+        what: "Kubernetes and etcd (the lab's cluster)",
+        runtime: None,
+        steps: &[&["k8s.sh", "install"]],
+    },
 ];
 
 /// `cargo xtask lab peers`: build each of [`PEERS`] in turn. One that
