@@ -94,6 +94,9 @@ refuse_others() {
 		ours="$(our_component_pid "$c" || true)"
 		for p in $(pgrep -x "$c" || true); do
 			[[ $p == "$ours" ]] && continue
+			# A zombie runs nothing: ours, stopped, and not reaped yet
+			# (this machine's init, not systemd, is slow to reap).
+			[[ $(sed -E 's/.*\) (.).*/\1/' "/proc/$p/stat" 2>/dev/null) == Z ]] && continue
 			die "another $c runs on this machine (pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" | cut -c1-120)): the lab's cluster would share its ports and the runtime with it; stop it first"
 		done
 	done

@@ -215,6 +215,19 @@ pub(crate) fn cgroup_dir(root: &Path, id: &str, depth: usize) -> Option<PathBuf>
         .find_map(|d| cgroup_dir(&d, id, depth - 1))
 }
 
+/// The pod cgroup kubelet made for pod `uid`, when it is still there:
+/// `pod<uid>` (cgroupfs driver) or `kubepods-...-pod<uid with _>.slice`
+/// (systemd driver), under any hierarchy (k8s.io/kubernetes
+/// pkg/kubelet/cm/pod_container_manager_linux.go `GetPodContainerName`).
+pub(crate) fn pod_cgroup(uid: &str) -> Option<PathBuf> {
+    if uid.is_empty() {
+        return None;
+    }
+    let root = Path::new(CGROUP_ROOT);
+    cgroup_dir(root, &format!("pod{uid}"), 8)
+        .or_else(|| cgroup_dir(root, &format!("pod{}", uid.replace('-', "_")), 8))
+}
+
 /// Processes still in container `id`'s cgroup, with where it is.
 pub(crate) fn in_cgroup(id: &str) -> (Option<PathBuf>, Vec<Holder>) {
     let Some(dir) = cgroup_dir(Path::new(CGROUP_ROOT), id, 8) else {

@@ -9,7 +9,7 @@ use std::{cell::RefCell, io::Write, rc::Rc, time::Duration};
 use anyhow::{bail, Context, Result};
 use nri_trace::{
     capture,
-    engine::{contract::ContractConfig, contract::SETTLE_NS, Record, TeardownLog, Verdict},
+    engine::{contract::ContractConfig, contract::SETTLE_NS, Record, TeardownLog},
     pipeline::{live, open_source, replay, runtime_session, Ending, Follow, Pipeline, Target},
     pipeline::{Progress, Sink, Stop},
     sinks::explain::{self, TeardownSink},
@@ -184,7 +184,8 @@ fn show(a: &ExplainArgs, log: &TeardownLog, at: u64, seen: &str) -> Result<()> {
         );
     };
     let mut e = e;
-    let facts = (!a.no_proc && e.verdict != Verdict::Gone).then(|| explain::node_facts(&e));
+    // A pod gone from the runtime too: whether anything of it is left.
+    let facts = (!a.no_proc).then(|| explain::node_facts(&e));
     // A process killed before the trace began shows only on the node.
     if let Some((c, p)) = facts.iter().flat_map(|f| &f.containers).find_map(|c| {
         c.processes

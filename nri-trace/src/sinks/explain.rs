@@ -82,6 +82,11 @@ pub fn node_facts(e: &Explanation) -> NodeFacts {
     NodeFacts {
         containers: container_facts(e),
         volumes,
+        pod_cgroup: e
+            .uid
+            .as_deref()
+            .and_then(holders::pod_cgroup)
+            .map(|p| p.display().to_string()),
     }
 }
 
@@ -137,6 +142,7 @@ pub fn json(w: &mut impl Write, e: &Explanation, node: Option<&NodeFacts>) -> io
         explanation: e,
         node: node.map(|n| n.containers.as_slice()),
         node_volumes: node.map(|n| n.volumes.as_slice()),
+        node_pod_cgroup: node.and_then(|n| n.pod_cgroup.as_deref()),
         sentence: sentence(e, node),
         evidence: evidence(e),
         finding_lines: e.findings.iter().map(|f| finding_sentence(e, f)).collect(),
@@ -150,6 +156,39 @@ pub fn json(w: &mut impl Write, e: &Explanation, node: Option<&NodeFacts>) -> io
 pub struct NodeFacts {
     pub containers: Vec<ContainerFacts>,
     pub volumes: Vec<VolumeFacts>,
+    /// The pod cgroup kubelet made, while it exists.
+    pub pod_cgroup: Option<String>,
+}
+
+impl NodeFacts {
+    /// What of the pod is still on this node, in words (empty: nothing).
+    fn left(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        for c in &self.containers {
+            let name = sanitize(&c.name);
+            if let Some(r) = c.rootfs.first() {
+                v.push(format!("container {name}'s rootfs {}", sanitize(r)));
+            }
+            if let Some(g) = &c.cgroup {
+                v.push(format!(
+                    "container {name}'s cgroup {} ({} processes)",
+                    sanitize(g),
+                    c.processes.len()
+                ));
+            }
+        }
+        v.extend(
+            self.volumes
+                .iter()
+                .map(|m| format!("the volume mount {}", sanitize(&m.mount))),
+        );
+        v.extend(
+            self.pod_cgroup
+                .iter()
+                .map(|g| format!("the pod cgroup {}", sanitize(g))),
+        );
+        v
+    }
 }
 
 /// A volume of the pod still mounted under kubelet's pod directory.
@@ -187,10 +226,12 @@ pub struct Explained<'a> {
     pub kind: &'static str,
     #[serde(flatten)]
     pub explanation: &'a Explanation,
-    /// `None`: the node was not inspected (`--no-proc`, or a pod gone).
+    /// `None`: the node was not inspected (`--no-proc`).
     pub node: Option<&'a [ContainerFacts]>,
     /// The pod's volumes still mounted (`None` as `node`).
     pub node_volumes: Option<&'a [VolumeFacts]>,
+    /// The pod cgroup, while it exists (`None` too when not inspected).
+    pub node_pod_cgroup: Option<&'a str>,
     pub sentence: String,
     pub evidence: Vec<String>,
     /// The findings' sentences, in the order of `findings`.
@@ -666,6 +707,21 @@ fn next_text(n: &NextStep) -> String {
 pub fn sentence(e: &Explanation, node: Option<&NodeFacts>) -> String {
     let mut s = base_sentence(e);
     if e.verdict == Verdict::Gone {
+        // The node's part is done; what still shows the pod Terminating
+        // is the API's (kubelet deletes the pod object once it is done,
+        // unless a finalizer holds it: pod-stuck-terminating-zh.txt).
+        match node.map(NodeFacts::left) {
+            Some(left) if left.is_empty() => s.push_str(
+                "; nothing of it is left on this node (no container, rootfs, volume mount or \
+                 pod cgroup): if `kubectl get pod` still shows it Terminating, what holds it is \
+                 not on this node (a finalizer on the pod, or the API server not told yet)",
+            ),
+            Some(left) => {
+                s.push_str("; yet on this node: ");
+                s.push_str(&left.join(", "));
+            }
+            None => {}
+        }
         return s;
     }
     for v in node.map(|n| n.volumes.as_slice()).unwrap_or_default() {

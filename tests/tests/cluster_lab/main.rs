@@ -311,7 +311,21 @@ fn finalizer(c: &Cluster) -> Result<()> {
         .finalizer("nri-trace.test/hold");
     c.create(&pod)?;
     c.delete(&pod)?;
-    let e = wait_explained(c, &pod, |e| e["verdict"] == "gone")?;
+    // Gone from the runtime, and nothing of it left on the node (kubelet
+    // removes the pod cgroup and the volumes' directories after the
+    // sandbox): the sentence says that what holds it is elsewhere.
+    let e = wait_explained(c, &pod, |e| {
+        e["verdict"] == "gone"
+            && e["sentence"]
+                .as_str()
+                .is_some_and(|s| s.contains("nothing of it is left on this node"))
+    })?;
+    ensure!(
+        e["sentence"]
+            .as_str()
+            .is_some_and(|s| s.contains("what holds it is not on this node")),
+        "{e}"
+    );
     ensure!(
         c.kubectl(&["get", "pod", "-n", &pod.namespace, &pod.name, "-o", "name"])
             .is_ok(),
