@@ -129,6 +129,8 @@ pub enum TeardownProgress {
         grace_period_ns: Option<u64>,
         /// What is left of it at explain time.
         grace_left_ns: Option<u64>,
+        /// The client's deadline for the call (grpc-timeout), when seen.
+        deadline_ns: Option<u64>,
     },
 }
 

@@ -422,6 +422,7 @@ fn progress_sentence(e: &Explanation) -> String {
             waited_ns,
             grace_period_ns,
             grace_left_ns,
+            deadline_ns,
             ..
         } => {
             let call = format!(
@@ -432,26 +433,34 @@ fn progress_sentence(e: &Explanation) -> String {
                     .map(|c| format!(" of container {}", sanitize(c)))
                     .unwrap_or_default()
             );
-            match (grace_period_ns, grace_left_ns, e.verdict) {
-                (Some(g), Some(left), Verdict::Waiting) => format!(
-                    "{pod} is not stuck: it waits out its grace period: kubelet's {call} has run                      {} of the {} it gave the container to exit after SIGTERM; the runtime                      sends SIGKILL in {}",
-                    duration(*waited_ns),
+            let waited = duration(*waited_ns);
+            match (grace_period_ns, grace_left_ns) {
+                (Some(g), Some(left)) if *left > 0 && e.verdict == Verdict::Waiting => format!(
+                    "{pod} is not stuck: it waits out its grace period: kubelet's {call} has \
+                     run {waited} of the {} it gave the container to exit after SIGTERM; the \
+                     runtime sends SIGKILL in {}",
                     duration(*g),
                     duration(*left)
                 ),
-                (Some(g), _, _) => format!(
-                    "{pod}: kubelet's {call} has run {}, past the {} grace period it gave: the                      runtime should have killed the container by now",
-                    duration(*waited_ns),
+                (Some(g), Some(left)) if *left > 0 => format!(
+                    "{pod}: kubelet's {call} has run {waited} of the {} grace period it gave \
+                     the container to exit after SIGTERM (SIGKILL in {})",
+                    duration(*g),
+                    duration(*left)
+                ),
+                (Some(g), _) => format!(
+                    "{pod}: kubelet's {call} has run {waited}, past the {} grace period it \
+                     gave: the runtime sends SIGKILL when it ends",
                     duration(*g)
                 ),
-                (None, _, Verdict::Blocked) => format!(
-                    "{pod}: kubelet's {call} has run {} without an answer, past its deadline",
-                    duration(*waited_ns)
-                ),
-                (None, _, _) => format!(
-                    "{pod}: kubelet's {call} has run {} and not returned yet",
-                    duration(*waited_ns)
-                ),
+                (None, _) => match deadline_ns {
+                    Some(d) if waited_ns > d => format!(
+                        "{pod}: kubelet's {call} has run {waited} without an answer, past its \
+                         {} deadline",
+                        duration(*d)
+                    ),
+                    _ => format!("{pod}: kubelet's {call} has run {waited} and not returned yet"),
+                },
             }
         }
     }
@@ -869,93 +878,4 @@ pub fn text(w: &mut impl Write, e: &Explanation, node: Option<&NodeFacts>) -> io
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::engine::{teardown::tests as t, test_calls::MS};
-
-    fn said(records: &[Record], pod: &str, now_ns: u64) -> (String, Vec<String>) {
-        let e = t::log(records).explain(pod, now_ns).unwrap();
-        (sentence(&e, None), evidence(&e))
-    }
-
-    #[test]
-    fn a_gone_pod_with_its_step_times() {
-        let (s, ev) = said(&t::removed(), "ns/web", 0);
-        assert_eq!(
-            s,
-            "ns/web is gone: RemovePodSandbox succeeded; the teardown took 103ms \
-             (StopPodSandbox 35.0ms, RemovePodSandbox 3.0ms)"
-        );
-        assert_eq!(ev.len(), 2);
-        assert!(ev[0].starts_with("CRI StopPodSandbox at "), "{ev:?}");
-    }
-
-    #[test]
-    fn a_failed_hook_and_a_failed_call() {
-        let (s, ev) = said(&t::failed_hook(), "ns/web", 5000 * MS);
-        assert!(
-            s.contains("plugin hook 10-failer STOP_POD_SANDBOX: error 2: refused during StopPodSandbox (the CRI call still succeeded: ok)"),
-            "{s}"
-        );
-        assert_eq!(ev[1], "NRI 10-failer STOP_POD_SANDBOX: error 2: refused");
-        let (s, _) = said(&t::failed_stop(), "ns/web", 0);
-        assert!(
-            s.contains(
-                "StopContainer of container main did not complete: the client's deadline expired after 12.00s"
-            ),
-            "{s}"
-        );
-        let (s, _) = said(&t::stopped(), "ns/web", 61_035 * MS);
-        assert!(
-            s.contains("kubelet has not called RemovePodSandbox since (1m00s ago)"),
-            "{s}"
-        );
-    }
-
-    #[test]
-    fn what_holds_it_below_the_cri_calls() {
-        let (s, ev) = said(&t::killed(), "ns/web", 15_001 * MS);
-        assert!(
-            s.contains(
-                "pid 4242 (cat) of container main is still alive 12.00s after SIGKILL from containerd-shim[7]"
-            ),
-            "{s}"
-        );
-        assert!(ev.iter().any(|l| l.starts_with("kernel: ")), "{ev:?}");
-        let mut r = t::stuck_stop();
-        r.push(t::umount(1100, libc::EBUSY));
-        let (s, _) = said(&r, "ns/web", 0);
-        assert!(
-            s.contains(&format!("unmounting {} failed with EBUSY", t::rootfs())),
-            "{s}"
-        );
-        let mut r = t::stuck_stop();
-        r.push(t::cgroup_busy());
-        assert!(said(&r, "web", 0).0.contains("removing the cgroup"));
-        let (r, _) = t::hung_hook();
-        let (s, _) = said(&r, "ns/web", 21_010 * MS);
-        assert!(
-            s.contains(
-                "NRI plugin 10-hung's STOP_POD_SANDBOX hook has not returned for 20.00s (the runtime's timeout for it: 30.00s)"
-            ),
-            "{s}"
-        );
-    }
-
-    #[test]
-    fn text_lists_steps_kernel_events_and_findings() {
-        let e = t::log(&t::killed()).explain("ns/web", 15_001 * MS).unwrap();
-        let mut out = Vec::new();
-        text(&mut out, &e, None).unwrap();
-        let out = String::from_utf8(out).unwrap();
-        assert!(out.contains("  verdict: blocked"), "{out}");
-        assert!(
-            out.contains("  next: StopContainer again (kubelet retries)"),
-            "{out}"
-        );
-        assert!(
-            out.contains("containerd-shim[7] sent SIGKILL to pid 4242 (cat)"),
-            "{out}"
-        );
-    }
-}
+mod tests;

@@ -56,16 +56,54 @@ fn cluster_daemonset_explains_terminating_pods() {
 }
 
 fn run_all(c: &Cluster, bin: &Path, out: &Path) -> Result<()> {
+    let mut t = Timings::new(out);
     let tag = dist_bin::commit_in_name(bin);
     c.import_image(bin, &tag, out)?;
     c.apply_daemonset(&tag)?;
+    t.lap("image imported, DaemonSet Ready")?;
+    let held = finalizer_start(c)?;
+    t.lap("finalizer: pod deleted")?;
     grace_period(c, bin)?;
+    t.lap("grace period")?;
     hung_stop_hook(c, out)?;
+    t.lap("hung StopPodSandbox hook")?;
     volume_busy(c)?;
+    t.lap("volume busy")?;
     alive_after_sigkill(c, out)?;
-    finalizer(c)?;
+    t.lap("alive after SIGKILL")?;
+    finalizer_check(c, &held)?;
+    t.lap("finalizer: checked")?;
     kubelet_stopped(c)?;
-    Ok(())
+    t.lap("kubelet stopped")
+}
+
+/// How long each part took, in `timings.txt` of the test's directory and
+/// on stderr (the suite's budget, docs/cluster.md).
+struct Timings {
+    file: PathBuf,
+    t0: Instant,
+}
+
+impl Timings {
+    fn new(out: &Path) -> Self {
+        Timings {
+            file: out.join("timings.txt"),
+            t0: Instant::now(),
+        }
+    }
+
+    fn lap(&mut self, what: &str) -> Result<()> {
+        use std::io::Write;
+        let line = format!("{:6.1} s  {what}", self.t0.elapsed().as_secs_f64());
+        eprintln!("cluster test: {line}");
+        self.t0 = Instant::now();
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.file)?;
+        writeln!(f, "{line}")?;
+        Ok(())
+    }
 }
 
 /// kubelet stopped while the pod waits out its grace period: its
@@ -305,16 +343,25 @@ fn hung_stop_hook(c: &Cluster, out: &Path) -> Result<()> {
 
 /// A finalizer on the pod: the node has finished with it (containers
 /// gone, sandbox removed) and what holds it is not on this node.
-fn finalizer(c: &Cluster) -> Result<()> {
+///
+/// kubelet removes the sandbox of a pod the API still holds only at its
+/// next garbage collection (every minute: k8s.io/kubernetes
+/// pkg/kubelet/kubelet.go `ContainerGCPeriod`), so the pod is deleted
+/// first ([`finalizer_start`]) and looked at after the other causes.
+fn finalizer_start(c: &Cluster) -> Result<TestPod> {
     let pod = TestPod::new("final", "sleep 3600")
         .grace(1)
         .finalizer("nri-trace.test/hold");
     c.create(&pod)?;
     c.delete(&pod)?;
+    Ok(pod)
+}
+
+fn finalizer_check(c: &Cluster, pod: &TestPod) -> Result<()> {
     // Gone from the runtime, and nothing of it left on the node (kubelet
     // removes the pod cgroup and the volumes' directories after the
     // sandbox): the sentence says that what holds it is elsewhere.
-    let e = wait_explained(c, &pod, |e| {
+    let e = wait_explained(c, pod, |e| {
         e["verdict"] == "gone"
             && e["sentence"]
                 .as_str()
@@ -341,7 +388,7 @@ fn finalizer(c: &Cluster) -> Result<()> {
         "-p",
         r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
     ])?;
-    c.wait_gone(&pod, Duration::from_secs(30))
+    c.wait_gone(pod, Duration::from_secs(30))
 }
 
 /// explain, again until `pred` holds of its explanation (kubelet's

@@ -47,6 +47,7 @@ pub(super) fn pending_call(e: &mut Explanation, p: &PodTeardown, now: u64) {
         waited_ns: waited,
         grace_period_ns: grace,
         grace_left_ns: grace.map(|g| g.saturating_sub(waited)),
+        deadline_ns: c.deadline_ns,
     };
     e.expected_next = None;
     e.waited_ns = Some(waited);

@@ -433,7 +433,7 @@ fn a_teardown_hook_not_returned_is_the_blocker_until_it_ends() {
 
 /// kubelet's StopContainer of `main` with a 600 s timeout, made at 1 s and
 /// not answered: the pod's grace period.
-fn stop_pending() -> (CriCall, Vec<Record>) {
+pub(crate) fn stop_pending() -> (CriCall, Vec<Record>) {
     let mut stop = cri(Some("StopContainer"), "sb1", 1000, 1000);
     stop.sandbox_id = None;
     stop.container_id = Some("c1".into());
