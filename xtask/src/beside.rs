@@ -99,6 +99,16 @@ impl Beside {
         )
     }
 
+    /// Start `xtask lab peers --late` at the lowest priority (the suite
+    /// runs meanwhile), its output to target/xtask/lab-peers-late.log.
+    pub(crate) fn start_late_peers() -> Result<Self> {
+        Self::start(
+            "lab-peers-late",
+            "the lab's late peers (Kubernetes and etcd)",
+            &["lab", "peers", "--late"],
+        )
+    }
+
     fn spawn(name: &str, what: &str, args: &[&str], priority: Priority) -> Result<Self> {
         let dir = workspace_root().join("target/xtask");
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;

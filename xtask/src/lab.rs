@@ -34,7 +34,12 @@ pub(crate) enum LabCmd {
     /// NRI plugins and CRI clients. Idempotent: what is built by the same
     /// recipe is not built again. `cargo xtask test` runs it beside the
     /// Rust builds, before the lab tier.
-    Peers,
+    Peers {
+        /// Build instead what only the lab tier's last tests need
+        /// (Kubernetes and etcd, for the cluster test).
+        #[arg(long)]
+        late: bool,
+    },
     /// Run a scenario and check its ground truth (target/lab/NAME/truth.ndjson).
     /// A lab that is up is brought down first (the scenario starts it with
     /// its own plugins).
@@ -107,7 +112,7 @@ pub(crate) fn run_lab(cmd: LabCmd, runtime: Option<&str>) -> Result<()> {
             clear_left_plugins()
         }
         LabCmd::Status => lab_sh("status", runtime),
-        LabCmd::Peers => build_peers(),
+        LabCmd::Peers { late } => build_peers(late),
         LabCmd::List => run(Command::new(build_lab()?.join("nri-lab")).arg("list")),
         LabCmd::Run { name } => {
             let bin = build_lab()?.join("nri-lab");
@@ -126,6 +131,9 @@ struct Peer {
     what: &'static str,
     runtime: Option<&'static str>,
     steps: &'static [&'static [&'static str]],
+    /// Built by `lab peers --late` (what only the lab tier's last tests
+    /// need), not by `lab peers`.
+    late: bool,
 }
 
 /// What the lab tier's tests build the first time they ask for it
@@ -140,11 +148,13 @@ const PEERS: &[Peer] = &[
         what: "containerd 2.3 (and Debian's containerd 1.7, runc, CNI plugins)",
         runtime: Some("containerd-2.3"),
         steps: &[&["lab.sh", "install"]],
+        late: false,
     },
     Peer {
         what: "the go-nri-plugin builds (NRI v0.12.2 and v0.8.0 stubs)",
         runtime: None,
         steps: &[&["go-nri-plugin.sh", "build"]],
+        late: false,
     },
     Peer {
         what: "the grpc-go CRI client",
@@ -153,6 +163,7 @@ const PEERS: &[Peer] = &[
             &["go-cri-client.sh", "install"],
             &["go-cri-client.sh", "build"],
         ],
+        late: false,
     },
     Peer {
         what: "the NRI project's logger plugin",
@@ -161,44 +172,53 @@ const PEERS: &[Peer] = &[
             &["upstream-logger.sh", "install"],
             &["upstream-logger.sh", "build"],
         ],
+        late: false,
     },
     Peer {
         what: "the in-place resize CRI client",
         runtime: None,
         steps: &[&["go-cri-resize.sh", "build"]],
+        late: false,
     },
     Peer {
         what: "crictl",
         runtime: None,
         steps: &[&["crictl.sh", "install"]],
+        late: false,
     },
     Peer {
         what: "containerd 2.2",
         runtime: Some("containerd-2.2"),
         steps: &[&["lab.sh", "install"]],
+        late: false,
     },
     Peer {
         what: "containerd 2.1 (Debian sid's, unpacked)",
         runtime: Some("containerd-2.1"),
         steps: &[&["lab.sh", "install"]],
+        late: false,
     },
     Peer {
         what: "CRI-O",
         runtime: None,
         steps: &[&["crio.sh", "install"]],
+        late: false,
     },
     Peer {
         what: "Debian's Prometheus (unpacked)",
         runtime: None,
         steps: &[&["prometheus.sh", "install"]],
+        late: false,
     },
-    // Last: the longest build (about 15 CPU-minutes cold), needed by one
-    // test (tests/tests/cluster_lab), which runs with the dist tests,
-    // after the rest of the lab tier.
+    // Late: the longest build (about 18 CPU-minutes, 9.6 min alone, cold),
+    // needed by one test (tests/tests/cluster_lab), which runs with the
+    // dist tests after the rest of the lab tier: `cargo xtask test` builds
+    // it beside the suite at the lowest priority (beside.rs).
     Peer {
         what: "Kubernetes and etcd (the lab's cluster)",
         runtime: None,
         steps: &[&["k8s.sh", "install"]],
+        late: true,
     },
 ];
 
@@ -206,9 +226,9 @@ const PEERS: &[Peer] = &[
 /// fails does not stop the others (a test that needs it builds it again
 /// and fails with the script's own words); the error names every one
 /// that failed and how to retry it.
-fn build_peers() -> Result<()> {
+fn build_peers(late: bool) -> Result<()> {
     let mut failed = Vec::new();
-    for peer in PEERS {
+    for peer in PEERS.iter().filter(|p| p.late == late) {
         let started = std::time::Instant::now();
         let mut ok = true;
         for step in peer.steps {

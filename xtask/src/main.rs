@@ -278,6 +278,14 @@ fn test(tiers: &[tiers::Tier], extra: &[String]) -> Result<()> {
     } else {
         None
     };
+    // Kubernetes for the cluster test, the lab tier's last: at the lowest
+    // priority from the start, on what the builds and the tests leave idle
+    // (a no-op once built).
+    let mut late_peers = if tiers.contains(&Tier::Lab) {
+        Some(beside::Beside::start_late_peers()?)
+    } else {
+        None
+    };
     if tiers.contains(&Tier::Lint) && !beside {
         clippy(Some(&build_cache::target_dir("clippy", "target")))?;
     }
@@ -351,6 +359,15 @@ fn test(tiers: &[tiers::Tier], extra: &[String]) -> Result<()> {
         }
         let mut failed = tiers::run_bins(tier, &bins, false, &envs, extra)?;
         if bins.iter().any(|b| b.tier() == tier && b.runs_dist()) {
+            if tier == Tier::Lab {
+                if let Some(p) = late_peers.take() {
+                    // As the peers: the cluster test builds it again and
+                    // fails in its own words.
+                    if let Err(e) = p.wait() {
+                        println!("{e:#}; the cluster test builds it itself");
+                    }
+                }
+            }
             let bin = dist.wait()?;
             let mut with_dist = envs.clone();
             with_dist.push(("NRI_TRACE_DIST_BIN", &bin));

@@ -243,20 +243,16 @@ impl Cluster {
         Ok(())
     }
 
-    /// Removed at once: from the API (`--force`), and on the node, where
-    /// kubelet would otherwise wait out the StopContainer it made with the
-    /// pod's grace period: its containers are stopped with no grace
-    /// (`crictl stop --timeout 0`, SIGKILL). Until the runtime no longer
-    /// lists its sandbox: a StopContainer in progress holds containerd's
-    /// synchronization of an NRI plugin that connects meanwhile (seen on
-    /// containerd 2.3.7: a plugin registered, synchronized only when the
-    /// StopContainer of a pod waiting out 600 s ended).
-    pub(crate) fn force_delete(&self, pod: &TestPod) -> Result<()> {
-        for id in self.sandboxes(pod)? {
-            for c in self.crictl(&["ps", "-a", "-q", "--pod", &id])?.lines() {
-                self.crictl(&["stop", "--timeout", "0", c.trim()])?;
-            }
-        }
+    /// Removed at once, the cause looked at: from the API (`--force`), and
+    /// from the node by hand (`crictl stop --timeout 0`, `stopp`, `rmp`).
+    /// kubelet would wait out the StopContainer it made with the pod's
+    /// grace period, and removes the sandbox of a deleted pod only at its
+    /// next garbage collection (each minute). A StopContainer in progress
+    /// also holds containerd's synchronization of an NRI plugin that
+    /// connects meanwhile (seen on containerd 2.3.7: a plugin registered,
+    /// synchronized only when the StopContainer of a pod waiting out 600 s
+    /// ended).
+    pub(crate) fn remove(&self, pod: &TestPod) -> Result<()> {
         self.kubectl(&[
             "delete",
             "pod",
@@ -267,6 +263,13 @@ impl Cluster {
             "--force",
             "--wait=false",
         ])?;
+        for id in self.sandboxes(pod)? {
+            for c in self.crictl(&["ps", "-a", "-q", "--pod", &id])?.lines() {
+                self.crictl(&["stop", "--timeout", "0", c.trim()])?;
+            }
+            self.crictl(&["stopp", &id])?;
+            self.crictl(&["rmp", &id])?;
+        }
         self.wait_gone(pod, Duration::from_mins(1))
     }
 

@@ -155,7 +155,7 @@ fn kubelet_stopped(c: &Cluster) -> Result<()> {
     })();
     c.start_kubelet()?;
     result?;
-    c.force_delete(&pod)
+    c.remove(&pod)
 }
 
 /// A host process with its cwd in the pod's emptyDir (medium Memory: a
@@ -185,7 +185,7 @@ fn volume_busy(c: &Cluster) -> Result<()> {
         "the unmount of {}: {e}",
         path.display()
     );
-    c.wait_gone(&pod, Duration::from_secs(90))
+    c.remove(&pod)
 }
 
 /// A container process in a FUSE read the server never answers (state D;
@@ -211,7 +211,7 @@ fn alive_after_sigkill(c: &Cluster, out: &Path) -> Result<()> {
     // The reader dies of its pending SIGKILL once the server is gone.
     let _ = fuse.stop();
     result?;
-    c.wait_gone(&pod, Duration::from_mins(2))
+    c.remove(&pod)
 }
 
 /// A `sleep` whose cwd is `dir`, killed with this process.
@@ -315,7 +315,7 @@ fn grace_period(c: &Cluster, bin: &Path) -> Result<()> {
     );
     let left = progress["grace_left_ns"].as_u64().context("no time left")?;
     ensure!(left > 500_000_000_000 && left < grace, "{e}");
-    c.force_delete(&pod)
+    c.remove(&pod)
 }
 
 /// An NRI plugin whose StopPodSandbox hook does not answer. The lab's
@@ -338,7 +338,7 @@ fn hung_stop_hook(c: &Cluster, out: &Path) -> Result<()> {
     let _ = plugin.kill();
     let _ = plugin.wait();
     result?;
-    c.wait_gone(&pod, Duration::from_secs(90))
+    c.remove(&pod)
 }
 
 /// A finalizer on the pod: the node has finished with it (containers
