@@ -536,25 +536,7 @@ fn image_as_a_privileged_pod_traces_its_own_runtime() {
     let _ = fs::remove_dir_all(&out);
     fs::create_dir_all(&out).unwrap();
     let image = out.join("nri-trace.oci.tar");
-    let pack = Command::new("python3")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../lab/mkimage.py"))
-        .args(["--ref", IMAGE_REF, "--out"])
-        .arg(&image)
-        .arg("--file")
-        .arg(format!("{}:/usr/local/bin/nri-trace:0755", bin.display()))
-        .args([
-            "--entrypoint",
-            "/usr/local/bin/nri-trace",
-            "--cmd",
-            "doctor",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        pack.status.success(),
-        "mkimage.py: {}",
-        String::from_utf8_lossy(&pack.stderr)
-    );
+    dist_bin::pack_image(&bin, IMAGE_REF, &image).expect("packing the image");
     let _lock = labctl::lock().expect("lab lock");
     let lab = Lab::from_env();
     lab.install().expect("lab install");

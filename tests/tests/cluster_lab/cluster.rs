@@ -136,20 +136,8 @@ impl Cluster {
     /// namespace, as deploy/README.md says.
     pub(crate) fn import_image(&self, bin: &Path, tag: &str, out: &Path) -> Result<()> {
         let tar = out.join("nri-trace.oci.tar");
-        output(
-            Command::new("python3")
-                .arg(self.repo.join("lab/mkimage.py"))
-                .args(["--ref", &format!("{IMAGE}:{tag}"), "--out"])
-                .arg(&tar)
-                .arg("--file")
-                .arg(format!("{}:/usr/local/bin/nri-trace:0755", bin.display()))
-                .args([
-                    "--entrypoint",
-                    "/usr/local/bin/nri-trace",
-                    "--cmd",
-                    "doctor",
-                ]),
-        )?;
+        super::dist_bin::pack_image(bin, &format!("{IMAGE}:{tag}"), &tar)
+            .map_err(anyhow::Error::msg)?;
         output(
             Command::new(self.lab.join("ctrd23/bin/ctr"))
                 .arg("--address")
@@ -219,26 +207,22 @@ impl Cluster {
         .map(drop)
     }
 
+    /// `kubectl VERB pod -n NS NAME ARGS...`.
+    pub(crate) fn kubectl_pod(&self, verb: &str, pod: &TestPod, args: &[&str]) -> Result<String> {
+        let mut all = vec![verb, "pod", "-n", &pod.namespace, &pod.name];
+        all.extend_from_slice(args);
+        self.kubectl(&all)
+    }
+
     /// `kubectl delete pod --wait=false`, then Terminating in `kubectl
     /// get pod` (a deletion timestamp).
     pub(crate) fn delete(&self, pod: &TestPod) -> Result<()> {
-        self.kubectl(&[
-            "delete",
-            "pod",
-            "-n",
-            &pod.namespace,
-            &pod.name,
-            "--wait=false",
-        ])?;
-        let ts = self.kubectl(&[
+        self.kubectl_pod("delete", pod, &["--wait=false"])?;
+        let ts = self.kubectl_pod(
             "get",
-            "pod",
-            "-n",
-            &pod.namespace,
-            &pod.name,
-            "-o",
-            "jsonpath={.metadata.deletionTimestamp}",
-        ])?;
+            pod,
+            &["-o", "jsonpath={.metadata.deletionTimestamp}"],
+        )?;
         ensure!(!ts.trim().is_empty(), "{}: no deletion timestamp", pod.name);
         Ok(())
     }
@@ -253,16 +237,11 @@ impl Cluster {
     /// synchronized only when the StopContainer of a pod waiting out 600 s
     /// ended).
     pub(crate) fn remove(&self, pod: &TestPod) -> Result<()> {
-        self.kubectl(&[
+        self.kubectl_pod(
             "delete",
-            "pod",
-            "-n",
-            &pod.namespace,
-            &pod.name,
-            "--grace-period=0",
-            "--force",
-            "--wait=false",
-        ])?;
+            pod,
+            &["--grace-period=0", "--force", "--wait=false"],
+        )?;
         for id in self.sandboxes(pod)? {
             for c in self.crictl(&["ps", "-a", "-q", "--pod", &id])?.lines() {
                 self.crictl(&["stop", "--timeout", "0", c.trim()])?;
@@ -385,15 +364,7 @@ impl Cluster {
 
     /// The pod's uid, as the API has it.
     pub(crate) fn uid(&self, pod: &TestPod) -> Result<String> {
-        let uid = self.kubectl(&[
-            "get",
-            "pod",
-            "-n",
-            &pod.namespace,
-            &pod.name,
-            "-o",
-            "jsonpath={.metadata.uid}",
-        ])?;
+        let uid = self.kubectl_pod("get", pod, &["-o", "jsonpath={.metadata.uid}"])?;
         ensure!(!uid.trim().is_empty(), "{}: no uid", pod.name);
         Ok(uid.trim().to_owned())
     }

@@ -374,20 +374,18 @@ fn finalizer_check(c: &Cluster, pod: &TestPod) -> Result<()> {
         "{e}"
     );
     ensure!(
-        c.kubectl(&["get", "pod", "-n", &pod.namespace, &pod.name, "-o", "name"])
-            .is_ok(),
+        c.kubectl_pod("get", pod, &["-o", "name"]).is_ok(),
         "the pod is gone from the API: {e}"
     );
-    c.kubectl(&[
+    c.kubectl_pod(
         "patch",
-        "pod",
-        "-n",
-        &pod.namespace,
-        &pod.name,
-        "--type=json",
-        "-p",
-        r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
-    ])?;
+        pod,
+        &[
+            "--type=json",
+            "-p",
+            r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+        ],
+    )?;
     c.wait_gone(pod, Duration::from_secs(30))
 }
 

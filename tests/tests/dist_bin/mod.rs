@@ -114,3 +114,31 @@ pub(crate) fn guard(test: &str, more: &[&str]) -> Option<PathBuf> {
         }
     }
 }
+
+/// The image `cargo xtask image` makes of the dist binary `bin`
+/// (lab/mkimage.py, the same arguments), as reference `reference`, into
+/// the OCI layout tar `tar`.
+pub(crate) fn pack_image(bin: &Path, reference: &str, tar: &Path) -> Result<(), String> {
+    let out = Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../lab/mkimage.py"))
+        .args(["--ref", reference, "--out"])
+        .arg(tar)
+        .arg("--file")
+        .arg(format!("{}:/usr/local/bin/nri-trace:0755", bin.display()))
+        .args([
+            "--entrypoint",
+            "/usr/local/bin/nri-trace",
+            "--cmd",
+            "doctor",
+        ])
+        .output()
+        .map_err(|e| format!("running lab/mkimage.py: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "mkimage.py: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
