@@ -67,6 +67,8 @@ fn run_all(c: &Cluster, bin: &Path, out: &Path) -> Result<()> {
     t.lap("grace period")?;
     hung_stop_hook(c, out)?;
     t.lap("hung StopPodSandbox hook")?;
+    failing_stop_hook(c, out)?;
+    t.lap("failing StopPodSandbox hook")?;
     volume_busy(c)?;
     t.lap("volume busy")?;
     alive_after_sigkill(c, out)?;
@@ -325,20 +327,59 @@ fn grace_period(c: &Cluster, bin: &Path) -> Result<()> {
 fn hung_stop_hook(c: &Cluster, out: &Path) -> Result<()> {
     let pod = TestPod::new("hook", "sleep 3600").grace(1);
     c.create(&pod)?;
-    let mut plugin = c.plugin("hang", "10", &["--on", "STOP_POD_SANDBOX=hang"], out)?;
-    c.delete(&pod)?;
-    let e = wait_explained(c, &pod, |e| e["blocker"]["kind"] == "hook_pending")?;
-    let b = &e["blocker"];
-    let result = (|| {
+    with_plugin(c, "hang", &["--on", "STOP_POD_SANDBOX=hang"], out, || {
+        c.delete(&pod)?;
+        let e = wait_explained(c, &pod, |e| e["blocker"]["kind"] == "hook_pending")?;
+        let b = &e["blocker"];
         ensure!(b["plugin"] == "10-hang", "{e}");
         ensure!(b["event"] == "STOP_POD_SANDBOX", "{e}");
         ensure!(e["verdict"] == "blocked", "{e}");
         Ok(())
-    })();
+    })?;
+    c.remove(&pod)
+}
+
+/// An NRI plugin that fails StopPodSandbox: containerd logs the error and
+/// goes on (internal/cri/server/sandbox_stop.go: "NRI sandbox stop
+/// notification failed"), so kubelet's StopPodSandbox succeeds; explain
+/// names the failed hook under the call that still succeeded.
+fn failing_stop_hook(c: &Cluster, out: &Path) -> Result<()> {
+    let pod = TestPod::new("refused", "sleep 3600").grace(1);
+    c.create(&pod)?;
+    let args = ["--on", "STOP_POD_SANDBOX=error:teardown refused"];
+    with_plugin(c, "refuse", &args, out, || {
+        c.delete(&pod)?;
+        let e = wait_explained(c, &pod, |e| e["progress"]["kind"] == "hook_failed")?;
+        let step = &e["steps"][e["progress"]["step"].as_u64().context("its step")? as usize];
+        ensure!(step["method"] == "StopPodSandbox", "{e}");
+        ensure!(step["outcome"]["kind"] == "ok", "the runtime went on: {e}");
+        let hook = &step["hooks"][e["progress"]["hook"].as_u64().context("its hook")? as usize];
+        ensure!(hook["plugin"] == "10-refuse", "{e}");
+        ensure!(
+            hook["outcome"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("teardown refused")),
+            "{e}"
+        );
+        Ok(())
+    })?;
+    c.remove(&pod)
+}
+
+/// `f` with the lab's NRI test plugin NAME (index 10, `args`) connected to
+/// the node's runtime; the plugin is killed after, whatever `f` gave.
+fn with_plugin(
+    c: &Cluster,
+    name: &str,
+    args: &[&str],
+    out: &Path,
+    f: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    let mut plugin = c.plugin(name, "10", args, out)?;
+    let result = f();
     let _ = plugin.kill();
     let _ = plugin.wait();
-    result?;
-    c.remove(&pod)
+    result
 }
 
 /// A finalizer on the pod: the node has finished with it (containers
