@@ -815,8 +815,19 @@ impl TuiState {
                     String::new(),
                 );
             }
+            // kubelet's connection going is why nobody asks for a
+            // terminating pod any more (explain's `client_gone`).
+            Record::Observed(Observation::CriConnectionGone { ts, client, .. }) => {
+                self.conn_row_of(
+                    Some(*ts),
+                    CallKind::Conn,
+                    "CRI connection closed".into(),
+                    String::new(),
+                    client.as_deref().map(sanitize).unwrap_or_default(),
+                );
+            }
             Record::Observed(Observation::CaptureLoss(l)) => self.on_loss(l),
-            // A pending hook is shown when it ends (its span); the runtime
+            // A pending hook or call is shown when it ends (its span); the runtime
             // restarting by the findings it leads to; kernel events in the
             // pod's teardown (explain).
             Record::Observed(_) => {}
