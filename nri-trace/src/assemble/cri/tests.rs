@@ -372,6 +372,22 @@ mod deadline_race {
         assert_eq!(got[0].outcome, CriOutcome::Ok);
     }
 
+    /// The runtime's OK 3 ms past the deadline, no reset after it (the
+    /// client's h2 stream was closed by the trailers): the client had given
+    /// up, its timer started before the request reached the runtime.
+    #[test]
+    fn an_answer_past_the_deadline_is_its_expiry() {
+        let got = calls(&[request(0, 1), answer_ok(1003, 1), request(1100, 3)]);
+        let first = got.iter().find(|c| c.stream_id == 1).expect("stream 1");
+        assert_eq!(first.outcome, CriOutcome::DeadlineExceeded, "{got:?}");
+        assert_eq!(first.end, Some(ts(1003 * MS)));
+        let evidence = first.outcome_evidence.as_deref().unwrap_or_default();
+        assert!(
+            evidence.contains("answered OK 3.0 ms after the client's 1000 ms deadline"),
+            "{evidence}"
+        );
+    }
+
     /// The client's reset at its deadline, then the runtime's answer: one
     /// call, the expiry; the answer is no call of its own.
     #[test]
