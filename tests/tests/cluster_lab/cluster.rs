@@ -240,7 +240,13 @@ impl Cluster {
         self.kubectl_pod(
             "delete",
             pod,
-            &["--grace-period=0", "--force", "--wait=false"],
+            // A pod whose teardown went through is gone already.
+            &[
+                "--grace-period=0",
+                "--force",
+                "--wait=false",
+                "--ignore-not-found",
+            ],
         )?;
         for id in self.sandboxes(pod)? {
             for c in self.crictl(&["ps", "-a", "-q", "--pod", &id])?.lines() {
