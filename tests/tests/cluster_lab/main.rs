@@ -33,6 +33,9 @@ mod pods;
 use cluster::Cluster;
 use pods::TestPod;
 
+/// Where deploy/daemonset.yaml's recorder keeps its files on the node.
+const HOST_RECORDER: &str = "/var/lib/nri-trace";
+
 /// The DaemonSet's pod is up and its recorder has seen kubelet's calls;
 /// each cause's pod, deleted, stays Terminating, and explain in the
 /// DaemonSet's pod names why; `kubectl nri-trace explain` from outside
@@ -45,9 +48,17 @@ fn cluster_daemonset_explains_terminating_pods() {
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cluster");
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out).unwrap();
+    // The DaemonSet's flight recorder writes to the host (its hostPath):
+    // gone again after the test when the test made it, as it does here,
+    // so that no later explain on this machine reads it.
+    let recorder = Path::new(HOST_RECORDER);
+    let made_recorder = !recorder.exists();
     let cluster = Cluster::up(&out).expect("cluster up");
     let result = run_all(&cluster, &bin, &out);
     let down = cluster.down();
+    if made_recorder {
+        let _ = std::fs::remove_dir_all(recorder);
+    }
     if let Err(e) = &result {
         eprintln!("{}", cluster.logs_tail());
         panic!("{e:#}");
