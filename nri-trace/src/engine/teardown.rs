@@ -33,7 +33,7 @@ use crate::capture::{
     Timestamp,
 };
 use crate::human::short_id;
-use crate::model::cri_call::CriCall;
+use crate::model::{cri_call::CriCall, cri_client::CriClient};
 use crate::model::{
     cri_call::{CriMethod, CriOutcome, TEARDOWN_METHODS},
     nri_call::{NriCall, NriOutcome},
@@ -350,7 +350,7 @@ pub struct TeardownLog {
 
 /// The comm of a client label `comm[pid]` ("" when unknown).
 fn comm_of(label: Option<&str>) -> &str {
-    label.map_or("", |l| l.rsplit_once('[').map_or(l, |(comm, _)| comm))
+    label.map_or("", |l| CriClient::comm_of_label(l).unwrap_or(l))
 }
 
 /// Most closed CRI connections remembered (kubelet keeps one for days).
@@ -497,7 +497,10 @@ impl TeardownLog {
             }
             self.by_container.insert(id.clone(), sb.clone());
         }
-        if !TEARDOWN_METHODS.iter().any(|m| m.name() == method) {
+        if !c
+            .cri_method()
+            .is_some_and(|m| TEARDOWN_METHODS.contains(&m))
+        {
             return;
         }
         // A plugin's refusal of a per-event method is followed by the

@@ -53,6 +53,13 @@ impl CriClient {
         }
     }
 
+    /// The comm of a [`CriClient::label`] (`kubelet` of `kubelet[812]`);
+    /// `None` for a label without one (`pid N`). Record files older than
+    /// the client process carry only the label.
+    pub(crate) fn comm_of_label(label: &str) -> Option<&str> {
+        label.rsplit_once('[').map(|(comm, _)| comm)
+    }
+
     /// Whether `--client NAME` names it: its comm, its unit, or its unit
     /// without the `.service` / `.scope` suffix (`kubelet` for
     /// `kubelet.service`).

@@ -26,7 +26,7 @@ use crate::engine::{
     pod_index::{PodIndex, PodName},
     record::Record,
 };
-use crate::model::{nri_call::PluginId, observation::Observation};
+use crate::model::{cri_client::CriClient, nri_call::PluginId, observation::Observation};
 
 /// Most connections of the `--client` remembered (for its findings'
 /// evidence); past it the oldest are forgotten. crictl opens one per
@@ -129,8 +129,8 @@ impl Filter {
                         // A record file older than the client: its label's comm.
                         None => client
                             .as_deref()
-                            .and_then(|l| l.rsplit_once('['))
-                            .is_some_and(|(comm, _)| comm == want),
+                            .and_then(CriClient::comm_of_label)
+                            .is_some_and(|comm| comm == want),
                     },
                 ),
                 Record::Observed(Observation::CriConnectionGone { conn, .. }) => {
@@ -178,7 +178,6 @@ mod tests {
             findings::{Certainty, Detail, Severity, Violation},
             test_calls::{cri, ts},
         },
-        model::cri_client::CriClient,
     };
 
     fn client(comm: &str, cgroup: &str) -> CriClient {
