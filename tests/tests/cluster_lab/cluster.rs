@@ -76,16 +76,15 @@ impl Cluster {
         self.script("cluster.sh", &["down"]).map(drop)
     }
 
-    fn kubectl_bin(&self) -> PathBuf {
-        self.lab.join("k8s/bin/kubectl")
+    /// The lab's kubectl with the cluster's admin kubeconfig.
+    fn kubectl_cmd(&self) -> Command {
+        let mut cmd = Command::new(self.lab.join("k8s/bin/kubectl"));
+        cmd.env("KUBECONFIG", &self.kubeconfig);
+        cmd
     }
 
     pub(crate) fn kubectl(&self, args: &[&str]) -> Result<String> {
-        output(
-            Command::new(self.kubectl_bin())
-                .env("KUBECONFIG", &self.kubeconfig)
-                .args(args),
-        )
+        output(self.kubectl_cmd().args(args))
     }
 
     /// kubectl with `dir` (the dist's, holding `kubectl-nri_trace`)
@@ -98,19 +97,14 @@ impl Cluster {
                     &std::env::var_os("PATH").unwrap_or_default(),
                 )),
         )?;
-        output(
-            Command::new(self.kubectl_bin())
-                .env("KUBECONFIG", &self.kubeconfig)
-                .env("PATH", path)
-                .args(args),
-        )
+        output(self.kubectl_cmd().env("PATH", path).args(args))
     }
 
     /// `kubectl apply -f -` of `yaml`.
     pub(crate) fn apply(&self, yaml: &str) -> Result<()> {
         use std::io::Write;
-        let mut child = Command::new(self.kubectl_bin())
-            .env("KUBECONFIG", &self.kubeconfig)
+        let mut child = self
+            .kubectl_cmd()
             .args(["apply", "-f", "-"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
