@@ -26,6 +26,7 @@
 pub(crate) mod cri;
 pub(crate) mod framer;
 pub(crate) mod nri;
+pub(crate) mod trace_context;
 
 #[cfg(test)]
 pub(crate) mod test_strategies;

@@ -37,6 +37,7 @@ pub(crate) fn cri(method: Option<&str>, sandbox: &str, start: u64, end: u64) -> 
         container_id: None,
         request_id: None,
         stop_timeout_s: None,
+        traceparent: None,
         start: ts(start),
         end: ts(end),
         duration_ns: Some((end - start) * MS),
@@ -92,6 +93,7 @@ pub(crate) fn hook(
         split_part: None,
         adjustment: None,
         configured_runtime: None,
+        traceparent: None,
     };
     HookSpan {
         hook: event.map_or_else(|| Hook::Method(NriMethod::Synchronize), Hook::Event),

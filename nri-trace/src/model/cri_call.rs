@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::cri_client::CriClient;
 use crate::basic_types::{ConnId, Timestamp};
+pub use crate::decode::trace_context::TraceContext;
 // The CRI's vocabulary, decoded from its protobuf messages (decode/cri/
 // message.rs) and named here, where the calls that carry it are.
 pub use crate::decode::cri::message::{
@@ -216,6 +217,11 @@ pub struct CriCall {
     /// pod's grace period (k8s.io/cri-api api.proto `StopContainerRequest`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_timeout_s: Option<u64>,
+    /// The `traceparent` the client sent in the call's gRPC metadata
+    /// (kubelet with its tracing on): the client's span of this call.
+    /// `None` without one, or when HPACK hid it (a late attach).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<TraceContext>,
     pub outcome: CriOutcome,
     /// Set when the outcome itself is inferred (trailers hidden).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -26,6 +26,7 @@ pub(crate) mod observation;
 pub(crate) mod plugin_identity;
 
 // The model's types, one namespace for every stage after it (issue 35).
+pub use cri_call::TraceContext;
 pub use cri_call::{
     CallMethod, ContainerMeta, CriCall, CriMethod, CriObservation, CriOutcome, CriService,
     CriStats, Effect, Identified, ObjectKind, PodMeta,

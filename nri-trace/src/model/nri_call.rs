@@ -11,6 +11,7 @@ pub use crate::decode::nri::message::Event;
 /// An NRI method: the Runtime service's, the Plugin service's, or an
 /// event's own (decode/nri/message.rs).
 pub use crate::decode::nri::message::Method as NriMethod;
+use crate::decode::trace_context::TraceContext;
 
 use crate::{
     basic_types::{ConnId, Timestamp},
@@ -263,6 +264,11 @@ pub struct NriCall {
     /// it). `None` for every other call, and without a decoded request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub configured_runtime: Option<ConfiguredRuntime>,
+    /// The `traceparent` the runtime put in the request's ttrpc metadata:
+    /// the span of its own client call (containerd 2.2+ through
+    /// otelttrpc, when its tracing is on). `None` without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<TraceContext>,
 }
 
 /// The runtime a Configure request names: `ConfigureRequest`'s

@@ -43,7 +43,7 @@ use crate::{
     },
     model::{
         cri_call::{
-            CallMethod, CriCall, CriObservation, CriOutcome, CriStats, Identified,
+            CallMethod, CriCall, CriObservation, CriOutcome, CriStats, Identified, TraceContext,
             LOST_END_EVIDENCE, TEARDOWN_METHODS,
         },
         cri_client::CriClient,
@@ -98,6 +98,8 @@ struct StreamState {
     start: Option<Timestamp>,
     path: PathSeen,
     deadline_ns: Option<u64>,
+    /// The client's `traceparent`, when its headers carried one.
+    traceparent: Option<TraceContext>,
     request: Option<Vec<u8>>,
     response: Option<Vec<u8>>,
     responses: u32,
@@ -121,6 +123,7 @@ impl StreamState {
             start,
             path: PathSeen::None,
             deadline_ns: None,
+            traceparent: None,
             request: None,
             response: None,
             responses: 0,
@@ -492,6 +495,7 @@ impl CriCallAssembler {
                     s.start = Some(ts);
                     let head = RequestHead::from_fields(&known_fields(&block));
                     s.deadline_ns = head.timeout.map(|d| d.as_nanos() as u64);
+                    s.traceparent = head.traceparent;
                     s.path = match (&head.service, &head.rpc_method, &head.path) {
                         (Some(svc), Some(m), _) => match CriMethod::from_path_parts(svc, m) {
                             Some(m) => PathSeen::Cri(m),
@@ -772,6 +776,7 @@ impl CriCallAssembler {
             duration_ns: None,
             deadline_ns: st.deadline_ns,
             stop_timeout_s: None,
+            traceparent: st.traceparent,
             outcome: CriOutcome::NoResponse,
             outcome_evidence: None,
             partial: st.start.is_none(),

@@ -351,6 +351,7 @@ pub(super) fn partial_reply(conn: ConnId, st: &ConnState, key: CallKey, e: Early
         split_part: None,
         adjustment: None,
         configured_runtime: None,
+        traceparent: None,
     }
 }
 
@@ -418,6 +419,7 @@ pub(super) fn complete_call(
         split_part: p.split_part,
         adjustment: p.adjustment,
         configured_runtime: p.configured_runtime,
+        traceparent: p.traceparent,
     }
 }
 

@@ -44,6 +44,7 @@ use crate::{
         proto::api,
         ttrpc::{MessageType, MuxTtrpc, TtrpcEvent, TtrpcMessage, MUX_LEVEL},
     },
+    decode::trace_context::TraceContext,
     model::nri_call::{
         Adjustment, Caller, ConfiguredRuntime, ContainerRef, IdentitySource, NriCall,
         NriObservation, NriOutcome, NriVersions, PluginId, PodRef, SplitPart, ENV_PLUGIN_NAME,
@@ -78,6 +79,7 @@ impl PendingCall {
             split_part: None,
             adjustment: None,
             configured_runtime: None,
+            traceparent: self.traceparent,
         }
     }
 }
@@ -96,6 +98,7 @@ struct PendingCall {
     split_part: Option<SplitPart>,
     adjustment: Option<Adjustment>,
     configured_runtime: Option<ConfiguredRuntime>,
+    traceparent: Option<TraceContext>,
 }
 
 /// What the plugin's end of a connection showed of one runtime call.
@@ -686,6 +689,7 @@ impl NriCallAssembler {
                     split_part,
                     adjustment: None,
                     configured_runtime,
+                    traceparent: req.traceparent,
                 };
                 // Bounded: NRI has one call in flight per plugin, so a
                 // connection with this many is garbage or lost responses;

@@ -20,6 +20,7 @@
 //! - [`grpc_status_name`]: the canonical status code names
 //!   (grpc-go's `doc/statuscodes.md`).
 
+use crate::decode::trace_context::{find_traceparent, TraceContext};
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -347,6 +348,8 @@ pub(crate) struct RequestHead {
     pub encoding: Option<String>,
     /// `user-agent`.
     pub user_agent: Option<String>,
+    /// `traceparent` (W3C Trace Context), when present and valid.
+    pub traceparent: Option<TraceContext>,
 }
 
 impl RequestHead {
@@ -370,6 +373,7 @@ impl RequestHead {
             timeout_malformed: raw_timeout.is_some() && timeout.is_none(),
             encoding: text(find(fields, "grpc-encoding")),
             user_agent: text(find(fields, "user-agent")),
+            traceparent: find_traceparent(fields.iter().map(|(n, v)| (n, v))),
         }
     }
 }

@@ -18,6 +18,7 @@
 use prost::Message;
 
 use super::proto::{api, envelope};
+use crate::decode::trace_context::{find_traceparent, TraceContext};
 
 pub use api::Event;
 
@@ -55,6 +56,8 @@ pub struct WireRequest {
     /// The caller's deadline in nanoseconds (0: none).
     pub timeout_nano: i64,
     pub payload: Vec<u8>,
+    /// The `traceparent` among the request's metadata, when valid.
+    pub traceparent: Option<TraceContext>,
 }
 
 /// A ttrpc status (google.rpc.Status without details).
@@ -90,6 +93,7 @@ pub fn decode_request(bytes: &[u8]) -> Result<WireRequest, MessageError> {
         method: r.method,
         timeout_nano: r.timeout_nano,
         payload: r.payload,
+        traceparent: find_traceparent(r.metadata.iter().map(|kv| (&kv.key, &kv.value))),
     })
 }
 
