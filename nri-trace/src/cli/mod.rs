@@ -93,6 +93,11 @@ pub(crate) struct WatchArgs {
     /// Serve Prometheus metrics on ADDR, e.g. 127.0.0.1:9464 (docs/trace.md).
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Also export spans over OTLP/gRPC to URL, e.g. http://127.0.0.1:4317
+    /// (docs/trace.md, "OpenTelemetry spans"); without it the standard
+    /// OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT turns export on.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
     #[command(flatten)]
     pub decode: DecodeArgs,
     /// Where the TUI's `e`/`E` write their exports.
@@ -132,6 +137,11 @@ pub(crate) struct RecordArgs {
     /// Serve Prometheus metrics on ADDR, e.g. 127.0.0.1:9464 (docs/trace.md).
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Also export spans over OTLP/gRPC to URL, e.g. http://127.0.0.1:4317
+    /// (docs/trace.md, "OpenTelemetry spans"); without it the standard
+    /// OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT turns export on.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
     #[command(flatten)]
     pub decode: DecodeArgs,
     #[command(flatten)]
@@ -156,6 +166,11 @@ pub(crate) struct ReplayArgs {
     pub no_redact: bool,
     #[command(flatten)]
     pub decode: DecodeArgs,
+    /// Also export spans over OTLP/gRPC to URL, e.g. http://127.0.0.1:4317
+    /// (docs/trace.md, "OpenTelemetry spans"); without it the standard
+    /// OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT turns export on.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
 }
 
 /// `nri-trace report`.

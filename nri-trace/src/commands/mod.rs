@@ -19,7 +19,7 @@ use nri_trace::{
     capture::{start_session, EbpfBackend, EbpfOptions, ProgramSet, Session, SessionConfig},
     engine::contract::ContractConfig,
     pipeline::{live::Stage, Announce, Awaited, Filter, Sink, Stop, Target},
-    sinks::{JsonSink, TextSink},
+    sinks::{JsonSink, OtlpSink, TextSink},
     store::record_file::SessionInfo,
 };
 
@@ -163,4 +163,24 @@ pub(crate) fn text_sink(d: &DecodeArgs) -> Box<dyn Sink> {
 /// The JSON sink on standard output.
 pub(crate) fn json_sink(session: &SessionInfo) -> io::Result<Box<dyn Sink>> {
     Ok(Box::new(JsonSink::new(io::stdout(), session)?))
+}
+
+/// The OTLP sink `--otlp-endpoint` asks for, or the standard
+/// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` / `OTEL_EXPORTER_OTLP_ENDPOINT`
+/// (read by the exporter itself) when the flag is not given.
+pub(crate) fn otlp_sink(endpoint: Option<&str>) -> anyhow::Result<Option<OtlpSink>> {
+    let from_env = [
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+    ]
+    .iter()
+    .find(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty()));
+    let to = match (endpoint, from_env) {
+        (Some(e), _) => e.to_owned(),
+        (None, Some(v)) => format!("${v}"),
+        (None, None) => return Ok(None),
+    };
+    let sink = OtlpSink::start(endpoint)?;
+    eprintln!("nri-trace: exporting spans over OTLP/gRPC to {to}");
+    Ok(Some(sink))
 }

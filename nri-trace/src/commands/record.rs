@@ -64,6 +64,7 @@ pub(crate) async fn run(a: RecordArgs) -> Result<()> {
         save_raw: None,
         duration: a.duration,
         metrics_addr: a.metrics_addr,
+        otlp_endpoint: a.otlp_endpoint,
         decode: a.decode,
         export_dir: PathBuf::from("."),
         probe: a.probe,

@@ -12,7 +12,7 @@ use nri_trace::{
     },
 };
 
-use super::{contract, filter, json_sink, on_terminal, text_sink};
+use super::{contract, filter, json_sink, on_terminal, otlp_sink, text_sink};
 use crate::cli::{
     args::{CallLines, DecodeArgs, FilterArgs, ReplayOutput},
     ReplayArgs, ReportArgs,
@@ -32,6 +32,7 @@ pub(crate) fn run(a: ReplayArgs) -> Result<()> {
         &a.filter,
         &a.decode,
         a.no_redact,
+        a.otlp_endpoint.as_deref(),
     )
 }
 
@@ -42,6 +43,7 @@ pub(crate) fn report(a: ReportArgs) -> Result<()> {
         &a.filter,
         &a.decode,
         a.no_redact,
+        None,
     )
 }
 
@@ -51,11 +53,15 @@ fn replay_to(
     f: &FilterArgs,
     d: &DecodeArgs,
     no_redact: bool,
+    otlp: Option<&str>,
 ) -> Result<()> {
     let src = open_source(file)?.keep_raw_secrets(no_redact);
     let info = src.session().clone();
     let name = src.name().to_string();
     let mut p = Pipeline::new(&info, contract(d)).with_filter(filter(f));
+    if let Some(s) = otlp_sink(otlp)? {
+        p.export_to(s);
+    }
     match output {
         ReplayOutput::Text => p.add_sink(text_sink(d)),
         ReplayOutput::Json => p.add_sink(json_sink(&info)?),

@@ -8,7 +8,7 @@ use nri_trace::{
     sinks::{
         serve_metrics,
         tui::{self, Mode, TuiOptions, TuiSink},
-        MetricsSink,
+        MetricsSink, OtlpSink,
     },
     store::ndjson::{self, LineWriter},
     store::{
@@ -18,8 +18,8 @@ use nri_trace::{
 };
 
 use super::{
-    announce, contract, drain, filter, find_target, json_sink, load_probes, on_terminal, seconds,
-    start_capture, text_sink,
+    announce, contract, drain, filter, find_target, json_sink, load_probes, on_terminal, otlp_sink,
+    seconds, start_capture, text_sink,
 };
 use crate::cli::{
     args::{CallLines, WatchOutput},
@@ -94,12 +94,21 @@ pub(crate) async fn live(a: WatchArgs, show: Show) -> Result<()> {
             ndjson::create_private(path).with_context(|| format!("creating {}", path.display()))?;
         p.save_raw_to(path.display().to_string(), LineWriter::new(Box::new(f)));
     }
+    let otlp = otlp_sink(a.otlp_endpoint.as_deref())?;
+    let export = otlp.as_ref().map(OtlpSink::counters);
+    if let Some(s) = otlp {
+        p.export_to(s);
+    }
     if let Some(addr) = a.metrics_addr {
         let (bound, text) = serve_metrics(addr).await.with_context(|| {
             format!("metrics: cannot listen on {addr} (in use? choose another --metrics-addr)")
         })?;
         eprintln!("nri-trace: metrics on http://{bound}/metrics");
-        p.add_sink(Box::new(MetricsSink::new(text)));
+        let mut m = MetricsSink::new(text);
+        if let Some(c) = export {
+            m = m.with_export(c);
+        }
+        p.add_sink(Box::new(m));
     }
     let mut s = start_capture(cfg, backend).await?;
     let mut tui = None;

@@ -220,6 +220,18 @@ impl PodIndex {
         })
     }
 
+    /// The sandbox id of a sandbox or container id, when known (a
+    /// sandbox id is its own).
+    pub(crate) fn sandbox_of<'a>(&'a self, id: &'a str) -> Option<&'a str> {
+        if self.pods.contains_key(id) || self.listed_pods.contains_key(id) {
+            return Some(id);
+        }
+        self.sandbox_of
+            .get(id)
+            .or_else(|| self.listed_containers.get(id).map(|(s, _)| s))
+            .map(String::as_str)
+    }
+
     fn of_cri(&self, c: &CriCall) -> Option<PodName> {
         if let Some(p) = &c.pod {
             return Some(PodName {

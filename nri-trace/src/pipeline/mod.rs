@@ -39,6 +39,7 @@ use crate::{
         hook_latency::HookSummary, record::Record, trace_engine::TraceEngine,
     },
     model::observation::Observation,
+    sinks::otlp::OtlpSink,
     store::ndjson::LineWriter,
     store::{
         flight_recorder::FlightRecorder,
@@ -208,6 +209,19 @@ pub struct Pipeline {
     redact: bool,
     /// What the sinks were last told of [`TraceEngine::settled_before`].
     settled: u64,
+    /// OTLP export (`--otlp-endpoint`): a sink, kept apart so that it
+    /// finishes first and `session_end` can say what it exported.
+    otlp: Option<Box<OtlpSink>>,
+}
+
+/// Every sink, the OTLP one first.
+fn all_sinks<'a>(
+    otlp: &'a mut Option<Box<OtlpSink>>,
+    sinks: &'a mut [Box<dyn Sink>],
+) -> impl Iterator<Item = &'a mut dyn Sink> {
+    otlp.iter_mut()
+        .map(|s| -> &mut dyn Sink { s.as_mut() })
+        .chain(sinks.iter_mut().map(|s| -> &mut dyn Sink { s.as_mut() }))
 }
 
 impl Pipeline {
@@ -234,6 +248,7 @@ impl Pipeline {
             lost_records: 0,
             redact: session.redacted,
             settled: 0,
+            otlp: None,
         }
     }
 
@@ -246,6 +261,12 @@ impl Pipeline {
 
     pub fn add_sink(&mut self, sink: Box<dyn Sink>) {
         self.sinks.push(sink);
+    }
+
+    /// Also export the records as OTLP spans (`--otlp-endpoint`).
+    pub fn export_to(&mut self, sink: OtlpSink) {
+        // Boxed: the pipeline lives in the live loop's future.
+        self.otlp = Some(Box::new(sink));
     }
 
     /// Also write every observation to a record file (`--save`): `writer`
@@ -324,7 +345,7 @@ impl Pipeline {
         let settled = self.engine.settled_before();
         if settled != self.settled {
             self.settled = settled;
-            for s in &mut self.sinks {
+            for s in all_sinks(&mut self.otlp, &mut self.sinks) {
                 s.settled(settled).map_err(PipelineError::Sink)?;
             }
         }
@@ -337,7 +358,7 @@ impl Pipeline {
             if !self.filter.keeps(&r) {
                 continue;
             }
-            for s in &mut self.sinks {
+            for s in all_sinks(&mut self.otlp, &mut self.sinks) {
                 s.record(&r).map_err(PipelineError::Sink)?;
             }
         }
@@ -370,7 +391,7 @@ impl Pipeline {
             inputs: self.inputs,
             filter: &self.filter,
         };
-        for s in &mut self.sinks {
+        for s in all_sinks(&mut self.otlp, &mut self.sinks) {
             s.idle(&p).map_err(PipelineError::Sink)?;
         }
         Ok(())
@@ -384,9 +405,10 @@ impl Pipeline {
         self.observe_all(&mut obs)?;
         self.engine.finish(&mut self.records);
         self.emit()?;
-        let end = SessionEnd {
+        let mut end = SessionEnd {
             observations: self.observations,
             lost_records: self.lost_records,
+            otlp: None,
         };
         if let Some((name, w)) = self.save.take() {
             w.finish()
@@ -401,12 +423,17 @@ impl Pipeline {
                 .map_err(|source| PipelineError::Save { path: name, source })?;
         }
         let tables = Tables::of(&self.engine, &self.filter);
-        let ending = Ending {
+        let mut ending = Ending {
             tables: &tables,
             now_ns: self.now_ns,
             session_end: end,
             engine: &self.engine,
         };
+        if let Some(o) = self.otlp.as_mut() {
+            o.finish(&ending).map_err(PipelineError::Sink)?;
+            end.otlp = Some(o.counters().totals());
+            ending.session_end = end;
+        }
         for s in &mut self.sinks {
             s.finish(&ending).map_err(PipelineError::Sink)?;
         }

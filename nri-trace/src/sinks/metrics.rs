@@ -22,6 +22,8 @@ use crate::{
         trace_engine::TraceEngine,
     },
     pipeline::{Ending, Progress, Sink},
+    sinks::otlp::ExportCounters,
+    store::record_file::ExportTotals,
 };
 
 /// `--metrics-addr`: keeps the exposition [`metrics_server`] serves up to
@@ -32,8 +34,11 @@ use crate::{
 /// [`metrics_server`]: super::metrics_server
 pub struct MetricsSink {
     text: Arc<Mutex<String>>,
-    /// [`Progress::inputs`] when last rendered (`None`: never).
-    rendered_at: Option<u64>,
+    /// [`Progress::inputs`] (and the export's totals) when last rendered
+    /// (`None`: never).
+    rendered_at: Option<(u64, ExportTotals)>,
+    /// OTLP export's counters, when it runs (`--otlp-endpoint`).
+    export: Option<Arc<ExportCounters>>,
 }
 
 impl MetricsSink {
@@ -42,11 +47,26 @@ impl MetricsSink {
         MetricsSink {
             text,
             rendered_at: None,
+            export: None,
         }
     }
 
+    /// Also expose what OTLP export did.
+    #[must_use]
+    pub fn with_export(mut self, counters: Arc<ExportCounters>) -> Self {
+        self.export = Some(counters);
+        self
+    }
+
+    fn export_totals(&self) -> ExportTotals {
+        self.export.as_ref().map(|c| c.totals()).unwrap_or_default()
+    }
+
     fn publish(&mut self, engine: &TraceEngine) {
-        let rendered = render(engine);
+        let mut rendered = render(engine);
+        if self.export.is_some() {
+            render_export(&mut rendered, self.export_totals());
+        }
         *self
             .text
             .lock()
@@ -60,9 +80,10 @@ impl Sink for MetricsSink {
     }
 
     fn idle(&mut self, p: &Progress<'_>) -> io::Result<()> {
-        if self.rendered_at != Some(p.inputs) {
+        let now = (p.inputs, self.export_totals());
+        if self.rendered_at != Some(now) {
             self.publish(p.engine);
-            self.rendered_at = Some(p.inputs);
+            self.rendered_at = Some(now);
         }
         Ok(())
     }
@@ -255,6 +276,30 @@ pub(crate) fn render(a: &TraceEngine) -> String {
         let _ = writeln!(out, "{name} {v}");
     }
     out
+}
+
+/// OTLP export's counters (sinks/otlp/export.rs).
+fn render_export(out: &mut String, t: ExportTotals) {
+    for (name, text, v) in [
+        (
+            "nri_trace_otlp_exported_spans_total",
+            "Spans the OTLP collector accepted.",
+            t.exported_spans,
+        ),
+        (
+            "nri_trace_otlp_dropped_spans_total",
+            "Spans given up: the export queue was full, or the run ended first.",
+            t.dropped_spans,
+        ),
+        (
+            "nri_trace_otlp_failed_exports_total",
+            "OTLP export requests that failed (retried with backoff).",
+            t.failed_exports,
+        ),
+    ] {
+        help(out, name, "counter", text);
+        let _ = writeln!(out, "{name} {v}");
+    }
 }
 
 #[cfg(test)]

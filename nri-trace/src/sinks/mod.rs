@@ -11,6 +11,7 @@
 //! - [`metrics`]: Prometheus exposition (`--metrics-addr`), served by
 //!   [`metrics_server`].
 //! - [`explain`]: `explain POD`: a pod's teardown and what holds it.
+//! - [`otlp`]: `--otlp-endpoint`, the records as OpenTelemetry spans.
 //!
 //! [`finding_message`] words a finding, the same for every sink.
 //!
@@ -25,6 +26,7 @@ pub(crate) mod lines;
 pub(crate) mod metrics;
 pub(crate) mod metrics_server;
 pub(crate) mod nri_lines;
+pub mod otlp;
 pub(crate) mod polls;
 pub(crate) mod report;
 pub(crate) mod text;
@@ -37,5 +39,6 @@ pub use json::JsonSink;
 pub use lines::observation_text;
 pub use metrics::MetricsSink;
 pub use metrics_server::serve_metrics;
+pub use otlp::OtlpSink;
 pub use report::ReportSink;
 pub use text::TextSink;

@@ -44,6 +44,24 @@ pub struct SessionEnd {
     pub observations: u64,
     /// Capture records lost (the last loss counters' `lost_records`).
     pub lost_records: u64,
+    /// What OTLP export did, when it ran (`--otlp-endpoint`): written by
+    /// the `-o json` output, not by a record file (closed before export
+    /// ends).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otlp: Option<ExportTotals>,
+}
+
+/// `session_end`'s `otlp`: the spans exported and dropped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExportTotals {
+    /// Spans the collector accepted.
+    pub exported_spans: u64,
+    /// Spans given up: the queue was full, or the run ended before the
+    /// collector took them.
+    pub dropped_spans: u64,
+    /// Export requests that failed (each retried until it went or the run
+    /// ended).
+    pub failed_exports: u64,
 }
 
 /// One line of the file.
@@ -165,6 +183,7 @@ impl<W: std::io::Write> RecordWriter<W> {
         let end = SessionEnd {
             observations: self.written,
             lost_records: self.lost_records,
+            otlp: None,
         };
         self.out.write_record(&Header::SessionEnd(&end), true)?;
         self.out.finish()
@@ -178,6 +197,7 @@ pub(crate) fn header_bytes_at_most(info: &SessionInfo) -> std::io::Result<u64> {
     let end = SessionEnd {
         observations: u64::MAX,
         lost_records: u64::MAX,
+        otlp: None,
     };
     let mut widest = info.clone();
     widest.started_unix_ns = u64::MAX;
