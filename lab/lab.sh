@@ -42,6 +42,14 @@ DEFAULT_VALIDATOR="${NRI_TRACE_LAB_DEFAULT_VALIDATOR:-}"
 # Read at `up` only.
 RUNTIME_METRICS="${NRI_TRACE_LAB_RUNTIME_METRICS:-}"
 LOG_LEVEL="${NRI_TRACE_LAB_LOG_LEVEL:-info}"
+# containerd's OpenTelemetry tracing (containerd 2.x: its CRI server through
+# otelgrpc, its NRI calls through otelttrpc, docs/tracing.md of the
+# release): off, as containerd ships it, unless this names an OTLP/HTTP
+# endpoint (e.g. http://127.0.0.1:4318, lab/otelcol.sh's collector).
+# containerd reads only the OTEL_* variables of its environment: they are
+# set for it alone, every span sampled. Read at `up` and kept for
+# `restart` in $LAB/otlp-endpoint.
+OTLP_ENDPOINT="${NRI_TRACE_LAB_OTLP_ENDPOINT:-}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 LAB_TAG="lab"
 # shellcheck source=lab/common.sh
@@ -664,6 +672,12 @@ start_containerd() {
 			fd="${fd##*/}"
 			if ((fd > 2)); then eval "exec $fd>&-"; fi
 		done
+		local otlp
+		otlp="$(cat "$LAB/otlp-endpoint" 2>/dev/null || true)"
+		if [[ -n $otlp ]]; then
+			export OTEL_EXPORTER_OTLP_ENDPOINT="$otlp" OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf
+			export OTEL_SERVICE_NAME=containerd OTEL_TRACES_SAMPLER=always_on
+		fi
 		exec setsid "$CONTAINERD" --config "$CONFIG" >>"$LOG" 2>&1 </dev/null
 	) &
 	local pid=$!
@@ -791,8 +805,18 @@ cmd_up() {
 		if ! cmp -s "$CONFIG" <(write_runtime_config "$(cat "$LAB/snapshotter")" /dev/stdout); then
 			log "warning: running config differs from the current settings; 'down' and 'up' to apply"
 		fi
+		if [[ $(cat "$LAB/otlp-endpoint" 2>/dev/null || true) != "$OTLP_ENDPOINT" ]]; then
+			log "warning: containerd's tracing differs from NRI_TRACE_LAB_OTLP_ENDPOINT='$OTLP_ENDPOINT'; 'down' and 'up' to apply"
+		fi
 	else
 		prepare
+		if [[ -n $OTLP_ENDPOINT ]]; then
+			[[ $RUNTIME == containerd-2.* ]] || die "NRI_TRACE_LAB_OTLP_ENDPOINT: containerd 1.7's tracing is configured in its config file, not by the lab (use containerd 2.x)"
+			echo "$OTLP_ENDPOINT" >"$LAB/otlp-endpoint"
+			log "containerd traces to $OTLP_ENDPOINT (OTLP/HTTP, every span)"
+		else
+			rm -f "$LAB/otlp-endpoint"
+		fi
 		start_containerd
 		# Containers at start-up can only be leftovers of an unclean stop
 		# (`down` deletes them all while containerd answers). The CRI

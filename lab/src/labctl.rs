@@ -167,6 +167,10 @@ pub struct Lab {
     /// The runtime `up` starts ($NRI_TRACE_LAB_RUNTIME).
     pub runtime: Runtime,
     pub(crate) script: PathBuf,
+    /// Where containerd 2.x sends its OpenTelemetry spans (OTLP/HTTP, e.g.
+    /// http://127.0.0.1:4318), from `up` on; `None`: tracing off, as
+    /// containerd ships (lab.sh, NRI_TRACE_LAB_OTLP_ENDPOINT).
+    pub otlp_endpoint: Option<String>,
 }
 
 impl Default for Lab {
@@ -192,6 +196,7 @@ impl Lab {
             dir,
             runtime,
             script,
+            otlp_endpoint: None,
         }
     }
 
@@ -245,6 +250,10 @@ impl Lab {
             .args(args)
             .env("NRI_TRACE_LAB_DIR", &self.dir)
             .env(Runtime::ENV, self.runtime.name())
+            .env(
+                "NRI_TRACE_LAB_OTLP_ENDPOINT",
+                self.otlp_endpoint.as_deref().unwrap_or(""),
+            )
             .envs(envs.iter().copied());
         if let Some(t) = request_timeout {
             cmd.env("NRI_TRACE_LAB_REQUEST_TIMEOUT", t);
@@ -448,6 +457,7 @@ mod tests {
             dir: dir.clone(),
             runtime: Runtime::Containerd17,
             script: PathBuf::from("/nonexistent"),
+            otlp_endpoint: None,
         };
         let p = lab
             .install_prelaunched(

@@ -713,6 +713,7 @@ mod tests {
             dir: dir.clone(),
             runtime: Runtime::Containerd21,
             script,
+            otlp_endpoint: None,
         };
         // "Our containerd": a process whose command line names the lab's
         // config, as lab.sh's pid file check wants.

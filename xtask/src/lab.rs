@@ -138,7 +138,8 @@ struct Peer {
 
 /// What the lab tier's tests build the first time they ask for it
 /// (lab/src/labctl.rs, crictl.rs, scenario.rs, scenario/go_plugins.rs and
-/// pod_resize.rs and tests/tests/prometheus_lab.rs call the same steps): on a machine that never built them
+/// pod_resize.rs, tests/tests/prometheus_lab.rs and trace_lab/otlp.rs call
+/// the same steps): on a machine that never built them
 /// about 18 of the cold suite's minutes (docs/benchmarks.md, "The
 /// suite"). In the order the lab tier needs them: containerd 2.3 first,
 /// as most scenarios run on it. `lab.sh install` also installs Debian's
@@ -208,6 +209,12 @@ const PEERS: &[Peer] = &[
         what: "Debian's Prometheus (unpacked)",
         runtime: None,
         steps: &[&["prometheus.sh", "install"]],
+        late: false,
+    },
+    Peer {
+        what: "the OpenTelemetry Collector (its builder, from the Go module proxy)",
+        runtime: None,
+        steps: &[&["otelcol.sh", "install"]],
         late: false,
     },
     // Late: the longest build (about 18 CPU-minutes, 9.6 min alone, cold),
