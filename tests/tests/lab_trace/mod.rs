@@ -305,14 +305,24 @@ pub(crate) fn run_observed_by(
     runtime: Option<Runtime>,
     observer: Box<dyn Observer>,
 ) -> Option<PathBuf> {
-    if !guard(scenario) {
-        return None;
-    }
-    let _lock = labctl::lock().expect("lab lock");
     let mut lab = Lab::from_env();
     if let Some(r) = runtime {
         lab.runtime = r;
     }
+    run_observed_on(group, scenario, lab, observer)
+}
+
+/// [`run_observed_by`] on `lab` as given (its runtime, its tracing).
+pub(crate) fn run_observed_on(
+    group: &str,
+    scenario: &str,
+    lab: Lab,
+    observer: Box<dyn Observer>,
+) -> Option<PathBuf> {
+    if !guard(scenario) {
+        return None;
+    }
+    let _lock = labctl::lock().expect("lab lock");
     lab.install().expect("lab install");
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(group)

@@ -523,3 +523,50 @@ fn errors_name_the_fix() {
     let (ok, _, err) = run(["watch", "-o", "/tmp/x.json"]);
     assert!(!ok && err.contains("possible values"), "{err}");
 }
+
+/// `replay --otlp-endpoint` to a collector that is not there (nothing
+/// listens on port 1): the replay's records are what they are without
+/// export, the run ends, and `session_end` says every span was dropped
+/// and the export failed (docs/trace.md, "OpenTelemetry spans").
+#[test]
+fn otlp_export_to_an_absent_collector_loses_nothing_and_counts_the_drops() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/cri/happy/recording.ndjson.gz");
+    let (ok, plain, err) = run([
+        OsStr::new("replay"),
+        file.as_os_str(),
+        OsStr::new("-o"),
+        OsStr::new("json"),
+    ]);
+    assert!(ok, "{err}");
+    let (ok, exported, err) = run([
+        OsStr::new("replay"),
+        file.as_os_str(),
+        OsStr::new("-o"),
+        OsStr::new("json"),
+        OsStr::new("--otlp-endpoint"),
+        OsStr::new("http://127.0.0.1:1"),
+    ]);
+    assert!(ok, "{err}");
+    assert!(err.contains("OTLP export failed"), "logged once: {err}");
+    assert_eq!(err.matches("OTLP export failed").count(), 1, "{err}");
+    let lines = |b: &[u8]| -> Vec<Value> {
+        json_lines(b)
+            .into_iter()
+            .filter(|v| v["type"] != "session_end")
+            .collect()
+    };
+    assert_eq!(lines(&exported), lines(&plain), "the same records");
+    let end = json_lines(&exported)
+        .into_iter()
+        .find(|v| v["type"] == "session_end")
+        .expect("session_end");
+    record_schema::validate_lines(
+        &record_schema::validator(),
+        "replay --otlp-endpoint",
+        &exported,
+    );
+    let otlp = &end["otlp"];
+    assert_eq!(otlp["exported_spans"], 0, "{end}");
+    assert!(otlp["dropped_spans"].as_u64().unwrap() > 10, "{end}");
+    assert!(otlp["failed_exports"].as_u64().unwrap() >= 1, "{end}");
+}

@@ -44,6 +44,7 @@ mod conformance;
 mod crictl;
 mod go_plugins;
 mod lifecycle;
+mod otlp;
 mod resize;
 mod retry;
 mod terminating;
