@@ -38,6 +38,13 @@
 #   NRI_TRACE_LAB_DIR      lab dir (default /var/lib/nri-trace-lab)
 #   NRI_TRACE_LAB_RUNTIME  the node's runtime: containerd-2.3 (default),
 #                          containerd-2.2, crio
+#   NRI_TRACE_LAB_KUBELET_OTLP_ENDPOINT
+#                          kubelet's tracing on, every span sampled, sent
+#                          over OTLP/gRPC to this host:port (e.g.
+#                          127.0.0.1:4317, lab/otelcol.sh's collector);
+#                          kubelet then sends a traceparent with each CRI
+#                          call. NRI_TRACE_LAB_OTLP_ENDPOINT (lab.sh) turns
+#                          the runtime's tracing on as well.
 set -euo pipefail
 
 LAB="${NRI_TRACE_LAB_DIR:-/var/lib/nri-trace-lab}"
@@ -54,6 +61,8 @@ containerd-2.2 | containerd-2.3) CRI_SOCK="$LAB/run/containerd.sock" ;;
 crio) CRI_SOCK="$LAB/run/crio.sock" ;;
 *) die "NRI_TRACE_LAB_RUNTIME=$RUNTIME: the cluster runs on containerd-2.3, containerd-2.2 or crio (kubelet 1.37 needs a CRI v1 runtime that reports its cgroup driver)" ;;
 esac
+
+KUBELET_OTLP="${NRI_TRACE_LAB_KUBELET_OTLP_ENDPOINT:-}"
 
 NODE="nri-trace-lab" # the node's name (kubectl get nodes)
 NODE_IP="10.88.76.1" # beside the lab's pod subnet (lab.sh SUBNET 10.88.77.0/24)
@@ -332,6 +341,11 @@ evictionHard:
   nodefs.inodesFree: 5%
   imagefs.available: 2Gi
 EOF
+	# KubeletTracing is GA (1.34): the `tracing` section alone turns it on
+	# (k8s.io/component-base/tracing/api/v1 TracingConfiguration).
+	if [[ -n $KUBELET_OTLP ]]; then
+		printf 'tracing:\n  endpoint: %s\n  samplingRatePerMillion: 1000000\n' "$KUBELET_OTLP" >>"$DIR/kubelet.yaml"
+	fi
 }
 
 cmd_up() {

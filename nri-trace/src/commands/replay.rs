@@ -60,7 +60,7 @@ fn replay_to(
     let name = src.name().to_string();
     let mut p = Pipeline::new(&info, contract(d)).with_filter(filter(f));
     if let Some(s) = otlp_sink(otlp)? {
-        p.export_to(s);
+        p.export_to(Box::new(s));
     }
     match output {
         ReplayOutput::Text => p.add_sink(text_sink(d)),

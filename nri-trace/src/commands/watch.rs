@@ -97,7 +97,7 @@ pub(crate) async fn live(a: WatchArgs, show: Show) -> Result<()> {
     let otlp = otlp_sink(a.otlp_endpoint.as_deref())?;
     let export = otlp.as_ref().map(OtlpSink::counters);
     if let Some(s) = otlp {
-        p.export_to(s);
+        p.export_to(Box::new(s));
     }
     if let Some(addr) = a.metrics_addr {
         let (bound, text) = serve_metrics(addr).await.with_context(|| {

@@ -39,7 +39,6 @@ use crate::{
         hook_latency::HookSummary, record::Record, trace_engine::TraceEngine,
     },
     model::observation::Observation,
-    sinks::otlp::OtlpSink,
     store::ndjson::LineWriter,
     store::{
         flight_recorder::FlightRecorder,
@@ -150,6 +149,9 @@ pub trait Sink {
     }
     /// The input ended: the tables, then whatever the sink shows last.
     fn finish(&mut self, end: &Ending<'_>) -> io::Result<()>;
+    /// After [`Self::finish`]: what it adds to the run's `session_end`
+    /// (an exporter's counts).
+    fn add_to_session_end(&self, _end: &mut SessionEnd) {}
 }
 
 /// Asks a live run to stop: a signal, `--duration`, or a sink (the TUI's
@@ -209,19 +211,17 @@ pub struct Pipeline {
     redact: bool,
     /// What the sinks were last told of [`TraceEngine::settled_before`].
     settled: u64,
-    /// OTLP export (`--otlp-endpoint`): a sink, kept apart so that it
-    /// finishes first and `session_end` can say what it exported.
-    otlp: Option<Box<OtlpSink>>,
+    /// An exporter (OTLP, `--otlp-endpoint`): a sink kept apart so that
+    /// it finishes first and `session_end` can say what it shipped.
+    exporter: Option<Box<dyn Sink>>,
 }
 
-/// Every sink, the OTLP one first.
+/// Every sink, the exporter first.
 fn all_sinks<'a>(
-    otlp: &'a mut Option<Box<OtlpSink>>,
+    exporter: &'a mut Option<Box<dyn Sink>>,
     sinks: &'a mut [Box<dyn Sink>],
-) -> impl Iterator<Item = &'a mut dyn Sink> {
-    otlp.iter_mut()
-        .map(|s| -> &mut dyn Sink { s.as_mut() })
-        .chain(sinks.iter_mut().map(|s| -> &mut dyn Sink { s.as_mut() }))
+) -> impl Iterator<Item = &'a mut Box<dyn Sink>> {
+    exporter.iter_mut().chain(sinks.iter_mut())
 }
 
 impl Pipeline {
@@ -248,7 +248,7 @@ impl Pipeline {
             lost_records: 0,
             redact: session.redacted,
             settled: 0,
-            otlp: None,
+            exporter: None,
         }
     }
 
@@ -263,10 +263,11 @@ impl Pipeline {
         self.sinks.push(sink);
     }
 
-    /// Also export the records as OTLP spans (`--otlp-endpoint`).
-    pub fn export_to(&mut self, sink: OtlpSink) {
-        // Boxed: the pipeline lives in the live loop's future.
-        self.otlp = Some(Box::new(sink));
+    /// Also export the records (the OTLP sink of `--otlp-endpoint`): it
+    /// finishes before the other sinks, and adds to `session_end`
+    /// ([`Sink::add_to_session_end`]).
+    pub fn export_to(&mut self, sink: Box<dyn Sink>) {
+        self.exporter = Some(sink);
     }
 
     /// Also write every observation to a record file (`--save`): `writer`
@@ -345,7 +346,7 @@ impl Pipeline {
         let settled = self.engine.settled_before();
         if settled != self.settled {
             self.settled = settled;
-            for s in all_sinks(&mut self.otlp, &mut self.sinks) {
+            for s in all_sinks(&mut self.exporter, &mut self.sinks) {
                 s.settled(settled).map_err(PipelineError::Sink)?;
             }
         }
@@ -358,7 +359,7 @@ impl Pipeline {
             if !self.filter.keeps(&r) {
                 continue;
             }
-            for s in all_sinks(&mut self.otlp, &mut self.sinks) {
+            for s in all_sinks(&mut self.exporter, &mut self.sinks) {
                 s.record(&r).map_err(PipelineError::Sink)?;
             }
         }
@@ -391,7 +392,7 @@ impl Pipeline {
             inputs: self.inputs,
             filter: &self.filter,
         };
-        for s in all_sinks(&mut self.otlp, &mut self.sinks) {
+        for s in all_sinks(&mut self.exporter, &mut self.sinks) {
             s.idle(&p).map_err(PipelineError::Sink)?;
         }
         Ok(())
@@ -429,9 +430,9 @@ impl Pipeline {
             session_end: end,
             engine: &self.engine,
         };
-        if let Some(o) = self.otlp.as_mut() {
-            o.finish(&ending).map_err(PipelineError::Sink)?;
-            end.otlp = Some(o.counters().totals());
+        if let Some(x) = self.exporter.as_mut() {
+            x.finish(&ending).map_err(PipelineError::Sink)?;
+            x.add_to_session_end(&mut end);
             ending.session_end = end;
         }
         for s in &mut self.sinks {

@@ -220,7 +220,10 @@ fn ctrd23_otlp_spans_join_containerds_traces() {
 
     // Every runtime-to-plugin delivery carried containerd's trace context.
     let records = super::records(SCENARIO, &out);
-    let hooks: Vec<_> = records.iter().flat_map(nri_trace::engine::Record::hooks).collect();
+    let hooks: Vec<_> = records
+        .iter()
+        .flat_map(nri_trace::engine::Record::hooks)
+        .collect();
     let runtime_calls: Vec<_> = hooks
         .iter()
         .filter(|h| h.call.caller == nri_trace::model::Caller::Runtime && !h.call.partial)

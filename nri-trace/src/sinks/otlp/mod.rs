@@ -19,6 +19,7 @@ pub use export::{ExportCounters, ExportError};
 use crate::{
     engine::record::Record,
     pipeline::{Ending, Progress, Sink},
+    store::record_file::SessionEnd,
 };
 
 /// The OTLP sink.
@@ -85,5 +86,9 @@ impl Sink for OtlpSink {
         self.ship();
         self.exporter.finish();
         Ok(())
+    }
+
+    fn add_to_session_end(&self, end: &mut SessionEnd) {
+        end.otlp = Some(self.exporter.counters.totals());
     }
 }

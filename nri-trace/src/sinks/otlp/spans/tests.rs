@@ -137,7 +137,7 @@ fn polling_calls_of_no_pod_are_left_out() {
 
 fn violation(at_ms: u64, evidence: Vec<Evidence>) -> Record {
     Record::Violation(Violation {
-        rule: "pod-unknown-to-plugin",
+        rule: "a-rule",
         severity: Severity::Error,
         certainty: Certainty::Certain,
         ts: crate::engine::test_calls::ts(at_ms).unwrap(),
@@ -171,7 +171,7 @@ fn a_finding_is_an_event_of_its_calls_span_or_a_span_of_its_own_when_late() {
     ]);
     assert_eq!(spans.len(), 2);
     let nri = spans.iter().find(|s| s.name.starts_with("nri.")).unwrap();
-    assert_eq!(nri.error.as_deref(), Some("pod-unknown-to-plugin"));
+    assert_eq!(nri.error.as_deref(), Some("a-rule"));
     assert_eq!(nri.events.len(), 1);
     assert_eq!(nri.events[0].name, "nri_trace.finding");
     // Past the hold: the span went out; the finding is a span under it.
@@ -185,7 +185,7 @@ fn a_finding_is_an_event_of_its_calls_span_or_a_span_of_its_own_when_late() {
     assert_eq!(f.trace_id, nri.trace_id);
     assert_eq!(
         attr(f, "nri_trace.rule"),
-        Some(&Value::Str("pod-unknown-to-plugin".into()))
+        Some(&Value::Str("a-rule".into()))
     );
 }
 
