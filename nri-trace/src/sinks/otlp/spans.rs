@@ -213,6 +213,16 @@ struct PodAttrs {
     uid: String,
 }
 
+impl PodAttrs {
+    fn new(namespace: &str, name: &str, uid: &str) -> Self {
+        PodAttrs {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            uid: uid.to_owned(),
+        }
+    }
+}
+
 /// One pod lifecycle's trace.
 #[derive(Debug)]
 struct Lifecycle {
@@ -350,11 +360,7 @@ impl SpanMaker {
             let pod = self
                 .pods
                 .by_id(sandbox)
-                .map(|p| PodAttrs {
-                    namespace: p.namespace.clone(),
-                    name: p.name.clone(),
-                    uid: String::new(),
-                })
+                .map(|p| PodAttrs::new(&p.namespace, &p.name, ""))
                 .unwrap_or_default();
             self.lifecycles.insert(
                 sandbox.to_owned(),
@@ -412,19 +418,11 @@ impl SpanMaker {
         if let Some(p) = &c.pod {
             if let Some(sb) = &sandbox {
                 let lc = self.lifecycle(sb);
-                lc.pod = PodAttrs {
-                    namespace: p.namespace.clone(),
-                    name: p.name.clone(),
-                    uid: p.uid.clone(),
-                };
+                lc.pod = PodAttrs::new(&p.namespace, &p.name, &p.uid);
             }
         }
         let pod = match &c.pod {
-            Some(p) => PodAttrs {
-                namespace: p.namespace.clone(),
-                name: p.name.clone(),
-                uid: p.uid.clone(),
-            },
+            Some(p) => PodAttrs::new(&p.namespace, &p.name, &p.uid),
             None => pod,
         };
         let mut span = cri_call_span(c, s, trace_id, span_id, parent, &pod);
@@ -511,11 +509,7 @@ impl SpanMaker {
     fn hook_span(&mut self, h: &HookSpan, trace_id: [u8; 16], parent: Option<Parent>) -> OtelSpan {
         let c = &h.call;
         let pod = match &c.pod {
-            Some(p) if !p.name.is_empty() => PodAttrs {
-                namespace: p.namespace.clone(),
-                name: p.name.clone(),
-                uid: p.uid.clone(),
-            },
+            Some(p) if !p.name.is_empty() => PodAttrs::new(&p.namespace, &p.name, &p.uid),
             Some(p) if !p.id.is_empty() => self.lifecycle(&p.id).pod.clone(),
             _ => PodAttrs::default(),
         };
@@ -664,21 +658,44 @@ fn cri_call_span(
         }
     }
     a.push(("nri_trace.nri_s", Value::F64(s.nri_ns as f64 / 1e9)));
-    if c.partial {
-        a.push(("nri_trace.partial", Value::Bool(true)));
+    let error = (!c.outcome.is_ok() && c.end.is_some()).then(|| sanitize(&c.outcome.describe()));
+    let ids = (trace_id, span_id, parent);
+    server_span(
+        ids,
+        sanitize(&rpc),
+        a,
+        (c.start, c.end, c.duration_ns, c.partial),
+        error,
+    )
+}
+
+/// When a call ran: start, end, duration, and whether its start is
+/// unknown (partial).
+type CallTimes = (Option<Timestamp>, Option<Timestamp>, Option<u64>, bool);
+
+/// A call's server span.
+fn server_span(
+    (trace_id, span_id, parent): ([u8; 16], [u8; 8], Option<Parent>),
+    name: String,
+    mut attributes: Attributes,
+    (start, end, duration_ns, partial): CallTimes,
+    error: Option<String>,
+) -> OtelSpan {
+    if partial {
+        attributes.push(("nri_trace.partial", Value::Bool(true)));
     }
-    let (start, end) = wall_span(c.start, c.end, c.duration_ns);
+    let (start, end) = wall_span(start, end, duration_ns);
     OtelSpan {
         trace_id,
         span_id,
         parent,
-        name: sanitize(&rpc),
+        name,
         kind: Kind::Server,
         start_wall_ns: start,
         end_wall_ns: end,
-        attributes: a,
+        attributes,
         events: Vec::new(),
-        error: (!c.outcome.is_ok() && c.end.is_some()).then(|| sanitize(&c.outcome.describe())),
+        error,
     }
 }
 
@@ -746,22 +763,15 @@ fn nri_call_span(
     if let Some(o) = h.own_ns {
         a.push(("nri_trace.own_s", Value::F64(o as f64 / 1e9)));
     }
-    if c.partial {
-        a.push(("nri_trace.partial", Value::Bool(true)));
-    }
-    let (start, end) = wall_span(c.start, c.end, c.duration_ns);
-    OtelSpan {
-        trace_id,
-        span_id,
-        parent,
-        name: rpc,
-        kind: Kind::Server,
-        start_wall_ns: start,
-        end_wall_ns: end,
-        attributes: a,
-        events: Vec::new(),
-        error: (!c.outcome.is_ok()).then(|| sanitize(&c.outcome.describe())),
-    }
+    let error = (!c.outcome.is_ok()).then(|| sanitize(&c.outcome.describe()));
+    let ids = (trace_id, span_id, parent);
+    server_span(
+        ids,
+        rpc,
+        a,
+        (c.start, c.end, c.duration_ns, c.partial),
+        error,
+    )
 }
 
 #[cfg(test)]
