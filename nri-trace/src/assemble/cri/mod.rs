@@ -254,6 +254,20 @@ fn known_fields(b: &HeaderBlock) -> Vec<(&[u8], &[u8])> {
         .collect()
 }
 
+/// A `traceparent` whose name HPACK hid: after a late attach, kubelet's
+/// encoder (grpc-go, golang.org/x/net/http2/hpack) names each call's
+/// traceparent by the dynamic-table entry the previous call's added, a
+/// chain that began before the attach, so the name stays unknown while
+/// every value is on the wire as a literal. A value of the W3C form
+/// (version-traceid-parentid-flags, 55 characters of lower-case hex and
+/// dashes: W3C Trace Context 3.2) is taken for one.
+fn hidden_traceparent(b: &HeaderBlock) -> Option<TraceContext> {
+    b.fields.iter().find_map(|f| match f {
+        Field::Unknown { value: Some(v), .. } => TraceContext::parse(v),
+        _ => None,
+    })
+}
+
 fn unknown_slots(b: &HeaderBlock) -> Vec<Slot> {
     let mut v: Vec<Slot> = b
         .fields
@@ -495,7 +509,7 @@ impl CriCallAssembler {
                     s.start = Some(ts);
                     let head = RequestHead::from_fields(&known_fields(&block));
                     s.deadline_ns = head.timeout.map(|d| d.as_nanos() as u64);
-                    s.traceparent = head.traceparent;
+                    s.traceparent = head.traceparent.or_else(|| hidden_traceparent(&block));
                     s.path = match (&head.service, &head.rpc_method, &head.path) {
                         (Some(svc), Some(m), _) => match CriMethod::from_path_parts(svc, m) {
                             Some(m) => PathSeen::Cri(m),

@@ -398,3 +398,30 @@ mod deadline_race {
         assert_eq!(got[0].end, Some(ts(1001 * MS)));
     }
 }
+
+/// After a late attach, kubelet's traceparent names a dynamic-table entry
+/// from before the attach: the value is on the wire, the name is not, and
+/// the value's W3C form says what it is. Any other hidden literal is not
+/// taken for one.
+#[test]
+fn a_traceparent_whose_name_hpack_hid_is_recognized() {
+    use crate::decode::cri::hpack::{Decoder, Limits};
+    // W3C Trace Context Level 1, 3.2.2.3's example.
+    const TP: &[u8] = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let mut d = Decoder::attached(Limits::default());
+    // RFC 7541 6.2.1: literal with incremental indexing, name index 62 (a
+    // pre-attach entry: 0x40 | 62), value not Huffman-coded.
+    let mut block = vec![0x7e, TP.len() as u8];
+    block.extend_from_slice(TP);
+    let b = d.decode(&block).unwrap();
+    assert!(known_fields(&b).is_empty(), "the name is hidden");
+    let tp = hidden_traceparent(&b).expect("recognized");
+    assert_eq!(tp.to_string().as_bytes(), TP);
+    // The next call names the entry the first one added: hidden again.
+    let b = d.decode(&block).unwrap();
+    assert_eq!(hidden_traceparent(&b), Some(tp));
+    let b = d
+        .decode(&[0x7e, 0x05, b'h', b'e', b'l', b'l', b'o'])
+        .unwrap();
+    assert_eq!(hidden_traceparent(&b), None);
+}
