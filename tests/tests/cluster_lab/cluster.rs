@@ -13,7 +13,11 @@ use anyhow::{bail, ensure, Context, Result};
 use nri_trace_lab::labctl::{self, LabLock};
 use nri_trace_tests::workspace_bin;
 
-use super::{output, pods::TestPod};
+use super::{
+    otel_collector::{OTLP_GRPC, OTLP_HTTP},
+    output,
+    pods::TestPod,
+};
 
 /// The node's runtime: containerd 2.3, the lab cluster's default.
 const RUNTIME: &str = "containerd-2.3";
@@ -67,6 +71,13 @@ impl Cluster {
                 .env("NRI_TRACE_LAB_DIR", &self.lab)
                 .env("NRI_TRACE_LAB_RUNTIME", RUNTIME)
                 .env("NRI_TRACE_LAB_REQUEST_TIMEOUT", REQUEST_TIMEOUT)
+                // kubelet and containerd trace to the test's collector
+                // (traces.rs).
+                .env("NRI_TRACE_LAB_OTLP_ENDPOINT", OTLP_HTTP)
+                .env(
+                    "NRI_TRACE_LAB_KUBELET_OTLP_ENDPOINT",
+                    OTLP_GRPC.trim_start_matches("http://"),
+                )
                 .stderr(Stdio::inherit()),
         )
     }

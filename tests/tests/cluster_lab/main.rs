@@ -28,7 +28,10 @@ use serde_json::Value;
 mod cluster;
 #[path = "../dist_bin/mod.rs"]
 mod dist_bin;
+#[path = "../otel_collector/mod.rs"]
+mod otel_collector;
 mod pods;
+mod traces;
 
 use cluster::Cluster;
 use pods::TestPod;
@@ -53,9 +56,13 @@ fn cluster_daemonset_explains_terminating_pods() {
     // so that no later explain on this machine reads it.
     let recorder = Path::new(HOST_RECORDER);
     let made_recorder = !recorder.exists();
+    // kubelet's and containerd's spans, and nri-trace's (traces.rs).
+    let spans = out.join("spans.json");
+    let collector = otel_collector::Collector::start(&out, &spans);
     let cluster = Cluster::up(&out).expect("cluster up");
-    let result = run_all(&cluster, &bin, &out);
+    let result = run_all(&cluster, &bin, &out, &spans);
     let down = cluster.down();
+    drop(collector);
     if made_recorder {
         let _ = std::fs::remove_dir_all(recorder);
     }
@@ -66,12 +73,14 @@ fn cluster_daemonset_explains_terminating_pods() {
     down.expect("cluster down leaves nothing");
 }
 
-fn run_all(c: &Cluster, bin: &Path, out: &Path) -> Result<()> {
+fn run_all(c: &Cluster, bin: &Path, out: &Path, spans: &Path) -> Result<()> {
     let mut t = Timings::new(out);
     let tag = dist_bin::commit_in_name(bin);
     c.import_image(bin, &tag, out)?;
     c.apply_daemonset(&tag)?;
     t.lap("image imported, DaemonSet Ready")?;
+    traces::traces_join_kubelet(c, bin, out, spans)?;
+    t.lap("traces: kubelet, containerd and nri-trace joined")?;
     let held = finalizer_start(c)?;
     t.lap("finalizer: pod deleted")?;
     grace_period(c, bin)?;

@@ -32,6 +32,8 @@ mod cri_check;
 mod lab_trace;
 #[path = "../nri_check/mod.rs"]
 mod nri_check;
+#[path = "../otel_collector/mod.rs"]
+mod otel_collector;
 #[path = "../output_check/mod.rs"]
 mod output_check;
 #[path = "../record_schema/mod.rs"]
