@@ -69,7 +69,7 @@ pub(crate) fn traces_join_kubelet(c: &Cluster, bin: &Path, out: &Path, file: &Pa
         let t0 = Instant::now();
         while !std::fs::read_to_string(&stdout)?.contains("\"StopPodSandbox\"") {
             ensure!(
-                t0.elapsed() < Duration::from_secs(60),
+                t0.elapsed() < Duration::from_mins(1),
                 "no StopPodSandbox of {}",
                 pod.name
             );
@@ -80,7 +80,7 @@ pub(crate) fn traces_join_kubelet(c: &Cluster, bin: &Path, out: &Path, file: &Pa
     let st = nri_trace_tests::stop_child(
         &mut watch,
         libc::SIGTERM,
-        Duration::from_secs(60),
+        Duration::from_mins(1),
         "nri-trace",
     )?;
     let _ = plugin.kill();
