@@ -846,13 +846,24 @@ impl TeardownLog {
             .find(|(_, s)| s.failed_hooks().next().is_some())
         {
             let hook = s.hooks.iter().position(|h| !h.outcome.is_ok()).unwrap_or(0);
-            e.verdict = Verdict::Blocked;
             e.progress = TeardownProgress::HookFailed { step: i, hook };
-            if s.ok() {
-                // The teardown went on; what comes next still matters.
+            if s.ok() && last.ok() {
+                // The runtime went past the failed hook (containerd logs a
+                // failed StopPodSandbox or RemovePodSandbox notification
+                // and goes on: internal/cri/server/sandbox_stop.go): the
+                // hook holds nothing, kubelet's next call is awaited.
+                e.verdict = Verdict::Waiting;
                 let (next, waited) = Self::next_step(last, now);
                 e.expected_next = next;
                 e.waited_ns = waited;
+            } else {
+                // The runtime returned the plugin's error (CRI-O's
+                // StopPodSandbox) and kubelet retries: blocked on it.
+                e.verdict = Verdict::Blocked;
+                e.expected_next = Some(NextStep {
+                    method: s.method.clone(),
+                    retry: true,
+                });
             }
             return e;
         }

@@ -60,9 +60,39 @@ pub(crate) fn failed_hook() -> Vec<Record> {
     ]
 }
 
+/// containerd goes on past a failed StopPodSandbox hook: the call
+/// succeeds, the hook is named, and the pod waits for kubelet's next call.
+#[test]
+fn failed_teardown_hook_the_runtime_went_past_is_named_while_waiting() {
+    let e = log(&failed_hook()).explain("ns/web", 5000 * MS).unwrap();
+    assert_eq!(e.verdict, Verdict::Waiting);
+    assert_eq!(
+        e.progress,
+        TeardownProgress::HookFailed { step: 0, hook: 0 }
+    );
+    assert_eq!(
+        e.expected_next,
+        Some(NextStep {
+            method: "RemovePodSandbox".into(),
+            retry: false
+        })
+    );
+    assert_eq!(e.waited_ns, Some((5000 - 1035) * MS));
+}
+
+/// CRI-O returns the plugin's error from StopPodSandbox: the failed hook
+/// blocks the teardown.
 #[test]
 fn failed_teardown_hook_is_the_blocker() {
-    let e = log(&failed_hook()).explain("ns/web", 5000 * MS).unwrap();
+    let mut records = failed_hook();
+    if let Some(Record::CriSpan(s)) = records.last_mut() {
+        s.call.outcome = CriOutcome::Error {
+            code: 2,
+            status: "UNKNOWN".into(),
+            message: "refused".into(),
+        };
+    }
+    let e = log(&records).explain("ns/web", 5000 * MS).unwrap();
     assert_eq!(e.verdict, Verdict::Blocked);
     assert_eq!(
         e.progress,
@@ -83,11 +113,10 @@ fn failed_teardown_hook_is_the_blocker() {
     assert_eq!(
         e.expected_next,
         Some(NextStep {
-            method: "RemovePodSandbox".into(),
-            retry: false
+            method: "StopPodSandbox".into(),
+            retry: true
         })
     );
-    assert_eq!(e.waited_ns, Some((5000 - 1035) * MS));
 }
 
 /// CreateContainer of `main` (container c1), and its StopContainer,
