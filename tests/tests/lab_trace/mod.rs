@@ -352,6 +352,7 @@ pub(crate) fn run_observed_on(
 pub(crate) fn live_equals_replay(scenario: &str, out: &Path) -> Collected {
     let (stdout, raw, _) = TraceProc::paths(out);
     let live = std::fs::read(&stdout).unwrap_or_else(|e| panic!("{}: {e}", stdout.display()));
+    let live = without_export_counts(live);
     let session = match LineReader::<_, RecordLine>::new(&live[..]).next() {
         Some(Ok(RecordLine::Session(s))) => s,
         other => panic!("{scenario}: the live output does not start with a session: {other:?}"),
@@ -372,6 +373,18 @@ pub(crate) fn live_equals_replay(scenario: &str, out: &Path) -> Collected {
     saved_replays_to_live(scenario, out, &live);
     let collected = got.borrow().clone();
     collected
+}
+
+/// `-o json` output without the `otlp` counts of its `session_end` (a
+/// run with `--otlp-endpoint`): what the export did is the live run's
+/// own, a replay without export has none.
+fn without_export_counts(live: Vec<u8>) -> Vec<u8> {
+    let text = String::from_utf8(live).expect("utf-8 output");
+    let Some(at) = text.rfind(",\"otlp\":{") else {
+        return text.into_bytes();
+    };
+    let end = text[at..].find('}').map_or(text.len(), |e| at + e + 1);
+    format!("{}{}", &text[..at], &text[end..]).into_bytes()
 }
 
 /// The `-o json` lines of one type from a traced run's live output.

@@ -44,6 +44,12 @@ pub(crate) struct Collector(Child);
 impl Collector {
     pub(crate) fn start(dir: &Path, file: &Path) -> Self {
         let bin = otelcol_sh(&["install"]);
+        // Another listener would take the spans and this collector would
+        // exit: say so rather than read an empty file.
+        assert!(
+            std::net::TcpStream::connect("127.0.0.1:4317").is_err(),
+            "something already listens on 127.0.0.1:4317 (a collector left running?): stop it"
+        );
         let config = dir.join("otelcol.yaml");
         std::fs::write(&config, otelcol_sh(&["config", file.to_str().unwrap()])).unwrap();
         let log = std::fs::File::create(dir.join("otelcol.log")).unwrap();
@@ -68,6 +74,13 @@ impl Collector {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+        // Listening, and still running (not another's port).
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the collector exited: {}",
+            std::fs::read_to_string(dir.join("otelcol.log")).unwrap_or_default()
+        );
         Collector(child)
     }
 }

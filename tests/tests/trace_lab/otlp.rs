@@ -115,47 +115,68 @@ fn ctrd23_otlp_spans_join_containerds_traces() {
         .iter()
         .filter(|s| s.attributes.get("rpc.system.name") == Some(&Value::from("ttrpc")))
         .collect();
-    let mut worst_ns = 0i64;
+    // containerd's client span holds more than the wire shows (the
+    // request's encoding and the trace context's injection before the
+    // write, the response's decoding and the hand-over to the waiting
+    // goroutine after the read): nri-trace's span lies within it, up to
+    // the clocks' difference (containerd's wall clock, nri-trace's
+    // monotonic clock mapped to the wall at its start).
+    const CLOCKS_NS: i64 = 200_000;
+    let mut diffs: Vec<i64> = Vec::new();
     let mut under_cri = BTreeSet::new();
     for d in &deliveries {
         if d.parent.is_empty() {
             continue;
         }
         let Some(c) = theirs.get(d.parent.as_str()) else {
-            // A delivery to a plugin nri-trace captured but whose
-            // containerd span did not come: containerd's spans are all
-            // flushed at its stop, so none may be missing.
+            // containerd's spans are all flushed at its stop: none may be
+            // missing.
             panic!("no containerd span {} for {}", d.parent, d.name);
         };
         assert_eq!(c.trace_id, d.trace_id, "{d:?} {c:?}");
         assert_eq!(c.name, d.name, "the same NRI call");
-        let diff = (c.duration() - d.duration()).abs();
-        worst_ns = worst_ns.max(diff);
         assert!(
-            diff <= 1_000_000,
-            "{}: containerd {} ns, nri-trace {} ns",
+            d.start as i64 >= c.start as i64 - CLOCKS_NS
+                && d.end as i64 <= c.end as i64 + CLOCKS_NS,
+            "{}: nri-trace's span {}..{} not within containerd's {}..{}",
             d.name,
-            c.duration(),
-            d.duration()
+            d.start,
+            d.end,
+            c.start,
+            c.end
         );
-        if let Some(cri) = theirs.get(c.parent.as_str()) {
-            if cri.name.starts_with("runtime.v1.RuntimeService/") {
-                under_cri.insert(cri.name.clone());
+        diffs.push(c.duration() - d.duration());
+        // The CRI server span above containerd's client span, through
+        // containerd's own spans (cri.sandbox.run, ...).
+        let mut up = theirs.get(c.parent.as_str());
+        for _ in 0..8 {
+            let Some(a) = up else { break };
+            if a.name.starts_with("runtime.v1.RuntimeService/") {
+                under_cri.insert(a.name.clone());
+                break;
             }
+            up = theirs.get(a.parent.as_str());
         }
     }
+    diffs.sort_unstable();
+    let pct = |p: usize| diffs[(diffs.len() - 1) * p / 100] as f64 / 1e6;
+    let within_1ms = diffs.iter().filter(|d| d.abs() <= 1_000_000).count();
     let joined = deliveries.iter().filter(|d| !d.parent.is_empty()).count();
     assert_eq!(
         joined,
         runtime_calls.len(),
         "one joined span per delivery the runtime made"
     );
+    // Not StopContainer: containerd 2.3.7 tells the plugins of a stopped
+    // container from its task-exit handler, in a context of its own (the
+    // CRI call's own notification then finds it done), so that client
+    // span starts a trace of its own (docs/trace.md).
     for m in [
         "RunPodSandbox",
         "CreateContainer",
         "StartContainer",
-        "StopContainer",
         "StopPodSandbox",
+        "RemovePodSandbox",
     ] {
         assert!(
             under_cri.contains(&format!("runtime.v1.RuntimeService/{m}")),
@@ -231,10 +252,13 @@ fn ctrd23_otlp_spans_join_containerds_traces() {
         "replay exports the span tree the live run exported"
     );
     let facts = format!(
-        "{} spans of nri-trace, {} of containerd; {joined} deliveries joined, worst duration difference {:.3} ms; {} pod traces",
+        "{} spans of nri-trace, {} of containerd; {joined} deliveries joined; containerd's span minus nri-trace's: p50 {:.3} ms, p90 {:.3} ms, max {:.3} ms, {within_1ms} of {} within 1 ms; {} pod traces",
         ours.len(),
         theirs.len(),
-        worst_ns as f64 / 1e6,
+        pct(50),
+        pct(90),
+        pct(100),
+        diffs.len(),
         traces.len()
     );
     eprintln!("otlp: {facts}");
