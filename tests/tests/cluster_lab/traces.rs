@@ -61,6 +61,7 @@ pub(crate) fn traces_join_kubelet(c: &Cluster, bin: &Path, out: &Path, file: &Pa
     )?;
     let pod = TestPod::new("traced", "sleep 3600").grace(1);
     let mut plugin = c.plugin("traced", "15", &[], out)?;
+    let t_start = Instant::now();
     let run = (|| {
         c.create(&pod)?;
         c.delete(&pod)?;
@@ -77,6 +78,7 @@ pub(crate) fn traces_join_kubelet(c: &Cluster, bin: &Path, out: &Path, file: &Pa
         }
         c.remove(&pod)
     })();
+    let t_pod = t_start.elapsed();
     let st = nri_trace_tests::stop_child(
         &mut watch,
         libc::SIGTERM,
@@ -105,12 +107,20 @@ pub(crate) fn traces_join_kubelet(c: &Cluster, bin: &Path, out: &Path, file: &Pa
         let kubelet_has_it = spans
             .iter()
             .filter(|s| s.service == "nri-trace" && attr(s, "k8s.pod.name") == Some("traced"))
+            // Not the test's crictl calls: they carry no trace context.
+            .filter(|s| !s.parent.is_empty())
             .all(|s| {
                 spans
                     .iter()
                     .any(|k| k.span_id == s.parent && k.service != "nri-trace")
             });
         if (ours >= exported && kubelet_has_it) || t0.elapsed() > Duration::from_secs(30) {
+            eprintln!(
+                "cluster test: traces: the pod's life {:.1} s, nri-trace's stop {:.1} s, the spans' arrival {:.1} s",
+                t_pod.as_secs_f64(),
+                (t0 - t_start - t_pod).as_secs_f64(),
+                t0.elapsed().as_secs_f64()
+            );
             break spans;
         }
         sleep(Duration::from_millis(500));
@@ -121,9 +131,12 @@ pub(crate) fn traces_join_kubelet(c: &Cluster, bin: &Path, out: &Path, file: &Pa
         .iter()
         .filter(|s| s.service == "nri-trace" && attr(s, "k8s.pod.name") == Some("traced"))
         .collect();
+    // kubelet's calls (the test's crictl and nri-trace's own state query
+    // send no trace context).
     let cri: Vec<&&OtlpSpan> = ours
         .iter()
         .filter(|s| attr(s, "rpc.system.name") == Some("grpc"))
+        .filter(|s| attr(s, "nri_trace.client.comm") == Some("kubelet"))
         .collect();
     let nri: Vec<&&OtlpSpan> = ours
         .iter()
