@@ -118,7 +118,7 @@ pub(crate) fn traces_join_kubelet(c: &Cluster, bin: &Path, out: &Path, file: &Pa
             eprintln!(
                 "cluster test: traces: the pod's life {:.1} s, nri-trace's stop {:.1} s, the spans' arrival {:.1} s",
                 t_pod.as_secs_f64(),
-                (t0 - t_start - t_pod).as_secs_f64(),
+                t0.duration_since(t_start).saturating_sub(t_pod).as_secs_f64(),
                 t0.elapsed().as_secs_f64()
             );
             break spans;
