@@ -68,6 +68,8 @@ const EVENT_METHODS: [&str; 4] = [
 pub(crate) enum Mode {
     Watch,
     DebugNri,
+    /// `watch` exporting spans to the lab's collector (issue 33).
+    WatchOtlp,
 }
 
 impl Mode {
@@ -75,6 +77,7 @@ impl Mode {
         match self {
             Mode::Watch => "`watch -o json`",
             Mode::DebugNri => "`debug nri -o json`",
+            Mode::WatchOtlp => "`watch -o json --otlp-endpoint` (the lab's collector)",
         }
     }
 }
@@ -106,6 +109,8 @@ pub(crate) struct RateRun {
     /// nri-trace's CPU while it waited, ready, with nothing happening
     /// before the plugins started, seconds, and that wait (the idle part).
     pub idle: Option<(f64, f64)>,
+    /// With export on: (exported, dropped) spans, from `session_end`.
+    pub exported_spans: Option<(f64, f64)>,
 }
 
 impl RateRun {
@@ -169,6 +174,24 @@ pub(crate) fn nri_rate(seconds: f64, in_flight: usize, ramp: &[f64]) -> Result<N
             break;
         }
     }
+    // Export on, at the held rate, right after the runs without it: what
+    // the spans cost (issue 33). The lab's collector takes them.
+    let collector = Collector::start(&work)?;
+    for mode in [Mode::Watch, Mode::WatchOtlp] {
+        eprintln!(
+            "bench: nri-rate at {HELD_RATE} calls/s for {seconds} s, {}",
+            mode.label()
+        );
+        let r = rate_run(
+            &nri_trace, &peer, &work, mode, HELD_RATE, seconds, in_flight, None,
+        )?;
+        eprintln!(
+            "bench: nri-rate: decoded {}, nri-trace CPU {:.2} s, spans exported {:?}",
+            r.decoded, r.cpu_s, r.exported_spans
+        );
+        runs.push(r);
+    }
+    drop(collector);
     Ok(NriRate { runs })
 }
 
@@ -214,6 +237,8 @@ struct Decoded {
     resyncs: AtomicU64,
     lines: AtomicU64,
     lost_records: Mutex<f64>,
+    /// `session_end`'s `otlp` (exported, dropped), when export ran.
+    exported: Mutex<Option<(f64, f64)>>,
 }
 
 /// Count nri-trace's stdout lines as they come (a 10 s run at 10,000
@@ -242,6 +267,13 @@ fn count_json(out: impl std::io::Read + Send + 'static, d: Arc<Decoded>) -> thre
                 }
             } else if l.contains("\"type\":\"nri_resync\"") {
                 d.resyncs.fetch_add(1, Ordering::Relaxed);
+            } else if l.contains("\"type\":\"session_end\"") {
+                if let (Some(e), Some(x)) = (
+                    json_number(&l, &["\"exported_spans\":"]),
+                    json_number(&l, &["\"dropped_spans\":"]),
+                ) {
+                    *d.exported.lock().unwrap() = Some((e, x));
+                }
             }
         }
     })
@@ -326,6 +358,12 @@ fn rate_run(
         Mode::DebugNri => t
             .args(["debug", "nri", "-o", "json", "--socket"])
             .arg(&sock),
+        Mode::WatchOtlp => t
+            .args(["watch", "-o", "json", "--no-cri-state"])
+            .args(["--otlp-endpoint", Collector::ENDPOINT, "--cri-socket"])
+            .arg(&cri)
+            .arg("--nri-socket")
+            .arg(&sock),
     };
     let mut t = t
         .stdin(Stdio::null())
@@ -406,6 +444,7 @@ fn rate_run(
         trace_seen.push(l);
     }
     let lost_records = *decoded.lost_records.lock().unwrap();
+    let exported_spans = *decoded.exported.lock().unwrap();
     let _ = fs::remove_file(&sock);
     let _ = fs::remove_file(&cri);
     Ok(RateRun {
@@ -426,7 +465,57 @@ fn rate_run(
         window_s,
         load_before,
         idle,
+        exported_spans,
     })
+}
+
+/// The lab's OpenTelemetry Collector (lab/otelcol.sh), its spans to a
+/// file in the bench's work directory; stopped when dropped.
+struct Collector {
+    _child: Killed,
+}
+
+impl Collector {
+    const ENDPOINT: &str = "http://127.0.0.1:4317";
+
+    fn start(work: &Path) -> Result<Self> {
+        let script = crate::workspace_root().join("lab/otelcol.sh");
+        let sh = |args: &[&str]| -> Result<String> {
+            let o = Command::new("bash").arg(&script).args(args).output()?;
+            if !o.status.success() {
+                bail!(
+                    "lab/otelcol.sh {}: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&o.stderr)
+                );
+            }
+            Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
+        };
+        let bin = sh(&["install"])?;
+        let spans = work.join("otlp-spans.json");
+        let _ = fs::remove_file(&spans);
+        let config = work.join("otelcol.yaml");
+        fs::write(&config, sh(&["config", &spans.display().to_string()])?)?;
+        let c = Command::new(bin)
+            .arg("--config")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(work.join("otelcol.log"))?)
+            .spawn()?;
+        let c = Killed(c);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect("127.0.0.1:4317").is_err() {
+            if Instant::now() > deadline {
+                bail!(
+                    "the collector did not listen on 127.0.0.1:4317 (log: {})",
+                    work.join("otelcol.log").display()
+                );
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+        Ok(Collector { _child: c })
+    }
 }
 
 pub(crate) fn nri_rate_section(n: &NriRate) -> String {
@@ -502,6 +591,21 @@ pub(crate) fn nri_rate_section(n: &NriRate) -> String {
                 "missed"
             },
         );
+    }
+    // The export pair: the last `watch` run without export, then with.
+    if let Some(on) = n.runs.iter().rfind(|r| r.mode == Mode::WatchOtlp) {
+        if let Some(off) = n.runs.iter().rfind(|r| r.mode == Mode::Watch) {
+            let (exported, dropped) = on.exported_spans.unwrap_or((0.0, 0.0));
+            s += &format!(
+                "- OTLP export at {:.0} calls/s: {:.4} ms of nri-trace CPU per decoded call with \
+                 it, {:.4} ms without (the run just before), {:+.0} %; {exported:.0} spans \
+                 exported, {dropped:.0} dropped.\n",
+                on.target_rate,
+                on.ms_per_call(),
+                off.ms_per_call(),
+                (on.ms_per_call() / off.ms_per_call() - 1.0) * 100.0,
+            );
+        }
     }
     for mode in [Mode::Watch, Mode::DebugNri] {
         let runs: Vec<_> = n.runs.iter().filter(|r| r.mode == mode).collect();

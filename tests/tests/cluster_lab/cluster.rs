@@ -321,6 +321,9 @@ impl Cluster {
         let bin = self.script("crictl.sh", &["path"])?;
         output(
             Command::new(bin.trim())
+                // crictl gives each call 2 s by default: a StopPodSandbox
+                // under CPU load took longer (`stopp` failed, 2026-11-30).
+                .args(["--timeout", "60s"])
                 .arg("--runtime-endpoint")
                 .arg(format!(
                     "unix://{}",
