@@ -351,3 +351,66 @@ pub(crate) fn span_data(s: OtelSpan) -> SpanData {
             .build(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sinks::otlp::spans::{Parent, SpanEvent};
+
+    #[test]
+    fn a_span_keeps_its_ids_times_parent_events_and_status() {
+        let s = OtelSpan {
+            trace_id: [7; 16],
+            span_id: [9; 8],
+            parent: Some(Parent {
+                span_id: [3; 8],
+                remote: true,
+            }),
+            name: "nri.pkg.api.v1alpha1.Plugin/CreateContainer".into(),
+            kind: Kind::Server,
+            start_wall_ns: 1_000,
+            end_wall_ns: 4_000,
+            attributes: vec![("nri.plugin", Value::Str("10-slow".into()))],
+            events: vec![SpanEvent {
+                name: "nri_trace.finding",
+                wall_ns: 2_000,
+                attributes: vec![("nri_trace.rule", Value::Str("a-rule".into()))],
+            }],
+            error: Some("a-rule".into()),
+        };
+        let d = span_data(s);
+        assert_eq!(d.span_context.trace_id(), TraceId::from_bytes([7; 16]));
+        assert_eq!(d.span_context.span_id(), SpanId::from_bytes([9; 8]));
+        assert!(d.span_context.is_sampled());
+        assert_eq!(d.parent_span_id, SpanId::from_bytes([3; 8]));
+        assert!(d.parent_span_is_remote);
+        assert_eq!(d.span_kind, SpanKind::Server);
+        assert_eq!(
+            d.end_time.duration_since(d.start_time).unwrap(),
+            Duration::from_nanos(3_000)
+        );
+        assert_eq!(d.events.len(), 1);
+        assert_eq!(d.events[0].name, "nri_trace.finding");
+        assert_eq!(d.status, Status::error("a-rule"));
+        assert_eq!(d.attributes, vec![KeyValue::new("nri.plugin", "10-slow")]);
+    }
+
+    #[test]
+    fn a_root_span_has_no_parent() {
+        let s = OtelSpan {
+            trace_id: [1; 16],
+            span_id: [2; 8],
+            parent: None,
+            name: "n".into(),
+            kind: Kind::Internal,
+            start_wall_ns: 0,
+            end_wall_ns: 0,
+            attributes: vec![],
+            events: vec![],
+            error: None,
+        };
+        let d = span_data(s);
+        assert_eq!(d.parent_span_id, SpanId::INVALID);
+        assert_eq!(d.status, Status::Unset);
+    }
+}
