@@ -387,7 +387,7 @@ mod tests {
         assert_eq!(d.span_kind, SpanKind::Server);
         assert_eq!(
             d.end_time.duration_since(d.start_time).unwrap(),
-            Duration::from_nanos(3_000)
+            Duration::from_micros(3)
         );
         assert_eq!(d.events.len(), 1);
         assert_eq!(d.events[0].name, "nri_trace.finding");
