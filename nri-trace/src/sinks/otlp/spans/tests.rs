@@ -216,3 +216,41 @@ fn spans_wait_for_their_findings_then_go_in_capture_time() {
     m.advance(5_030 * MS + HOLD_NS, &mut out);
     assert_eq!(out.len(), 2);
 }
+
+/// A kernel event of the pod's container while its StopContainer ran is
+/// an event of that call's span; one outside the call is not.
+#[test]
+fn kernel_events_during_a_teardown_call_are_its_events() {
+    use crate::{
+        capture::sandbox::SandboxOp,
+        engine::teardown::tests::{kernel, CID},
+    };
+    let mut create = cri(Some("CreateContainer"), "sb1", 200, 250);
+    create.container_id = Some(CID.into());
+    create.stream_id = 3;
+    let mut stop = cri(Some("StopContainer"), "sb1", 1_000, 1_100);
+    stop.sandbox_id = None;
+    stop.container_id = Some(CID.into());
+    stop.stream_id = 5;
+    let exit = SandboxOp::Exit { status: Some(9) };
+    let spans = run(&[
+        run_pod("sb1", 100, 1),
+        span(create, vec![]),
+        kernel(900, 7, "sleep", exit.clone()),
+        kernel(1_050, 7, "sleep", exit),
+        span(stop, vec![]),
+    ]);
+    let stop = spans
+        .iter()
+        .find(|s| s.name == "runtime.v1.RuntimeService/StopContainer")
+        .unwrap();
+    assert_eq!(stop.events.len(), 1, "{:?}", stop.events);
+    assert_eq!(stop.events[0].name, "nri_trace.kernel");
+    assert_eq!(stop.events[0].wall_ns, 1_050 * MS);
+    assert_eq!(attr(stop, "container.id"), Some(&Value::Str(CID.into())));
+    let create = spans
+        .iter()
+        .find(|s| s.name == "runtime.v1.RuntimeService/CreateContainer")
+        .unwrap();
+    assert!(create.events.is_empty(), "not a teardown call");
+}
