@@ -232,6 +232,48 @@ struct Lifecycle {
     pod: PodAttrs,
 }
 
+impl Lifecycle {
+    /// Where a span of the lifecycle goes: its trace, under its root.
+    fn place(&self) -> ([u8; 16], Option<Parent>) {
+        (self.trace_id, self.root.map(Parent::local))
+    }
+}
+
+/// A map that keeps its newest `cap` keys (the oldest inserted go first).
+#[derive(Debug)]
+struct Bounded<K, V> {
+    map: HashMap<K, V>,
+    order: VecDeque<K>,
+    cap: usize,
+}
+
+impl<K: std::hash::Hash + Eq + Clone, V> Bounded<K, V> {
+    fn new(cap: usize) -> Self {
+        Bounded {
+            map: HashMap::new(),
+            order: VecDeque::new(),
+            cap,
+        }
+    }
+
+    fn get(&self, k: &K) -> Option<&V> {
+        self.map.get(k)
+    }
+
+    /// The value of `k`, made by `make` when `k` is new.
+    fn entry(&mut self, k: K, make: impl FnOnce() -> V) -> &mut V {
+        if !self.map.contains_key(&k) {
+            if self.map.len() >= self.cap {
+                if let Some(old) = self.order.pop_front() {
+                    self.map.remove(&old);
+                }
+            }
+            self.order.push_back(k.clone());
+        }
+        self.map.entry(k).or_insert_with(make)
+    }
+}
+
 #[derive(Debug)]
 struct Held {
     key: CallKey,
@@ -240,15 +282,14 @@ struct Held {
 }
 
 /// Records in, spans out: pure and deterministic (capture time only).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct SpanMaker {
     pods: PodIndex,
-    lifecycles: HashMap<String, Lifecycle>,
-    lifecycle_order: VecDeque<String>,
+    /// Pod lifecycles by sandbox id.
+    lifecycles: Bounded<String, Lifecycle>,
     held: VecDeque<Held>,
     /// Spans gone out: their trace and span ids, for late findings.
-    placed: HashMap<CallKey, ([u8; 16], [u8; 8])>,
-    placed_order: VecDeque<CallKey>,
+    placed: Bounded<CallKey, ([u8; 16], [u8; 8])>,
     /// Recent kernel events, with the sandbox their ids name.
     kernel: VecDeque<(String, SandboxEvent)>,
     now_ns: u64,
@@ -256,7 +297,14 @@ pub(crate) struct SpanMaker {
 
 impl SpanMaker {
     pub(crate) fn new() -> Self {
-        Self::default()
+        SpanMaker {
+            pods: PodIndex::new(),
+            lifecycles: Bounded::new(MAX_LIFECYCLES),
+            held: VecDeque::new(),
+            placed: Bounded::new(MAX_PLACED),
+            kernel: VecDeque::new(),
+            now_ns: 0,
+        }
     }
 
     /// One record; spans whose hold ended go to `out`.
@@ -313,18 +361,7 @@ impl SpanMaker {
                 break;
             }
             let h = self.held.pop_front().expect("front exists");
-            if self.placed.len() >= MAX_PLACED {
-                if let Some(k) = self.placed_order.pop_front() {
-                    self.placed.remove(&k);
-                }
-            }
-            if self
-                .placed
-                .insert(h.key, (h.span.trace_id, h.span.span_id))
-                .is_none()
-            {
-                self.placed_order.push_back(h.key);
-            }
+            *self.placed.entry(h.key, Default::default) = (h.span.trace_id, h.span.span_id);
             out.push(h.span);
         }
     }
@@ -351,28 +388,15 @@ impl SpanMaker {
     /// The lifecycle of `sandbox`, made when first met (after a late
     /// attach: no root).
     fn lifecycle(&mut self, sandbox: &str) -> &mut Lifecycle {
-        if !self.lifecycles.contains_key(sandbox) {
-            if self.lifecycles.len() >= MAX_LIFECYCLES {
-                if let Some(old) = self.lifecycle_order.pop_front() {
-                    self.lifecycles.remove(&old);
-                }
-            }
-            let pod = self
-                .pods
+        let pods = &self.pods;
+        self.lifecycles.entry(sandbox.to_owned(), || Lifecycle {
+            trace_id: id128(&[b"pod lifecycle", sandbox.as_bytes()]),
+            root: None,
+            pod: pods
                 .by_id(sandbox)
                 .map(|p| PodAttrs::new(&p.namespace, &p.name, ""))
-                .unwrap_or_default();
-            self.lifecycles.insert(
-                sandbox.to_owned(),
-                Lifecycle {
-                    trace_id: id128(&[b"pod lifecycle", sandbox.as_bytes()]),
-                    root: None,
-                    pod,
-                },
-            );
-            self.lifecycle_order.push_back(sandbox.to_owned());
-        }
-        self.lifecycles.get_mut(sandbox).expect("inserted above")
+                .unwrap_or_default(),
+        })
     }
 
     fn cri_span(&mut self, s: &CriSpan) {
@@ -386,44 +410,29 @@ impl SpanMaker {
         }
         let key = CallKey::of_cri(c);
         let span_id = key.span_id();
-        let (trace_id, parent, pod) = match (&c.traceparent, &sandbox) {
-            (Some(tp), _) => {
-                let pod = sandbox
-                    .as_deref()
-                    .map(|sb| self.lifecycle(sb).pod.clone())
-                    .unwrap_or_default();
-                (
-                    tp.trace_id,
-                    Some(Parent {
-                        span_id: tp.span_id,
-                        remote: true,
-                    }),
-                    pod,
-                )
+        // The pod's names: the call's own (RunPodSandbox), kept for the
+        // lifecycle's later calls.
+        let pod = match (&c.pod, &sandbox) {
+            (Some(p), Some(sb)) => {
+                let pod = PodAttrs::new(&p.namespace, &p.name, &p.uid);
+                self.lifecycle(sb).pod = pod.clone();
+                pod
             }
+            (Some(p), None) => PodAttrs::new(&p.namespace, &p.name, &p.uid),
+            (None, Some(sb)) => self.lifecycle(sb).pod.clone(),
+            (None, None) => PodAttrs::default(),
+        };
+        let (trace_id, parent) = match (&c.traceparent, &sandbox) {
+            (Some(tp), _) => (tp.trace_id, Some(Parent::remote(*tp))),
             (None, Some(sb)) => {
-                let is_run = c.is(CriMethod::RunPodSandbox);
                 let lc = self.lifecycle(sb);
-                if is_run && lc.root.is_none() {
+                if c.is(CriMethod::RunPodSandbox) && lc.root.is_none() {
                     lc.root = Some(span_id);
                 }
-                let parent = lc.root.filter(|r| *r != span_id).map(|span_id| Parent {
-                    span_id,
-                    remote: false,
-                });
-                (lc.trace_id, parent, lc.pod.clone())
+                let (trace_id, parent) = lc.place();
+                (trace_id, parent.filter(|p| p.span_id != span_id))
             }
-            (None, None) => (id128(&[b"cri call", &span_id]), None, PodAttrs::default()),
-        };
-        if let Some(p) = &c.pod {
-            if let Some(sb) = &sandbox {
-                let lc = self.lifecycle(sb);
-                lc.pod = PodAttrs::new(&p.namespace, &p.name, &p.uid);
-            }
-        }
-        let pod = match &c.pod {
-            Some(p) => PodAttrs::new(&p.namespace, &p.name, &p.uid),
-            None => pod,
+            (None, None) => (id128(&[b"cri call", &span_id]), None),
         };
         let mut span = cri_call_span(c, s, trace_id, span_id, parent, &pod);
         if let (Some(sb), true) = (
@@ -498,10 +507,7 @@ impl SpanMaker {
             })
             .map(str::to_owned);
         match sandbox {
-            Some(sb) => {
-                let lc = self.lifecycle(&sb);
-                (lc.trace_id, lc.root.map(Parent::local))
-            }
+            Some(sb) => self.lifecycle(&sb).place(),
             None => (id128(&[b"nri call", &CallKey::of_nri(c).span_id()]), None),
         }
     }
@@ -540,8 +546,7 @@ impl SpanMaker {
             None => match v.pod.as_deref().and_then(|p| self.pods.sandbox_of(p)) {
                 Some(sb) => {
                     let sb = sb.to_owned();
-                    let lc = self.lifecycle(&sb);
-                    (lc.trace_id, lc.root.map(Parent::local))
+                    self.lifecycle(&sb).place()
                 }
                 None => (
                     id128(&[b"finding", v.rule.as_bytes(), &v.ts.mono_ns.to_le_bytes()]),
