@@ -250,56 +250,64 @@ pub(crate) fn render(a: &TraceEngine) -> String {
         );
     }
     let l = a.loss();
-    for (name, text, v) in [
-        (
-            "nri_trace_capture_lost_records_total",
-            "Records lost by the capture (ring buffer full).",
-            l.lost_records,
-        ),
-        (
-            "nri_trace_capture_lost_bytes_total",
-            "Payload bytes in lost records.",
-            l.lost_bytes,
-        ),
-        (
-            "nri_trace_capture_read_faults_total",
-            "Payloads the probe could not read.",
-            l.read_faults,
-        ),
-        (
-            "nri_trace_capture_untracked_fds_total",
-            "Connections not tracked (fd map full).",
-            l.fd_map_full,
-        ),
-    ] {
-        help(&mut out, name, "counter", text);
+    counters(
+        &mut out,
+        &[
+            (
+                "nri_trace_capture_lost_records_total",
+                "Records lost by the capture (ring buffer full).",
+                l.lost_records,
+            ),
+            (
+                "nri_trace_capture_lost_bytes_total",
+                "Payload bytes in lost records.",
+                l.lost_bytes,
+            ),
+            (
+                "nri_trace_capture_read_faults_total",
+                "Payloads the probe could not read.",
+                l.read_faults,
+            ),
+            (
+                "nri_trace_capture_untracked_fds_total",
+                "Connections not tracked (fd map full).",
+                l.fd_map_full,
+            ),
+        ],
+    );
+    out
+}
+
+/// Unlabelled counters: (name, help, value) each.
+fn counters(out: &mut String, list: &[(&str, &str, u64)]) {
+    for &(name, text, v) in list {
+        help(out, name, "counter", text);
         let _ = writeln!(out, "{name} {v}");
     }
-    out
 }
 
 /// OTLP export's counters (sinks/otlp/export.rs).
 fn render_export(out: &mut String, t: ExportTotals) {
-    for (name, text, v) in [
-        (
-            "nri_trace_otlp_exported_spans_total",
-            "Spans the OTLP collector accepted.",
-            t.exported_spans,
-        ),
-        (
-            "nri_trace_otlp_dropped_spans_total",
-            "Spans given up: the export queue was full, or the run ended first.",
-            t.dropped_spans,
-        ),
-        (
-            "nri_trace_otlp_failed_exports_total",
-            "OTLP export requests that failed (retried with backoff).",
-            t.failed_exports,
-        ),
-    ] {
-        help(out, name, "counter", text);
-        let _ = writeln!(out, "{name} {v}");
-    }
+    counters(
+        out,
+        &[
+            (
+                "nri_trace_otlp_exported_spans_total",
+                "Spans the OTLP collector accepted.",
+                t.exported_spans,
+            ),
+            (
+                "nri_trace_otlp_dropped_spans_total",
+                "Spans given up: the export queue was full, or the run ended first.",
+                t.dropped_spans,
+            ),
+            (
+                "nri_trace_otlp_failed_exports_total",
+                "OTLP export requests that failed (retried with backoff).",
+                t.failed_exports,
+            ),
+        ],
+    );
 }
 
 #[cfg(test)]
