@@ -13,7 +13,7 @@
 //!   within 1 ms.
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::BTreeSet,
     path::Path,
     process::{Command, Stdio},
     thread::sleep,
@@ -25,22 +25,9 @@ use serde_json::Value;
 
 use super::{
     cluster::Cluster,
-    otel_collector::{read_spans, OtlpSpan, OTLP_GRPC},
+    otel_collector::{by_id, wait_spans, OtlpSpan, OTLP_GRPC},
     pods::TestPod,
 };
-
-/// The spans of one service, by span id.
-fn by_id<'a>(spans: &'a [OtlpSpan], service: &str) -> BTreeMap<&'a str, &'a OtlpSpan> {
-    spans
-        .iter()
-        .filter(|s| s.service == service)
-        .map(|s| (s.span_id.as_str(), s))
-        .collect()
-}
-
-fn attr<'a>(s: &'a OtlpSpan, k: &str) -> Option<&'a str> {
-    s.attributes.get(k).and_then(Value::as_str)
-}
 
 pub(crate) fn traces_join_kubelet(c: &Cluster, bin: &Path, out: &Path, file: &Path) -> Result<()> {
     let stdout = out.join("traced-watch.ndjson");
@@ -101,12 +88,11 @@ pub(crate) fn traces_join_kubelet(c: &Cluster, bin: &Path, out: &Path, file: &Pa
     ensure!(end["otlp"]["dropped_spans"] == 0, "{end}");
     // kubelet's and containerd's batch processors export every 5 s.
     let t0 = Instant::now();
-    let spans = loop {
-        let spans = read_spans(file);
+    let spans = wait_spans(file, Duration::from_secs(30), |spans| {
         let ours = spans.iter().filter(|s| s.service == "nri-trace").count() as u64;
-        let kubelet_has_it = spans
+        let parents_came = spans
             .iter()
-            .filter(|s| s.service == "nri-trace" && attr(s, "k8s.pod.name") == Some("traced"))
+            .filter(|s| s.service == "nri-trace" && s.attr("k8s.pod.name") == Some("traced"))
             // Not the test's crictl calls: they carry no trace context.
             .filter(|s| !s.parent.is_empty())
             .all(|s| {
@@ -114,33 +100,30 @@ pub(crate) fn traces_join_kubelet(c: &Cluster, bin: &Path, out: &Path, file: &Pa
                     .iter()
                     .any(|k| k.span_id == s.parent && k.service != "nri-trace")
             });
-        if (ours >= exported && kubelet_has_it) || t0.elapsed() > Duration::from_secs(30) {
-            eprintln!(
-                "cluster test: traces: the pod's life {:.1} s, nri-trace's stop {:.1} s, the spans' arrival {:.1} s",
-                t_pod.as_secs_f64(),
-                t0.duration_since(t_start).saturating_sub(t_pod).as_secs_f64(),
-                t0.elapsed().as_secs_f64()
-            );
-            break spans;
-        }
-        sleep(Duration::from_millis(500));
-    };
+        ours >= exported && parents_came
+    });
+    eprintln!(
+        "cluster test: traces: the pod's life {:.1} s, nri-trace's stop {:.1} s, the spans' arrival {:.1} s",
+        t_pod.as_secs_f64(),
+        t0.duration_since(t_start).saturating_sub(t_pod).as_secs_f64(),
+        t0.elapsed().as_secs_f64()
+    );
     let kubelet = by_id(&spans, "kubelet");
     let containerd = by_id(&spans, "containerd");
     let ours: Vec<&OtlpSpan> = spans
         .iter()
-        .filter(|s| s.service == "nri-trace" && attr(s, "k8s.pod.name") == Some("traced"))
+        .filter(|s| s.service == "nri-trace" && s.attr("k8s.pod.name") == Some("traced"))
         .collect();
     // kubelet's calls (the test's crictl and nri-trace's own state query
     // send no trace context).
     let cri: Vec<&&OtlpSpan> = ours
         .iter()
-        .filter(|s| attr(s, "rpc.system.name") == Some("grpc"))
-        .filter(|s| attr(s, "nri_trace.client.comm") == Some("kubelet"))
+        .filter(|s| s.attr("rpc.system.name") == Some("grpc"))
+        .filter(|s| s.attr("nri_trace.client.comm") == Some("kubelet"))
         .collect();
     let nri: Vec<&&OtlpSpan> = ours
         .iter()
-        .filter(|s| attr(s, "rpc.system.name") == Some("ttrpc"))
+        .filter(|s| s.attr("rpc.system.name") == Some("ttrpc"))
         .collect();
     let methods: BTreeSet<&str> = cri.iter().map(|s| s.name.as_str()).collect();
     for m in [

@@ -106,6 +106,11 @@ pub(crate) struct OtlpSpan {
 }
 
 impl OtlpSpan {
+    /// A string attribute's value.
+    pub(crate) fn attr(&self, k: &str) -> Option<&str> {
+        self.attributes.get(k).and_then(Value::as_str)
+    }
+
     pub(crate) fn duration(&self) -> i64 {
         self.end as i64 - self.start as i64
     }
@@ -159,4 +164,30 @@ pub(crate) fn read_spans(file: &Path) -> Vec<OtlpSpan> {
         }
     }
     out
+}
+
+/// The file's spans once `done` says what is wanted has come, or as they
+/// are after `within` (the caller's checks then say what is missing).
+pub(crate) fn wait_spans(
+    file: &Path,
+    within: Duration,
+    done: impl Fn(&[OtlpSpan]) -> bool,
+) -> Vec<OtlpSpan> {
+    let t0 = Instant::now();
+    loop {
+        let spans = read_spans(file);
+        if done(&spans) || t0.elapsed() > within {
+            return spans;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The spans of one service, by span id.
+pub(crate) fn by_id<'a>(spans: &'a [OtlpSpan], service: &str) -> BTreeMap<&'a str, &'a OtlpSpan> {
+    spans
+        .iter()
+        .filter(|s| s.service == service)
+        .map(|s| (s.span_id.as_str(), s))
+        .collect()
 }

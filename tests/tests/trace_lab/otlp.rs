@@ -21,15 +21,14 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     path::PathBuf,
     process::Command,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use nri_trace_lab::labctl::{Lab, Runtime};
-use serde_json::Value;
 
 use super::{
     lab_trace::{json_lines, run_observed_on, TraceProc},
-    otel_collector::{read_spans, Collector, OtlpSpan, OTLP_GRPC, OTLP_HTTP},
+    otel_collector::{by_id, wait_spans, Collector, OtlpSpan, OTLP_GRPC, OTLP_HTTP},
 };
 
 const SCENARIO: &str = "happy";
@@ -62,23 +61,13 @@ fn ctrd23_otlp_spans_join_containerds_traces() {
     assert!(exported > 0, "{otlp}");
     // The collector flushes every 100 ms; containerd's batch processor at
     // its shutdown (the scenario's `down`) at the latest.
-    let t0 = Instant::now();
-    let spans = loop {
-        let spans = read_spans(&file);
+    let spans = wait_spans(&file, Duration::from_secs(30), |spans| {
         let ours = spans.iter().filter(|s| s.service == "nri-trace").count() as u64;
-        let theirs = spans.iter().any(|s| s.service == "containerd");
-        if (ours >= exported && theirs) || t0.elapsed() > Duration::from_secs(30) {
-            break spans;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+        ours >= exported && spans.iter().any(|s| s.service == "containerd")
+    });
     drop(collector);
     let ours: Vec<&OtlpSpan> = spans.iter().filter(|s| s.service == "nri-trace").collect();
-    let theirs: BTreeMap<&str, &OtlpSpan> = spans
-        .iter()
-        .filter(|s| s.service == "containerd")
-        .map(|s| (s.span_id.as_str(), s))
-        .collect();
+    let theirs = by_id(&spans, "containerd");
     assert_eq!(
         ours.len() as u64,
         exported,
@@ -113,7 +102,7 @@ fn ctrd23_otlp_spans_join_containerds_traces() {
     // Each of nri-trace's delivery spans under containerd's client span.
     let deliveries: Vec<&&OtlpSpan> = ours
         .iter()
-        .filter(|s| s.attributes.get("rpc.system.name") == Some(&Value::from("ttrpc")))
+        .filter(|s| s.attr("rpc.system.name") == Some("ttrpc"))
         .collect();
     // containerd's client span holds more than the wire shows (the
     // request's encoding and the trace context's injection before the
@@ -187,16 +176,11 @@ fn ctrd23_otlp_spans_join_containerds_traces() {
     // nri-trace's CRI spans: one trace per pod, rooted at RunPodSandbox.
     let cri: Vec<&&OtlpSpan> = ours
         .iter()
-        .filter(|s| s.attributes.get("rpc.system.name") == Some(&Value::from("grpc")))
+        .filter(|s| s.attr("rpc.system.name") == Some("grpc"))
         .collect();
     let mut traces: BTreeMap<String, Vec<&&OtlpSpan>> = BTreeMap::new();
     for s in &cri {
-        let pod = s
-            .attributes
-            .get("k8s.pod.name")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
+        let pod = s.attr("k8s.pod.name").unwrap_or("").to_string();
         if pod.starts_with("happy") {
             traces.entry(pod).or_default().push(s);
         }
@@ -221,14 +205,9 @@ fn ctrd23_otlp_spans_join_containerds_traces() {
         .output()
         .expect("nri-trace replay");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let t0 = Instant::now();
-    let replayed = loop {
-        let spans = read_spans(&replay_file);
-        if spans.len() >= ours.len() || t0.elapsed() > Duration::from_secs(30) {
-            break spans;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let replayed = wait_spans(&replay_file, Duration::from_secs(30), |spans| {
+        spans.len() >= ours.len()
+    });
     drop(collector);
     let tree = |spans: &[&OtlpSpan]| -> BTreeSet<(String, String, String, String, u64, u64)> {
         spans
