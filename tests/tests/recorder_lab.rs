@@ -36,7 +36,7 @@ use std::{
 };
 
 use anyhow::{bail, Context, Result};
-use lab_trace::{bin, guard};
+use lab_trace::{bin, driver, guard, LabUp};
 use nri_trace::store::flight_recorder::SEGMENT_PREFIX;
 use nri_trace_lab::{
     labctl::{self, Lab},
@@ -510,39 +510,6 @@ fn recorder_bounded_under_load() {
         first_run.name,
         calls.len()
     );
-}
-
-/// Brings the lab down when dropped (a failed test included).
-struct LabUp(Lab);
-
-impl Drop for LabUp {
-    fn drop(&mut self) {
-        if let Err(e) = self.0.down() {
-            eprintln!("lab down: {e:#}");
-        }
-    }
-}
-
-/// `cri-driver ARGS` on the lab; its stdout's JSON line.
-fn driver(lab: &Lab, truth: &Path, args: &[&str]) -> Value {
-    let o = Command::new(bin("cri-driver"))
-        .arg("--socket")
-        .arg(lab.cri_socket())
-        .arg("--truth")
-        .arg(truth)
-        .args(args)
-        .output()
-        .expect("running cri-driver");
-    assert!(
-        o.status.success(),
-        "cri-driver {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .find_map(|l| serde_json::from_str::<Value>(l).ok())
-        .unwrap_or_else(|| panic!("cri-driver {}: no JSON line", args.join(" ")))
 }
 
 /// Issue 20: explain on a pod from before a restart of nri-trace. Pod P

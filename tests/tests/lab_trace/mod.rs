@@ -470,3 +470,36 @@ pub(crate) fn raw_events(out: &Path) -> Vec<nri_trace::capture::CaptureEvent> {
     nri_trace::store::raw_capture::read_file(&raw)
         .unwrap_or_else(|e| panic!("reading {}: {e}", raw.display()))
 }
+
+/// Brings the lab down when dropped (a failed test included).
+pub(crate) struct LabUp(pub(crate) Lab);
+
+impl Drop for LabUp {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.down() {
+            eprintln!("lab down: {e:#}");
+        }
+    }
+}
+
+/// `cri-driver ARGS` on the lab; its stdout's JSON line.
+pub(crate) fn driver(lab: &Lab, truth: &Path, args: &[&str]) -> serde_json::Value {
+    let o = Command::new(bin("cri-driver"))
+        .arg("--socket")
+        .arg(lab.cri_socket())
+        .arg("--truth")
+        .arg(truth)
+        .args(args)
+        .output()
+        .expect("running cri-driver");
+    assert!(
+        o.status.success(),
+        "cri-driver {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .unwrap_or_else(|| panic!("cri-driver {}: no JSON line", args.join(" ")))
+}

@@ -16,6 +16,9 @@
 //!   trace per pod lifecycle, rooted at its RunPodSandbox;
 //! - nri-trace exported every span it made (`session_end`'s `otlp`), none
 //!   dropped, and the collector holds exactly those.
+//!
+//! A second test stops the collector mid-run and starts it again
+//! (`ctrd23_otlp_collector_stopped_mid_run_loses_nothing`).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -24,10 +27,13 @@ use std::{
     time::Duration,
 };
 
-use nri_trace_lab::labctl::{Lab, Runtime};
+use nri_trace_lab::{
+    labctl::{self, Lab, Runtime},
+    scenario::Observer,
+};
 
 use super::{
-    lab_trace::{json_lines, run_observed_on, TraceProc},
+    lab_trace::{driver, json_lines, metrics_addr, run_observed_on, LabUp, TraceProc},
     otel_collector::{by_id, wait_spans, Collector, OtlpSpan, OTLP_GRPC, OTLP_HTTP},
 };
 
@@ -242,4 +248,171 @@ fn ctrd23_otlp_spans_join_containerds_traces() {
     );
     eprintln!("otlp: {facts}");
     std::fs::write(out.join("otlp-facts.txt"), facts).unwrap();
+}
+
+/// The CRI calls of one pod lifecycle of the driver (`up`, then `down`).
+const LIFECYCLE: [&str; 5] = [
+    "RunPodSandbox",
+    "CreateContainer",
+    "StartContainer",
+    "StopPodSandbox",
+    "RemovePodSandbox",
+];
+
+/// The collector stopped mid-run and started again (issue 33: "the
+/// collector down or stopped mid-run: capture loses nothing, the drops are
+/// counted"). `watch --otlp-endpoint` on containerd 2.3 while the driver
+/// makes and removes three pods, one at a time, each step waiting on what
+/// it needs to see rather than on a time:
+///
+/// 1. `otlp-before`, collector A running: its spans reach A's file;
+/// 2. A stopped (SIGTERM, waited for); `otlp-during`: nri-trace's export
+///    fails (its `nri_trace_otlp_failed_exports_total` is read until it
+///    counts one), and the batch waits in its backoff;
+/// 3. collector B started on the same port; `otlp-after`: the waiting
+///    batch and the new pod's spans reach B's file.
+///
+/// Then: the live output has every CRI call of the three pods (the
+/// capture went on as if nothing happened; its records are those of its
+/// raw capture replayed), `session_end` counts the failed exports and no
+/// drop (the queue's bound was never near), and the two files hold
+/// exactly the spans nri-trace says it exported, none twice.
+#[test]
+fn ctrd23_otlp_collector_stopped_mid_run_loses_nothing() {
+    let test = "otlp_collector_stopped_mid_run";
+    if !super::lab_trace::guard(test) {
+        return;
+    }
+    let _lock = labctl::lock().expect("lab lock");
+    let mut lab = Lab::from_env();
+    lab.runtime = Runtime::Containerd23;
+    lab.install().expect("lab install");
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("otlp-lab")
+        .join("stopped-mid-run");
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out).unwrap();
+    let (file_a, file_b) = (out.join("spans-a.json"), out.join("spans-b.json"));
+    let truth = out.join("truth.ndjson");
+
+    let collector_a = Collector::start(&out, &file_a);
+    lab.clear_plugins().expect("clearing pre-launched plugins");
+    lab.up("2s").expect("lab up");
+    let up = LabUp(lab.clone());
+    let mut trace = TraceProc::with_args(&["--otlp-endpoint", OTLP_GRPC]);
+    trace.attach(&lab, &out).expect("nri-trace watch");
+    let addr = metrics_addr(&out).expect("nri-trace's metrics address");
+    let lifecycle = |pod: &str| {
+        let made = driver(&lab, &truth, &["up", "--name", pod]);
+        let id = made["sandbox_id"].as_str().expect("sandbox id").to_string();
+        driver(&lab, &truth, &["down", "--sandbox-id", &id]);
+    };
+    let removed = |spans: &[OtlpSpan], pod: &str| {
+        spans.iter().any(|s| {
+            s.service == "nri-trace"
+                && s.attr("k8s.pod.name") == Some(pod)
+                && s.name == "runtime.v1.RuntimeService/RemovePodSandbox"
+        })
+    };
+
+    lifecycle("otlp-before");
+    let spans_a = wait_spans(&file_a, Duration::from_secs(30), |s| {
+        removed(s, "otlp-before")
+    });
+    assert!(
+        removed(&spans_a, "otlp-before"),
+        "collector A has no RemovePodSandbox span of otlp-before"
+    );
+    drop(collector_a);
+
+    lifecycle("otlp-during");
+    let failed = wait_counter(&addr, "nri_trace_otlp_failed_exports_total", |n| n >= 1);
+    assert!(
+        failed >= 1,
+        "no failed export counted while the collector was down"
+    );
+
+    let collector_b = Collector::start(&out, &file_b);
+    lifecycle("otlp-after");
+    let _ = wait_spans(&file_b, Duration::from_secs(60), |s| {
+        removed(s, "otlp-during") && removed(s, "otlp-after")
+    });
+    trace.detach().expect("nri-trace stops");
+    drop(up);
+
+    let end = json_lines(&out, "session_end");
+    let otlp = &end[0]["otlp"];
+    let exported = otlp["exported_spans"].as_u64().expect("session_end otlp");
+    let failed_exports = otlp["failed_exports"].as_u64().unwrap_or(0);
+    assert_eq!(otlp["dropped_spans"], 0, "{otlp}");
+    assert!(failed_exports >= 1, "{otlp}");
+    let spans_a = super::otel_collector::read_spans(&file_a);
+    let spans_b = wait_spans(&file_b, Duration::from_secs(30), |s| {
+        let ours = s.iter().filter(|s| s.service == "nri-trace").count() as u64;
+        spans_a.iter().filter(|s| s.service == "nri-trace").count() as u64 + ours >= exported
+    });
+    drop(collector_b);
+    let ours: Vec<&OtlpSpan> = spans_a
+        .iter()
+        .chain(&spans_b)
+        .filter(|s| s.service == "nri-trace")
+        .collect();
+    assert_eq!(
+        ours.len() as u64,
+        exported,
+        "the two collectors hold what nri-trace exported"
+    );
+    let ids: BTreeSet<&str> = ours.iter().map(|s| s.span_id.as_str()).collect();
+    assert_eq!(ids.len(), ours.len(), "a span exported twice");
+    for pod in ["otlp-during", "otlp-after"] {
+        assert!(removed(&spans_b, pod), "collector B: no {pod} spans");
+    }
+
+    // Capture lost nothing: every call of the three pods, in the live
+    // output that equals the replay of its raw capture.
+    assert_eq!(end[0]["lost_records"], 0, "{}", end[0]);
+    let records = super::records(test, &out);
+    assert!(!records.is_empty());
+    let calls = json_lines(&out, "cri_span");
+    for pod in ["otlp-before", "otlp-during", "otlp-after"] {
+        let methods: BTreeSet<&str> = calls
+            .iter()
+            .filter(|c| c["pod"]["name"] == pod)
+            .filter_map(|c| c["method"].as_str())
+            .collect();
+        for m in LIFECYCLE {
+            assert!(methods.contains(m), "{pod}: no {m} in {methods:?}");
+        }
+        let spans: BTreeSet<&str> = ours
+            .iter()
+            .filter(|s| s.attr("k8s.pod.name") == Some(pod))
+            .map(|s| s.name.trim_start_matches("runtime.v1.RuntimeService/"))
+            .collect();
+        for m in LIFECYCLE {
+            assert!(spans.contains(m), "{pod}: no {m} span in {spans:?}");
+        }
+    }
+    eprintln!(
+        "{test}: {exported} spans exported ({} to A, {} to B), {failed_exports} failed exports, 0 dropped; {} CRI calls",
+        spans_a.iter().filter(|s| s.service == "nri-trace").count(),
+        spans_b.iter().filter(|s| s.service == "nri-trace").count(),
+        calls.len()
+    );
+}
+
+/// A counter of nri-trace's metrics once `done` holds of it, or as it is
+/// after 60 s (the caller's assertion then says what is missing).
+fn wait_counter(addr: &str, name: &str, done: impl Fn(u64) -> bool) -> u64 {
+    let t0 = std::time::Instant::now();
+    loop {
+        let text = super::lab_trace::http_get(addr, "/metrics").unwrap_or_default();
+        let n = text
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        if done(n) || t0.elapsed() > Duration::from_secs(60) {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
