@@ -64,22 +64,31 @@ impl Cluster {
     }
 
     fn script(&self, name: &str, args: &[&str]) -> Result<String> {
-        output(
-            Command::new("bash")
-                .arg(self.repo.join("lab").join(name))
-                .args(args)
-                .env("NRI_TRACE_LAB_DIR", &self.lab)
-                .env("NRI_TRACE_LAB_RUNTIME", RUNTIME)
-                .env("NRI_TRACE_LAB_REQUEST_TIMEOUT", REQUEST_TIMEOUT)
-                // kubelet and containerd trace to the test's collector
-                // (traces.rs).
-                .env("NRI_TRACE_LAB_OTLP_ENDPOINT", OTLP_HTTP)
-                .env(
-                    "NRI_TRACE_LAB_KUBELET_OTLP_ENDPOINT",
-                    OTLP_GRPC.trim_start_matches("http://"),
-                )
-                .stderr(Stdio::inherit()),
-        )
+        self.script_traced(name, args, true)
+    }
+
+    /// lab/NAME ARGS; kubelet's tracing on or off (containerd traces
+    /// either way).
+    fn script_traced(&self, name: &str, args: &[&str], kubelet_tracing: bool) -> Result<String> {
+        let mut cmd = Command::new("bash");
+        cmd.arg(self.repo.join("lab").join(name))
+            .args(args)
+            .env("NRI_TRACE_LAB_DIR", &self.lab)
+            .env("NRI_TRACE_LAB_RUNTIME", RUNTIME)
+            .env("NRI_TRACE_LAB_REQUEST_TIMEOUT", REQUEST_TIMEOUT)
+            // kubelet and containerd trace to the test's collector
+            // (traces.rs).
+            .env("NRI_TRACE_LAB_OTLP_ENDPOINT", OTLP_HTTP)
+            .stderr(Stdio::inherit());
+        if kubelet_tracing {
+            cmd.env(
+                "NRI_TRACE_LAB_KUBELET_OTLP_ENDPOINT",
+                OTLP_GRPC.trim_start_matches("http://"),
+            );
+        } else {
+            cmd.env_remove("NRI_TRACE_LAB_KUBELET_OTLP_ENDPOINT");
+        }
+        output(&mut cmd)
     }
 
     /// `cluster.sh down`; an error when it left something.
@@ -141,8 +150,7 @@ impl Cluster {
     /// namespace, as deploy/README.md says.
     pub(crate) fn import_image(&self, bin: &Path, tag: &str, out: &Path) -> Result<()> {
         let tar = out.join("nri-trace.oci.tar");
-        super::dist_bin::pack_image(bin, &format!("{IMAGE}:{tag}"), &tar)
-            .map_err(anyhow::Error::msg)?;
+        super::dist_bin::pack_image(bin, &self.image(tag), &tar).map_err(anyhow::Error::msg)?;
         output(
             Command::new(self.lab.join("ctrd23/bin/ctr"))
                 .arg("--address")
@@ -151,6 +159,16 @@ impl Cluster {
                 .arg(&tar),
         )
         .map(drop)
+    }
+
+    /// The nri-trace image's reference with `tag`.
+    pub(crate) fn image(&self, tag: &str) -> String {
+        format!("{IMAGE}:{tag}")
+    }
+
+    /// The repository's root (deploy/, lab/).
+    pub(crate) fn repo(&self) -> &Path {
+        &self.repo
     }
 
     /// deploy/daemonset.yaml with the tag set, applied; its pod Ready.
@@ -257,10 +275,29 @@ impl Cluster {
             for c in self.crictl(&["ps", "-a", "-q", "--pod", &id])?.lines() {
                 self.crictl(&["stop", "--timeout", "0", c.trim()])?;
             }
-            self.crictl(&["stopp", &id])?;
+            self.stop_sandbox(&id)?;
             self.crictl(&["rmp", &id])?;
         }
         self.wait_gone(pod, Duration::from_mins(1))
+    }
+
+    /// `crictl stopp`, again while it fails, for at most 30 s: kubelet
+    /// may be stopping the same sandbox (its container just killed), and
+    /// the loser of the two CNI DELs fails (the bridge plugin: "failed to
+    /// delete \"eth0\": no such device", ci38) where the next try finds
+    /// the network gone and succeeds, as kubelet's own retry does.
+    fn stop_sandbox(&self, id: &str) -> Result<()> {
+        let t0 = Instant::now();
+        loop {
+            match self.crictl(&["stopp", id]) {
+                Ok(_) => return Ok(()),
+                Err(e) if t0.elapsed() < Duration::from_secs(30) => {
+                    eprintln!("crictl stopp {id}: {e:#}; again in 1 s");
+                    sleep(Duration::from_secs(1));
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// The runtime's sandboxes of the pod (`crictl pods`).
@@ -361,9 +398,10 @@ impl Cluster {
         Ok(())
     }
 
-    /// `cluster.sh up` again: it starts what does not run (kubelet).
-    pub(crate) fn start_kubelet(&self) -> Result<()> {
-        self.script("cluster.sh", &["up"]).map(drop)
+    /// `cluster.sh up` again: it starts what does not run (kubelet), its
+    /// configuration written again with its tracing on or off.
+    pub(crate) fn start_kubelet(&self, tracing: bool) -> Result<()> {
+        self.script_traced("cluster.sh", &["up"], tracing).map(drop)
     }
 
     /// The lab's directory.
