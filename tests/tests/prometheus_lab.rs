@@ -31,6 +31,7 @@
 
 mod lab_trace;
 mod output_check;
+mod prometheus_api;
 mod record_schema;
 
 use std::{
@@ -49,6 +50,7 @@ use nri_trace_lab::{
     scenario::Observer,
 };
 use output_check::plugin_label;
+use prometheus_api::{install_prometheus, query, url_encode};
 use serde_json::Value;
 
 const SCENARIO: &str = "slow-plugin";
@@ -62,57 +64,6 @@ fn workspace() -> PathBuf {
 
 fn rules_file() -> PathBuf {
     workspace().join("deploy/prometheus-rules.yaml")
-}
-
-/// lab/prometheus.sh install: the directory of `prometheus` and
-/// `promtool` (fetched and unpacked on first use).
-fn install_prometheus() -> PathBuf {
-    let o = Command::new(workspace().join("lab/prometheus.sh"))
-        .arg("install")
-        .output()
-        .expect("running lab/prometheus.sh");
-    assert!(
-        o.status.success(),
-        "lab/prometheus.sh install: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    PathBuf::from(String::from_utf8(o.stdout).unwrap().trim())
-}
-
-/// A Prometheus query string in a URL.
-fn url_encode(q: &str) -> String {
-    q.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
-
-/// An instant query's result vector: (labels, value) per series.
-fn query(prom: &str, q: &str) -> Result<Vec<(BTreeMap<String, String>, f64)>> {
-    let body = http_get(prom, &format!("/api/v1/query?query={}", url_encode(q)))?;
-    let v: Value = serde_json::from_str(&body).with_context(|| body.clone())?;
-    anyhow::ensure!(v["status"] == "success", "{q}: {v}");
-    let mut out = Vec::new();
-    for s in v["data"]["result"].as_array().context("a vector")? {
-        let labels = s["metric"]
-            .as_object()
-            .context("labels")?
-            .iter()
-            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
-            .collect();
-        let value: f64 = s["value"][1]
-            .as_str()
-            .context("a value")?
-            .parse()
-            .context("a float")?;
-        out.push((labels, value));
-    }
-    Ok(out)
 }
 
 /// The value of one series in an exposition's text, summed over the

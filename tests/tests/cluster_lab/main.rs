@@ -26,11 +26,15 @@ use nri_trace_tests::workspace_bin;
 use serde_json::Value;
 
 mod cluster;
+mod debug_node;
 #[path = "../dist_bin/mod.rs"]
 mod dist_bin;
 #[path = "../otel_collector/mod.rs"]
 mod otel_collector;
 mod pods;
+mod prometheus;
+#[path = "../prometheus_api/mod.rs"]
+mod prometheus_api;
 mod traces;
 
 use cluster::Cluster;
@@ -79,8 +83,14 @@ fn run_all(c: &Cluster, bin: &Path, out: &Path, spans: &Path) -> Result<()> {
     c.import_image(bin, &tag, out)?;
     c.apply_daemonset(&tag)?;
     t.lap("image imported, DaemonSet Ready")?;
+    debug_node::debug_node_recipe(c, &tag)?;
+    t.lap("kubectl debug node recipe")?;
+    prometheus::prometheus_scrapes_the_pod(c, out)?;
+    t.lap("Prometheus scrapes the DaemonSet's pod")?;
     traces::traces_join_kubelet(c, bin, out, spans)?;
     t.lap("traces: kubelet, containerd and nri-trace joined")?;
+    traces::untraced_kubelet(c, bin, out, spans)?;
+    t.lap("traces: kubelet's tracing off, one trace per lifecycle")?;
     let held = finalizer_start(c)?;
     t.lap("finalizer: pod deleted")?;
     grace_period(c, bin)?;
@@ -175,7 +185,7 @@ fn kubelet_stopped(c: &Cluster) -> Result<()> {
         );
         Ok(())
     })();
-    c.start_kubelet()?;
+    c.start_kubelet(true)?;
     result?;
     c.remove(&pod)
 }

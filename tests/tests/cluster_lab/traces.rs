@@ -30,84 +30,7 @@ use super::{
 };
 
 pub(crate) fn traces_join_kubelet(c: &Cluster, bin: &Path, out: &Path, file: &Path) -> Result<()> {
-    let stdout = out.join("traced-watch.ndjson");
-    let stderr = out.join("traced-watch.stderr");
-    let mut watch = Command::new(bin)
-        .args(["watch", "-o", "json", "--otlp-endpoint", OTLP_GRPC])
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&stdout)?)
-        .stderr(std::fs::File::create(&stderr)?)
-        .spawn()
-        .context("starting nri-trace watch")?;
-    nri_trace_tests::wait_for_lines(
-        &mut watch,
-        &stderr,
-        &["nri-trace: ready"],
-        Duration::from_secs(30),
-        "nri-trace",
-    )?;
-    let pod = TestPod::new("traced", "sleep 3600").grace(1);
-    let mut plugin = c.plugin("traced", "15", &[], out)?;
-    let t_start = Instant::now();
-    let run = (|| {
-        c.create(&pod)?;
-        c.delete(&pod)?;
-        // kubelet stops the pod (StopContainer, StopPodSandbox) at once;
-        // it removes the sandbox only at its next GC: the test does.
-        let t0 = Instant::now();
-        while !std::fs::read_to_string(&stdout)?.contains("\"StopPodSandbox\"") {
-            ensure!(
-                t0.elapsed() < Duration::from_mins(1),
-                "no StopPodSandbox of {}",
-                pod.name
-            );
-            sleep(Duration::from_millis(300));
-        }
-        c.remove(&pod)
-    })();
-    let t_pod = t_start.elapsed();
-    let st = nri_trace_tests::stop_child(
-        &mut watch,
-        libc::SIGTERM,
-        Duration::from_mins(1),
-        "nri-trace",
-    )?;
-    let _ = plugin.kill();
-    let _ = plugin.wait();
-    run?;
-    ensure!(st.success(), "nri-trace watch: {st}");
-    let out_text = std::fs::read_to_string(&stdout)?;
-    let end: Value = out_text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v["type"] == "session_end")
-        .context("no session_end")?;
-    let exported = end["otlp"]["exported_spans"]
-        .as_u64()
-        .context("session_end otlp")?;
-    ensure!(end["otlp"]["dropped_spans"] == 0, "{end}");
-    // kubelet's and containerd's batch processors export every 5 s.
-    let t0 = Instant::now();
-    let spans = wait_spans(file, Duration::from_secs(30), |spans| {
-        let ours = spans.iter().filter(|s| s.service == "nri-trace").count() as u64;
-        let parents_came = spans
-            .iter()
-            .filter(|s| s.service == "nri-trace" && s.attr("k8s.pod.name") == Some("traced"))
-            // Not the test's crictl calls: they carry no trace context.
-            .filter(|s| !s.parent.is_empty())
-            .all(|s| {
-                spans
-                    .iter()
-                    .any(|k| k.span_id == s.parent && k.service != "nri-trace")
-            });
-        ours >= exported && parents_came
-    });
-    eprintln!(
-        "cluster test: traces: the pod's life {:.1} s, nri-trace's stop {:.1} s, the spans' arrival {:.1} s",
-        t_pod.as_secs_f64(),
-        t0.duration_since(t_start).saturating_sub(t_pod).as_secs_f64(),
-        t0.elapsed().as_secs_f64()
-    );
+    let (spans, exported) = traced_pod(c, bin, out, file, "traced")?;
     let kubelet = by_id(&spans, "kubelet");
     let containerd = by_id(&spans, "containerd");
     let ours: Vec<&OtlpSpan> = spans
@@ -186,4 +109,176 @@ pub(crate) fn traces_join_kubelet(c: &Cluster, bin: &Path, out: &Path, file: &Pa
     eprintln!("cluster test: traces: {facts}");
     std::fs::write(out.join("traces-facts.txt"), facts)?;
     Ok(())
+}
+
+/// Without kubelet's tracing (issue 33: "without tracing on kubelet: one
+/// trace per lifecycle"): kubelet restarted with no `tracing:` section
+/// (containerd keeps its own), then a pod made, deleted and removed as
+/// above. kubelet sends no trace context now, so nri-trace's CRI spans of
+/// the pod (kubelet's calls and the test's crictl removal alike) are one
+/// trace rooted at its RunPodSandbox; each delivery span is still the
+/// child of containerd's client span of that NRI call. kubelet is
+/// restarted with its tracing again after.
+pub(crate) fn untraced_kubelet(c: &Cluster, bin: &Path, out: &Path, file: &Path) -> Result<()> {
+    c.stop_kubelet()?;
+    c.start_kubelet(false)?;
+    let run = traced_pod(c, bin, out, file, "untraced");
+    c.stop_kubelet()?;
+    c.start_kubelet(true)?;
+    let (spans, _) = run?;
+    let containerd = by_id(&spans, "containerd");
+    let ours: Vec<&OtlpSpan> = spans
+        .iter()
+        .filter(|s| s.service == "nri-trace" && s.attr("k8s.pod.name") == Some("untraced"))
+        .collect();
+    let cri: Vec<&&OtlpSpan> = ours
+        .iter()
+        .filter(|s| s.attr("rpc.system.name") == Some("grpc"))
+        .collect();
+    let traces: BTreeSet<&str> = cri.iter().map(|s| s.trace_id.as_str()).collect();
+    ensure!(
+        traces.len() == 1,
+        "{} traces of the pod's CRI spans",
+        traces.len()
+    );
+    let roots: Vec<&str> = cri
+        .iter()
+        .filter(|s| s.parent.is_empty())
+        .map(|s| s.name.as_str())
+        .collect();
+    ensure!(
+        roots == ["runtime.v1.RuntimeService/RunPodSandbox"],
+        "roots of the pod's trace: {roots:?}"
+    );
+    let by_span: BTreeSet<&str> = cri.iter().map(|s| s.span_id.as_str()).collect();
+    for s in cri.iter().filter(|s| !s.parent.is_empty()) {
+        ensure!(
+            by_span.contains(s.parent.as_str()),
+            "{}: its parent {} is not in the pod's trace",
+            s.name,
+            s.parent
+        );
+    }
+    let methods: BTreeSet<&str> = cri.iter().map(|s| s.name.as_str()).collect();
+    for m in [
+        "CreateContainer",
+        "StartContainer",
+        "StopPodSandbox",
+        "RemovePodSandbox",
+    ] {
+        ensure!(
+            methods.contains(format!("runtime.v1.RuntimeService/{m}").as_str()),
+            "no span of {m} for the pod: {methods:?}"
+        );
+    }
+    let nri: Vec<&&OtlpSpan> = ours
+        .iter()
+        .filter(|s| s.attr("rpc.system.name") == Some("ttrpc"))
+        .collect();
+    ensure!(nri.len() >= 4, "{} delivery spans of the pod", nri.len());
+    for s in &nri {
+        let x = containerd.get(s.parent.as_str()).with_context(|| {
+            format!("{}: parent {:?} is not a containerd span", s.name, s.parent)
+        })?;
+        ensure!(x.name == s.name && x.trace_id == s.trace_id, "{s:?} {x:?}");
+    }
+    eprintln!(
+        "cluster test: traces without kubelet's tracing: {} CRI spans of the pod in one trace rooted at RunPodSandbox, {} delivery spans under containerd's",
+        cri.len(),
+        nri.len()
+    );
+    Ok(())
+}
+
+/// `watch --otlp-endpoint` while a pod named `name` is made through the
+/// API, deleted, and removed (an NRI plugin on the node); the collector's
+/// spans once nri-trace's and every parent of the pod's have come, and how
+/// many spans nri-trace exported.
+fn traced_pod(
+    c: &Cluster,
+    bin: &Path,
+    out: &Path,
+    file: &Path,
+    name: &str,
+) -> Result<(Vec<OtlpSpan>, u64)> {
+    // The file holds an earlier run's spans too.
+    let before = super::otel_collector::read_spans(file)
+        .iter()
+        .filter(|s| s.service == "nri-trace")
+        .count() as u64;
+    let stdout = out.join(format!("{name}-watch.ndjson"));
+    let stderr = out.join(format!("{name}-watch.stderr"));
+    let mut watch = Command::new(bin)
+        .args(["watch", "-o", "json", "--otlp-endpoint", OTLP_GRPC])
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&stdout)?)
+        .stderr(std::fs::File::create(&stderr)?)
+        .spawn()
+        .context("starting nri-trace watch")?;
+    nri_trace_tests::wait_for_lines(
+        &mut watch,
+        &stderr,
+        &["nri-trace: ready"],
+        Duration::from_secs(30),
+        "nri-trace",
+    )?;
+    let pod = TestPod::new(name, "sleep 3600").grace(1);
+    let mut plugin = c.plugin(name, "15", &[], out)?;
+    let t_start = Instant::now();
+    let run = (|| {
+        c.create(&pod)?;
+        c.delete(&pod)?;
+        // kubelet stops the pod (StopContainer, StopPodSandbox) at once;
+        // it removes the sandbox only at its next GC: the test does.
+        let t0 = Instant::now();
+        while !std::fs::read_to_string(&stdout)?.contains("\"StopPodSandbox\"") {
+            ensure!(
+                t0.elapsed() < Duration::from_mins(1),
+                "no StopPodSandbox of {}",
+                pod.name
+            );
+            sleep(Duration::from_millis(300));
+        }
+        c.remove(&pod)
+    })();
+    let t_pod = t_start.elapsed();
+    let st = nri_trace_tests::stop_child(
+        &mut watch,
+        libc::SIGTERM,
+        Duration::from_mins(1),
+        "nri-trace",
+    )?;
+    let _ = plugin.kill();
+    let _ = plugin.wait();
+    run?;
+    ensure!(st.success(), "nri-trace watch: {st}");
+    let out_text = std::fs::read_to_string(&stdout)?;
+    let end: Value = out_text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["type"] == "session_end")
+        .context("no session_end")?;
+    let exported = end["otlp"]["exported_spans"]
+        .as_u64()
+        .context("session_end otlp")?;
+    ensure!(end["otlp"]["dropped_spans"] == 0, "{end}");
+    // kubelet's and containerd's batch processors export every 5 s.
+    let t0 = Instant::now();
+    let spans = wait_spans(file, Duration::from_secs(30), |spans| {
+        let ours = spans.iter().filter(|s| s.service == "nri-trace").count() as u64;
+        let parents_came = spans
+            .iter()
+            .filter(|s| s.service == "nri-trace" && s.attr("k8s.pod.name") == Some(name))
+            // Not the test's crictl calls: they carry no trace context.
+            .filter(|s| !s.parent.is_empty())
+            .all(|s| spans.iter().any(|k| k.span_id == s.parent));
+        ours >= before + exported && parents_came
+    });
+    eprintln!(
+        "cluster test: traces of {name}: the pod's life {:.1} s, nri-trace's stop {:.1} s, the spans' arrival {:.1} s",
+        t_pod.as_secs_f64(),
+        t0.duration_since(t_start).saturating_sub(t_pod).as_secs_f64(),
+        t0.elapsed().as_secs_f64()
+    );
+    Ok((spans, exported))
 }

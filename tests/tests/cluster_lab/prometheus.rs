@@ -1,0 +1,174 @@
+//! The DaemonSet's metrics scraped as a fleet's Prometheus scrapes them
+//! (issue 32 item 2: "its metrics scraped by the lab's Prometheus through
+//! the pod's port"): the lab's Prometheus (Debian's, lab/prometheus.sh)
+//! finds the nri-trace pod by Kubernetes service discovery (role `pod`,
+//! the cluster's API server with the admin's token) and keeps the
+//! container port named `metrics`, as deploy/README.md's scrape config
+//! says; deploy/prometheus-rules.yaml loaded.
+//!
+//! What it must show: one target, the nri-trace pod on this node, up;
+//! kubelet's CRI calls counted in what it scraped; every rule of deploy/
+//! evaluates (`health: ok`).
+
+use std::{
+    path::Path,
+    process::{Child, Command, Stdio},
+    thread::sleep,
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, ensure, Context, Result};
+use serde_json::Value;
+
+use super::{
+    cluster::Cluster,
+    prometheus_api::{install_prometheus, query},
+};
+
+/// Stopped when dropped.
+struct Prometheus(Child);
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The scrape job, as deploy/README.md gives it, with the lab's API
+/// server and the admin's token (Prometheus runs outside the cluster
+/// here; in a cluster its service account's are used).
+fn config(c: &Cluster, token: &Path) -> String {
+    format!(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+         rule_files:\n  - {rules}\n\
+         scrape_configs:\n\
+         {job}\
+         \x20   kubernetes_sd_configs:\n\
+         \x20     - role: pod\n\
+         \x20       api_server: https://127.0.0.1:6443\n\
+         \x20       namespaces: {{names: [kube-system]}}\n\
+         \x20       authorization: {{credentials_file: {token}}}\n\
+         \x20       tls_config: {{ca_file: {ca}}}\n",
+        rules = c.repo().join("deploy/prometheus-rules.yaml").display(),
+        job = SCRAPE_JOB,
+        token = token.display(),
+        ca = c.lab_dir().join("cluster/pki/ca.crt").display(),
+    )
+}
+
+/// deploy/README.md's scrape job, but for its `kubernetes_sd_configs`.
+const SCRAPE_JOB: &str = "  - job_name: nri-trace
+    relabel_configs:
+      - source_labels: [__meta_kubernetes_pod_label_app_kubernetes_io_name, __meta_kubernetes_pod_container_port_name]
+        regex: nri-trace;metrics
+        action: keep
+      - source_labels: [__meta_kubernetes_pod_node_name]
+        target_label: node
+      - source_labels: [__meta_kubernetes_pod_name]
+        target_label: pod
+";
+
+pub(crate) fn prometheus_scrapes_the_pod(c: &Cluster, out: &Path) -> Result<()> {
+    let bin = install_prometheus();
+    let token = out.join("prometheus.token");
+    let t = c.kubectl(&[
+        "config",
+        "view",
+        "--raw",
+        "-o",
+        "jsonpath={.users[0].user.token}",
+    ])?;
+    std::fs::write(&token, t.trim())?;
+    let yml = out.join("prometheus.yml");
+    std::fs::write(&yml, config(c, &token))?;
+    let api = {
+        let free = std::net::TcpListener::bind("127.0.0.1:0")?;
+        free.local_addr()?.to_string()
+    };
+    let data = out.join("prometheus-data");
+    let _ = std::fs::remove_dir_all(&data);
+    let log = std::fs::File::create(out.join("prometheus.log"))?;
+    let _prometheus = Prometheus(
+        Command::new(bin.join("prometheus"))
+            .arg(format!("--config.file={}", yml.display()))
+            .arg(format!("--storage.tsdb.path={}", data.display()))
+            .arg(format!("--web.listen-address={api}"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting prometheus")?,
+    );
+    let log = || std::fs::read_to_string(out.join("prometheus.log")).unwrap_or_default();
+    let wait = |what: &str, done: &dyn Fn() -> bool| -> Result<()> {
+        let t0 = Instant::now();
+        while !done() {
+            if t0.elapsed() > Duration::from_mins(1) {
+                bail!("Prometheus: {what} not within 60 s; its log:\n{}", log());
+            }
+            sleep(Duration::from_millis(250));
+        }
+        Ok(())
+    };
+    let up = || query(&api, "up{job=\"nri-trace\"}").unwrap_or_default();
+    wait("the nri-trace pod found and up", &|| {
+        up().iter().any(|(_, v)| *v == 1.0)
+    })?;
+    let targets = up();
+    ensure!(targets.len() == 1, "targets: {targets:?}");
+    let (labels, _) = &targets[0];
+    let node = c.kubectl(&["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"])?;
+    ensure!(
+        labels.get("node").map(String::as_str) == Some(node.trim()),
+        "{labels:?}"
+    );
+    ensure!(
+        labels
+            .get("pod")
+            .is_some_and(|p| p.starts_with("nri-trace-"))
+            && labels.get("instance").is_some_and(|i| i.ends_with(":9464")),
+        "{labels:?}"
+    );
+    // kubelet polls its runtime every second: the pod's recorder counts
+    // those calls.
+    let calls = "sum(nri_trace_cri_call_duration_seconds_count{job=\"nri-trace\"})";
+    wait("kubelet's CRI calls counted", &|| {
+        query(&api, calls)
+            .unwrap_or_default()
+            .first()
+            .is_some_and(|(_, v)| *v > 0.0)
+    })?;
+    let counted = query(&api, calls)?.first().map_or(0.0, |(_, v)| *v);
+    // Every rule evaluated at least once, healthy.
+    let rules = || -> Result<Vec<Value>> {
+        let body = nri_trace_tests::http_get(&api, "/api/v1/rules")?;
+        let v: Value = serde_json::from_str(&body)?;
+        Ok(v["data"]["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+            .collect())
+    };
+    wait("every rule evaluated", &|| {
+        rules().is_ok_and(|r| {
+            !r.is_empty()
+                && r.iter().all(|r| {
+                    r["lastEvaluation"]
+                        .as_str()
+                        .is_some_and(|t| !t.starts_with("0001"))
+                })
+        })
+    })?;
+    let rules = rules()?;
+    let sick: Vec<&Value> = rules.iter().filter(|r| r["health"] != "ok").collect();
+    ensure!(sick.is_empty(), "rules not healthy: {sick:?}");
+    eprintln!(
+        "cluster test: Prometheus found {} by the API and scraped it at {}: {counted} CRI calls counted, {} rules healthy",
+        labels["pod"],
+        labels["instance"],
+        rules.len()
+    );
+    Ok(())
+}
