@@ -9,6 +9,7 @@ mod bench;
 mod beside;
 mod build_cache;
 mod cluster;
+mod cluster_cost;
 mod dist;
 mod exec_cost;
 mod fuzz;

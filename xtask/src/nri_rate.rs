@@ -280,7 +280,7 @@ fn count_json(out: impl std::io::Read + Send + 'static, d: Arc<Decoded>) -> thre
 }
 
 /// utime + stime of a process (all threads), seconds.
-fn cpu_s(pid: u32) -> Result<f64> {
+pub(crate) fn cpu_s(pid: u32) -> Result<f64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
     let after = &stat[stat.rfind(')').context("bad /proc stat")? + 2..];
     let f: Vec<&str> = after.split_whitespace().collect();
@@ -299,7 +299,7 @@ fn clock_ticks() -> f64 {
 }
 
 /// Kills the child when dropped (a failed step leaves nothing behind).
-struct Killed(Child);
+pub(crate) struct Killed(pub(crate) Child);
 
 impl Drop for Killed {
     fn drop(&mut self) {
@@ -471,14 +471,17 @@ fn rate_run(
 
 /// The lab's OpenTelemetry Collector (lab/otelcol.sh), its spans to a
 /// file in the bench's work directory; stopped when dropped.
-struct Collector {
+pub(crate) struct Collector {
     _child: Killed,
 }
 
 impl Collector {
-    const ENDPOINT: &str = "http://127.0.0.1:4317";
+    /// Its OTLP/gRPC receiver (lab/otelcol.sh config).
+    pub(crate) const ENDPOINT: &str = "http://127.0.0.1:4317";
+    /// Its OTLP/HTTP receiver (containerd's exporter).
+    pub(crate) const HTTP_ENDPOINT: &str = "http://127.0.0.1:4318";
 
-    fn start(work: &Path) -> Result<Self> {
+    pub(crate) fn start(work: &Path) -> Result<Self> {
         let script = crate::workspace_root().join("lab/otelcol.sh");
         let sh = |args: &[&str]| -> Result<String> {
             let o = Command::new("bash").arg(&script).args(args).output()?;

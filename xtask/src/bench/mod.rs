@@ -11,7 +11,11 @@
 //!   nri_rate.rs);
 //! - idle: nri-trace's CPU on the same peer's sockets while nothing
 //!   happens, then a short run its sleeping reader must wake for (issue
-//!   34 item 3; xtask/src/nri_rate.rs).
+//!   34 item 3; xtask/src/nri_rate.rs);
+//! - cluster, opt-in: nri-trace's CPU per call with OTLP export off and
+//!   on, and kubelet's runtime latency without and with nri-trace, while
+//!   kubelet starts and deletes pods on the lab's one-node cluster (issues
+//!   32 and 33; xtask/src/cluster_cost.rs).
 //!
 //! This file holds the arguments and runs the parts in order. What they
 //! share: `criterion.rs` (the criterion benches built and run pinned to a
@@ -102,6 +106,13 @@ pub(crate) struct BenchArgs {
     /// Seconds of the idle part's quiet window, per mode.
     #[arg(long, default_value_t = 30.0)]
     idle_seconds: f64,
+    /// Pods per run of the cluster part.
+    #[arg(long, default_value_t = 20)]
+    cluster_pods: usize,
+    /// Rounds of each mode (no nri-trace, export off, export on) in the
+    /// cluster part.
+    #[arg(long, default_value_t = 3)]
+    cluster_rounds: usize,
     /// Seconds of paced NRI calls per rate in the nri-rate part.
     #[arg(long, default_value_t = 10.0)]
     rate_seconds: f64,
@@ -134,6 +145,8 @@ enum Part {
     NamedSpan,
     NriRate,
     Idle,
+    /// Opt-in: brings the lab's cluster up (xtask/src/cluster_cost.rs).
+    Cluster,
 }
 
 impl Part {
@@ -150,6 +163,7 @@ impl Part {
                 | Part::NamedSpan
                 | Part::NriRate
                 | Part::Idle
+                | Part::Cluster
         )
     }
 }
@@ -205,6 +219,10 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     if a.only.contains(&Part::NriRate) {
         let r = crate::nri_rate::nri_rate(a.rate_seconds, a.rate_in_flight, &a.rates)?;
         report.push(crate::nri_rate::nri_rate_section(&r));
+    }
+    if a.only.contains(&Part::Cluster) {
+        let r = crate::cluster_cost::cluster_cost(a.cluster_pods, a.cluster_rounds)?;
+        report.push(crate::cluster_cost::cluster_cost_section(&r));
     }
     if a.only.contains(&Part::Idle) {
         let r = crate::nri_rate::idle_cost(a.idle_seconds)?;
