@@ -19,6 +19,9 @@
 //! second), a delivery timed from the runtime's side only, and CRI-O's
 //! sandbox clause decided on one pod of two (docs/benchmarks.md, "The
 //! suite"). It becomes the default once the lab tier passes beside them.
+//! The fuzz targets' build is the first that did: it goes beside the unit
+//! and lab tiers whenever the lab tier runs (stop 51), as Kubernetes'
+//! build has since stop 49.
 //!
 //! Each child has its own process group: if the suite stops early, the
 //! drop of [`Beside`] kills the group (cargo and its rustc), so no build
