@@ -732,6 +732,12 @@ const TREE_ROOTS: &[&str] = &[
     "kubelet",
 ];
 
+/// Whether a process of this name makes and unmakes pods (its tree's
+/// sandbox events count): [`TREE_ROOTS`], and any containerd shim.
+pub(crate) fn makes_pods(comm: &str) -> bool {
+    TREE_ROOTS.contains(&comm) || comm.starts_with("containerd-shim")
+}
+
 /// `roots` (the runtime's pids) plus every running process named in
 /// `TREE_ROOTS`, and all their descendants: the processes whose sandbox
 /// events count. New ones are followed in the kernel (task_newtask).
@@ -748,7 +754,7 @@ pub fn runtime_tree(roots: &[u32]) -> Vec<u32> {
                 continue;
             };
             let comm = stat.comm.as_str();
-            if TREE_ROOTS.contains(&comm) || comm.starts_with("containerd-shim") {
+            if makes_pods(comm) {
                 tree.insert(pid);
             }
             parent_of.push((pid, stat.ppid));

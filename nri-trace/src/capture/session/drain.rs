@@ -24,7 +24,7 @@ use crate::capture::{
     backend::{BackendError, CaptureBackend},
     discovery, ring_entry,
     tracker::{ConnFacts, ConnTracker},
-    CaptureEvent, ConnId, Loss, Origin, ProcessEvent,
+    CaptureEvent, ConnId, ConnOpen, Loss, Origin, ProcessEvent,
 };
 
 /// Empty drains in a row after which the reader sleeps: 60 ms at the
@@ -274,6 +274,29 @@ async fn drain_until_stopped(
                     let tree = crate::capture::sandbox::runtime_tree(&[*tgid]);
                     if let Err(e) = backend.watch_tasks(&tree) {
                         log::warn!("watching the restarted runtime's processes: {e}");
+                    }
+                    true
+                }
+                // A client that makes and unmakes pods connected (kubelet):
+                // one restarted since the start descends from nothing
+                // watched (systemd started it), so its tree (its unmounts
+                // of pod volumes, ...) is watched from its first connection.
+                // Found on the lab's cluster: after a kubelet restart,
+                // explain saw no failed unmount of a busy emptyDir.
+                CaptureEvent::Open(ConnOpen {
+                    peer: Some(peer), ..
+                }) if peer
+                    .comm
+                    .as_deref()
+                    .is_some_and(crate::capture::sandbox::makes_pods) =>
+                {
+                    let tree = crate::capture::sandbox::runtime_tree(&[peer.pid]);
+                    if let Err(e) = backend.watch_tasks(&tree) {
+                        log::warn!(
+                            "watching the processes of {}[{}]: {e}",
+                            peer.comm.as_deref().unwrap_or("?"),
+                            peer.pid
+                        );
                     }
                     true
                 }
