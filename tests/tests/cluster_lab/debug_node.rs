@@ -12,6 +12,7 @@
 //! and attributed to kubelet, and explain answering from the recorder.
 
 use std::{
+    path::Path,
     thread::sleep,
     time::{Duration, Instant},
 };
@@ -25,7 +26,7 @@ use super::{cluster::Cluster, pods::TestPod};
 /// second (PLEG), so a few seconds hold many calls.
 const WATCH_SECS: &str = "8";
 
-pub(crate) fn debug_node_recipe(c: &Cluster, tag: &str) -> Result<()> {
+pub(crate) fn debug_node_recipe(c: &Cluster, tag: &str, out: &Path) -> Result<()> {
     // A pod the DaemonSet's recorder sees made and removed.
     let pod = TestPod::new("debugged", "sleep 3600").grace(1);
     c.create(&pod)?;
@@ -63,6 +64,7 @@ pub(crate) fn debug_node_recipe(c: &Cluster, tag: &str) -> Result<()> {
             .context("kubectl debug made no node-debugger pod")?;
         let phase = wait_finished(c, &name)?;
         let logs = c.kubectl(&["logs", &name])?;
+        std::fs::write(out.join(format!("{name}.log")), &logs)?;
         c.kubectl(&["delete", "pod", &name, "--wait=true", "--timeout=60s"])?;
         ensure!(
             phase == "Succeeded",
@@ -85,7 +87,7 @@ pub(crate) fn debug_node_recipe(c: &Cluster, tag: &str) -> Result<()> {
     let kubelets = watch
         .iter()
         .filter(|v| {
-            v["type"] == "cri_call"
+            v["type"] == "cri_span"
                 && v["client"]["comm"] == "kubelet"
                 && v["method"].is_string()
                 && v["identified"]["how"] != "unknown"

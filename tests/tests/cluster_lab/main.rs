@@ -83,7 +83,7 @@ fn run_all(c: &Cluster, bin: &Path, out: &Path, spans: &Path) -> Result<()> {
     c.import_image(bin, &tag, out)?;
     c.apply_daemonset(&tag)?;
     t.lap("image imported, DaemonSet Ready")?;
-    debug_node::debug_node_recipe(c, &tag)?;
+    debug_node::debug_node_recipe(c, &tag, out)?;
     t.lap("kubectl debug node recipe")?;
     prometheus::prometheus_scrapes_the_pod(c, out)?;
     t.lap("Prometheus scrapes the DaemonSet's pod")?;

@@ -1,10 +1,12 @@
-//! The DaemonSet's metrics scraped as a fleet's Prometheus scrapes them
-//! (issue 32 item 2: "its metrics scraped by the lab's Prometheus through
-//! the pod's port"): the lab's Prometheus (Debian's, lab/prometheus.sh)
-//! finds the nri-trace pod by Kubernetes service discovery (role `pod`,
-//! the cluster's API server with the admin's token) and keeps the
-//! container port named `metrics`, as deploy/README.md's scrape config
-//! says; deploy/prometheus-rules.yaml loaded.
+//! The DaemonSet's metrics scraped through its pod's port (issue 32 item
+//! 2: "its metrics scraped by the lab's Prometheus through the pod's
+//! port"), deploy/prometheus-rules.yaml loaded. The lab's Prometheus is
+//! Debian's (lab/prometheus.sh), which Debian builds without Kubernetes
+//! discovery ("field kubernetes_sd_configs not found", 2.42.0+ds): so the
+//! test does what `kubernetes_sd_configs` with `role: pod` and
+//! deploy/README.md's relabelling would do, from the API: the nri-trace
+//! pod's IP and its container port named `metrics`, with the pod's node
+//! and name as labels, in a `file_sd_configs` file.
 //!
 //! What it must show: one target, the nri-trace pod on this node, up;
 //! kubelet's CRI calls counted in what it scraped; every rule of deploy/
@@ -35,53 +37,58 @@ impl Drop for Prometheus {
     }
 }
 
-/// The scrape job, as deploy/README.md gives it, with the lab's API
-/// server and the admin's token (Prometheus runs outside the cluster
-/// here; in a cluster its service account's are used).
-fn config(c: &Cluster, token: &Path) -> String {
+/// The targets file of the scrape job: the nri-trace pod of the API,
+/// as the relabelling of deploy/README.md's job keeps it.
+fn targets(c: &Cluster) -> Result<Value> {
+    let pods: Value = serde_json::from_str(&c.kubectl(&[
+        "get",
+        "pods",
+        "-n",
+        "kube-system",
+        "-l",
+        "app.kubernetes.io/name=nri-trace",
+        "-o",
+        "json",
+    ])?)?;
+    let mut out = Vec::new();
+    for p in pods["items"].as_array().context("a pod list")? {
+        let ip = p["status"]["podIP"].as_str().context("the pod's IP")?;
+        for port in p["spec"]["containers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|c| c["ports"].as_array().cloned().unwrap_or_default())
+            .filter(|port| port["name"] == "metrics")
+        {
+            out.push(serde_json::json!({
+                "targets": [format!("{ip}:{}", port["containerPort"])],
+                "labels": {
+                    "node": p["spec"]["nodeName"],
+                    "pod": p["metadata"]["name"],
+                },
+            }));
+        }
+    }
+    Ok(Value::Array(out))
+}
+
+fn config(c: &Cluster, targets: &Path) -> String {
     format!(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
-         rule_files:\n  - {rules}\n\
-         scrape_configs:\n\
-         {job}\
-         \x20   kubernetes_sd_configs:\n\
-         \x20     - role: pod\n\
-         \x20       api_server: https://127.0.0.1:6443\n\
-         \x20       namespaces: {{names: [kube-system]}}\n\
-         \x20       authorization: {{credentials_file: {token}}}\n\
-         \x20       tls_config: {{ca_file: {ca}}}\n",
-        rules = c.repo().join("deploy/prometheus-rules.yaml").display(),
-        job = SCRAPE_JOB,
-        token = token.display(),
-        ca = c.lab_dir().join("cluster/pki/ca.crt").display(),
+         rule_files:\n  - {}\n\
+         scrape_configs:\n  - job_name: nri-trace\n    file_sd_configs:\n      \
+         - files: ['{}']\n        refresh_interval: 1s\n",
+        c.repo().join("deploy/prometheus-rules.yaml").display(),
+        targets.display(),
     )
 }
 
-/// deploy/README.md's scrape job, but for its `kubernetes_sd_configs`.
-const SCRAPE_JOB: &str = "  - job_name: nri-trace
-    relabel_configs:
-      - source_labels: [__meta_kubernetes_pod_label_app_kubernetes_io_name, __meta_kubernetes_pod_container_port_name]
-        regex: nri-trace;metrics
-        action: keep
-      - source_labels: [__meta_kubernetes_pod_node_name]
-        target_label: node
-      - source_labels: [__meta_kubernetes_pod_name]
-        target_label: pod
-";
-
 pub(crate) fn prometheus_scrapes_the_pod(c: &Cluster, out: &Path) -> Result<()> {
     let bin = install_prometheus();
-    let token = out.join("prometheus.token");
-    let t = c.kubectl(&[
-        "config",
-        "view",
-        "--raw",
-        "-o",
-        "jsonpath={.users[0].user.token}",
-    ])?;
-    std::fs::write(&token, t.trim())?;
+    let file = out.join("prometheus-targets.json");
+    std::fs::write(&file, targets(c)?.to_string())?;
     let yml = out.join("prometheus.yml");
-    std::fs::write(&yml, config(c, &token))?;
+    std::fs::write(&yml, config(c, &file))?;
     let api = {
         let free = std::net::TcpListener::bind("127.0.0.1:0")?;
         free.local_addr()?.to_string()
