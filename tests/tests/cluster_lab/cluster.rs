@@ -150,7 +150,7 @@ impl Cluster {
     /// namespace, as deploy/README.md says.
     pub(crate) fn import_image(&self, bin: &Path, tag: &str, out: &Path) -> Result<()> {
         let tar = out.join("nri-trace.oci.tar");
-        super::dist_bin::pack_image(bin, &self.image(tag), &tar).map_err(anyhow::Error::msg)?;
+        super::dist_bin::pack_image(bin, &Self::image(tag), &tar).map_err(anyhow::Error::msg)?;
         output(
             Command::new(self.lab.join("ctrd23/bin/ctr"))
                 .arg("--address")
@@ -162,7 +162,7 @@ impl Cluster {
     }
 
     /// The nri-trace image's reference with `tag`.
-    pub(crate) fn image(&self, tag: &str) -> String {
+    pub(crate) fn image(tag: &str) -> String {
         format!("{IMAGE}:{tag}")
     }
 

@@ -33,7 +33,7 @@ pub(crate) fn debug_node_recipe(c: &Cluster, tag: &str, out: &Path) -> Result<()
     c.remove(&pod)?;
     let node = c.kubectl(&["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"])?;
     let custom = c.repo().join("deploy/debug-node.yaml");
-    let image = c.image(tag);
+    let image = Cluster::image(tag);
     let mut lines = Vec::new();
     for args in [
         vec!["watch", "-o", "json", "--duration", WATCH_SECS],

@@ -334,7 +334,7 @@ fn ctrd23_otlp_collector_stopped_mid_run_loses_nothing() {
 
     let collector_b = Collector::start(&out, &file_b);
     lifecycle("otlp-after");
-    let _ = wait_spans(&file_b, Duration::from_secs(60), |s| {
+    let _ = wait_spans(&file_b, Duration::from_mins(1), |s| {
         removed(s, "otlp-during") && removed(s, "otlp-after")
     });
     trace.detach().expect("nri-trace stops");
@@ -410,7 +410,7 @@ fn wait_counter(addr: &str, name: &str, done: impl Fn(u64) -> bool) -> u64 {
             .lines()
             .find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok())
             .unwrap_or(0);
-        if done(n) || t0.elapsed() > Duration::from_secs(60) {
+        if done(n) || t0.elapsed() > Duration::from_mins(1) {
             return n;
         }
         std::thread::sleep(Duration::from_millis(250));
