@@ -62,6 +62,7 @@ fn cluster_daemonset_explains_terminating_pods() {
     let made_recorder = !recorder.exists();
     // kubelet's and containerd's spans, and nri-trace's (traces.rs).
     let spans = out.join("spans.json");
+    let _ports = otel_collector::ports();
     let collector = otel_collector::Collector::start(&out, &spans);
     let cluster = Cluster::up(&out).expect("cluster up");
     let result = run_all(&cluster, &bin, &out, &spans);

@@ -38,6 +38,19 @@ pub(crate) fn otelcol_sh(args: &[&str]) -> String {
     String::from_utf8(o.stdout).expect("utf-8")
 }
 
+/// The collector's ports are the machine's: one test at a time holds
+/// them, from before its first collector to after its last (a test may
+/// start two). The tests of one binary run on threads (trace_lab's two
+/// OTLP tests collided in ci39: one's collector on the other's port);
+/// taken before the lab lock, always in that order, so that neither
+/// waits on the other while holding one.
+pub(crate) fn ports() -> std::sync::MutexGuard<'static, ()> {
+    static PORTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    PORTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The collector, running until dropped.
 pub(crate) struct Collector(Child);
 

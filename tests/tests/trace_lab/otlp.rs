@@ -34,7 +34,7 @@ use nri_trace_lab::{
 
 use super::{
     lab_trace::{driver, json_lines, metrics_addr, run_observed_on, LabUp, TraceProc},
-    otel_collector::{by_id, wait_spans, Collector, OtlpSpan, OTLP_GRPC, OTLP_HTTP},
+    otel_collector::{by_id, ports, wait_spans, Collector, OtlpSpan, OTLP_GRPC, OTLP_HTTP},
 };
 
 const SCENARIO: &str = "happy";
@@ -54,6 +54,7 @@ fn ctrd23_otlp_spans_join_containerds_traces() {
     if !super::lab_trace::guard("otlp") {
         return;
     }
+    let _ports = ports();
     let collector = Collector::start(&out_dir, &file);
     let trace = TraceProc::with_args(&["--otlp-endpoint", OTLP_GRPC]);
     let Some(out) = run_observed_on("trace-lab-otlp", SCENARIO, lab, Box::new(trace)) else {
@@ -283,6 +284,7 @@ fn ctrd23_otlp_collector_stopped_mid_run_loses_nothing() {
     if !super::lab_trace::guard(test) {
         return;
     }
+    let _ports = ports();
     let _lock = labctl::lock().expect("lab lock");
     let mut lab = Lab::from_env();
     lab.runtime = Runtime::Containerd23;
