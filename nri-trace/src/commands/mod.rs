@@ -180,6 +180,29 @@ pub(crate) fn otlp_sink(endpoint: Option<&str>) -> anyhow::Result<Option<OtlpSin
         (None, Some(v)) => format!("${v}"),
         (None, None) => return Ok(None),
     };
+    // The standard variables may ask for OTLP/HTTP (the SDKs' default is
+    // http/protobuf; containerd's exporter speaks it on 4318): the tonic
+    // exporter would send gRPC to their endpoint and fail on every batch.
+    // Said once, at the start, with the fix. `--otlp-endpoint` is gRPC by
+    // its own definition: the variables do not change it.
+    let protocol_vars: &[&str] = if endpoint.is_none() {
+        &[
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+        ]
+    } else {
+        &[]
+    };
+    // The traces' own variable first, as the SDKs read them.
+    let asked = protocol_vars
+        .iter()
+        .find_map(|&v| Some((v, std::env::var(v).ok().filter(|p| !p.is_empty())?)));
+    if let Some((v, p)) = asked.filter(|(_, p)| p != "grpc") {
+        anyhow::bail!(
+            "{v}={p}: nri-trace exports over OTLP/gRPC only; point it at the collector's \
+             gRPC receiver (usually port 4317) and set {v}=grpc or unset it"
+        );
+    }
     let sink = OtlpSink::start(endpoint)?;
     eprintln!("nri-trace: exporting spans over OTLP/gRPC to {to}");
     Ok(Some(sink))

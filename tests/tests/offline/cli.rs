@@ -570,3 +570,28 @@ fn otlp_export_to_an_absent_collector_loses_nothing_and_counts_the_drops() {
     assert!(otlp["dropped_spans"].as_u64().unwrap() > 10, "{end}");
     assert!(otlp["failed_exports"].as_u64().unwrap() >= 1, "{end}");
 }
+
+/// The standard variables asking for OTLP/HTTP, which nri-trace does not
+/// speak: refused at the start, the fix named, nothing exported
+/// (docs/trace.md, "OpenTelemetry spans").
+#[test]
+fn otlp_over_http_is_refused_with_the_fix() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/cri/happy/recording.ndjson.gz");
+    let o = Command::new(bin())
+        .arg("replay")
+        .arg(&file)
+        .args(["-o", "json"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        .output()
+        .expect("running nri-trace");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf")
+            && err.contains("OTLP/gRPC only")
+            && err.contains("4317"),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty(), "no record printed before the refusal");
+}
