@@ -299,6 +299,15 @@ mod tests {
         );
         let pid = child.0.id();
         let var = |n: &str| process_env_var(pid, n);
+        // spawn returns once the exec closed its close-on-exec pipe, which
+        // the kernel does (fs/exec.c begin_new_exec) before the ELF loader
+        // sets the new environment's bounds (binfmt_elf.c
+        // create_elf_tables): under load the environ read between the two
+        // is empty (a run with three busy loops beside it, 2026-11-30).
+        let t0 = std::time::Instant::now();
+        while var("PATH").is_none() && t0.elapsed() < std::time::Duration::from_secs(5) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         assert_eq!(var("PATH").as_deref(), Some("/bin:/usr/bin"));
         assert_eq!(var("NRI_SOCKET").as_deref(), Some("/var/run/nri/nri.sock"));
         assert_eq!(var("NRI").as_deref(), Some("x"));
