@@ -161,6 +161,12 @@ impl Cluster {
         .map(drop)
     }
 
+    /// The node's name, as the API has it.
+    pub(crate) fn node(&self) -> Result<String> {
+        let name = self.kubectl(&["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"])?;
+        Ok(name.trim().to_owned())
+    }
+
     /// The nri-trace image's reference with `tag`.
     pub(crate) fn image(tag: &str) -> String {
         format!("{IMAGE}:{tag}")

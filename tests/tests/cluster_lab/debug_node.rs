@@ -31,7 +31,7 @@ pub(crate) fn debug_node_recipe(c: &Cluster, tag: &str, out: &Path) -> Result<()
     let pod = TestPod::new("debugged", "sleep 3600").grace(1);
     c.create(&pod)?;
     c.remove(&pod)?;
-    let node = c.kubectl(&["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"])?;
+    let node = c.node()?;
     let custom = c.repo().join("deploy/debug-node.yaml");
     let image = Cluster::image(tag);
     let mut lines = Vec::new();
@@ -47,7 +47,7 @@ pub(crate) fn debug_node_recipe(c: &Cluster, tag: &str, out: &Path) -> Result<()
         let before = debug_pods(c)?;
         let mut cmd = vec![
             "debug".to_string(),
-            format!("node/{}", node.trim()),
+            format!("node/{node}"),
             "--profile=sysadmin".into(),
             format!("--image={image}"),
             "--image-pull-policy=Never".into(),

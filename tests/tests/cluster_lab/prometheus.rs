@@ -125,11 +125,8 @@ pub(crate) fn prometheus_scrapes_the_pod(c: &Cluster, out: &Path) -> Result<()> 
     let targets = up();
     ensure!(targets.len() == 1, "targets: {targets:?}");
     let (labels, _) = &targets[0];
-    let node = c.kubectl(&["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"])?;
-    ensure!(
-        labels.get("node").map(String::as_str) == Some(node.trim()),
-        "{labels:?}"
-    );
+    let node = c.node()?;
+    ensure!(labels.get("node") == Some(&node), "{labels:?}");
     ensure!(
         labels
             .get("pod")

@@ -16,7 +16,7 @@
 //! Then the same with kubelet's tracing off ([`untraced_kubelet`]).
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     path::Path,
     process::{Command, Stdio},
     thread::sleep,
@@ -40,33 +40,20 @@ pub(crate) fn traces_join_kubelet(c: &Cluster, bin: &Path, out: &Path, file: &Pa
     let (spans, exported) = traced_pod(c, bin, out, file, "traced")?;
     let kubelet = by_id(&spans, "kubelet");
     let containerd = by_id(&spans, "containerd");
-    let ours: Vec<&OtlpSpan> = spans
-        .iter()
-        .filter(|s| s.service == "nri-trace" && s.attr("k8s.pod.name") == Some("traced"))
-        .collect();
     // kubelet's calls (the test's crictl and nri-trace's own state query
     // send no trace context).
-    let cri: Vec<&&OtlpSpan> = ours
-        .iter()
-        .filter(|s| s.attr("rpc.system.name") == Some("grpc"))
+    let cri: Vec<&OtlpSpan> = cri_spans(&spans, "traced")
         .filter(|s| s.attr("nri_trace.client.comm") == Some("kubelet"))
         .collect();
-    let nri: Vec<&&OtlpSpan> = ours
-        .iter()
-        .filter(|s| s.attr("rpc.system.name") == Some("ttrpc"))
-        .collect();
-    let methods: BTreeSet<&str> = cri.iter().map(|s| s.name.as_str()).collect();
-    for m in [
-        "RunPodSandbox",
-        "CreateContainer",
-        "StartContainer",
-        "StopPodSandbox",
-    ] {
-        ensure!(
-            methods.contains(format!("runtime.v1.RuntimeService/{m}").as_str()),
-            "no span of {m} for the pod: {methods:?}"
-        );
-    }
+    ensure_methods(
+        &cri,
+        &[
+            "RunPodSandbox",
+            "CreateContainer",
+            "StartContainer",
+            "StopPodSandbox",
+        ],
+    )?;
     for s in &cri {
         let k = kubelet
             .get(s.parent.as_str())
@@ -84,12 +71,9 @@ pub(crate) fn traces_join_kubelet(c: &Cluster, bin: &Path, out: &Path, file: &Pa
             s.name
         );
     }
+    let nri = under_containerd(&spans, "traced", &containerd)?;
     let mut worst = 0i64;
-    for s in &nri {
-        let x = containerd.get(s.parent.as_str()).with_context(|| {
-            format!("{}: parent {:?} is not a containerd span", s.name, s.parent)
-        })?;
-        ensure!(x.name == s.name && x.trace_id == s.trace_id, "{s:?} {x:?}");
+    for (s, x) in &nri {
         // nri-trace's span lies within containerd's client span, up to
         // the two clocks' difference: containerd's holds more than the
         // wire shows (encoding, the hand-over to the waiting goroutine).
@@ -109,7 +93,6 @@ pub(crate) fn traces_join_kubelet(c: &Cluster, bin: &Path, out: &Path, file: &Pa
         );
         worst = worst.max((x.duration() - s.duration()).abs());
     }
-    ensure!(nri.len() >= 4, "{} delivery spans of the pod", nri.len());
     // How kubelet groups a lifecycle: said, not asserted (its spans are
     // per pod sync, issue 33's note).
     let traces: BTreeSet<&str> = cri.iter().map(|s| s.trace_id.as_str()).collect();
@@ -142,15 +125,7 @@ pub(crate) fn untraced_kubelet(c: &Cluster, bin: &Path, out: &Path, file: &Path)
     c.stop_kubelet()?;
     c.start_kubelet(true)?;
     let (spans, _) = run?;
-    let containerd = by_id(&spans, "containerd");
-    let ours: Vec<&OtlpSpan> = spans
-        .iter()
-        .filter(|s| s.service == "nri-trace" && s.attr("k8s.pod.name") == Some("untraced"))
-        .collect();
-    let cri: Vec<&&OtlpSpan> = ours
-        .iter()
-        .filter(|s| s.attr("rpc.system.name") == Some("grpc"))
-        .collect();
+    let cri: Vec<&OtlpSpan> = cri_spans(&spans, "untraced").collect();
     let traces: BTreeSet<&str> = cri.iter().map(|s| s.trace_id.as_str()).collect();
     ensure!(
         traces.len() == 1,
@@ -175,35 +150,66 @@ pub(crate) fn untraced_kubelet(c: &Cluster, bin: &Path, out: &Path, file: &Path)
             s.parent
         );
     }
-    let methods: BTreeSet<&str> = cri.iter().map(|s| s.name.as_str()).collect();
-    for m in [
-        "CreateContainer",
-        "StartContainer",
-        "StopPodSandbox",
-        "RemovePodSandbox",
-    ] {
-        ensure!(
-            methods.contains(format!("runtime.v1.RuntimeService/{m}").as_str()),
-            "no span of {m} for the pod: {methods:?}"
-        );
-    }
-    let nri: Vec<&&OtlpSpan> = ours
-        .iter()
-        .filter(|s| s.attr("rpc.system.name") == Some("ttrpc"))
-        .collect();
-    ensure!(nri.len() >= 4, "{} delivery spans of the pod", nri.len());
-    for s in &nri {
-        let x = containerd.get(s.parent.as_str()).with_context(|| {
-            format!("{}: parent {:?} is not a containerd span", s.name, s.parent)
-        })?;
-        ensure!(x.name == s.name && x.trace_id == s.trace_id, "{s:?} {x:?}");
-    }
+    ensure_methods(
+        &cri,
+        &[
+            "CreateContainer",
+            "StartContainer",
+            "StopPodSandbox",
+            "RemovePodSandbox",
+        ],
+    )?;
+    let nri = under_containerd(&spans, "untraced", &by_id(&spans, "containerd"))?;
     eprintln!(
         "cluster test: traces without kubelet's tracing: {} CRI spans of the pod in one trace rooted at RunPodSandbox, {} delivery spans under containerd's",
         cri.len(),
         nri.len()
     );
     Ok(())
+}
+
+/// nri-trace's spans of the pod named `pod`.
+fn spans_of<'a>(spans: &'a [OtlpSpan], pod: &'a str) -> impl Iterator<Item = &'a OtlpSpan> {
+    spans
+        .iter()
+        .filter(move |s| s.service == "nri-trace" && s.attr("k8s.pod.name") == Some(pod))
+}
+
+/// nri-trace's CRI spans of the pod.
+fn cri_spans<'a>(spans: &'a [OtlpSpan], pod: &'a str) -> impl Iterator<Item = &'a OtlpSpan> {
+    spans_of(spans, pod).filter(|s| s.attr("rpc.system.name") == Some("grpc"))
+}
+
+/// Each of the CRI `methods` has a span among `cri`.
+fn ensure_methods(cri: &[&OtlpSpan], methods: &[&str]) -> Result<()> {
+    let names: BTreeSet<&str> = cri.iter().map(|s| s.name.as_str()).collect();
+    for m in methods {
+        ensure!(
+            names.contains(format!("runtime.v1.RuntimeService/{m}").as_str()),
+            "no span of {m} for the pod: {names:?}"
+        );
+    }
+    Ok(())
+}
+
+/// nri-trace's delivery spans of the pod (at least 4), each with its
+/// parent: containerd's otelttrpc client span of the same NRI call, in the
+/// same trace.
+fn under_containerd<'a>(
+    spans: &'a [OtlpSpan],
+    pod: &'a str,
+    containerd: &BTreeMap<&str, &'a OtlpSpan>,
+) -> Result<Vec<(&'a OtlpSpan, &'a OtlpSpan)>> {
+    let mut out = Vec::new();
+    for s in spans_of(spans, pod).filter(|s| s.attr("rpc.system.name") == Some("ttrpc")) {
+        let x = containerd.get(s.parent.as_str()).with_context(|| {
+            format!("{}: parent {:?} is not a containerd span", s.name, s.parent)
+        })?;
+        ensure!(x.name == s.name && x.trace_id == s.trace_id, "{s:?} {x:?}");
+        out.push((s, *x));
+    }
+    ensure!(out.len() >= 4, "{} delivery spans of the pod", out.len());
+    Ok(out)
 }
 
 /// `watch --otlp-endpoint` while a pod named `name` is made through the
@@ -282,9 +288,7 @@ fn traced_pod(
     let t0 = Instant::now();
     let spans = wait_spans(file, Duration::from_secs(30), |spans| {
         let ours = spans.iter().filter(|s| s.service == "nri-trace").count() as u64;
-        let parents_came = spans
-            .iter()
-            .filter(|s| s.service == "nri-trace" && s.attr("k8s.pod.name") == Some(name))
+        let parents_came = spans_of(spans, name)
             // Not the test's crictl calls: they carry no trace context.
             .filter(|s| !s.parent.is_empty())
             .all(|s| spans.iter().any(|k| k.span_id == s.parent));
