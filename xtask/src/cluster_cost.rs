@@ -25,8 +25,7 @@
 use std::{
     fmt::Write as _,
     fs,
-    io::{BufRead, BufReader},
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Stdio},
     thread,
     time::{Duration, Instant},
@@ -35,7 +34,7 @@ use std::{
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
-use crate::nri_rate::{cpu_s, Collector, Killed, PLUGINS};
+use crate::nri_rate::{cpu_s, lines_of, wait_line, Collector, Killed, PLUGINS};
 
 /// The node's runtime: the cluster's default.
 const RUNTIME: &str = "containerd-2.3";
@@ -166,9 +165,7 @@ pub(crate) fn cluster_cost(pods: usize, rounds: usize) -> Result<ClusterCost> {
     let collector = Collector::start(&work)?;
     script("cluster.sh", &["up"])?;
     let up = ClusterUp;
-    let lab = PathBuf::from(
-        std::env::var_os("NRI_TRACE_LAB_DIR").unwrap_or_else(|| "/var/lib/nri-trace-lab".into()),
-    );
+    let lab = crate::lab::lab_dir();
     let mut plugins = Vec::new();
     for i in 0..PLUGINS {
         let idx = format!("{}", 10 + i);
@@ -182,6 +179,8 @@ pub(crate) fn cluster_cost(pods: usize, rounds: usize) -> Result<ClusterCost> {
             .context("starting nri-test-plugin")?;
         plugins.push(Killed(p));
     }
+    let node = kubectl(&["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"])?;
+    let node = node.trim();
     let mut runs = Vec::new();
     for round in 0..rounds {
         for mode in Mode::ALL {
@@ -190,7 +189,7 @@ pub(crate) fn cluster_cost(pods: usize, rounds: usize) -> Result<ClusterCost> {
                 round + 1,
                 mode.label()
             );
-            let r = run(&nri_trace, &work, mode, pods, round)?;
+            let r = run(&nri_trace, &work, node, mode, pods, round)?;
             eprintln!(
                 "bench: cluster: {} CRI calls, {} NRI deliveries, CPU {:.2} s ({:.1} us/call), spans {:?}",
                 r.cri_calls,
@@ -236,26 +235,27 @@ fn pods_json(round: usize, mode: Mode, pods: usize) -> String {
     serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()
 }
 
-/// kubelet's runtime operations so far, through the API server's node
-/// proxy (kubelet's /metrics).
-fn kubelet_operations() -> Result<Operations> {
-    let node = kubectl(&["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"])?;
+/// kubelet's runtime operations so far, through the API server's proxy
+/// to `node` (kubelet's /metrics).
+fn kubelet_operations(node: &str) -> Result<Operations> {
     let text = kubectl(&[
         "get",
         "--raw",
-        &format!("/api/v1/nodes/{}/proxy/metrics", node.trim()),
+        &format!("/api/v1/nodes/{node}/proxy/metrics"),
     ])?;
     let mut ops = Operations::new();
     for l in text.lines() {
-        let (field, rest) = if let Some(r) =
-            l.strip_prefix("kubelet_runtime_operations_duration_seconds_sum{")
-        {
-            (1, r)
-        } else if let Some(r) = l.strip_prefix("kubelet_runtime_operations_duration_seconds_count{")
-        {
-            (0, r)
-        } else {
+        // `_sum` (seconds) or `_count` (calls) of the histogram.
+        let Some((kind, rest)) = l
+            .strip_prefix("kubelet_runtime_operations_duration_seconds_")
+            .and_then(|r| r.split_once('{'))
+        else {
             continue;
+        };
+        let is_sum = match kind {
+            "sum" => true,
+            "count" => false,
+            _ => continue,
         };
         let Some((labels, value)) = rest.rsplit_once("} ") else {
             continue;
@@ -268,16 +268,23 @@ fn kubelet_operations() -> Result<Operations> {
         };
         let v: f64 = value.trim().parse().unwrap_or(0.0);
         let e = ops.entry(op.to_owned()).or_default();
-        if field == 0 {
-            e.0 += v;
-        } else {
+        if is_sum {
             e.1 += v;
+        } else {
+            e.0 += v;
         }
     }
     Ok(ops)
 }
 
-fn run(nri_trace: &Path, work: &Path, mode: Mode, pods: usize, round: usize) -> Result<ClusterRun> {
+fn run(
+    nri_trace: &Path,
+    work: &Path,
+    node: &str,
+    mode: Mode,
+    pods: usize,
+    round: usize,
+) -> Result<ClusterRun> {
     let out = work.join(format!("watch-{round}-{}.ndjson", mode.tag()));
     let mut tracer = None;
     if mode != Mode::Without {
@@ -292,23 +299,17 @@ fn run(nri_trace: &Path, work: &Path, mode: Mode, pods: usize, round: usize) -> 
             .stderr(Stdio::piped())
             .spawn()
             .with_context(|| format!("starting {}", nri_trace.display()))?;
-        let err = t.stderr.take().expect("piped");
+        // Its stderr read to the end (the receiver kept with it): a
+        // closed pipe would end nri-trace at its next log line.
+        let err = lines_of(t.stderr.take().expect("piped"));
         let t = Killed(t);
-        let mut lines = BufReader::new(err).lines();
-        loop {
-            match lines.next() {
-                Some(Ok(l)) if l.contains("nri-trace: ready") => break,
-                Some(Ok(_)) => {}
-                _ => bail!("nri-trace ended before it was ready"),
-            }
-        }
-        thread::spawn(move || lines.for_each(drop));
-        tracer = Some(t);
+        wait_line(&err, "nri-trace: ready", &mut Vec::new())?;
+        tracer = Some((t, err));
     }
-    let pid = tracer.as_ref().map(|t| t.0.id());
+    let pid = tracer.as_ref().map(|(t, _)| t.0.id());
     let cpu = |pid: Option<u32>| pid.map_or(Ok(0.0), cpu_s);
     thread::sleep(SETTLE);
-    let ops0 = kubelet_operations()?;
+    let ops0 = kubelet_operations(node)?;
     let (cpu0, t0) = (cpu(pid)?, Instant::now());
 
     let file = work.join(format!("pods-{round}-{}.json", mode.tag()));
@@ -326,7 +327,7 @@ fn run(nri_trace: &Path, work: &Path, mode: Mode, pods: usize, round: usize) -> 
     kubectl(&["delete", "-f", &f, "--wait=true", "--timeout=600s"])?;
     thread::sleep(DRAIN);
     let (cpu_s, wall_s) = (cpu(pid)? - cpu0, t0.elapsed().as_secs_f64());
-    let ops1 = kubelet_operations()?;
+    let ops1 = kubelet_operations(node)?;
     let operations = ops1
         .iter()
         .map(|(op, (n, s))| {
@@ -346,7 +347,7 @@ fn run(nri_trace: &Path, work: &Path, mode: Mode, pods: usize, round: usize) -> 
         peak_rss_kib: 0,
         operations,
     };
-    let Some(mut tracer) = tracer else {
+    let Some((mut tracer, _stderr)) = tracer else {
         return Ok(run);
     };
     let pid = tracer.0.id();

@@ -196,7 +196,7 @@ pub(crate) fn nri_rate(seconds: f64, in_flight: usize, ramp: &[f64]) -> Result<N
 }
 
 /// Lines of a child's pipe, with when they came.
-fn lines_of(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
+pub(crate) fn lines_of(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
     let (tx, rx) = mpsc::channel();
     thread::spawn(move || {
         for l in BufReader::new(r).lines() {
@@ -209,7 +209,11 @@ fn lines_of(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
     rx
 }
 
-fn wait_line(rx: &mpsc::Receiver<String>, what: &str, seen: &mut Vec<String>) -> Result<String> {
+pub(crate) fn wait_line(
+    rx: &mpsc::Receiver<String>,
+    what: &str,
+    seen: &mut Vec<String>,
+) -> Result<String> {
     let deadline = Instant::now() + Duration::from_mins(1);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
