@@ -265,7 +265,22 @@ impl Cluster {
     /// connects meanwhile (seen on containerd 2.3.7: a plugin registered,
     /// synchronized only when the StopContainer of a pod waiting out 600 s
     /// ended).
+    ///
+    /// The node's part waits until kubelet has let go of the pod: a
+    /// sandbox removed behind the back of a kubelet still syncing the pod
+    /// is made again (ci of d1e2b12: `rmp` at 22:36:09.33, kubelet's
+    /// RunPodSandbox "attempt:1" at 09.83, that sandbox left to the next
+    /// garbage collection, so explain said "waiting"). kubelet drops the
+    /// pod from its pod manager (`/pods`) as it handles the API's delete,
+    /// and the same step cancels a sync in flight (pkg/kubelet
+    /// HandlePodRemoves, pod_workers.go UpdatePod), so no sandbox is made
+    /// for it after that.
     pub(crate) fn remove(&self, pod: &TestPod) -> Result<()> {
+        let uid = self.kubectl_pod(
+            "get",
+            pod,
+            &["-o", "jsonpath={.metadata.uid}", "--ignore-not-found"],
+        )?;
         self.kubectl_pod(
             "delete",
             pod,
@@ -277,32 +292,72 @@ impl Cluster {
                 "--ignore-not-found",
             ],
         )?;
+        if !uid.trim().is_empty() {
+            self.wait_kubelet_dropped(uid.trim(), Duration::from_mins(1))?;
+        }
         for id in self.sandboxes(pod)? {
-            for c in self.crictl(&["ps", "-a", "-q", "--pod", &id])?.lines() {
-                self.crictl(&["stop", "--timeout", "0", c.trim()])?;
-            }
-            self.stop_sandbox(&id)?;
-            self.crictl(&["rmp", &id])?;
+            self.tear_down(pod, &id)?;
         }
         self.wait_gone(pod, Duration::from_mins(1))
     }
 
-    /// `crictl stopp`, again while it fails, for at most 30 s: kubelet
-    /// may be stopping the same sandbox (its container just killed), and
-    /// the loser of the two CNI DELs fails (the bridge plugin: "failed to
-    /// delete \"eth0\": no such device", ci38) where the next try finds
-    /// the network gone and succeeds, as kubelet's own retry does.
-    fn stop_sandbox(&self, id: &str) -> Result<()> {
+    /// The sandbox's containers stopped at once, the sandbox stopped and
+    /// removed (crictl), again while a step fails and the sandbox is
+    /// there, for at most 30 s. kubelet, done with the pod, still tears
+    /// down what it began and garbage-collects, and the loser of each race
+    /// fails: the second CNI DEL of a StopPodSandbox ("failed to delete
+    /// \"eth0\": no such device", ci38), a RemovePodSandbox meeting
+    /// kubelet's RemoveContainer ("container is already in removing
+    /// state", 2026-11-30 under CPU load). The next try finds the work done.
+    fn tear_down(&self, pod: &TestPod, sandbox: &str) -> Result<()> {
+        let once = || -> Result<()> {
+            for c in self.crictl(&["ps", "-a", "-q", "--pod", sandbox])?.lines() {
+                self.crictl(&["stop", "--timeout", "0", c.trim()])?;
+            }
+            self.crictl(&["stopp", sandbox])?;
+            self.crictl(&["rmp", sandbox]).map(drop)
+        };
         let t0 = Instant::now();
         loop {
-            match self.crictl(&["stopp", id]) {
-                Ok(_) => return Ok(()),
-                Err(e) if t0.elapsed() < Duration::from_secs(30) => {
-                    eprintln!("crictl stopp {id}: {e:#}; again in 1 s");
-                    sleep(Duration::from_secs(1));
-                }
-                Err(e) => return Err(e),
+            let Err(e) = once() else { return Ok(()) };
+            if !self.sandboxes(pod)?.iter().any(|s| s == sandbox) {
+                return Ok(());
             }
+            ensure!(
+                t0.elapsed() < Duration::from_secs(30),
+                "{}: removing sandbox {sandbox}: {e:#}",
+                pod.name
+            );
+            eprintln!(
+                "{}: removing sandbox {sandbox}: {e:#}; again in 1 s",
+                pod.name
+            );
+            sleep(Duration::from_secs(1));
+        }
+    }
+
+    /// Until kubelet's pod manager no longer holds the pod of this uid
+    /// (kubelet's `/pods`, through the API server's node proxy).
+    fn wait_kubelet_dropped(&self, uid: &str, max: Duration) -> Result<()> {
+        let path = format!("/api/v1/nodes/{}/proxy/pods", self.node()?);
+        let t0 = Instant::now();
+        loop {
+            let list: serde_json::Value =
+                serde_json::from_str(&self.kubectl(&["get", "--raw", &path])?)
+                    .context("kubelet's /pods")?;
+            ensure!(list["kind"] == "PodList", "kubelet's /pods: {list}");
+            // `"items": null` when it holds none (a kubelet just started).
+            let held = list["items"]
+                .as_array()
+                .is_some_and(|pods| pods.iter().any(|p| p["metadata"]["uid"] == uid));
+            if !held {
+                return Ok(());
+            }
+            ensure!(
+                t0.elapsed() < max,
+                "kubelet still holds pod {uid} after {max:?}"
+            );
+            sleep(Duration::from_millis(200));
         }
     }
 
