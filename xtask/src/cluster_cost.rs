@@ -79,7 +79,7 @@ impl Mode {
 
 /// kubelet's `kubelet_runtime_operations_duration_seconds` over a run:
 /// per operation type, (calls, seconds).
-type Operations = std::collections::BTreeMap<String, (f64, f64)>;
+pub(crate) type Operations = std::collections::BTreeMap<String, (f64, f64)>;
 
 /// One run: one mode, `pods` pods started and deleted.
 pub(crate) struct ClusterRun {
@@ -114,7 +114,7 @@ pub(crate) struct ClusterCost {
 }
 
 /// The cluster, brought down when dropped (a failed step included).
-struct ClusterUp;
+pub(crate) struct ClusterUp;
 
 impl Drop for ClusterUp {
     fn drop(&mut self) {
@@ -125,7 +125,7 @@ impl Drop for ClusterUp {
 }
 
 /// lab/NAME ARGS on the cluster's runtime, tracing to the collector.
-fn script(name: &str, args: &[&str]) -> Result<String> {
+pub(crate) fn script(name: &str, args: &[&str]) -> Result<String> {
     let o = Command::new("bash")
         .arg(crate::workspace_root().join("lab").join(name))
         .args(args)
@@ -144,7 +144,7 @@ fn script(name: &str, args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&o.stdout).into_owned())
 }
 
-fn kubectl(args: &[&str]) -> Result<String> {
+pub(crate) fn kubectl(args: &[&str]) -> Result<String> {
     let mut a = vec!["kubectl"];
     a.extend_from_slice(args);
     script("cluster.sh", &a)
@@ -165,20 +165,7 @@ pub(crate) fn cluster_cost(pods: usize, rounds: usize) -> Result<ClusterCost> {
     let collector = Collector::start(&work)?;
     script("cluster.sh", &["up"])?;
     let up = ClusterUp;
-    let lab = crate::lab::lab_dir();
-    let mut plugins = Vec::new();
-    for i in 0..PLUGINS {
-        let idx = format!("{}", 10 + i);
-        let log = fs::File::create(work.join(format!("plugin-{idx}.log")))?;
-        let p = Command::new(&plugin)
-            .args(["--name", "bench", "--idx", &idx, "--socket"])
-            .arg(lab.join("run/nri.sock"))
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting nri-test-plugin")?;
-        plugins.push(Killed(p));
-    }
+    let plugins = start_plugins(&plugin, &work)?;
     let node = kubectl(&["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"])?;
     let node = node.trim();
     let mut runs = Vec::new();
@@ -207,16 +194,45 @@ pub(crate) fn cluster_cost(pods: usize, rounds: usize) -> Result<ClusterCost> {
     Ok(ClusterCost { runs })
 }
 
+/// [`PLUGINS`] test plugins on the node's runtime, subscribed to every
+/// event; killed when dropped.
+pub(crate) fn start_plugins(plugin: &Path, work: &Path) -> Result<Vec<Killed>> {
+    let lab = crate::lab::lab_dir();
+    let mut plugins = Vec::new();
+    for i in 0..PLUGINS {
+        let idx = format!("{}", 10 + i);
+        let log = fs::File::create(work.join(format!("plugin-{idx}.log")))?;
+        let p = Command::new(plugin)
+            .args(["--name", "bench", "--idx", &idx, "--socket"])
+            .arg(lab.join("run/nri.sock"))
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting nri-test-plugin")?;
+        plugins.push(Killed(p));
+    }
+    Ok(plugins)
+}
+
+/// A process's peak resident set (VmHWM), KiB.
+pub(crate) fn peak_rss_kib(pid: u32) -> Result<u64> {
+    Ok(fs::read_to_string(format!("/proc/{pid}/status"))?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0))
+}
+
 /// The pods of one run: busybox sleeping, a second of grace (sleep as
 /// pid 1 ignores SIGTERM, so each deletion waits for it and the SIGKILL).
-fn pods_json(round: usize, mode: Mode, pods: usize) -> String {
+pub(crate) fn pods_json(prefix: &str, pods: usize) -> String {
     let items: Vec<Value> = (0..pods)
         .map(|i| {
             serde_json::json!({
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "metadata": {
-                    "name": format!("bench-{round}-{}-{i}", mode.tag()),
+                    "name": format!("{prefix}-{i}"),
                     "namespace": "default",
                     "labels": {"app": "nri-trace-bench"},
                 },
@@ -237,7 +253,7 @@ fn pods_json(round: usize, mode: Mode, pods: usize) -> String {
 
 /// kubelet's runtime operations so far, through the API server's proxy
 /// to `node` (kubelet's /metrics).
-fn kubelet_operations(node: &str) -> Result<Operations> {
+pub(crate) fn kubelet_operations(node: &str) -> Result<Operations> {
     let text = kubectl(&[
         "get",
         "--raw",
@@ -313,7 +329,10 @@ fn run(
     let (cpu0, t0) = (cpu(pid)?, Instant::now());
 
     let file = work.join(format!("pods-{round}-{}.json", mode.tag()));
-    fs::write(&file, pods_json(round, mode, pods))?;
+    fs::write(
+        &file,
+        pods_json(&format!("bench-{round}-{}", mode.tag()), pods),
+    )?;
     let f = file.to_string_lossy();
     kubectl(&["apply", "-f", &f])?;
     kubectl(&[
@@ -351,11 +370,7 @@ fn run(
         return Ok(run);
     };
     let pid = tracer.0.id();
-    run.peak_rss_kib = fs::read_to_string(format!("/proc/{pid}/status"))?
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0);
+    run.peak_rss_kib = peak_rss_kib(pid)?;
     // SIGTERM: nri-trace drains, prints its summaries and exits.
     Command::new("kill")
         .args(["-TERM", &pid.to_string()])

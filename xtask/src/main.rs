@@ -10,6 +10,7 @@ mod beside;
 mod build_cache;
 mod cluster;
 mod cluster_cost;
+mod cluster_steady;
 mod dist;
 mod exec_cost;
 mod fuzz;

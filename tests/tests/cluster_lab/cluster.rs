@@ -19,8 +19,33 @@ use super::{
     pods::TestPod,
 };
 
-/// The node's runtime: containerd 2.3, the lab cluster's default.
-const RUNTIME: &str = "containerd-2.3";
+/// The node's runtime.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum NodeRuntime {
+    /// containerd 2.3, the lab cluster's default; kubelet and containerd
+    /// trace to the test's collector (traces.rs).
+    Containerd23,
+    /// CRI-O, no tracing (no collector runs for it).
+    Crio,
+}
+
+impl NodeRuntime {
+    /// NRI_TRACE_LAB_RUNTIME of lab/cluster.sh.
+    fn lab_name(self) -> &'static str {
+        match self {
+            NodeRuntime::Containerd23 => "containerd-2.3",
+            NodeRuntime::Crio => "crio",
+        }
+    }
+
+    /// Its CRI socket under the lab's directory (lab.sh, crio.sh).
+    fn cri_socket(self) -> &'static str {
+        match self {
+            NodeRuntime::Containerd23 => "run/containerd.sock",
+            NodeRuntime::Crio => "run/crio.sock",
+        }
+    }
+}
 /// The NRI plugin request timeout the node's containerd gets: long enough
 /// that a hung hook holds the pod while the test looks (containerd's
 /// default, 2 s, closes the plugin first).
@@ -29,6 +54,7 @@ const REQUEST_TIMEOUT: &str = "60s";
 const IMAGE: &str = "localhost/nri-trace/nri-trace";
 
 pub(crate) struct Cluster {
+    runtime: NodeRuntime,
     lab: PathBuf,
     repo: PathBuf,
     kubeconfig: PathBuf,
@@ -38,7 +64,7 @@ pub(crate) struct Cluster {
 impl Cluster {
     /// The runtime and Kubernetes built (no-ops when built), then
     /// `cluster.sh up`.
-    pub(crate) fn up(out: &Path) -> Result<Self> {
+    pub(crate) fn up(out: &Path, runtime: NodeRuntime) -> Result<Self> {
         let lock = labctl::lock()?;
         let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let lab = PathBuf::from(
@@ -46,6 +72,7 @@ impl Cluster {
                 .unwrap_or_else(|| "/var/lib/nri-trace-lab".into()),
         );
         let c = Cluster {
+            runtime,
             kubeconfig: lab.join("cluster/admin.kubeconfig"),
             lab,
             repo,
@@ -67,20 +94,25 @@ impl Cluster {
         self.script_traced(name, args, true)
     }
 
-    /// lab/NAME ARGS; kubelet's tracing on or off (containerd traces
-    /// either way).
+    /// lab/NAME ARGS; on containerd 2.3 kubelet's tracing on or off
+    /// (containerd traces either way), on CRI-O none.
     fn script_traced(&self, name: &str, args: &[&str], kubelet_tracing: bool) -> Result<String> {
         let mut cmd = Command::new("bash");
         cmd.arg(self.repo.join("lab").join(name))
             .args(args)
             .env("NRI_TRACE_LAB_DIR", &self.lab)
-            .env("NRI_TRACE_LAB_RUNTIME", RUNTIME)
+            .env("NRI_TRACE_LAB_RUNTIME", self.runtime.lab_name())
             .env("NRI_TRACE_LAB_REQUEST_TIMEOUT", REQUEST_TIMEOUT)
+            .stderr(Stdio::inherit());
+        let traced = self.runtime == NodeRuntime::Containerd23;
+        if traced {
             // kubelet and containerd trace to the test's collector
             // (traces.rs).
-            .env("NRI_TRACE_LAB_OTLP_ENDPOINT", OTLP_HTTP)
-            .stderr(Stdio::inherit());
-        if kubelet_tracing {
+            cmd.env("NRI_TRACE_LAB_OTLP_ENDPOINT", OTLP_HTTP);
+        } else {
+            cmd.env_remove("NRI_TRACE_LAB_OTLP_ENDPOINT");
+        }
+        if traced && kubelet_tracing {
             cmd.env(
                 "NRI_TRACE_LAB_KUBELET_OTLP_ENDPOINT",
                 OTLP_GRPC.trim_start_matches("http://"),
@@ -149,6 +181,10 @@ impl Cluster {
     /// image` makes it) imported into the node's containerd, `k8s.io`
     /// namespace, as deploy/README.md says.
     pub(crate) fn import_image(&self, bin: &Path, tag: &str, out: &Path) -> Result<()> {
+        ensure!(
+            self.runtime == NodeRuntime::Containerd23,
+            "the image is imported with containerd's ctr only"
+        );
         let tar = out.join("nri-trace.oci.tar");
         super::dist_bin::pack_image(bin, &Self::image(tag), &tar).map_err(anyhow::Error::msg)?;
         output(
@@ -266,21 +302,30 @@ impl Cluster {
     /// synchronized only when the StopContainer of a pod waiting out 600 s
     /// ended).
     ///
-    /// The node's part waits until kubelet has let go of the pod: a
-    /// sandbox removed behind the back of a kubelet still syncing the pod
-    /// is made again (ci of d1e2b12: `rmp` at 22:36:09.33, kubelet's
-    /// RunPodSandbox "attempt:1" at 09.83, that sandbox left to the next
-    /// garbage collection, so explain said "waiting"). kubelet drops the
-    /// pod from its pod manager (`/pods`) as it handles the API's delete,
-    /// and the same step cancels a sync in flight (pkg/kubelet
-    /// HandlePodRemoves, pod_workers.go UpdatePod), so no sandbox is made
-    /// for it after that.
+    /// Only for a pod kubelet is already tearing down (deleted through
+    /// the API before) or is done with: a running pod's sandbox removed
+    /// behind kubelet's back is made again (the CI runs of d1e2b12 and
+    /// ae3f8d0: `rmp`, then kubelet's RunPodSandbox "attempt:1" a quarter
+    /// of a second later, even with the pod already gone from kubelet's
+    /// `/pods`; that sandbox was left to the next garbage collection and
+    /// explain rightly said `waiting`).
     pub(crate) fn remove(&self, pod: &TestPod) -> Result<()> {
-        let uid = self.kubectl_pod(
+        // "" when the API has no such pod, "NAME," when it is not being
+        // deleted.
+        let state = self.kubectl_pod(
             "get",
             pod,
-            &["-o", "jsonpath={.metadata.uid}", "--ignore-not-found"],
+            &[
+                "-o",
+                "jsonpath={.metadata.name},{.metadata.deletionTimestamp}",
+                "--ignore-not-found",
+            ],
         )?;
+        ensure!(
+            !state.trim().ends_with(','),
+            "{}: not deleted through the API first: kubelet would make its sandbox again",
+            pod.name
+        );
         self.kubectl_pod(
             "delete",
             pod,
@@ -292,9 +337,6 @@ impl Cluster {
                 "--ignore-not-found",
             ],
         )?;
-        if !uid.trim().is_empty() {
-            self.wait_kubelet_dropped(uid.trim(), Duration::from_mins(1))?;
-        }
         for id in self.sandboxes(pod)? {
             self.tear_down(pod, &id)?;
         }
@@ -333,31 +375,6 @@ impl Cluster {
                 pod.name
             );
             sleep(Duration::from_secs(1));
-        }
-    }
-
-    /// Until kubelet's pod manager no longer holds the pod of this uid
-    /// (kubelet's `/pods`, through the API server's node proxy).
-    fn wait_kubelet_dropped(&self, uid: &str, max: Duration) -> Result<()> {
-        let path = format!("/api/v1/nodes/{}/proxy/pods", self.node()?);
-        let t0 = Instant::now();
-        loop {
-            let list: serde_json::Value =
-                serde_json::from_str(&self.kubectl(&["get", "--raw", &path])?)
-                    .context("kubelet's /pods")?;
-            ensure!(list["kind"] == "PodList", "kubelet's /pods: {list}");
-            // `"items": null` when it holds none (a kubelet just started).
-            let held = list["items"]
-                .as_array()
-                .is_some_and(|pods| pods.iter().any(|p| p["metadata"]["uid"] == uid));
-            if !held {
-                return Ok(());
-            }
-            ensure!(
-                t0.elapsed() < max,
-                "kubelet still holds pod {uid} after {max:?}"
-            );
-            sleep(Duration::from_millis(200));
         }
     }
 
@@ -425,7 +442,7 @@ impl Cluster {
                 .arg("--runtime-endpoint")
                 .arg(format!(
                     "unix://{}",
-                    self.lab.join("run/containerd.sock").display()
+                    self.lab.join(self.runtime.cri_socket()).display()
                 ))
                 .args(args),
         )
@@ -485,12 +502,14 @@ impl Cluster {
     /// The last lines of each component's log, for a failure.
     pub(crate) fn logs_tail(&self) -> String {
         let mut s = String::new();
-        for c in ["kubelet", "containerd"] {
-            let path = if c == "containerd" {
-                self.lab.join("containerd.log")
-            } else {
-                self.lab.join(format!("cluster/logs/{c}.log"))
-            };
+        let runtime_log = match self.runtime {
+            NodeRuntime::Containerd23 => "containerd.log",
+            NodeRuntime::Crio => "crio/crio.log",
+        };
+        for path in [
+            self.lab.join("cluster/logs/kubelet.log"),
+            self.lab.join(runtime_log),
+        ] {
             let text = std::fs::read_to_string(&path).unwrap_or_default();
             let lines: Vec<&str> = text.lines().collect();
             s.push_str(&format!("---- {} (last 30 lines)\n", path.display()));

@@ -27,9 +27,13 @@ use super::{cluster::Cluster, pods::TestPod};
 const WATCH_SECS: &str = "8";
 
 pub(crate) fn debug_node_recipe(c: &Cluster, tag: &str, out: &Path) -> Result<()> {
-    // A pod the DaemonSet's recorder sees made and removed.
+    // A pod the DaemonSet's recorder sees made and removed: deleted, left
+    // by the API once kubelet has torn it down, its stopped sandbox then
+    // removed by hand (kubelet's garbage collection comes each minute).
     let pod = TestPod::new("debugged", "sleep 3600").grace(1);
     c.create(&pod)?;
+    c.delete(&pod)?;
+    c.kubectl_pod("wait", &pod, &["--for=delete", "--timeout=90s"])?;
     c.remove(&pod)?;
     let node = c.node()?;
     let custom = c.repo().join("deploy/debug-node.yaml");

@@ -3,9 +3,11 @@
 //! 2.3, the image of the dist binary imported into the node's runtime,
 //! deploy/daemonset.yaml applied with kubectl as a user applies it, and
 //! pods deleted through the API that stay Terminating for a reason
-//! `nri-trace explain` in the DaemonSet's pod must name.
+//! `nri-trace explain` in the DaemonSet's pod must name. Then the cluster
+//! once more on CRI-O, for the cause whose CRI answer differs there
+//! (crio.rs).
 //!
-//! One test, one cluster: `cluster up` costs about 20 s, and each cause
+//! One cluster per runtime: `cluster up` costs about 20 s, and each cause
 //! below is a pod of its own on it. `cluster down` at the end must leave
 //! nothing (its own leftover check).
 //!
@@ -26,9 +28,11 @@ use nri_trace_tests::workspace_bin;
 use serde_json::Value;
 
 mod cluster;
+mod crio;
 mod debug_node;
 #[path = "../dist_bin/mod.rs"]
 mod dist_bin;
+mod late_attach;
 #[path = "../otel_collector/mod.rs"]
 mod otel_collector;
 mod pods;
@@ -37,7 +41,7 @@ mod prometheus;
 mod prometheus_api;
 mod traces;
 
-use cluster::Cluster;
+use cluster::{Cluster, NodeRuntime};
 use pods::TestPod;
 
 /// Where deploy/daemonset.yaml's recorder keeps its files on the node.
@@ -64,13 +68,35 @@ fn cluster_daemonset_explains_terminating_pods() {
     let spans = out.join("spans.json");
     let _ports = otel_collector::ports();
     let collector = otel_collector::Collector::start(&out, &spans);
-    let cluster = Cluster::up(&out).expect("cluster up");
+    let cluster = Cluster::up(&out, NodeRuntime::Containerd23).expect("cluster up");
     let result = run_all(&cluster, &bin, &out, &spans);
     let down = cluster.down();
     drop(collector);
     if made_recorder {
         let _ = std::fs::remove_dir_all(recorder);
     }
+    if let Err(e) = &result {
+        eprintln!("{}", cluster.logs_tail());
+        panic!("{e:#}");
+    }
+    down.expect("cluster down leaves nothing");
+}
+
+/// The cluster on CRI-O, kubelet's StopPodSandbox failing with an NRI
+/// plugin's error (crio.rs); explain attaches live, as on a node without
+/// the DaemonSet. One cluster at a time: the lab's lock orders this test
+/// and the one above.
+#[test]
+fn cluster_on_crio_explains_a_failing_stop_hook() {
+    let Some(bin) = dist_bin::guard("cluster_lab", &["nri-test-plugin"]) else {
+        return;
+    };
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cluster-crio");
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out).unwrap();
+    let cluster = Cluster::up(&out, NodeRuntime::Crio).expect("cluster up on CRI-O");
+    let result = crio::failing_stop_hook(&cluster, &bin, &out);
+    let down = cluster.down();
     if let Err(e) = &result {
         eprintln!("{}", cluster.logs_tail());
         panic!("{e:#}");
@@ -90,6 +116,8 @@ fn run_all(c: &Cluster, bin: &Path, out: &Path, spans: &Path) -> Result<()> {
     t.lap("Prometheus scrapes the DaemonSet's pod")?;
     traces::traces_join_kubelet(c, bin, out, spans)?;
     t.lap("traces: kubelet, containerd and nri-trace joined")?;
+    late_attach::late_attach(c, bin, out, spans)?;
+    t.lap("late attach to kubelet with 30 pods")?;
     traces::untraced_kubelet(c, bin, out, spans)?;
     t.lap("traces: kubelet's tracing off, one trace per lifecycle")?;
     let held = finalizer_start(c)?;
@@ -102,6 +130,8 @@ fn run_all(c: &Cluster, bin: &Path, out: &Path, spans: &Path) -> Result<()> {
     t.lap("failing StopPodSandbox hook")?;
     volume_busy(c)?;
     t.lap("volume busy")?;
+    host_path_held(c)?;
+    t.lap("hostPath held")?;
     alive_after_sigkill(c, out)?;
     t.lap("alive after SIGKILL")?;
     finalizer_check(c, &held)?;
@@ -219,6 +249,49 @@ fn volume_busy(c: &Cluster) -> Result<()> {
         path.display()
     );
     c.remove(&pod)
+}
+
+/// A hostPath volume whose host directory a host process holds (its
+/// cwd), as the emptyDir of [`volume_busy`] is held: kubelet has nothing
+/// to unmount there (the host-path plugin's TearDown returns nil:
+/// k8s.io/kubernetes v1.37.2 pkg/volume/hostpath/host_path.go), and the
+/// runtime's bind mount of it went with the container's mount namespace.
+/// So the pod's teardown goes through, the API lets go of it with the
+/// holder still there, and explain blames nothing; a holder is a cause
+/// only for a volume kubelet mounted itself (emptyDir of medium Memory,
+/// secrets, projected tokens, CSI).
+fn host_path_held(c: &Cluster) -> Result<()> {
+    let dir = c.lab_dir().join("host-path-held");
+    std::fs::create_dir_all(&dir)?;
+    let pod = TestPod::new("hostpath", "sleep 3600")
+        .grace(1)
+        .host_path("data", &dir, "/data");
+    c.create(&pod)?;
+    let mut holder = hold_cwd(&dir)?;
+    let result = (|| {
+        c.delete(&pod)?;
+        c.kubectl_pod("wait", &pod, &["--for=delete", "--timeout=90s"])?;
+        let e = explain(c, &pod)?;
+        let e = explanation(&e)?;
+        ensure!(e["verdict"] != "blocked", "{e}");
+        ensure!(e["blocker"].is_null(), "{e}");
+        ensure!(
+            holder.try_wait()?.is_none(),
+            "the holder of {} exited",
+            dir.display()
+        );
+        eprintln!(
+            "hostPath held by pid {}: the pod left the API; explain: {}",
+            holder.id(),
+            e["sentence"]
+        );
+        Ok(())
+    })();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    result?;
+    c.remove(&pod)?;
+    std::fs::remove_dir(&dir).with_context(|| format!("removing {}", dir.display()))
 }
 
 /// A container process in a FUSE read the server never answers (state D;

@@ -113,6 +113,16 @@ pub(crate) struct BenchArgs {
     /// cluster part.
     #[arg(long, default_value_t = 3)]
     cluster_rounds: usize,
+    /// Pods the cluster-steady part makes and keeps.
+    #[arg(long, default_value_t = 100)]
+    steady_pods: usize,
+    /// Seconds of each window of the cluster-steady part.
+    #[arg(long, default_value_t = 600.0)]
+    steady_seconds: f64,
+    /// Rounds of both modes (without, with nri-trace) in the
+    /// cluster-steady part.
+    #[arg(long, default_value_t = 2)]
+    steady_rounds: usize,
     /// Seconds of paced NRI calls per rate in the nri-rate part.
     #[arg(long, default_value_t = 10.0)]
     rate_seconds: f64,
@@ -147,6 +157,9 @@ enum Part {
     Idle,
     /// Opt-in: brings the lab's cluster up (xtask/src/cluster_cost.rs).
     Cluster,
+    /// Opt-in: the cluster holding many pods for long windows
+    /// (xtask/src/cluster_steady.rs).
+    ClusterSteady,
 }
 
 impl Part {
@@ -164,6 +177,7 @@ impl Part {
                 | Part::NriRate
                 | Part::Idle
                 | Part::Cluster
+                | Part::ClusterSteady
         )
     }
 }
@@ -223,6 +237,14 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     if a.only.contains(&Part::Cluster) {
         let r = crate::cluster_cost::cluster_cost(a.cluster_pods, a.cluster_rounds)?;
         report.push(crate::cluster_cost::cluster_cost_section(&r));
+    }
+    if a.only.contains(&Part::ClusterSteady) {
+        let r = crate::cluster_steady::cluster_steady(
+            a.steady_pods,
+            a.steady_seconds,
+            a.steady_rounds,
+        )?;
+        report.push(crate::cluster_steady::cluster_steady_section(&r));
     }
     if a.only.contains(&Part::Idle) {
         let r = crate::nri_rate::idle_cost(a.idle_seconds)?;
