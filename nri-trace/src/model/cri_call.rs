@@ -141,6 +141,15 @@ pub enum CriOutcome {
     /// The call ended but its status is hidden in pre-attach HPACK slots
     /// and no response message tells it.
     Unknown,
+    /// The call ended with its status hidden in pre-attach HPACK slots
+    /// and without a response message: it failed. A CRI call is unary,
+    /// and a unary call that succeeds carries its one response message
+    /// before the trailers; a response without one is gRPC's
+    /// Trailers-Only form, which the protocol keeps for a call that fails
+    /// (grpc PROTOCOL-HTTP2.md, "Responses"). Its code and message are
+    /// what HPACK hid (after a late attach, an error the runtime had
+    /// already sent is indexed whole).
+    Failed,
 }
 
 /// gRPC's DEADLINE_EXCEEDED status code (grpc `codes.DeadlineExceeded`).
@@ -182,6 +191,7 @@ impl CriOutcome {
             CriOutcome::ConnectionClosed => "the connection closed before an answer".into(),
             CriOutcome::NoResponse => "no answer yet".into(),
             CriOutcome::Unknown => "ended, outcome unknown".into(),
+            CriOutcome::Failed => "failed (no response; its status hidden by HPACK)".into(),
         }
     }
 }

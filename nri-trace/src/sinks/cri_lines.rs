@@ -59,6 +59,7 @@ pub(crate) fn outcome(c: &CriCall) -> String {
             return "END LOST (capture loss): status unknown".into();
         }
         CriOutcome::Unknown => "status unknown (hidden by HPACK)".into(),
+        CriOutcome::Failed => "FAILED, status hidden by HPACK (no response message)".into(),
     };
     if c.outcome_evidence.is_some() {
         s.push_str(" (inferred)");

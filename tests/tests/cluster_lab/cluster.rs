@@ -451,11 +451,7 @@ impl Cluster {
     /// kubelet stopped (SIGTERM; lab/cluster.sh's pid file), its exit
     /// waited for.
     pub(crate) fn stop_kubelet(&self) -> Result<()> {
-        let pidfile = self.lab.join("cluster/run/kubelet.pid");
-        let pid: i32 = std::fs::read_to_string(&pidfile)
-            .with_context(|| format!("reading {}", pidfile.display()))?
-            .trim()
-            .parse()?;
+        let pid = self.kubelet_pid()?;
         // SAFETY: a plain kill(2).
         unsafe { libc::kill(pid, libc::SIGTERM) };
         let t0 = Instant::now();
@@ -474,6 +470,15 @@ impl Cluster {
             sleep(Duration::from_millis(100));
         }
         Ok(())
+    }
+
+    /// kubelet's pid (lab/cluster.sh's pid file).
+    pub(crate) fn kubelet_pid(&self) -> Result<i32> {
+        let pidfile = self.lab.join("cluster/run/kubelet.pid");
+        Ok(std::fs::read_to_string(&pidfile)
+            .with_context(|| format!("reading {}", pidfile.display()))?
+            .trim()
+            .parse()?)
     }
 
     /// `cluster.sh up` again: it starts what does not run (kubelet), its

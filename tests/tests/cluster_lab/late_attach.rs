@@ -32,6 +32,9 @@ use super::{cluster::Cluster, otel_collector::wait_spans, pods::TestPod};
 
 /// The pods on the node at the attach (the issue's "30 or more").
 const PODS: usize = 30;
+/// How long kubelet has run (and its CRI connection been open) at the
+/// attach, at least: "minutes" (issue 32), after the earlier steps' calls.
+const KUBELET_AGE: Duration = Duration::from_secs(120);
 /// Made and deleted during the watch: calls with NRI deliveries.
 const CHURN: usize = 5;
 /// How long the watch runs: kubelet syncs each pod again 1 to 1.5 times
@@ -49,6 +52,16 @@ pub(crate) fn late_attach(c: &Cluster, bin: &Path, out: &Path, file: &Path) -> R
     let t0 = Instant::now();
     create_all(c, before)?;
     let made = t0.elapsed();
+    // kubelet's connection minutes old, as on a node: the test's other
+    // steps ran on it; what is missing of KUBELET_AGE is waited out.
+    let pid = u64::try_from(c.kubelet_pid()?)?;
+    let since = process_start_unix(pid).context("kubelet's start")?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs_f64();
+    if let Some(rest) = KUBELET_AGE.checked_sub(Duration::from_secs_f64((now - since).max(0.0))) {
+        std::thread::sleep(rest);
+    }
     let mut plugin = c.plugin("fleet", "16", &[], out)?;
     let run = watch_with_churn(c, bin, out, before, during);
     let _ = plugin.kill();

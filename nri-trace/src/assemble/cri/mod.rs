@@ -574,6 +574,18 @@ impl CriCallAssembler {
                                         .to_owned(),
                                 ),
                             ),
+                            // Seen from its request on, no bytes lost, and
+                            // no response message: Trailers-Only, a failure
+                            // (CriOutcome::Failed).
+                            None if s.start.is_some() && !s.bytes_lost => (
+                                CriOutcome::Failed,
+                                Some(
+                                    "grpc-status and grpc-message hidden in pre-attach HPACK \
+                                     slots; the server ended the call without a response \
+                                     message, which a gRPC server does only for an error"
+                                        .to_owned(),
+                                ),
+                            ),
                             None => (CriOutcome::Unknown, None),
                         },
                     };

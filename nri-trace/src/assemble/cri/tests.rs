@@ -258,9 +258,9 @@ proptest! {
 mod deadline_race {
     use super::*;
 
-    const MS: u64 = 1_000_000;
+    pub(super) const MS: u64 = 1_000_000;
 
-    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    pub(super) fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
         let len = payload.len();
         let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
         f.extend_from_slice(&stream.to_be_bytes());
@@ -269,7 +269,7 @@ mod deadline_race {
     }
 
     /// An HPACK literal field without indexing, new name (RFC 7541 §6.2.2).
-    fn literal(name: &str, value: &str) -> Vec<u8> {
+    pub(super) fn literal(name: &str, value: &str) -> Vec<u8> {
         let mut b = vec![0x00, name.len() as u8];
         b.extend_from_slice(name.as_bytes());
         b.push(value.len() as u8);
@@ -277,7 +277,7 @@ mod deadline_race {
         b
     }
 
-    fn chunk(at_ms: u64, direction: Direction, bytes: Vec<u8>) -> CaptureEvent {
+    pub(super) fn chunk(at_ms: u64, direction: Direction, bytes: Vec<u8>) -> CaptureEvent {
         CaptureEvent::Chunk(Chunk {
             conn: ConnId(1),
             direction,
@@ -295,7 +295,7 @@ mod deadline_race {
         })
     }
 
-    fn request(at_ms: u64, stream: u32) -> CaptureEvent {
+    pub(super) fn request(at_ms: u64, stream: u32) -> CaptureEvent {
         let path = "/runtime.v1.RuntimeService/RunPodSandbox";
         let mut block = vec![0x83, 0x86, 0x04, path.len() as u8];
         block.extend_from_slice(path.as_bytes());
@@ -329,7 +329,7 @@ mod deadline_race {
         )
     }
 
-    fn calls(events: &[CaptureEvent]) -> Vec<CriCall> {
+    pub(super) fn calls(events: &[CaptureEvent]) -> Vec<CriCall> {
         let mut a = CriCallAssembler::new();
         let mut out = Vec::new();
         for e in events {
@@ -424,4 +424,47 @@ fn a_traceparent_whose_name_hpack_hid_is_recognized() {
         .decode(&[0x7e, 0x05, b'h', b'e', b'l', b'l', b'o'])
         .unwrap();
     assert_eq!(hidden_traceparent(&b), None);
+}
+
+/// After a late attach, an error the runtime sent before is indexed whole:
+/// the trailers of a Trailers-Only answer (no response message) name only
+/// pre-attach slots. The call failed (a unary call that succeeds carries
+/// its response message), its status unknown; with a response message it
+/// is an OK whose status was hidden, and without its request seen nothing
+/// is claimed.
+mod hidden_status {
+    use super::deadline_race::{calls, chunk, frame, request};
+    use super::*;
+
+    /// `:status 200` and two pre-attach slots (RFC 7541 6.1: indexed
+    /// fields 62 and 63), END_STREAM: Trailers-Only.
+    fn hidden_trailers_only(at_ms: u64, stream: u32) -> CaptureEvent {
+        chunk(
+            at_ms,
+            Direction::Out,
+            frame(0x1, 0x5, stream, &[0x88, 0xbe, 0xbf]),
+        )
+    }
+
+    #[test]
+    fn no_response_message_and_hidden_trailers_is_a_failure() {
+        // Stream 3: no preface before it, the capture attached mid-connection.
+        let c = calls(&[request(0, 3), hidden_trailers_only(5, 3)]);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].outcome, CriOutcome::Failed);
+        assert!(c[0]
+            .outcome_evidence
+            .as_deref()
+            .is_some_and(|e| e.contains("without a response message")));
+    }
+
+    #[test]
+    fn a_response_message_and_hidden_trailers_is_ok() {
+        let mut answer = frame(0x1, 0x4, 3, &[0x88]);
+        answer.extend(frame(0x0, 0, 3, &[0, 0, 0, 0, 0]));
+        answer.extend(frame(0x1, 0x5, 3, &[0xbe]));
+        let c = calls(&[request(0, 3), chunk(5, Direction::Out, answer)]);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].outcome, CriOutcome::Ok);
+    }
 }

@@ -716,6 +716,8 @@ fn cri_status(o: &CriOutcome) -> String {
         CriOutcome::ConnectionClosed => "CONNECTION_CLOSED".into(),
         CriOutcome::NoResponse => "NO_RESPONSE".into(),
         CriOutcome::Unknown => "UNKNOWN".into(),
+        // Failed, its gRPC code hidden.
+        CriOutcome::Failed => "FAILED".into(),
     }
 }
 

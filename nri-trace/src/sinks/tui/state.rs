@@ -267,6 +267,7 @@ fn cri_outcome(o: &CriOutcome) -> String {
         CriOutcome::ConnectionClosed => "CONNECTION CLOSED".into(),
         CriOutcome::NoResponse => "NO RESPONSE".into(),
         CriOutcome::Unknown => "status unknown".into(),
+        CriOutcome::Failed => "FAILED (status hidden)".into(),
     }
 }
 
