@@ -402,8 +402,18 @@ fn progress_sentence(e: &Explanation) -> String {
         }
         TeardownProgress::NextNotCalled { step } => {
             let s = &e.steps[*step];
+            // The sandbox stopped: what is left is kubelet's garbage
+            // collection, each minute, which stops it again and removes it
+            // (k8s.io/kubernetes v1.37.2 pkg/kubelet/kubelet.go
+            // ContainerGCPeriod, kuberuntime/kuberuntime_gc.go
+            // removeSandbox). Said, so that a wait under a minute or so
+            // reads as the normal one it is.
+            let stopped = e
+                .steps
+                .iter()
+                .any(|s| s.method == "StopPodSandbox" && s.ok());
             format!(
-                "{pod}: {} succeeded{}, but kubelet has not called {} since{}",
+                "{pod}: {} succeeded{}, but kubelet has not called {} since{}{}",
                 sanitize(&s.method),
                 s.start
                     .map(|t| format!(" at {}", clock(&t)))
@@ -413,7 +423,13 @@ fn progress_sentence(e: &Explanation) -> String {
                     .map_or_else(|| "?".into(), |n| sanitize(&n.method)),
                 e.waited_ns
                     .map(|w| format!(" ({} ago)", duration(w)))
-                    .unwrap_or_default()
+                    .unwrap_or_default(),
+                if stopped {
+                    "; kubelet removes a stopped sandbox at its garbage collection, each \
+                     minute (StopPodSandbox again, then RemovePodSandbox)"
+                } else {
+                    ""
+                }
             )
         }
         TeardownProgress::CallPending {

@@ -163,10 +163,12 @@ fn affinity(t: &TruthCall<'_>, c: &CriCall) -> u32 {
 fn outcome_agrees(t: &Outcome, c: &CriCall, allow: Allow) -> bool {
     match (t, &c.outcome) {
         // A failure whose grpc-status sits in a pre-attach HPACK slot and
-        // that sent no message: the trace says it cannot tell (an OK
-        // answer is told by its response message, never Unknown).
-        (Outcome::Ok, CriOutcome::Unknown) => false,
-        (_, CriOutcome::Unknown) => allow.deadline_hidden,
+        // that sent no message: the trace says it failed, its status
+        // hidden (Failed), or, when it cannot tell that either (the
+        // request not seen), Unknown; an OK answer is told by its
+        // response message, never either.
+        (Outcome::Ok, CriOutcome::Unknown | CriOutcome::Failed) => false,
+        (_, CriOutcome::Unknown | CriOutcome::Failed) => allow.deadline_hidden,
         (Outcome::Ok, CriOutcome::Ok) => true,
         (Outcome::Error { code, .. }, CriOutcome::Error { code: c, .. }) => *code as u32 == *c,
         // The client gave up: its reset, or the server's own expiry.

@@ -35,7 +35,10 @@ fn a_failed_hook_and_a_failed_call() {
     );
     let (s, _) = said(&t::stopped(), "ns/web", 61_035 * MS);
     assert!(
-        s.contains("kubelet has not called RemovePodSandbox since (1m00s ago)"),
+        s.contains(
+            "kubelet has not called RemovePodSandbox since (1m00s ago); kubelet removes a \
+             stopped sandbox at its garbage collection, each minute"
+        ),
         "{s}"
     );
 }
