@@ -25,8 +25,9 @@
 use std::{
     fmt::Write as _,
     fs,
-    path::Path,
+    path::{Path, PathBuf},
     process::{Command, Stdio},
+    sync::mpsc::Receiver,
     thread,
     time::{Duration, Instant},
 };
@@ -114,7 +115,7 @@ pub(crate) struct ClusterCost {
 }
 
 /// The cluster, brought down when dropped (a failed step included).
-pub(crate) struct ClusterUp;
+struct ClusterUp;
 
 impl Drop for ClusterUp {
     fn drop(&mut self) {
@@ -125,7 +126,7 @@ impl Drop for ClusterUp {
 }
 
 /// lab/NAME ARGS on the cluster's runtime, tracing to the collector.
-pub(crate) fn script(name: &str, args: &[&str]) -> Result<String> {
+fn script(name: &str, args: &[&str]) -> Result<String> {
     let o = Command::new("bash")
         .arg(crate::workspace_root().join("lab").join(name))
         .args(args)
@@ -150,24 +151,51 @@ pub(crate) fn kubectl(args: &[&str]) -> Result<String> {
     script("cluster.sh", &a)
 }
 
-/// Build, bring the cluster up, run `rounds` of each mode with `pods`
-/// pods, bring it down.
+/// The cluster a cluster bench part runs on: nri-trace's release build,
+/// the lab's collector (kubelet and containerd send to it from their
+/// start), the cluster, [`PLUGINS`] test plugins on its runtime, and its
+/// node's name. Dropped in field order: the plugins, the cluster, the
+/// collector.
+pub(crate) struct BenchCluster {
+    pub(crate) nri_trace: PathBuf,
+    pub(crate) work: PathBuf,
+    pub(crate) node: String,
+    _plugins: Vec<Killed>,
+    _up: ClusterUp,
+    _collector: Collector,
+}
+
+impl BenchCluster {
+    /// Built and up, its files in the bench's work directory's `name`.
+    pub(crate) fn up(name: &str) -> Result<Self> {
+        let nri_trace = crate::build(true)?;
+        let plugin = crate::release_lab_bins(&["nri-test-plugin"])?.join("nri-test-plugin");
+        let work = crate::bench::work_dir()?.join(name);
+        let _ = fs::remove_dir_all(&work);
+        fs::create_dir_all(&work)?;
+        script("lab.sh", &["install"])?;
+        script("k8s.sh", &["install"])?;
+        let collector = Collector::start(&work)?;
+        script("cluster.sh", &["up"])?;
+        let up = ClusterUp;
+        let plugins = start_plugins(&plugin, &work)?;
+        let node = kubectl(&["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"])?;
+        Ok(BenchCluster {
+            nri_trace,
+            work,
+            node: node.trim().to_owned(),
+            _plugins: plugins,
+            _up: up,
+            _collector: collector,
+        })
+    }
+}
+
+/// Bring the cluster up, run `rounds` of each mode with `pods` pods,
+/// bring it down.
 pub(crate) fn cluster_cost(pods: usize, rounds: usize) -> Result<ClusterCost> {
-    let nri_trace = crate::build(true)?;
-    let plugin = crate::release_lab_bins(&["nri-test-plugin"])?.join("nri-test-plugin");
-    let work = crate::bench::work_dir()?.join("cluster");
-    let _ = fs::remove_dir_all(&work);
-    fs::create_dir_all(&work)?;
-    script("lab.sh", &["install"])?;
-    script("k8s.sh", &["install"])?;
-    // The collector first: kubelet and containerd send to it from their
-    // start.
-    let collector = Collector::start(&work)?;
-    script("cluster.sh", &["up"])?;
-    let up = ClusterUp;
-    let plugins = start_plugins(&plugin, &work)?;
-    let node = kubectl(&["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"])?;
-    let node = node.trim();
+    let bc = BenchCluster::up("cluster")?;
+    let (nri_trace, work, node) = (&bc.nri_trace, &bc.work, bc.node.as_str());
     let mut runs = Vec::new();
     for round in 0..rounds {
         for mode in Mode::ALL {
@@ -176,7 +204,7 @@ pub(crate) fn cluster_cost(pods: usize, rounds: usize) -> Result<ClusterCost> {
                 round + 1,
                 mode.label()
             );
-            let r = run(&nri_trace, &work, node, mode, pods, round)?;
+            let r = run(nri_trace, work, node, mode, pods, round)?;
             eprintln!(
                 "bench: cluster: {} CRI calls, {} NRI deliveries, CPU {:.2} s ({:.1} us/call), spans {:?}",
                 r.cri_calls,
@@ -188,15 +216,54 @@ pub(crate) fn cluster_cost(pods: usize, rounds: usize) -> Result<ClusterCost> {
             runs.push(r);
         }
     }
-    drop(plugins);
-    drop(up);
-    drop(collector);
+    drop(bc);
     Ok(ClusterCost { runs })
+}
+
+/// nri-trace started by `cmd` (stdin null, stderr piped), once it says it
+/// is ready; its stderr's lines, read to the end (the receiver kept with
+/// it: a closed pipe would end nri-trace at its next log line).
+pub(crate) fn start_ready(cmd: &mut Command) -> Result<(Killed, Receiver<String>)> {
+    let mut t = cmd
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {cmd:?}"))?;
+    let err = lines_of(t.stderr.take().expect("piped"));
+    let t = Killed(t);
+    wait_line(&err, "nri-trace: ready", &mut Vec::new())?;
+    Ok((t, err))
+}
+
+/// SIGTERM to nri-trace: it drains, prints its summaries and exits, with
+/// success.
+pub(crate) fn stop(t: &mut Killed) -> Result<()> {
+    Command::new("kill")
+        .args(["-TERM", &t.0.id().to_string()])
+        .status()?;
+    let status = t.0.wait()?;
+    if !status.success() {
+        bail!("nri-trace exited with {status}");
+    }
+    Ok(())
+}
+
+/// kubelet's runtime operations since `before` (kubelet_operations),
+/// those with calls only.
+pub(crate) fn operations_since(node: &str, before: &Operations) -> Result<Operations> {
+    Ok(kubelet_operations(node)?
+        .iter()
+        .map(|(op, (n, s))| {
+            let (n0, s0) = before.get(op).copied().unwrap_or_default();
+            (op.clone(), (n - n0, s - s0))
+        })
+        .filter(|(_, (n, _))| *n > 0.0)
+        .collect())
 }
 
 /// [`PLUGINS`] test plugins on the node's runtime, subscribed to every
 /// event; killed when dropped.
-pub(crate) fn start_plugins(plugin: &Path, work: &Path) -> Result<Vec<Killed>> {
+fn start_plugins(plugin: &Path, work: &Path) -> Result<Vec<Killed>> {
     let lab = crate::lab::lab_dir();
     let mut plugins = Vec::new();
     for i in 0..PLUGINS {
@@ -309,18 +376,7 @@ fn run(
         if mode == Mode::WatchOtlp {
             cmd.args(["--otlp-endpoint", Collector::ENDPOINT]);
         }
-        let mut t = cmd
-            .stdin(Stdio::null())
-            .stdout(fs::File::create(&out)?)
-            .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("starting {}", nri_trace.display()))?;
-        // Its stderr read to the end (the receiver kept with it): a
-        // closed pipe would end nri-trace at its next log line.
-        let err = lines_of(t.stderr.take().expect("piped"));
-        let t = Killed(t);
-        wait_line(&err, "nri-trace: ready", &mut Vec::new())?;
-        tracer = Some((t, err));
+        tracer = Some(start_ready(cmd.stdout(fs::File::create(&out)?))?);
     }
     let pid = tracer.as_ref().map(|(t, _)| t.0.id());
     let cpu = |pid: Option<u32>| pid.map_or(Ok(0.0), cpu_s);
@@ -346,15 +402,7 @@ fn run(
     kubectl(&["delete", "-f", &f, "--wait=true", "--timeout=600s"])?;
     thread::sleep(DRAIN);
     let (cpu_s, wall_s) = (cpu(pid)? - cpu0, t0.elapsed().as_secs_f64());
-    let ops1 = kubelet_operations(node)?;
-    let operations = ops1
-        .iter()
-        .map(|(op, (n, s))| {
-            let (n0, s0) = ops0.get(op).copied().unwrap_or_default();
-            (op.clone(), (n - n0, s - s0))
-        })
-        .filter(|(_, (n, _))| *n > 0.0)
-        .collect();
+    let operations = operations_since(node, &ops0)?;
     let mut run = ClusterRun {
         mode,
         pods,
@@ -371,14 +419,7 @@ fn run(
     };
     let pid = tracer.0.id();
     run.peak_rss_kib = peak_rss_kib(pid)?;
-    // SIGTERM: nri-trace drains, prints its summaries and exits.
-    Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()?;
-    let status = tracer.0.wait()?;
-    if !status.success() {
-        bail!("nri-trace watch exited with {status}");
-    }
+    stop(&mut tracer)?;
     for l in fs::read_to_string(&out)?.lines() {
         let Ok(v) = serde_json::from_str::<Value>(l) else {
             continue;

@@ -26,14 +26,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
 use crate::{
     cluster_cost::{
-        kubectl, kubelet_operations, peak_rss_kib, pods_json, script, start_plugins, ClusterUp,
-        Operations,
+        kubectl, kubelet_operations, operations_since, peak_rss_kib, pods_json, start_ready, stop,
+        BenchCluster, Operations,
     },
-    nri_rate::{cpu_s, lines_of, wait_line, Collector, Killed, PLUGINS},
+    nri_rate::{cpu_s, PLUGINS},
 };
 
 /// The address nri-trace's metrics endpoint listens on in a window (the
@@ -61,19 +61,8 @@ pub(crate) struct ClusterSteady {
 /// Build, bring the cluster up with `pods` pods, run `rounds` of both
 /// modes for `seconds` each, bring it down.
 pub(crate) fn cluster_steady(pods: usize, seconds: f64, rounds: usize) -> Result<ClusterSteady> {
-    let nri_trace = crate::build(true)?;
-    let plugin = crate::release_lab_bins(&["nri-test-plugin"])?.join("nri-test-plugin");
-    let work = crate::bench::work_dir()?.join("cluster-steady");
-    let _ = fs::remove_dir_all(&work);
-    fs::create_dir_all(&work)?;
-    script("lab.sh", &["install"])?;
-    script("k8s.sh", &["install"])?;
-    let collector = Collector::start(&work)?;
-    script("cluster.sh", &["up"])?;
-    let up = ClusterUp;
-    let plugins = start_plugins(&plugin, &work)?;
-    let node = kubectl(&["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"])?;
-    let node = node.trim().to_owned();
+    let bc = BenchCluster::up("cluster-steady")?;
+    let (nri_trace, work, node) = (&bc.nri_trace, &bc.work, bc.node.as_str());
     let file = work.join("pods.json");
     fs::write(&file, pods_json("steady", pods))?;
     let f = file.to_string_lossy();
@@ -99,7 +88,7 @@ pub(crate) fn cluster_steady(pods: usize, seconds: f64, rounds: usize) -> Result
                 round + 1,
                 if with { "with nri-trace" } else { "without" }
             );
-            let w = window(&nri_trace, &work, &node, with, seconds, round)?;
+            let w = window(nri_trace, work, node, with, seconds, round)?;
             eprintln!(
                 "bench: cluster-steady: CPU {:.2} s of {:.0} s ({:.2} %), peak RSS {:.1} MiB",
                 w.cpu_s,
@@ -111,9 +100,7 @@ pub(crate) fn cluster_steady(pods: usize, seconds: f64, rounds: usize) -> Result
         }
     }
     kubectl(&["delete", "-f", &f, "--wait=true", "--timeout=1200s"])?;
-    drop(plugins);
-    drop(up);
-    drop(collector);
+    drop(bc);
     Ok(ClusterSteady {
         pods,
         seconds,
@@ -132,25 +119,18 @@ fn window(
     let mut tracer = None;
     if with {
         let dir = work.join(format!("recorder-{round}"));
-        let mut t = Command::new(nri_trace)
-            .args(["record", "--dir"])
-            .arg(&dir)
-            .args([
-                "--max-size=256MiB",
-                "--max-age=2d",
-                "--metrics-addr",
-                METRICS_ADDR,
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("starting {}", nri_trace.display()))?;
-        // Its stderr read to the end: a closed pipe would end it.
-        let err = lines_of(t.stderr.take().expect("piped"));
-        let t = Killed(t);
-        wait_line(&err, "nri-trace: ready", &mut Vec::new())?;
-        tracer = Some((t, err));
+        tracer = Some(start_ready(
+            Command::new(nri_trace)
+                .args(["record", "--dir"])
+                .arg(&dir)
+                .args([
+                    "--max-size=256MiB",
+                    "--max-age=2d",
+                    "--metrics-addr",
+                    METRICS_ADDR,
+                ])
+                .stdout(Stdio::null()),
+        )?);
     }
     let pid = tracer.as_ref().map(|(t, _)| t.0.id());
     let cpu = |pid: Option<u32>| pid.map_or(Ok(0.0), cpu_s);
@@ -158,15 +138,7 @@ fn window(
     let (cpu0, t0) = (cpu(pid)?, Instant::now());
     thread::sleep(Duration::from_secs_f64(seconds));
     let (cpu_s, wall_s) = (cpu(pid)? - cpu0, t0.elapsed().as_secs_f64());
-    let ops1 = kubelet_operations(node)?;
-    let operations = ops1
-        .iter()
-        .map(|(op, (n, s))| {
-            let (n0, s0) = ops0.get(op).copied().unwrap_or_default();
-            (op.clone(), (n - n0, s - s0))
-        })
-        .filter(|(_, (n, _))| *n > 0.0)
-        .collect();
+    let operations = operations_since(node, &ops0)?;
     let mut w = SteadyWindow {
         with_nri_trace: with,
         wall_s,
@@ -187,13 +159,7 @@ fn window(
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0);
     w.cri_calls = cri_calls_counted()?;
-    Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()?;
-    let status = tracer.0.wait()?;
-    if !status.success() {
-        bail!("nri-trace record exited with {status}");
-    }
+    stop(&mut tracer)?;
     Ok(w)
 }
 

@@ -17,7 +17,7 @@ use std::{path::Path, process::Command};
 use anyhow::{ensure, Context, Result};
 use serde_json::Value;
 
-use super::{cluster::Cluster, explanation, output, pods::TestPod, with_plugin};
+use super::{cluster::Cluster, explanation, output, pods::TestPod, refused_stop, with_plugin};
 
 /// How long the live explain watches for kubelet's next attempt: its pod
 /// worker backs off 10 s after a failed sync (k8s.io/kubernetes v1.37.2
@@ -52,9 +52,7 @@ pub(crate) fn failing_stop_hook(c: &Cluster, bin: &Path, out: &Path) -> Result<(
             pod.namespace, pod.name, e["sentence"]
         );
         ensure!(e["verdict"] == "blocked", "{e}");
-        ensure!(e["progress"]["kind"] == "hook_failed", "{e}");
-        let step = &e["steps"][e["progress"]["step"].as_u64().context("its step")? as usize];
-        ensure!(step["method"] == "StopPodSandbox", "{e}");
+        let step = refused_stop(e)?;
         // CRI-O returns the plugin's error as StopPodSandbox's. Its text
         // when HPACK shows it; after the attach kubelet's retries get the
         // same error, which CRI-O's encoder indexed whole before: then the
@@ -67,14 +65,6 @@ pub(crate) fn failing_stop_hook(c: &Cluster, bin: &Path, out: &Path) -> Result<(
                         .as_str()
                         .is_some_and(|m| m.contains("teardown refused"))),
             "StopPodSandbox must have failed: {e}"
-        );
-        let hook = &step["hooks"][e["progress"]["hook"].as_u64().context("its hook")? as usize];
-        ensure!(hook["plugin"] == "10-refuse", "{e}");
-        ensure!(
-            hook["outcome"]["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("teardown refused")),
-            "{e}"
         );
         // Still Terminating in the API.
         let ts = c.kubectl_pod(

@@ -15,20 +15,19 @@
 //! - at most 2 % unknown among kubelet's calls with NRI deliveries under
 //!   them;
 //! - every pod that existed at the attach is named by a call of kubelet's
-//!   during the watch (kubelet syncs each pod at least every 90 s; the
-//!   watch runs longer than that).
+//!   during the watch (its log manager's ContainerStatus of each running
+//!   container, every 10 s).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
     path::Path,
-    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use anyhow::{ensure, Context, Result};
 use serde_json::Value;
 
-use super::{cluster::Cluster, otel_collector::wait_spans, pods::TestPod};
+use super::{cluster::Cluster, otel_collector::wait_spans, pods::TestPod, start_ready};
 
 /// The pods on the node at the attach (the "30 or more").
 const PODS: usize = 30;
@@ -37,12 +36,13 @@ const PODS: usize = 30;
 const KUBELET_AGE: Duration = Duration::from_secs(120);
 /// Made and deleted during the watch: calls with NRI deliveries.
 const CHURN: usize = 5;
-/// How long the watch runs: kubelet syncs each pod again 1 to 1.5 times
-/// `syncFrequency` (1 min) after its last sync (k8s.io/kubernetes v1.37.2
-/// pkg/kubelet/pod_workers.go: `wait.Jitter(resyncInterval, 0.5)`), each
-/// sync a PodSandboxStatus of the pod's sandbox, so every pod's falls
-/// within 100 s.
-const WATCH: Duration = Duration::from_secs(100);
+/// How long the watch runs: kubelet's container log manager asks for the
+/// status of every running container each 10 s (k8s.io/kubernetes
+/// v1.37.2 pkg/kubelet/logs/container_log_manager.go, rotateLogs and
+/// processContainer; `containerLogMonitorInterval`), so each pod is named
+/// by a ContainerStatus within that; the churn's deletions and creations
+/// (under load, some 15 s) fit as well.
+const WATCH: Duration = Duration::from_secs(45);
 
 pub(crate) fn late_attach(c: &Cluster, bin: &Path, out: &Path, file: &Path) -> Result<()> {
     let fleet: Vec<TestPod> = (0..PODS + CHURN)
@@ -148,22 +148,10 @@ fn watch_with_churn(
     let stdout = out.join("late-attach-watch.ndjson");
     let stderr = out.join("late-attach-watch.stderr");
     let secs = WATCH.as_secs().to_string();
-    let mut watch = Command::new(bin)
-        .args(["watch", "-o", "json", "--duration", &secs])
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&stdout)?)
-        .stderr(std::fs::File::create(&stderr)?)
-        .spawn()
-        .context("starting nri-trace watch")?;
+    let args = ["watch", "-o", "json", "--duration", &secs];
+    let mut watch = start_ready(bin, &args, &stdout, &stderr)?;
     let t0 = Instant::now();
     let churn = (|| {
-        nri_trace_tests::wait_for_lines(
-            &mut watch,
-            &stderr,
-            &["nri-trace: ready"],
-            Duration::from_secs(30),
-            "nri-trace",
-        )?;
         let gone: Vec<String> = before[..CHURN]
             .iter()
             .map(|p| format!("pod/{}", p.name))

@@ -17,7 +17,7 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::{Child, Command, Stdio},
     thread::sleep,
     time::{Duration, Instant},
 };
@@ -455,20 +455,53 @@ fn failing_stop_hook(c: &Cluster, out: &Path) -> Result<()> {
     with_plugin(c, "refuse", &args, out, || {
         c.delete(&pod)?;
         let e = wait_explained(c, &pod, |e| e["progress"]["kind"] == "hook_failed")?;
-        let step = &e["steps"][e["progress"]["step"].as_u64().context("its step")? as usize];
-        ensure!(step["method"] == "StopPodSandbox", "{e}");
+        let step = refused_stop(&e)?;
         ensure!(step["outcome"]["kind"] == "ok", "the runtime went on: {e}");
-        let hook = &step["hooks"][e["progress"]["hook"].as_u64().context("its hook")? as usize];
-        ensure!(hook["plugin"] == "10-refuse", "{e}");
-        ensure!(
-            hook["outcome"]["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("teardown refused")),
-            "{e}"
-        );
         Ok(())
     })?;
     c.remove(&pod)
+}
+
+/// The StopPodSandbox step of explanation `e` whose hook failed: plugin
+/// 10-refuse's, "teardown refused" (the refuse plugin of
+/// [`failing_stop_hook`] and crio.rs).
+fn refused_stop(e: &Value) -> Result<&Value> {
+    ensure!(e["progress"]["kind"] == "hook_failed", "{e}");
+    let step = &e["steps"][e["progress"]["step"].as_u64().context("its step")? as usize];
+    ensure!(step["method"] == "StopPodSandbox", "{e}");
+    let hook = &step["hooks"][e["progress"]["hook"].as_u64().context("its hook")? as usize];
+    ensure!(hook["plugin"] == "10-refuse", "{e}");
+    ensure!(
+        hook["outcome"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("teardown refused")),
+        "{e}"
+    );
+    Ok(step)
+}
+
+/// `nri-trace ARGS` on the node, its stdout and stderr to files, once it
+/// says it is ready (killed if it does not within 30 s).
+fn start_ready(bin: &Path, args: &[&str], stdout: &Path, stderr: &Path) -> Result<Child> {
+    let mut child = Command::new(bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(stdout)?)
+        .stderr(std::fs::File::create(stderr)?)
+        .spawn()
+        .context("starting nri-trace")?;
+    if let Err(e) = nri_trace_tests::wait_for_lines(
+        &mut child,
+        stderr,
+        &["nri-trace: ready"],
+        Duration::from_secs(30),
+        "nri-trace",
+    ) {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(e);
+    }
+    Ok(child)
 }
 
 /// `f` with the lab's NRI test plugin NAME (index 10, `args`) connected to

@@ -18,7 +18,6 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     path::Path,
-    process::{Command, Stdio},
     thread::sleep,
     time::{Duration, Instant},
 };
@@ -230,19 +229,11 @@ fn traced_pod(
         .count() as u64;
     let stdout = out.join(format!("{name}-watch.ndjson"));
     let stderr = out.join(format!("{name}-watch.stderr"));
-    let mut watch = Command::new(bin)
-        .args(["watch", "-o", "json", "--otlp-endpoint", OTLP_GRPC])
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&stdout)?)
-        .stderr(std::fs::File::create(&stderr)?)
-        .spawn()
-        .context("starting nri-trace watch")?;
-    nri_trace_tests::wait_for_lines(
-        &mut watch,
+    let mut watch = super::start_ready(
+        bin,
+        &["watch", "-o", "json", "--otlp-endpoint", OTLP_GRPC],
+        &stdout,
         &stderr,
-        &["nri-trace: ready"],
-        Duration::from_secs(30),
-        "nri-trace",
     )?;
     let pod = TestPod::new(name, "sleep 3600").grace(1);
     let mut plugin = c.plugin(name, "15", &[], out)?;
