@@ -322,7 +322,7 @@ fn alive_after_sigkill(c: &Cluster, out: &Path) -> Result<()> {
 }
 
 /// A `sleep` whose cwd is `dir`, killed with this process.
-fn hold_cwd(dir: &Path) -> Result<std::process::Child> {
+fn hold_cwd(dir: &Path) -> Result<Child> {
     use std::os::unix::process::CommandExt;
     let mut cmd = Command::new("sleep");
     cmd.arg("3600").current_dir(dir).stdin(Stdio::null());
@@ -499,7 +499,7 @@ fn start_ready(bin: &Path, args: &[&str], stdout: &Path, stderr: &Path) -> Resul
     ) {
         let _ = child.kill();
         let _ = child.wait();
-        return Err(e);
+        return Err(e.into());
     }
     Ok(child)
 }
