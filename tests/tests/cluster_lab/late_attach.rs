@@ -33,7 +33,7 @@ use super::{cluster::Cluster, otel_collector::wait_spans, pods::TestPod, start_r
 const PODS: usize = 30;
 /// How long kubelet has run (and its CRI connection been open) at the
 /// attach, at least: "minutes" (issue 32), after the earlier steps' calls.
-const KUBELET_AGE: Duration = Duration::from_secs(120);
+const KUBELET_AGE: Duration = Duration::from_mins(2);
 /// Made and deleted during the watch: calls with NRI deliveries.
 const CHURN: usize = 5;
 /// How long the watch runs: kubelet's container log manager asks for the
