@@ -283,9 +283,15 @@ fn start_plugins(plugin: &Path, work: &Path) -> Result<Vec<Killed>> {
 
 /// A process's peak resident set (VmHWM), KiB.
 pub(crate) fn peak_rss_kib(pid: u32) -> Result<u64> {
+    status_kib(pid, "VmHWM:")
+}
+
+/// A `kB` field of /proc/PID/status (`VmHWM:`, `VmRSS:`), KiB; 0 when
+/// absent.
+pub(crate) fn status_kib(pid: u32, field: &str) -> Result<u64> {
     Ok(fs::read_to_string(format!("/proc/{pid}/status"))?
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0))
 }

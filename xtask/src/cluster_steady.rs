@@ -30,8 +30,8 @@ use anyhow::{Context, Result};
 
 use crate::{
     cluster_cost::{
-        kubectl, kubelet_operations, operations_since, peak_rss_kib, pods_json, start_ready, stop,
-        BenchCluster, Operations,
+        kubectl, kubelet_operations, operations_since, peak_rss_kib, pods_json, start_ready,
+        status_kib, stop, BenchCluster, Operations,
     },
     nri_rate::{cpu_s, PLUGINS},
 };
@@ -153,11 +153,7 @@ fn window(
     };
     let pid = tracer.0.id();
     w.peak_rss_kib = peak_rss_kib(pid)?;
-    w.end_rss_kib = fs::read_to_string(format!("/proc/{pid}/status"))?
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0);
+    w.end_rss_kib = status_kib(pid, "VmRSS:")?;
     w.cri_calls = cri_calls_counted()?;
     stop(&mut tracer)?;
     Ok(w)
