@@ -35,7 +35,7 @@ use std::{
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
-use crate::nri_rate::{cpu_s, lines_of, wait_line, Collector, Killed, PLUGINS};
+use crate::nri_rate::{cpu_s, lines_of, status_kib, wait_line, Collector, Killed, PLUGINS};
 
 /// The node's runtime: the cluster's default.
 const RUNTIME: &str = "containerd-2.3";
@@ -248,9 +248,55 @@ pub(crate) fn stop(t: &mut Killed) -> Result<()> {
     Ok(())
 }
 
+/// What a window of a cluster bench measured.
+pub(crate) struct Window {
+    /// nri-trace's utime+stime over it (0 without nri-trace).
+    pub(crate) cpu_s: f64,
+    pub(crate) wall_s: f64,
+    /// kubelet's runtime operations over it.
+    pub(crate) operations: Operations,
+}
+
+/// `work` run as a window: nri-trace's CPU (`tracer`, when it runs) and
+/// kubelet's runtime operations on `node` from just before it to just
+/// after.
+pub(crate) fn measure_window(
+    node: &str,
+    tracer: Option<&(Killed, Receiver<String>)>,
+    work: impl FnOnce() -> Result<()>,
+) -> Result<Window> {
+    let pid = tracer.map(|(t, _)| t.0.id());
+    let cpu = || pid.map_or(Ok(0.0), cpu_s);
+    let ops0 = kubelet_operations(node)?;
+    let (cpu0, t0) = (cpu()?, Instant::now());
+    work()?;
+    let (cpu_s, wall_s) = (cpu()? - cpu0, t0.elapsed().as_secs_f64());
+    Ok(Window {
+        cpu_s,
+        wall_s,
+        operations: operations_since(node, &ops0)?,
+    })
+}
+
+/// `pods` pods named PREFIX-N written to `file` (pods_json), applied, and
+/// waited Ready for at most `timeout`.
+pub(crate) fn make_pods(file: &Path, prefix: &str, pods: usize, timeout: &str) -> Result<()> {
+    fs::write(file, pods_json(prefix, pods))?;
+    kubectl(&["apply", "-f", &file.to_string_lossy()])?;
+    kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod",
+        "-l",
+        "app=nri-trace-bench",
+        &format!("--timeout={timeout}"),
+    ])
+    .map(drop)
+}
+
 /// kubelet's runtime operations since `before` (kubelet_operations),
 /// those with calls only.
-pub(crate) fn operations_since(node: &str, before: &Operations) -> Result<Operations> {
+fn operations_since(node: &str, before: &Operations) -> Result<Operations> {
     Ok(kubelet_operations(node)?
         .iter()
         .map(|(op, (n, s))| {
@@ -281,24 +327,9 @@ fn start_plugins(plugin: &Path, work: &Path) -> Result<Vec<Killed>> {
     Ok(plugins)
 }
 
-/// A process's peak resident set (VmHWM), KiB.
-pub(crate) fn peak_rss_kib(pid: u32) -> Result<u64> {
-    status_kib(pid, "VmHWM:")
-}
-
-/// A `kB` field of /proc/PID/status (`VmHWM:`, `VmRSS:`), KiB; 0 when
-/// absent.
-pub(crate) fn status_kib(pid: u32, field: &str) -> Result<u64> {
-    Ok(fs::read_to_string(format!("/proc/{pid}/status"))?
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0))
-}
-
 /// The pods of one run: busybox sleeping, a second of grace (sleep as
 /// pid 1 ignores SIGTERM, so each deletion waits for it and the SIGKILL).
-pub(crate) fn pods_json(prefix: &str, pods: usize) -> String {
+fn pods_json(prefix: &str, pods: usize) -> String {
     let items: Vec<Value> = (0..pods)
         .map(|i| {
             serde_json::json!({
@@ -326,7 +357,7 @@ pub(crate) fn pods_json(prefix: &str, pods: usize) -> String {
 
 /// kubelet's runtime operations so far, through the API server's proxy
 /// to `node` (kubelet's /metrics).
-pub(crate) fn kubelet_operations(node: &str) -> Result<Operations> {
+fn kubelet_operations(node: &str) -> Result<Operations> {
     let text = kubectl(&[
         "get",
         "--raw",
@@ -384,47 +415,41 @@ fn run(
         }
         tracer = Some(start_ready(cmd.stdout(fs::File::create(&out)?))?);
     }
-    let pid = tracer.as_ref().map(|(t, _)| t.0.id());
-    let cpu = |pid: Option<u32>| pid.map_or(Ok(0.0), cpu_s);
     thread::sleep(SETTLE);
-    let ops0 = kubelet_operations(node)?;
-    let (cpu0, t0) = (cpu(pid)?, Instant::now());
-
     let file = work.join(format!("pods-{round}-{}.json", mode.tag()));
-    fs::write(
-        &file,
-        pods_json(&format!("bench-{round}-{}", mode.tag()), pods),
-    )?;
-    let f = file.to_string_lossy();
-    kubectl(&["apply", "-f", &f])?;
-    kubectl(&[
-        "wait",
-        "--for=condition=Ready",
-        "pod",
-        "-l",
-        "app=nri-trace-bench",
-        "--timeout=600s",
-    ])?;
-    kubectl(&["delete", "-f", &f, "--wait=true", "--timeout=600s"])?;
-    thread::sleep(DRAIN);
-    let (cpu_s, wall_s) = (cpu(pid)? - cpu0, t0.elapsed().as_secs_f64());
-    let operations = operations_since(node, &ops0)?;
+    let w = measure_window(node, tracer.as_ref(), || {
+        make_pods(
+            &file,
+            &format!("bench-{round}-{}", mode.tag()),
+            pods,
+            "600s",
+        )?;
+        kubectl(&[
+            "delete",
+            "-f",
+            &file.to_string_lossy(),
+            "--wait=true",
+            "--timeout=600s",
+        ])?;
+        thread::sleep(DRAIN);
+        Ok(())
+    })?;
     let mut run = ClusterRun {
         mode,
         pods,
         cri_calls: 0,
         nri_calls: 0,
-        cpu_s,
-        wall_s,
+        cpu_s: w.cpu_s,
+        wall_s: w.wall_s,
         exported: None,
         peak_rss_kib: 0,
-        operations,
+        operations: w.operations,
     };
     let Some((mut tracer, _stderr)) = tracer else {
         return Ok(run);
     };
     let pid = tracer.0.id();
-    run.peak_rss_kib = peak_rss_kib(pid)?;
+    run.peak_rss_kib = status_kib(pid, "VmHWM:")?;
     stop(&mut tracer)?;
     for l in fs::read_to_string(&out)?.lines() {
         let Ok(v) = serde_json::from_str::<Value>(l) else {

@@ -19,7 +19,6 @@
 
 use std::{
     fmt::Write as _,
-    fs,
     path::Path,
     process::{Command, Stdio},
     thread,
@@ -30,10 +29,9 @@ use anyhow::{Context, Result};
 
 use crate::{
     cluster_cost::{
-        kubectl, kubelet_operations, operations_since, peak_rss_kib, pods_json, start_ready,
-        status_kib, stop, BenchCluster, Operations,
+        kubectl, make_pods, measure_window, start_ready, stop, BenchCluster, Operations,
     },
-    nri_rate::{cpu_s, PLUGINS},
+    nri_rate::{status_kib, PLUGINS},
 };
 
 /// The address nri-trace's metrics endpoint listens on in a window (the
@@ -47,7 +45,7 @@ pub(crate) struct SteadyWindow {
     cpu_s: f64,
     peak_rss_kib: u64,
     end_rss_kib: u64,
-    /// CRI calls and NRI deliveries nri-trace counted (its metrics).
+    /// The CRI calls nri-trace counted (its metrics).
     cri_calls: u64,
     operations: Operations,
 }
@@ -64,18 +62,8 @@ pub(crate) fn cluster_steady(pods: usize, seconds: f64, rounds: usize) -> Result
     let bc = BenchCluster::up("cluster-steady")?;
     let (nri_trace, work, node) = (&bc.nri_trace, &bc.work, bc.node.as_str());
     let file = work.join("pods.json");
-    fs::write(&file, pods_json("steady", pods))?;
-    let f = file.to_string_lossy();
     let t0 = Instant::now();
-    kubectl(&["apply", "-f", &f])?;
-    kubectl(&[
-        "wait",
-        "--for=condition=Ready",
-        "pod",
-        "-l",
-        "app=nri-trace-bench",
-        "--timeout=1200s",
-    ])?;
+    make_pods(&file, "steady", pods, "1200s")?;
     eprintln!(
         "bench: cluster-steady: {pods} pods Running in {:.0} s",
         t0.elapsed().as_secs_f64()
@@ -99,7 +87,13 @@ pub(crate) fn cluster_steady(pods: usize, seconds: f64, rounds: usize) -> Result
             windows.push(w);
         }
     }
-    kubectl(&["delete", "-f", &f, "--wait=true", "--timeout=1200s"])?;
+    kubectl(&[
+        "delete",
+        "-f",
+        &file.to_string_lossy(),
+        "--wait=true",
+        "--timeout=1200s",
+    ])?;
     drop(bc);
     Ok(ClusterSteady {
         pods,
@@ -132,27 +126,24 @@ fn window(
                 .stdout(Stdio::null()),
         )?);
     }
-    let pid = tracer.as_ref().map(|(t, _)| t.0.id());
-    let cpu = |pid: Option<u32>| pid.map_or(Ok(0.0), cpu_s);
-    let ops0 = kubelet_operations(node)?;
-    let (cpu0, t0) = (cpu(pid)?, Instant::now());
-    thread::sleep(Duration::from_secs_f64(seconds));
-    let (cpu_s, wall_s) = (cpu(pid)? - cpu0, t0.elapsed().as_secs_f64());
-    let operations = operations_since(node, &ops0)?;
+    let m = measure_window(node, tracer.as_ref(), || {
+        thread::sleep(Duration::from_secs_f64(seconds));
+        Ok(())
+    })?;
     let mut w = SteadyWindow {
         with_nri_trace: with,
-        wall_s,
-        cpu_s,
+        wall_s: m.wall_s,
+        cpu_s: m.cpu_s,
         peak_rss_kib: 0,
         end_rss_kib: 0,
         cri_calls: 0,
-        operations,
+        operations: m.operations,
     };
     let Some((mut tracer, _err)) = tracer else {
         return Ok(w);
     };
     let pid = tracer.0.id();
-    w.peak_rss_kib = peak_rss_kib(pid)?;
+    w.peak_rss_kib = status_kib(pid, "VmHWM:")?;
     w.end_rss_kib = status_kib(pid, "VmRSS:")?;
     w.cri_calls = cri_calls_counted()?;
     stop(&mut tracer)?;

@@ -293,6 +293,16 @@ pub(crate) fn cpu_s(pid: u32) -> Result<f64> {
     Ok(ticks / clock_ticks())
 }
 
+/// A `kB` field of /proc/PID/status (`VmHWM:` the peak resident set,
+/// `VmRSS:` the resident set), KiB.
+pub(crate) fn status_kib(pid: u32, field: &str) -> Result<u64> {
+    fs::read_to_string(format!("/proc/{pid}/status"))?
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .with_context(|| format!("no {field} in /proc/{pid}/status"))
+}
+
 fn clock_ticks() -> f64 {
     Command::new("getconf")
         .arg("CLK_TCK")

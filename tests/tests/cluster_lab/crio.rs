@@ -15,9 +15,10 @@
 use std::{path::Path, process::Command};
 
 use anyhow::{ensure, Context, Result};
-use serde_json::Value;
 
-use super::{cluster::Cluster, explanation, output, pods::TestPod, refused_stop, with_plugin};
+use super::{
+    cluster::Cluster, explanation, json_output, output, pods::TestPod, refused_stop, with_plugin,
+};
 
 /// How long the live explain watches for kubelet's next attempt: its pod
 /// worker backs off 10 s after a failed sync (k8s.io/kubernetes v1.37.2
@@ -40,12 +41,7 @@ pub(crate) fn failing_stop_hook(c: &Cluster, bin: &Path, out: &Path) -> Result<(
             "json",
         ]))?;
         std::fs::write(out.join("explain-refused.ndjson"), &text)?;
-        let lines = text
-            .lines()
-            .filter(|l| l.starts_with('{'))
-            .map(serde_json::from_str)
-            .collect::<Result<Vec<Value>, _>>()
-            .with_context(|| format!("explain's output: {text}"))?;
+        let lines = json_output(&text).with_context(|| format!("explain's output: {text}"))?;
         let e = explanation(&lines)?;
         eprintln!(
             "explain {}/{} on CRI-O: {}",

@@ -18,9 +18,8 @@ use std::{
 };
 
 use anyhow::{bail, ensure, Context, Result};
-use serde_json::Value;
 
-use super::{cluster::Cluster, pods::TestPod};
+use super::{cluster::Cluster, json_lines_among, pods::TestPod};
 
 /// How long the debug pod's `watch` runs: kubelet polls its runtime every
 /// second (PLEG), so a few seconds hold many calls.
@@ -74,13 +73,7 @@ pub(crate) fn debug_node_recipe(c: &Cluster, tag: &str, out: &Path) -> Result<()
             phase == "Succeeded",
             "the debug pod {name} ended {phase}: {logs}"
         );
-        lines.push(
-            logs.lines()
-                .filter(|l| l.starts_with('{'))
-                .map(serde_json::from_str)
-                .collect::<Result<Vec<Value>, _>>()
-                .with_context(|| format!("{name}'s output: {logs}"))?,
-        );
+        lines.push(json_lines_among(&logs).with_context(|| format!("{name}'s output: {logs}"))?);
     }
     let watch = &lines[0];
     let session = watch

@@ -27,7 +27,9 @@ use std::{
 use anyhow::{ensure, Context, Result};
 use serde_json::Value;
 
-use super::{cluster::Cluster, otel_collector::wait_spans, pods::TestPod, start_ready};
+use super::{
+    cluster::Cluster, json_output, otel_collector::wait_spans, pods::TestPod, start_ready,
+};
 
 /// The pods on the node at the attach (the "30 or more").
 const PODS: usize = 30;
@@ -55,11 +57,13 @@ pub(crate) fn late_attach(c: &Cluster, bin: &Path, out: &Path, file: &Path) -> R
     // kubelet's connection minutes old, as on a node: the test's other
     // steps ran on it; what is missing of KUBELET_AGE is waited out.
     let pid = u64::try_from(c.kubelet_pid()?)?;
-    let since = process_start_unix(pid).context("kubelet's start")?;
+    let kubelet_started = process_start_unix(pid).context("kubelet's start")?;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
         .as_secs_f64();
-    if let Some(rest) = KUBELET_AGE.checked_sub(Duration::from_secs_f64((now - since).max(0.0))) {
+    if let Some(rest) =
+        KUBELET_AGE.checked_sub(Duration::from_secs_f64((now - kubelet_started).max(0.0)))
+    {
         std::thread::sleep(rest);
     }
     let mut plugin = c.plugin("fleet", "16", &[], out)?;
@@ -71,23 +75,30 @@ pub(crate) fn late_attach(c: &Cluster, bin: &Path, out: &Path, file: &Path) -> R
         Ok((lines, owners))
     });
     // The fleet leaves, whatever the checks say.
-    let names: Vec<String> = fleet.iter().map(|p| format!("pod/{}", p.name)).collect();
-    let mut args = vec![
-        "delete",
-        "--wait=true",
-        "--ignore-not-found",
-        "--timeout=180s",
-    ];
-    args.extend(names.iter().map(String::as_str));
-    let deleted = c.kubectl(&args);
+    let deleted = kubectl_on(
+        c,
+        &[
+            "delete",
+            "--wait=true",
+            "--ignore-not-found",
+            "--timeout=180s",
+        ],
+        &fleet,
+    );
     let (lines, owners) = truth?;
     deleted?;
     let spans = kubelet_spans(file, &lines);
     let m = measure(&lines, &owners, &spans, before);
+    // kubelet's connection, open since kubelet started, at the attach.
+    let connection_age_s = lines
+        .iter()
+        .find(|v| v["type"] == "session")
+        .and_then(|v| v["started_unix_ns"].as_u64())
+        .map_or(0.0, |ns| ns as f64 / 1e9 - kubelet_started);
     let facts = format!(
         "{PODS} pods made in {:.0} s; kubelet's connection open {:.0} s at the attach; {} calls of kubelet's in {} s: {} with kubelet's span ({} mislabeled), {} known, {} inferred, {} unknown; {} with NRI deliveries, {} of them unknown; {} calls naming a pod ({} mislabeled); pods named {}/{}",
         made.as_secs_f64(),
-        m.connection_age_s,
+        connection_age_s,
         m.calls,
         WATCH.as_secs(),
         m.checked,
@@ -129,15 +140,25 @@ fn create_all(c: &Cluster, pods: &[TestPod]) -> Result<()> {
         .map(|p| serde_json::from_str(&p.yaml()))
         .collect::<Result<_, _>>()?;
     c.apply(&serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string())?;
-    let names: Vec<String> = pods.iter().map(|p| format!("pod/{}", p.name)).collect();
-    let mut args = vec!["wait", "--for=condition=Ready", "--timeout=300s"];
-    args.extend(names.iter().map(String::as_str));
-    c.kubectl(&args).map(drop)
+    kubectl_on(
+        c,
+        &["wait", "--for=condition=Ready", "--timeout=300s"],
+        pods,
+    )
+    .map(drop)
 }
 
-/// `watch -o json` (every call: JSON does not summarize polls) for [`WATCH`], attached now; meanwhile
-/// [`CHURN`] pods of `before` deleted and the pods of `during` made. Its
-/// JSON lines.
+/// `kubectl ARGS pod/NAME...` of `pods`.
+fn kubectl_on(c: &Cluster, args: &[&str], pods: &[TestPod]) -> Result<String> {
+    let refs: Vec<String> = pods.iter().map(|p| format!("pod/{}", p.name)).collect();
+    let mut all = args.to_vec();
+    all.extend(refs.iter().map(String::as_str));
+    c.kubectl(&all)
+}
+
+/// `watch -o json` (every call: JSON does not summarize polls) for
+/// [`WATCH`], attached now; meanwhile [`CHURN`] pods of `before` deleted
+/// and the pods of `during` made. Its JSON lines.
 fn watch_with_churn(
     c: &Cluster,
     bin: &Path,
@@ -152,13 +173,7 @@ fn watch_with_churn(
     let mut watch = start_ready(bin, &args, &stdout, &stderr)?;
     let t0 = Instant::now();
     let churn = (|| {
-        let gone: Vec<String> = before[..CHURN]
-            .iter()
-            .map(|p| format!("pod/{}", p.name))
-            .collect();
-        let mut args = vec!["delete", "--wait=false"];
-        args.extend(gone.iter().map(String::as_str));
-        c.kubectl(&args)?;
+        kubectl_on(c, &["delete", "--wait=false"], &before[..CHURN])?;
         create_all(c, during)
     })();
     let st = watch.wait()?;
@@ -169,11 +184,7 @@ fn watch_with_churn(
         "nri-trace watch ended after {:?}",
         t0.elapsed()
     );
-    let text = std::fs::read_to_string(&stdout)?;
-    text.lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).context("a line of watch -o json"))
-        .collect()
+    json_output(&std::fs::read_to_string(&stdout)?).context("watch -o json's output")
 }
 
 /// Whose each sandbox and container is, as the runtime says (`crictl pods`,
@@ -251,7 +262,6 @@ fn parent_span(call: &Value) -> Option<&str> {
 
 #[derive(Default)]
 struct Measure {
-    connection_age_s: f64,
     calls: usize,
     checked: usize,
     known: usize,
@@ -329,24 +339,7 @@ fn measure(
         .map(|p| format!("{}/{}", p.namespace, p.name))
         .filter(|p| !named.contains(p))
         .collect();
-    // kubelet's connection: open since before the attach (the watch names
-    // it at once); its age from the session's start and kubelet's start.
-    m.connection_age_s = connection_age(lines).unwrap_or(0.0);
     m
-}
-
-/// How long kubelet (the client of the watch's first kubelet connection)
-/// had run when the watch started, from its process start time.
-fn connection_age(lines: &[Value]) -> Option<f64> {
-    let session = lines.iter().find(|v| v["type"] == "session")?;
-    let started = session["started_unix_ns"].as_u64()? as f64 / 1e9;
-    let pid = lines
-        .iter()
-        .find(|v| v["type"] == "cri_connection" && v["client_process"]["comm"] == "kubelet")?
-        ["client_process"]["pid"]
-        .as_u64()?;
-    let since = process_start_unix(pid)?;
-    Some(started - since)
 }
 
 /// A process's start, in seconds since the epoch (/proc/PID/stat's

@@ -201,11 +201,7 @@ fn kubelet_stopped(c: &Cluster) -> Result<()> {
             "explain {}/{} with kubelet stopped:\n{text}",
             pod.namespace, pod.name
         );
-        let lines: Vec<Value> = text
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(serde_json::from_str)
-            .collect::<Result<_, _>>()?;
+        let lines = json_output(&text)?;
         let e = explanation(&lines)?;
         ensure!(e["verdict"] == "blocked", "{e}");
         ensure!(e["blocker"]["kind"] == "client_gone", "{e}");
@@ -354,9 +350,24 @@ fn explain(c: &Cluster, pod: &TestPod) -> Result<Vec<Value>> {
         "json",
     ])?;
     eprintln!("explain {}/{}:\n{text}", pod.namespace, pod.name);
+    json_output(&text)
+}
+
+/// The lines of an output that holds JSON lines only (an `-o json`
+/// stdout): every non-empty line must be one.
+fn json_output(text: &str) -> Result<Vec<Value>> {
     text.lines()
         .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).with_context(|| format!("explain's line {l:?}")))
+        .map(|l| serde_json::from_str(l).with_context(|| format!("not a JSON line: {l:?}")))
+        .collect()
+}
+
+/// The JSON lines among other lines (a pod's log holds nri-trace's
+/// stderr too).
+fn json_lines_among(text: &str) -> Result<Vec<Value>> {
+    text.lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).with_context(|| format!("a bad JSON line: {l:?}")))
         .collect()
 }
 
@@ -398,11 +409,7 @@ fn grace_period(c: &Cluster, bin: &Path) -> Result<()> {
         ],
     )?;
     eprintln!("kubectl nri-trace explain {}:\n{plugin}", pod.name);
-    let outside: Vec<Value> = plugin
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(serde_json::from_str)
-        .collect::<Result<_, _>>()?;
+    let outside = json_lines_among(&plugin)?;
     let o = explanation(&outside)?;
     ensure!(
         (&o["verdict"], &o["progress"]["kind"]) == (&e["verdict"], &e["progress"]["kind"]),

@@ -4,7 +4,6 @@
 //! CRI state query (issue 20).
 
 use std::{
-    fs,
     path::Path,
     process::Command,
     time::{Duration, Instant},
@@ -153,10 +152,7 @@ fn span_round(
             break;
         }
     }
-    let peak_rss_kib = fs::read_to_string(format!("/proc/{}/status", p.pid()))
-        .ok()
-        .and_then(|s| json_number(&s, &["VmHWM:"]))
-        .context("no VmHWM in nri-trace's /proc status")?;
+    let peak_rss_kib = crate::nri_rate::status_kib(p.pid(), "VmHWM:")? as f64;
     p.stop()?;
     let state = p
         .seen_line(|l| l.contains("\"type\":\"cri_state\""))

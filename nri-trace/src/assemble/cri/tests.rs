@@ -258,7 +258,7 @@ proptest! {
 mod deadline_race {
     use super::*;
 
-    pub(super) const MS: u64 = 1_000_000;
+    const MS: u64 = 1_000_000;
 
     pub(super) fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
         let len = payload.len();
@@ -269,7 +269,7 @@ mod deadline_race {
     }
 
     /// An HPACK literal field without indexing, new name (RFC 7541 §6.2.2).
-    pub(super) fn literal(name: &str, value: &str) -> Vec<u8> {
+    fn literal(name: &str, value: &str) -> Vec<u8> {
         let mut b = vec![0x00, name.len() as u8];
         b.extend_from_slice(name.as_bytes());
         b.push(value.len() as u8);
@@ -456,6 +456,12 @@ mod hidden_status {
             .outcome_evidence
             .as_deref()
             .is_some_and(|e| e.contains("without a response message")));
+    }
+
+    #[test]
+    fn hidden_trailers_of_a_stream_whose_request_went_unseen_make_no_call() {
+        let c = calls(&[hidden_trailers_only(5, 3)]);
+        assert!(c.is_empty(), "{c:?}");
     }
 
     #[test]
