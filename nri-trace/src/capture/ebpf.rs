@@ -13,7 +13,7 @@ use aya::{
 };
 use nri_trace_common::{
     counter, fd_table_index, Config, FdKey, FdState, SunPath, DEFAULT_RING_BYTES, DEFAULT_SNAP,
-    FD_TABLE_FDS, MAX_SNAP, SUN_PATH_LEN,
+    FD_TABLE_FDS, KERNEL_EVENTS_ALL, KERNEL_EVENTS_EXPLAINING, MAX_SNAP, SUN_PATH_LEN,
 };
 
 use super::{
@@ -141,6 +141,9 @@ pub struct EbpfOptions {
     /// Also attach the sandbox probes (`SANDBOX_PROGRAMS`); with
     /// `FloorClassic`, an empty program on their tracepoints too.
     pub sandbox: bool,
+    /// The sandbox probes send every event they see, not only the ones
+    /// that explain something (`Config::kernel_events`; `--kernel all`).
+    pub all_kernel_events: bool,
 }
 
 impl Default for EbpfOptions {
@@ -151,6 +154,7 @@ impl Default for EbpfOptions {
             wakeup_bytes: DEFAULT_RING_BYTES / 4,
             programs: ProgramSet::Capture,
             sandbox: false,
+            all_kernel_events: false,
         }
     }
 }
@@ -211,6 +215,16 @@ impl EbpfBackend {
         OBJECT
     }
 
+    /// Counter `i` (`counter::*`) summed over all CPUs.
+    fn counter(&self, i: u32) -> Result<u64, BackendError> {
+        Ok(self
+            .counters
+            .get(&i, 0)
+            .map_err(map_err("COUNTERS"))?
+            .iter()
+            .sum())
+    }
+
     pub fn load(opts: &EbpfOptions) -> Result<Self, BackendError> {
         if OBJECT.is_empty() {
             return Err(BackendError::NoObject);
@@ -248,6 +262,43 @@ impl EbpfBackend {
         if helpers == KernelHelpers::Fallback {
             install_copy_tail(&mut ebpf)?;
         }
+        let take = |ebpf: &mut Ebpf, name: &'static str| {
+            ebpf.take_map(name)
+                .ok_or(BackendError::MapMissing { map: name })
+        };
+        // The configuration before any program runs: an Array's entry
+        // reads as zeros until set (a 0 `sandbox_rate` suppresses every
+        // sandbox record; found by sandbox_probes.rs, two sessions at once).
+        let mut config: Array<MapData, Config> =
+            Array::try_from(take(&mut ebpf, "CONFIG")?).map_err(map_err("CONFIG"))?;
+        let kernel = KernelOffsets::read();
+        config
+            .set(
+                0,
+                Config {
+                    snap_len: opts.snap_len.clamp(1, MAX_SNAP),
+                    wakeup_bytes: opts.wakeup_bytes,
+                    exit_code_off: if opts.sandbox { kernel.exit_code } else { 0 },
+                    sandbox_rate: Config::DEFAULT_SANDBOX_RATE,
+                    signal_mask: Config::DEFAULT_SIGNAL_MASK,
+                    task_stack_off: if helpers == KernelHelpers::Fallback {
+                        kernel.stack
+                    } else {
+                        0
+                    },
+                    exit_group_dead_off: kernel.exit_group_dead,
+                    task_signal_off: kernel.signal,
+                    signal_live_off: kernel.live,
+                    kernel_events: if opts.all_kernel_events {
+                        KERNEL_EVENTS_ALL
+                    } else {
+                        KERNEL_EVENTS_EXPLAINING
+                    },
+                    pad: 0,
+                },
+                0,
+            )
+            .map_err(map_err("CONFIG"))?;
         match opts.programs {
             ProgramSet::Capture => {
                 for (name, cat, tp) in CAPTURE_PROGRAMS {
@@ -283,34 +334,6 @@ impl EbpfBackend {
             ProgramSet::FloorRaw => attach_raw(&mut ebpf, "floor_raw_empty")?,
             ProgramSet::FloorRawFiltered => attach_raw(&mut ebpf, "floor_raw_filtered")?,
         }
-        let take = |ebpf: &mut Ebpf, name: &'static str| {
-            ebpf.take_map(name)
-                .ok_or(BackendError::MapMissing { map: name })
-        };
-        let mut config: Array<MapData, Config> =
-            Array::try_from(take(&mut ebpf, "CONFIG")?).map_err(map_err("CONFIG"))?;
-        let kernel = KernelOffsets::read();
-        config
-            .set(
-                0,
-                Config {
-                    snap_len: opts.snap_len.clamp(1, MAX_SNAP),
-                    wakeup_bytes: opts.wakeup_bytes,
-                    exit_code_off: if opts.sandbox { kernel.exit_code } else { 0 },
-                    sandbox_rate: Config::DEFAULT_SANDBOX_RATE,
-                    signal_mask: Config::DEFAULT_SIGNAL_MASK,
-                    task_stack_off: if helpers == KernelHelpers::Fallback {
-                        kernel.stack
-                    } else {
-                        0
-                    },
-                    exit_group_dead_off: kernel.exit_group_dead,
-                    task_signal_off: kernel.signal,
-                    signal_live_off: kernel.live,
-                },
-                0,
-            )
-            .map_err(map_err("CONFIG"))?;
         Ok(Self {
             ring: RingBuf::try_from(take(&mut ebpf, "EVENTS")?).map_err(map_err("EVENTS"))?,
             fds: HashMap::try_from(take(&mut ebpf, "FDS")?).map_err(map_err("FDS"))?,
@@ -666,14 +689,7 @@ impl CaptureBackend for EbpfBackend {
     }
 
     fn loss(&self) -> Result<Loss, BackendError> {
-        let sum = |i: u32| -> Result<u64, BackendError> {
-            Ok(self
-                .counters
-                .get(&i, 0)
-                .map_err(map_err("COUNTERS"))?
-                .iter()
-                .sum())
-        };
+        let sum = |i: u32| self.counter(i);
         Ok(Loss {
             lost_records: sum(counter::LOST_RECORDS)?,
             lost_bytes: sum(counter::LOST_BYTES)?,
@@ -685,6 +701,10 @@ impl CaptureBackend for EbpfBackend {
             lost_from: None,
             lost_to: None,
         })
+    }
+
+    fn kernel_filtered(&self) -> Result<u64, BackendError> {
+        self.counter(counter::SANDBOX_FILTERED)
     }
 
     fn take_loss_times(&mut self) -> Result<(Option<u64>, u64), BackendError> {
