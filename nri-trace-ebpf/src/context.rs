@@ -11,7 +11,7 @@ use aya_ebpf::{
     programs::TracePointContext,
     EbpfContext,
 };
-use nri_trace_common::{Config, DEFAULT_SNAP};
+use nri_trace_common::{Config, DEFAULT_SNAP, KERNEL_EVENTS_EXPLAINING};
 
 use crate::maps::CONFIG;
 
@@ -29,6 +29,8 @@ pub(crate) fn config() -> Config {
             exit_group_dead_off: 0,
             task_signal_off: 0,
             signal_live_off: 0,
+            kernel_events: KERNEL_EVENTS_EXPLAINING,
+            pad: 0,
         },
     }
 }

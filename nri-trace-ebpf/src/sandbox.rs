@@ -14,6 +14,15 @@
 //! Go's SIGURG preemption), exits to signalled or exec'd processes, paths to absolute
 //! ones, and at most `Config::sandbox_rate` records per CPU per second go
 //! out; the rest are counted (`counter::SANDBOX_SUPPRESSED`).
+//!
+//! What explains nothing is counted, not sent (`Config::kernel_events`,
+//! `--kernel all` sends it): removals failing the way a directory walk
+//! probes (ENOENT, EISDIR, ENOTEMPTY but for a cgroup), successful removals
+//! of paths not in `WATCHED_PATHS`, cgroup creation
+//! (`counter::SANDBOX_FILTERED`). The engine uses a successful removal
+//! only to say a failure was redone (engine/teardown/causes.rs) or a
+//! namespace's file went (engine/conformance.rs), so those paths are
+//! watched: failed ones and netns bind targets.
 
 use core::ffi::c_void;
 
@@ -26,14 +35,14 @@ use aya_ebpf::{
         },
     },
     macros::{map, tracepoint},
-    maps::{HashMap, PerCpuArray, RingBuf},
+    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
     programs::TracePointContext,
     EbpfContext,
 };
 use nri_trace_common::{
-    counter, Config, EntryHeader, EntryKind, SandboxRecord, Syscall, POD_TASK_SLOTS,
-    ENTRY_HEADER_LEN, SANDBOX_NO_CODE, SANDBOX_PATH2_CUT, SANDBOX_PATH_CUT, SANDBOX_PATH_LEN,
-    SANDBOX_RECORD_LEN, TASK_WATCH_EXIT,
+    counter, Config, EntryHeader, EntryKind, SandboxRecord, Syscall, ENTRY_HEADER_LEN,
+    KERNEL_EVENTS_ALL, POD_TASK_SLOTS, SANDBOX_NO_CODE, SANDBOX_PATH2_CUT, SANDBOX_PATH_CUT,
+    SANDBOX_PATH_LEN, SANDBOX_RECORD_LEN, TASK_WATCH_EXIT,
 };
 
 use crate::{
@@ -46,6 +55,12 @@ use crate::{
 /// `sandbox_exit`.
 #[map]
 static POD_TASKS: HashMap<u32, u32> = HashMap::with_max_entries(POD_TASK_SLOTS, 0);
+
+/// Paths whose successful removal is sent (hashes, `path_hash`): ones
+/// whose unmount or removal failed, and namespace bind-mount targets. LRU:
+/// a node removes far fewer such paths than this holds at once.
+#[map]
+static WATCHED_PATHS: LruHashMap<u64, u8> = LruHashMap::with_max_entries(4096, 0);
 
 #[repr(C)]
 pub struct Rate {
@@ -101,14 +116,11 @@ struct Draft {
     cfg: Config,
 }
 
-/// Start a sandbox record, or None when over the rate limit.
+/// Start a sandbox record (the rate limit applies when it is sent).
 #[inline(always)]
 fn draft(sc: Syscall, ret: i64) -> Option<Draft> {
     let cfg = config();
     let now = unsafe { bpf_ktime_get_ns() };
-    if !admit(now, &cfg) {
-        return None;
-    }
     let s = SCRATCH.get_ptr_mut(0)?;
     let s = unsafe { &mut *s };
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -193,10 +205,34 @@ impl Draft {
         }
     }
 
+    /// FNV-1a of `path` up to its NUL, and whether it names a cgroup
+    /// ("cgroup" in it, as userspace's `SandboxOp::failure` asks).
+    #[inline(always)]
+    fn path_hash(&mut self) -> (u64, bool) {
+        const CGROUP: u64 = u64::from_be_bytes(*b"\0\0cgroup");
+        let path = &self.rec().path;
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut window: u64 = 0;
+        let mut cgroup = false;
+        for &b in path.iter() {
+            if b == 0 {
+                break;
+            }
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+            window = (window << 8 | u64::from(b)) & 0xffff_ffff_ffff;
+            cgroup |= window == CGROUP;
+        }
+        (h, cgroup)
+    }
+
+    /// Send the record, unless over the rate limit (then counted).
     #[inline(always)]
     fn send(self) {
         let size = ENTRY_HEADER_LEN + SANDBOX_RECORD_LEN;
         let ts = unsafe { (*self.hdr).ts_ns };
+        if !admit(ts, &self.cfg) {
+            return;
+        }
         let r = unsafe {
             bpf_ringbuf_output(
                 &EVENTS as *const RingBuf as *mut c_void,
@@ -323,10 +359,15 @@ fn path_syscall<const COMPAT: bool>(ctx: &TracePointContext, sc: Syscall, path_a
     if first != b'/' {
         return 0;
     }
-    let Some(mut d) = draft(sc, ret_of(ctx)) else {
+    let ret = ret_of(ctx);
+    let Some(mut d) = draft(sc, ret) else {
         return 0;
     };
     d.user_path(ptr, false);
+    if !worth_sending(&mut d, sc, ret) {
+        bump(counter::SANDBOX_FILTERED, 1);
+        return 0;
+    }
     match sc {
         Syscall::Umount2 => d.rec().arg = args[1],
         Syscall::Unlinkat => {
@@ -337,6 +378,43 @@ fn path_syscall<const COMPAT: bool>(ctx: &TracePointContext, sc: Syscall, path_a
     }
     d.send();
     0
+}
+
+// include/uapi/asm-generic/errno-base.h, errno.h.
+const ENOENT: i64 = 2;
+const EISDIR: i64 = 21;
+const EINVAL: i64 = 22;
+const ENOTEMPTY: i64 = 39;
+
+/// Whether a path syscall's record explains something (see the module's
+/// doc); with `KERNEL_EVENTS_ALL` every one does. Watches the path of a
+/// failure that can hold a pod, so that its later success is sent.
+#[inline(always)]
+fn worth_sending(d: &mut Draft, sc: Syscall, ret: i64) -> bool {
+    if d.cfg.kernel_events == KERNEL_EVENTS_ALL {
+        return true;
+    }
+    // Unmounts are few (kubelet's volumes, the runtime's rootfs and
+    // netns): all of them go.
+    let umount = sc == Syscall::Umount2;
+    let (hash, cgroup) = d.path_hash();
+    if ret == 0 {
+        if umount {
+            return true;
+        }
+        // A removal: sent when its path was watched, and watched no more.
+        return WATCHED_PATHS.remove(&hash).is_ok();
+    }
+    let benign = match -ret {
+        ENOENT | EISDIR if !umount => true,
+        ENOENT | EINVAL if umount => true,
+        ENOTEMPTY if !umount => !cgroup,
+        _ => false,
+    };
+    if !benign {
+        let _ = WATCHED_PATHS.insert(&hash, &1, 0);
+    }
+    umount || !benign
 }
 
 with_fallback!(exit_umount2, exit_umount2_compat, |ctx| path_syscall(Syscall::Umount2, 0));
@@ -390,6 +468,12 @@ fn mount_exit<const COMPAT: bool>(ctx: &TracePointContext) -> u32 {
     d.rec().arg = args[3];
     d.user_path(args[1], false);
     d.user_path(args[0], true);
+    // The namespace's file: its removal is sent (engine/conformance.rs,
+    // the netns clause).
+    if ret_of(ctx) == 0 {
+        let (hash, _) = d.path_hash();
+        let _ = WATCHED_PATHS.insert(&hash, &1, 0);
+    }
     d.send();
     0
 }
@@ -443,8 +527,14 @@ fn cgroup_event(ctx: &TracePointContext, sc: Syscall) -> u32 {
     0
 }
 
+/// Not used by explain or the rules (a pod's cgroup appearing is not
+/// what holds it): counted, unless `--kernel all`.
 #[tracepoint]
 pub fn sandbox_cgroup_mkdir(ctx: TracePointContext) -> u32 {
+    if config().kernel_events != KERNEL_EVENTS_ALL {
+        bump(counter::SANDBOX_FILTERED, 1);
+        return 0;
+    }
     cgroup_event(&ctx, Syscall::CgroupMkdir)
 }
 

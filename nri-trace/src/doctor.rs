@@ -301,15 +301,16 @@ pub fn load() -> Vec<Check> {
         Ok(r) if r.complete() => check(
             "sandbox probes self-test",
             Status::Ok,
-            "an rmdir (ENOENT), a SIGTERM and the exit it caused, all seen",
+            "a failed rmdir (ENOTDIR), a SIGTERM and the exit it caused, all seen; an rmdir of \
+             nothing (ENOENT) counted in the kernel, not sent (--kernel explaining)",
             "",
         ),
         Ok(r) => check(
             "sandbox probes self-test",
             Status::Fail,
             format!(
-                "seen: rmdir {:?}, signal {}, exit {:?}",
-                r.rmdir, r.signal, r.exit
+                "seen: rmdir {:?}, signal {}, exit {:?}; the ENOENT rmdir sent {}, counted {}",
+                r.rmdir, r.signal, r.exit, r.absent_sent, r.absent_counted
             ),
             "report it with this kernel's version (uname -r)",
         ),

@@ -2,7 +2,11 @@
 //! src/sandbox.rs): a tracked process (a python3 script making the exact
 //! syscalls a runtime makes when it tears a pod down) is watched, and every
 //! event is checked against what the script did; an untracked process doing
-//! the same is not reported.
+//! the same is not reported. Twice: with every event sent (`--kernel all`)
+//! and with the default filter, which counts in the kernel what explains
+//! nothing (a walk's ENOTEMPTY, a successful removal of a path nothing
+//! watched, cgroup creation) and still sends a failure that can hold a pod,
+//! that path's later removal, and a namespace file's.
 //!
 //! Skips (with a reason) when not root or without an eBPF object; fails
 //! instead when CI=true.
@@ -50,6 +54,15 @@ os.wait()
 open(f"{d}/netns", "w").close()
 assert libc.mount(b"/proc/self/ns/net", f"{d}/netns".encode(), None, 4096, None) == 0
 assert libc.umount2(f"{d}/netns".encode(), 2) == 0
+os.unlink(f"{d}/netns")
+os.makedirs(f"{d}/busy")
+assert libc.mount(b"tmpfs", f"{d}/busy".encode(), b"tmpfs", 0, None) == 0
+try:
+    os.rmdir(f"{d}/busy")
+except OSError:
+    pass
+assert libc.umount2(f"{d}/busy".encode(), 0) == 0
+os.rmdir(f"{d}/busy")
 mnt = [l.split(" - ")[0].split()[4] for l in open("/proc/self/mountinfo") if l.split(" - ")[1].split()[0] == "cgroup2"][0]
 cg = f"{mnt}/nri-trace-it-{os.getpid()}"
 os.mkdir(cg)
@@ -91,7 +104,25 @@ async fn sandbox_probes_report_the_runtime_tree() {
     if !guard("sandbox_probes_report_the_runtime_tree") {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("nri-trace-sandbox-{}", std::process::id()));
+    report_the_runtime_tree(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_probes_send_what_explains_by_default() {
+    if !guard("sandbox_probes_send_what_explains_by_default") {
+        return;
+    }
+    report_the_runtime_tree(false).await;
+}
+
+/// The script traced; `all`: every event sent (`--kernel all`), else the
+/// default filter.
+async fn report_the_runtime_tree(all: bool) {
+    let dir = std::env::temp_dir().join(format!(
+        "nri-trace-sandbox-{}-{}",
+        std::process::id(),
+        if all { "all" } else { "explaining" }
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let (mut tracked, mut out) = run_script(&dir);
@@ -107,6 +138,7 @@ async fn sandbox_probes_report_the_runtime_tree() {
     };
     let opts = EbpfOptions {
         sandbox: true,
+        all_kernel_events: all,
         ..ebpf_options()
     };
     let cap = Capture::start("sandbox", cfg, opts).await;
@@ -159,17 +191,53 @@ async fn sandbox_probes_report_the_runtime_tree() {
             errno: libc::EINVAL,
         }
     });
-    has("rmdir ENOTEMPTY", &|s| {
+    // What explains nothing: sent only when every event is.
+    let walk = [
+        (
+            "rmdir ENOTEMPTY",
+            SandboxOp::Unlink {
+                path: format!("{d}/full"),
+                dir: true,
+                errno: libc::ENOTEMPTY,
+            },
+        ),
+        (
+            "unlink ok",
+            SandboxOp::Unlink {
+                path: format!("{d}/file"),
+                dir: false,
+                errno: 0,
+            },
+        ),
+    ];
+    for (what, op) in &walk {
+        assert_eq!(
+            sb.iter().any(|s| s.op == *op),
+            all,
+            "{what} sent: {}, every event: {all}\n{}",
+            !all,
+            text.join("\n")
+        );
+    }
+    let mkdir = |s: &SandboxEvent| matches!(&s.op, SandboxOp::CgroupMkdir { path, .. } if *path == format!("/nri-trace-it-{me}"));
+    assert_eq!(
+        sb.iter().any(|s| mkdir(s)),
+        all,
+        "the cgroup mkdir, every event: {all}\n{}",
+        text.join("\n")
+    );
+    // A removal that can hold a pod (EBUSY: mounted on), then redone: both.
+    has("rmdir EBUSY", &|s| {
         s.op == SandboxOp::Unlink {
-            path: format!("{d}/full"),
+            path: format!("{d}/busy"),
             dir: true,
-            errno: libc::ENOTEMPTY,
+            errno: libc::EBUSY,
         }
     });
-    has("unlink ok", &|s| {
+    has("the same rmdir, ok", &|s| {
         s.op == SandboxOp::Unlink {
-            path: format!("{d}/file"),
-            dir: false,
+            path: format!("{d}/busy"),
+            dir: true,
             errno: 0,
         }
     });
@@ -191,10 +259,13 @@ async fn sandbox_probes_report_the_runtime_tree() {
         "its unmount",
         &|s| matches!(&s.op, SandboxOp::Umount { path, errno: 0, .. } if *path == format!("{d}/netns")),
     );
-    has(
-        "the cgroup mkdir",
-        &|s| matches!(&s.op, SandboxOp::CgroupMkdir { path, .. } if *path == format!("/nri-trace-it-{me}")),
-    );
+    has("its file's removal", &|s| {
+        s.op == SandboxOp::Unlink {
+            path: format!("{d}/netns"),
+            dir: false,
+            errno: 0,
+        }
+    });
     // The caller's cgroup is resolved to a path on the live node.
     assert!(
         sb.iter()

@@ -1,12 +1,14 @@
 //! The bench's `cluster` part: nri-trace's release build watching the
 //! lab's one-node cluster (lab/cluster.sh: kubelet on containerd 2.3, both
 //! tracing to the lab's collector, as a node with tracing on) while
-//! kubelet starts and deletes pods made through the API. Three modes,
-//! interleaved over rounds: no nri-trace, `watch -o json`, and `watch -o
-//! json --otlp-endpoint`. It measures
+//! kubelet starts and deletes pods made through the API. Four modes,
+//! interleaved over rounds: no nri-trace, `watch -o json`, `watch -o json
+//! --otlp-endpoint`, and `watch -o json --kernel all`. It measures
 //!
 //! - nri-trace's CPU per call with export off and on (issue 33: "on the
 //!   one-node cluster") and its peak RSS;
+//! - the same with every kernel event sent (issue 34: what the kernel's
+//!   filter of routine events saves, in the same run);
 //! - kubelet's own `kubelet_runtime_operations_duration_seconds` per
 //!   operation in each mode (issue 32: "the runtime's latency as kubelet
 //!   measures it", A/B), read through the API server's node proxy before
@@ -56,16 +58,24 @@ enum Mode {
     Watch,
     /// `watch -o json --otlp-endpoint` to the lab's collector.
     WatchOtlp,
+    /// `watch -o json --kernel all`: every kernel event sent.
+    WatchAllKernel,
 }
 
 impl Mode {
-    const ALL: [Mode; 3] = [Mode::Without, Mode::Watch, Mode::WatchOtlp];
+    const ALL: [Mode; 4] = [
+        Mode::Without,
+        Mode::Watch,
+        Mode::WatchOtlp,
+        Mode::WatchAllKernel,
+    ];
 
     fn label(self) -> &'static str {
         match self {
             Mode::Without => "no nri-trace",
             Mode::Watch => "watch, export off",
             Mode::WatchOtlp => "watch, export on",
+            Mode::WatchAllKernel => "watch, --kernel all",
         }
     }
 
@@ -74,6 +84,7 @@ impl Mode {
             Mode::Without => "none",
             Mode::Watch => "off",
             Mode::WatchOtlp => "on",
+            Mode::WatchAllKernel => "all-kernel",
         }
     }
 }
@@ -410,8 +421,14 @@ fn run(
     if mode != Mode::Without {
         let mut cmd = Command::new(nri_trace);
         cmd.args(["watch", "-o", "json"]);
-        if mode == Mode::WatchOtlp {
-            cmd.args(["--otlp-endpoint", Collector::ENDPOINT]);
+        match mode {
+            Mode::WatchOtlp => {
+                cmd.args(["--otlp-endpoint", Collector::ENDPOINT]);
+            }
+            Mode::WatchAllKernel => {
+                cmd.args(["--kernel", "all"]);
+            }
+            Mode::Without | Mode::Watch => {}
         }
         tracer = Some(start_ready(cmd.stdout(fs::File::create(&out)?))?);
     }
@@ -487,8 +504,9 @@ pub(crate) fn cluster_cost_section(c: &ClusterCost) -> String {
          nri-trace's release build (`watch -o json`, discovery as on a node) on the lab's \
          cluster (kubelet on {RUNTIME}, both tracing to the lab's collector, {PLUGINS} \
          `nri-test-plugin`s subscribed to every event) while kubelet starts the pods of a \
-         `kubectl apply` and deletes them: without nri-trace, with it, and with it exporting \
-         spans (`--otlp-endpoint`), the modes interleaved over rounds. CPU is nri-trace's \
+         `kubectl apply` and deletes them: without nri-trace, with it, with it exporting \
+         spans (`--otlp-endpoint`), and with it sent every kernel event (`--kernel all`), \
+         the modes interleaved over rounds. CPU is nri-trace's \
          (utime+stime) from {:.0} s after it is ready to {:.0} s after the last pod is gone; \
          calls are every CRI call (kubelet's polls included) and NRI delivery of that window, \
          from the run's `cri_method_summary` and `hook_summary` lines; peak RSS is its VmHWM.\n\n\
@@ -502,7 +520,7 @@ pub(crate) fn cluster_cost_section(c: &ClusterCost) -> String {
             let _ = writeln!(
                 s,
                 "| {} | {} | {} | - | - | {:.1} | - | - | - | - | - |",
-                i / 3 + 1,
+                i / Mode::ALL.len() + 1,
                 r.mode.label(),
                 r.pods,
                 r.wall_s
@@ -512,7 +530,7 @@ pub(crate) fn cluster_cost_section(c: &ClusterCost) -> String {
         let _ = writeln!(
             s,
             "| {} | {} | {} | {} | {} | {:.1} | {:.2} | {:.1} | {:.1} | {:.1} | {} |",
-            i / 3 + 1,
+            i / Mode::ALL.len() + 1,
             r.mode.label(),
             r.pods,
             r.cri_calls,
@@ -535,18 +553,30 @@ pub(crate) fn cluster_cost_section(c: &ClusterCost) -> String {
         cpu * 1e6 / calls.max(1) as f64
     };
     let (off, on) = (per_call(Mode::Watch), per_call(Mode::WatchOtlp));
+    let all = per_call(Mode::WatchAllKernel);
     let _ = writeln!(
         s,
-        "\nOver all rounds: {off:.1} us of nri-trace's CPU per call without export, {on:.1} with it ({:+.0} %).\n",
-        (on / off - 1.0) * 100.0
+        "\nOver all rounds: {off:.1} us of nri-trace's CPU per call without export, {on:.1} with it \
+         ({:+.0} %); {all:.1} with every kernel event sent (`--kernel all`: the kernel's filter \
+         saves {:.0} %).\n",
+        (on / off - 1.0) * 100.0,
+        (1.0 - off / all) * 100.0
     );
     // kubelet's view: mean latency per operation, per mode, over all
     // rounds (sums of seconds over sums of calls).
     s.push_str(
         "kubelet's `kubelet_runtime_operations_duration_seconds` over the same windows, \
          mean per operation over all rounds of a mode (ms; calls in brackets):\n\n\
-         | Operation | no nri-trace | watch, export off | watch, export on |\n|---|---|---|---|\n",
+         | Operation |",
     );
+    for mode in Mode::ALL {
+        let _ = write!(s, " {} |", mode.label());
+    }
+    s.push_str("\n|---|");
+    for _ in Mode::ALL {
+        s.push_str("---|");
+    }
+    s.push('\n');
     for op in SHOWN_OPERATIONS {
         let cell = |mode: Mode| {
             let (n, secs) = c
@@ -561,13 +591,8 @@ pub(crate) fn cluster_cost_section(c: &ClusterCost) -> String {
                 "-".into()
             }
         };
-        let _ = writeln!(
-            s,
-            "| {op} | {} | {} | {} |",
-            cell(Mode::Without),
-            cell(Mode::Watch),
-            cell(Mode::WatchOtlp)
-        );
+        let cells: Vec<String> = Mode::ALL.into_iter().map(cell).collect();
+        let _ = writeln!(s, "| {op} | {} |", cells.join(" | "));
     }
     s
 }

@@ -100,6 +100,11 @@ pub trait CaptureBackend: Send {
     }
     /// Cumulative loss counters over all CPUs.
     fn loss(&self) -> Result<Loss, BackendError>;
+    /// Sandbox events the kernel counted instead of sending (they explain
+    /// nothing: `--kernel explaining`), over all CPUs: not a loss.
+    fn kernel_filtered(&self) -> Result<u64, BackendError> {
+        Ok(0)
+    }
     /// The kernel times (CLOCK_MONOTONIC ns) of the first record dropped
     /// since the last call (None: no CPU stamped one, and then 0) and of
     /// the latest dropped record; the first stamps are cleared, so each

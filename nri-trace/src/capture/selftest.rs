@@ -294,12 +294,17 @@ fn exchange(backend: &mut dyn CaptureBackend, tgid: u32) -> Result<CaptureResult
     Ok(r)
 }
 
-/// What the sandbox self-test saw of its own rmdir, and of the child it
+/// What the sandbox self-test saw of its own rmdirs, and of the child it
 /// signalled and reaped.
 #[derive(Debug, Default)]
 pub(crate) struct SandboxResult {
-    /// The failed rmdir of a path that does not exist: path and errno.
+    /// The failed rmdir of a file (/dev/null): path and errno (ENOTDIR).
     pub rmdir: Option<(String, i32)>,
+    /// The rmdir of a path that does not exist (ENOENT, a directory walk's
+    /// probing): sent only with `--kernel all`, else counted in the kernel
+    /// (`kernel_filtered` grew); seen or counted, not both.
+    pub absent_sent: bool,
+    pub absent_counted: bool,
     /// The SIGTERM sent to the child.
     pub signal: bool,
     /// The child's exit, with its wait status.
@@ -312,22 +317,32 @@ pub(crate) struct SandboxResult {
 
 impl SandboxResult {
     pub(crate) fn complete(&self) -> bool {
-        self.rmdir.as_ref().is_some_and(|(_, e)| *e == libc::ENOENT)
+        self.rmdir
+            .as_ref()
+            .is_some_and(|(_, e)| *e == libc::ENOTDIR)
+            && self.absent_sent != self.absent_counted
             && self.signal
             && self.exit == Some(Some(libc::SIGTERM))
     }
 }
 
-/// The sandbox probes on this process: an rmdir of an absolute path that
-/// does not exist, a forked child (followed into the tree by
-/// `sandbox_newtask`) killed with SIGTERM and reaped.
+/// The file whose rmdir fails with ENOTDIR (and changes nothing).
+const NOT_A_DIRECTORY: &str = "/dev/null";
+
+/// The sandbox probes on this process: an rmdir of a file (a failure the
+/// probes send) and of an absolute path that does not exist (one they
+/// count instead, unless they send every event), a forked child (followed
+/// into the tree by `sandbox_newtask`) killed with SIGTERM and reaped.
 pub(crate) fn sandbox(backend: &mut dyn CaptureBackend) -> Result<SandboxResult, SelfTestError> {
     let tgid = std::process::id();
     backend.watch_tasks(&[tgid])?;
-    let path = format!("/nri-trace-selftest-{tgid}-absent");
-    let cpath = std::ffi::CString::new(path.clone()).expect("no NUL");
-    // Fails with ENOENT: the probe reports the attempt and its errno.
-    unsafe { libc::rmdir(cpath.as_ptr()) };
+    let filtered_before = backend.kernel_filtered()?;
+    let absent = format!("/nri-trace-selftest-{tgid}-absent");
+    for path in [NOT_A_DIRECTORY, &absent] {
+        let cpath = std::ffi::CString::new(path).expect("no NUL");
+        // Fail (ENOTDIR, ENOENT): the probe sees the attempt and its errno.
+        unsafe { libc::rmdir(cpath.as_ptr()) };
+    }
     let child = unsafe { libc::fork() };
     if child < 0 {
         return Err(io_err("fork")(io::Error::last_os_error()));
@@ -341,7 +356,10 @@ pub(crate) fn sandbox(backend: &mut dyn CaptureBackend) -> Result<SandboxResult,
     unsafe { libc::kill(child, libc::SIGTERM) };
     let mut status = 0;
     unsafe { libc::waitpid(child, &raw mut status, 0) };
-    let mut r = SandboxResult::default();
+    let mut r = SandboxResult {
+        absent_counted: backend.kernel_filtered()? > filtered_before,
+        ..SandboxResult::default()
+    };
     let child = child as u32;
     // Everything there is: the self-test's own few records.
     backend.drain(usize::MAX, &mut |bytes| {
@@ -359,8 +377,11 @@ pub(crate) fn sandbox(backend: &mut dyn CaptureBackend) -> Result<SandboxResult,
                 path: p,
                 dir: true,
                 errno,
-            } if ev.tgid == tgid && p == path => {
+            } if ev.tgid == tgid && p == NOT_A_DIRECTORY => {
                 r.rmdir = Some((p, errno));
+            }
+            SandboxOp::Unlink { path: p, .. } if ev.tgid == tgid && p == absent => {
+                r.absent_sent = true;
             }
             SandboxOp::Signal { sig, target, .. } if target == child && sig == libc::SIGTERM => {
                 r.signal = true;

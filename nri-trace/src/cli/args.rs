@@ -70,9 +70,12 @@ pub(crate) struct DecodeArgs {
     /// request's plugin timeout; docs/contract.md).
     #[arg(long, value_name = "MS")]
     pub hook_budget_ms: Option<u64>,
-    /// Text: kernel events to show: the ones that explain something
-    /// (signals to and exits of pod processes, failures the rules count),
-    /// or all of them.
+    /// Kernel events of the runtime's process tree: the ones that explain
+    /// something (signals to and exits of pod processes, failures the
+    /// rules count), or all of them. Live, the others are counted in the
+    /// kernel and not sent (runc's cleanup probing, successful removals,
+    /// cgroup creation: about half of a pod's); text shows only explaining
+    /// ones in either case unless all (docs/explain.md).
     #[arg(long, value_enum, default_value = "explaining")]
     pub kernel: KernelEvents,
     /// Text: leave out the latency tables at the end.

@@ -23,7 +23,7 @@ use nri_trace::{
 
 use super::{announce, drain, find_target, load_probes, seconds, start_capture};
 use crate::cli::{
-    args::{CaptureOutput, LineOutput},
+    args::{CaptureOutput, KernelEvents, LineOutput},
     CaptureArgs, DebugCmd, NriStageArgs, StageArgs,
 };
 
@@ -112,7 +112,7 @@ async fn capture(a: CaptureArgs) -> Result<()> {
         wait_for_listeners: !a.no_wait,
         ..Default::default()
     };
-    let mut s = start_capture(cfg, load_probes(&a.probe, false)?).await?;
+    let mut s = start_capture(cfg, load_probes(&a.probe, false, KernelEvents::Explaining)?).await?;
     let printer = CapturePrinter {
         out: BufWriter::new(io::stdout()),
         format: a.output,
@@ -239,7 +239,7 @@ async fn decode(a: StageArgs, which: Which, plugin_ends: bool) -> Result<()> {
         cri_state: false,
         wait: !a.wait.no_wait,
     };
-    let backend = load_probes(&a.probe, false)?;
+    let backend = load_probes(&a.probe, false, KernelEvents::Explaining)?;
     let (socket, target) = if let Some(s) = a.socket.clone() {
         (s, None)
     } else {

@@ -16,7 +16,10 @@ use nri_trace::{
 };
 
 use super::{drain, load_probes, start_capture};
-use crate::cli::{args::LineOutput, ExplainArgs};
+use crate::cli::{
+    args::{KernelEvents, LineOutput},
+    ExplainArgs,
+};
 
 pub(crate) async fn run(a: ExplainArgs) -> Result<()> {
     if let Some(file) = &a.file {
@@ -90,7 +93,11 @@ async fn live(a: &ExplainArgs) -> Result<()> {
     let (sink, log) = TeardownSink::new();
     p.add_sink(Box::new(sink));
     let stop = live::stop_on_signal(Some(wait));
-    let mut s = start_capture(cfg, load_probes(&a.probe, follow.sandbox)?).await?;
+    let mut s = start_capture(
+        cfg,
+        load_probes(&a.probe, follow.sandbox, KernelEvents::Explaining)?,
+    )
+    .await?;
     let since = capture::monotonic_ns();
     eprintln!(
         "nri-trace: watching {}'s next teardown attempt (kubelet retries every few seconds), \

@@ -38,24 +38,36 @@ pub(crate) fn on_terminal() -> bool {
     io::stdout().is_terminal() && io::stdin().is_terminal()
 }
 
-/// The probes a live run loads.
-pub(crate) fn ebpf_options(p: &ProbeArgs, programs: ProgramSet, sandbox: bool) -> EbpfOptions {
+/// The probes a live run loads; `kernel`: which sandbox events the kernel
+/// sends (`--kernel`).
+pub(crate) fn ebpf_options(
+    p: &ProbeArgs,
+    programs: ProgramSet,
+    sandbox: bool,
+    kernel: KernelEvents,
+) -> EbpfOptions {
     EbpfOptions {
         ring_bytes: p.ring_bytes,
         snap_len: p.snap_len,
         wakeup_bytes: p.wakeup_bytes.unwrap_or(p.ring_bytes / 4),
         programs,
         sandbox,
+        all_kernel_events: kernel == KernelEvents::All,
     }
 }
 
 /// Load the probes (before any wait for the runtime: attaching then
 /// costs no time).
-pub(crate) fn load_probes(probe: &ProbeArgs, sandbox: bool) -> anyhow::Result<EbpfBackend> {
+pub(crate) fn load_probes(
+    probe: &ProbeArgs,
+    sandbox: bool,
+    kernel: KernelEvents,
+) -> anyhow::Result<EbpfBackend> {
     Ok(EbpfBackend::load(&ebpf_options(
         probe,
         ProgramSet::Capture,
         sandbox,
+        kernel,
     ))?)
 }
 

@@ -55,7 +55,7 @@ pub(crate) async fn live(a: WatchArgs, show: Show) -> Result<()> {
         wait: !a.wait.no_wait,
         cri_state: !a.target.no_cri_state,
     };
-    let backend = load_probes(&a.probe, follow.sandbox)?;
+    let backend = load_probes(&a.probe, follow.sandbox, a.decode.kernel)?;
     let Some(target) = find_target(
         a.target.cri_socket.clone(),
         a.target.nri_socket.clone(),
