@@ -11,6 +11,7 @@
 #   crio.sh down      stop crio, its conmons and containers, clean up
 #   crio.sh restart   crio alone (pods, conmons and containers stay)
 #   crio.sh status    what runs, sockets, leftovers
+#   crio.sh import TAR REF  an OCI archive into CRI-O's storage as REF
 #
 # The sockets are the lab's usual ones ($LAB/run/crio.sock for CRI,
 # $LAB/run/nri.sock for NRI), every other path is under $LAB/crio. Facts
@@ -379,19 +380,31 @@ start_crio() {
 	log "crio up: pid $pid, $SOCK"
 }
 
-# The lab's images, imported from their OCI layout tars (lab.sh's
-# build_images) by CRI-O's own copier into CRI-O's storage: no registry.
+# An OCI archive (TAR) into CRI-O's storage as REF, by CRI-O's own copier:
+# no registry. CRI-O may run meanwhile (containers/storage locks).
+copy_image() {
+	CONTAINERS_STORAGE_CONF="$CDIR/storage.conf" "$BIN/copyimg" --root "$ROOT_DIR" --runroot "$RUNROOT" \
+		--storage-driver "$(storage_driver)" --signature-policy "$CDIR/policy.json" \
+		--import-from "oci-archive:$1" --image-name "$2" >>"$LOG" 2>&1 ||
+		die "copyimg of $1 failed (log: $LOG)"
+}
+
+# The lab's images, from their OCI layout tars (lab.sh's build_images).
 import_images() {
-	local t ref
-	for t in pause busybox; do
-		ref="$PAUSE_REF"
-		[[ $t == busybox ]] && ref="$BUSYBOX_REF"
-		CONTAINERS_STORAGE_CONF="$CDIR/storage.conf" "$BIN/copyimg" --root "$ROOT_DIR" --runroot "$RUNROOT" \
-			--storage-driver "$(storage_driver)" --signature-policy "$CDIR/policy.json" \
-			--import-from "oci-archive:$LAB/images/$t.tar" --image-name "$ref" >>"$LOG" 2>&1 ||
-			die "copyimg of $LAB/images/$t.tar failed (log: $LOG)"
-	done
+	copy_image "$LAB/images/pause.tar" "$PAUSE_REF"
+	copy_image "$LAB/images/busybox.tar" "$BUSYBOX_REF"
 	log "images: $PAUSE_REF $BUSYBOX_REF"
+}
+
+# crio.sh import TAR REF: an image of the user's (the nri-trace image of
+# `cargo xtask image`, for the cluster's DaemonSet) into CRI-O's storage,
+# as `ctr images import` puts it into containerd's.
+cmd_import() {
+	need_root
+	[[ $# -eq 2 && -f $1 ]] || die "usage: crio.sh import OCI_ARCHIVE_TAR IMAGE_REF"
+	[[ -x $BIN/copyimg && -f $CDIR/storage.conf ]] || die "CRI-O is not set up (run crio.sh up first)"
+	copy_image "$1" "$2"
+	log "imported $1 as $2"
 }
 
 cmd_up() {
@@ -648,8 +661,9 @@ up) cmd_up ;;
 down) cmd_down ;;
 restart) cmd_restart ;;
 status) cmd_status ;;
+import) cmd_import "${@:2}" ;;
 *)
-	echo "usage: $0 install|up|down|restart|status" >&2
+	echo "usage: $0 install|up|down|restart|status|import TAR REF" >&2
 	exit 2
 	;;
 esac

@@ -2,10 +2,11 @@
 //! one-node cluster holding `pods` pods made through the API (kubelet on
 //! containerd 2.3, `PLUGINS` test plugins subscribed to every event, as
 //! in the `cluster` part), then windows of `seconds` each, interleaved
-//! over rounds: without nri-trace, and with nri-trace's release build
-//! running as deploy/daemonset.yaml runs it (`record` with its flight
-//! recorder and metrics endpoint; on the host, not in the pod: the same
-//! process, without the image import). It measures
+//! over rounds (ABBA: the first mode alternates): without nri-trace, and
+//! with nri-trace's release build running as deploy/daemonset.yaml runs
+//! it (`record` with its flight recorder and metrics endpoint; on the
+//! host, not in the pod: the same process, without the image import). It
+//! measures
 //!
 //! - nri-trace's CPU share (utime+stime over the window's wall time) and
 //!   its resident set (peak VmHWM, and VmRSS at the window's end);
@@ -70,7 +71,15 @@ pub(crate) fn cluster_steady(pods: usize, seconds: f64, rounds: usize) -> Result
     );
     let mut windows = Vec::new();
     for round in 0..rounds {
-        for with in [false, true] {
+        // ABBA: which mode goes first alternates, so that a drift of the
+        // machine over the run (kubelet's caches, the pods' age) does not
+        // fall on one mode.
+        let order = if round % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        for with in order {
             eprintln!(
                 "bench: cluster-steady round {}/{rounds}, {} for {seconds:.0} s",
                 round + 1,
@@ -186,7 +195,8 @@ pub(crate) fn cluster_steady_section(c: &ClusterSteady) -> String {
          to every event, kubelet and containerd tracing to the lab's collector) holding {} pods \
          that only run: kubelet's polls are the work. Windows of {:.0} s without nri-trace and \
          with nri-trace's release build running as the DaemonSet runs it (`record` with its \
-         flight recorder, `--metrics-addr`), interleaved over rounds. CPU share is nri-trace's \
+         flight recorder, `--metrics-addr`), interleaved over rounds, the first mode \
+         alternating (rows in the order run). CPU share is nri-trace's \
          utime+stime over the window's wall time (of one core); RSS is its peak (VmHWM) and \
          its resident set at the window's end.\n\n\
          | Round | Mode | Wall s | CRI calls counted | CPU s | CPU share (% of a core) | Peak RSS (MiB) | RSS at end (MiB) |\n\
@@ -241,7 +251,10 @@ pub(crate) fn cluster_steady_section(c: &ClusterSteady) -> String {
                     mean(&mut std::iter::once(w))
                         .map_or_else(|| "-".into(), |(ms, _)| format!("{ms:.2}"))
                 };
-                pair.iter().map(one).collect::<Vec<_>>().join(" / ")
+                // Without first, whichever ran first (ABBA).
+                let mut pair: Vec<&SteadyWindow> = pair.iter().collect();
+                pair.sort_by_key(|w| w.with_nri_trace);
+                pair.into_iter().map(one).collect::<Vec<_>>().join(" / ")
             })
             .collect();
         let _ = writeln!(

@@ -178,23 +178,27 @@ impl Cluster {
     }
 
     /// The image of the dist binary (lab/mkimage.py, as `cargo xtask
-    /// image` makes it) imported into the node's containerd, `k8s.io`
-    /// namespace, as deploy/README.md says.
+    /// image` makes it) imported into the node's runtime, as
+    /// deploy/README.md says: containerd's `ctr -n k8s.io images import`;
+    /// on CRI-O, CRI-O's own copier into its storage (`crio.sh import`).
     pub(crate) fn import_image(&self, bin: &Path, tag: &str, out: &Path) -> Result<()> {
-        ensure!(
-            self.runtime == NodeRuntime::Containerd23,
-            "the image is imported with containerd's ctr only"
-        );
         let tar = out.join("nri-trace.oci.tar");
-        super::dist_bin::pack_image(bin, &Self::image(tag), &tar).map_err(anyhow::Error::msg)?;
-        output(
-            Command::new(self.lab.join("ctrd23/bin/ctr"))
-                .arg("--address")
-                .arg(self.lab.join("run/containerd.sock"))
-                .args(["-n", "k8s.io", "images", "import"])
-                .arg(&tar),
-        )
-        .map(drop)
+        let image = Self::image(tag);
+        super::dist_bin::pack_image(bin, &image, &tar).map_err(anyhow::Error::msg)?;
+        match self.runtime {
+            NodeRuntime::Containerd23 => output(
+                Command::new(self.lab.join("ctrd23/bin/ctr"))
+                    .arg("--address")
+                    .arg(self.lab.join("run/containerd.sock"))
+                    .args(["-n", "k8s.io", "images", "import"])
+                    .arg(&tar),
+            )
+            .map(drop),
+            NodeRuntime::Crio => {
+                let tar = tar.to_str().context("the image's path")?;
+                self.script("crio.sh", &["import", tar, &image]).map(drop)
+            }
+        }
     }
 
     /// The node's name, as the API has it.

@@ -6,18 +6,22 @@
 //! `SetStopped`), and kubelet's pod worker tries the teardown again after
 //! its backoff: the pod stays Terminating while the plugin refuses.
 //!
-//! nri-trace arrives then, as on a real node: no DaemonSet and no flight
-//! recorder; `nri-trace explain --live` from the node's shell attaches to
-//! CRI-O, to kubelet's CRI connection (open since kubelet started: its
-//! HPACK table unknown) and to the plugin's, and watches kubelet's next
-//! attempt.
+//! Asked twice, as on real nodes:
+//! - the DaemonSet of deploy/, its image imported into CRI-O's storage
+//!   (`crio.sh import`, CRI-O's own copier) and applied with kubectl:
+//!   `kubectl exec -n kube-system ds/nri-trace -- nri-trace explain`;
+//! - nri-trace arriving late, on a node without the DaemonSet:
+//!   `nri-trace explain --live` from the node's shell attaches to CRI-O, to
+//!   kubelet's CRI connection (open since kubelet started: its HPACK table
+//!   unknown) and to the plugin's, and watches kubelet's next attempt.
 
 use std::{path::Path, process::Command};
 
 use anyhow::{ensure, Context, Result};
 
 use super::{
-    cluster::Cluster, explanation, json_output, output, pods::TestPod, refused_stop, with_plugin,
+    cluster::Cluster, dist_bin, explanation, json_output, output, pods::TestPod, refused_stop,
+    wait_explained, with_plugin,
 };
 
 /// How long the live explain watches for kubelet's next attempt: its pod
@@ -26,11 +30,22 @@ use super::{
 const WAIT_SECS: &str = "40";
 
 pub(crate) fn failing_stop_hook(c: &Cluster, bin: &Path, out: &Path) -> Result<()> {
+    let tag = dist_bin::commit_in_name(bin);
+    c.import_image(bin, &tag, out)?;
+    c.apply_daemonset(&tag)?;
     let pod = TestPod::new("refused", "sleep 3600").grace(1);
     c.create(&pod)?;
     let args = ["--on", "STOP_POD_SANDBOX=error:teardown refused"];
     with_plugin(c, "refuse", &args, out, || {
         c.delete(&pod)?;
+        // The DaemonSet's pod, recording since before the pod was made.
+        let e = wait_explained(c, &pod, |e| e["progress"]["kind"] == "hook_failed")?;
+        eprintln!(
+            "explain {}/{} in the DaemonSet's pod on CRI-O: {}",
+            pod.namespace, pod.name, e["sentence"]
+        );
+        stop_failed(&e)?;
+        // Late, from the node's shell.
         let text = output(Command::new(bin).args([
             "explain",
             &format!("{}/{}", pod.namespace, pod.name),
@@ -44,24 +59,10 @@ pub(crate) fn failing_stop_hook(c: &Cluster, bin: &Path, out: &Path) -> Result<(
         let lines = json_output(&text).with_context(|| format!("explain's output: {text}"))?;
         let e = explanation(&lines)?;
         eprintln!(
-            "explain {}/{} on CRI-O: {}",
+            "explain --live {}/{} on CRI-O: {}",
             pod.namespace, pod.name, e["sentence"]
         );
-        ensure!(e["verdict"] == "blocked", "{e}");
-        let step = refused_stop(e)?;
-        // CRI-O returns the plugin's error as StopPodSandbox's. Its text
-        // when HPACK shows it; after the attach kubelet's retries get the
-        // same error, which CRI-O's encoder indexed whole before: then the
-        // call failed with its status hidden (no response message).
-        let o = &step["outcome"];
-        ensure!(
-            o["kind"] == "failed"
-                || (o["kind"] == "error"
-                    && o["message"]
-                        .as_str()
-                        .is_some_and(|m| m.contains("teardown refused"))),
-            "StopPodSandbox must have failed: {e}"
-        );
+        stop_failed(e)?;
         // Still Terminating in the API.
         let ts = c.kubectl_pod(
             "get",
@@ -75,4 +76,25 @@ pub(crate) fn failing_stop_hook(c: &Cluster, bin: &Path, out: &Path) -> Result<(
     // all along, and the pod leaves the API without the test's help.
     c.kubectl_pod("wait", &pod, &["--for=delete", "--timeout=120s"])?;
     c.remove(&pod)
+}
+
+/// Explanation `e` is blocked on plugin 10-refuse's failed StopPodSandbox
+/// hook, and CRI-O returned the plugin's error as StopPodSandbox's: its
+/// text when HPACK shows it; kubelet's retries get the same error, which
+/// CRI-O's encoder indexed whole before, so a tracer that arrived after
+/// the first attempt sees the call fail with its status hidden (no
+/// response message: `failed`).
+fn stop_failed(e: &serde_json::Value) -> Result<()> {
+    ensure!(e["verdict"] == "blocked", "{e}");
+    let step = refused_stop(e)?;
+    let o = &step["outcome"];
+    ensure!(
+        o["kind"] == "failed"
+            || (o["kind"] == "error"
+                && o["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("teardown refused"))),
+        "StopPodSandbox must have failed: {e}"
+    );
+    Ok(())
 }

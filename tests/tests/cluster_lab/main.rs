@@ -47,6 +47,30 @@ use pods::TestPod;
 /// Where deploy/daemonset.yaml's recorder keeps its files on the node.
 const HOST_RECORDER: &str = "/var/lib/nri-trace";
 
+/// The DaemonSet's flight recorder writes to the host (its hostPath):
+/// gone again when this is dropped if the test made it (it was not there
+/// before), so that no later explain on this machine reads it. Dropped
+/// after the cluster is down (the recorder's pod gone).
+struct HostRecorder {
+    made: bool,
+}
+
+impl HostRecorder {
+    fn claim() -> Self {
+        HostRecorder {
+            made: !Path::new(HOST_RECORDER).exists(),
+        }
+    }
+}
+
+impl Drop for HostRecorder {
+    fn drop(&mut self) {
+        if self.made {
+            let _ = std::fs::remove_dir_all(HOST_RECORDER);
+        }
+    }
+}
+
 /// The DaemonSet's pod is up and its recorder has seen kubelet's calls;
 /// each cause's pod, deleted, stays Terminating, and explain in the
 /// DaemonSet's pod names why; `kubectl nri-trace explain` from outside
@@ -59,11 +83,7 @@ fn cluster_daemonset_explains_terminating_pods() {
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cluster");
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out).unwrap();
-    // The DaemonSet's flight recorder writes to the host (its hostPath):
-    // gone again after the test when the test made it, as it does here,
-    // so that no later explain on this machine reads it.
-    let recorder = Path::new(HOST_RECORDER);
-    let made_recorder = !recorder.exists();
+    let recorder = HostRecorder::claim();
     // kubelet's and containerd's spans, and nri-trace's (traces.rs).
     let spans = out.join("spans.json");
     let _ports = otel_collector::ports();
@@ -72,9 +92,7 @@ fn cluster_daemonset_explains_terminating_pods() {
     let result = run_all(&cluster, &bin, &out, &spans);
     let down = cluster.down();
     drop(collector);
-    if made_recorder {
-        let _ = std::fs::remove_dir_all(recorder);
-    }
+    drop(recorder);
     if let Err(e) = &result {
         eprintln!("{}", cluster.logs_tail());
         panic!("{e:#}");
@@ -83,8 +101,9 @@ fn cluster_daemonset_explains_terminating_pods() {
 }
 
 /// The cluster on CRI-O, kubelet's StopPodSandbox failing with an NRI
-/// plugin's error (crio.rs); explain attaches live, as on a node without
-/// the DaemonSet. One cluster at a time: the lab's lock orders this test
+/// plugin's error (crio.rs); explained by the DaemonSet's pod and by
+/// explain attaching live, as on a node without the DaemonSet. One
+/// cluster at a time: the lab's lock orders this test
 /// and the one above.
 #[test]
 fn cluster_on_crio_explains_a_failing_stop_hook() {
@@ -94,9 +113,11 @@ fn cluster_on_crio_explains_a_failing_stop_hook() {
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cluster-crio");
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out).unwrap();
+    let recorder = HostRecorder::claim();
     let cluster = Cluster::up(&out, NodeRuntime::Crio).expect("cluster up on CRI-O");
     let result = crio::failing_stop_hook(&cluster, &bin, &out);
     let down = cluster.down();
+    drop(recorder);
     if let Err(e) = &result {
         eprintln!("{}", cluster.logs_tail());
         panic!("{e:#}");
