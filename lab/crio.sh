@@ -3,7 +3,7 @@
 # (lab/lab.sh runs this file for NRI_TRACE_LAB_RUNTIME=crio).
 #
 #   crio.sh install   Debian build/run deps (libseccomp-dev, libsqlite3-dev,
-#                     conmon, runc, jq, CNI plugins, gcc, make, libc6-dev),
+#                     conmon, runc, jq, CNI plugins, gcc, make, libc6-dev, capsh),
 #                     then builds crio, copyimg (Go) and pinns (C) from the Go
 #                     module github.com/cri-o/cri-o through the Go module proxy
 #                     into $LAB/crio/bin (skipped when built by this recipe)
@@ -49,7 +49,7 @@ GO_WHAT="CRI-O $CRIO_VERSION"
 # Debian's libsqlite3 instead of compiling go-sqlite3's bundled copy.
 GO_TAGS="containers_image_openpgp containers_image_ostree_stub exclude_graphdriver_btrfs seccomp libsqlite3"
 GO_LDFLAGS="-s -w" # the Makefile's SHRINKFLAGS
-DEB_PACKAGES=(libseccomp-dev libsqlite3-dev conmon runc jq containernetworking-plugins gcc make libc6-dev)
+DEB_PACKAGES=(libseccomp-dev libsqlite3-dev conmon runc jq containernetworking-plugins gcc make libc6-dev libcap2-bin)
 
 CDIR="$LAB/crio"
 BIN="$CDIR/bin"
@@ -277,6 +277,21 @@ enable_metrics = false
 EOF
 }
 
+# The capabilities the kernel knows that this machine's bounding set lacks,
+# as a JSON array of CAP_ names (CAP_SYS_RESOURCE on this VM kind).
+missing_caps() {
+	local bnd last miss names
+	bnd=$((16#$(awk '/^CapBnd:/ {print $2}' /proc/self/status)))
+	last=$(cat /proc/sys/kernel/cap_last_cap)
+	miss=$((((1 << (last + 1)) - 1) & ~bnd))
+	if ((miss == 0)); then
+		echo '[]'
+		return
+	fi
+	names=$(capsh --decode="$(printf '%x' "$miss")" | sed 's/^[^=]*=//')
+	jq -cn --arg n "$names" '$n | ascii_upcase | split(",")'
+}
+
 write_side_files() {
 	mkdir -p "$CDIR/wrap" "$CDIR/policy.d" "$CDIR/hooks.d" "$CDIR/cdi" "$CDIR/crio.conf.d"
 	cat >"$CDIR/policy.json" <<-'EOF'
@@ -293,24 +308,42 @@ write_side_files() {
 	EOF
 	# Named runc, so the kernel's comm of the wrapper is what nri-trace
 	# knows the OCI runtime by.
-	cat >"$CDIR/wrap/runc.tmp" <<-'EOF'
-		#!/bin/bash
-		# nri-trace lab (crio.sh): runc, with a negative oomScoreAdj in the
-		# bundle's config.json (or an exec's --process file) raised to 0: root
-		# here may not lower oom_score_adj (no CAP_SYS_RESOURCE).
-		fix() {
-			[[ -f $1 ]] && jq -e '((.process // .).oomScoreAdj // 0) < 0' "$1" >/dev/null 2>&1 || return 0
-			jq 'if .process then .process.oomScoreAdj = 0 else .oomScoreAdj = 0 end' "$1" >"$1.nri-trace-lab" &&
-				mv "$1.nri-trace-lab" "$1"
-		}
-		prev=""
-		for a in "$@"; do
-			case "$prev" in --bundle | -b) fix "$a/config.json" ;; --process | -p) fix "$a" ;; esac
-			case "$a" in --bundle=*) fix "${a#--bundle=}/config.json" ;; --process=*) fix "${a#--process=}" ;; esac
-			prev="$a"
-		done
-		exec /usr/sbin/runc "$@"
-	EOF
+	{
+		echo '#!/bin/bash'
+		echo "MISSING_CAPS='$(missing_caps)'"
+		cat <<-'EOF'
+			# nri-trace lab (crio.sh): runc, with a negative oomScoreAdj in the
+			# bundle's config.json (or an exec's --process file) raised to 0: root
+			# here may not lower oom_score_adj (no CAP_SYS_RESOURCE). And without
+			# the capabilities this machine's bounding set lacks (MISSING_CAPS,
+			# CAP_SYS_RESOURCE here): CRI-O gives a privileged container every
+			# capability the kernel knows (runtime-tools' SetupPrivileged), which
+			# runc cannot set ("unable to apply caps"); containerd gives its own.
+			JQ_FIX='def fix: (if (.oomScoreAdj // 0) < 0 then .oomScoreAdj = 0 else . end)
+				| (if .capabilities then .capabilities |= map_values(if type == "array"
+					then map(select(IN($miss[]) | not)) else . end) else . end);
+				if .process then .process |= fix else fix end'
+			fix() {
+				[[ -f $1 ]] || return 0
+				jq --argjson miss "$MISSING_CAPS" "$JQ_FIX" "$1" >"$1.nri-trace-lab" 2>/dev/null || {
+					rm -f "$1.nri-trace-lab"
+					return 0
+				}
+				if cmp -s <(jq -S . "$1") <(jq -S . "$1.nri-trace-lab"); then
+					rm -f "$1.nri-trace-lab"
+				else
+					mv "$1.nri-trace-lab" "$1"
+				fi
+			}
+			prev=""
+			for a in "$@"; do
+				case "$prev" in --bundle | -b) fix "$a/config.json" ;; --process | -p) fix "$a" ;; esac
+				case "$a" in --bundle=*) fix "${a#--bundle=}/config.json" ;; --process=*) fix "${a#--process=}" ;; esac
+				prev="$a"
+			done
+			exec /usr/sbin/runc "$@"
+		EOF
+	} >"$CDIR/wrap/runc.tmp"
 	chmod 0755 "$CDIR/wrap/runc.tmp"
 	mv "$CDIR/wrap/runc.tmp" "$CDIR/wrap/runc"
 	# pinns, slowed by the seconds in $CDIR/slow-pinns while that file
