@@ -62,26 +62,6 @@ impl TickClock {
     }
 }
 
-impl TickClock {
-    /// When (monotonic ns) [`Self::after_drain`] would next send a tick if
-    /// no events come before: a sleeping reader drains then, so that
-    /// falling asleep soon after the sockets' last event does not hold
-    /// the first tick back (drain.rs `Idle`).
-    pub(super) fn next_due_ns(&self) -> u64 {
-        if self.events_since_tick {
-            return self.last_events_ns.saturating_add(TICK_LAG_NS);
-        }
-        // The fast period while the sockets were quiet less than
-        // FAST_TICKS_FOR_NS at that time; then the slow one.
-        let fast = self.last_tick_ns.saturating_add(FAST_TICK_NS);
-        if fast.saturating_sub(self.last_events_ns) < FAST_TICKS_FOR_NS {
-            fast
-        } else {
-            self.last_tick_ns.saturating_add(IDLE_TICK_NS)
-        }
-    }
-}
-
 /// CLOCK_MONOTONIC now, the clock of bpf_ktime_get_ns().
 pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
@@ -140,31 +120,5 @@ mod tests {
         assert_eq!(at(&mut t, 7_020, false), None);
         let after = at(&mut t, 7_060, false).expect("quiet again");
         assert!(after >= start + 7_002 * MS);
-    }
-
-    /// The next tick's time is when `after_drain` gives it, at each stage:
-    /// the lag after events, the fast period, the slow one.
-    #[test]
-    fn next_due_is_when_the_tick_comes() {
-        let mut t = TickClock::default();
-        let start = 10_000 * MS;
-        assert_eq!(t.after_drain(start, true), None);
-        let due = t.next_due_ns();
-        assert_eq!(due, start + TICK_LAG_NS);
-        assert_eq!(t.after_drain(due - 1, false), None, "not before");
-        assert!(t.after_drain(due, false).is_some(), "at it");
-        let due = t.next_due_ns();
-        assert_eq!(due, start + TICK_LAG_NS + FAST_TICK_NS);
-        assert_eq!(t.after_drain(due - 1, false), None);
-        assert!(t.after_drain(due, false).is_some());
-        // Drained on each due time, the period becomes the slow one.
-        let mut last = due;
-        while t.next_due_ns() - last == FAST_TICK_NS {
-            last = t.next_due_ns();
-            assert!(t.after_drain(last, false).is_some());
-        }
-        assert_eq!(t.next_due_ns() - last, IDLE_TICK_NS);
-        assert!(last - start < FAST_TICKS_FOR_NS + FAST_TICK_NS);
-        assert!(t.after_drain(t.next_due_ns(), false).is_some());
     }
 }

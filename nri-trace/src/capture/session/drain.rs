@@ -27,15 +27,11 @@ use crate::capture::{
     CaptureEvent, ConnId, ConnOpen, Loss, Origin, ProcessEvent,
 };
 
-/// Empty drains in a row after which the reader sleeps: 10 ms at the
-/// default 2 ms interval. Short, because a node's runtime is seldom quiet
-/// for long but never busy for long either: kubelet's polls come every
-/// 70 ms or so on a node with 100 pods (docs/benchmarks.md, "100 pods on
-/// the cluster"), and 30 empty drains (60 ms, before) kept the reader on
-/// its 2 ms clock most of the time. Asleep, the first record wakes it at
-/// once (the programs force the ring's wakeup), and the capture's next
-/// tick is still drained on time ([`Idle::wait`]).
-const IDLE_AFTER: u32 = 5;
+/// Empty drains in a row after which the reader sleeps: 60 ms at the
+/// default 2 ms interval, past the capture's first tick after the sockets'
+/// last event (clock.rs `TICK_LAG_NS`, 50 ms), so that tick is not held
+/// back by the sleep.
+const IDLE_AFTER: u32 = 30;
 
 /// How long a sleeping reader waits for a wakeup before it drains anyway:
 /// what runs on the drain's clock goes on while nothing happens (the
@@ -64,17 +60,13 @@ struct Idle {
 }
 
 impl Idle {
-    /// How long to wait for the ring at `now` before draining it anyway:
-    /// awake, the interval; asleep, the sleeping clock, but no later than
-    /// the capture's next tick is due (`tick_due`, monotonic ns), so that
-    /// the tick after the sockets' last event comes its lag after them.
-    fn wait(&self, interval: Duration, now: u64, tick_due: u64) -> Duration {
-        let sleep = match self.asleep_since {
-            None => return interval,
+    /// How long to wait for the ring at `now` before draining it anyway.
+    fn wait(&self, interval: Duration, now: u64) -> Duration {
+        match self.asleep_since {
+            None => interval,
             Some(t) if now.saturating_sub(t) < DEEP_ASLEEP_AFTER_NS => ASLEEP_INTERVAL,
             Some(_) => DEEP_ASLEEP_INTERVAL,
-        };
-        sleep.min(Duration::from_nanos(tick_due.saturating_sub(now)).max(interval))
+        }
     }
 
     /// After a drain at `now` that read `records` records: wakes (records
@@ -181,9 +173,7 @@ async fn drain_until_stopped(
             _ = tick.tick(), if !asleep => {}
             // select! builds a disabled branch's future too: an async block,
             // so the awake loop reads no clock and makes no timer for it.
-            () = async {
-                    tokio::time::sleep(idle.wait(interval, monotonic_ns(), ticks.next_due_ns())).await;
-                },
+            () = async { tokio::time::sleep(idle.wait(interval, monotonic_ns())).await },
                 if asleep => {}
         }
         let drain_start = monotonic_ns();
@@ -505,26 +495,21 @@ mod tests {
         for _ in 1..IDLE_AFTER {
             assert!(!idle.after_drain(0, 0, false, &mut tell));
         }
-        let never = u64::MAX;
-        assert_eq!(idle.wait(fast, 0, never), fast);
+        assert_eq!(idle.wait(fast, 0), fast);
         // The last empty drain of the spell: asleep, the kernel told.
-        assert!(idle.after_drain(0, 10 * MS, false, &mut tell));
-        assert_eq!(idle.wait(fast, 10 * MS, never), ASLEEP_INTERVAL);
-        // ... but drained when the capture's next tick is due, not later
-        // (and not sooner than the fast clock when it is due already).
-        assert_eq!(idle.wait(fast, 10 * MS, 50 * MS), Duration::from_millis(40));
-        assert_eq!(idle.wait(fast, 60 * MS, 50 * MS), fast);
+        assert!(idle.after_drain(0, 60 * MS, false, &mut tell));
+        assert_eq!(idle.wait(fast, 60 * MS), ASLEEP_INTERVAL);
         // Asleep, empty drains tell nothing more; after a while the
         // sleeping clock slows to the capture's idle ticks.
         assert!(!idle.after_drain(0, 160 * MS, false, &mut tell));
         assert_eq!(
-            idle.wait(fast, 10 * MS + DEEP_ASLEEP_AFTER_NS, never),
+            idle.wait(fast, 60 * MS + DEEP_ASLEEP_AFTER_NS),
             DEEP_ASLEEP_INTERVAL
         );
         // Records: awake, told once.
         assert!(!idle.after_drain(3, 9000 * MS, false, &mut tell));
         assert!(!idle.after_drain(1, 9002 * MS, false, &mut tell));
-        assert_eq!(idle.wait(fast, 9002 * MS, never), fast);
+        assert_eq!(idle.wait(fast, 9002 * MS), fast);
         // A record within the next spell starts it again.
         for _ in 1..IDLE_AFTER {
             assert!(!idle.after_drain(0, 0, false, &mut tell));
@@ -538,7 +523,7 @@ mod tests {
         assert!(idle.after_drain(0, 0, false, &mut tell));
         // ... and woken if asleep.
         assert!(!idle.after_drain(0, 0, true, &mut tell));
-        assert_eq!(idle.wait(fast, 0, never), fast);
+        assert_eq!(idle.wait(fast, 0), fast);
         assert_eq!(told, vec![true, false, true, false]);
     }
 
@@ -554,7 +539,7 @@ mod tests {
             assert!(!idle.after_drain(0, 0, false, &mut tell));
         }
         assert_eq!(
-            idle.wait(Duration::from_millis(2), 0, u64::MAX),
+            idle.wait(Duration::from_millis(2), 0),
             Duration::from_millis(2)
         );
     }
