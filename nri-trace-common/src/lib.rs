@@ -491,6 +491,27 @@ pub const KERNEL_EVENTS_EXPLAINING: u32 = 0;
 /// `Config::kernel_events`: every event the probes see (`--kernel all`).
 pub const KERNEL_EVENTS_ALL: u32 = 1;
 
+/// Whether an unmount (`umount`) or a removal that ended with `errno`
+/// (positive; 0 for success) cannot hold a pod: EINVAL on an unmount (not
+/// mounted), ENOENT (already gone), EISDIR and, but for a cgroup
+/// (`names_cgroup`: a cgroup holds only its control files), ENOTEMPTY on a
+/// removal: os.RemoveAll's normal probing of a directory tree. One rule for
+/// the probes' filter (`KERNEL_EVENTS_EXPLAINING`) and userspace's
+/// `SandboxOp::failure`. Numbers: include/uapi/asm-generic/errno-base.h,
+/// errno.h.
+#[must_use]
+pub const fn removal_errno_is_benign(umount: bool, errno: i32, names_cgroup: bool) -> bool {
+    const ENOENT: i32 = 2;
+    const EISDIR: i32 = 21;
+    const EINVAL: i32 = 22;
+    const ENOTEMPTY: i32 = 39;
+    if umount {
+        matches!(errno, 0 | EINVAL | ENOENT)
+    } else {
+        matches!(errno, 0 | ENOENT | EISDIR) || (errno == ENOTEMPTY && !names_cgroup)
+    }
+}
+
 impl Config {
     /// The sandbox defaults: 1000 records/s per CPU; HUP, INT, QUIT, ABRT,
     /// KILL, TERM, STOP (include/uapi/asm-generic/signal.h numbers).
@@ -604,7 +625,7 @@ mod tests {
         // The eBPF side and userspace must agree on these exact sizes.
         assert_eq!(ENTRY_HEADER_LEN, 48);
         assert_eq!(size_of::<FdKey>(), 8);
-        // 4 x u32, u64, 4 x u32: no padding.
+        // 4 x u32, u64, 6 x u32: no padding.
         assert_eq!(size_of::<Config>(), 48);
         assert_eq!(SANDBOX_RECORD_LEN, 48 + 2 * SANDBOX_PATH_LEN);
         assert_eq!(align_of::<SandboxRecord>(), 8);

@@ -41,7 +41,7 @@ use aya_ebpf::{
 };
 use nri_trace_common::{
     counter, Config, EntryHeader, EntryKind, SandboxRecord, Syscall, ENTRY_HEADER_LEN,
-    KERNEL_EVENTS_ALL, POD_TASK_SLOTS, SANDBOX_NO_CODE, SANDBOX_PATH2_CUT, SANDBOX_PATH_CUT,
+    KERNEL_EVENTS_ALL, POD_TASK_SLOTS, removal_errno_is_benign, SANDBOX_NO_CODE, SANDBOX_PATH2_CUT, SANDBOX_PATH_CUT,
     SANDBOX_PATH_LEN, SANDBOX_RECORD_LEN, TASK_WATCH_EXIT,
 };
 
@@ -380,12 +380,6 @@ fn path_syscall<const COMPAT: bool>(ctx: &TracePointContext, sc: Syscall, path_a
     0
 }
 
-// include/uapi/asm-generic/errno-base.h, errno.h.
-const ENOENT: i64 = 2;
-const EISDIR: i64 = 21;
-const EINVAL: i64 = 22;
-const ENOTEMPTY: i64 = 39;
-
 /// Whether a path syscall's record explains something (see the module's
 /// doc); with `KERNEL_EVENTS_ALL` every one does. Watches the path of a
 /// failure that can hold a pod, so that its later success is sent.
@@ -405,12 +399,7 @@ fn worth_sending(d: &mut Draft, sc: Syscall, ret: i64) -> bool {
         // A removal: sent when its path was watched, and watched no more.
         return WATCHED_PATHS.remove(&hash).is_ok();
     }
-    let benign = match -ret {
-        ENOENT | EISDIR if !umount => true,
-        ENOENT | EINVAL if umount => true,
-        ENOTEMPTY if !umount => !cgroup,
-        _ => false,
-    };
+    let benign = removal_errno_is_benign(umount, (-ret) as i32, cgroup);
     if !benign {
         let _ = WATCHED_PATHS.insert(&hash, &1, 0);
     }

@@ -18,8 +18,8 @@ use std::{
 };
 
 use nri_trace_common::{
-    Syscall, SANDBOX_NO_CODE, SANDBOX_PATH2_CUT, SANDBOX_PATH_CUT, SANDBOX_PATH_LEN,
-    SANDBOX_RECORD_LEN,
+    removal_errno_is_benign, Syscall, SANDBOX_NO_CODE, SANDBOX_PATH2_CUT, SANDBOX_PATH_CUT,
+    SANDBOX_PATH_LEN, SANDBOX_RECORD_LEN,
 };
 use procfs::ProcessCGroup;
 use serde::{Deserialize, Serialize};
@@ -297,19 +297,12 @@ impl SandboxOp {
     }
 
     /// An unmount or a removal that failed in a way that can hold a pod
-    /// (its path and errno). Not: EINVAL on an unmount (not mounted),
-    /// ENOENT (already gone), EISDIR and, but for a cgroup (which holds
-    /// only its control files), ENOTEMPTY on a removal: os.RemoveAll's
-    /// normal probing of a directory tree.
+    /// (its path and errno): not one `removal_errno_is_benign` calls
+    /// benign, the rule the probes filter by too.
     pub fn failure(&self) -> Option<(&str, i32)> {
         let (path, errno) = self.path_result()?;
-        let benign = match self {
-            SandboxOp::Umount { .. } => matches!(errno, 0 | libc::EINVAL | libc::ENOENT),
-            _ => {
-                matches!(errno, 0 | libc::ENOENT | libc::EISDIR)
-                    || (errno == libc::ENOTEMPTY && !path.contains("cgroup"))
-            }
-        };
+        let umount = matches!(self, SandboxOp::Umount { .. });
+        let benign = removal_errno_is_benign(umount, errno, path.contains("cgroup"));
         (!benign).then_some((path, errno))
     }
 }

@@ -74,7 +74,7 @@ pub(crate) struct DecodeArgs {
     /// something (signals to and exits of pod processes, failures the
     /// rules count), or all of them. Live, the others are counted in the
     /// kernel and not sent (runc's cleanup probing, successful removals,
-    /// cgroup creation: about half of a pod's); text shows only explaining
+    /// cgroup creation: about 60 % of a pod's); text shows only explaining
     /// ones in either case unless all (docs/explain.md).
     #[arg(long, value_enum, default_value = "explaining")]
     pub kernel: KernelEvents,
