@@ -298,7 +298,8 @@ fn exchange(backend: &mut dyn CaptureBackend, tgid: u32) -> Result<CaptureResult
 /// signalled and reaped.
 #[derive(Debug, Default)]
 pub(crate) struct SandboxResult {
-    /// The failed rmdir of a file (/dev/null): path and errno (ENOTDIR).
+    /// The failed rmdir of a file (`not_a_directory`): path and errno
+    /// (ENOTDIR).
     pub rmdir: Option<(String, i32)>,
     /// The rmdir of a path that does not exist (ENOENT, a directory walk's
     /// probing): sent only with `--kernel all`, else counted in the kernel
@@ -326,8 +327,24 @@ impl SandboxResult {
     }
 }
 
-/// The file whose rmdir fails with ENOTDIR (and changes nothing).
-const NOT_A_DIRECTORY: &str = "/dev/null";
+/// A file whose rmdir fails with ENOTDIR (and changes nothing): /dev/null,
+/// or where a root has no /dev (doctor in an empty root holding only the
+/// binary and the host's /proc, /sys and /run; tests/tests/dist.rs) the
+/// binary itself. Without either the rmdir would end in ENOENT, which the
+/// filtered probes count instead of sending (`removal_errno_is_benign`).
+fn not_a_directory() -> String {
+    let is_file = |p: &std::path::Path| std::fs::symlink_metadata(p).is_ok_and(|m| !m.is_dir());
+    if is_file(std::path::Path::new("/dev/null")) {
+        return "/dev/null".to_owned();
+    }
+    std::env::current_exe()
+        .ok()
+        .filter(|p| is_file(p))
+        .map_or_else(
+            || "/dev/null".to_owned(),
+            |p| p.to_string_lossy().into_owned(),
+        )
+}
 
 /// The sandbox probes on this process: an rmdir of a file (a failure the
 /// probes send) and of an absolute path that does not exist (one they
@@ -338,7 +355,8 @@ pub(crate) fn sandbox(backend: &mut dyn CaptureBackend) -> Result<SandboxResult,
     backend.watch_tasks(&[tgid])?;
     let filtered_before = backend.kernel_filtered()?;
     let absent = format!("/nri-trace-selftest-{tgid}-absent");
-    for path in [NOT_A_DIRECTORY, &absent] {
+    let not_a_directory = not_a_directory();
+    for path in [&not_a_directory, &absent] {
         let cpath = std::ffi::CString::new(path).expect("no NUL");
         // Fail (ENOTDIR, ENOENT): the probe sees the attempt and its errno.
         unsafe { libc::rmdir(cpath.as_ptr()) };
@@ -377,7 +395,7 @@ pub(crate) fn sandbox(backend: &mut dyn CaptureBackend) -> Result<SandboxResult,
                 path: p,
                 dir: true,
                 errno,
-            } if ev.tgid == tgid && p == NOT_A_DIRECTORY => {
+            } if ev.tgid == tgid && p == not_a_directory => {
                 r.rmdir = Some((p, errno));
             }
             SandboxOp::Unlink { path: p, .. } if ev.tgid == tgid && p == absent => {
