@@ -35,29 +35,53 @@ pub(crate) fn config() -> Config {
     }
 }
 
+/// struct pt_regs offsets on x86_64 (arch/x86/include/asm/ptrace.h).
+const R10: usize = 7 * 8;
+const DX: usize = 12 * 8;
+const SI: usize = 13 * 8;
+const DI: usize = 14 * 8;
+const ORIG_AX: usize = 15 * 8;
+
+/// The current task's saved user registers (its struct pt_regs).
+/// bpf_task_pt_regs returns a BTF pointer (PTR_TO_BTF_ID of struct
+/// pt_regs): the verifier lets the program load from it directly (the JIT
+/// emits fault-checked loads), no bpf_probe_read_kernel call.
+#[inline(always)]
+fn user_regs() -> Option<*const u8> {
+    let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as *const u8;
+    (!regs.is_null()).then_some(regs)
+}
+
+#[inline(always)]
+fn reg(regs: *const u8, off: usize) -> u64 {
+    unsafe { core::ptr::read_volatile(regs.add(off) as *const u64) }
+}
+
 /// The current task's syscall arguments 0..=3 (x86_64 ABI: di, si, dx, r10),
 /// read from its saved user registers. `COMPAT`: the fallback programs'
 /// way, for kernels without bpf_task_pt_regs (5.15) and
 /// bpf_get_current_task_btf (5.11).
 #[inline(always)]
 pub(crate) fn syscall_args<const COMPAT: bool>() -> Option<[u64; 4]> {
-    // struct pt_regs offsets on x86_64 (arch/x86/include/asm/ptrace.h).
-    const R10: usize = 7 * 8;
-    const DX: usize = 12 * 8;
-    const SI: usize = 13 * 8;
-    const DI: usize = 14 * 8;
     if COMPAT {
         return syscall_args_from_stack();
     }
-    // bpf_task_pt_regs returns a BTF pointer (PTR_TO_BTF_ID of struct
-    // pt_regs): the verifier lets the program load from it directly (the
-    // JIT emits fault-checked loads), no bpf_probe_read_kernel call.
-    let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as *const u8;
-    if regs.is_null() {
-        return None;
-    }
-    let word = |off: usize| unsafe { core::ptr::read_volatile(regs.add(off) as *const u64) };
-    Some([word(DI), word(SI), word(DX), word(R10)])
+    let regs = user_regs()?;
+    Some([reg(regs, DI), reg(regs, SI), reg(regs, DX), reg(regs, R10)])
+}
+
+/// The number of the syscall the current task is in (`orig_ax`, which the
+/// x86_64 entry code saves and nothing overwrites until return; -1 outside
+/// a syscall, arch/x86/entry/entry_64.S) and its arguments 0..=3: what a
+/// program on a kernel function (`socket_fexit`) knows of the syscall that
+/// called it.
+#[inline(always)]
+pub(crate) fn current_syscall() -> Option<(u64, [u64; 4])> {
+    let regs = user_regs()?;
+    Some((
+        reg(regs, ORIG_AX),
+        [reg(regs, DI), reg(regs, SI), reg(regs, DX), reg(regs, R10)],
+    ))
 }
 
 /// The syscall arguments as bpf_task_pt_regs finds them, by hand: the user

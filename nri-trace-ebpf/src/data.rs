@@ -1,8 +1,9 @@
 //! The data syscalls (read, write, recvfrom, sendto, readv, writev,
-//! recvmsg, sendmsg) on tracked connections: their programs and the copy
-//! of their payload into the ring, in one step for a small buffer, else
-//! under bpf_loop or, in the fallback programs, by tail calls
-//! (`copy_tail`).
+//! recvmsg, sendmsg) on tracked connections: their tracepoint programs
+//! and the copy of their payload into the ring, in one step for a small
+//! buffer, else under bpf_loop or, in the fallback programs, by tail calls
+//! (`copy_tail`). The fentry backend's programs (`socket_fexit`) capture
+//! through the same `capture_data`.
 
 use core::ffi::c_void;
 
@@ -11,6 +12,7 @@ use aya_ebpf::{
     macros::{map, tracepoint},
     maps::{PerCpuArray, ProgramArray},
     programs::TracePointContext,
+    EbpfContext,
 };
 use nri_trace_common::{
     EntryHeader, EntryKind, Syscall, COMPAT_TAIL_STEPS, FD_CONN, FLAG_LAST, FLAG_TRUNCATED,
@@ -20,21 +22,30 @@ use nri_trace_common::{
 use crate::{
     context::{config, ret_of, syscall_args},
     emit::{emit_chunk, emit_header, emit_scratch, header},
-    tracking::{fd_get, tracked},
+    tracking::{fd_get, tracked, Tracked},
     with_fallback,
 };
 
-/// The syscall's arguments and the fd's sequence number for this direction,
-/// if the caller is tracked and the fd is a tracked connection.
+/// Where a data syscall's bytes are (its man page's arguments).
+#[derive(Clone, Copy)]
+pub(crate) enum Shape {
+    /// read/write/recvfrom/sendto: one buffer at arg 1.
+    Contiguous,
+    /// readv/writev: an iovec array at arg 1, its count in arg 2.
+    Iovecs,
+    /// recvmsg/sendmsg: a struct msghdr at arg 1.
+    Msghdr,
+}
+
+/// The next sequence number of tracked connection `fd` of `t` for this
+/// direction; None if `fd` is not a tracked connection.
 #[inline(always)]
-fn tracked_conn<const COMPAT: bool>(pid_tgid: u64, inbound: bool) -> Option<([u64; 4], u32)> {
-    let t = tracked((pid_tgid >> 32) as u32)?;
-    let args = syscall_args::<COMPAT>()?;
-    let st = fd_get(t, args[0] as u32)?;
+pub(crate) fn conn_seq(t: Tracked, fd: u32, inbound: bool) -> Option<u32> {
+    let st = fd_get(t, fd)?;
     if unsafe { (*st).flags } & FD_CONN == 0 {
         return None;
     }
-    let seq = unsafe {
+    Some(unsafe {
         let p = if inbound {
             &raw mut (*st).seq_in
         } else {
@@ -43,8 +54,7 @@ fn tracked_conn<const COMPAT: bool>(pid_tgid: u64, inbound: bool) -> Option<([u6
         let v = *p;
         *p = v.wrapping_add(1);
         v
-    };
-    Some((args, seq))
+    })
 }
 
 #[repr(C)]
@@ -129,8 +139,8 @@ fn copy_one<const COMPAT: bool>(st: &mut CopyState) -> i64 {
 
 /// Capture the payload of a data syscall that returned `ret` bytes.
 #[inline(always)]
-fn capture_payload<const COMPAT: bool>(
-    ctx: &TracePointContext,
+fn capture_payload<C: EbpfContext, const COMPAT: bool>(
+    ctx: &C,
     sc: Syscall,
     pid_tgid: u64,
     fd: u32,
@@ -233,79 +243,88 @@ pub fn copy_tail(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// read/write/recvfrom/sendto: one contiguous buffer in arg 1.
+/// Capture the `ret` bytes data syscall `sc` moved on tracked connection
+/// `args[0]` (sequence number `seq`), found where `shape` says. One body
+/// for the tracepoint programs (`data_exit`) and the fentry backend's
+/// (`socket_fexit`).
 #[inline(always)]
-fn data_contiguous<const COMPAT: bool>(ctx: &TracePointContext, sc: Syscall) -> u32 {
+pub(crate) fn capture_data<C: EbpfContext, const COMPAT: bool>(
+    ctx: &C,
+    sc: Syscall,
+    shape: Shape,
+    pid_tgid: u64,
+    args: [u64; 4],
+    seq: u32,
+    ret: i64,
+) {
+    let none = Iovec { base: 0, len: 0 };
+    let (seg, iov) = match shape {
+        Shape::Contiguous => (
+            Iovec {
+                base: args[1],
+                len: ret as u64,
+            },
+            none,
+        ),
+        Shape::Iovecs => (
+            none,
+            Iovec {
+                base: args[1],
+                len: args[2],
+            },
+        ),
+        Shape::Msghdr => {
+            // struct user_msghdr (include/linux/socket.h): msg_iov at 16,
+            // msg_iovlen at 24.
+            let Ok(m) = (unsafe { bpf_probe_read_user((args[1] + 16) as *const [u64; 2]) })
+            else {
+                return;
+            };
+            (
+                none,
+                Iovec {
+                    base: m[0],
+                    len: m[1],
+                },
+            )
+        }
+    };
+    capture_payload::<C, COMPAT>(ctx, sc, pid_tgid, args[0] as u32, seq, ret, seg, iov);
+}
+
+/// A data syscall's exit tracepoint: its bytes if the caller is tracked
+/// and the fd a tracked connection.
+#[inline(always)]
+fn data_exit<const COMPAT: bool>(ctx: &TracePointContext, sc: Syscall, shape: Shape) -> u32 {
     let ret = ret_of(ctx);
     if ret <= 0 {
         return 0;
     }
     let pid_tgid = bpf_get_current_pid_tgid();
-    let Some((args, seq)) = tracked_conn::<COMPAT>(pid_tgid, sc.is_inbound()) else {
+    let Some(t) = tracked((pid_tgid >> 32) as u32) else {
         return 0;
     };
-    let seg = Iovec {
-        base: args[1],
-        len: ret as u64,
+    let Some(args) = syscall_args::<COMPAT>() else {
+        return 0;
     };
-    capture_payload::<COMPAT>(
-        ctx,
-        sc,
-        pid_tgid,
-        args[0] as u32,
-        seq,
-        ret,
-        seg,
-        Iovec { base: 0, len: 0 },
-    );
+    let Some(seq) = conn_seq(t, args[0] as u32, sc.is_inbound()) else {
+        return 0;
+    };
+    capture_data::<_, COMPAT>(ctx, sc, shape, pid_tgid, args, seq, ret);
     0
 }
 
-/// readv/writev (iovec array, count) and recvmsg/sendmsg (struct msghdr).
-#[inline(always)]
-fn data_vectored<const COMPAT: bool>(ctx: &TracePointContext, sc: Syscall, msghdr: bool) -> u32 {
-    let ret = ret_of(ctx);
-    if ret <= 0 {
-        return 0;
-    }
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let Some((args, seq)) = tracked_conn::<COMPAT>(pid_tgid, sc.is_inbound()) else {
-        return 0;
-    };
-    let iov = if msghdr {
-        // struct user_msghdr (include/linux/socket.h): msg_iov at 16,
-        // msg_iovlen at 24.
-        let Ok(m) = (unsafe { bpf_probe_read_user((args[1] + 16) as *const [u64; 2]) }) else {
-            return 0;
-        };
-        Iovec {
-            base: m[0],
-            len: m[1],
-        }
-    } else {
-        Iovec {
-            base: args[1],
-            len: args[2],
-        }
-    };
-    capture_payload::<COMPAT>(
-        ctx,
-        sc,
-        pid_tgid,
-        args[0] as u32,
-        seq,
-        ret,
-        Iovec { base: 0, len: 0 },
-        iov,
-    );
-    0
-}
-
-with_fallback!(exit_read, exit_read_compat, |ctx| data_contiguous(Syscall::Read));
-with_fallback!(exit_recvfrom, exit_recvfrom_compat, |ctx| data_contiguous(Syscall::Recvfrom));
-with_fallback!(exit_write, exit_write_compat, |ctx| data_contiguous(Syscall::Write));
-with_fallback!(exit_sendto, exit_sendto_compat, |ctx| data_contiguous(Syscall::Sendto));
-with_fallback!(exit_readv, exit_readv_compat, |ctx| data_vectored(Syscall::Readv, false));
-with_fallback!(exit_writev, exit_writev_compat, |ctx| data_vectored(Syscall::Writev, false));
-with_fallback!(exit_recvmsg, exit_recvmsg_compat, |ctx| data_vectored(Syscall::Recvmsg, true));
-with_fallback!(exit_sendmsg, exit_sendmsg_compat, |ctx| data_vectored(Syscall::Sendmsg, true));
+with_fallback!(exit_read, exit_read_compat, |ctx| data_exit(Syscall::Read, Shape::Contiguous));
+with_fallback!(exit_recvfrom, exit_recvfrom_compat, |ctx| data_exit(
+    Syscall::Recvfrom,
+    Shape::Contiguous
+));
+with_fallback!(exit_write, exit_write_compat, |ctx| data_exit(Syscall::Write, Shape::Contiguous));
+with_fallback!(exit_sendto, exit_sendto_compat, |ctx| data_exit(
+    Syscall::Sendto,
+    Shape::Contiguous
+));
+with_fallback!(exit_readv, exit_readv_compat, |ctx| data_exit(Syscall::Readv, Shape::Iovecs));
+with_fallback!(exit_writev, exit_writev_compat, |ctx| data_exit(Syscall::Writev, Shape::Iovecs));
+with_fallback!(exit_recvmsg, exit_recvmsg_compat, |ctx| data_exit(Syscall::Recvmsg, Shape::Msghdr));
+with_fallback!(exit_sendmsg, exit_sendmsg_compat, |ctx| data_exit(Syscall::Sendmsg, Shape::Msghdr));

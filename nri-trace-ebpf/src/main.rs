@@ -21,8 +21,9 @@
 //! `tracking` (tracked processes and their fds), `context` (the
 //! configuration, the syscall's arguments and return value), `emit`
 //! (records out to the ring), `data` (the read/write family and the copy
-//! of their payload), `sockets` (the syscalls that start and stop tracking
-//! fds), `process` (fork and exit), `sandbox` (the sandbox probes),
+//! of their payload), `socket_fexit` (the fentry backend's data programs,
+//! where the kernel allows them: see there), `sockets` (the syscalls that
+//! start and stop tracking fds), `process` (fork and exit), `sandbox` (the sandbox probes),
 //! `helper_probe` (never attached: which helpers the kernel has) and
 //! `floor` (benchmarks only).
 #![no_std]
@@ -36,6 +37,7 @@ mod helper_probe;
 mod maps;
 mod process;
 mod sandbox;
+mod socket_fexit;
 mod sockets;
 mod tracking;
 

@@ -58,6 +58,19 @@ pub enum BackendError {
         #[source]
         source: Box<aya::programs::ProgramError>,
     },
+    /// The kernel's information on a loaded program (its statistics).
+    #[error("reading the kernel's information on eBPF program {program}")]
+    ProgramInfo {
+        program: String,
+        #[source]
+        source: Box<aya::programs::ProgramError>,
+    },
+    /// `--backend fentry` where the fentry programs cannot run.
+    #[error(
+        "the fentry backend cannot run here: {reason}. Use `--backend auto` (the tracepoint \
+         backend where fentry is refused); `nri-trace doctor` says which one runs"
+    )]
+    Fentry { reason: String },
     #[error("eBPF map {map}")]
     Map {
         map: &'static str,

@@ -8,8 +8,8 @@ use std::{
 
 use aya::{
     maps::{Array, HashMap, MapData, PerCpuArray, PerCpuValues, ProgramArray, RingBuf},
-    programs::{RawTracePoint, TracePoint},
-    Ebpf, EbpfLoader,
+    programs::{FExit, RawTracePoint, TracePoint},
+    Btf, Ebpf, EbpfLoader,
 };
 use nri_trace_common::{
     counter, fd_table_index, Config, FdKey, FdState, SunPath, DEFAULT_RING_BYTES, DEFAULT_SNAP,
@@ -26,8 +26,11 @@ use super::{
 /// Aligned: the ELF parser reads it in place.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/nri-trace-ebpf.o"));
 
-/// (program, tracepoint category, tracepoint) of the capture design.
-pub(crate) const CAPTURE_PROGRAMS: &[(&str, &str, &str)] = &[
+/// (program, tracepoint category, tracepoint) of the tracepoint backend's
+/// data programs: the read and write families, whose exits run for every
+/// process's reads and writes. The fentry backend's `FENTRY_PROGRAMS`
+/// capture the same bytes in their place.
+pub(crate) const DATA_PROGRAMS: &[(&str, &str, &str)] = &[
     ("exit_read", "syscalls", "sys_exit_read"),
     ("exit_readv", "syscalls", "sys_exit_readv"),
     ("exit_recvfrom", "syscalls", "sys_exit_recvfrom"),
@@ -36,6 +39,19 @@ pub(crate) const CAPTURE_PROGRAMS: &[(&str, &str, &str)] = &[
     ("exit_writev", "syscalls", "sys_exit_writev"),
     ("exit_sendto", "syscalls", "sys_exit_sendto"),
     ("exit_sendmsg", "syscalls", "sys_exit_sendmsg"),
+];
+
+/// (program, kernel function) of the fentry backend: fexit on the unix
+/// stream socket's send and receive (nri-trace-ebpf/src/socket_fexit.rs).
+pub(crate) const FENTRY_PROGRAMS: &[(&str, &str)] = &[
+    ("fexit_sendmsg", "unix_stream_sendmsg"),
+    ("fexit_recvmsg", "unix_stream_recvmsg"),
+];
+
+/// (program, tracepoint category, tracepoint) of the rest of the capture,
+/// on either backend: the syscalls that start and stop tracking fds, and
+/// the processes' fork and exit.
+pub(crate) const CONNECTION_PROGRAMS: &[(&str, &str, &str)] = &[
     ("enter_close", "syscalls", "sys_enter_close"),
     ("exit_accept", "syscalls", "sys_exit_accept"),
     ("exit_accept4", "syscalls", "sys_exit_accept4"),
@@ -115,6 +131,39 @@ pub enum KernelHelpers {
     Fallback,
 }
 
+/// Which programs capture the data syscalls' bytes (`--backend`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendChoice {
+    /// fentry where the kernel allows it, else tracepoints.
+    #[default]
+    Auto,
+    /// fexit on the unix stream socket functions; an error where refused.
+    Fentry,
+    /// The syscall exit tracepoints.
+    Tracepoint,
+}
+
+/// The backend a capture runs on, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DataBackend {
+    /// fexit on unix_stream_sendmsg and unix_stream_recvmsg: no BPF runs
+    /// for a write to a file, a pipe or a TCP socket.
+    Fentry,
+    /// The syscall exit tracepoints (every read and write of every process
+    /// runs one); `why`: why not fentry.
+    Tracepoint { why: String },
+}
+
+impl DataBackend {
+    /// `fentry` or `tracepoint`, as `--backend` names it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Fentry => "fentry",
+            Self::Tracepoint { .. } => "tracepoint",
+        }
+    }
+}
+
 /// Which programs to attach. Only `Capture` captures anything; the others
 /// exist to measure design floors in benchmarks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -144,6 +193,8 @@ pub struct EbpfOptions {
     /// The sandbox probes send every event they see, not only the ones
     /// that explain something (`Config::kernel_events`; `--kernel all`).
     pub all_kernel_events: bool,
+    /// Which programs capture the data syscalls (`--backend`).
+    pub backend: BackendChoice,
 }
 
 impl Default for EbpfOptions {
@@ -155,6 +206,7 @@ impl Default for EbpfOptions {
             programs: ProgramSet::Capture,
             sandbox: false,
             all_kernel_events: false,
+            backend: BackendChoice::Auto,
         }
     }
 }
@@ -176,8 +228,12 @@ pub struct EbpfBackend {
     /// Userspace copy of the filter: tracked tgids, their slots and rows.
     view: TgidFilter,
     helpers: KernelHelpers,
+    /// Which programs capture the data syscalls (`None`: not `Capture`),
+    /// and the names of those attached.
+    data_backend: Option<DataBackend>,
+    data_programs: Vec<String>,
     // Keeps programs and links alive; dropped last.
-    _ebpf: Ebpf,
+    ebpf: Ebpf,
 }
 
 fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> BackendError {
@@ -299,9 +355,22 @@ impl EbpfBackend {
                 0,
             )
             .map_err(map_err("CONFIG"))?;
+        let mut data_backend = None;
+        let mut data_programs = Vec::new();
         match opts.programs {
             ProgramSet::Capture => {
-                for (name, cat, tp) in CAPTURE_PROGRAMS {
+                let data = attach_data(&mut ebpf, opts.backend, helpers, &pick)?;
+                data_programs = match data {
+                    DataBackend::Fentry => FENTRY_PROGRAMS
+                        .iter()
+                        .map(|(name, _)| (*name).to_owned())
+                        .collect(),
+                    DataBackend::Tracepoint { .. } => {
+                        DATA_PROGRAMS.iter().map(|(name, ..)| pick(name)).collect()
+                    }
+                };
+                data_backend = Some(data);
+                for (name, cat, tp) in CONNECTION_PROGRAMS {
                     attach_tp(&mut ebpf, &pick(name), &[(cat, tp)])?;
                 }
                 if opts.sandbox {
@@ -312,8 +381,9 @@ impl EbpfBackend {
             }
             ProgramSet::FloorClassic => {
                 let sandbox = if opts.sandbox { SANDBOX_PROGRAMS } else { &[] };
-                let mut tps: Vec<(&str, &str)> = CAPTURE_PROGRAMS
+                let mut tps: Vec<(&str, &str)> = DATA_PROGRAMS
                     .iter()
+                    .chain(CONNECTION_PROGRAMS)
                     .chain(sandbox)
                     .map(|(_, c, t)| (*c, *t))
                     .collect();
@@ -354,7 +424,9 @@ impl EbpfBackend {
                 .map_err(map_err("READER_ASLEEP"))?,
             view: TgidFilter::default(),
             helpers,
-            _ebpf: ebpf,
+            data_backend,
+            data_programs,
+            ebpf,
         })
     }
 
@@ -362,6 +434,35 @@ impl EbpfBackend {
     /// run without them).
     pub fn helpers(&self) -> KernelHelpers {
         self.helpers
+    }
+
+    /// Which programs capture the data syscalls, and why (None for the
+    /// benchmarks' floor program sets).
+    pub fn data_backend(&self) -> Option<&DataBackend> {
+        self.data_backend.as_ref()
+    }
+
+    /// How many times the attached data programs have run, by the
+    /// kernel's BPF statistics: counted only while they are enabled
+    /// (`aya::sys::enable_stats`), by any process that ran them.
+    pub fn data_program_runs(&self) -> Result<u64, BackendError> {
+        let mut runs = 0;
+        for name in &self.data_programs {
+            let info = self
+                .ebpf
+                .program(name)
+                .ok_or_else(|| BackendError::Program {
+                    program: name.clone(),
+                    problem: "is missing from the object",
+                })?
+                .info()
+                .map_err(|source| BackendError::ProgramInfo {
+                    program: name.clone(),
+                    source: Box::new(source),
+                })?;
+            runs += info.run_count();
+        }
+        Ok(runs)
     }
 
     fn write_slot(&mut self, slot: u32) -> Result<(), BackendError> {
@@ -472,6 +573,90 @@ fn parse_field_offset(format: &str, field: &str) -> Option<u32> {
         }
         parts.find_map(|p| p.trim().strip_prefix("offset:")?.parse().ok())
     })
+}
+
+/// Attach the programs that capture the data syscalls: the fentry
+/// backend's where `choice` and the kernel allow it, else the tracepoint
+/// backend's (`pick`: a program's name, or its fallback twin's).
+fn attach_data(
+    ebpf: &mut Ebpf,
+    choice: BackendChoice,
+    helpers: KernelHelpers,
+    pick: &dyn Fn(&str) -> String,
+) -> Result<DataBackend, BackendError> {
+    let why = match (choice, helpers) {
+        (BackendChoice::Tracepoint, _) => "--backend tracepoint".to_owned(),
+        (_, KernelHelpers::Fallback) => {
+            let reason = "the fentry programs need bpf_loop and bpf_task_pt_regs (5.17), which \
+                          this kernel lacks";
+            if choice == BackendChoice::Fentry {
+                return Err(BackendError::Fentry {
+                    reason: reason.into(),
+                });
+            }
+            reason.to_owned()
+        }
+        (_, KernelHelpers::Full) => match attach_fentry(ebpf) {
+            Ok(()) => return Ok(DataBackend::Fentry),
+            Err(reason) if choice == BackendChoice::Auto => {
+                log::info!("fentry backend: {reason}; attaching the tracepoints");
+                reason
+            }
+            Err(reason) => return Err(BackendError::Fentry { reason }),
+        },
+    };
+    for (name, cat, tp) in DATA_PROGRAMS {
+        attach_tp(ebpf, &pick(name), &[(cat, tp)])?;
+    }
+    Ok(DataBackend::Tracepoint { why })
+}
+
+/// Load and attach `FENTRY_PROGRAMS`, all or none (a half-attached set
+/// would capture the sends twice once the tracepoints join it): what
+/// failed, as a sentence, else.
+fn attach_fentry(ebpf: &mut Ebpf) -> Result<(), String> {
+    let btf = Btf::from_sys_fs().map_err(|e| format!("reading the kernel's BTF: {e}"))?;
+    let mut result = Ok(());
+    for (name, func) in FENTRY_PROGRAMS {
+        let attached = match ebpf.program_mut(name).map(<&mut FExit>::try_from) {
+            Some(Ok(prog)) => prog
+                .load(func, &btf)
+                .map_err(|e| {
+                    // An empty verifier log says nothing: the kernel
+                    // refused before verifying (EPERM where function
+                    // tracing is blocked).
+                    let chain = crate::human::error_chain(&e);
+                    let chain = chain.trim_end();
+                    let chain = chain
+                        .strip_suffix("Verifier output:")
+                        .map_or(chain, |c| c.trim_end_matches(['.', ' ']));
+                    format!("loading {name} on {func}: {}", short_error(&chain))
+                })
+                .and_then(|()| {
+                    prog.attach().map(drop).map_err(|e| {
+                        format!(
+                            "attaching {name} to {func}: {}",
+                            crate::human::error_chain(&e)
+                        )
+                    })
+                }),
+            Some(Err(_)) => Err(format!("{name} is not an fexit program in the object")),
+            None => Err(format!("{name} is missing from the object")),
+        };
+        if let Err(e) = attached {
+            result = Err(e);
+            break;
+        }
+    }
+    if result.is_err() {
+        for (name, _) in FENTRY_PROGRAMS {
+            if let Some(Ok(prog)) = ebpf.program_mut(name).map(<&mut FExit>::try_from) {
+                // Not loaded: nothing to undo.
+                let _ = prog.unload();
+            }
+        }
+    }
+    result
 }
 
 /// Load `copy_tail` and put it in slot 0 of `COPY_TAIL`, where the

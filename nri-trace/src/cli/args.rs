@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::ValueEnum;
+use nri_trace::capture::BackendChoice;
 use nri_trace_common::{DEFAULT_RING_BYTES, DEFAULT_SNAP};
 
 /// `watch -o`.
@@ -155,4 +156,10 @@ pub(crate) struct ProbeArgs {
     /// Drain the ring buffer at least this often, in milliseconds.
     #[arg(long, default_value_t = 2)]
     pub drain_ms: u64,
+    /// Which probes capture the sockets' bytes: fexit on the unix socket
+    /// functions (nothing runs for other reads and writes), the syscall
+    /// exit tracepoints (every process's reads and writes run one), or
+    /// fentry where the kernel allows it (`nri-trace doctor` says which).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: BackendChoice,
 }

@@ -12,9 +12,13 @@ pub(crate) async fn run(a: HoldArgs) -> Result<()> {
     let mut b = EbpfBackend::load(&EbpfOptions {
         programs: a.programs,
         sandbox: a.sandbox,
+        backend: a.backend,
         ..Default::default()
     })
     .context("loading programs")?;
+    if let Some(data) = b.data_backend() {
+        eprintln!("nri-trace: capture backend {}", data.name());
+    }
     if let Some(p) = a.pid {
         b.track_process(p)?;
         if a.sandbox {

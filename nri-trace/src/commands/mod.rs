@@ -8,6 +8,7 @@ pub(crate) mod hold;
 pub(crate) mod record;
 pub(crate) mod replay;
 pub(crate) mod watch;
+pub(crate) mod write_cost;
 
 use std::{
     io::{self, IsTerminal},
@@ -53,6 +54,7 @@ pub(crate) fn ebpf_options(
         programs,
         sandbox,
         all_kernel_events: kernel == KernelEvents::All,
+        backend: p.backend,
     }
 }
 
