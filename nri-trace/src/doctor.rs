@@ -11,7 +11,8 @@ use serde::Serialize;
 use crate::capture::{
     discovery,
     ebpf::{
-        EbpfBackend, EbpfOptions, KernelHelpers, CAPTURE_PROGRAMS, FALLBACK_STEPS, SANDBOX_PROGRAMS,
+        BackendChoice, DataBackend, EbpfBackend, EbpfOptions, KernelHelpers, CONNECTION_PROGRAMS,
+        DATA_PROGRAMS, FALLBACK_STEPS, FENTRY_PROGRAMS, SANDBOX_PROGRAMS,
     },
     runtimes, selftest,
 };
@@ -155,8 +156,8 @@ pub fn tracepoints() -> Check {
             "see tracefs",
         );
     };
-    let missing: Vec<String> = CAPTURE_PROGRAMS
-        .iter()
+    let all = || DATA_PROGRAMS.iter().chain(CONNECTION_PROGRAMS);
+    let missing: Vec<String> = all()
         .filter(|(_, c, t)| !base.join(c).join(t).join("id").exists())
         .map(|(_, c, t)| format!("{c}/{t}"))
         .collect();
@@ -164,7 +165,7 @@ pub fn tracepoints() -> Check {
         check(
             "tracepoints",
             Status::Ok,
-            format!("{} present", CAPTURE_PROGRAMS.len()),
+            format!("{} present", all().count()),
             "",
         )
     } else {
@@ -214,10 +215,15 @@ pub fn socket(label: &str, path: &str) -> Check {
     }
 }
 
-/// Load and attach every program (the capture's and the sandbox
-/// probes'), then run the self-tests with them: the proof that capture
-/// works on this kernel, beyond the verifier's yes (capture/selftest.rs).
-pub fn load() -> Vec<Check> {
+/// One-byte writes to each of a file, a pipe and a TCP socket in the
+/// untraced-writes check (issue 34's figure).
+pub const UNTRACED_WRITES: u32 = 100_000;
+
+/// Load and attach every program (the capture's on `backend`, and the
+/// sandbox probes'), then run the self-tests with them: the proof that
+/// capture works on this kernel, beyond the verifier's yes
+/// (capture/selftest.rs).
+pub fn load(backend: BackendChoice) -> Vec<Check> {
     if EbpfBackend::object().is_empty() {
         return vec![check(
             "eBPF programs",
@@ -227,9 +233,11 @@ pub fn load() -> Vec<Check> {
         )];
     }
     let t = std::time::Instant::now();
+    let choice = backend;
     let mut backend = match EbpfBackend::load(&EbpfOptions {
         ring_bytes: 1 << 20,
         sandbox: true,
+        backend: choice,
         ..Default::default()
     }) {
         Ok(b) => b,
@@ -262,12 +270,20 @@ pub fn load() -> Vec<Check> {
             "use Linux >= 5.17 for captures of any size",
         ),
     };
+    let data_programs = match backend.data_backend() {
+        Some(DataBackend::Fentry) => FENTRY_PROGRAMS.len(),
+        _ => DATA_PROGRAMS.len(),
+    };
+    let data_backend = backend_check(backend.data_backend());
+    // Before the capture self-test tracks this process: these are the
+    // writes of a process nri-trace does not trace.
+    let untraced = untraced_writes_check(&backend);
     let loaded = check(
         "eBPF programs",
         Status::Ok,
         format!(
             "{} capture and {} sandbox programs loaded, verified and attached in {} ms",
-            CAPTURE_PROGRAMS.len(),
+            data_programs + CONNECTION_PROGRAMS.len(),
             SANDBOX_PROGRAMS.len(),
             t.elapsed().as_millis()
         ),
@@ -321,7 +337,62 @@ pub fn load() -> Vec<Check> {
             "run as root",
         ),
     };
-    vec![loaded, helpers, capture, sandbox]
+    vec![loaded, helpers, data_backend, untraced, capture, sandbox]
+}
+
+/// What other processes' writes cost: how many times the data programs
+/// ran while this process wrote to a file, a pipe and a TCP socket
+/// (fentry: none of these runs one; the tracepoints: every read and write
+/// of every process on the node does).
+fn untraced_writes_check(backend: &EbpfBackend) -> Check {
+    let name = "untraced writes";
+    match selftest::untraced_writes(backend, UNTRACED_WRITES) {
+        Ok(w) => check(
+            name,
+            Status::Ok,
+            format!(
+                "{} one-byte writes each to a file, a pipe and a TCP socket (and {} reads \
+                 draining them) ran the data programs {} times (counted for every process on \
+                 the node meanwhile, by the kernel's BPF statistics)",
+                w.per_target, w.reads, w.runs
+            ),
+            "",
+        ),
+        Err(e) => check(
+            name,
+            Status::Warn,
+            crate::human::error_chain(&e),
+            "needs Linux >= 5.8 (BPF_ENABLE_STATS) and a loopback interface that is up",
+        ),
+    }
+}
+
+/// Which programs capture the data syscalls (`--backend auto` picks as
+/// the live commands do), and why not fentry where it is not used.
+fn backend_check(data: Option<&DataBackend>) -> Check {
+    let name = "capture backend";
+    match data {
+        Some(DataBackend::Fentry) => check(
+            name,
+            Status::Ok,
+            "fentry: fexit on unix_stream_sendmsg and unix_stream_recvmsg; a read or write \
+             that is not on a unix stream socket runs no BPF (the connection and sandbox \
+             programs' syscall tracepoints still take every syscall through the kernel's \
+             tracing path: docs/kernels.md)",
+            "",
+        ),
+        Some(DataBackend::Tracepoint { why }) => check(
+            name,
+            Status::Warn,
+            format!(
+                "tracepoint: fentry not used: {why}. Every read and write of every process on \
+                 the node runs a probe (about 120 ns each: docs/benchmarks.md)"
+            ),
+            "a kernel that allows fentry (BTF, trampolines; Debian's 6.1 and 6.12 do) makes \
+             other processes' reads and writes free",
+        ),
+        None => check(name, Status::Fail, "no capture programs attached", ""),
+    }
 }
 
 /// The container runtimes running here and the CRI / NRI sockets `watch`
@@ -369,10 +440,10 @@ pub fn runtimes() -> Check {
     }
 }
 
-/// Run every check, in order.
-pub fn run() -> Vec<Check> {
+/// Run every check, in order, loading the capture on `backend`.
+pub fn run(backend: BackendChoice) -> Vec<Check> {
     let mut v = vec![privileges(), kernel_version(), btf(), tracefs()];
-    let loaded = load(); // mounts tracefs if needed
+    let loaded = load(backend); // mounts tracefs if needed
     v.push(tracepoints());
     v.extend(loaded);
     for (label, path) in DEFAULT_SOCKETS {

@@ -41,9 +41,10 @@ fn main() -> Result<()> {
             Cmd::Replay(a) => commands::replay::run(a),
             Cmd::Report(a) => commands::replay::report(a),
             Cmd::Explain(a) => commands::explain::run(a).await,
-            Cmd::Doctor { output } => commands::doctor::run(output),
+            Cmd::Doctor { output, backend } => commands::doctor::run(output, backend),
             Cmd::Debug(d) => commands::debug::run(d).await,
             Cmd::Hold(a) => commands::hold::run(a).await,
+            Cmd::WriteCost(a) => commands::write_cost::run(a),
         }
     });
     // The reader went away (`| head`): done, as other command-line tools.

@@ -53,11 +53,33 @@ fn setup() -> Result<PathBuf, String> {
 
 /// The status of doctor check `name` in `checks`.
 fn status<'a>(checks: &'a [Value], name: &str) -> Option<&'a str> {
+    field(checks, name, "status")
+}
+
+/// Field `field` of doctor check `name` in `checks`.
+fn field<'a>(checks: &'a [Value], name: &str, field: &str) -> Option<&'a str> {
     checks
         .iter()
         .find(|c| c["name"] == name)
-        .and_then(|c| c["status"].as_str())
+        .and_then(|c| c[field].as_str())
 }
+
+/// The backend doctor captured on (`capture backend`: "fentry: ...").
+fn backend(checks: &[Value]) -> Option<&str> {
+    field(checks, "capture backend", "detail").and_then(|d| d.split(':').next())
+}
+
+/// How many times the data programs ran during doctor's untraced writes
+/// ("... ran the data programs N times ...").
+fn untraced_runs(checks: &[Value]) -> Option<u64> {
+    let detail = field(checks, "untraced writes", "detail")?;
+    let rest = detail.split("ran the data programs ").nth(1)?;
+    rest.split(' ').next()?.parse().ok()
+}
+
+/// One-byte writes to each of a file, a pipe and a TCP socket in doctor's
+/// untraced-writes check (nri-trace doctor.rs `UNTRACED_WRITES`).
+const UNTRACED_WRITES: u64 = 100_000;
 
 /// Every check ran and none failed; the self-tests passed.
 fn assert_doctor(kernel: &str, checks: &[Value]) {
@@ -183,6 +205,51 @@ fn kernels_doctor_and_capture_pass_on_every_kernel() {
             "{kernel}: which programs were loaded"
         );
         assert_eq!(r["doctor_rc"], 0, "{kernel}: doctor's exit status");
+
+        // Issue 34: the 6.x kernels capture on the fentry backend (doctor's
+        // self-tests above ran on it), and 300,000 writes to a file, a
+        // pipe and TCP ran none of its programs (nothing else runs in the
+        // VM); 5.10 falls back to the tracepoints and says why.
+        assert_eq!(
+            backend(&checks),
+            Some(if fallback { "tracepoint" } else { "fentry" }),
+            "{kernel}: the backend --backend auto chose: {:?}",
+            field(&checks, "capture backend", "detail")
+        );
+        let runs = untraced_runs(&checks);
+        if fallback {
+            assert!(
+                runs.is_some_and(|n| n >= 3 * UNTRACED_WRITES),
+                "{kernel}: the tracepoints ran for every write: {:?}",
+                field(&checks, "untraced writes", "detail")
+            );
+        } else {
+            assert_eq!(
+                runs,
+                Some(0),
+                "{kernel}: fentry: no program runs for writes that are not on a unix socket: \
+                 {:?}",
+                field(&checks, "untraced writes", "detail")
+            );
+        }
+        // The same kernel on the tracepoint backend: the self-tests pass
+        // there too, and every one of those writes ran a program.
+        let tp = r["tracepoint_doctor"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let tp_kernel = format!("{kernel} --backend tracepoint");
+        assert_doctor(&tp_kernel, &tp);
+        assert_eq!(
+            r["tracepoint_doctor_rc"], 0,
+            "{tp_kernel}: doctor's exit status"
+        );
+        assert_eq!(backend(&tp), Some("tracepoint"), "{tp_kernel}");
+        assert!(
+            untraced_runs(&tp).is_some_and(|n| n >= 3 * UNTRACED_WRITES),
+            "{tp_kernel}: the tracepoints ran for every write: {:?}",
+            field(&tp, "untraced writes", "detail")
+        );
     }
     assert!(
         status_xtask.success(),

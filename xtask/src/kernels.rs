@@ -96,6 +96,11 @@ pub(crate) struct KernelsArgs {
     /// Also write the results as JSON to FILE (tests/tests/kernels.rs).
     #[arg(long, value_name = "FILE")]
     report: Option<PathBuf>,
+    /// Rounds of `nri-trace write-cost` in each VM after doctor (no
+    /// probes, the tracepoint backend, the fentry backend, in turn);
+    /// `cargo xtask bench --only kernels` reports them.
+    #[arg(long, default_value_t = 0)]
+    write_cost_rounds: u32,
 }
 
 /// One kernel's run, as measured.
@@ -108,8 +113,14 @@ pub(crate) struct KernelRun {
     /// `uname -r` inside the VM.
     pub(crate) uname: String,
     pub(crate) doctor_rc: Option<i32>,
-    /// `nri-trace doctor -o json`'s lines.
+    /// `nri-trace doctor -o json`'s lines (`--backend auto`: fentry where
+    /// the kernel allows it).
     pub(crate) doctor: Vec<serde_json::Value>,
+    /// The same on the tracepoint backend (`--backend tracepoint`).
+    pub(crate) tracepoint_doctor_rc: Option<i32>,
+    pub(crate) tracepoint_doctor: Vec<serde_json::Value>,
+    /// `nri-trace write-cost -o json`'s lines, every round and backend.
+    pub(crate) write_cost: Vec<serde_json::Value>,
     /// What the binaries wrote to stderr.
     pub(crate) stderr: String,
     /// From qemu's start to its exit.
@@ -120,18 +131,28 @@ pub(crate) struct KernelRun {
 
 impl KernelRun {
     pub(crate) fn passed(&self) -> bool {
-        self.doctor_rc == Some(0)
-            && SELF_TESTS
+        let ok = |checks: &[serde_json::Value]| {
+            SELF_TESTS
                 .iter()
-                .all(|name| self.check_status(name) == Some("ok"))
+                .all(|name| check_field(checks, name, "status") == Some("ok"))
+        };
+        self.doctor_rc == Some(0)
+            && self.tracepoint_doctor_rc == Some(0)
+            && ok(&self.doctor)
+            && ok(&self.tracepoint_doctor)
     }
 
     /// The status doctor gave check `name`.
     pub(crate) fn check_status(&self, name: &str) -> Option<&str> {
-        self.doctor
-            .iter()
-            .find(|c| c["name"] == name)
-            .and_then(|c| c["status"].as_str())
+        check_field(&self.doctor, name, "status")
+    }
+
+    /// The backend the auto run captured on (the first word of its
+    /// `capture backend` check).
+    fn backend(&self) -> &str {
+        check_field(&self.doctor, "capture backend", "detail")
+            .and_then(|d| d.split(':').next())
+            .unwrap_or("none")
     }
 }
 
@@ -140,17 +161,21 @@ pub(crate) fn run_kernels(a: &KernelsArgs) -> Result<()> {
         Some(b) => b.clone(),
         None => crate::dist::run_dist()?,
     };
-    let runs = boot_all(&a.kernel, &bin, a.verbose)?;
+    let runs = boot_all(&a.kernel, &bin, a.verbose, a.write_cost_rounds)?;
     if let Some(path) = &a.report {
         fs::write(path, serde_json::to_vec_pretty(&runs)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
-    println!("\nkernel  package                                   doctor  capture  sandbox  boot");
+    println!(
+        "\nkernel  package                                   backend     doctor  capture  sandbox  \
+         boot"
+    );
     for r in &runs {
         println!(
-            "{:<7} {:<41} {:<7} {:<8} {:<8} {:.1} s",
+            "{:<7} {:<41} {:<11} {:<7} {:<8} {:<8} {:.1} s",
             r.kernel,
             format!("{} {}", r.package, r.version),
+            r.backend(),
             rc_text(r.doctor_rc),
             r.check_status("capture self-test").unwrap_or("none"),
             r.check_status("sandbox probes self-test").unwrap_or("none"),
@@ -168,6 +193,14 @@ pub(crate) fn run_kernels(a: &KernelsArgs) -> Result<()> {
     Ok(())
 }
 
+/// Field `field` of doctor check `name` in `checks`.
+fn check_field<'a>(checks: &'a [serde_json::Value], name: &str, field: &str) -> Option<&'a str> {
+    checks
+        .iter()
+        .find(|c| c["name"] == name)
+        .and_then(|c| c[field].as_str())
+}
+
 fn rc_text(rc: Option<i32>) -> String {
     match rc {
         Some(0) => "ok".into(),
@@ -176,8 +209,14 @@ fn rc_text(rc: Option<i32>) -> String {
     }
 }
 
-/// Prepare and boot `which` ("all" or one series) with `bin`.
-pub(crate) fn boot_all(which: &str, bin: &Path, verbose: bool) -> Result<Vec<KernelRun>> {
+/// Prepare and boot `which` ("all" or one series) with `bin`, with
+/// `write_cost_rounds` rounds of `write-cost` after doctor.
+pub(crate) fn boot_all(
+    which: &str,
+    bin: &Path,
+    verbose: bool,
+    write_cost_rounds: u32,
+) -> Result<Vec<KernelRun>> {
     ensure_qemu()?;
     let cache = cache_dir();
     fs::create_dir_all(&cache).with_context(|| format!("creating {}", cache.display()))?;
@@ -186,7 +225,8 @@ pub(crate) fn boot_all(which: &str, bin: &Path, verbose: bool) -> Result<Vec<Ker
     for k in KERNELS.iter().filter(|k| which == "all" || which == k.name) {
         let (vmlinux, package, version) = kernel_image(&cache, k)?;
         println!("== {} ({package} {version})", k.name);
-        let r = boot(k, &vmlinux, &base, bin, &package, &version, verbose)?;
+        let script = test_script(verbose, write_cost_rounds);
+        let r = boot(k, &vmlinux, &base, bin, &package, &version, &script)?;
         print_run(&r);
         runs.push(r);
     }
@@ -196,6 +236,10 @@ pub(crate) fn boot_all(which: &str, bin: &Path, verbose: bool) -> Result<Vec<Ker
 fn print_run(r: &KernelRun) {
     println!("uname -r: {}", r.uname);
     for line in &r.doctor {
+        println!("  {line}");
+    }
+    println!("  --backend tracepoint:");
+    for line in &r.tracepoint_doctor {
         println!("  {line}");
     }
     if !r.stderr.trim().is_empty() {
@@ -465,18 +509,31 @@ sync
 poweroff -f
 ";
 
-/// The per-run test: doctor, then the capture self-test; each section
-/// starts with MARK on the second serial port (the console is the first).
-fn test_script(verbose: bool) -> String {
+/// The per-run test: doctor on the backend `--backend auto` picks, then
+/// on the tracepoint backend, then `write_cost_rounds` rounds of
+/// `write-cost` (no probes, tracepoint, fentry); each section starts with
+/// MARK on the second serial port (the console is the first).
+fn test_script(verbose: bool, write_cost_rounds: u32) -> String {
     let log = if verbose { "RUST_LOG=debug " } else { "" };
     format!(
         r#"out=/dev/ttyS1
 {{
+# doctor's untraced-writes check writes to a TCP socket on 127.0.0.1.
+ifconfig lo 127.0.0.1 up
 echo "{MARK} uname"
 uname -r
 echo "{MARK} doctor"
 {log}/nri-trace doctor -o json 2>/tmp/doctor.err
 echo "{MARK} doctor-rc $?"
+echo "{MARK} doctor-tracepoint"
+{log}/nri-trace doctor --backend tracepoint -o json 2>>/tmp/doctor.err
+echo "{MARK} doctor-tracepoint-rc $?"
+echo "{MARK} write-cost"
+for r in $(seq 1 {write_cost_rounds}); do
+  for p in none tracepoint fentry; do
+    /nri-trace write-cost --probes $p 2>>/tmp/doctor.err
+  done
+done
 echo "{MARK} stderr"
 cat /tmp/doctor.err
 echo "{MARK} end"
@@ -518,7 +575,7 @@ fn boot(
     bin: &Path,
     package: &str,
     version: &str,
-    verbose: bool,
+    script: &str,
 ) -> Result<KernelRun> {
     let dir = crate::workspace_root().join("target/kernels").join(k.name);
     fs::create_dir_all(&dir)?;
@@ -528,7 +585,7 @@ fn boot(
         0o755,
         &fs::read(bin).with_context(|| format!("reading {}", bin.display()))?,
     );
-    layer.file("test.sh", 0o755, test_script(verbose).as_bytes());
+    layer.file("test.sh", 0o755, script.as_bytes());
     let initrd = dir.join("initrd");
     let mut all = fs::read(base)?;
     all.extend_from_slice(&layer.finish());
@@ -591,6 +648,9 @@ fn parse_results(text: &str) -> KernelRun {
         uname: String::new(),
         doctor_rc: None,
         doctor: Vec::new(),
+        tracepoint_doctor_rc: None,
+        tracepoint_doctor: Vec::new(),
+        write_cost: Vec::new(),
         stderr: String::new(),
         boot_ms: 0,
         console_tail: String::new(),
@@ -607,8 +667,14 @@ fn parse_results(text: &str) -> KernelRun {
                     r.doctor_rc = rc;
                     ""
                 }
+                "doctor-tracepoint-rc" => {
+                    r.tracepoint_doctor_rc = rc;
+                    ""
+                }
                 "uname" => "uname",
                 "doctor" => "doctor",
+                "doctor-tracepoint" => "doctor-tracepoint",
+                "write-cost" => "write-cost",
                 "stderr" => "stderr",
                 _ => "",
             };
@@ -616,10 +682,9 @@ fn parse_results(text: &str) -> KernelRun {
         }
         match section {
             "uname" => line.clone_into(&mut r.uname),
-            "doctor" => r.doctor.push(
-                serde_json::from_str(line)
-                    .unwrap_or_else(|_| serde_json::Value::String(line.to_owned())),
-            ),
+            "doctor" => r.doctor.push(json_line(line)),
+            "doctor-tracepoint" => r.tracepoint_doctor.push(json_line(line)),
+            "write-cost" => r.write_cost.push(json_line(line)),
             "stderr" => {
                 r.stderr.push_str(line);
                 r.stderr.push('\n');
@@ -628,6 +693,11 @@ fn parse_results(text: &str) -> KernelRun {
         }
     }
     r
+}
+
+/// A JSON line, or the line as a string where it is not JSON.
+fn json_line(line: &str) -> serde_json::Value {
+    serde_json::from_str(line).unwrap_or_else(|_| serde_json::Value::String(line.to_owned()))
 }
 
 /// A cpio archive in the "newc" format the kernel's initramfs unpacker

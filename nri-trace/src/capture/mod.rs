@@ -32,6 +32,7 @@ pub(crate) mod selftest;
 pub(crate) mod session;
 pub(crate) mod tgid_filter;
 pub(crate) mod tracker;
+mod write_targets;
 
 use std::path::PathBuf;
 
@@ -47,7 +48,7 @@ pub use crate::basic_types::{ConnId, Direction, Timestamp};
 pub use backend::{BackendError, CaptureBackend};
 pub use cri_state::{CriState, StateContainer, StatePod};
 pub use discovery::{ConnectedFd, DiscoveryError, EnvPeerSocket, Listener};
-pub use ebpf::{EbpfBackend, EbpfOptions, KernelHelpers, ProgramSet};
+pub use ebpf::{BackendChoice, DataBackend, EbpfBackend, EbpfOptions, KernelHelpers, ProgramSet};
 pub use event_json::{hex, unhex, HexError};
 pub use holders::Holder;
 pub use runtimes::{Runtime, RuntimeKind};
@@ -56,6 +57,7 @@ pub use session::{
     monotonic_ns, start_session, wall_offset_ns, AttachState, Session, SessionConfig, SessionError,
     DEFAULT_QUEUE_BYTES,
 };
+pub use write_targets::{OpenTarget, WriteTarget, DRAIN_EVERY};
 
 /// How the traced process came to hold a connection.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

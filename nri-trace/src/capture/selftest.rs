@@ -14,6 +14,7 @@ use super::{
     ring_entry,
     sandbox::{self, SandboxOp},
     session,
+    write_targets::{OpenTarget, WriteTarget, DRAIN_EVERY},
 };
 
 #[derive(Debug, Error)]
@@ -357,7 +358,7 @@ pub(crate) fn sandbox(backend: &mut dyn CaptureBackend) -> Result<SandboxResult,
     let absent = format!("/nri-trace-selftest-{tgid}-absent");
     let not_a_directory = not_a_directory();
     for path in [&not_a_directory, &absent] {
-        let cpath = std::ffi::CString::new(path).expect("no NUL");
+        let cpath = std::ffi::CString::new(path.as_str()).expect("no NUL");
         // Fail (ENOTDIR, ENOENT): the probe sees the attempt and its errno.
         unsafe { libc::rmdir(cpath.as_ptr()) };
     }
@@ -409,4 +410,65 @@ pub(crate) fn sandbox(backend: &mut dyn CaptureBackend) -> Result<SandboxResult,
         }
     });
     Ok(r)
+}
+
+/// What `untraced_writes` measured: `per_target` one-byte writes to each
+/// of a file, a pipe and a TCP loopback socket (and the reads that drained
+/// the pipe and the socket), and how many times the data programs ran
+/// meanwhile, by the kernel's BPF statistics.
+#[derive(Debug)]
+pub(crate) struct UntracedWrites {
+    pub per_target: u32,
+    /// Reads that drained the pipe and the socket.
+    pub reads: u32,
+    /// Runs of the data programs, by any process, while this one wrote.
+    pub runs: u64,
+}
+
+/// Write `per_target` single bytes to a file, a pipe and a TCP loopback
+/// socket, none of them a unix socket, with the kernel's BPF statistics
+/// on, and count the data programs' runs: the fentry backend's run for
+/// unix stream sockets only, the tracepoint backend's for every read and
+/// write (issue 34's test). The statistics cost every program run two
+/// clock reads while on, so they are on only for the loop (`enable_stats`'s
+/// fd).
+pub(crate) fn untraced_writes(
+    backend: &super::EbpfBackend,
+    per_target: u32,
+) -> Result<UntracedWrites, SelfTestError> {
+    let mut targets = Vec::new();
+    for t in [WriteTarget::File, WriteTarget::Pipe, WriteTarget::Tcp] {
+        targets.push(OpenTarget::open(t).map_err(|source| SelfTestError::Io {
+            what: match t {
+                WriteTarget::Tcp => "a TCP connection on 127.0.0.1 (is lo up?)",
+                _ => "opening a file and a pipe",
+            },
+            source,
+        })?);
+    }
+    let stats =
+        aya::sys::enable_stats(aya::sys::Stats::RunTime).map_err(|e| SelfTestError::Io {
+            what: "enabling the kernel's BPF statistics (BPF_ENABLE_STATS, Linux 5.8)",
+            source: e.io_error,
+        })?;
+    let before = backend.data_program_runs()?;
+    let mut buf = vec![0u8; DRAIN_EVERY as usize];
+    let mut reads = 0;
+    for i in 1..=per_target {
+        for t in &targets {
+            t.write_byte().map_err(io_err("write"))?;
+        }
+        for t in &mut targets {
+            if i % t.target.drain_every() == 0 {
+                reads += t.drain(&mut buf);
+            }
+        }
+    }
+    let after = backend.data_program_runs()?;
+    drop(stats);
+    Ok(UntracedWrites {
+        per_target,
+        reads,
+        runs: after - before,
+    })
 }

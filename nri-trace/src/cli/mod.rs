@@ -53,6 +53,10 @@ pub(crate) enum Cmd {
     Doctor {
         #[arg(short, long, value_enum, default_value = "text")]
         output: LineOutput,
+        /// Check the capture on this backend (as the live commands'
+        /// `--backend`).
+        #[arg(long, value_enum, default_value = "auto")]
+        backend: nri_trace::capture::BackendChoice,
     },
     /// One stage of the pipeline alone, for debugging nri-trace itself.
     #[command(subcommand)]
@@ -60,6 +64,29 @@ pub(crate) enum Cmd {
     /// Attach a program set and hold it (benchmarks: design floors).
     #[command(hide = true)]
     Hold(HoldArgs),
+    /// Time one-byte writes of this untraced process to a file, a pipe, TCP
+    /// and a unix socket with the capture attached (benchmarks).
+    #[command(hide = true)]
+    WriteCost(WriteCostArgs),
+}
+
+/// `nri-trace write-cost`.
+#[derive(clap::Args)]
+pub(crate) struct WriteCostArgs {
+    /// The programs attached while the writes run.
+    #[arg(long, value_enum)]
+    pub probes: WriteCostProbes,
+    /// Timed writes per target.
+    #[arg(long, default_value_t = 50_000)]
+    pub writes: u32,
+}
+
+/// What `write-cost` attaches: nothing, or the capture on a backend.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub(crate) enum WriteCostProbes {
+    None,
+    Tracepoint,
+    Fentry,
 }
 
 /// `nri-trace watch`.
@@ -307,6 +334,9 @@ pub(crate) struct HoldArgs {
     /// Also attach the sandbox probes (watching --pid's process tree).
     #[arg(long)]
     pub sandbox: bool,
+    /// With `--programs capture`: which programs capture the data syscalls.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: nri_trace::capture::BackendChoice,
     #[arg(long)]
     pub duration: f64,
 }

@@ -4,6 +4,7 @@ use std::io::Write;
 
 use anyhow::Result;
 use nri_trace::{
+    capture::BackendChoice,
     doctor::{self, Check, Status},
     store::ndjson::LineWriter,
 };
@@ -21,8 +22,8 @@ struct CheckLine<'a> {
 }
 
 /// Run the checks; exit status 1 when one failed.
-pub(crate) fn run(output: LineOutput) -> Result<()> {
-    let checks = doctor::run();
+pub(crate) fn run(output: LineOutput, backend: BackendChoice) -> Result<()> {
+    let checks = doctor::run(backend);
     let failed = checks.iter().any(|c| c.status == Status::Fail);
     let stdout = std::io::stdout();
     match output {

@@ -47,6 +47,7 @@ mod throughput;
 mod trace_engine;
 mod traced;
 mod tui_frame;
+mod write_cost;
 
 use std::{fs, time::Instant};
 
@@ -136,6 +137,10 @@ pub(crate) struct BenchArgs {
     /// Starts of `nri-trace watch` per mode in the named-span part.
     #[arg(long, default_value_t = 5)]
     span_rounds: usize,
+    /// Rounds of write-cost (no probes, tracepoint, fentry) in each VM of
+    /// the kernels part.
+    #[arg(long, default_value_t = 3)]
+    kernel_rounds: u32,
     /// Very short criterion runs: checks the harness, the numbers are noise.
     #[arg(long)]
     quick: bool,
@@ -160,6 +165,9 @@ enum Part {
     /// Opt-in: the cluster holding many pods for long windows
     /// (xtask/src/cluster_steady.rs).
     ClusterSteady,
+    /// Opt-in: an untraced write's cost per backend in qemu on Debian's
+    /// kernels (bench/write_cost.rs).
+    Kernels,
 }
 
 impl Part {
@@ -178,6 +186,7 @@ impl Part {
                 | Part::Idle
                 | Part::Cluster
                 | Part::ClusterSteady
+                | Part::Kernels
         )
     }
 }
@@ -245,6 +254,10 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
             a.steady_rounds,
         )?;
         report.push(crate::cluster_steady::cluster_steady_section(&r));
+    }
+    if a.only.contains(&Part::Kernels) {
+        let r = write_cost::write_cost(a.kernel_rounds)?;
+        report.push(write_cost::write_cost_section(&r, a.kernel_rounds));
     }
     if a.only.contains(&Part::Idle) {
         let r = crate::nri_rate::idle_cost(a.idle_seconds)?;
