@@ -54,6 +54,13 @@ pub(crate) struct FuzzArgs {
     /// Build the targets (installing cargo-fuzz if missing), run none.
     #[arg(long)]
     pub(crate) no_run: bool,
+    /// Run the targets as built (by a `--no-run` of this checkout), without
+    /// building: the build would first remove the workspace's crates from
+    /// the kept directory (build_cache.rs `forget_members`) and compile
+    /// them again, 102 s of ci43's smoke after the same build had passed
+    /// beside the lab tier.
+    #[arg(long, conflicts_with = "no_run")]
+    pub(crate) no_build: bool,
     /// Codegen units of the targets' build: cargo-fuzz's default, 1, for
     /// the fastest fuzzing; the smoke's, 16, for the fastest build.
     #[arg(long, default_value_t = 1)]
@@ -76,7 +83,9 @@ struct RunStats {
 pub(crate) fn run_fuzz(a: &FuzzArgs) -> Result<()> {
     ensure_cargo_fuzz()?;
     let targets = targets(a.target.as_deref())?;
-    build(a.codegen_units)?;
+    if !a.no_build {
+        build(a.codegen_units)?;
+    }
     if a.no_run {
         return Ok(());
     }
@@ -121,9 +130,10 @@ pub(crate) const SMOKE_SECONDS: u32 = 3;
 pub(crate) const SMOKE_CODEGEN_UNITS: u32 = 16;
 
 /// The CI smoke of `cargo xtask test`: every target for
-/// [`SMOKE_SECONDS`]. Under CI cargo-fuzz must install; elsewhere a
-/// failed install skips the smoke with the reason.
-pub(crate) fn smoke(ci: bool) -> Result<()> {
+/// [`SMOKE_SECONDS`], built first unless `prebuilt` (the `--no-run` build
+/// beside the lab tier passed in this run). Under CI cargo-fuzz must
+/// install; elsewhere a failed install skips the smoke with the reason.
+pub(crate) fn smoke(ci: bool, prebuilt: bool) -> Result<()> {
     if let Err(e) = ensure_cargo_fuzz() {
         if ci {
             return Err(e.context("CI=true: the fuzz smoke must run"));
@@ -135,6 +145,7 @@ pub(crate) fn smoke(ci: bool) -> Result<()> {
         seconds: SMOKE_SECONDS,
         seed: false,
         no_run: false,
+        no_build: prebuilt,
         codegen_units: SMOKE_CODEGEN_UNITS,
         target: None,
     })

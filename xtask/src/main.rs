@@ -388,10 +388,14 @@ fn test(tiers: &[tiers::Tier], extra: &[String]) -> Result<()> {
     }
     if tiers.contains(&Tier::Fuzz) {
         if fuzz_smoke {
-            if let Some(b) = fuzz_build {
-                b.wait()?;
-            }
-            fuzz::smoke(ci).with_context(|| {
+            let prebuilt = match fuzz_build {
+                Some(b) => {
+                    b.wait()?;
+                    true
+                }
+                None => false,
+            };
+            fuzz::smoke(ci, prebuilt).with_context(|| {
                 format!(
                     "the fuzz smoke (cargo xtask fuzz --seconds {})",
                     fuzz::SMOKE_SECONDS
