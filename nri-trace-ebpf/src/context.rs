@@ -66,8 +66,14 @@ pub(crate) fn syscall_args<const COMPAT: bool>() -> Option<[u64; 4]> {
     if COMPAT {
         return syscall_args_from_stack();
     }
-    let regs = user_regs()?;
-    Some([reg(regs, DI), reg(regs, SI), reg(regs, DX), reg(regs, R10)])
+    user_regs().map(args_of)
+}
+
+/// Syscall arguments 0..=3 in saved user registers `regs` (x86_64 ABI:
+/// di, si, dx, r10).
+#[inline(always)]
+fn args_of(regs: *const u8) -> [u64; 4] {
+    [reg(regs, DI), reg(regs, SI), reg(regs, DX), reg(regs, R10)]
 }
 
 /// The number of the syscall the current task is in (`orig_ax`, which the
@@ -78,10 +84,7 @@ pub(crate) fn syscall_args<const COMPAT: bool>() -> Option<[u64; 4]> {
 #[inline(always)]
 pub(crate) fn current_syscall() -> Option<(u64, [u64; 4])> {
     let regs = user_regs()?;
-    Some((
-        reg(regs, ORIG_AX),
-        [reg(regs, DI), reg(regs, SI), reg(regs, DX), reg(regs, R10)],
-    ))
+    Some((reg(regs, ORIG_AX), args_of(regs)))
 }
 
 /// The syscall arguments as bpf_task_pt_regs finds them, by hand: the user

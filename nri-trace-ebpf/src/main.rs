@@ -23,8 +23,8 @@
 //! (records out to the ring), `data` (the read/write family and the copy
 //! of their payload), `socket_fexit` (the fentry backend's data programs,
 //! where the kernel allows them: see there), `sockets` (the syscalls that
-//! start and stop tracking fds), `process` (fork and exit), `sandbox` (the sandbox probes),
-//! `helper_probe` (never attached: which helpers the kernel has) and
+//! start and stop tracking fds), `process` (fork and exit), `sandbox` (the
+//! sandbox probes), `helper_probe` (never attached: which helpers the kernel has) and
 //! `floor` (benchmarks only).
 #![no_std]
 #![no_main]

@@ -12,7 +12,7 @@ use crate::capture::{
     discovery,
     ebpf::{
         BackendChoice, DataBackend, EbpfBackend, EbpfOptions, KernelHelpers, CONNECTION_PROGRAMS,
-        DATA_PROGRAMS, FALLBACK_STEPS, FENTRY_PROGRAMS, SANDBOX_PROGRAMS,
+        DATA_PROGRAMS, FALLBACK_STEPS, SANDBOX_PROGRAMS,
     },
     runtimes, selftest,
 };
@@ -223,7 +223,7 @@ pub const UNTRACED_WRITES: u32 = 100_000;
 /// sandbox probes'), then run the self-tests with them: the proof that
 /// capture works on this kernel, beyond the verifier's yes
 /// (capture/selftest.rs).
-pub fn load(backend: BackendChoice) -> Vec<Check> {
+pub fn load(choice: BackendChoice) -> Vec<Check> {
     if EbpfBackend::object().is_empty() {
         return vec![check(
             "eBPF programs",
@@ -233,7 +233,6 @@ pub fn load(backend: BackendChoice) -> Vec<Check> {
         )];
     }
     let t = std::time::Instant::now();
-    let choice = backend;
     let mut backend = match EbpfBackend::load(&EbpfOptions {
         ring_bytes: 1 << 20,
         sandbox: true,
@@ -270,25 +269,21 @@ pub fn load(backend: BackendChoice) -> Vec<Check> {
             "use Linux >= 5.17 for captures of any size",
         ),
     };
-    let data_programs = match backend.data_backend() {
-        Some(DataBackend::Fentry) => FENTRY_PROGRAMS.len(),
-        _ => DATA_PROGRAMS.len(),
-    };
-    let data_backend = backend_check(backend.data_backend());
-    // Before the capture self-test tracks this process: these are the
-    // writes of a process nri-trace does not trace.
-    let untraced = untraced_writes_check(&backend);
     let loaded = check(
         "eBPF programs",
         Status::Ok,
         format!(
             "{} capture and {} sandbox programs loaded, verified and attached in {} ms",
-            data_programs + CONNECTION_PROGRAMS.len(),
+            backend.data_programs().len() + CONNECTION_PROGRAMS.len(),
             SANDBOX_PROGRAMS.len(),
             t.elapsed().as_millis()
         ),
         "",
     );
+    let data_backend = backend_check(backend.data_backend());
+    // Before the capture self-test tracks this process: these are the
+    // writes of a process nri-trace does not trace.
+    let untraced = untraced_writes_check(&backend);
     let capture = match selftest::capture(&mut backend) {
         Ok(r) if r.exact() => check(
             "capture self-test",

@@ -119,7 +119,7 @@ pub(crate) struct KernelRun {
     /// The same on the tracepoint backend (`--backend tracepoint`).
     pub(crate) tracepoint_doctor_rc: Option<i32>,
     pub(crate) tracepoint_doctor: Vec<serde_json::Value>,
-    /// `nri-trace write-cost -o json`'s lines, every round and backend.
+    /// `nri-trace write-cost`'s JSON lines, every round and backend.
     pub(crate) write_cost: Vec<serde_json::Value>,
     /// What the binaries wrote to stderr.
     pub(crate) stderr: String,

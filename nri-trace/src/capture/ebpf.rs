@@ -131,6 +131,18 @@ pub enum KernelHelpers {
     Fallback,
 }
 
+impl KernelHelpers {
+    /// The program to load for `name`: its fallback twin when the kernel
+    /// lacks the helpers it calls.
+    fn program_name(self, name: &str) -> String {
+        if self == Self::Fallback && FALLBACK_PROGRAMS.contains(&name) {
+            format!("{name}_compat")
+        } else {
+            name.to_owned()
+        }
+    }
+}
+
 /// Which programs capture the data syscalls' bytes (`--backend`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum BackendChoice {
@@ -228,10 +240,8 @@ pub struct EbpfBackend {
     /// Userspace copy of the filter: tracked tgids, their slots and rows.
     view: TgidFilter,
     helpers: KernelHelpers,
-    /// Which programs capture the data syscalls (`None`: not `Capture`),
-    /// and the names of those attached.
+    /// Which programs capture the data syscalls (`None`: not `Capture`).
     data_backend: Option<DataBackend>,
-    data_programs: Vec<String>,
     // Keeps programs and links alive; dropped last.
     ebpf: Ebpf,
 }
@@ -306,15 +316,7 @@ impl EbpfBackend {
                 source: Box::new(source),
             })?;
         let helpers = probe_helpers(&mut ebpf);
-        // The program to load for `name`: its fallback twin when the
-        // kernel lacks the helpers it calls.
-        let pick = |name: &str| -> String {
-            if helpers == KernelHelpers::Fallback && FALLBACK_PROGRAMS.contains(&name) {
-                format!("{name}_compat")
-            } else {
-                name.to_owned()
-            }
-        };
+        let pick = |name: &str| helpers.program_name(name);
         if helpers == KernelHelpers::Fallback {
             install_copy_tail(&mut ebpf)?;
         }
@@ -356,20 +358,9 @@ impl EbpfBackend {
             )
             .map_err(map_err("CONFIG"))?;
         let mut data_backend = None;
-        let mut data_programs = Vec::new();
         match opts.programs {
             ProgramSet::Capture => {
-                let data = attach_data(&mut ebpf, opts.backend, helpers, &pick)?;
-                data_programs = match data {
-                    DataBackend::Fentry => FENTRY_PROGRAMS
-                        .iter()
-                        .map(|(name, _)| (*name).to_owned())
-                        .collect(),
-                    DataBackend::Tracepoint { .. } => {
-                        DATA_PROGRAMS.iter().map(|(name, ..)| pick(name)).collect()
-                    }
-                };
-                data_backend = Some(data);
+                data_backend = Some(attach_data(&mut ebpf, opts.backend, helpers)?);
                 for (name, cat, tp) in CONNECTION_PROGRAMS {
                     attach_tp(&mut ebpf, &pick(name), &[(cat, tp)])?;
                 }
@@ -425,7 +416,6 @@ impl EbpfBackend {
             view: TgidFilter::default(),
             helpers,
             data_backend,
-            data_programs,
             ebpf,
         })
     }
@@ -442,12 +432,28 @@ impl EbpfBackend {
         self.data_backend.as_ref()
     }
 
+    /// The names of the programs that capture the data syscalls, as
+    /// loaded (none for the floor program sets).
+    pub fn data_programs(&self) -> Vec<String> {
+        match &self.data_backend {
+            Some(DataBackend::Fentry) => FENTRY_PROGRAMS
+                .iter()
+                .map(|(name, _)| (*name).to_owned())
+                .collect(),
+            Some(DataBackend::Tracepoint { .. }) => DATA_PROGRAMS
+                .iter()
+                .map(|(name, ..)| self.helpers.program_name(name))
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+
     /// How many times the attached data programs have run, by the
     /// kernel's BPF statistics: counted only while they are enabled
     /// (`aya::sys::enable_stats`), by any process that ran them.
     pub fn data_program_runs(&self) -> Result<u64, BackendError> {
         let mut runs = 0;
-        for name in &self.data_programs {
+        for name in &self.data_programs() {
             let info = self
                 .ebpf
                 .program(name)
@@ -577,12 +583,11 @@ fn parse_field_offset(format: &str, field: &str) -> Option<u32> {
 
 /// Attach the programs that capture the data syscalls: the fentry
 /// backend's where `choice` and the kernel allow it, else the tracepoint
-/// backend's (`pick`: a program's name, or its fallback twin's).
+/// backend's (their fallback twins where the helpers lack).
 fn attach_data(
     ebpf: &mut Ebpf,
     choice: BackendChoice,
     helpers: KernelHelpers,
-    pick: &dyn Fn(&str) -> String,
 ) -> Result<DataBackend, BackendError> {
     let why = match (choice, helpers) {
         (BackendChoice::Tracepoint, _) => "--backend tracepoint".to_owned(),
@@ -606,7 +611,7 @@ fn attach_data(
         },
     };
     for (name, cat, tp) in DATA_PROGRAMS {
-        attach_tp(ebpf, &pick(name), &[(cat, tp)])?;
+        attach_tp(ebpf, &helpers.program_name(name), &[(cat, tp)])?;
     }
     Ok(DataBackend::Tracepoint { why })
 }
@@ -616,39 +621,10 @@ fn attach_data(
 /// failed, as a sentence, else.
 fn attach_fentry(ebpf: &mut Ebpf) -> Result<(), String> {
     let btf = Btf::from_sys_fs().map_err(|e| format!("reading the kernel's BTF: {e}"))?;
-    let mut result = Ok(());
-    for (name, func) in FENTRY_PROGRAMS {
-        let attached = match ebpf.program_mut(name).map(<&mut FExit>::try_from) {
-            Some(Ok(prog)) => prog
-                .load(func, &btf)
-                .map_err(|e| {
-                    // An empty verifier log says nothing: the kernel
-                    // refused before verifying (EPERM where function
-                    // tracing is blocked).
-                    let chain = crate::human::error_chain(&e);
-                    let chain = chain.trim_end();
-                    let chain = chain
-                        .strip_suffix("Verifier output:")
-                        .map_or(chain, |c| c.trim_end_matches(['.', ' ']));
-                    format!("loading {name} on {func}: {}", short_error(&chain))
-                })
-                .and_then(|()| {
-                    prog.attach().map(drop).map_err(|e| {
-                        format!(
-                            "attaching {name} to {func}: {}",
-                            crate::human::error_chain(&e)
-                        )
-                    })
-                }),
-            Some(Err(_)) => Err(format!("{name} is not an fexit program in the object")),
-            None => Err(format!("{name} is missing from the object")),
-        };
-        if let Err(e) = attached {
-            result = Err(e);
-            break;
-        }
-    }
-    if result.is_err() {
+    let attached = FENTRY_PROGRAMS
+        .iter()
+        .try_for_each(|(name, func)| attach_fexit(ebpf, name, func, &btf));
+    if attached.is_err() {
         for (name, _) in FENTRY_PROGRAMS {
             if let Some(Ok(prog)) = ebpf.program_mut(name).map(<&mut FExit>::try_from) {
                 // Not loaded: nothing to undo.
@@ -656,7 +632,32 @@ fn attach_fentry(ebpf: &mut Ebpf) -> Result<(), String> {
             }
         }
     }
-    result
+    attached
+}
+
+/// Load fexit program `name` on kernel function `func` and attach it.
+fn attach_fexit(ebpf: &mut Ebpf, name: &str, func: &str, btf: &Btf) -> Result<(), String> {
+    let prog: &mut FExit = match ebpf.program_mut(name).map(TryInto::try_into) {
+        Some(Ok(prog)) => prog,
+        Some(Err(_)) => return Err(format!("{name} is not an fexit program in the object")),
+        None => return Err(format!("{name} is missing from the object")),
+    };
+    prog.load(func, btf).map_err(|e| {
+        // An empty verifier log says nothing: the kernel refused before
+        // verifying (EPERM where function tracing is blocked).
+        let chain = crate::human::error_chain(&e);
+        let chain = chain.trim_end();
+        let chain = chain
+            .strip_suffix("Verifier output:")
+            .map_or(chain, |c| c.trim_end_matches(['.', ' ']));
+        format!("loading {name} on {func}: {}", short_error(&chain))
+    })?;
+    prog.attach().map(drop).map_err(|e| {
+        format!(
+            "attaching {name} to {func}: {}",
+            crate::human::error_chain(&e)
+        )
+    })
 }
 
 /// Load `copy_tail` and put it in slot 0 of `COPY_TAIL`, where the

@@ -10,7 +10,7 @@ use std::{
     io::{self, Read},
     net::{TcpListener, TcpStream},
     os::{
-        fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
+        fd::{AsRawFd, FromRawFd, OwnedFd},
         unix::net::UnixStream,
     },
 };
@@ -103,11 +103,6 @@ impl OpenTarget {
             write,
             drain: drain.map(File::from),
         })
-    }
-
-    /// The descriptor written to.
-    pub fn fd(&self) -> RawFd {
-        self.write.as_raw_fd()
     }
 
     /// Write one byte with write(2) itself (std's writers may pick
